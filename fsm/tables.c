@@ -1,0 +1,258 @@
+/*
+ * fsm/tables.c - read-only views of the three machine tables of
+ * xfer/fsm.h: names, verdicts, handler names and the Graphviz diagram.
+ *
+ * Everything here is generated from the X-macro tables; the dispatchers in
+ * transfer.c, shard.c and readiness.c expand the same tables, so what the
+ * tools show is what the code does.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "xfer/fsm.h"
+#include "xfer/trace.h"
+
+#define STR_(x) #x
+
+static const char *const transfer_states[] = {
+#define S_(s) STR_(s),
+    XFER_TRANSFER_STATES(S_)
+#undef S_
+};
+static const char *const transfer_events[] = {
+#define E_(e) STR_(e),
+    XFER_TRANSFER_EVENTS(E_)
+#undef E_
+};
+static const char *const resv_states[] = {
+#define S_(s) STR_(s),
+    XFER_RESV_STATES(S_)
+#undef S_
+};
+static const char *const resv_events[] = {
+#define E_(e) STR_(e),
+    XFER_RESV_EVENTS(E_)
+#undef E_
+};
+static const char *const ready_states[] = {
+#define S_(s) STR_(s),
+    XFER_READY_STATES(S_)
+#undef S_
+};
+static const char *const ready_events[] = {
+#define E_(e) STR_(e),
+    XFER_READY_EVENTS(E_)
+#undef E_
+};
+
+typedef struct cell {
+    unsigned char verdict;
+    const char *handler;
+} cell;
+
+/* Designated initialisers: a cell listed twice is a compile error with
+ * -Woverride-init; a cell missing keeps handler NULL, which the table test
+ * reports. */
+static const cell transfer_cells[XFER_TS_COUNT_][XFER_TE_COUNT_] = {
+#define C_(s, e, v, h)                                                        \
+    [XFER_TS_##s][XFER_TE_##e] = {XFER_V_##v, STR_(h)},
+    XFER_TRANSFER_TABLE(C_)
+#undef C_
+};
+static const cell resv_cells[XFER_RS_COUNT_][XFER_RE_COUNT_] = {
+#define C_(s, e, v, h)                                                        \
+    [XFER_RS_##s][XFER_RE_##e] = {XFER_V_##v, STR_(h)},
+    XFER_RESV_TABLE(C_)
+#undef C_
+};
+static const cell ready_cells[XFER_YS_COUNT_][XFER_YE_COUNT_] = {
+#define C_(s, e, v, h)                                                        \
+    [XFER_YS_##s][XFER_YE_##e] = {XFER_V_##v, STR_(h)},
+    XFER_READY_TABLE(C_)
+#undef C_
+};
+
+typedef struct machine_desc {
+    const char *name;
+    unsigned nstates, nevents;
+    const char *const *states;
+    const char *const *events;
+    const cell *cells; /* nstates x nevents, row-major */
+} machine_desc;
+
+static const machine_desc machines[] = {
+    [XFER_M_TRANSFER] = {"transfer", XFER_TS_COUNT_, XFER_TE_COUNT_,
+                         transfer_states, transfer_events,
+                         &transfer_cells[0][0]},
+    [XFER_M_RESERVATION] = {"reservation", XFER_RS_COUNT_, XFER_RE_COUNT_,
+                            resv_states, resv_events, &resv_cells[0][0]},
+    [XFER_M_READINESS] = {"readiness", XFER_YS_COUNT_, XFER_YE_COUNT_,
+                          ready_states, ready_events, &ready_cells[0][0]},
+};
+
+static const machine_desc *desc(unsigned machine)
+{
+    return machine <= XFER_M_READINESS ? &machines[machine] : NULL;
+}
+
+unsigned xfer_fsm_nstates(unsigned machine)
+{
+    const machine_desc *d = desc(machine);
+    return d ? d->nstates : 0;
+}
+
+unsigned xfer_fsm_nevents(unsigned machine)
+{
+    const machine_desc *d = desc(machine);
+    return d ? d->nevents : 0;
+}
+
+const char *xfer_fsm_state_name(unsigned machine, unsigned state)
+{
+    const machine_desc *d = desc(machine);
+    return d && state < d->nstates ? d->states[state] : "?";
+}
+
+const char *xfer_fsm_event_name(unsigned machine, unsigned event)
+{
+    const machine_desc *d = desc(machine);
+    return d && event < d->nevents ? d->events[event] : "?";
+}
+
+static const cell *cell_at(unsigned machine, unsigned state, unsigned event)
+{
+    const machine_desc *d = desc(machine);
+    if (!d || state >= d->nstates || event >= d->nevents)
+        return NULL;
+    return &d->cells[state * d->nevents + event];
+}
+
+unsigned xfer_fsm_verdict(unsigned machine, unsigned state, unsigned event)
+{
+    const cell *c = cell_at(machine, state, event);
+    return c && c->handler ? c->verdict : XFER_V_ILLEGAL;
+}
+
+const char *xfer_fsm_handler_name(unsigned machine, unsigned state,
+                                  unsigned event)
+{
+    const cell *c = cell_at(machine, state, event);
+    return c && c->handler ? c->handler : "(missing)";
+}
+
+/* Append to buf like snprintf, tracking the length the whole text needs. */
+static void put(char *buf, size_t len, size_t *at, const char *fmt,
+                const char *a, const char *b, const char *c)
+{
+    size_t room = *at < len ? len - *at : 0;
+    int n = snprintf(room ? buf + *at : NULL, room, fmt, a, b, c);
+    if (n > 0)
+        *at += (size_t)n;
+}
+
+typedef struct edge {
+    unsigned char from, event, to;
+} edge;
+
+static const edge transfer_edges[] = {
+#define G_(f, e, t) {XFER_TS_##f, XFER_TE_##e, XFER_TS_##t},
+    XFER_TRANSFER_EDGES(G_)
+#undef G_
+};
+static const edge resv_edges[] = {
+#define G_(f, e, t) {XFER_RS_##f, XFER_RE_##e, XFER_RS_##t},
+    XFER_RESV_EDGES(G_)
+#undef G_
+};
+static const edge ready_edges[] = {
+#define G_(f, e, t) {XFER_YS_##f, XFER_YE_##e, XFER_YS_##t},
+    XFER_READY_EDGES(G_)
+#undef G_
+};
+
+static const edge *edges_of(unsigned machine, size_t *n)
+{
+    switch (machine) {
+    case XFER_M_TRANSFER:
+        *n = sizeof transfer_edges / sizeof transfer_edges[0];
+        return transfer_edges;
+    case XFER_M_RESERVATION:
+        *n = sizeof resv_edges / sizeof resv_edges[0];
+        return resv_edges;
+    case XFER_M_READINESS:
+        *n = sizeof ready_edges / sizeof ready_edges[0];
+        return ready_edges;
+    default:
+        *n = 0;
+        return NULL;
+    }
+}
+
+bool xfer_fsm_edge_ok(unsigned machine, unsigned from, unsigned event,
+                      unsigned to)
+{
+    size_t n;
+    const edge *g = edges_of(machine, &n);
+    for (size_t i = 0; i < n; i++)
+        if (g[i].from == from && g[i].event == event && g[i].to == to)
+            return true;
+    return false;
+}
+
+int xfer_fsm_dot(unsigned machine, char *buf, size_t len)
+{
+    const machine_desc *d = desc(machine);
+    if (!d || (!buf && len))
+        return XFER_ERR_INVALID_ARG;
+    size_t at = 0, ng;
+    const edge *g = edges_of(machine, &ng);
+    put(buf, len, &at, "digraph %s {\n  rankdir=LR;\n  node [shape=box];\n",
+        d->name, "", "");
+    for (unsigned s = 0; s < d->nstates; s++)
+        put(buf, len, &at, "  %s;\n", d->states[s], "", "");
+    /* Solid edges: declared state changes.  Dashed self-loops: events a
+     * state absorbs or defers (IGNORE/DEFER) or handles without leaving. */
+    for (size_t i = 0; i < ng; i++) {
+        char label[64];
+        snprintf(label, sizeof label, "%s", d->events[g[i].event]);
+        put(buf, len, &at, "  %s -> %s [label=\"%s\"];\n",
+            d->states[g[i].from], d->states[g[i].to], label);
+    }
+    for (unsigned s = 0; s < d->nstates; s++) {
+        for (unsigned e = 0; e < d->nevents; e++) {
+            const cell *c = &d->cells[s * d->nevents + e];
+            if (!c->handler || c->verdict == XFER_V_ILLEGAL)
+                continue;
+            put(buf, len, &at, "  %s -> %s [style=dashed,label=\"%s\"];\n",
+                d->states[s], d->states[s], d->events[e]);
+        }
+    }
+    put(buf, len, &at, "}\n", "", "", "");
+    if (len)
+        buf[at < len ? at : len - 1] = '\0';
+    return (int)at;
+}
+
+static const char *const machine_names[] = {
+    "transfer", "reservation", "readiness", "input", "action", "note",
+    "config"};
+static const char *const verdict_names[] = {"TRANSITION", "IGNORE", "DEFER",
+                                            "ILLEGAL"};
+static const char *const note_names[] = {
+    "LATE_SUBMIT",     "LATE_REPLY",  "TOMB_EXPIRED",   "TOMB_FULL",
+    "CANCEL_GAVE_UP",  "PREEMPTIVE",  "UNKNOWN_REPLY"};
+
+const char *xfer_machine_name(unsigned m)
+{
+    return m < XFER_M_COUNT_ ? machine_names[m] : "?";
+}
+
+const char *xfer_verdict_name(unsigned v)
+{
+    return v < XFER_V_COUNT_ ? verdict_names[v] : "?";
+}
+
+const char *xfer_note_name(unsigned n)
+{
+    return n < XFER_NOTE_COUNT_ ? note_names[n] : "?";
+}

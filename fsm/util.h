@@ -1,0 +1,75 @@
+/*
+ * fsm/util.h - small private helpers shared by the pure machines: the
+ * injected allocator with its libc default, trace emission, and a seedable
+ * splitmix64 for ids.  Nothing here reads a clock or draws randomness on its
+ * own; everything comes in through arguments.
+ */
+#ifndef XFER_FSM_UTIL_H
+#define XFER_FSM_UTIL_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xfer/fsm.h"
+#include "xfer/trace.h"
+
+/* Allocate through `a`, or libc when `a` has no alloc function. */
+static inline void *xfer_util_alloc(const xfer_allocator *a, size_t size)
+{
+    return a->alloc ? a->alloc(a->ud, size) : malloc(size);
+}
+
+static inline void *xfer_util_calloc(const xfer_allocator *a, size_t n,
+                                     size_t size)
+{
+    if (size != 0 && n > SIZE_MAX / size)
+        return NULL;
+    void *p = xfer_util_alloc(a, n * size);
+    if (p)
+        memset(p, 0, n * size);
+    return p;
+}
+
+static inline void xfer_util_free(const xfer_allocator *a, void *p)
+{
+    if (!p)
+        return;
+    if (a->free)
+        a->free(a->ud, p);
+    else
+        free(p);
+}
+
+/* Give a record its sequence number and pass it to the sink, if any. */
+static inline void xfer_util_emit(const xfer_trace_sink *sink, uint64_t *seq,
+                                  xfer_trace_rec *rec)
+{
+    rec->seq = (*seq)++;
+    if (sink->fn)
+        sink->fn(sink->ud, rec);
+}
+
+/* splitmix64: a bijective mixer, used for hashing ids and as a fixed-seed
+ * generator where no RNG was injected. */
+static inline uint64_t xfer_util_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* ALWAYS/NEVER in the SQLite manner: mark "cannot happen" branches.  In
+ * debug builds they assert; in release they let the code take the safe
+ * branch. */
+#include <assert.h>
+#ifdef NDEBUG
+#define XFER_ALWAYS(x) (x)
+#define XFER_NEVER(x) (x)
+#else
+#define XFER_ALWAYS(x) ((x) ? 1 : (assert(0), 0))
+#define XFER_NEVER(x) ((x) ? (assert(0), 1) : 0)
+#endif
+
+#endif /* XFER_FSM_UTIL_H */

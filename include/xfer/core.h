@@ -1,0 +1,257 @@
+/*
+ * xfer/core.h - the sans-I/O transfer core (producer side).
+ *
+ * xfer_core holds every transfer machine of one producer, its tombstones and
+ * its deadlines.  It does no I/O and reads no clock: every entry point takes
+ * the current time and one event, updates state, and appends actions (send
+ * reserve/write/commit/cancel to shard k, abort an op, release staging,
+ * complete) to its action list, which the driver drains with
+ * xfer_core_actions() and xfer_core_actions_clear().  xfer_core_next_deadline()
+ * says when the driver must call xfer_core_on_timer().
+ *
+ * Memory is bounded: transfers and tombstones have caps fixed at creation,
+ * and every live transfer holds a tombstone slot from its submit on, so the
+ * transition to TOMBSTONED never needs memory and never evicts a tombstone
+ * younger than its TTL.  The action list is sized at creation for the worst
+ * single call, so appending an action never allocates.  The only allocation
+ * after creation is the transfer record at submit; when it fails, submit
+ * returns XFER_ERR_NOMEM and nothing else happens.
+ *
+ * One thread drives a core.  Time must not go backwards; a smaller `now` is
+ * treated as the largest seen so far.
+ */
+#ifndef XFER_CORE_H
+#define XFER_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer/errors.h"
+#include "xfer/fsm.h"
+#include "xfer/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct xfer_core xfer_core;
+
+/* Phases reported in a completion (the phase a transfer failed in). */
+typedef enum xfer_phase {
+    XFER_PHASE_NONE = 0, /* success */
+    XFER_PHASE_RESERVING = 1,
+    XFER_PHASE_WRITING = 2,
+    XFER_PHASE_COMPLETING = 3,
+    XFER_PHASE_CANCELLING = 4
+} xfer_phase;
+
+/* The result of one transfer, delivered exactly once per accepted submit. */
+typedef struct xfer_result {
+    uint64_t id;
+    uint32_t attempt;
+    int32_t status;         /* 0, or the xfer_err that ended the transfer */
+    uint8_t phase;          /* xfer_phase the failure happened in */
+    bool consumer_may_hold; /* a commit may have been applied (COMPLETING) */
+    uint16_t first_failed_shard; /* XFER_SHARD_NONE on success */
+    uint64_t failed_shards;      /* bit k: shard k's op failed */
+    uint64_t rollback_failed;    /* bit k: shard k's cancel never succeeded */
+    uint64_t user_data;          /* echoed from the submit */
+} xfer_result;
+
+/* Kinds of actions the core asks its driver to perform. Never renumbered. */
+typedef enum xfer_action_kind {
+    XFER_ACT_RESERVE = 0,    /* reserve `len` bytes on shard */
+    XFER_ACT_WRITE = 1,      /* write staging[off, len) to remote region */
+    XFER_ACT_COMMIT = 2,     /* mark the data ready on shard */
+    XFER_ACT_CANCEL = 3,     /* cancel (id, attempt[, resv_id]) on shard */
+    XFER_ACT_ABORT = 4,      /* abort the op `op` in flight on shard */
+    XFER_ACT_RELEASE_STAGING = 5, /* no write of this transfer in flight */
+    XFER_ACT_COMPLETE = 6,   /* report `result` to the user */
+    XFER_ACT_SHUTDOWN_DONE = 7, /* shutdown requested and no transfer left */
+    XFER_ACT_COUNT_
+} xfer_action_kind;
+
+/* The op kinds a shard result refers to (also ABORT's `op`). */
+typedef enum xfer_op_kind {
+    XFER_OP_RESERVE = 0,
+    XFER_OP_WRITE = 1,
+    XFER_OP_COMMIT = 2,
+    XFER_OP_CANCEL = 3,
+    XFER_OP_COUNT_
+} xfer_op_kind;
+
+/* Reservation id meaning "not known" (the reserve reply never came). */
+#define XFER_RESV_NONE 0u
+
+/*
+ * One action.  Fields not used by a kind are 0.  Pointers: none, so an action
+ * can be copied, queued and compared bit for bit.
+ */
+typedef struct xfer_action {
+    uint8_t kind;   /* xfer_action_kind */
+    uint8_t op;     /* ABORT: xfer_op_kind to abort */
+    uint16_t shard; /* shard index within the group */
+    uint32_t attempt;
+    uint64_t id;
+    uint32_t group;
+    uint32_t len;         /* RESERVE/WRITE: bytes */
+    uint64_t resv_id;     /* WRITE/COMMIT/CANCEL: XFER_RESV_NONE if unknown */
+    uint64_t remote_addr; /* WRITE: from the reserve reply */
+    uint64_t staging_off; /* WRITE: offset in the staging pool */
+    uint32_t rkey;        /* WRITE: from the reserve reply (rdma) */
+    uint32_t pool;        /* WRITE/RELEASE_STAGING: staging pool handle */
+    xfer_result result;   /* COMPLETE */
+} xfer_action;
+
+/* Per-shard part of a submit: the staging slice for that shard. */
+typedef struct xfer_slice {
+    uint64_t off; /* offset in the staging pool */
+    uint32_t len; /* bytes; also the size reserved on the shard */
+} xfer_slice;
+
+/* A submit, copied by the core. */
+typedef struct xfer_submit_args {
+    uint64_t id;       /* caller's transfer id, any value but 0 */
+    uint32_t group;    /* consumer group, echoed in actions */
+    uint16_t nshards;  /* 1..XFER_MAX_SHARDS */
+    uint32_t pool;     /* staging pool handle, echoed in actions */
+    const xfer_slice *slices; /* nshards entries; borrowed until return */
+    uint64_t deadline_ns; /* absolute; 0: now + config default */
+    uint64_t user_data;   /* echoed in the result */
+} xfer_submit_args;
+
+/* A shard's answer to one op, fed by the transport through the driver. */
+typedef struct xfer_shard_result {
+    uint64_t id;
+    uint32_t attempt;
+    uint16_t shard;
+    uint8_t op;      /* xfer_op_kind */
+    int32_t status;  /* 0 or a negative xfer_err */
+    uint64_t resv_id;     /* RESERVE ok: consumer-issued reservation id */
+    uint64_t remote_addr; /* RESERVE ok: region address/offset on shard */
+    uint32_t rkey;        /* RESERVE ok: rdma rkey, 0 otherwise */
+} xfer_shard_result;
+
+/* Configuration; copied at creation.  Zero fields take defaults. */
+typedef struct xfer_core_config {
+    uint32_t max_transfers;   /* live transfers; default 65536 */
+    uint32_t max_tombstones;  /* tombstones incl. slots held by live ones;
+                                 default 4 * max_transfers */
+    uint64_t tombstone_ttl_ns;    /* >= lease TTL + margin; default 60 s */
+    uint64_t default_deadline_ns; /* relative; default 30 s */
+    uint64_t cancel_op_timeout_ns; /* abort a cancel not answered; 5 s */
+    uint64_t cancel_backoff_ns;   /* first retry delay, doubled; 10 ms */
+    uint32_t cancel_max_attempts; /* per shard, incl. the first; 5 */
+    uint32_t attempt_base;        /* first attempt number - 1; default 0 */
+    uint16_t max_shards;          /* largest group; default XFER_MAX_SHARDS */
+    xfer_allocator alloc;
+    xfer_trace_sink trace;
+} xfer_core_config;
+
+/* Counters, read with xfer_core_stats(). */
+typedef struct xfer_core_stats {
+    uint64_t submitted, completed, succeeded, failed, cancelled;
+    uint64_t late_submits, late_replies, unknown_replies;
+    uint64_t tombstones_expired, tombstone_busy;
+    uint64_t cancel_retries, cancel_gave_up;
+    uint64_t illegal;
+    uint32_t live, tombstones;
+    uint64_t cells_hit[XFER_TS_COUNT_][XFER_TE_COUNT_];
+} xfer_core_stats;
+
+/*
+ * xfer_core_new - create a core.  `cfg` is copied; NULL means all defaults.
+ * On success writes *out and returns 0; on failure *out is untouched.
+ * Errors: XFER_ERR_INVALID_ARG (out NULL, bad config), XFER_ERR_NOMEM.
+ */
+XFER_API int xfer_core_new(const xfer_core_config *cfg, xfer_core **out);
+
+/* xfer_core_del - free a core and every record.  Accepts NULL.  Emits no
+ * completions: call xfer_core_shutdown() and drain first. */
+XFER_API void xfer_core_del(xfer_core *core);
+
+/*
+ * xfer_core_submit - start a transfer.  On 0 the transfer is accepted and
+ * exactly one COMPLETE action will follow, in this call or a later one.  On
+ * an error nothing is recorded and no COMPLETE ever follows.
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_CANCELLED (id tombstoned: counted
+ * as a late submit), XFER_ERR_EXISTS (id live), XFER_ERR_BUSY (transfer or
+ * tombstone cap), XFER_ERR_NOMEM, XFER_ERR_SHUTDOWN.
+ */
+XFER_API int xfer_core_submit(xfer_core *core, uint64_t now_ns,
+                     const xfer_submit_args *args);
+
+/*
+ * xfer_core_cancel - cancel a transfer.  Idempotent.  An unknown id gets a
+ * pre-emptive tombstone.  Returns 0, or XFER_ERR_BUSY when an unknown id
+ * cannot be tombstoned (cap reached), XFER_ERR_INVALID_ARG for id 0.
+ */
+XFER_API int xfer_core_cancel(xfer_core *core, uint64_t now_ns, uint64_t id);
+
+/* xfer_core_on_result - feed one shard result.  `r` is borrowed.
+ * Returns 0, or XFER_ERR_INVALID_ARG for a malformed result. */
+XFER_API int xfer_core_on_result(xfer_core *core, uint64_t now_ns,
+                        const xfer_shard_result *r);
+
+/* xfer_core_on_timer - fire every deadline due at now_ns (bounded work per
+ * call: if more remain, next_deadline() returns now_ns). */
+XFER_API void xfer_core_on_timer(xfer_core *core, uint64_t now_ns);
+
+/* xfer_core_next_deadline - the earliest time on_timer must run, or
+ * UINT64_MAX when nothing is pending. */
+XFER_API uint64_t xfer_core_next_deadline(const xfer_core *core);
+
+/* xfer_core_shutdown - refuse new submits and drive every transfer to an
+ * end.  A SHUTDOWN_DONE action follows once no transfer is live (at once if
+ * none is).  Idempotent. */
+XFER_API void xfer_core_shutdown(xfer_core *core, uint64_t now_ns);
+
+/* The pending actions, in order; valid until the next call into the core. */
+XFER_API const xfer_action *xfer_core_actions(const xfer_core *core, size_t *n);
+XFER_API void xfer_core_actions_clear(xfer_core *core);
+
+/* Counters (copied into *st). */
+XFER_API void xfer_core_stats_get(const xfer_core *core, xfer_core_stats *st);
+
+/* The state of an id: a transfer state, XFER_TS_TOMBSTONED, or XFER_TS_NEW
+ * when unknown. */
+XFER_API xfer_transfer_state xfer_core_state(const xfer_core *core, uint64_t id);
+
+/*
+ * Introspection for tools (stuck transfers) and the model checker: a read-only
+ * view of one live transfer.  Returns false when the id is not live.
+ */
+typedef struct xfer_shard_view {
+    uint8_t resv;   /* 0 none, 1 pending, 2 ok, 3 failed */
+    uint8_t write;  /* 0 not started, 1 in flight, 2 done, 3 failed */
+    uint8_t commit; /* 0 none, 1 pending, 2 acked, 3 failed */
+    uint8_t cancel; /* 0 none, 1 pending, 2 ok, 3 failed, 4 gave up */
+    uint8_t cancel_attempts;
+} xfer_shard_view;
+
+typedef struct xfer_transfer_view {
+    uint64_t id;
+    uint32_t attempt;
+    uint8_t state;  /* xfer_transfer_state */
+    uint16_t nshards;
+    uint64_t started_ns, deadline_ns;
+    uint32_t pending; /* shard ops in flight */
+    xfer_shard_view shards[XFER_MAX_SHARDS];
+} xfer_transfer_view;
+
+XFER_API bool xfer_core_view(const xfer_core *core, uint64_t id,
+                    xfer_transfer_view *out);
+
+/* Visit every live transfer id in a deterministic order (slot order). */
+XFER_API void xfer_core_foreach(const xfer_core *core,
+                       void (*fn)(void *ud, uint64_t id), void *ud);
+
+/* Bytes the core uses per live transfer of n shards (for the benchmark). */
+XFER_API size_t xfer_core_transfer_bytes(unsigned nshards);
+XFER_API size_t xfer_core_tombstone_bytes(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XFER_CORE_H */

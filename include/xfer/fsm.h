@@ -1,0 +1,515 @@
+/*
+ * xfer/fsm.h - the three state machines of xfer, as tables.
+ *
+ * Each machine is one X-macro table of states x events with a verdict in
+ * every cell.  The same tables generate the enums and name strings here, the
+ * dispatch in fsm/, the Graphviz diagrams of xfer-trace and the transition
+ * coverage matrix the tests check.  A cell is
+ *
+ *     X(STATE, EVENT, VERDICT, handler)
+ *
+ * where VERDICT is TRANSITION (the named handler runs), IGNORE (absorbed,
+ * traced, counted), DEFER (remembered until the state allows it) or ILLEGAL
+ * (a bug: assert in debug, an error trace in release).  `handler` is a token
+ * naming the static handler in fsm/<machine>.c (`none` where no handler runs;
+ * IGNORE and DEFER cells may still run a handler that replies or records).
+ *
+ * Every (state, event) pair appears exactly once; tests/test_fsm_tables.c
+ * checks that.  The header is pure C11, usable from C++.
+ */
+#ifndef XFER_FSM_H
+#define XFER_FSM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer/errors.h"
+#include "xfer/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Injected services                                                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * An allocator.  alloc returns NULL on failure; free accepts NULL.  Both are
+ * called only from the thread that drives the object they were given to.
+ * A zeroed xfer_allocator means libc malloc/free.
+ */
+typedef struct xfer_allocator {
+    void *(*alloc)(void *ud, size_t size);
+    void (*free)(void *ud, void *ptr);
+    void *ud;
+} xfer_allocator;
+
+/* A random source: returns 64 fresh bits.  Used for reservation ids. */
+typedef struct xfer_rng {
+    uint64_t (*next)(void *ud);
+    void *ud;
+} xfer_rng;
+
+/* Maximum shards in one consumer group (failed shards fit in a uint64_t). */
+#define XFER_MAX_SHARDS 64
+
+/* ------------------------------------------------------------------------ */
+/* Transfer machine (producer side, one per transfer id)                    */
+/* ------------------------------------------------------------------------ */
+
+#define XFER_TRANSFER_STATES(X)                                               \
+    X(NEW)          /* implicit start: the id is not known */                 \
+    X(RESERVING)    /* a reserve RPC to every shard */                        \
+    X(WRITING)      /* one write per shard */                                 \
+    X(COMPLETING)   /* a commit to every shard */                             \
+    X(CANCELLING)   /* a cancel to every shard ever sent a reserve */         \
+    X(TOMBSTONED)   /* ended; only a tombstone remains */
+
+#define XFER_TRANSFER_EVENTS(X)                                               \
+    X(SUBMIT)                                                                 \
+    X(RESERVE_OK)                                                             \
+    X(RESERVE_FAIL)  /* refused, lost, or aborted and confirmed */            \
+    X(WRITE_OK)                                                               \
+    X(WRITE_FAIL)    /* failed, or aborted and confirmed by the transport */  \
+    X(COMMIT_OK)                                                              \
+    X(COMMIT_FAIL)                                                            \
+    X(CANCEL_OK)                                                              \
+    X(CANCEL_FAIL)                                                            \
+    X(USER_CANCEL)                                                            \
+    X(DEADLINE)      /* transfer deadline, or cancel-op timeout */            \
+    X(RETRY)         /* cancel retry backoff ran out */                       \
+    X(SHUTDOWN)
+
+#define XFER_TRANSFER_TABLE(X)                                                \
+    X(NEW, SUBMIT,             TRANSITION, submit)                            \
+    X(NEW, RESERVE_OK,         IGNORE,     unknown_reply)                     \
+    X(NEW, RESERVE_FAIL,       IGNORE,     unknown_reply)                     \
+    X(NEW, WRITE_OK,           IGNORE,     unknown_reply)                     \
+    X(NEW, WRITE_FAIL,         IGNORE,     unknown_reply)                     \
+    X(NEW, COMMIT_OK,          IGNORE,     unknown_reply)                     \
+    X(NEW, COMMIT_FAIL,        IGNORE,     unknown_reply)                     \
+    X(NEW, CANCEL_OK,          IGNORE,     unknown_reply)                     \
+    X(NEW, CANCEL_FAIL,        IGNORE,     unknown_reply)                     \
+    X(NEW, USER_CANCEL,        TRANSITION, preempt)                           \
+    X(NEW, DEADLINE,           ILLEGAL,    none)                              \
+    X(NEW, RETRY,              ILLEGAL,    none)                              \
+    X(NEW, SHUTDOWN,           ILLEGAL,    none)                              \
+                                                                              \
+    X(RESERVING, SUBMIT,       IGNORE,     live_submit)                       \
+    X(RESERVING, RESERVE_OK,   TRANSITION, reserve_result)                    \
+    X(RESERVING, RESERVE_FAIL, TRANSITION, reserve_result)                    \
+    X(RESERVING, WRITE_OK,     ILLEGAL,    none)                              \
+    X(RESERVING, WRITE_FAIL,   ILLEGAL,    none)                              \
+    X(RESERVING, COMMIT_OK,    ILLEGAL,    none)                              \
+    X(RESERVING, COMMIT_FAIL,  ILLEGAL,    none)                              \
+    X(RESERVING, CANCEL_OK,    ILLEGAL,    none)                              \
+    X(RESERVING, CANCEL_FAIL,  ILLEGAL,    none)                              \
+    X(RESERVING, USER_CANCEL,  TRANSITION, stop)                              \
+    X(RESERVING, DEADLINE,     TRANSITION, stop)                              \
+    X(RESERVING, RETRY,        ILLEGAL,    none)                              \
+    X(RESERVING, SHUTDOWN,     TRANSITION, stop)                              \
+                                                                              \
+    X(WRITING, SUBMIT,         IGNORE,     live_submit)                       \
+    X(WRITING, RESERVE_OK,     ILLEGAL,    none)                              \
+    X(WRITING, RESERVE_FAIL,   ILLEGAL,    none)                              \
+    X(WRITING, WRITE_OK,       TRANSITION, write_result)                      \
+    X(WRITING, WRITE_FAIL,     TRANSITION, write_result)                      \
+    X(WRITING, COMMIT_OK,      ILLEGAL,    none)                              \
+    X(WRITING, COMMIT_FAIL,    ILLEGAL,    none)                              \
+    X(WRITING, CANCEL_OK,      ILLEGAL,    none)                              \
+    X(WRITING, CANCEL_FAIL,    ILLEGAL,    none)                              \
+    X(WRITING, USER_CANCEL,    TRANSITION, stop)                              \
+    X(WRITING, DEADLINE,       TRANSITION, stop)                              \
+    X(WRITING, RETRY,          ILLEGAL,    none)                              \
+    X(WRITING, SHUTDOWN,       TRANSITION, stop)                              \
+                                                                              \
+    X(COMPLETING, SUBMIT,      IGNORE,     live_submit)                       \
+    X(COMPLETING, RESERVE_OK,  ILLEGAL,    none)                              \
+    X(COMPLETING, RESERVE_FAIL, ILLEGAL,   none)                              \
+    X(COMPLETING, WRITE_OK,    ILLEGAL,    none)                              \
+    X(COMPLETING, WRITE_FAIL,  ILLEGAL,    none)                              \
+    X(COMPLETING, COMMIT_OK,   TRANSITION, commit_result)                     \
+    X(COMPLETING, COMMIT_FAIL, TRANSITION, commit_result)                     \
+    X(COMPLETING, CANCEL_OK,   ILLEGAL,    none)                              \
+    X(COMPLETING, CANCEL_FAIL, ILLEGAL,    none)                              \
+    X(COMPLETING, USER_CANCEL, DEFER,      defer_stop)                        \
+    X(COMPLETING, DEADLINE,    TRANSITION, stop)                              \
+    X(COMPLETING, RETRY,       ILLEGAL,    none)                              \
+    X(COMPLETING, SHUTDOWN,    DEFER,      defer_stop)                        \
+                                                                              \
+    X(CANCELLING, SUBMIT,      IGNORE,     live_submit)                       \
+    X(CANCELLING, RESERVE_OK,  ILLEGAL,    none)                              \
+    X(CANCELLING, RESERVE_FAIL, ILLEGAL,   none)                              \
+    X(CANCELLING, WRITE_OK,    ILLEGAL,    none)                              \
+    X(CANCELLING, WRITE_FAIL,  ILLEGAL,    none)                              \
+    X(CANCELLING, COMMIT_OK,   ILLEGAL,    none)                              \
+    X(CANCELLING, COMMIT_FAIL, ILLEGAL,    none)                              \
+    X(CANCELLING, CANCEL_OK,   TRANSITION, cancel_result)                     \
+    X(CANCELLING, CANCEL_FAIL, TRANSITION, cancel_result)                     \
+    X(CANCELLING, USER_CANCEL, IGNORE,     none)                              \
+    X(CANCELLING, DEADLINE,    TRANSITION, cancel_timeout)                    \
+    X(CANCELLING, RETRY,       TRANSITION, cancel_retry)                      \
+    X(CANCELLING, SHUTDOWN,    IGNORE,     none)                              \
+                                                                              \
+    X(TOMBSTONED, SUBMIT,      IGNORE,     late_submit)                       \
+    X(TOMBSTONED, RESERVE_OK,  IGNORE,     late_reply)                        \
+    X(TOMBSTONED, RESERVE_FAIL, IGNORE,    late_reply)                        \
+    X(TOMBSTONED, WRITE_OK,    ILLEGAL,    none)                              \
+    X(TOMBSTONED, WRITE_FAIL,  ILLEGAL,    none)                              \
+    X(TOMBSTONED, COMMIT_OK,   ILLEGAL,    none)                              \
+    X(TOMBSTONED, COMMIT_FAIL, ILLEGAL,    none)                              \
+    X(TOMBSTONED, CANCEL_OK,   IGNORE,     late_reply)                        \
+    X(TOMBSTONED, CANCEL_FAIL, IGNORE,     late_reply)                        \
+    X(TOMBSTONED, USER_CANCEL, IGNORE,     none)                              \
+    X(TOMBSTONED, DEADLINE,    ILLEGAL,    none)                              \
+    X(TOMBSTONED, RETRY,       ILLEGAL,    none)                              \
+    X(TOMBSTONED, SHUTDOWN,    ILLEGAL,    none)
+
+/*
+ * The edges a TRANSITION handler may take to another state: X(FROM, EVENT,
+ * TO).  Self-loops are not listed.  The dispatcher checks every state change
+ * against this list (assert in debug, counted as illegal in release), and
+ * the Graphviz diagram is drawn from it.
+ */
+#define XFER_TRANSFER_EDGES(X)                                                \
+    X(NEW, SUBMIT, RESERVING)                                                 \
+    X(NEW, USER_CANCEL, TOMBSTONED)                                           \
+    X(RESERVING, RESERVE_OK, WRITING)                                         \
+    X(RESERVING, RESERVE_OK, CANCELLING)                                      \
+    X(RESERVING, RESERVE_FAIL, CANCELLING)                                    \
+    X(RESERVING, USER_CANCEL, CANCELLING)                                     \
+    X(RESERVING, DEADLINE, CANCELLING)                                        \
+    X(RESERVING, SHUTDOWN, CANCELLING)                                        \
+    X(WRITING, WRITE_OK, COMPLETING)                                          \
+    X(WRITING, WRITE_OK, CANCELLING)                                          \
+    X(WRITING, WRITE_FAIL, CANCELLING)                                        \
+    X(WRITING, USER_CANCEL, CANCELLING)                                       \
+    X(WRITING, DEADLINE, CANCELLING)                                          \
+    X(WRITING, SHUTDOWN, CANCELLING)                                          \
+    X(COMPLETING, COMMIT_OK, TOMBSTONED)                                      \
+    X(COMPLETING, COMMIT_OK, CANCELLING)                                      \
+    X(COMPLETING, COMMIT_FAIL, CANCELLING)                                    \
+    X(COMPLETING, DEADLINE, CANCELLING)                                       \
+    X(CANCELLING, CANCEL_OK, TOMBSTONED)                                      \
+    X(CANCELLING, CANCEL_FAIL, TOMBSTONED)
+
+typedef enum xfer_transfer_state {
+#define XFER_ENUM_(s) XFER_TS_##s,
+    XFER_TRANSFER_STATES(XFER_ENUM_)
+#undef XFER_ENUM_
+    XFER_TS_COUNT_
+} xfer_transfer_state;
+
+typedef enum xfer_transfer_event {
+#define XFER_ENUM_(e) XFER_TE_##e,
+    XFER_TRANSFER_EVENTS(XFER_ENUM_)
+#undef XFER_ENUM_
+    XFER_TE_COUNT_
+} xfer_transfer_event;
+
+/* ------------------------------------------------------------------------ */
+/* Reservation machine (consumer side, one per (transfer id, shard))        */
+/* ------------------------------------------------------------------------ */
+
+#define XFER_RESV_STATES(X)                                                   \
+    X(NONE)            /* implicit start: the id is not held */              \
+    X(RESERVED)        /* memory allocated, lease running, no write */       \
+    X(WRITING)         /* at least one write in flight */                    \
+    X(READY)           /* committed; ready event emitted; lease running */   \
+    X(TAKEN)           /* pinned by the consumer; no lease, no cancel */     \
+    X(CANCEL_PENDING)  /* cancelled during a write: freed when it ends */    \
+    X(EXPIRE_PENDING)  /* lease ran out during a write: same */              \
+    X(CANCELLED)       /* tombstone: freed by cancel */                      \
+    X(EXPIRED)         /* tombstone: freed by lease expiry */                \
+    X(DONE)            /* tombstone: taken, then released by the consumer */
+
+#define XFER_RESV_EVENTS(X)                                                   \
+    X(RESERVE)                                                                \
+    X(WRITE_BEGIN)                                                            \
+    X(WRITE_END_OK)                                                           \
+    X(WRITE_END_FAIL)                                                         \
+    X(COMMIT)                                                                 \
+    X(CANCEL)                                                                 \
+    X(LEASE_EXPIRE)                                                           \
+    X(TAKE)                                                                   \
+    X(RELEASE)                                                                \
+    X(TOMB_EXPIRE)
+
+#define XFER_RESV_TABLE(X)                                                    \
+    X(NONE, RESERVE,              TRANSITION, reserve)                        \
+    X(NONE, WRITE_BEGIN,          IGNORE,     refuse)                         \
+    X(NONE, WRITE_END_OK,         ILLEGAL,    none)                           \
+    X(NONE, WRITE_END_FAIL,       ILLEGAL,    none)                           \
+    X(NONE, COMMIT,               IGNORE,     refuse)                         \
+    X(NONE, CANCEL,               TRANSITION, preempt)                        \
+    X(NONE, LEASE_EXPIRE,         ILLEGAL,    none)                           \
+    X(NONE, TAKE,                 IGNORE,     refuse)                         \
+    X(NONE, RELEASE,              IGNORE,     refuse)                         \
+    X(NONE, TOMB_EXPIRE,          ILLEGAL,    none)                           \
+                                                                              \
+    X(RESERVED, RESERVE,          IGNORE,     reserve_again)                  \
+    X(RESERVED, WRITE_BEGIN,      TRANSITION, write_begin)                    \
+    X(RESERVED, WRITE_END_OK,     ILLEGAL,    none)                           \
+    X(RESERVED, WRITE_END_FAIL,   ILLEGAL,    none)                           \
+    X(RESERVED, COMMIT,           TRANSITION, commit)                         \
+    X(RESERVED, CANCEL,           TRANSITION, free_cancelled)                 \
+    X(RESERVED, LEASE_EXPIRE,     TRANSITION, free_expired)                   \
+    X(RESERVED, TAKE,             IGNORE,     refuse)                         \
+    X(RESERVED, RELEASE,          IGNORE,     refuse)                         \
+    X(RESERVED, TOMB_EXPIRE,      ILLEGAL,    none)                           \
+                                                                              \
+    X(WRITING, RESERVE,           IGNORE,     reserve_again)                  \
+    X(WRITING, WRITE_BEGIN,       TRANSITION, write_begin)                    \
+    X(WRITING, WRITE_END_OK,      TRANSITION, write_end)                      \
+    X(WRITING, WRITE_END_FAIL,    TRANSITION, write_end)                      \
+    X(WRITING, COMMIT,            IGNORE,     refuse)                         \
+    X(WRITING, CANCEL,            DEFER,      defer_cancel)                   \
+    X(WRITING, LEASE_EXPIRE,      DEFER,      defer_expire)                   \
+    X(WRITING, TAKE,              IGNORE,     refuse)                         \
+    X(WRITING, RELEASE,           IGNORE,     refuse)                         \
+    X(WRITING, TOMB_EXPIRE,       ILLEGAL,    none)                           \
+                                                                              \
+    X(READY, RESERVE,             IGNORE,     refuse)                         \
+    X(READY, WRITE_BEGIN,         IGNORE,     refuse)                         \
+    X(READY, WRITE_END_OK,        ILLEGAL,    none)                           \
+    X(READY, WRITE_END_FAIL,      ILLEGAL,    none)                           \
+    X(READY, COMMIT,              IGNORE,     ack)                            \
+    X(READY, CANCEL,              TRANSITION, free_cancelled)                 \
+    X(READY, LEASE_EXPIRE,        TRANSITION, free_expired)                   \
+    X(READY, TAKE,                TRANSITION, take)                           \
+    X(READY, RELEASE,             IGNORE,     refuse)                         \
+    X(READY, TOMB_EXPIRE,         ILLEGAL,    none)                           \
+                                                                              \
+    X(TAKEN, RESERVE,             IGNORE,     refuse)                         \
+    X(TAKEN, WRITE_BEGIN,         IGNORE,     refuse)                         \
+    X(TAKEN, WRITE_END_OK,        ILLEGAL,    none)                           \
+    X(TAKEN, WRITE_END_FAIL,      ILLEGAL,    none)                           \
+    X(TAKEN, COMMIT,              IGNORE,     ack)                            \
+    X(TAKEN, CANCEL,              IGNORE,     refuse)                         \
+    X(TAKEN, LEASE_EXPIRE,        ILLEGAL,    none)                           \
+    X(TAKEN, TAKE,                IGNORE,     refuse)                         \
+    X(TAKEN, RELEASE,             TRANSITION, release)                        \
+    X(TAKEN, TOMB_EXPIRE,         ILLEGAL,    none)                           \
+                                                                              \
+    X(CANCEL_PENDING, RESERVE,        IGNORE,     refuse)                     \
+    X(CANCEL_PENDING, WRITE_BEGIN,    IGNORE,     refuse)                     \
+    X(CANCEL_PENDING, WRITE_END_OK,   TRANSITION, write_end_pending)          \
+    X(CANCEL_PENDING, WRITE_END_FAIL, TRANSITION, write_end_pending)          \
+    X(CANCEL_PENDING, COMMIT,         IGNORE,     refuse)                     \
+    X(CANCEL_PENDING, CANCEL,         IGNORE,     ack)                        \
+    X(CANCEL_PENDING, LEASE_EXPIRE,   IGNORE,     none)                       \
+    X(CANCEL_PENDING, TAKE,           IGNORE,     refuse)                     \
+    X(CANCEL_PENDING, RELEASE,        IGNORE,     refuse)                     \
+    X(CANCEL_PENDING, TOMB_EXPIRE,    ILLEGAL,    none)                       \
+                                                                              \
+    X(EXPIRE_PENDING, RESERVE,        IGNORE,     refuse)                     \
+    X(EXPIRE_PENDING, WRITE_BEGIN,    IGNORE,     refuse)                     \
+    X(EXPIRE_PENDING, WRITE_END_OK,   TRANSITION, write_end_pending)          \
+    X(EXPIRE_PENDING, WRITE_END_FAIL, TRANSITION, write_end_pending)          \
+    X(EXPIRE_PENDING, COMMIT,         IGNORE,     refuse)                     \
+    X(EXPIRE_PENDING, CANCEL,         IGNORE,     ack)                        \
+    X(EXPIRE_PENDING, LEASE_EXPIRE,   ILLEGAL,    none)                       \
+    X(EXPIRE_PENDING, TAKE,           IGNORE,     refuse)                     \
+    X(EXPIRE_PENDING, RELEASE,        IGNORE,     refuse)                     \
+    X(EXPIRE_PENDING, TOMB_EXPIRE,    ILLEGAL,    none)                       \
+                                                                              \
+    X(CANCELLED, RESERVE,         IGNORE,     refuse)                         \
+    X(CANCELLED, WRITE_BEGIN,     IGNORE,     refuse)                         \
+    X(CANCELLED, WRITE_END_OK,    ILLEGAL,    none)                           \
+    X(CANCELLED, WRITE_END_FAIL,  ILLEGAL,    none)                           \
+    X(CANCELLED, COMMIT,          IGNORE,     refuse)                         \
+    X(CANCELLED, CANCEL,          IGNORE,     ack)                            \
+    X(CANCELLED, LEASE_EXPIRE,    ILLEGAL,    none)                           \
+    X(CANCELLED, TAKE,            IGNORE,     refuse)                         \
+    X(CANCELLED, RELEASE,         IGNORE,     refuse)                         \
+    X(CANCELLED, TOMB_EXPIRE,     TRANSITION, drop)                           \
+                                                                              \
+    X(EXPIRED, RESERVE,           IGNORE,     refuse)                         \
+    X(EXPIRED, WRITE_BEGIN,       IGNORE,     refuse)                         \
+    X(EXPIRED, WRITE_END_OK,      ILLEGAL,    none)                           \
+    X(EXPIRED, WRITE_END_FAIL,    ILLEGAL,    none)                           \
+    X(EXPIRED, COMMIT,            IGNORE,     refuse)                         \
+    X(EXPIRED, CANCEL,            IGNORE,     ack)                            \
+    X(EXPIRED, LEASE_EXPIRE,      ILLEGAL,    none)                           \
+    X(EXPIRED, TAKE,              IGNORE,     refuse)                         \
+    X(EXPIRED, RELEASE,           IGNORE,     refuse)                         \
+    X(EXPIRED, TOMB_EXPIRE,       TRANSITION, drop)                           \
+                                                                              \
+    X(DONE, RESERVE,              IGNORE,     refuse)                         \
+    X(DONE, WRITE_BEGIN,          IGNORE,     refuse)                         \
+    X(DONE, WRITE_END_OK,         ILLEGAL,    none)                           \
+    X(DONE, WRITE_END_FAIL,       ILLEGAL,    none)                           \
+    X(DONE, COMMIT,               IGNORE,     refuse)                         \
+    X(DONE, CANCEL,               IGNORE,     refuse)                         \
+    X(DONE, LEASE_EXPIRE,         ILLEGAL,    none)                           \
+    X(DONE, TAKE,                 IGNORE,     refuse)                         \
+    X(DONE, RELEASE,              IGNORE,     refuse)                         \
+    X(DONE, TOMB_EXPIRE,          TRANSITION, drop)
+
+/* Edges of the reservation machine (see XFER_TRANSFER_EDGES). */
+#define XFER_RESV_EDGES(X)                                                    \
+    X(NONE, RESERVE, RESERVED)                                                \
+    X(NONE, CANCEL, CANCELLED)                                                \
+    X(RESERVED, WRITE_BEGIN, WRITING)                                         \
+    X(RESERVED, COMMIT, READY)                                                \
+    X(RESERVED, CANCEL, CANCELLED)                                            \
+    X(RESERVED, LEASE_EXPIRE, EXPIRED)                                        \
+    X(WRITING, WRITE_END_OK, RESERVED)                                        \
+    X(WRITING, WRITE_END_FAIL, RESERVED)                                      \
+    X(WRITING, CANCEL, CANCEL_PENDING)                                        \
+    X(WRITING, LEASE_EXPIRE, EXPIRE_PENDING)                                  \
+    X(READY, CANCEL, CANCELLED)                                               \
+    X(READY, LEASE_EXPIRE, EXPIRED)                                           \
+    X(READY, TAKE, TAKEN)                                                     \
+    X(TAKEN, RELEASE, DONE)                                                   \
+    X(CANCEL_PENDING, WRITE_END_OK, CANCELLED)                                \
+    X(CANCEL_PENDING, WRITE_END_FAIL, CANCELLED)                              \
+    X(EXPIRE_PENDING, WRITE_END_OK, EXPIRED)                                  \
+    X(EXPIRE_PENDING, WRITE_END_FAIL, EXPIRED)                                \
+    X(CANCELLED, TOMB_EXPIRE, NONE)                                           \
+    X(EXPIRED, TOMB_EXPIRE, NONE)                                             \
+    X(DONE, TOMB_EXPIRE, NONE)
+
+typedef enum xfer_resv_state {
+#define XFER_ENUM_(s) XFER_RS_##s,
+    XFER_RESV_STATES(XFER_ENUM_)
+#undef XFER_ENUM_
+    XFER_RS_COUNT_
+} xfer_resv_state;
+
+typedef enum xfer_resv_event {
+#define XFER_ENUM_(e) XFER_RE_##e,
+    XFER_RESV_EVENTS(XFER_ENUM_)
+#undef XFER_ENUM_
+    XFER_RE_COUNT_
+} xfer_resv_event;
+
+/* ------------------------------------------------------------------------ */
+/* Readiness machine (consumer scheduler, one per transfer id)              */
+/* ------------------------------------------------------------------------ */
+
+#define XFER_READY_STATES(X)                                                  \
+    X(NONE)         /* implicit start */                                     \
+    X(WAITING)      /* some shards reported ready */                         \
+    X(TAKING)       /* every shard ready; take (pin) sent to every shard */  \
+    X(AVAILABLE)    /* tombstone: reported available, every shard taken */   \
+    X(UNAVAILABLE)  /* tombstone: reported unavailable, or pre-emptive */
+
+#define XFER_READY_EVENTS(X)                                                  \
+    X(READY)           /* ready(id, attempt, rid) from shard k */            \
+    X(TAKE_OK)                                                               \
+    X(TAKE_FAIL)                                                             \
+    X(CANCEL)          /* the consumer scheduler's own cancel */             \
+    X(SHARD_ENDED)     /* cancelled(id) or expired(id) from a shard */       \
+    X(DEADLINE)                                                              \
+    X(TOMB_EXPIRE)
+
+#define XFER_READY_TABLE(X)                                                   \
+    X(NONE, READY,              TRANSITION, first_ready)                      \
+    X(NONE, TAKE_OK,            ILLEGAL,    none)                             \
+    X(NONE, TAKE_FAIL,          ILLEGAL,    none)                             \
+    X(NONE, CANCEL,             TRANSITION, preempt)                          \
+    X(NONE, SHARD_ENDED,        TRANSITION, preempt)                          \
+    X(NONE, DEADLINE,           ILLEGAL,    none)                             \
+    X(NONE, TOMB_EXPIRE,        ILLEGAL,    none)                             \
+                                                                              \
+    X(WAITING, READY,           TRANSITION, ready)                            \
+    X(WAITING, TAKE_OK,         ILLEGAL,    none)                             \
+    X(WAITING, TAKE_FAIL,       ILLEGAL,    none)                             \
+    X(WAITING, CANCEL,          TRANSITION, give_up)                          \
+    X(WAITING, SHARD_ENDED,     TRANSITION, give_up)                          \
+    X(WAITING, DEADLINE,        TRANSITION, give_up)                          \
+    X(WAITING, TOMB_EXPIRE,     ILLEGAL,    none)                             \
+                                                                              \
+    X(TAKING, READY,            IGNORE,     none)                             \
+    X(TAKING, TAKE_OK,          TRANSITION, take_result)                      \
+    X(TAKING, TAKE_FAIL,        TRANSITION, take_result)                      \
+    X(TAKING, CANCEL,           DEFER,      defer_give_up)                    \
+    X(TAKING, SHARD_ENDED,      DEFER,      defer_give_up)                    \
+    X(TAKING, DEADLINE,         DEFER,      defer_give_up)                    \
+    X(TAKING, TOMB_EXPIRE,      ILLEGAL,    none)                             \
+                                                                              \
+    X(AVAILABLE, READY,         IGNORE,     none)                             \
+    X(AVAILABLE, TAKE_OK,       ILLEGAL,    none)                             \
+    X(AVAILABLE, TAKE_FAIL,     ILLEGAL,    none)                             \
+    X(AVAILABLE, CANCEL,        IGNORE,     none)                             \
+    X(AVAILABLE, SHARD_ENDED,   IGNORE,     none)                             \
+    X(AVAILABLE, DEADLINE,      ILLEGAL,    none)                             \
+    X(AVAILABLE, TOMB_EXPIRE,   TRANSITION, drop)                             \
+                                                                              \
+    X(UNAVAILABLE, READY,       TRANSITION, late_ready)                       \
+    X(UNAVAILABLE, TAKE_OK,     ILLEGAL,    none)                             \
+    X(UNAVAILABLE, TAKE_FAIL,   ILLEGAL,    none)                             \
+    X(UNAVAILABLE, CANCEL,      IGNORE,     none)                             \
+    X(UNAVAILABLE, SHARD_ENDED, IGNORE,     none)                             \
+    X(UNAVAILABLE, DEADLINE,    ILLEGAL,    none)                             \
+    X(UNAVAILABLE, TOMB_EXPIRE, TRANSITION, drop)
+
+/* Edges of the readiness machine (see XFER_TRANSFER_EDGES). */
+#define XFER_READY_EDGES(X)                                                   \
+    X(NONE, READY, WAITING)                                                   \
+    X(NONE, READY, TAKING)                                                    \
+    X(NONE, CANCEL, UNAVAILABLE)                                              \
+    X(NONE, SHARD_ENDED, UNAVAILABLE)                                         \
+    X(WAITING, READY, TAKING)                                                 \
+    X(WAITING, CANCEL, UNAVAILABLE)                                           \
+    X(WAITING, SHARD_ENDED, UNAVAILABLE)                                      \
+    X(WAITING, DEADLINE, UNAVAILABLE)                                         \
+    X(TAKING, TAKE_OK, AVAILABLE)                                             \
+    X(TAKING, TAKE_OK, UNAVAILABLE)                                           \
+    X(TAKING, TAKE_FAIL, UNAVAILABLE)                                         \
+    X(AVAILABLE, TOMB_EXPIRE, NONE)                                           \
+    X(UNAVAILABLE, TOMB_EXPIRE, NONE)
+
+typedef enum xfer_ready_state {
+#define XFER_ENUM_(s) XFER_YS_##s,
+    XFER_READY_STATES(XFER_ENUM_)
+#undef XFER_ENUM_
+    XFER_YS_COUNT_
+} xfer_ready_state;
+
+typedef enum xfer_ready_event {
+#define XFER_ENUM_(e) XFER_YE_##e,
+    XFER_READY_EVENTS(XFER_ENUM_)
+#undef XFER_ENUM_
+    XFER_YE_COUNT_
+} xfer_ready_event;
+
+/* ------------------------------------------------------------------------ */
+/* Table queries (for tools and tests)                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Number of states / events of a machine (XFER_M_TRANSFER, _RESERVATION,
+ * _READINESS); 0 for any other value. */
+XFER_API unsigned xfer_fsm_nstates(unsigned machine);
+XFER_API unsigned xfer_fsm_nevents(unsigned machine);
+
+/* Names; never NULL ("?" when out of range). */
+XFER_API const char *xfer_fsm_state_name(unsigned machine, unsigned state);
+XFER_API const char *xfer_fsm_event_name(unsigned machine, unsigned event);
+
+/* The verdict of a cell (xfer_verdict), or XFER_V_ILLEGAL when out of
+ * range. */
+XFER_API unsigned xfer_fsm_verdict(unsigned machine, unsigned state, unsigned event);
+
+/* True when FROM --EVENT--> TO (TO != FROM) is a declared edge. */
+XFER_API bool xfer_fsm_edge_ok(unsigned machine, unsigned from, unsigned event,
+                               unsigned to);
+
+/* The handler token of a cell as a string ("none" where none runs). */
+XFER_API const char *xfer_fsm_handler_name(unsigned machine, unsigned state,
+                                  unsigned event);
+
+/*
+ * The state diagram of a machine in Graphviz dot, written into buf (at most
+ * len bytes, NUL-terminated).  Returns the length the full text needs
+ * (excluding the NUL), like snprintf; a negative xfer_err for a bad machine.
+ */
+XFER_API int xfer_fsm_dot(unsigned machine, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XFER_FSM_H */

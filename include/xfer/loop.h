@@ -1,0 +1,102 @@
+/*
+ * xfer/loop.h - the in-process transport: S shards (xfer_shard) on the
+ * engine's event base, messages delivered through deferred callbacks, with
+ * deterministic fault injection.  The test workhorse and the embedded
+ * default; modelled on libevent's bufferevent_pair.
+ *
+ * Every message (an op to a shard, a reply to the engine) goes through one
+ * FIFO per loop transport, ordered by (due time, sequence), so a seeded run
+ * gives the same order every time.  Faults are rules matched in order;
+ * probabilities draw from a seeded xorshift generator, never from rand().
+ */
+#ifndef XFER_LOOP_H
+#define XFER_LOOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "xfer/shard.h"
+#include "xfer/transport.h"
+#include "xfer/xfer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct event_base;
+typedef struct xfer_loop xfer_loop;
+
+/* What a matching fault rule does to an op. Never renumbered. */
+typedef enum xfer_fault_kind {
+    XFER_FAULT_FAIL = 0,    /* the shard refuses: not applied, error reply */
+    XFER_FAULT_APPLIED_LOST = 1, /* applied on the shard, reply says failed */
+    XFER_FAULT_DROP = 2,    /* never answered until the engine aborts it */
+    XFER_FAULT_DELAY = 3,   /* delivered delay_ns later */
+    XFER_FAULT_COUNT_
+} xfer_fault_kind;
+
+#define XFER_FAULT_ANY_OP 0xFFu
+#define XFER_FAULT_ANY_SHARD (-1)
+
+typedef struct xfer_fault_rule {
+    uint8_t kind;      /* xfer_fault_kind */
+    uint8_t op;        /* xfer_op_kind, or XFER_FAULT_ANY_OP */
+    int16_t shard;     /* shard index, or XFER_FAULT_ANY_SHARD */
+    uint64_t id;       /* transfer id, 0: any */
+    uint32_t prob_ppm; /* chance in millionths; 0 means always */
+    uint32_t count;    /* fire at most this many times; 0: unlimited */
+    uint64_t delay_ns; /* DELAY */
+    int32_t error;     /* FAIL/APPLIED_LOST status; 0: XFER_ERR_REMOTE */
+} xfer_fault_rule;
+
+/* Consumer-side events (ready/cancelled/expired) for a consumer scheduler.
+ * Called from the loop; `ev` borrowed. */
+typedef void (*xfer_loop_event_cb)(void *ud, const xfer_shard_event *ev);
+
+typedef struct xfer_loop_config {
+    uint16_t nshards;          /* 1..XFER_MAX_SHARDS */
+    xfer_shard_config shard;   /* template for every shard (index set) */
+    uint64_t seed;             /* fault RNG; printed by tests */
+    uint64_t write_ns;         /* time a write stays in flight; 0: a tick */
+    xfer_loop_event_cb on_event;
+    void *on_event_ud;
+    xfer_clock_fn clock;       /* NULL: CLOCK_MONOTONIC */
+    void *clock_ud;
+} xfer_loop_config;
+
+typedef struct xfer_loop_stats {
+    uint64_t messages, faults_fired, dropped, aborted, down_failed;
+    uint64_t applied_lost;
+} xfer_loop_stats;
+
+/* Create on `base` (borrowed; must outlive the loop transport).
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM, XFER_ERR_IO. */
+XFER_API int xfer_loop_new(struct event_base *base, const xfer_loop_config *cfg,
+                  xfer_loop **out);
+/* Free: the shards and every queued message.  NULL ok.  Call after the
+ * engine detached it (xfer_engine_del) or if it was never attached. */
+XFER_API void xfer_loop_del(xfer_loop *l);
+
+/* The ops table + self, to hand to xfer_engine_add_group().  The engine
+ * does not free the loop transport; the caller still calls xfer_loop_del
+ * after xfer_engine_del. */
+XFER_API xfer_transport xfer_loop_transport(xfer_loop *l);
+
+/* Append a fault rule (copied).  Errors: XFER_ERR_INVALID_ARG,
+ * XFER_ERR_BUSY (at most 64 rules). */
+XFER_API int xfer_loop_add_rule(xfer_loop *l, const xfer_fault_rule *rule);
+XFER_API void xfer_loop_clear_rules(xfer_loop *l);
+/* Take a shard down (every op to it fails with XFER_ERR_CONN_LOST, and
+ * every op outstanding on it fails at once, as events) or bring it up. */
+XFER_API void xfer_loop_set_down(xfer_loop *l, uint16_t shard, bool down);
+
+/* The shard objects (for take/release by a consumer scheduler, stats). */
+XFER_API xfer_shard *xfer_loop_shard(xfer_loop *l, uint16_t shard);
+XFER_API void xfer_loop_stats_get(const xfer_loop *l, xfer_loop_stats *st);
+/* Ops started and not yet answered. */
+XFER_API uint32_t xfer_loop_outstanding(const xfer_loop *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XFER_LOOP_H */

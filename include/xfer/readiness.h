@@ -1,0 +1,114 @@
+/*
+ * xfer/readiness.h - the readiness tracker of a consumer scheduler (the
+ * readiness machine of fsm.h, one record per transfer id, one group of S
+ * shards per tracker).
+ *
+ * Pure: no I/O, no clock, injected allocator and trace sink.  The scheduler
+ * feeds it ready / cancelled / expired events from the shards and its own
+ * cancels, performs the actions it emits (take, release, cancel to shard k),
+ * feeds back take results, and reads the AVAILABLE / UNAVAILABLE outcomes.
+ *
+ * What must stay true (I8): AVAILABLE is reported only when all S shards
+ * reported ready for one attempt and every take succeeded, at most once per
+ * record, never for a tombstoned id, and is never withdrawn.  A record that
+ * ends otherwise sends a cancel to every shard of the group and answers a
+ * later ready for the id with a cancel to that shard.  A cancel for an
+ * unknown id inserts a tombstone.  A deadline turns a waiting record
+ * UNAVAILABLE with the mask of shards that never reported.
+ *
+ * One thread drives a tracker.
+ */
+#ifndef XFER_READINESS_H
+#define XFER_READINESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer/errors.h"
+#include "xfer/fsm.h"
+#include "xfer/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct xfer_readiness xfer_readiness;
+
+typedef struct xfer_readiness_config {
+    uint16_t nshards;          /* S, 1..XFER_MAX_SHARDS; required */
+    uint32_t max_records;      /* live records; default 65536 */
+    uint32_t max_tombstones;   /* default 4 * max_records */
+    uint64_t deadline_ns;      /* from the first ready; default 30 s */
+    uint64_t tombstone_ttl_ns; /* default 60 s */
+    xfer_allocator alloc;
+    xfer_trace_sink trace;
+} xfer_readiness_config;
+
+/* Kinds of readiness actions. Never renumbered. */
+typedef enum xfer_ready_action_kind {
+    XFER_RA_TAKE = 0,        /* take (pin) (id, resv_id) on shard */
+    XFER_RA_RELEASE = 1,     /* release a take made on shard */
+    XFER_RA_CANCEL = 2,      /* cancel (id, attempt, resv_id) on shard */
+    XFER_RA_AVAILABLE = 3,   /* every shard taken: the data is usable */
+    XFER_RA_UNAVAILABLE = 4, /* the record ended without data */
+    XFER_RA_COUNT_
+} xfer_ready_action_kind;
+
+typedef struct xfer_ready_action {
+    uint8_t kind;    /* xfer_ready_action_kind */
+    uint16_t shard;  /* TAKE/RELEASE/CANCEL; XFER_SHARD_NONE otherwise */
+    uint32_t attempt;
+    uint64_t id;
+    uint64_t resv_id; /* TAKE/RELEASE/CANCEL: XFER_RESV_NONE if unknown */
+    int32_t reason;   /* UNAVAILABLE: XFER_ERR_TIMEOUT / _CANCELLED /
+                         _EXPIRED / _UNAVAILABLE (a take failed) */
+    uint64_t missing; /* UNAVAILABLE: bit k = shard k never reported */
+} xfer_ready_action;
+
+typedef struct xfer_readiness_stats {
+    uint64_t available, unavailable, late_ready, duplicate_ready;
+    uint64_t preemptive, take_failed, illegal;
+    uint32_t live, tombstones;
+    uint64_t cells_hit[XFER_YS_COUNT_][XFER_YE_COUNT_];
+} xfer_readiness_stats;
+
+/* Create / free (NULL ok).  *out untouched on failure.
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM. */
+XFER_API int xfer_readiness_new(const xfer_readiness_config *cfg,
+                       xfer_readiness **out);
+XFER_API void xfer_readiness_del(xfer_readiness *r);
+
+/* Feed ready(id, attempt, resv_id) from shard.  Errors:
+ * XFER_ERR_INVALID_ARG, XFER_ERR_BUSY (record cap), XFER_ERR_NOMEM. */
+XFER_API int xfer_readiness_on_ready(xfer_readiness *r, uint64_t now_ns, uint64_t id,
+                            uint32_t attempt, uint16_t shard,
+                            uint64_t resv_id);
+/* Feed the result of a TAKE action (status 0 or an error). */
+XFER_API int xfer_readiness_on_take_result(xfer_readiness *r, uint64_t now_ns,
+                                  uint64_t id, uint16_t shard,
+                                  int32_t status);
+/* Feed cancelled(id)/expired(id) from shard (reason XFER_ERR_CANCELLED or
+ * XFER_ERR_EXPIRED). */
+XFER_API int xfer_readiness_on_shard_ended(xfer_readiness *r, uint64_t now_ns,
+                                  uint64_t id, uint32_t attempt,
+                                  uint16_t shard, int32_t reason);
+/* The consumer scheduler's own cancel.  Idempotent; unknown id: tombstone.
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_BUSY (tombstone cap). */
+XFER_API int xfer_readiness_cancel(xfer_readiness *r, uint64_t now_ns, uint64_t id);
+
+XFER_API void xfer_readiness_on_timer(xfer_readiness *r, uint64_t now_ns);
+XFER_API uint64_t xfer_readiness_next_deadline(const xfer_readiness *r);
+
+XFER_API const xfer_ready_action *xfer_readiness_actions(const xfer_readiness *r,
+                                                size_t *n);
+XFER_API void xfer_readiness_actions_clear(xfer_readiness *r);
+
+XFER_API void xfer_readiness_stats_get(const xfer_readiness *r,
+                              xfer_readiness_stats *st);
+XFER_API xfer_ready_state xfer_readiness_state(const xfer_readiness *r, uint64_t id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XFER_READINESS_H */

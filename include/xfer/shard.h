@@ -1,0 +1,175 @@
+/*
+ * xfer/shard.h - one consumer shard: a pool, reservations, leases and
+ * tombstones (the reservation machine of fsm.h, one per transfer id).
+ *
+ * Pure: no I/O, no clock (every call takes now_ns), injected allocator, RNG
+ * (reservation ids) and trace sink.  Transports (loop, tcp, rdma) and xferd
+ * drive it and deliver its replies and events.
+ *
+ * What must stay true:
+ *  - memory is never freed while a write into it may still land: a cancel or
+ *    a lease expiry during a write is deferred until the last write ends;
+ *  - TAKEN memory belongs to the consumer application until it releases it:
+ *    no cancel and no lease frees it;
+ *  - every op of one attempt of an id touches only state of that attempt
+ *    (reserve, write, commit carry (id, attempt, resv_id));
+ *  - a tombstone (CANCELLED, EXPIRED, DONE) lives tombstone_ttl_ns, which
+ *    must outlive every message still in flight to the shard;
+ *  - leases are kept in a deadline-ordered heap, never in insertion order.
+ *
+ * One thread drives a shard.
+ */
+#ifndef XFER_SHARD_H
+#define XFER_SHARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer/errors.h"
+#include "xfer/fsm.h"
+#include "xfer/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct xfer_shard xfer_shard;
+
+typedef struct xfer_shard_config {
+    uint64_t pool_bytes;        /* size of the pool; required */
+    uint32_t max_reservations;  /* live reservations; default 4096 */
+    uint32_t max_tombstones;    /* default 4 * max_reservations */
+    uint64_t lease_ttl_ns;      /* default 10 s */
+    uint64_t tombstone_ttl_ns;  /* default 2 * lease_ttl_ns */
+    uint32_t align;             /* allocation alignment, power of 2; 64 */
+    uint16_t shard_index;       /* echoed in events and traces */
+    void *pool_memory;          /* NULL: the shard allocates pool_bytes */
+    xfer_allocator alloc;
+    xfer_rng rng;               /* zeroed: a fixed-seed internal generator */
+    xfer_trace_sink trace;
+} xfer_shard_config;
+
+/* Events a shard emits for the consumer scheduler. Never renumbered. */
+typedef enum xfer_shard_event_kind {
+    XFER_SHARD_EV_READY = 0,     /* committed: data ready to take */
+    XFER_SHARD_EV_CANCELLED = 1, /* ended by cancel, never taken */
+    XFER_SHARD_EV_EXPIRED = 2,   /* ended by lease expiry, never taken */
+    XFER_SHARD_EV_COUNT_
+} xfer_shard_event_kind;
+
+typedef struct xfer_shard_event {
+    uint8_t kind; /* xfer_shard_event_kind */
+    uint16_t shard;
+    uint32_t attempt;
+    uint64_t id;
+    uint64_t resv_id;
+    uint32_t len;
+} xfer_shard_event;
+
+/* What a successful reserve hands back to the producer. */
+typedef struct xfer_resv_info {
+    uint64_t resv_id; /* never XFER_RESV_NONE (0) */
+    uint64_t addr;    /* offset of the region in the pool */
+    uint32_t len;
+} xfer_resv_info;
+
+typedef struct xfer_shard_stats {
+    uint64_t pool_bytes, bytes_in_use;
+    uint32_t live, tombstones;
+    uint64_t reserves, refused, writes, commits, cancels, expiries;
+    uint64_t deferred_frees, takes, releases, stale, illegal;
+    uint64_t cells_hit[XFER_RS_COUNT_][XFER_RE_COUNT_];
+} xfer_shard_stats;
+
+/* Create.  cfg copied.  *out untouched on failure.
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM. */
+XFER_API int xfer_shard_new(const xfer_shard_config *cfg, xfer_shard **out);
+/* Free everything (pool memory only if the shard allocated it).  NULL ok. */
+XFER_API void xfer_shard_del(xfer_shard *s);
+
+/*
+ * Reserve len bytes for (id, attempt).  Idempotent while RESERVED/WRITING for
+ * the same attempt (the same info comes back).  *info written on 0.
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NO_SPACE (pool), XFER_ERR_BUSY
+ * (reservation or tombstone cap), XFER_ERR_CANCELLED (tombstoned),
+ * XFER_ERR_STALE (held by another attempt), XFER_ERR_STATE (held, not
+ * RESERVED/WRITING).
+ */
+XFER_API int xfer_shard_reserve(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                       uint32_t attempt, uint32_t len, xfer_resv_info *info);
+
+/*
+ * Begin a write of len bytes at off inside the reservation.  On 0, *dst
+ * points into the pool (valid until the matching write_end) and the write
+ * is in flight: the memory is pinned until write_end.
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOT_FOUND, XFER_ERR_STALE (attempt
+ * or resv_id mismatch), XFER_ERR_BOUNDS, XFER_ERR_CANCELLED, XFER_ERR_EXPIRED,
+ * XFER_ERR_STATE.
+ */
+XFER_API int xfer_shard_write_begin(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                           uint32_t attempt, uint64_t resv_id, uint64_t off,
+                           uint32_t len, uint8_t **dst);
+/* End a write begun with write_begin.  ok=false: the bytes are garbage.
+ * Returns 0, or XFER_ERR_CANCELLED / XFER_ERR_EXPIRED when the reservation
+ * was cancelled or expired meanwhile (the memory is now freed), or
+ * XFER_ERR_NOT_FOUND / XFER_ERR_STALE for a write that was never begun. */
+XFER_API int xfer_shard_write_end(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                         uint64_t resv_id, bool ok);
+/* write_begin + memcpy + write_end.  `data` borrowed. */
+XFER_API int xfer_shard_write(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                     uint32_t attempt, uint64_t resv_id, uint64_t off,
+                     const void *data, uint32_t len);
+
+/* Commit: RESERVED -> READY, emits READY.  Idempotent in READY/TAKEN.
+ * Errors: XFER_ERR_NOT_FOUND, XFER_ERR_STALE, XFER_ERR_CANCELLED,
+ * XFER_ERR_EXPIRED, XFER_ERR_STATE (a write still in flight). */
+XFER_API int xfer_shard_commit(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                      uint32_t attempt, uint64_t resv_id);
+
+/*
+ * Cancel (id, attempt[, resv_id]).  resv_id XFER_RESV_NONE: frees only a
+ * reservation of that attempt, or leaves a tombstone for (id, attempt).
+ * Never touches READY/TAKEN state of another attempt.  Returns 0 when the
+ * shard holds nothing of that attempt any more (or will free it when the
+ * write in flight ends); XFER_ERR_STATE when the data is TAKEN (it belongs to
+ * the consumer); XFER_ERR_STALE when the id is held by another attempt
+ * (nothing touched); XFER_ERR_BUSY when a tombstone cannot be recorded.
+ */
+XFER_API int xfer_shard_cancel(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                      uint32_t attempt, uint64_t resv_id);
+
+/* Take (pin) READY data for the consumer.  *data/*len written on 0.
+ * Errors: XFER_ERR_NOT_FOUND, XFER_ERR_STALE, XFER_ERR_CANCELLED,
+ * XFER_ERR_EXPIRED, XFER_ERR_STATE. */
+XFER_API int xfer_shard_take(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                    uint64_t resv_id, const uint8_t **data, uint32_t *len);
+/* Release TAKEN data: memory freed, id tombstoned (DONE). */
+XFER_API int xfer_shard_release(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                       uint64_t resv_id);
+
+/* Fire due leases and tombstone expiries. */
+XFER_API void xfer_shard_on_timer(xfer_shard *s, uint64_t now_ns);
+/* Earliest deadline, or UINT64_MAX. */
+XFER_API uint64_t xfer_shard_next_deadline(const xfer_shard *s);
+
+/* Pending events, in order; valid until the next call into the shard. */
+XFER_API const xfer_shard_event *xfer_shard_events(const xfer_shard *s, size_t *n);
+XFER_API void xfer_shard_events_clear(xfer_shard *s);
+
+XFER_API void xfer_shard_stats_get(const xfer_shard *s, xfer_shard_stats *st);
+/* The reservation state of id (XFER_RS_NONE when unknown). */
+XFER_API xfer_resv_state xfer_shard_state(const xfer_shard *s, uint64_t id);
+/* The pool's base pointer (for transports that write into it). */
+XFER_API uint8_t *xfer_shard_pool_base(const xfer_shard *s);
+
+/* Visit every held id (live or tombstoned) in a deterministic order. */
+XFER_API void xfer_shard_foreach(const xfer_shard *s,
+                        void (*fn)(void *ud, uint64_t id, uint32_t attempt,
+                                   xfer_resv_state st, uint64_t since_ns),
+                        void *ud);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XFER_SHARD_H */

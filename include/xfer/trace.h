@@ -1,0 +1,101 @@
+/*
+ * xfer/trace.h - the fixed-size trace record every machine emits.
+ *
+ * One record per step: an input fed into a machine (machine XFER_M_INPUT), a
+ * transition it took (verdict TRANSITION/IGNORE/DEFER/ILLEGAL), an action it
+ * produced, or a note (counters such as a late event rejected).  Records are
+ * 64 bytes, plain old data, little-endian on disk (see xfer-trace's file
+ * format in README.md).  The inputs recorded are enough to replay the pure
+ * transfer core and compare the transitions it takes.
+ */
+#ifndef XFER_TRACE_H
+#define XFER_TRACE_H
+
+#include <stdint.h>
+
+#include "xfer/errors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Which machine (or record kind) a record belongs to. Never renumbered. */
+typedef enum xfer_machine {
+    XFER_M_TRANSFER = 0,    /* producer transfer machine: a step */
+    XFER_M_RESERVATION = 1, /* consumer reservation machine: a step */
+    XFER_M_READINESS = 2,   /* consumer readiness machine: a step */
+    XFER_M_INPUT = 3,       /* an input to the transfer core (for replay) */
+    XFER_M_ACTION = 4,      /* an action the transfer core produced */
+    XFER_M_NOTE = 5,        /* a counted note: late event, eviction, ... */
+    XFER_M_CONFIG = 6,      /* the transfer core's configuration */
+    XFER_M_COUNT_
+} xfer_machine;
+
+/* The verdict of a table cell.  Never renumbered. */
+typedef enum xfer_verdict {
+    XFER_V_TRANSITION = 0, /* a handler ran; the state may have changed */
+    XFER_V_IGNORE = 1,     /* absorbed: traced and counted, nothing else */
+    XFER_V_DEFER = 2,      /* remembered, acted on when the state allows */
+    XFER_V_ILLEGAL = 3,    /* a bug: asserted in debug, traced in release */
+    XFER_V_COUNT_
+} xfer_verdict;
+
+/* Sentinel for "no shard" in xfer_trace_rec.shard. */
+#define XFER_SHARD_NONE 0xFFFFu
+
+/*
+ * One trace record, 64 bytes.  The meaning of arg0..arg2 depends on the
+ * machine and event; xfer-trace documents each.  `event` indexes the event
+ * enum of `machine` (for XFER_M_INPUT: the transfer event; for
+ * XFER_M_ACTION: enum xfer_action_kind; for XFER_M_NOTE: enum xfer_note).
+ */
+typedef struct xfer_trace_rec {
+    uint64_t seq;     /* per-emitter sequence number, from 0 */
+    uint64_t time_ns; /* the `now` the step was given */
+    uint64_t id;      /* transfer id */
+    uint64_t arg0;
+    uint64_t arg1;
+    uint64_t arg2;
+    uint32_t attempt; /* attempt number, 0 if none */
+    int32_t error;    /* xfer_err, 0 if none */
+    uint16_t shard;   /* shard index or XFER_SHARD_NONE */
+    uint8_t machine;  /* xfer_machine */
+    uint8_t old_state;
+    uint8_t event;
+    uint8_t new_state;
+    uint8_t verdict; /* xfer_verdict (steps only) */
+    uint8_t flags;   /* reserved, 0 */
+} xfer_trace_rec;
+
+/* Notes (XFER_M_NOTE records): counted things that are not transitions. */
+typedef enum xfer_note {
+    XFER_NOTE_LATE_SUBMIT = 0,    /* submit for a tombstoned id rejected */
+    XFER_NOTE_LATE_REPLY = 1,     /* reply for a tombstoned id absorbed */
+    XFER_NOTE_TOMB_EXPIRED = 2,   /* a tombstone outlived its TTL, dropped */
+    XFER_NOTE_TOMB_FULL = 3,      /* tombstone table at cap: BUSY returned */
+    XFER_NOTE_CANCEL_GAVE_UP = 4, /* cancel retries exhausted on a shard */
+    XFER_NOTE_PREEMPTIVE = 5,     /* cancel of an unknown id tombstoned it */
+    XFER_NOTE_UNKNOWN_REPLY = 6,  /* reply for an id never seen: absorbed */
+    XFER_NOTE_COUNT_
+} xfer_note;
+
+/*
+ * A trace sink.  The emitter calls fn(ud, rec) synchronously for each record;
+ * `rec` is borrowed until fn returns.  fn must not call back into the emitter.
+ */
+typedef void (*xfer_trace_fn)(void *ud, const xfer_trace_rec *rec);
+
+typedef struct xfer_trace_sink {
+    xfer_trace_fn fn; /* NULL: tracing off */
+    void *ud;
+} xfer_trace_sink;
+
+/* Names for the enums above; never NULL ("?" when out of range). */
+XFER_API const char *xfer_machine_name(unsigned machine);
+XFER_API const char *xfer_verdict_name(unsigned verdict);
+XFER_API const char *xfer_note_name(unsigned note);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XFER_TRACE_H */

@@ -1,0 +1,69 @@
+/*
+ * xfer/transport.h - the one ops table every transport implements (loop,
+ * tcp, rdma), in the manner of libevent's bufferevent flavours.
+ *
+ * A transport carries the ops of one consumer group (S shards) for one
+ * engine.  The engine calls `start` for each reserve/write/commit/cancel the
+ * transfer core asks for and `abort` for each abort; the transport answers
+ * every started op exactly once, later, on the engine's loop thread, through
+ * xfer_engine_deliver().  It never answers from inside `start` or `abort`.
+ *
+ * Contract on writes (I3): a WRITE result (ok or failed or aborted) is
+ * delivered only when the transport no longer reads the staging bytes: the
+ * DMA completion was polled, or libevent dropped its last reference.
+ */
+#ifndef XFER_TRANSPORT_H
+#define XFER_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer/core.h"
+#include "xfer/errors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct xfer_engine;
+
+typedef struct xfer_transport_ops {
+    const char *name;
+    /* Number of shards in the group this transport carries. */
+    uint16_t (*nshards)(void *self);
+    /* The engine adopts the transport; results go to xfer_engine_deliver(e,
+     * ...).  Returns 0 or an error. */
+    int (*attach)(void *self, struct xfer_engine *e, uint32_t group);
+    /* Start the op of a RESERVE/WRITE/COMMIT/CANCEL action.  `a` borrowed;
+     * `src` (WRITE only) points at the staging bytes and is retained until
+     * the op's result is delivered.  Returns 0 (a result will follow) or an
+     * error (no result will follow; the engine reports the op failed). */
+    int (*start)(void *self, const xfer_action *a, const void *src);
+    /* Abort the op named by an ABORT action.  The op's result still comes,
+     * once the transport has let go of it (XFER_ERR_ABORTED, or its real
+     * result if it finished first). */
+    void (*abort)(void *self, const xfer_action *a);
+    /* A staging pool was registered / is being unregistered (no write of it
+     * is in flight).  pool_added may fail (e.g. memory registration). */
+    int (*pool_added)(void *self, uint32_t pool, void *base, size_t len);
+    void (*pool_removed)(void *self, uint32_t pool);
+    /* The engine lets go of the transport (no op outstanding). */
+    void (*detach)(void *self);
+} xfer_transport_ops;
+
+typedef struct xfer_transport {
+    const xfer_transport_ops *ops;
+    void *self;
+} xfer_transport;
+
+/*
+ * xfer_engine_deliver - a transport answers one op.  Loop thread only; `r`
+ * borrowed.  Results for ops the engine does not know are counted and
+ * dropped.
+ */
+XFER_API void xfer_engine_deliver(struct xfer_engine *e, const xfer_shard_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XFER_TRANSPORT_H */

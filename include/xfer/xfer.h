@@ -1,0 +1,138 @@
+/*
+ * xfer/xfer.h - the engine: the production driver of the transfer core on
+ * one libevent loop.  Include this header to use xfer.
+ *
+ * The engine owns (or borrows) an event_base, one timer for the core's next
+ * deadline, the staging pools, and the consumer groups (one transport each).
+ * Shard results arrive from transports on the same loop; completions are
+ * delivered from the loop, never from inside a call the user just made.
+ * Other threads submit through xfer_engine_post_submit()/_post_cancel(),
+ * a mailbox that wakes the loop; the order the loop drains it is the order
+ * the trace records.
+ *
+ * What must stay true: every accepted submit completes exactly once (I1); a
+ * staging pool is unregistered only when none of its writes is in flight
+ * (I3); shutdown refuses new submits, ends every transfer, reports every
+ * completion, unregisters every staging pool, and only then calls the
+ * shutdown callback (I9).
+ */
+#ifndef XFER_XFER_H
+#define XFER_XFER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer/core.h"
+#include "xfer/errors.h"
+#include "xfer/fsm.h"
+#include "xfer/trace.h"
+#include "xfer/transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct event_base;
+typedef struct xfer_engine xfer_engine;
+
+/* Completion: `res` is borrowed for the duration of the call.  Loop thread. */
+typedef void (*xfer_complete_cb)(void *ud, const xfer_result *res);
+typedef void (*xfer_shutdown_cb)(void *ud);
+/* A clock in nanoseconds; must not go backwards. */
+typedef uint64_t (*xfer_clock_fn)(void *ud);
+
+typedef struct xfer_engine_config {
+    struct event_base *base; /* NULL: the engine makes and owns its own */
+    xfer_core_config core;   /* limits, timeouts, allocator, trace sink */
+    xfer_clock_fn clock;     /* NULL: CLOCK_MONOTONIC */
+    void *clock_ud;
+    uint32_t max_pools;      /* default 16 */
+    uint32_t max_groups;     /* default 16 */
+    uint32_t mailbox_cap;    /* default 65536 */
+} xfer_engine_config;
+
+/* A transfer request.  Copied by submit. */
+typedef struct xfer_transfer_desc {
+    uint64_t id;        /* != 0 */
+    uint32_t group;     /* from xfer_engine_add_group */
+    uint32_t pool;      /* from xfer_engine_register_pool */
+    uint16_t nslices;   /* must equal the group's shard count */
+    const xfer_slice *slices; /* one per shard, inside the pool; borrowed */
+    uint64_t timeout_ns; /* relative; 0: the configured default */
+    uint64_t user_data;  /* echoed in the result */
+} xfer_transfer_desc;
+
+typedef struct xfer_engine_stats {
+    xfer_core_stats core;
+    uint64_t results_delivered, results_dropped;
+    uint64_t ops_started, ops_start_failed, aborts;
+    uint32_t pools, groups;
+    uint64_t staging_bytes_in_use; /* bytes of slices of live transfers */
+    uint64_t mailbox_posts;
+} xfer_engine_stats;
+
+/* Create.  cfg copied (NULL: defaults).  *out untouched on failure.
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM, XFER_ERR_IO (libevent). */
+XFER_API int xfer_engine_new(const xfer_engine_config *cfg, xfer_engine **out);
+/* Free.  Accepts NULL.  Call after shutdown completed; transfers still live
+ * are dropped without completion (a bug in the caller, counted). */
+XFER_API void xfer_engine_del(xfer_engine *e);
+/* The loop the engine runs on. */
+XFER_API struct event_base *xfer_engine_base(const xfer_engine *e);
+
+/* Register caller memory as a staging pool.  `base` is retained until the
+ * pool is unregistered.  Errors: XFER_ERR_INVALID_ARG, XFER_ERR_BUSY (cap),
+ * XFER_ERR_SHUTDOWN, or what a transport's pool_added returned. */
+XFER_API int xfer_engine_register_pool(xfer_engine *e, void *base, size_t len,
+                              uint32_t *pool);
+/* Unregister a pool.  Errors: XFER_ERR_NOT_FOUND, XFER_ERR_BUSY (a live
+ * transfer still uses it). */
+XFER_API int xfer_engine_unregister_pool(xfer_engine *e, uint32_t pool);
+
+/* Add a consumer group carried by `tp`; the engine takes the transport and
+ * detaches it at xfer_engine_del.  Errors: XFER_ERR_INVALID_ARG,
+ * XFER_ERR_BUSY, XFER_ERR_SHUTDOWN, or what attach returned. */
+XFER_API int xfer_engine_add_group(xfer_engine *e, xfer_transport tp,
+                          uint32_t *group);
+
+/*
+ * Submit a transfer.  On 0, cb is called exactly once, later, from the loop.
+ * On an error cb is never called.  Loop thread only.
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOT_FOUND (group or pool),
+ * XFER_ERR_CANCELLED (tombstoned id), XFER_ERR_EXISTS, XFER_ERR_BUSY,
+ * XFER_ERR_NOMEM, XFER_ERR_SHUTDOWN.
+ */
+XFER_API int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
+                       xfer_complete_cb cb, void *ud);
+/* Cancel by id; idempotent; an unknown id leaves a tombstone.  Loop thread.
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_BUSY (tombstone cap). */
+XFER_API int xfer_engine_cancel(xfer_engine *e, uint64_t id);
+
+/*
+ * Thread-safe mailbox versions.  On 0 the request is queued; a submit then
+ * completes exactly once through cb (with an error status if the loop's
+ * submit refused it).  Errors: XFER_ERR_BUSY (mailbox full),
+ * XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM.
+ */
+XFER_API int xfer_engine_post_submit(xfer_engine *e, const xfer_transfer_desc *d,
+                            xfer_complete_cb cb, void *ud);
+XFER_API int xfer_engine_post_cancel(xfer_engine *e, uint64_t id);
+
+/*
+ * Shut down: refuse new submits, end every transfer (completions reported),
+ * unregister every staging pool, then call cb from the loop.  Loop thread.
+ * Errors: XFER_ERR_STATE (already shutting down).
+ */
+XFER_API int xfer_engine_shutdown(xfer_engine *e, xfer_shutdown_cb cb, void *ud);
+
+XFER_API void xfer_engine_stats_get(const xfer_engine *e, xfer_engine_stats *st);
+/* The pure core (read-only use: views, stats). */
+XFER_API const xfer_core *xfer_engine_core(const xfer_engine *e);
+/* The engine's current time (its clock). */
+XFER_API uint64_t xfer_engine_now(const xfer_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XFER_XFER_H */
