@@ -139,7 +139,7 @@ XFER_API int xfer_shard_commit(xfer_shard *s, uint64_t now_ns, uint64_t id,
 XFER_API int xfer_shard_cancel(xfer_shard *s, uint64_t now_ns, uint64_t id,
                       uint32_t attempt, uint64_t resv_id);
 
-/* Take (pin) READY data for the consumer.  *data/*len written on 0.
+/* Take (pin) READY data for the consumer.  *data and *len written on 0.
  * Errors: XFER_ERR_NOT_FOUND, XFER_ERR_STALE, XFER_ERR_CANCELLED,
  * XFER_ERR_EXPIRED, XFER_ERR_STATE. */
 XFER_API int xfer_shard_take(xfer_shard *s, uint64_t now_ns, uint64_t id,
