@@ -1,0 +1,573 @@
+/*
+ * fsm/transfer.c - the producer transfer machine: one record, one table,
+ * one small handler per transition.
+ *
+ * What must stay true here:
+ *  - I2 wait for all: a phase (RESERVING, WRITING, COMPLETING, a cancel
+ *    round) is left only when `pending` reaches 0, i.e. every op started in
+ *    it has a result (ok, failed, or aborted and confirmed).
+ *  - I3 staging safety: RELEASE_STAGING is emitted only at the end, after the
+ *    WRITING phase drained, so no write of the transfer is in flight.
+ *  - I5 complete rollback: CANCELLING sends a cancel to every shard that was
+ *    ever sent a reserve, whatever happens to the other shards' cancels;
+ *    failed cancels are retried in rounds with doubling backoff up to
+ *    cfg->cancel_max_attempts, then given up (and reported).
+ *  - I1 exactly once: COMPLETE is emitted exactly once, in finish() or in the
+ *    success path of commit_result(), and both leave the state TOMBSTONED.
+ *  - A stop (user cancel, deadline, shutdown) starts nothing new and aborts
+ *    what is in flight; the phase is still left only when every op answered.
+ *
+ * The rows NEW and TOMBSTONED belong to the container (fsm/core.c), which
+ * owns ids and tombstones; their handlers here are NULL except `submit`.
+ */
+#include "transfer.h"
+
+#include <assert.h>
+#include <string.h>
+
+#include "util.h"
+
+typedef void (*handler_fn)(xfer_transfer *t, xfer_tctx *c, uint64_t now,
+                           unsigned ev, const xfer_shard_result *r);
+
+/* ---------------------------------------------------------------------- */
+/* Small helpers                                                           */
+/* ---------------------------------------------------------------------- */
+
+size_t xfer_transfer_size(unsigned nshards)
+{
+    return sizeof(xfer_transfer) + (size_t)nshards * sizeof(xfer_tshard);
+}
+
+void xfer_transfer_init(xfer_transfer *t, const xfer_submit_args *a,
+                        uint32_t attempt, uint64_t now_ns,
+                        uint64_t deadline_ns)
+{
+    memset(t, 0, xfer_transfer_size(a->nshards));
+    t->id = a->id;
+    t->user_data = a->user_data;
+    t->started_ns = now_ns;
+    t->deadline_ns = deadline_ns;
+    t->timer_ns = UINT64_MAX;
+    t->attempt = attempt;
+    t->group = a->group;
+    t->pool = a->pool;
+    t->nshards = a->nshards;
+    t->first_failed = XFER_SHARD_NONE;
+    t->state = XFER_TS_NEW;
+    for (unsigned k = 0; k < a->nshards; k++) {
+        t->shards[k].staging_off = a->slices[k].off;
+        t->shards[k].len = a->slices[k].len;
+    }
+}
+
+static xfer_action *push(xfer_tctx *c, const xfer_transfer *t, uint8_t kind,
+                         uint16_t shard)
+{
+    assert(c->nacts < c->cap);
+    xfer_action *a = &c->acts[c->nacts++];
+    memset(a, 0, sizeof *a);
+    a->kind = kind;
+    a->shard = shard;
+    a->attempt = t->attempt;
+    a->id = t->id;
+    a->group = t->group;
+    a->pool = t->pool;
+    return a;
+}
+
+static void send_op(xfer_tctx *c, const xfer_transfer *t, uint8_t kind,
+                    uint16_t k)
+{
+    const xfer_tshard *s = &t->shards[k];
+    xfer_action *a = push(c, t, kind, k);
+    a->len = s->len;
+    a->resv_id = s->resv == XFER_SUB_OK ? s->resv_id : XFER_RESV_NONE;
+    if (kind == XFER_ACT_WRITE) {
+        a->remote_addr = s->remote_addr;
+        a->staging_off = s->staging_off;
+        a->rkey = s->rkey;
+    }
+}
+
+static void abort_op(xfer_tctx *c, const xfer_transfer *t, uint8_t op,
+                     uint16_t k)
+{
+    xfer_action *a = push(c, t, XFER_ACT_ABORT, k);
+    a->op = op;
+    a->resv_id = t->shards[k].resv == XFER_SUB_OK ? t->shards[k].resv_id
+                                                  : XFER_RESV_NONE;
+}
+
+/* Remember the first failure; every failed shard goes into the mask. */
+static void note_failure(xfer_transfer *t, uint16_t k, int32_t status,
+                         uint8_t phase)
+{
+    if (k != XFER_SHARD_NONE && k < 64)
+        t->failed_shards |= UINT64_C(1) << k;
+    if (t->status == 0) {
+        t->status = status ? status : XFER_ERR_REMOTE;
+        t->fail_phase = phase;
+        t->first_failed = k;
+    }
+}
+
+static void set_timer(xfer_transfer *t, uint8_t kind, uint64_t at)
+{
+    t->timer_kind = kind;
+    t->timer_ns = kind == XFER_TIMER_NONE ? UINT64_MAX : at;
+}
+
+static bool failed(const xfer_transfer *t)
+{
+    return t->status != 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Phase entries                                                           */
+/* ---------------------------------------------------------------------- */
+
+static void finish(xfer_transfer *t, xfer_tctx *c)
+{
+    push(c, t, XFER_ACT_RELEASE_STAGING, XFER_SHARD_NONE);
+    xfer_action *a = push(c, t, XFER_ACT_COMPLETE, XFER_SHARD_NONE);
+    a->result = (xfer_result){
+        .id = t->id,
+        .attempt = t->attempt,
+        .status = t->status,
+        .phase = t->status ? t->fail_phase : XFER_PHASE_NONE,
+        .consumer_may_hold = t->may_hold != 0,
+        .first_failed_shard = t->status ? t->first_failed : XFER_SHARD_NONE,
+        .failed_shards = t->failed_shards,
+        .rollback_failed = t->rollback_failed,
+        .user_data = t->user_data,
+    };
+    t->state = XFER_TS_TOMBSTONED;
+    set_timer(t, XFER_TIMER_NONE, 0);
+}
+
+/* Send the cancels of one round to every shard whose cancel is `from`. */
+static uint16_t send_cancels(xfer_transfer *t, xfer_tctx *c, uint8_t from)
+{
+    uint16_t n = 0;
+    for (uint16_t k = 0; k < t->nshards; k++) {
+        xfer_tshard *s = &t->shards[k];
+        if (s->resv == XFER_SUB_NONE || s->cancel != from)
+            continue;
+        s->cancel = XFER_SUB_PENDING;
+        s->cancel_attempts++;
+        send_op(c, t, XFER_ACT_CANCEL, k);
+        n++;
+    }
+    return n;
+}
+
+static void enter_cancelling(xfer_transfer *t, xfer_tctx *c, uint64_t now)
+{
+    assert(t->pending == 0);
+    t->state = XFER_TS_CANCELLING;
+    t->pending = send_cancels(t, c, XFER_SUB_NONE);
+    if (t->pending == 0) {
+        finish(t, c);
+        return;
+    }
+    set_timer(t, XFER_TIMER_DEADLINE, now + c->cfg->cancel_op_timeout_ns);
+}
+
+static void enter_phase(xfer_transfer *t, xfer_tctx *c, uint8_t state,
+                        uint8_t kind)
+{
+    t->state = state;
+    for (uint16_t k = 0; k < t->nshards; k++) {
+        if (kind == XFER_ACT_WRITE)
+            t->shards[k].write = XFER_SUB_PENDING;
+        else
+            t->shards[k].commit = XFER_SUB_PENDING;
+        send_op(c, t, kind, k);
+    }
+    t->pending = t->nshards;
+}
+
+/* Called when the last op of RESERVING or WRITING answered. */
+static void phase_drained(xfer_transfer *t, xfer_tctx *c, uint64_t now)
+{
+    if (failed(t) || t->stopping) {
+        enter_cancelling(t, c, now);
+        return;
+    }
+    if (t->state == XFER_TS_RESERVING)
+        enter_phase(t, c, XFER_TS_WRITING, XFER_ACT_WRITE);
+    else
+        enter_phase(t, c, XFER_TS_COMPLETING, XFER_ACT_COMMIT);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Handlers, one per handler token of XFER_TRANSFER_TABLE                  */
+/* ---------------------------------------------------------------------- */
+
+static void h_submit(xfer_transfer *t, xfer_tctx *c, uint64_t now,
+                     unsigned ev, const xfer_shard_result *r)
+{
+    t->state = XFER_TS_RESERVING;
+    for (uint16_t k = 0; k < t->nshards; k++) {
+        t->shards[k].resv = XFER_SUB_PENDING;
+        send_op(c, t, XFER_ACT_RESERVE, k);
+    }
+    t->pending = t->nshards;
+    set_timer(t, XFER_TIMER_DEADLINE, t->deadline_ns);
+}
+
+static void h_reserve_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
+                             unsigned ev, const xfer_shard_result *r)
+{
+    xfer_tshard *s = &t->shards[r->shard];
+    if (ev == XFER_TE_RESERVE_OK) {
+        s->resv = XFER_SUB_OK;
+        s->resv_id = r->resv_id;
+        s->remote_addr = r->remote_addr;
+        s->rkey = r->rkey;
+    } else {
+        s->resv = XFER_SUB_FAILED;
+        note_failure(t, r->shard, r->status, XFER_PHASE_RESERVING);
+    }
+    if (--t->pending == 0)
+        phase_drained(t, c, now);
+}
+
+static void h_write_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
+                           unsigned ev, const xfer_shard_result *r)
+{
+    xfer_tshard *s = &t->shards[r->shard];
+    if (ev == XFER_TE_WRITE_OK) {
+        s->write = XFER_SUB_OK;
+    } else {
+        s->write = XFER_SUB_FAILED;
+        note_failure(t, r->shard, r->status, XFER_PHASE_WRITING);
+    }
+    if (--t->pending == 0)
+        phase_drained(t, c, now);
+}
+
+static void h_commit_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
+                            unsigned ev, const xfer_shard_result *r)
+{
+    xfer_tshard *s = &t->shards[r->shard];
+    if (ev == XFER_TE_COMMIT_OK) {
+        s->commit = XFER_SUB_OK;
+    } else {
+        /* A commit whose reply failed may still have been applied. */
+        s->commit = XFER_SUB_FAILED;
+        t->may_hold = 1;
+        note_failure(t, r->shard, r->status, XFER_PHASE_COMPLETING);
+    }
+    if (--t->pending != 0)
+        return;
+    bool all_acked = true;
+    for (uint16_t k = 0; k < t->nshards; k++)
+        all_acked = all_acked && t->shards[k].commit == XFER_SUB_OK;
+    if (all_acked) {
+        /* Every commit acked: success, even if a stop came meanwhile. */
+        t->status = 0;
+        t->failed_shards = 0;
+        finish(t, c);
+        return;
+    }
+    enter_cancelling(t, c, now);
+}
+
+static int32_t stop_status(unsigned ev)
+{
+    switch (ev) {
+    case XFER_TE_USER_CANCEL:
+        return XFER_ERR_CANCELLED;
+    case XFER_TE_DEADLINE:
+        return XFER_ERR_TIMEOUT;
+    default:
+        return XFER_ERR_SHUTDOWN;
+    }
+}
+
+static uint8_t phase_of(uint8_t state)
+{
+    switch (state) {
+    case XFER_TS_RESERVING:
+        return XFER_PHASE_RESERVING;
+    case XFER_TS_WRITING:
+        return XFER_PHASE_WRITING;
+    case XFER_TS_COMPLETING:
+        return XFER_PHASE_COMPLETING;
+    default:
+        return XFER_PHASE_CANCELLING;
+    }
+}
+
+/* User cancel, deadline or shutdown while ops of a phase are in flight:
+ * start nothing new, abort what is in flight, leave when all answered. */
+static void h_stop(xfer_transfer *t, xfer_tctx *c, uint64_t now, unsigned ev,
+                   const xfer_shard_result *r)
+{
+    if (t->stopping)
+        return;
+    t->stopping = 1;
+    if (!failed(t)) {
+        t->status = stop_status(ev);
+        t->fail_phase = phase_of(t->state);
+    }
+    for (uint16_t k = 0; k < t->nshards; k++) {
+        const xfer_tshard *s = &t->shards[k];
+        if (t->state == XFER_TS_RESERVING && s->resv == XFER_SUB_PENDING)
+            abort_op(c, t, XFER_OP_RESERVE, k);
+        else if (t->state == XFER_TS_WRITING && s->write == XFER_SUB_PENDING)
+            abort_op(c, t, XFER_OP_WRITE, k);
+        else if (t->state == XFER_TS_COMPLETING &&
+                 s->commit == XFER_SUB_PENDING)
+            abort_op(c, t, XFER_OP_COMMIT, k);
+    }
+    set_timer(t, XFER_TIMER_NONE, 0);
+}
+
+/* COMPLETING: a user cancel or shutdown starts nothing; if every commit is
+ * acked the transfer still succeeds (DESIGN.md, transfer machine). */
+static void h_defer_stop(xfer_transfer *t, xfer_tctx *c, uint64_t now,
+                         unsigned ev, const xfer_shard_result *r)
+{
+    t->stop_deferred = 1;
+}
+
+static bool cancel_retryable(int32_t status)
+{
+    switch (status) {
+    case XFER_ERR_STATE:    /* TAKEN: the consumer owns the data */
+        return false;
+    default:
+        return true;
+    }
+}
+
+static void h_cancel_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
+                            unsigned ev, const xfer_shard_result *r)
+{
+    xfer_tshard *s = &t->shards[r->shard];
+    bool done = ev == XFER_TE_CANCEL_OK || r->status == XFER_ERR_CANCELLED ||
+                r->status == XFER_ERR_STALE;
+    if (done) {
+        /* CANCELLED: already tombstoned there; STALE: the shard holds only
+         * another attempt, so nothing of ours remains. */
+        s->cancel = XFER_SUB_OK;
+    } else if (cancel_retryable(r->status) &&
+               s->cancel_attempts < c->cfg->cancel_max_attempts) {
+        s->cancel = XFER_SUB_FAILED;
+    } else {
+        s->cancel = XFER_SUB_GAVE_UP;
+        t->rollback_failed |= UINT64_C(1) << r->shard;
+        if (r->status == XFER_ERR_STATE)
+            t->may_hold = 1;
+        c->cancel_gave_up++;
+    }
+    if (--t->pending != 0)
+        return;
+    bool retry = false;
+    for (uint16_t k = 0; k < t->nshards; k++)
+        retry = retry || t->shards[k].cancel == XFER_SUB_FAILED;
+    if (!retry) {
+        finish(t, c);
+        return;
+    }
+    uint64_t backoff = c->cfg->cancel_backoff_ns << (t->cancel_round < 20
+                                                         ? t->cancel_round
+                                                         : 20);
+    t->cancel_round++;
+    set_timer(t, XFER_TIMER_RETRY, now + backoff);
+}
+
+static void h_cancel_retry(xfer_transfer *t, xfer_tctx *c, uint64_t now,
+                           unsigned ev, const xfer_shard_result *r)
+{
+    t->pending = send_cancels(t, c, XFER_SUB_FAILED);
+    c->cancel_retries += t->pending;
+    assert(t->pending > 0);
+    set_timer(t, XFER_TIMER_DEADLINE, now + c->cfg->cancel_op_timeout_ns);
+}
+
+/* A cancel round took too long: abort the cancels still in flight; their
+ * results (ABORTED) then count as failed attempts. */
+static void h_cancel_timeout(xfer_transfer *t, xfer_tctx *c, uint64_t now,
+                             unsigned ev, const xfer_shard_result *r)
+{
+    for (uint16_t k = 0; k < t->nshards; k++)
+        if (t->shards[k].cancel == XFER_SUB_PENDING)
+            abort_op(c, t, XFER_OP_CANCEL, k);
+    set_timer(t, XFER_TIMER_NONE, 0);
+}
+
+/* Container rows (fsm/core.c) and cells without a handler. */
+#define h_none NULL
+#define h_unknown_reply NULL
+#define h_preempt NULL
+#define h_live_submit NULL
+#define h_late_submit NULL
+#define h_late_reply NULL
+
+typedef struct cell {
+    uint8_t verdict;
+    handler_fn fn;
+} cell;
+
+static const cell table[XFER_TS_COUNT_][XFER_TE_COUNT_] = {
+#define C_(s, e, v, h) [XFER_TS_##s][XFER_TE_##e] = {XFER_V_##v, h_##h},
+    XFER_TRANSFER_TABLE(C_)
+#undef C_
+};
+
+/* ---------------------------------------------------------------------- */
+/* Dispatch                                                                */
+/* ---------------------------------------------------------------------- */
+
+unsigned xfer_transfer_result_event(const xfer_shard_result *r)
+{
+    bool ok = r->status == 0;
+    switch (r->op) {
+    case XFER_OP_RESERVE:
+        return ok ? XFER_TE_RESERVE_OK : XFER_TE_RESERVE_FAIL;
+    case XFER_OP_WRITE:
+        return ok ? XFER_TE_WRITE_OK : XFER_TE_WRITE_FAIL;
+    case XFER_OP_COMMIT:
+        return ok ? XFER_TE_COMMIT_OK : XFER_TE_COMMIT_FAIL;
+    default:
+        return ok ? XFER_TE_CANCEL_OK : XFER_TE_CANCEL_FAIL;
+    }
+}
+
+bool xfer_transfer_expects(const xfer_transfer *t, const xfer_shard_result *r)
+{
+    if (r->shard >= t->nshards || r->attempt != t->attempt)
+        return false;
+    const xfer_tshard *s = &t->shards[r->shard];
+    switch (r->op) {
+    case XFER_OP_RESERVE:
+        return t->state == XFER_TS_RESERVING && s->resv == XFER_SUB_PENDING;
+    case XFER_OP_WRITE:
+        return t->state == XFER_TS_WRITING && s->write == XFER_SUB_PENDING;
+    case XFER_OP_COMMIT:
+        return t->state == XFER_TS_COMPLETING &&
+               s->commit == XFER_SUB_PENDING;
+    case XFER_OP_CANCEL:
+        return t->state == XFER_TS_CANCELLING &&
+               s->cancel == XFER_SUB_PENDING;
+    default:
+        return false;
+    }
+}
+
+unsigned xfer_transfer_timer_event(const xfer_transfer *t)
+{
+    return t->timer_kind == XFER_TIMER_RETRY ? XFER_TE_RETRY
+                                             : XFER_TE_DEADLINE;
+}
+
+static void trace_step(xfer_tctx *c, uint64_t now, const xfer_transfer *t,
+                       uint16_t shard, unsigned old, unsigned ev,
+                       unsigned verdict, const xfer_shard_result *r)
+{
+    if (!c->trace.fn) {
+        c->seq++;
+        return;
+    }
+    xfer_trace_rec rec = {
+        .time_ns = now,
+        .id = t->id,
+        .arg0 = r ? r->resv_id : 0,
+        .arg1 = t->pending,
+        .arg2 = t->failed_shards,
+        .attempt = t->attempt,
+        .error = r ? r->status : t->status,
+        .shard = shard,
+        .machine = XFER_M_TRANSFER,
+        .old_state = (uint8_t)old,
+        .event = (uint8_t)ev,
+        .new_state = t->state,
+        .verdict = (uint8_t)verdict,
+    };
+    xfer_util_emit(&c->trace, &c->seq, &rec);
+}
+
+void xfer_transfer_trace_cell(xfer_tctx *c, uint64_t now_ns, uint64_t id,
+                              uint32_t attempt, uint16_t shard,
+                              unsigned state, unsigned event, int32_t error)
+{
+    assert(state < XFER_TS_COUNT_ && event < XFER_TE_COUNT_);
+    c->cells_hit[state][event]++;
+    unsigned verdict = table[state][event].verdict;
+    if (verdict == XFER_V_ILLEGAL)
+        c->illegal++;
+    if (!c->trace.fn) {
+        c->seq++;
+        return;
+    }
+    xfer_trace_rec rec = {
+        .time_ns = now_ns,
+        .id = id,
+        .attempt = attempt,
+        .error = error,
+        .shard = shard,
+        .machine = XFER_M_TRANSFER,
+        .old_state = (uint8_t)state,
+        .event = (uint8_t)event,
+        .new_state = (uint8_t)state,
+        .verdict = (uint8_t)verdict,
+    };
+    if (state == XFER_TS_NEW && event == XFER_TE_USER_CANCEL)
+        rec.new_state = XFER_TS_TOMBSTONED;
+    xfer_util_emit(&c->trace, &c->seq, &rec);
+}
+
+void xfer_transfer_trace_action(xfer_tctx *c, uint64_t now_ns,
+                                const xfer_action *a)
+{
+    if (!c->trace.fn)
+        return;
+    xfer_trace_rec rec = {
+        .time_ns = now_ns,
+        .id = a->id,
+        .arg0 = a->resv_id,
+        .arg1 = a->len,
+        .arg2 = a->kind == XFER_ACT_COMPLETE ? a->result.failed_shards
+                                             : a->staging_off,
+        .attempt = a->attempt,
+        .error = a->kind == XFER_ACT_COMPLETE ? a->result.status : 0,
+        .shard = a->shard,
+        .machine = XFER_M_ACTION,
+        .old_state = a->op,
+        .event = a->kind,
+        .new_state = a->kind == XFER_ACT_COMPLETE ? a->result.phase : 0,
+    };
+    xfer_util_emit(&c->trace, &c->seq, &rec);
+}
+
+unsigned xfer_transfer_step(xfer_transfer *t, xfer_tctx *c, uint64_t now_ns,
+                            unsigned event, const xfer_shard_result *r)
+{
+    assert(t->state < XFER_TS_COUNT_ && event < XFER_TE_COUNT_);
+    unsigned old = t->state;
+    const cell *cl = &table[old][event];
+    c->cells_hit[old][event]++;
+    size_t first_action = c->nacts;
+    if (cl->verdict == XFER_V_ILLEGAL) {
+        /* A bug in a transport or the container: never peer input, which
+         * the container filters with xfer_transfer_expects(). */
+        c->illegal++;
+        assert(!"illegal transfer transition");
+    } else if (cl->fn) {
+        cl->fn(t, c, now_ns, event, r);
+    }
+    if (t->state != old && !xfer_fsm_edge_ok(XFER_M_TRANSFER, old, event,
+                                             t->state)) {
+        c->illegal++;
+        assert(!"undeclared transfer edge");
+    }
+    trace_step(c, now_ns, t, r ? r->shard : XFER_SHARD_NONE, old, event,
+               cl->verdict, r);
+    for (size_t i = first_action; i < c->nacts; i++)
+        xfer_transfer_trace_action(c, now_ns, &c->acts[i]);
+    return cl->verdict;
+}
