@@ -1,0 +1,617 @@
+/*
+ * transport/engine.c - the production driver of the transfer core on one
+ * libevent loop.
+ *
+ * Every input (a user call, a transport result, the timer, a mailbox
+ * request) goes into the core, and then drain() performs the actions the
+ * core produced: ops go to the group's transport, RELEASE_STAGING frees the
+ * staging accounting, COMPLETE is queued for delivery.  Completions, results
+ * a transport refused at start, and the shutdown callback are delivered from
+ * one deferred event, so no user callback ever runs inside a call the user
+ * just made (STYLE.md 6), and the core is never re-entered mid-step.
+ *
+ * What must stay true:
+ *  - I1: each accepted submit has one callback record (slot), consumed by
+ *    exactly one COMPLETE.
+ *  - I9: after SHUTDOWN_DONE, the deferred event first delivers every queued
+ *    completion, then unregisters every pool (transport pool_removed), then
+ *    calls the shutdown callback.
+ *  - I10: callback slots, queues and timers are FIFO or index ordered; no
+ *    pointer value reaches the core or the trace (user_data given to the core
+ *    is the callback slot index).
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "engine_int.h"
+#include "xfer/xfer.h"
+
+typedef struct pool_rec {
+    void *base;
+    size_t len;
+    uint32_t users; /* live transfers using it */
+    uint8_t used;
+} pool_rec;
+
+typedef struct group_rec {
+    xfer_transport tp;
+    uint16_t nshards;
+    uint8_t used;
+} group_rec;
+
+typedef struct cb_rec {
+    xfer_complete_cb cb;
+    void *ud;
+    uint64_t user_data;
+    uint64_t bytes; /* staging bytes of the transfer */
+    uint32_t pool;
+    uint8_t used, released;
+} cb_rec;
+
+typedef struct done_rec {
+    xfer_result res;
+    xfer_complete_cb cb;
+    void *ud;
+} done_rec;
+
+struct xfer_engine {
+    xfer_engine_config cfg;
+    struct event_base *base;
+    int own_base;
+    struct event *timer, *deferred;
+    uint64_t armed_at;
+    xfer_core *core;
+    pool_rec *pools;
+    group_rec *groups;
+    cb_rec *cbs;
+    uint32_t *cb_free, ncb_free;
+    done_rec *done;      /* FIFO of completions to deliver */
+    uint32_t done_head, done_n, done_cap;
+    xfer_shard_result *refused; /* FIFO of results for refused starts */
+    uint32_t ref_head, ref_n, ref_cap;
+    xfer_mailbox *mailbox;
+    xfer_shutdown_cb shutdown_cb;
+    void *shutdown_ud;
+    uint8_t shutting_down, shutdown_done, shutdown_reported;
+    int draining;
+    xfer_engine_stats st;
+};
+
+/* ---------------------------------------------------------------------- */
+/* Time and the core's timer                                               */
+/* ---------------------------------------------------------------------- */
+
+uint64_t xfer_engine_now(const xfer_engine *e)
+{
+    return e->cfg.clock(e->cfg.clock_ud);
+}
+
+static void rearm(xfer_engine *e)
+{
+    uint64_t next = xfer_core_next_deadline(e->core);
+    if (next == e->armed_at)
+        return;
+    e->armed_at = next;
+    if (next == UINT64_MAX) {
+        evtimer_del(e->timer);
+        return;
+    }
+    uint64_t now = xfer_engine_now(e);
+    uint64_t d = next > now ? next - now : 0;
+    struct timeval tv = {.tv_sec = (time_t)(d / 1000000000ull),
+                         .tv_usec = (suseconds_t)(d % 1000000000ull / 1000)};
+    if (d && tv.tv_sec == 0 && tv.tv_usec == 0)
+        tv.tv_usec = 1;
+    evtimer_add(e->timer, &tv);
+}
+
+static void kick(xfer_engine *e)
+{
+    event_active(e->deferred, EV_TIMEOUT, 0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Performing the core's actions                                           */
+/* ---------------------------------------------------------------------- */
+
+static void refuse(xfer_engine *e, const xfer_action *a, int rc)
+{
+    assert(e->ref_n < e->ref_cap);
+    e->refused[(e->ref_head + e->ref_n++) % e->ref_cap] =
+        (xfer_shard_result){.id = a->id, .attempt = a->attempt,
+                            .shard = a->shard,
+                            .op = (uint8_t)(a->kind - XFER_ACT_RESERVE +
+                                            XFER_OP_RESERVE),
+                            .status = rc};
+    e->st.ops_start_failed++;
+    kick(e);
+}
+
+static void start_op(xfer_engine *e, const xfer_action *a)
+{
+    group_rec *g = a->group < e->cfg.max_groups ? &e->groups[a->group] : NULL;
+    const void *src = NULL;
+    if (a->kind == XFER_ACT_WRITE) {
+        const pool_rec *p = &e->pools[a->pool];
+        src = (const uint8_t *)p->base + a->staging_off;
+    }
+    int rc = g && g->used ? g->tp.ops->start(g->tp.self, a, src)
+                          : XFER_ERR_NOT_FOUND;
+    e->st.ops_started++;
+    if (rc)
+        refuse(e, a, rc);
+}
+
+static void release_staging(xfer_engine *e, const xfer_action *a)
+{
+    /* The COMPLETE that follows carries the callback slot; staging is
+     * accounted per pool here. */
+    pool_rec *p = &e->pools[a->pool];
+    assert(p->users > 0);
+    p->users--;
+}
+
+static void complete(xfer_engine *e, const xfer_action *a)
+{
+    uint32_t slot = (uint32_t)a->result.user_data;
+    cb_rec *c = &e->cbs[slot];
+    assert(c->used);
+    assert(e->done_n < e->done_cap);
+    done_rec *d = &e->done[(e->done_head + e->done_n++) % e->done_cap];
+    d->res = a->result;
+    d->res.user_data = c->user_data;
+    d->cb = c->cb;
+    d->ud = c->ud;
+    e->st.staging_bytes_in_use -= c->bytes;
+    c->used = 0;
+    e->cb_free[e->ncb_free++] = slot;
+    kick(e);
+}
+
+static void perform(xfer_engine *e, const xfer_action *a)
+{
+    switch ((xfer_action_kind)a->kind) {
+    case XFER_ACT_RESERVE:
+    case XFER_ACT_WRITE:
+    case XFER_ACT_COMMIT:
+    case XFER_ACT_CANCEL:
+        start_op(e, a);
+        break;
+    case XFER_ACT_ABORT: {
+        group_rec *g = &e->groups[a->group];
+        e->st.aborts++;
+        if (g->used)
+            g->tp.ops->abort(g->tp.self, a);
+        break;
+    }
+    case XFER_ACT_RELEASE_STAGING:
+        release_staging(e, a);
+        break;
+    case XFER_ACT_COMPLETE:
+        complete(e, a);
+        break;
+    case XFER_ACT_SHUTDOWN_DONE:
+        e->shutdown_done = 1;
+        kick(e);
+        break;
+    case XFER_ACT_COUNT_:
+        break;
+    }
+}
+
+/* Perform and clear the core's pending actions, then re-arm the timer.
+ * Transports never answer from inside start/abort, so the core is not
+ * re-entered while we walk its list. */
+static void drain(xfer_engine *e)
+{
+    size_t n;
+    const xfer_action *acts = xfer_core_actions(e->core, &n);
+    e->draining++;
+    for (size_t i = 0; i < n; i++)
+        perform(e, &acts[i]);
+    xfer_core_actions_clear(e->core);
+    e->draining--;
+    rearm(e);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Loop callbacks                                                          */
+/* ---------------------------------------------------------------------- */
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_engine *e = arg;
+    e->armed_at = UINT64_MAX - 1; /* force re-arm */
+    xfer_core_on_timer(e->core, xfer_engine_now(e));
+    drain(e);
+}
+
+static void unregister_all_pools(xfer_engine *e)
+{
+    for (uint32_t p = 0; p < e->cfg.max_pools; p++)
+        if (e->pools[p].used)
+            xfer_engine_unregister_pool(e, p);
+}
+
+/* Deliver refused-op results, completions, and the end of shutdown. */
+static void on_deferred(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_engine *e = arg;
+    while (e->ref_n) {
+        xfer_shard_result r = e->refused[e->ref_head];
+        e->ref_head = (e->ref_head + 1) % e->ref_cap;
+        e->ref_n--;
+        xfer_core_on_result(e->core, xfer_engine_now(e), &r);
+        drain(e);
+    }
+    while (e->done_n) {
+        done_rec d = e->done[e->done_head];
+        e->done_head = (e->done_head + 1) % e->done_cap;
+        e->done_n--;
+        if (d.cb)
+            d.cb(d.ud, &d.res);
+    }
+    if (e->shutdown_done && !e->shutdown_reported && e->done_n == 0 &&
+        e->ref_n == 0) {
+        e->shutdown_reported = 1;
+        unregister_all_pools(e);
+        if (e->shutdown_cb)
+            e->shutdown_cb(e->shutdown_ud);
+    }
+}
+
+void xfer_engine_deliver(struct xfer_engine *e, const xfer_shard_result *r)
+{
+    e->st.results_delivered++;
+    if (xfer_core_on_result(e->core, xfer_engine_now(e), r) != 0)
+        e->st.results_dropped++;
+    drain(e);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Creation                                                                */
+/* ---------------------------------------------------------------------- */
+
+static void on_mail(void *ud, xfer_mail *m);
+
+static int alloc_tables(xfer_engine *e)
+{
+    uint32_t nt = e->cfg.core.max_transfers;
+    e->pools = calloc(e->cfg.max_pools, sizeof *e->pools);
+    e->groups = calloc(e->cfg.max_groups, sizeof *e->groups);
+    e->cbs = calloc(nt, sizeof *e->cbs);
+    e->cb_free = calloc(nt, sizeof *e->cb_free);
+    e->done_cap = nt;
+    e->done = calloc(nt, sizeof *e->done);
+    /* Grown by add_group: see grow_refused(). */
+    e->ref_cap = 64;
+    e->refused = calloc(e->ref_cap, sizeof *e->refused);
+    if (!e->pools || !e->groups || !e->cbs || !e->cb_free || !e->done ||
+        !e->refused)
+        return XFER_ERR_NOMEM;
+    for (uint32_t i = 0; i < nt; i++)
+        e->cb_free[i] = nt - 1 - i;
+    e->ncb_free = nt;
+    return 0;
+}
+
+static int make_loop(xfer_engine *e)
+{
+    if (!e->cfg.base) {
+        e->base = event_base_new();
+        e->own_base = 1;
+    } else {
+        e->base = e->cfg.base;
+    }
+    if (!e->base)
+        return XFER_ERR_IO;
+    e->timer = evtimer_new(e->base, on_timer, e);
+    e->deferred = event_new(e->base, -1, 0, on_deferred, e);
+    if (!e->timer || !e->deferred)
+        return XFER_ERR_IO;
+    return xfer_mailbox_new(e->base, e->cfg.mailbox_cap, on_mail, e,
+                            &e->mailbox);
+}
+
+int xfer_engine_new(const xfer_engine_config *cfg, xfer_engine **out)
+{
+    if (!out)
+        return XFER_ERR_INVALID_ARG;
+    xfer_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return XFER_ERR_NOMEM;
+    if (cfg)
+        e->cfg = *cfg;
+    if (!e->cfg.clock)
+        e->cfg.clock = xfer_clock_monotonic;
+    if (!e->cfg.max_pools)
+        e->cfg.max_pools = 16;
+    if (!e->cfg.max_groups)
+        e->cfg.max_groups = 16;
+    if (!e->cfg.mailbox_cap)
+        e->cfg.mailbox_cap = 65536;
+    if (!e->cfg.core.max_transfers)
+        e->cfg.core.max_transfers = 65536;
+    int rc = xfer_core_new(&e->cfg.core, &e->core);
+    if (!rc)
+        rc = alloc_tables(e);
+    if (!rc)
+        rc = make_loop(e);
+    if (rc) {
+        xfer_engine_del(e);
+        return rc;
+    }
+    e->armed_at = UINT64_MAX;
+    *out = e;
+    return 0;
+}
+
+void xfer_engine_del(xfer_engine *e)
+{
+    if (!e)
+        return;
+    for (uint32_t g = 0; e->groups && g < e->cfg.max_groups; g++)
+        if (e->groups[g].used && e->groups[g].tp.ops->detach)
+            e->groups[g].tp.ops->detach(e->groups[g].tp.self);
+    xfer_mailbox_del(e->mailbox);
+    if (e->timer)
+        event_free(e->timer);
+    if (e->deferred)
+        event_free(e->deferred);
+    if (e->own_base && e->base)
+        event_base_free(e->base);
+    xfer_core_del(e->core);
+    free(e->pools);
+    free(e->groups);
+    free(e->cbs);
+    free(e->cb_free);
+    free(e->done);
+    free(e->refused);
+    free(e);
+}
+
+struct event_base *xfer_engine_base(const xfer_engine *e)
+{
+    return e->base;
+}
+
+const xfer_core *xfer_engine_core(const xfer_engine *e)
+{
+    return e->core;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Pools and groups                                                        */
+/* ---------------------------------------------------------------------- */
+
+int xfer_engine_register_pool(xfer_engine *e, void *base, size_t len,
+                              uint32_t *pool)
+{
+    if (!e || !base || !len || !pool)
+        return XFER_ERR_INVALID_ARG;
+    if (e->shutting_down)
+        return XFER_ERR_SHUTDOWN;
+    uint32_t p = 0;
+    while (p < e->cfg.max_pools && e->pools[p].used)
+        p++;
+    if (p == e->cfg.max_pools)
+        return XFER_ERR_BUSY;
+    for (uint32_t g = 0; g < e->cfg.max_groups; g++) {
+        group_rec *gr = &e->groups[g];
+        if (!gr->used || !gr->tp.ops->pool_added)
+            continue;
+        int rc = gr->tp.ops->pool_added(gr->tp.self, p, base, len);
+        if (rc) {
+            for (uint32_t u = 0; u < g; u++)
+                if (e->groups[u].used && e->groups[u].tp.ops->pool_removed)
+                    e->groups[u].tp.ops->pool_removed(e->groups[u].tp.self,
+                                                      p);
+            return rc;
+        }
+    }
+    e->pools[p] = (pool_rec){.base = base, .len = len, .used = 1};
+    e->st.pools++;
+    *pool = p;
+    return 0;
+}
+
+int xfer_engine_unregister_pool(xfer_engine *e, uint32_t pool)
+{
+    if (!e || pool >= e->cfg.max_pools || !e->pools[pool].used)
+        return XFER_ERR_NOT_FOUND;
+    if (e->pools[pool].users)
+        return XFER_ERR_BUSY;
+    for (uint32_t g = 0; g < e->cfg.max_groups; g++) {
+        group_rec *gr = &e->groups[g];
+        if (gr->used && gr->tp.ops->pool_removed)
+            gr->tp.ops->pool_removed(gr->tp.self, pool);
+    }
+    e->pools[pool].used = 0;
+    e->st.pools--;
+    return 0;
+}
+
+/*
+ * A transfer has at most one op per shard without a result, so at most
+ * max_transfers x (largest group) start refusals can wait for delivery at
+ * once.  The ring is sized for that when a group is added, so queueing a
+ * refusal never allocates and never fails.
+ */
+static int grow_refused(xfer_engine *e, uint16_t nshards)
+{
+    size_t need = (size_t)e->cfg.core.max_transfers * nshards + 64;
+    if (need <= e->ref_cap)
+        return 0;
+    xfer_shard_result *r = calloc(need, sizeof *r);
+    if (!r)
+        return XFER_ERR_NOMEM;
+    for (uint32_t i = 0; i < e->ref_n; i++)
+        r[i] = e->refused[(e->ref_head + i) % e->ref_cap];
+    free(e->refused);
+    e->refused = r;
+    e->ref_head = 0;
+    e->ref_cap = (uint32_t)need;
+    return 0;
+}
+
+int xfer_engine_add_group(xfer_engine *e, xfer_transport tp, uint32_t *group)
+{
+    if (!e || !tp.ops || !tp.ops->start || !tp.ops->abort ||
+        !tp.ops->nshards || !group)
+        return XFER_ERR_INVALID_ARG;
+    if (e->shutting_down)
+        return XFER_ERR_SHUTDOWN;
+    uint32_t g = 0;
+    while (g < e->cfg.max_groups && e->groups[g].used)
+        g++;
+    if (g == e->cfg.max_groups)
+        return XFER_ERR_BUSY;
+    uint16_t n = tp.ops->nshards(tp.self);
+    if (n == 0 || n > XFER_MAX_SHARDS)
+        return XFER_ERR_INVALID_ARG;
+    int rc = grow_refused(e, n);
+    if (rc)
+        return rc;
+    rc = tp.ops->attach ? tp.ops->attach(tp.self, e, g) : 0;
+    if (rc)
+        return rc;
+    for (uint32_t p = 0; p < e->cfg.max_pools && tp.ops->pool_added; p++)
+        if (e->pools[p].used)
+            tp.ops->pool_added(tp.self, p, e->pools[p].base,
+                               e->pools[p].len);
+    e->groups[g] = (group_rec){.tp = tp, .nshards = n, .used = 1};
+    e->st.groups++;
+    *group = g;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Submit, cancel, shutdown                                                */
+/* ---------------------------------------------------------------------- */
+
+static int check_desc(const xfer_engine *e, const xfer_transfer_desc *d,
+                      uint64_t *bytes)
+{
+    if (!d || d->id == 0 || !d->slices)
+        return XFER_ERR_INVALID_ARG;
+    if (d->group >= e->cfg.max_groups || !e->groups[d->group].used ||
+        d->pool >= e->cfg.max_pools || !e->pools[d->pool].used)
+        return XFER_ERR_NOT_FOUND;
+    if (d->nslices != e->groups[d->group].nshards)
+        return XFER_ERR_INVALID_ARG;
+    const pool_rec *p = &e->pools[d->pool];
+    uint64_t sum = 0;
+    for (uint16_t k = 0; k < d->nslices; k++) {
+        const xfer_slice *s = &d->slices[k];
+        if (s->off > p->len || s->len > p->len - s->off)
+            return XFER_ERR_INVALID_ARG;
+        sum += s->len;
+    }
+    *bytes = sum;
+    return 0;
+}
+
+int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
+                       xfer_complete_cb cb, void *ud)
+{
+    if (!e || !cb)
+        return XFER_ERR_INVALID_ARG;
+    uint64_t bytes = 0;
+    int rc = check_desc(e, d, &bytes);
+    if (rc)
+        return rc;
+    if (e->shutting_down)
+        return XFER_ERR_SHUTDOWN;
+    if (e->ncb_free == 0)
+        return XFER_ERR_BUSY;
+    uint32_t slot = e->cb_free[e->ncb_free - 1];
+    uint64_t now = xfer_engine_now(e);
+    xfer_submit_args a = {
+        .id = d->id, .group = d->group, .nshards = d->nslices,
+        .pool = d->pool, .slices = d->slices,
+        .deadline_ns = d->timeout_ns ? now + d->timeout_ns : 0,
+        .user_data = slot};
+    rc = xfer_core_submit(e->core, now, &a);
+    if (rc)
+        return rc;
+    e->ncb_free--;
+    e->cbs[slot] = (cb_rec){.cb = cb, .ud = ud, .user_data = d->user_data,
+                            .bytes = bytes, .pool = d->pool, .used = 1};
+    e->pools[d->pool].users++;
+    e->st.staging_bytes_in_use += bytes;
+    drain(e);
+    return 0;
+}
+
+int xfer_engine_cancel(xfer_engine *e, uint64_t id)
+{
+    if (!e || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    int rc = xfer_core_cancel(e->core, xfer_engine_now(e), id);
+    drain(e);
+    return rc;
+}
+
+/* A mailbox submit the loop refused still owes its callback (it was
+ * accepted into the mailbox): deliver an error completion. */
+static void on_mail(void *ud, xfer_mail *m)
+{
+    xfer_engine *e = ud;
+    if (m->kind == 1) {
+        xfer_engine_cancel(e, m->id);
+        return;
+    }
+    int rc = xfer_engine_submit(e, &m->desc, m->cb, m->ud);
+    if (rc == 0)
+        return;
+    assert(e->done_n < e->done_cap);
+    done_rec *d = &e->done[(e->done_head + e->done_n++) % e->done_cap];
+    d->res = (xfer_result){.id = m->desc.id, .status = rc,
+                           .phase = XFER_PHASE_NONE,
+                           .first_failed_shard = XFER_SHARD_NONE,
+                           .user_data = m->desc.user_data};
+    d->cb = m->cb;
+    d->ud = m->ud;
+    kick(e);
+}
+
+int xfer_engine_post_submit(xfer_engine *e, const xfer_transfer_desc *d,
+                            xfer_complete_cb cb, void *ud)
+{
+    if (!e || !d || !cb || (d->nslices && !d->slices))
+        return XFER_ERR_INVALID_ARG;
+    xfer_mail m = {.kind = 0, .id = d->id, .desc = *d, .cb = cb, .ud = ud};
+    return xfer_mailbox_post(e->mailbox, &m);
+}
+
+int xfer_engine_post_cancel(xfer_engine *e, uint64_t id)
+{
+    if (!e || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    xfer_mail m = {.kind = 1, .id = id};
+    return xfer_mailbox_post(e->mailbox, &m);
+}
+
+int xfer_engine_shutdown(xfer_engine *e, xfer_shutdown_cb cb, void *ud)
+{
+    if (!e)
+        return XFER_ERR_INVALID_ARG;
+    if (e->shutting_down)
+        return XFER_ERR_STATE;
+    e->shutting_down = 1;
+    e->shutdown_cb = cb;
+    e->shutdown_ud = ud;
+    xfer_core_shutdown(e->core, xfer_engine_now(e));
+    drain(e);
+    return 0;
+}
+
+void xfer_engine_stats_get(const xfer_engine *e, xfer_engine_stats *st)
+{
+    *st = e->st;
+    xfer_core_stats_get(e->core, &st->core);
+    st->mailbox_posts = xfer_mailbox_posts(e->mailbox);
+}

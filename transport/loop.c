@@ -1,0 +1,655 @@
+/*
+ * transport/loop.c - the in-process transport: S xfer_shard objects on the
+ * engine's event base, every message delivered through a deferred callback,
+ * with deterministic fault injection.
+ *
+ * An op travels as messages: ARRIVE (the request reaches the shard and is
+ * applied), WRITE_END (a write that began on the shard finishes), REPLY (the
+ * answer reaches the engine).  Messages sit in one heap ordered by (due
+ * time, sequence number) and are run from one libevent event, so a seeded
+ * run delivers in the same order every time (I10).
+ *
+ * What must stay true:
+ *  - every started op gets exactly one REPLY to the engine (the contract of
+ *    xfer/transport.h), including aborted, dropped and shard-down ops;
+ *  - a WRITE's staging bytes are read only at ARRIVE, before its REPLY, so
+ *    the engine may release staging once the result came (I3);
+ *  - a write that began on a shard always gets its write_end on that shard,
+ *    even if the producer already got a failure (connection lost), so the
+ *    shard never frees memory under it (I4).
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "engine_int.h"
+#include "xfer/loop.h"
+
+#define LOOP_MAX_RULES 64
+#define LOOP_BATCH 512
+
+enum { MSG_ARRIVE, MSG_WRITE_END, MSG_REPLY };
+enum { OP_QUEUED, OP_DROPPED, OP_WRITING, OP_REPLYING };
+
+typedef struct loop_op loop_op;
+
+typedef struct loop_msg {
+    uint64_t due, seq;
+    loop_op *op; /* NULL: cancelled */
+    uint8_t kind;
+} loop_msg;
+
+struct loop_op {
+    xfer_action a;
+    const uint8_t *src;
+    xfer_shard_result res;
+    loop_msg *msg;   /* the op's pending message, if any */
+    loop_op *prev, *next;
+    loop_op *retry_next; /* on the retry list: REPLY not yet queued */
+    uint8_t state, fault, replied;
+    int32_t fault_err;
+};
+
+struct xfer_loop {
+    struct event_base *base;
+    xfer_loop_config cfg;
+    xfer_shard *shards[XFER_MAX_SHARDS];
+    uint8_t down[XFER_MAX_SHARDS];
+    struct xfer_engine *engine;
+    struct event *run_ev, *shard_timer;
+    loop_msg **heap;
+    size_t nheap, capheap;
+    uint64_t seq, rng;
+    loop_op *ops; /* outstanding, oldest first */
+    loop_op *ops_tail;
+    uint32_t nops;
+    loop_op *retry; /* replies that could not be queued (no memory) */
+    xfer_fault_rule rules[LOOP_MAX_RULES];
+    uint32_t fired[LOOP_MAX_RULES];
+    uint32_t nrules;
+    xfer_loop_stats st;
+};
+
+static uint64_t now_of(const xfer_loop *l)
+{
+    return l->cfg.clock(l->cfg.clock_ud);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The message heap                                                        */
+/* ---------------------------------------------------------------------- */
+
+static int before(const loop_msg *a, const loop_msg *b)
+{
+    return a->due != b->due ? a->due < b->due : a->seq < b->seq;
+}
+
+static void heap_swap(xfer_loop *l, size_t i, size_t j)
+{
+    loop_msg *t = l->heap[i];
+    l->heap[i] = l->heap[j];
+    l->heap[j] = t;
+}
+
+static int heap_push(xfer_loop *l, loop_msg *m)
+{
+    if (l->nheap == l->capheap) {
+        size_t cap = l->capheap ? 2 * l->capheap : 256;
+        loop_msg **h = realloc(l->heap, cap * sizeof *h);
+        if (!h)
+            return XFER_ERR_NOMEM;
+        l->heap = h;
+        l->capheap = cap;
+    }
+    size_t i = l->nheap++;
+    l->heap[i] = m;
+    while (i > 0 && before(l->heap[i], l->heap[(i - 1) / 2])) {
+        heap_swap(l, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    return 0;
+}
+
+static loop_msg *heap_pop(xfer_loop *l)
+{
+    loop_msg *top = l->heap[0];
+    l->heap[0] = l->heap[--l->nheap];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= l->nheap)
+            break;
+        if (c + 1 < l->nheap && before(l->heap[c + 1], l->heap[c]))
+            c++;
+        if (!before(l->heap[c], l->heap[i]))
+            break;
+        heap_swap(l, i, c);
+        i = c;
+    }
+    return top;
+}
+
+static void schedule_run(xfer_loop *l)
+{
+    if (l->nheap == 0)
+        return;
+    uint64_t now = now_of(l), due = l->heap[0]->due;
+    if (due <= now) {
+        event_active(l->run_ev, EV_TIMEOUT, 0);
+        return;
+    }
+    uint64_t d = due - now;
+    struct timeval tv = {.tv_sec = (time_t)(d / 1000000000ull),
+                         .tv_usec = (suseconds_t)(d % 1000000000ull / 1000)};
+    if (tv.tv_sec == 0 && tv.tv_usec == 0)
+        tv.tv_usec = 1;
+    event_add(l->run_ev, &tv);
+}
+
+/* Queue a message for op; the op remembers it so it can be cancelled. */
+static int post(xfer_loop *l, loop_op *op, uint8_t kind, uint64_t delay)
+{
+    loop_msg *m = malloc(sizeof *m);
+    if (!m)
+        return XFER_ERR_NOMEM;
+    *m = (loop_msg){.due = now_of(l) + delay, .seq = l->seq++, .op = op,
+                    .kind = kind};
+    if (heap_push(l, m)) {
+        free(m);
+        return XFER_ERR_NOMEM;
+    }
+    op->msg = m;
+    l->st.messages++;
+    schedule_run(l);
+    return 0;
+}
+
+static void cancel_msg(loop_op *op)
+{
+    if (op->msg)
+        op->msg->op = NULL;
+    op->msg = NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Ops                                                                     */
+/* ---------------------------------------------------------------------- */
+
+static void unlink_op(xfer_loop *l, loop_op *op)
+{
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        l->ops = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    else
+        l->ops_tail = op->prev;
+    l->nops--;
+}
+
+static void reply(xfer_loop *l, loop_op *op, int32_t status)
+{
+    cancel_msg(op);
+    op->res.status = status;
+    op->state = OP_REPLYING;
+    if (post(l, op, MSG_REPLY, 0) != 0) {
+        /* No memory for the message: keep the op on a retry list that the
+         * run callback re-posts, so the reply is late but never lost. */
+        op->retry_next = l->retry;
+        l->retry = op;
+        event_active(l->run_ev, EV_TIMEOUT, 0);
+    }
+}
+
+static void repost_retries(xfer_loop *l)
+{
+    loop_op *list = l->retry;
+    l->retry = NULL;
+    while (list) {
+        loop_op *op = list;
+        list = op->retry_next;
+        op->retry_next = NULL;
+        reply(l, op, op->res.status);
+    }
+}
+
+static void emit_events(xfer_loop *l, xfer_shard *s)
+{
+    size_t n;
+    const xfer_shard_event *ev = xfer_shard_events(s, &n);
+    for (size_t i = 0; i < n && l->cfg.on_event; i++)
+        l->cfg.on_event(l->cfg.on_event_ud, &ev[i]);
+    xfer_shard_events_clear(s);
+}
+
+static int32_t apply_op(xfer_loop *l, loop_op *op, uint64_t now)
+{
+    xfer_shard *s = l->shards[op->a.shard];
+    const xfer_action *a = &op->a;
+    switch ((xfer_action_kind)a->kind) {
+    case XFER_ACT_RESERVE: {
+        xfer_resv_info info;
+        int rc = xfer_shard_reserve(s, now, a->id, a->attempt, a->len, &info);
+        if (rc == 0) {
+            op->res.resv_id = info.resv_id;
+            op->res.remote_addr = info.addr;
+        }
+        return rc;
+    }
+    case XFER_ACT_COMMIT:
+        return xfer_shard_commit(s, now, a->id, a->attempt, a->resv_id);
+    case XFER_ACT_CANCEL:
+        return xfer_shard_cancel(s, now, a->id, a->attempt, a->resv_id);
+    case XFER_ACT_WRITE:
+    case XFER_ACT_ABORT:
+    case XFER_ACT_RELEASE_STAGING:
+    case XFER_ACT_COMPLETE:
+    case XFER_ACT_SHUTDOWN_DONE:
+    case XFER_ACT_COUNT_:
+        break;
+    }
+    return XFER_ERR_INTERNAL;
+}
+
+/* A write lands on the shard: begin, copy the staging bytes, and stay in
+ * flight until WRITE_END. */
+static void arrive_write(xfer_loop *l, loop_op *op, uint64_t now)
+{
+    uint8_t *dst = NULL;
+    xfer_shard *s = l->shards[op->a.shard];
+    int rc = xfer_shard_write_begin(s, now, op->a.id, op->a.attempt,
+                                    op->a.resv_id, 0, op->a.len, &dst);
+    if (rc) {
+        reply(l, op, rc);
+        return;
+    }
+    if (op->a.len)
+        memcpy(dst, op->src, op->a.len);
+    op->state = OP_WRITING;
+    if (post(l, op, MSG_WRITE_END, l->cfg.write_ns) != 0) {
+        xfer_shard_write_end(s, now, op->a.id, op->a.resv_id, false);
+        reply(l, op, XFER_ERR_NOMEM);
+    }
+}
+
+static void on_arrive(xfer_loop *l, loop_op *op, uint64_t now)
+{
+    op->msg = NULL;
+    uint16_t k = op->a.shard;
+    if (l->down[k]) {
+        l->st.down_failed++;
+        reply(l, op, XFER_ERR_CONN_LOST);
+        return;
+    }
+    if (op->fault == XFER_FAULT_DROP) {
+        op->state = OP_DROPPED; /* lost: waits for an abort */
+        l->st.dropped++;
+        return;
+    }
+    if (op->fault == XFER_FAULT_FAIL) {
+        reply(l, op, op->fault_err);
+        return;
+    }
+    if (op->a.kind == XFER_ACT_WRITE) {
+        arrive_write(l, op, now);
+    } else {
+        int32_t rc = apply_op(l, op, now);
+        if (op->fault == XFER_FAULT_APPLIED_LOST) {
+            l->st.applied_lost++;
+            rc = op->fault_err;
+        }
+        reply(l, op, rc);
+    }
+    emit_events(l, l->shards[k]);
+}
+
+static void on_write_end(xfer_loop *l, loop_op *op, uint64_t now)
+{
+    op->msg = NULL;
+    xfer_shard *s = l->shards[op->a.shard];
+    int rc = xfer_shard_write_end(s, now, op->a.id, op->a.resv_id, true);
+    emit_events(l, s);
+    if (op->replied) {
+        /* The producer already heard "connection lost"; the shard side of
+         * the write is now over too. */
+        unlink_op(l, op);
+        free(op);
+        return;
+    }
+    if (rc == 0 && op->fault == XFER_FAULT_APPLIED_LOST) {
+        l->st.applied_lost++;
+        rc = op->fault_err;
+    }
+    reply(l, op, rc);
+}
+
+static void on_reply(xfer_loop *l, loop_op *op)
+{
+    op->msg = NULL;
+    xfer_shard_result r = op->res;
+    unlink_op(l, op);
+    free(op);
+    if (l->engine)
+        xfer_engine_deliver(l->engine, &r);
+}
+
+static void arm_shard_timer(xfer_loop *l)
+{
+    uint64_t next = UINT64_MAX;
+    for (uint16_t k = 0; k < l->cfg.nshards; k++) {
+        uint64_t d = xfer_shard_next_deadline(l->shards[k]);
+        next = d < next ? d : next;
+    }
+    if (next == UINT64_MAX) {
+        evtimer_del(l->shard_timer);
+        return;
+    }
+    uint64_t now = now_of(l), d = next > now ? next - now : 0;
+    struct timeval tv = {.tv_sec = (time_t)(d / 1000000000ull),
+                         .tv_usec = (suseconds_t)(d % 1000000000ull / 1000)};
+    evtimer_add(l->shard_timer, &tv);
+}
+
+static void on_run(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_loop *l = arg;
+    uint64_t now = now_of(l);
+    repost_retries(l);
+    for (int i = 0; i < LOOP_BATCH && l->nheap && l->heap[0]->due <= now;
+         i++) {
+        loop_msg *m = heap_pop(l);
+        loop_op *op = m->op;
+        uint8_t kind = m->kind;
+        free(m);
+        if (!op)
+            continue;
+        if (kind == MSG_ARRIVE)
+            on_arrive(l, op, now);
+        else if (kind == MSG_WRITE_END)
+            on_write_end(l, op, now);
+        else
+            on_reply(l, op);
+    }
+    schedule_run(l);
+    arm_shard_timer(l);
+}
+
+static void on_shard_timer(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_loop *l = arg;
+    uint64_t now = now_of(l);
+    for (uint16_t k = 0; k < l->cfg.nshards; k++) {
+        xfer_shard_on_timer(l->shards[k], now);
+        emit_events(l, l->shards[k]);
+    }
+    arm_shard_timer(l);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Faults                                                                  */
+/* ---------------------------------------------------------------------- */
+
+static uint64_t next_rand(xfer_loop *l)
+{
+    l->rng ^= l->rng >> 12;
+    l->rng ^= l->rng << 25;
+    l->rng ^= l->rng >> 27;
+    return l->rng * 0x2545f4914f6cdd1dull;
+}
+
+static bool rule_matches(xfer_loop *l, uint32_t i, const xfer_action *a)
+{
+    const xfer_fault_rule *r = &l->rules[i];
+    uint8_t op = (uint8_t)a->kind; /* RESERVE..CANCEL == op kinds */
+    if (r->op != XFER_FAULT_ANY_OP && r->op != op)
+        return false;
+    if (r->shard != XFER_FAULT_ANY_SHARD && r->shard != (int16_t)a->shard)
+        return false;
+    if (r->id && r->id != a->id)
+        return false;
+    if (r->count && l->fired[i] >= r->count)
+        return false;
+    if (r->prob_ppm && next_rand(l) % 1000000u >= r->prob_ppm)
+        return false;
+    return true;
+}
+
+/* Decide an op's fate when it starts; returns the ARRIVE delay. */
+static uint64_t decide(xfer_loop *l, loop_op *op)
+{
+    uint64_t delay = 0;
+    for (uint32_t i = 0; i < l->nrules; i++) {
+        if (!rule_matches(l, i, &op->a))
+            continue;
+        l->fired[i]++;
+        l->st.faults_fired++;
+        const xfer_fault_rule *r = &l->rules[i];
+        if (r->kind == XFER_FAULT_DELAY) {
+            delay += r->delay_ns;
+            continue; /* a delay combines with a later rule */
+        }
+        op->fault = r->kind;
+        op->fault_err = r->error ? r->error : XFER_ERR_REMOTE;
+        break;
+    }
+    return delay;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The ops table                                                           */
+/* ---------------------------------------------------------------------- */
+
+static uint16_t t_nshards(void *self)
+{
+    return ((xfer_loop *)self)->cfg.nshards;
+}
+
+static int t_attach(void *self, struct xfer_engine *e, uint32_t group)
+{
+    xfer_loop *l = self;
+    if (l->engine)
+        return XFER_ERR_BUSY;
+    l->engine = e;
+    return 0;
+}
+
+static int t_start(void *self, const xfer_action *a, const void *src)
+{
+    xfer_loop *l = self;
+    if (a->shard >= l->cfg.nshards || a->kind > XFER_ACT_CANCEL)
+        return XFER_ERR_INVALID_ARG;
+    loop_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return XFER_ERR_NOMEM;
+    op->a = *a;
+    op->src = src;
+    op->fault = 0xFF;
+    op->res = (xfer_shard_result){.id = a->id, .attempt = a->attempt,
+                                  .shard = a->shard, .op = (uint8_t)a->kind};
+    uint64_t delay = decide(l, op);
+    if (post(l, op, MSG_ARRIVE, delay) != 0) {
+        free(op);
+        return XFER_ERR_NOMEM;
+    }
+    op->prev = l->ops_tail;
+    if (l->ops_tail)
+        l->ops_tail->next = op;
+    else
+        l->ops = op;
+    l->ops_tail = op;
+    l->nops++;
+    return 0;
+}
+
+static loop_op *find_op(xfer_loop *l, const xfer_action *a)
+{
+    for (loop_op *op = l->ops; op; op = op->next)
+        if (op->a.id == a->id && op->a.attempt == a->attempt &&
+            op->a.shard == a->shard && op->a.kind == a->op && !op->replied &&
+            op->state != OP_REPLYING)
+            return op;
+    return NULL;
+}
+
+static void t_abort(void *self, const xfer_action *a)
+{
+    xfer_loop *l = self;
+    loop_op *op = find_op(l, a);
+    if (!op || op->state == OP_WRITING)
+        return; /* answered already, or its real result is on the way */
+    l->st.aborted++;
+    reply(l, op, XFER_ERR_ABORTED);
+}
+
+static void t_detach(void *self)
+{
+    ((xfer_loop *)self)->engine = NULL;
+}
+
+static const xfer_transport_ops loop_ops = {
+    .name = "loop",
+    .nshards = t_nshards,
+    .attach = t_attach,
+    .start = t_start,
+    .abort = t_abort,
+    .detach = t_detach,
+};
+
+xfer_transport xfer_loop_transport(xfer_loop *l)
+{
+    return (xfer_transport){.ops = &loop_ops, .self = l};
+}
+
+/* ---------------------------------------------------------------------- */
+/* Public API                                                              */
+/* ---------------------------------------------------------------------- */
+
+int xfer_loop_new(struct event_base *base, const xfer_loop_config *cfg,
+                  xfer_loop **out)
+{
+    if (!base || !cfg || !out || cfg->nshards == 0 ||
+        cfg->nshards > XFER_MAX_SHARDS)
+        return XFER_ERR_INVALID_ARG;
+    xfer_loop *l = calloc(1, sizeof *l);
+    if (!l)
+        return XFER_ERR_NOMEM;
+    l->base = base;
+    l->cfg = *cfg;
+    if (!l->cfg.clock)
+        l->cfg.clock = xfer_clock_monotonic;
+    l->rng = cfg->seed ? cfg->seed : 0x9e3779b97f4a7c15ull;
+    int rc = XFER_ERR_IO;
+    l->run_ev = event_new(base, -1, 0, on_run, l);
+    l->shard_timer = evtimer_new(base, on_shard_timer, l);
+    if (!l->run_ev || !l->shard_timer)
+        goto out_fail;
+    for (uint16_t k = 0; k < cfg->nshards; k++) {
+        xfer_shard_config sc = cfg->shard;
+        sc.shard_index = k;
+        rc = xfer_shard_new(&sc, &l->shards[k]);
+        if (rc)
+            goto out_fail;
+    }
+    *out = l;
+    return 0;
+out_fail:
+    xfer_loop_del(l);
+    return rc;
+}
+
+void xfer_loop_del(xfer_loop *l)
+{
+    if (!l)
+        return;
+    while (l->nheap)
+        free(heap_pop(l));
+    free(l->heap);
+    while (l->ops) {
+        loop_op *op = l->ops;
+        l->ops = op->next;
+        free(op);
+    }
+    if (l->run_ev)
+        event_free(l->run_ev);
+    if (l->shard_timer)
+        event_free(l->shard_timer);
+    for (uint16_t k = 0; k < l->cfg.nshards; k++)
+        xfer_shard_del(l->shards[k]);
+    free(l);
+}
+
+int xfer_loop_add_rule(xfer_loop *l, const xfer_fault_rule *rule)
+{
+    if (!l || !rule || rule->kind >= XFER_FAULT_COUNT_ ||
+        (rule->op != XFER_FAULT_ANY_OP && rule->op >= XFER_OP_COUNT_) ||
+        rule->prob_ppm > 1000000u || rule->error > 0)
+        return XFER_ERR_INVALID_ARG;
+    if (l->nrules == LOOP_MAX_RULES)
+        return XFER_ERR_BUSY;
+    l->fired[l->nrules] = 0;
+    l->rules[l->nrules++] = *rule;
+    return 0;
+}
+
+void xfer_loop_clear_rules(xfer_loop *l)
+{
+    l->nrules = 0;
+}
+
+void xfer_loop_set_down(xfer_loop *l, uint16_t shard, bool down)
+{
+    if (!l || shard >= l->cfg.nshards)
+        return;
+    l->down[shard] = down;
+    if (!down)
+        return;
+    /* Every op outstanding on the shard fails now, as results. */
+    for (loop_op *op = l->ops; op; op = op->next) {
+        if (op->a.shard != shard || op->replied)
+            continue;
+        l->st.down_failed++;
+        if (op->state == OP_WRITING) {
+            /* The shard still ends the write (WRITE_END stays queued); the
+             * producer hears of the loss now. */
+            op->replied = 1;
+            xfer_shard_result r = op->res;
+            r.status = XFER_ERR_CONN_LOST;
+            loop_op *rep = calloc(1, sizeof *rep);
+            if (!rep)
+                continue;
+            rep->a = op->a;
+            rep->res = r;
+            rep->prev = l->ops_tail;
+            l->ops_tail ? (void)(l->ops_tail->next = rep) : (void)(l->ops = rep);
+            l->ops_tail = rep;
+            l->nops++;
+            reply(l, rep, XFER_ERR_CONN_LOST);
+            continue;
+        }
+        if (op->state == OP_REPLYING && op->res.status == 0)
+            op->res.status = XFER_ERR_CONN_LOST;
+        else if (op->state != OP_REPLYING)
+            reply(l, op, XFER_ERR_CONN_LOST);
+    }
+}
+
+xfer_shard *xfer_loop_shard(xfer_loop *l, uint16_t shard)
+{
+    return l && shard < l->cfg.nshards ? l->shards[shard] : NULL;
+}
+
+void xfer_loop_stats_get(const xfer_loop *l, xfer_loop_stats *st)
+{
+    *st = l->st;
+}
+
+uint32_t xfer_loop_outstanding(const xfer_loop *l)
+{
+    uint32_t n = 0;
+    for (const loop_op *op = l->ops; op; op = op->next)
+        n += !op->replied;
+    return n;
+}

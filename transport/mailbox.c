@@ -1,0 +1,146 @@
+/*
+ * transport/mailbox.c - the engine's thread-safe mailbox.
+ *
+ * Other threads append requests under a mutex and write one byte to a pipe;
+ * the loop reads the pipe and drains the queue in FIFO order, so the order
+ * the loop sees is the order the posts took the lock, and that is the order
+ * the trace records.  The queue is bounded (XFER_ERR_BUSY at the cap).
+ * Posting never touches libevent state, so libevent needs no thread
+ * support.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "engine_int.h"
+
+struct xfer_mailbox {
+    pthread_mutex_t lock;
+    xfer_mail *q;     /* ring */
+    uint32_t head, n, cap;
+    int fds[2];       /* pipe: [0] read by the loop, [1] written by posts */
+    int wake_pending; /* a byte is in the pipe; guarded by lock */
+    struct event *ev;
+    xfer_mailbox_fn fn;
+    void *ud;
+    uint64_t posts;
+};
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_mailbox *mb = arg;
+    char buf[64];
+    while (read(fd, buf, sizeof buf) > 0) {
+    }
+    pthread_mutex_lock(&mb->lock);
+    mb->wake_pending = 0;
+    pthread_mutex_unlock(&mb->lock);
+    for (;;) {
+        xfer_mail m;
+        pthread_mutex_lock(&mb->lock);
+        if (mb->n == 0) {
+            pthread_mutex_unlock(&mb->lock);
+            break;
+        }
+        m = mb->q[mb->head];
+        mb->head = (mb->head + 1) % mb->cap;
+        mb->n--;
+        pthread_mutex_unlock(&mb->lock);
+        mb->fn(mb->ud, &m);
+        free(m.slices);
+    }
+}
+
+int xfer_mailbox_new(struct event_base *base, uint32_t cap,
+                     xfer_mailbox_fn fn, void *ud, xfer_mailbox **out)
+{
+    xfer_mailbox *mb = calloc(1, sizeof *mb);
+    if (!mb)
+        return XFER_ERR_NOMEM;
+    mb->fds[0] = mb->fds[1] = -1;
+    mb->q = calloc(cap ? cap : 1, sizeof *mb->q);
+    if (!mb->q || pthread_mutex_init(&mb->lock, NULL) != 0) {
+        free(mb->q);
+        free(mb);
+        return XFER_ERR_NOMEM;
+    }
+    mb->cap = cap ? cap : 1;
+    mb->fn = fn;
+    mb->ud = ud;
+    int rc = XFER_ERR_IO;
+    if (pipe(mb->fds) != 0)
+        goto out_fail;
+    for (int i = 0; i < 2; i++) {
+        fcntl(mb->fds[i], F_SETFL, fcntl(mb->fds[i], F_GETFL) | O_NONBLOCK);
+        fcntl(mb->fds[i], F_SETFD, FD_CLOEXEC);
+    }
+    mb->ev = event_new(base, mb->fds[0], EV_READ | EV_PERSIST, on_wake, mb);
+    if (!mb->ev || event_add(mb->ev, NULL) != 0)
+        goto out_fail;
+    *out = mb;
+    return 0;
+out_fail:
+    xfer_mailbox_del(mb);
+    return rc;
+}
+
+void xfer_mailbox_del(xfer_mailbox *mb)
+{
+    if (!mb)
+        return;
+    if (mb->ev)
+        event_free(mb->ev);
+    for (uint32_t i = 0; i < mb->n; i++)
+        free(mb->q[(mb->head + i) % mb->cap].slices);
+    for (int i = 0; i < 2; i++)
+        if (mb->fds[i] >= 0)
+            close(mb->fds[i]);
+    pthread_mutex_destroy(&mb->lock);
+    free(mb->q);
+    free(mb);
+}
+
+int xfer_mailbox_post(xfer_mailbox *mb, const xfer_mail *m)
+{
+    xfer_mail copy = *m;
+    copy.slices = NULL;
+    if (m->kind == 0) {
+        size_t n = m->desc.nslices;
+        copy.slices = n ? malloc(n * sizeof *copy.slices) : NULL;
+        if (n && !copy.slices)
+            return XFER_ERR_NOMEM;
+        if (n)
+            memcpy(copy.slices, m->desc.slices, n * sizeof *copy.slices);
+        copy.desc.slices = copy.slices;
+    }
+    pthread_mutex_lock(&mb->lock);
+    if (mb->n == mb->cap) {
+        pthread_mutex_unlock(&mb->lock);
+        free(copy.slices);
+        return XFER_ERR_BUSY;
+    }
+    mb->q[(mb->head + mb->n) % mb->cap] = copy;
+    mb->n++;
+    mb->posts++;
+    int wake = !mb->wake_pending;
+    mb->wake_pending = 1;
+    pthread_mutex_unlock(&mb->lock);
+    if (wake) {
+        char b = 1;
+        ssize_t w;
+        do {
+            w = write(mb->fds[1], &b, 1);
+        } while (w < 0 && errno == EINTR);
+    }
+    return 0;
+}
+
+uint64_t xfer_mailbox_posts(const xfer_mailbox *mb)
+{
+    return mb ? mb->posts : 0;
+}
