@@ -14,6 +14,8 @@
 set -u
 xt=$1; gen=$2; name=$3; golden=$4; check=$5; nshards=$6; show_ids=$7
 shift 7
+abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
+xt=$(abs "$xt"); gen=$(abs "$gen"); check=$(abs "$check")
 tmp=$(mktemp -d /tmp/xfer-golden-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
