@@ -1,0 +1,318 @@
+/*
+ * tools/bench.c - xfer-bench: figures for DESIGN.md section 8, printed next
+ * to a reference measured in the same process.  Asserts nothing about time.
+ *
+ *   xfer-bench [core|engine|memory|all]   (default all)
+ *   xfer-bench tcp [args]                 runs xfer-bench-tcp (TCP figures)
+ *
+ * core:   shard events per second through the pure transfer core with 1 k,
+ *         64 k and 1 M transfers in flight (O(1) per event shows as a flat
+ *         rate).  Reference: the same event stream through a bare id-map
+ *         lookup and counter update, i.e. the floor any table-driven design
+ *         pays.
+ * engine: transfers per second through the engine and the loop transport
+ *         (4 shards, 64 in flight, 4 KiB per shard).  Reference: the pure
+ *         core answering the same ops in-line, so the figure shows what the
+ *         loop, the transport and the shards add.
+ * memory: bytes per transfer in flight and per tombstone.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "idmap.h"
+#include "xfer/core.h"
+#include "xfer/loop.h"
+#include "xfer/xfer.h"
+
+#define NS 4
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Pure core                                                               */
+/* ---------------------------------------------------------------------- */
+
+typedef struct op_q {
+    xfer_action *a;
+    size_t head, n, cap;
+} op_q;
+
+static void q_push(op_q *q, const xfer_action *a)
+{
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? q->cap * 2 : 4096;
+        xfer_action *na = malloc(cap * sizeof *na);
+        for (size_t i = 0; i < q->n; i++)
+            na[i] = q->a[(q->head + i) % q->cap];
+        free(q->a);
+        q->a = na;
+        q->head = 0;
+        q->cap = cap;
+    }
+    q->a[(q->head + q->n++) % q->cap] = *a;
+}
+
+static xfer_action q_pop(op_q *q)
+{
+    xfer_action a = q->a[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->n--;
+    return a;
+}
+
+/* Take the core's ops into the queue; count completions. */
+static uint64_t harvest(xfer_core *c, op_q *q)
+{
+    size_t n;
+    uint64_t done = 0;
+    const xfer_action *acts = xfer_core_actions(c, &n);
+    for (size_t i = 0; i < n; i++) {
+        if (acts[i].kind <= XFER_ACT_CANCEL)
+            q_push(q, &acts[i]);
+        done += acts[i].kind == XFER_ACT_COMPLETE;
+    }
+    xfer_core_actions_clear(c);
+    return done;
+}
+
+static const xfer_slice slices[NS] = {{0, 4096}, {4096, 4096},
+                                      {8192, 4096}, {12288, 4096}};
+
+static void core_submit(xfer_core *c, uint64_t id)
+{
+    xfer_submit_args a = {.id = id, .nshards = NS, .slices = slices,
+                          .deadline_ns = UINT64_MAX / 2};
+    if (xfer_core_submit(c, 1, &a) != 0) {
+        fprintf(stderr, "xfer-bench: submit failed\n");
+        exit(1);
+    }
+}
+
+/* Keep `inflight` transfers going; return shard events per second. */
+static double bench_core(uint32_t inflight, uint64_t events_target)
+{
+    xfer_core_config cfg = {.max_transfers = inflight,
+                            .max_tombstones = inflight * 2,
+                            .tombstone_ttl_ns = 1};
+    xfer_core *c;
+    if (xfer_core_new(&cfg, &c) != 0)
+        return 0;
+    op_q q = {0};
+    uint64_t next_id = 1, events = 0;
+    for (uint32_t i = 0; i < inflight; i++)
+        core_submit(c, next_id++);
+    harvest(c, &q);
+    double t0 = now_s();
+    uint64_t t = 2;
+    while (events < events_target) {
+        xfer_action a = q_pop(&q);
+        xfer_shard_result r = {.id = a.id, .attempt = a.attempt,
+                               .shard = a.shard, .op = a.kind,
+                               .resv_id = 1 + a.shard};
+        xfer_core_on_result(c, t++, &r);
+        events++;
+        uint64_t done = harvest(c, &q);
+        for (uint64_t k = 0; k < done; k++) {
+            core_submit(c, next_id++);
+            harvest(c, &q);
+        }
+    }
+    double dt = now_s() - t0;
+    xfer_core_del(c);
+    free(q.a);
+    return (double)events / dt;
+}
+
+/* The reference floor: the same number of events, each one id-map lookup
+ * and a counter update on a record. */
+static double bench_floor(uint32_t inflight, uint64_t events_target)
+{
+    xfer_allocator al = {0};
+    xfer_idmap m;
+    xfer_idmap_init(&m, inflight, &al);
+    uint32_t *counter = calloc(inflight, sizeof *counter);
+    for (uint32_t i = 0; i < inflight; i++)
+        xfer_idmap_put(&m, i + 1, i);
+    double t0 = now_s();
+    uint64_t x = 88172645463325252ull;
+    for (uint64_t e = 0; e < events_target; e++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        uint32_t slot;
+        if (xfer_idmap_get(&m, 1 + x % inflight, &slot))
+            counter[slot]++;
+    }
+    double dt = now_s() - t0;
+    volatile uint32_t sink = counter[0];
+    (void)sink;
+    xfer_idmap_clear(&m, &al);
+    free(counter);
+    return (double)events_target / dt;
+}
+
+static void run_core(void)
+{
+    printf("pure core: shard events/s on one core (target >= 10 M/s, flat "
+           "from 1 k to 1 M in flight)\n");
+    uint32_t sizes[] = {1000, 65536, 1000000};
+    for (size_t i = 0; i < 3; i++) {
+        uint64_t n = 8000000;
+        double rate = bench_core(sizes[i], n);
+        double floor = bench_floor(sizes[i], n);
+        printf("  %8u in flight: %7.2f M events/s   reference (id-map "
+               "lookup + counter): %7.2f M/s\n",
+               sizes[i], rate / 1e6, floor / 1e6);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Engine + loop transport                                                 */
+/* ---------------------------------------------------------------------- */
+
+typedef struct eng_run {
+    xfer_engine *e;
+    uint32_t group, pool;
+    uint64_t next_id, done, target;
+    uint8_t *staging;
+} eng_run;
+
+static void eng_submit(eng_run *r);
+
+static void eng_done(void *ud, const xfer_result *res)
+{
+    eng_run *r = ud;
+    if (res->status != 0) {
+        fprintf(stderr, "xfer-bench: transfer failed: %s\n",
+                xfer_strerror(res->status));
+        exit(1);
+    }
+    r->done++;
+    if (r->next_id <= r->target)
+        eng_submit(r);
+    else if (r->done == r->target)
+        event_base_loopbreak(xfer_engine_base(r->e));
+}
+
+static void eng_submit(eng_run *r)
+{
+    xfer_transfer_desc d = {.id = r->next_id++, .group = r->group,
+                            .pool = r->pool, .nslices = NS,
+                            .slices = slices};
+    if (xfer_engine_submit(r->e, &d, eng_done, r) != 0) {
+        fprintf(stderr, "xfer-bench: engine submit failed\n");
+        exit(1);
+    }
+}
+
+static xfer_loop *bench_loop;
+
+/* The consumer releases what became ready, so pools never fill. */
+static void eng_event(void *ud, const xfer_shard_event *ev)
+{
+    xfer_loop *l = bench_loop;
+    if (ev->kind != XFER_SHARD_EV_READY)
+        return;
+    xfer_shard *s = xfer_loop_shard(l, ev->shard);
+    const uint8_t *data;
+    uint32_t len;
+    if (xfer_shard_take(s, 0, ev->id, ev->resv_id, &data, &len) == 0)
+        xfer_shard_release(s, 0, ev->id, ev->resv_id);
+}
+
+static double bench_engine(uint32_t inflight, uint64_t target)
+{
+    xfer_engine_config ec = {.core = {.max_transfers = inflight * 2,
+                                      .max_tombstones = 1u << 20,
+                                      .tombstone_ttl_ns = 100000000}};
+    eng_run r = {.target = target, .next_id = 1};
+    xfer_engine_new(&ec, &r.e);
+    xfer_loop *l;
+    xfer_loop_config lc = {.nshards = NS, .on_event = eng_event,
+                           .shard = {.pool_bytes = 64u << 20,
+                                     .max_reservations = 8192,
+                                     .max_tombstones = 1u << 20,
+                                     .tombstone_ttl_ns = 100000000}};
+    if (xfer_loop_new(xfer_engine_base(r.e), &lc, &l) != 0)
+        return 0;
+    bench_loop = l;
+    r.staging = calloc(1, 16384);
+    xfer_engine_register_pool(r.e, r.staging, 16384, &r.pool);
+    xfer_engine_add_group(r.e, xfer_loop_transport(l), &r.group);
+    double t0 = now_s();
+    for (uint32_t i = 0; i < inflight && r.next_id <= target; i++)
+        eng_submit(&r);
+    event_base_dispatch(xfer_engine_base(r.e));
+    double dt = now_s() - t0;
+    xfer_engine_del(r.e);
+    xfer_loop_del(l);
+    free(r.staging);
+    return (double)r.done / dt;
+}
+
+static void run_engine(void)
+{
+    printf("engine + loop transport, %d shards, 64 in flight, 4 KiB per "
+           "shard (target >= 300 k transfers/s)\n", NS);
+    double rate = bench_engine(64, 200000);
+    /* Reference: the pure core alone; one transfer = 4 shards x 3 ops. */
+    double core = bench_core(64, 2400000) / (3.0 * NS);
+    printf("  engine+loop: %8.0f transfers/s   reference (pure core, ops "
+           "answered in-line): %8.0f transfers/s\n", rate, core);
+}
+
+static void run_memory(void)
+{
+    printf("memory (target <= 256 B per transfer + 48 B per shard; a "
+           "tombstone <= 48 B)\n");
+    for (unsigned n = 1; n <= 8; n *= 2)
+        printf("  core, %u shards: %zu B per transfer in flight "
+               "(= %zu + %zu per shard)\n",
+               n, xfer_core_transfer_bytes(n), xfer_core_transfer_bytes(0),
+               (xfer_core_transfer_bytes(n) - xfer_core_transfer_bytes(0)) /
+                   n);
+    printf("  tombstone: %zu B\n", xfer_core_tombstone_bytes());
+}
+
+int main(int argc, char **argv)
+{
+    const char *what = argc > 1 ? argv[1] : "all";
+    if (!strcmp(what, "tcp")) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s", argv[0]);
+        char *slash = strrchr(path, '/');
+        const char *tool = "bench/xfer-bench-tcp";
+        if (slash)
+            snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path),
+                     "%s", tool);
+        execv(slash ? path : tool, argv + 1);
+        fprintf(stderr, "xfer-bench: cannot run %s (is the tcp benchmark "
+                "built?)\n", tool);
+        return 1;
+    }
+    int all = !strcmp(what, "all");
+    if (!all && strcmp(what, "core") && strcmp(what, "engine") &&
+        strcmp(what, "memory")) {
+        fprintf(stderr, "xfer-bench: unknown benchmark '%s' (core, engine, "
+                "memory, tcp, all)\n", what);
+        return 2;
+    }
+    if (all || !strcmp(what, "memory"))
+        run_memory();
+    if (all || !strcmp(what, "core"))
+        run_core();
+    if (all || !strcmp(what, "engine"))
+        run_engine();
+    return 0;
+}
