@@ -92,6 +92,8 @@ one_line_error 2 stuck "$name.xtr" --older-than 5parsecs
 one_line_error 2 summary --frobnicate "$name.xtr"
 one_line_error 2 export "$name.xtr" -o x.json
 one_line_error 2 dot petri-net
+one_line_error 3 stuck --live "$tmp/no-such.sock"
+one_line_error 2 stuck --live
 one_line_error 2 nosuchcommand
 
 if [ "$fails" -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi

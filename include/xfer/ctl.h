@@ -1,0 +1,128 @@
+/*
+ * xfer/ctl.h - live inspection: a Unix-domain control socket on a libevent
+ * loop that answers every connection with a snapshot of what is open right
+ * now (transfers of an engine, reservations of xferd's shards): id, state,
+ * age, per-shard sub-states and what each waits for.  `xfer-trace stuck
+ * --live SOCK` reads it; so does `socat - UNIX-CONNECT:SOCK`.
+ *
+ * Off by default: nothing listens until xfer_ctl_open (or
+ * xfer_engine_ctl_open / a shard snapshot) is called.  The client sends
+ * nothing; the server writes the snapshot and closes.  The reply is JSON
+ * lines (version 1), each one flat object, written in one loop turn:
+ *
+ *   {"xfer_ctl":1}
+ *   {"kind":"transfer","id":7,"attempt":7,"state":"WRITING",
+ *    "age_ns":N,"deadline_in_ns":N (negative: passed),"pending":1,
+ *    "nshards":3,"waiting":"1",             (shards with an op in flight)
+ *    "shards":[{"shard":0,"resv":"ok","write":"done","commit":"none",
+ *               "cancel":"none","cancel_attempts":0,"waits":""}, ...]}
+ *   {"kind":"reservation","shard":1,"id":7,"attempt":7,"state":"WRITING",
+ *    "age_ns":N,"waits":"write end"}
+ *   {"kind":"end","transfers":N,"reservations":N}
+ *
+ * Sub-state words: resv none|pending|ok|failed; write
+ * none|pending|done|failed; commit none|pending|acked|failed; cancel
+ * none|pending|ok|failed|gave_up.  "waits" names the op in flight
+ * (reserve|write|commit|cancel), "cancel retry" for a failed cancel
+ * waiting for its backoff, or "" when the shard waits for nothing.  A
+ * reply without the "end" line was cut short.
+ *
+ * The socket file is created mode 0600; a stale socket file at the path is
+ * replaced, any other file is not.  Everything here runs on the loop
+ * thread of `base`; snapshot callbacks are called from that loop.
+ */
+#ifndef XFER_CTL_H
+#define XFER_CTL_H
+
+#include <stdint.h>
+
+#include "xfer/core.h"
+#include "xfer/errors.h"
+#include "xfer/shard.h"
+#include "xfer/xfer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct event_base;
+typedef struct xfer_ctl xfer_ctl;
+/* A reply being built (valid only during the snapshot callback). */
+typedef struct xfer_ctl_reply xfer_ctl_reply;
+
+/* Fill one snapshot with xfer_ctl_put_*.  `rep` is borrowed until return.
+ * Called on the loop thread, once per connection. */
+typedef void (*xfer_ctl_snapshot_fn)(void *ud, xfer_ctl_reply *rep);
+
+/*
+ * xfer_ctl_open - listen on the Unix socket `path` (copied) on `base`
+ * (borrowed: must outlive the ctl).  `fn` and `ud` are retained until
+ * xfer_ctl_close.  On success writes *out and returns 0; on failure *out is
+ * untouched.  Loop thread only.
+ * Errors: XFER_ERR_INVALID_ARG (NULL argument, path too long for a Unix
+ * socket), XFER_ERR_EXISTS (a file that is not a socket is at path),
+ * XFER_ERR_IO (socket, bind or listen failed; errno tells why),
+ * XFER_ERR_NOMEM.
+ */
+XFER_API int xfer_ctl_open(struct event_base *base, const char *path,
+                           xfer_ctl_snapshot_fn fn, void *ud,
+                           xfer_ctl **out);
+
+/* Stop listening, drop connections still being answered, remove the
+ * socket file, free.  Accepts NULL.  Loop thread only. */
+XFER_API void xfer_ctl_close(xfer_ctl *ctl);
+
+/* Connections answered so far. */
+XFER_API uint64_t xfer_ctl_served(const xfer_ctl *ctl);
+
+/*
+ * Append one open transfer (`v` borrowed) as seen at now_ns.
+ * Returns 0, XFER_ERR_INVALID_ARG, or XFER_ERR_NOMEM.
+ */
+XFER_API int xfer_ctl_put_transfer(xfer_ctl_reply *rep,
+                                   const xfer_transfer_view *v,
+                                   uint64_t now_ns);
+
+/*
+ * Append one reservation of shard `shard`, in state `st` since since_ns.
+ * Tombstones (CANCELLED, EXPIRED, DONE) and NONE are not open: they are
+ * skipped (returns 0).  Returns 0, XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM.
+ */
+XFER_API int xfer_ctl_put_reservation(xfer_ctl_reply *rep, uint16_t shard,
+                                      uint64_t id, uint32_t attempt,
+                                      xfer_resv_state st, uint64_t since_ns,
+                                      uint64_t now_ns);
+
+/*
+ * xfer_engine_ctl_open - a control socket answering with every live
+ * transfer of engine `e` (borrowed: close the ctl before xfer_engine_del).
+ * Same errors as xfer_ctl_open.  Loop thread of the engine.
+ */
+XFER_API int xfer_engine_ctl_open(xfer_engine *e, const char *path,
+                                  xfer_ctl **out);
+
+/*
+ * Shards (for xferd): a ready-made snapshot callback answering with every
+ * open reservation of `n` shards.  Pass xfer_ctl_shards_snapshot as `fn`
+ * and a pointer to an xfer_ctl_shards (retained until xfer_ctl_close) as
+ * `ud` to xfer_ctl_open.  `clock` NULL means CLOCK_MONOTONIC; it must be
+ * the clock the shards are driven with.
+ */
+typedef struct xfer_ctl_shards {
+    xfer_shard *const *shards; /* n shards; shard k answers as index k */
+    uint16_t n;
+    xfer_clock_fn clock;
+    void *clock_ud;
+} xfer_ctl_shards;
+
+XFER_API void xfer_ctl_shards_snapshot(void *ud, xfer_ctl_reply *rep);
+
+/* Append every open reservation of one shard `s` (borrowed), answering as
+ * shard index `shard`.  Returns 0 or XFER_ERR_NOMEM. */
+XFER_API int xfer_ctl_put_shard(xfer_ctl_reply *rep, const xfer_shard *s,
+                                uint16_t shard, uint64_t now_ns);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XFER_CTL_H */

@@ -1,0 +1,344 @@
+/*
+ * transport/ctl.c - the control socket of include/xfer/ctl.h: a Unix
+ * listener on a libevent loop; each connection gets one snapshot (JSON
+ * lines) and is closed.
+ *
+ * What must stay true:
+ *  - the snapshot is built in one go on the loop thread, when the
+ *    connection is accepted, so it is one consistent cut of the state;
+ *  - the reply is sent with send(MSG_NOSIGNAL): a client that goes away
+ *    costs its connection, never a SIGPIPE for the embedding process;
+ *  - a slow client cannot stall the loop (non-blocking writes driven by
+ *    EV_WRITE) or pile up memory without bound (at most MAX_CONNS replies
+ *    in flight; more connections are closed at once);
+ *  - nothing here prints; close frees every connection and removes the
+ *    socket file.
+ */
+#include "xfer/ctl.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#define MAX_CONNS 32
+
+typedef struct conn {
+    struct xfer_ctl *ctl;
+    evutil_socket_t fd;
+    struct event *ev;
+    struct evbuffer *out;
+} conn;
+
+struct xfer_ctl {
+    struct event_base *base;
+    struct evconnlistener *lis;
+    char *path;
+    xfer_ctl_snapshot_fn fn;
+    void *ud;
+    conn *conns[MAX_CONNS];
+    uint64_t served;
+};
+
+struct xfer_ctl_reply {
+    struct evbuffer *out;
+    uint64_t transfers, reservations;
+    int err;
+};
+
+/* ---------------------------------------------------------------------- */
+/* Reply lines                                                             */
+/* ---------------------------------------------------------------------- */
+
+static void add(xfer_ctl_reply *rep, const char *fmt, ...)
+{
+    if (rep->err)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (evbuffer_add_vprintf(rep->out, fmt, ap) < 0)
+        rep->err = XFER_ERR_NOMEM;
+    va_end(ap);
+}
+
+static const char *sub_name(unsigned which, unsigned v)
+{
+    static const char *const names[4][5] = {
+        {"none", "pending", "ok", "failed", "?"},
+        {"none", "pending", "done", "failed", "?"},
+        {"none", "pending", "acked", "failed", "?"},
+        {"none", "pending", "ok", "failed", "gave_up"}};
+    return v < 5 ? names[which][v] : "?";
+}
+
+/* What shard view `s` of a transfer in `state` waits for, or "". */
+static const char *shard_waits(const xfer_shard_view *s, unsigned state)
+{
+    if (s->resv == 1)
+        return "reserve";
+    if (s->write == 1)
+        return "write";
+    if (s->commit == 1)
+        return "commit";
+    if (s->cancel == 1)
+        return "cancel";
+    if (s->cancel == 3 && state == XFER_TS_CANCELLING)
+        return "cancel retry";
+    return "";
+}
+
+static void put_shards(xfer_ctl_reply *rep, const xfer_transfer_view *v)
+{
+    add(rep, ",\"waiting\":\"");
+    unsigned nw = 0;
+    for (unsigned k = 0; k < v->nshards && k < XFER_MAX_SHARDS; k++) {
+        const xfer_shard_view *s = &v->shards[k];
+        if (s->resv == 1 || s->write == 1 || s->commit == 1 || s->cancel == 1)
+            add(rep, "%s%u", nw++ ? "," : "", k);
+    }
+    add(rep, "\",\"shards\":[");
+    for (unsigned k = 0; k < v->nshards && k < XFER_MAX_SHARDS; k++) {
+        const xfer_shard_view *s = &v->shards[k];
+        add(rep,
+            "%s{\"shard\":%u,\"resv\":\"%s\",\"write\":\"%s\","
+            "\"commit\":\"%s\",\"cancel\":\"%s\",\"cancel_attempts\":%u,"
+            "\"waits\":\"%s\"}",
+            k ? "," : "", k, sub_name(0, s->resv), sub_name(1, s->write),
+            sub_name(2, s->commit), sub_name(3, s->cancel),
+            (unsigned)s->cancel_attempts, shard_waits(s, v->state));
+    }
+    add(rep, "]}\n");
+}
+
+int xfer_ctl_put_transfer(xfer_ctl_reply *rep, const xfer_transfer_view *v,
+                          uint64_t now_ns)
+{
+    if (!rep || !v)
+        return XFER_ERR_INVALID_ARG;
+    uint64_t age = now_ns > v->started_ns ? now_ns - v->started_ns : 0;
+    int64_t dl = (int64_t)(v->deadline_ns - now_ns);
+    add(rep,
+        "{\"kind\":\"transfer\",\"id\":%" PRIu64 ",\"attempt\":%" PRIu32
+        ",\"state\":\"%s\",\"age_ns\":%" PRIu64 ",\"deadline_in_ns\":%" PRId64
+        ",\"pending\":%" PRIu32 ",\"nshards\":%u",
+        v->id, v->attempt, xfer_fsm_state_name(XFER_M_TRANSFER, v->state),
+        age, dl, v->pending, (unsigned)v->nshards);
+    put_shards(rep, v);
+    rep->transfers++;
+    return rep->err;
+}
+
+static const char *resv_waits(xfer_resv_state st)
+{
+    switch (st) {
+    case XFER_RS_RESERVED:
+        return "write or commit";
+    case XFER_RS_WRITING:
+        return "write end";
+    case XFER_RS_READY:
+        return "take";
+    case XFER_RS_TAKEN:
+        return "release";
+    case XFER_RS_CANCEL_PENDING:
+    case XFER_RS_EXPIRE_PENDING:
+        return "write end (free deferred)";
+    case XFER_RS_NONE:
+    case XFER_RS_CANCELLED:
+    case XFER_RS_EXPIRED:
+    case XFER_RS_DONE:
+    case XFER_RS_COUNT_:
+    default:
+        return NULL;
+    }
+}
+
+int xfer_ctl_put_reservation(xfer_ctl_reply *rep, uint16_t shard,
+                             uint64_t id, uint32_t attempt,
+                             xfer_resv_state st, uint64_t since_ns,
+                             uint64_t now_ns)
+{
+    if (!rep)
+        return XFER_ERR_INVALID_ARG;
+    const char *waits = resv_waits(st);
+    if (!waits)
+        return 0;
+    add(rep,
+        "{\"kind\":\"reservation\",\"shard\":%u,\"id\":%" PRIu64
+        ",\"attempt\":%" PRIu32 ",\"state\":\"%s\",\"age_ns\":%" PRIu64
+        ",\"waits\":\"%s\"}\n",
+        (unsigned)shard, id, attempt,
+        xfer_fsm_state_name(XFER_M_RESERVATION, st),
+        now_ns > since_ns ? now_ns - since_ns : 0, waits);
+    rep->reservations++;
+    return rep->err;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Connections                                                             */
+/* ---------------------------------------------------------------------- */
+
+static void conn_free(conn *c)
+{
+    xfer_ctl *ctl = c->ctl;
+    for (unsigned i = 0; i < MAX_CONNS; i++)
+        if (ctl->conns[i] == c)
+            ctl->conns[i] = NULL;
+    if (c->ev)
+        event_free(c->ev);
+    if (c->out)
+        evbuffer_free(c->out);
+    evutil_closesocket(c->fd);
+    free(c);
+}
+
+/* Send what the socket takes now; free the connection when all is sent
+ * or the client is gone. */
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+    conn *c = arg;
+    while (evbuffer_get_length(c->out) > 0) {
+        struct evbuffer_iovec v;
+        if (evbuffer_peek(c->out, -1, NULL, &v, 1) < 1)
+            break;
+        ssize_t n = send(fd, v.iov_base, v.iov_len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return; /* EV_PERSIST: called again when writable */
+        if (n <= 0)
+            break;
+        evbuffer_drain(c->out, (size_t)n);
+    }
+    conn_free(c);
+}
+
+static int build_reply(xfer_ctl *ctl, struct evbuffer *out)
+{
+    xfer_ctl_reply rep = {.out = out};
+    add(&rep, "{\"xfer_ctl\":1}\n");
+    ctl->fn(ctl->ud, &rep);
+    add(&rep, "{\"kind\":\"end\",\"transfers\":%" PRIu64
+              ",\"reservations\":%" PRIu64 "}\n",
+        rep.transfers, rep.reservations);
+    return rep.err;
+}
+
+static void on_accept(struct evconnlistener *lis, evutil_socket_t fd,
+                      struct sockaddr *sa, int salen, void *arg)
+{
+    xfer_ctl *ctl = arg;
+    unsigned slot = 0;
+    while (slot < MAX_CONNS && ctl->conns[slot])
+        slot++;
+    conn *c = slot < MAX_CONNS ? calloc(1, sizeof *c) : NULL;
+    if (!c) {
+        evutil_closesocket(fd);
+        return;
+    }
+    c->ctl = ctl;
+    c->fd = fd;
+    ctl->conns[slot] = c;
+    c->out = evbuffer_new();
+    c->ev = event_new(ctl->base, fd, EV_WRITE | EV_PERSIST, on_writable, c);
+    if (!c->out || !c->ev || build_reply(ctl, c->out) ||
+        event_add(c->ev, NULL) != 0) {
+        conn_free(c);
+        return;
+    }
+    ctl->served++;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Open and close                                                          */
+/* ---------------------------------------------------------------------- */
+
+/* A stale socket at path is removed; any other file is left alone. */
+static int clear_path(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : XFER_ERR_IO;
+    if (!S_ISSOCK(st.st_mode))
+        return XFER_ERR_EXISTS;
+    return unlink(path) == 0 ? 0 : XFER_ERR_IO;
+}
+
+static int listen_on(xfer_ctl *ctl, const char *path)
+{
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int rc = clear_path(path);
+    if (rc)
+        return rc;
+    ctl->lis = evconnlistener_new_bind(
+        ctl->base, on_accept, ctl,
+        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 16,
+        (struct sockaddr *)&sa, (int)sizeof sa);
+    if (!ctl->lis)
+        return XFER_ERR_IO;
+    if (chmod(path, 0600) != 0)
+        return XFER_ERR_IO;
+    return 0;
+}
+
+int xfer_ctl_open(struct event_base *base, const char *path,
+                  xfer_ctl_snapshot_fn fn, void *ud, xfer_ctl **out)
+{
+    struct sockaddr_un sa;
+    if (!base || !path || !*path || !fn || !out ||
+        strlen(path) >= sizeof sa.sun_path)
+        return XFER_ERR_INVALID_ARG;
+    xfer_ctl *ctl = calloc(1, sizeof *ctl);
+    if (!ctl)
+        return XFER_ERR_NOMEM;
+    ctl->base = base;
+    ctl->fn = fn;
+    ctl->ud = ud;
+    ctl->path = strdup(path);
+    int rc = ctl->path ? listen_on(ctl, path) : XFER_ERR_NOMEM;
+    if (rc) {
+        bool bound = ctl->lis != NULL;
+        if (ctl->lis)
+            evconnlistener_free(ctl->lis);
+        if (bound)
+            unlink(path);
+        free(ctl->path);
+        free(ctl);
+        return rc;
+    }
+    *out = ctl;
+    return 0;
+}
+
+void xfer_ctl_close(xfer_ctl *ctl)
+{
+    if (!ctl)
+        return;
+    for (unsigned i = 0; i < MAX_CONNS; i++)
+        if (ctl->conns[i])
+            conn_free(ctl->conns[i]);
+    if (ctl->lis) {
+        evconnlistener_free(ctl->lis);
+        unlink(ctl->path);
+    }
+    free(ctl->path);
+    free(ctl);
+}
+
+uint64_t xfer_ctl_served(const xfer_ctl *ctl)
+{
+    return ctl ? ctl->served : 0;
+}
