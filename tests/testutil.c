@@ -34,7 +34,8 @@ static void *ta_alloc(void *ud, size_t size)
 {
     tu_alloc *ta = ud;
     ta->calls++;
-    if (ta->fail_after >= 0 && ta->calls > ta->fail_after) {
+    if (ta->fail_after >= 0 && ta->calls > ta->fail_after &&
+        (!ta->fail_once || ta->calls == ta->fail_after + 1)) {
         ta->failures++;
         return NULL;
     }

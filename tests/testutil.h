@@ -21,6 +21,7 @@ uint64_t tu_rand(uint64_t *state);
 /* A failing, counting allocator. */
 typedef struct tu_alloc {
     long fail_after; /* -1: never fail; else fail the (fail_after+1)-th */
+    int fail_once;   /* fail only that one call, not every later one */
     long calls, failures;
     long live;       /* allocations not yet freed */
 } tu_alloc;
