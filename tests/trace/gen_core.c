@@ -1,12 +1,9 @@
 /*
  * tests/trace/gen_core.c - writes golden-trace input: a seeded scenario run
  * on the pure transfer core (no libevent, no clock), so the trace is the
- * same bit for bit on every machine.  Also patches trace files for the
- * replay test.
+ * same bit for bit on every machine.
  *
  *   gen_core [--seed N] [--format binary|jsonl] OUT
- *   gen_core flip IN OUT     copy IN, flipping the new_state of the tenth
- *                            state-changing TRANSFER record
  *
  * The scenario drives ten-odd transfers over 3 shards through every kind
  * of end: success, a refused reserve, a failed write, a failed commit, a
@@ -228,42 +225,8 @@ static void run(sim *s, uint64_t end)
     }
 }
 
-static int flip(const char *in, const char *out)
-{
-    xfer_tracefile_reader *rd;
-    char why[200];
-    if (xfer_tracefile_reader_open(in, &rd, why, sizeof why)) {
-        fprintf(stderr, "gen_core: %s: %s\n", in, why);
-        return 1;
-    }
-    FILE *src = fopen(in, "rb"), *dst = fopen(out, "wb");
-    xfer_trace_rec r;
-    long nth = 0, idx = -1, i = 0;
-    while (xfer_tracefile_reader_next(rd, &r) == 1 && idx < 0) {
-        if (r.machine == XFER_M_TRANSFER && r.old_state != r.new_state &&
-            ++nth == 10)
-            idx = i;
-        i++;
-    }
-    xfer_tracefile_reader_close(rd);
-    if (!src || !dst || idx < 0)
-        return 1;
-    int c;
-    long off = 0, at = XFER_TRACEFILE_HEADER_SIZE + idx * 64 + 61;
-    while ((c = fgetc(src)) != EOF) {
-        if (off++ == at)
-            c = (c + 1) % XFER_TS_COUNT_;
-        fputc(c, dst);
-    }
-    fclose(src);
-    printf("flipped new_state of record %ld\n", idx);
-    return fclose(dst) != 0;
-}
-
 int main(int argc, char **argv)
 {
-    if (argc == 4 && strcmp(argv[1], "flip") == 0)
-        return flip(argv[2], argv[3]);
     uint64_t seed = 42;
     xfer_tracefile_opts o = {.format = XFER_TRACEFILE_BINARY,
                              .created_ns = 1700000000000000000ull,
