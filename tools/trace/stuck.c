@@ -60,7 +60,8 @@ static void print_items(items *it, const char *what, uint64_t older,
 {
     char d[32];
     xt_fmt_dur(d, sizeof d, older);
-    qsort(it->v, it->n, sizeof *it->v, cmp_item);
+    if (it->n)
+        qsort(it->v, it->n, sizeof *it->v, cmp_item);
     printf("%zu open %s older than %s (%s)\n", it->n, what, d, where);
     for (size_t i = 0; i < it->n; i++) {
         fputs(it->v[i].text, stdout);
