@@ -130,7 +130,7 @@ enum { XFER_WIRE_ROLE_PRODUCER = 1, XFER_WIRE_ROLE_CONSUMER = 2,
 /* Why a frame was refused (counted per reason by receivers). */
 #define XFER_WIRE_REASONS(X)                                                  \
     X(OK) X(BAD_MAGIC) X(BAD_VERSION) X(BAD_FLAGS) X(BAD_TYPE)                \
-    X(BAD_LENGTH) X(BAD_FIELD) X(UNEXPECTED)
+    X(BAD_LENGTH) X(BAD_FIELD) X(UNEXPECTED) X(TRUNCATED)
 
 typedef enum xfer_wire_reason {
 #define XFER_WIRE_ENUM_(name) XFER_WIRE_R_##name,

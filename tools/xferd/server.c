@@ -661,8 +661,14 @@ static void on_write(struct bufferevent *bev, void *arg)
 
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-        close_conn(arg);
+    xd_conn *c = arg;
+    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+        return;
+    if (c->in_write || evbuffer_get_length(bufferevent_get_input(bev))) {
+        bad_frame(c, XFER_WIRE_R_TRUNCATED); /* ended inside a frame */
+        return;
+    }
+    close_conn(c);
 }
 
 /* Close connections marked doomed (from a callback of their own). */
