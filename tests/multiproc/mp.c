@@ -323,3 +323,73 @@ bool mp_run_until(struct event_base *base, const volatile bool *flag,
 {
     return mp_run_while(base, flag_set, (void *)flag, timeout_ms);
 }
+
+/* ---------------------------------------------------------------------- */
+/* Producer                                                                */
+/* ---------------------------------------------------------------------- */
+
+int mp_producer_new(mp_producer *p, const uint16_t *ports, uint16_t n,
+                    size_t staging_len, uint64_t deadline_ns)
+{
+    memset(p, 0, sizeof *p);
+    signal(SIGPIPE, SIG_IGN);
+    static char addrbuf[XFER_MAX_SHARDS][32];
+    const char *addrs[XFER_MAX_SHARDS];
+    for (uint16_t k = 0; k < n; k++) {
+        snprintf(addrbuf[k], sizeof addrbuf[k], "127.0.0.1:%u",
+                 (unsigned)ports[k]);
+        addrs[k] = addrbuf[k];
+    }
+    p->nshards = n;
+    p->base = event_base_new();
+    xfer_engine_config ec = {.base = p->base};
+    ec.core.default_deadline_ns = deadline_ns;
+    xfer_tcp_config tc = {.nshards = n, .addrs = addrs,
+                          .reconnect_max_ns = 200000000ull};
+    p->staging_len = staging_len;
+    p->staging = calloc(1, staging_len);
+    if (!p->base || !p->staging || xfer_engine_new(&ec, &p->e) != 0 ||
+        xfer_tcp_new(p->base, &tc, &p->tcp) != 0 ||
+        xfer_engine_register_pool(p->e, p->staging, staging_len,
+                                  &p->pool) != 0 ||
+        xfer_engine_add_group(p->e, xfer_tcp_transport(p->tcp),
+                              &p->group) != 0)
+        return -1;
+    return 0;
+}
+
+static bool all_connected(void *ud)
+{
+    mp_producer *p = ud;
+    for (uint16_t k = 0; k < p->nshards; k++)
+        if (!xfer_tcp_connected(p->tcp, k))
+            return false;
+    return true;
+}
+
+bool mp_producer_wait_connected(mp_producer *p, int timeout_ms)
+{
+    return mp_run_while(p->base, all_connected, p, timeout_ms);
+}
+
+static void on_shut(void *ud)
+{
+    ((mp_producer *)ud)->shut = true;
+}
+
+bool mp_producer_del(mp_producer *p, int timeout_ms)
+{
+    bool ok = false;
+    if (p->e && xfer_engine_shutdown(p->e, on_shut, p) == 0)
+        ok = mp_run_until(p->base, &p->shut, timeout_ms);
+    xfer_engine_del(p->e);
+    xfer_tcp_del(p->tcp);
+    if (p->base) {
+        /* Let libevent finish closing connections (staging references). */
+        event_base_loop(p->base, EVLOOP_NONBLOCK);
+        event_base_free(p->base);
+    }
+    free(p->staging);
+    memset(p, 0, sizeof *p);
+    return ok;
+}

@@ -59,3 +59,30 @@ bool mp_run_while(struct event_base *base, bool (*fn)(void *ud), void *ud,
 uint64_t mp_now_ms(void);
 
 #endif /* XFER_TEST_MP_H */
+
+/* ---------------------------------------------------------------------- */
+/* A producer: engine + tcp transport to n xferd, one staging pool.       */
+/* ---------------------------------------------------------------------- */
+
+#include "xfer/tcp.h"
+#include "xfer/xfer.h"
+
+typedef struct mp_producer {
+    struct event_base *base;
+    xfer_engine *e;
+    xfer_tcp *tcp;
+    uint32_t group, pool;
+    uint8_t *staging;
+    size_t staging_len;
+    uint16_t nshards;
+    volatile bool shut;
+} mp_producer;
+
+/* ports[k] serves shard k.  deadline_ns: default transfer timeout. */
+int mp_producer_new(mp_producer *p, const uint16_t *ports, uint16_t n,
+                    size_t staging_len, uint64_t deadline_ns);
+/* Wait until every shard connection is up. */
+bool mp_producer_wait_connected(mp_producer *p, int timeout_ms);
+/* Shut the engine down (every transfer ends), then free everything.
+ * Returns true when shutdown completed and the pool was unregistered. */
+bool mp_producer_del(mp_producer *p, int timeout_ms);

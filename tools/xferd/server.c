@@ -287,12 +287,18 @@ static uint64_t rnd(xd_server *s)
     return s->rng * 0x2545f4914f6cdd1dull;
 }
 
+/* A seeded fault for one op: drop the connection (drop_ppm), or refuse /
+ * apply-but-report-failure, half each (fault_ppm). */
 static uint8_t draw_fault(xd_server *s)
 {
+    if (s->cfg.drop_ppm && rnd(s) % 1000000u < s->cfg.drop_ppm) {
+        s->faults++;
+        return F_DROP;
+    }
     if (!s->cfg.fault_ppm || rnd(s) % 1000000u >= s->cfg.fault_ppm)
         return F_NONE;
     s->faults++;
-    return (uint8_t)(F_FAIL + rnd(s) % 3);
+    return (uint8_t)(F_FAIL + rnd(s) % 2);
 }
 
 /* ---------------------------------------------------------------------- */

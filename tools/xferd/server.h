@@ -26,7 +26,9 @@ typedef struct xd_config {
     uint16_t shards[XFER_MAX_SHARDS];
     uint16_t nshards;
     bool consume;           /* take + release every READY at once (sink) */
-    uint32_t fault_ppm;     /* chance per op of an injected fault */
+    uint32_t fault_ppm;     /* chance per op of a refusal or of "applied,
+                               reported failed" (half each) */
+    uint32_t drop_ppm;      /* chance per op of dropping the connection */
     uint64_t fault_seed;
     uint64_t drain_timeout_ns; /* 0: lease TTL */
     FILE *log;              /* traces of bad input; NULL: quiet */

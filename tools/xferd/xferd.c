@@ -4,7 +4,11 @@
  *
  *   xferd [--addr A] [--port P] [--group G] [--shards LIST] [--pool SIZE]
  *         [--lease-ttl DUR] [--max-resv N] [--consume] [--faults PPM[:SEED]]
- *         [--drain-timeout DUR] [--port-file PATH] [--quiet]
+ *         [--drop PPM] [--drain-timeout DUR] [--port-file PATH] [--quiet]
+ *
+ * --faults and --drop inject seeded faults for tests: per op, a refusal or
+ * an "applied but reported failed" (PPM in a million, half each), and a
+ * dropped connection (--drop).
  *
  * Prints "xferd: listening on ADDR:PORT" on stdout once it serves (port 0
  * picks a free port; --port-file also writes it).  SIGTERM/SIGINT drain:
@@ -145,7 +149,7 @@ static void usage(void)
 {
     printf("usage: xferd [--addr A] [--port P] [--group G] [--shards LIST]\n"
            "             [--pool SIZE] [--lease-ttl DUR] [--max-resv N]\n"
-           "             [--consume] [--faults PPM[:SEED]]\n"
+           "             [--consume] [--faults PPM[:SEED]] [--drop PPM]\n"
            "             [--drain-timeout DUR] [--port-file PATH] [--quiet]\n"
            "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
            "          --lease-ttl 10s --max-resv 4096\n");
@@ -189,6 +193,11 @@ static int parse_one(int c, const char *arg, opts *o)
         return 0;
     case 'c': o->cfg.consume = true; return 0;
     case 'f': return parse_faults(arg, &o->cfg) ? bad("fault spec", arg) : 0;
+    case 'D':
+        if (parse_u64(arg, &v, 1000000))
+            return bad("drop rate", arg);
+        o->cfg.drop_ppm = (uint32_t)v;
+        return 0;
     case 'd':
         return parse_dur(arg, &o->cfg.drain_timeout_ns) ? bad("duration", arg)
                                                          : 0;
@@ -207,7 +216,8 @@ static int parse(int argc, char **argv, opts *o)
         {"max-resv", 1, 0, 'r'},  {"consume", 0, 0, 'c'},
         {"faults", 1, 0, 'f'},    {"drain-timeout", 1, 0, 'd'},
         {"port-file", 1, 0, 'F'}, {"quiet", 0, 0, 'q'},
-        {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
+        {"drop", 1, 0, 'D'},      {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {

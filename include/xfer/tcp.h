@@ -1,0 +1,107 @@
+/*
+ * xfer/tcp.h - the TCP transport: the producer side of the wire protocol
+ * (see README.md, "Wire protocol"), talking to consumer shards served by
+ * xferd, one connection per shard, on the engine's event base.
+ *
+ * Write payloads leave by reference from the staging pool (no copy on the
+ * producer); a write completes only when the shard acknowledges that its
+ * bytes were applied, and its result (any result) is delivered only once
+ * libevent no longer references the staging bytes.  Ops wait on a
+ * connection whose output is above the high watermark until it drains
+ * below the low one.  A lost connection fails every op outstanding on that
+ * shard with XFER_ERR_CONN_LOST (as results on the loop), and the
+ * transport reconnects: at once after a loss, then with doubling backoff
+ * while connecting fails; while a shard is down (a connect failed and the
+ * backoff runs) its ops fail at once with XFER_ERR_CONN_LOST.  Aborting a
+ * write whose bytes are still queued waits up to abort_grace_ns for
+ * libevent to let go of them, then resets that connection (the only way to
+ * take queued bytes back).
+ *
+ * One thread: the loop thread of `base`.  libevent writes to sockets with
+ * writev(), so the process must ignore SIGPIPE (signal(SIGPIPE, SIG_IGN))
+ * before a peer can close a connection; the library never changes signal
+ * dispositions itself.
+ */
+#ifndef XFER_TCP_H
+#define XFER_TCP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer/errors.h"
+#include "xfer/transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct event_base;
+typedef struct xfer_tcp xfer_tcp;
+
+typedef struct xfer_tcp_config {
+    uint16_t nshards;          /* 1..XFER_MAX_SHARDS */
+    /* nshards addresses "a.b.c.d:port" or "[v6]:port", numeric only;
+     * shard k is served at addrs[k] (an xferd hosting shard k).  The
+     * array and strings are copied. */
+    const char *const *addrs;
+    uint32_t group;            /* sent in HELLO; xferd --group must match */
+    uint64_t connect_timeout_ns; /* default 2 s */
+    uint64_t reconnect_min_ns;   /* first retry after a failed connect;
+                                    default 10 ms, doubled per failure */
+    uint64_t reconnect_max_ns;   /* default 1 s */
+    size_t high_watermark;     /* queued output bytes per connection above
+                                  which new ops wait; default 32 MiB */
+    size_t low_watermark;      /* waiting ops go out below this; default
+                                  high / 4 */
+    uint64_t abort_grace_ns;   /* default 1 s (see above) */
+} xfer_tcp_config;
+
+typedef struct xfer_tcp_stats {
+    uint64_t connects, connect_failures, losses, hello_refused;
+    uint64_t ops_started, ops_sent, ops_waited; /* waited: watermark/connect */
+    uint64_t results, failed_conn_lost, failed_down, aborted;
+    uint64_t refs_outstanding; /* staging references libevent still holds */
+    uint64_t bytes_referenced, bad_frames, resets;
+} xfer_tcp_stats;
+
+/*
+ * Create on `base` (borrowed; must outlive the transport) and start
+ * connecting to every shard.  cfg copied.  *out untouched on failure.
+ * Errors: XFER_ERR_INVALID_ARG (a bad address, counts), XFER_ERR_NOMEM,
+ * XFER_ERR_IO (libevent).
+ */
+XFER_API int xfer_tcp_new(struct event_base *base, const xfer_tcp_config *cfg,
+                 xfer_tcp **out);
+/* Close every connection and free.  NULL ok.  Call after xfer_engine_del
+ * (the engine detached it) or if it was never attached.  Staging
+ * references libevent still holds are released when the base finishes
+ * closing the connections. */
+XFER_API void xfer_tcp_del(xfer_tcp *t);
+
+/* The ops table + self for xfer_engine_add_group().  The engine does not
+ * free the transport; call xfer_tcp_del after xfer_engine_del. */
+XFER_API xfer_transport xfer_tcp_transport(xfer_tcp *t);
+
+XFER_API void xfer_tcp_stats_get(const xfer_tcp *t, xfer_tcp_stats *st);
+/* True when shard's connection is up (HELLO answered). */
+XFER_API bool xfer_tcp_connected(const xfer_tcp *t, uint16_t shard);
+/* Ops started and not yet answered (every shard). */
+XFER_API uint32_t xfer_tcp_outstanding(const xfer_tcp *t);
+/* Test hook: drop shard's connection as if the network lost it. */
+XFER_API void xfer_tcp_drop(xfer_tcp *t, uint16_t shard);
+
+/*
+ * Parse "host:port,host:port,..." (numeric addresses) into `addrs`, an
+ * array of `max` pointers into `buf` (a copy of `list` of `cap` bytes that
+ * the caller keeps alive).  Returns the number of addresses (>= 1) or
+ * XFER_ERR_INVALID_ARG.  Helper for tools (demo, bench): pass the result
+ * as xfer_tcp_config.addrs / nshards.
+ */
+XFER_API int xfer_tcp_split_addrs(const char *list, char *buf, size_t cap,
+                         const char **addrs, int max);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XFER_TCP_H */

@@ -1,0 +1,781 @@
+/*
+ * transport/tcp.c - the TCP transport (producer side of the wire protocol):
+ * one bufferevent per consumer shard on the engine's event base.
+ *
+ * An op is started into its shard's connection: queued (`wait` list) while
+ * the connection is being set up or its output is above the high
+ * watermark, else encoded and sent (`sent` list, in request order, which is
+ * also reply order since xferd answers each connection's frames in order).
+ * A WRITE goes out as its 48-byte head (copied) followed by the staging
+ * bytes added by reference; the reference's cleanup callback tells us when
+ * libevent has let go of them.
+ *
+ * What must stay true:
+ *  - every started op gets exactly one result, delivered from a deferred
+ *    event on the loop, never from inside start/abort (transport.h);
+ *  - a WRITE result is queued only when its reply (or failure) is known AND
+ *    its staging reference was released (I3): `done` records the outcome,
+ *    `ref_held` the reference, and the result leaves when both allow;
+ *  - an op's memory lives until it is on no list, holds no reference, and
+ *    its result is queued; an op whose transport is gone is freed by its
+ *    reference cleanup (orphan);
+ *  - a lost connection fails every op on its `sent` list with CONN_LOST;
+ *    ops still waiting survive an immediate reconnect and fail only when a
+ *    connect fails;
+ *  - peer input is checked: a frame the decoder refuses, a reply that
+ *    matches no request or not its request's kind, closes the connection
+ *    (counted as bad_frames) exactly like a loss.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/util.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include "engine_int.h"
+#include "wire.h"
+#include "xfer/tcp.h"
+
+#define TCP_ADDR_MAX 64
+#define TCP_DELIVER_BATCH 4096
+
+enum { C_DOWN, C_CONNECTING, C_HELLO, C_UP };
+enum { L_NONE, L_WAIT, L_SENT };
+
+typedef struct tcp_op tcp_op;
+typedef struct tcp_conn tcp_conn;
+
+struct tcp_op {
+    xfer_action a;
+    const uint8_t *src;
+    tcp_op *prev, *next;
+    uint32_t req;
+    uint8_t list;      /* L_NONE / L_WAIT / L_SENT */
+    bool done;         /* outcome known (res filled) */
+    bool queued;       /* result handed to the delivery queue */
+    bool ref_held;     /* libevent still references src */
+    bool orphan;       /* the transport is gone: cleanup frees */
+    tcp_conn *conn;
+    xfer_shard_result res;
+};
+
+typedef struct op_list {
+    tcp_op *head, *tail;
+    uint32_t n;
+} op_list;
+
+struct tcp_conn {
+    xfer_tcp *t;
+    uint16_t shard;
+    uint8_t state;
+    struct sockaddr_storage sa;
+    int salen;
+    struct bufferevent *bev;
+    struct event *retry_ev, *grace_ev;
+    uint64_t backoff_ns;
+    uint32_t next_req, hello_req;
+    op_list wait, sent;
+};
+
+struct xfer_tcp {
+    struct event_base *base;
+    xfer_tcp_config cfg;
+    struct xfer_engine *engine;
+    struct event *deliver_ev;
+    xfer_shard_result *q;   /* delivery ring */
+    size_t qhead, qn, qcap;
+    tcp_conn conns[XFER_MAX_SHARDS];
+    uint32_t outstanding;
+    xfer_tcp_stats st;
+};
+
+static void tv_of(uint64_t ns, struct timeval *tv)
+{
+    tv->tv_sec = (time_t)(ns / 1000000000ull);
+    tv->tv_usec = (suseconds_t)(ns % 1000000000ull / 1000);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Lists                                                                   */
+/* ---------------------------------------------------------------------- */
+
+static void list_push(op_list *l, tcp_op *op, uint8_t which)
+{
+    op->prev = l->tail;
+    op->next = NULL;
+    if (l->tail)
+        l->tail->next = op;
+    else
+        l->head = op;
+    l->tail = op;
+    l->n++;
+    op->list = which;
+}
+
+static void list_unlink(op_list *l, tcp_op *op)
+{
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        l->head = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    else
+        l->tail = op->prev;
+    l->n--;
+    op->prev = op->next = NULL;
+    op->list = L_NONE;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Results                                                                 */
+/* ---------------------------------------------------------------------- */
+
+/* Room for every outstanding op's result, grown at start so that queueing
+ * a result never fails. */
+static int q_reserve(xfer_tcp *t, size_t need)
+{
+    if (need <= t->qcap)
+        return 0;
+    size_t cap = t->qcap ? 2 * t->qcap : 256;
+    while (cap < need)
+        cap *= 2;
+    xfer_shard_result *q = malloc(cap * sizeof *q);
+    if (!q)
+        return XFER_ERR_NOMEM;
+    for (size_t i = 0; i < t->qn; i++)
+        q[i] = t->q[(t->qhead + i) % t->qcap];
+    free(t->q);
+    t->q = q;
+    t->qhead = 0;
+    t->qcap = cap;
+    return 0;
+}
+
+static void q_push(xfer_tcp *t, const xfer_shard_result *r)
+{
+    t->q[(t->qhead + t->qn++) % t->qcap] = *r;
+    event_active(t->deliver_ev, EV_TIMEOUT, 0);
+}
+
+static void maybe_free(tcp_op *op)
+{
+    if (op->list == L_NONE && !op->ref_held && op->queued)
+        free(op);
+}
+
+/* Queue op's result if its outcome is known and its staging bytes are no
+ * longer referenced (the ring has room: q_reserve at start). */
+static void try_queue(xfer_tcp *t, tcp_op *op)
+{
+    if (!op->done || op->queued || op->ref_held)
+        return;
+    q_push(t, &op->res);
+    op->queued = true;
+    t->outstanding--;
+    t->st.results++;
+}
+
+/* Record op's outcome (once); the result leaves when try_queue allows. */
+static void finish(xfer_tcp *t, tcp_op *op, int32_t status)
+{
+    if (op->done)
+        return;
+    op->done = true;
+    op->res.status = status;
+    try_queue(t, op);
+}
+
+static void on_deliver(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_tcp *t = arg;
+    for (int i = 0; i < TCP_DELIVER_BATCH && t->qn; i++) {
+        xfer_shard_result r = t->q[t->qhead];
+        t->qhead = (t->qhead + 1) % t->qcap;
+        t->qn--;
+        if (t->engine)
+            xfer_engine_deliver(t->engine, &r);
+    }
+    if (t->qn)
+        event_active(t->deliver_ev, EV_TIMEOUT, 0);
+}
+
+/* libevent let go of a WRITE's staging bytes. */
+static void on_ref_done(const void *data, size_t len, void *extra)
+{
+    tcp_op *op = extra;
+    op->ref_held = false;
+    if (op->orphan) {
+        free(op);
+        return;
+    }
+    xfer_tcp *t = op->conn->t;
+    t->st.refs_outstanding--;
+    try_queue(t, op);
+    maybe_free(op);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sending                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static void conn_lost(tcp_conn *c, bool bad_peer);
+
+static uint8_t wire_type_of(uint8_t kind)
+{
+    switch (kind) {
+    case XFER_ACT_RESERVE: return XFER_WIRE_T_RESERVE;
+    case XFER_ACT_WRITE: return XFER_WIRE_T_WRITE;
+    case XFER_ACT_COMMIT: return XFER_WIRE_T_COMMIT;
+    default: return XFER_WIRE_T_CANCEL;
+    }
+}
+
+static bool above_high(const tcp_conn *c)
+{
+    return evbuffer_get_length(bufferevent_get_output(c->bev)) >
+           c->t->cfg.high_watermark;
+}
+
+/* Encode op onto the connection.  Returns false when the connection had
+ * to be dropped (a staging reference could not be added). */
+static bool send_op(tcp_conn *c, tcp_op *op)
+{
+    const xfer_action *a = &op->a;
+    xfer_wire_msg m = {.type = wire_type_of(a->kind), .id = a->id,
+                       .attempt = a->attempt, .resv_id = a->resv_id,
+                       .len = a->kind == XFER_ACT_RESERVE ||
+                                      a->kind == XFER_ACT_WRITE
+                                  ? a->len
+                                  : 0};
+    uint8_t buf[XFER_WIRE_MAX_FIXED];
+    size_t n = xfer_wire_encode(&m, c->next_req, buf, sizeof buf);
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    op->req = c->next_req++;
+    list_push(&c->sent, op, L_SENT);
+    c->t->st.ops_sent++;
+    if (evbuffer_add(out, buf, n) != 0) {
+        conn_lost(c, false);
+        return false;
+    }
+    if (a->kind == XFER_ACT_WRITE && a->len) {
+        op->ref_held = true;
+        c->t->st.refs_outstanding++;
+        if (evbuffer_add_reference(out, op->src, a->len, on_ref_done, op)) {
+            op->ref_held = false; /* never added: no cleanup will run */
+            c->t->st.refs_outstanding--;
+            conn_lost(c, false);
+            return false;
+        }
+        c->t->st.bytes_referenced += a->len;
+    }
+    return true;
+}
+
+/* Send waiting ops while the connection is up and below the watermark. */
+static void flush_wait(tcp_conn *c)
+{
+    while (c->state == C_UP && c->wait.head && !above_high(c)) {
+        tcp_op *op = c->wait.head;
+        list_unlink(&c->wait, op);
+        if (!send_op(c, op))
+            return;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Replies                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static bool reply_fits(const tcp_op *op, const xfer_wire_msg *m)
+{
+    static const uint8_t ack[] = {
+        [XFER_ACT_RESERVE] = XFER_WIRE_T_RESERVE_OK,
+        [XFER_ACT_WRITE] = XFER_WIRE_T_WRITE_ACK,
+        [XFER_ACT_COMMIT] = XFER_WIRE_T_COMMIT_ACK,
+        [XFER_ACT_CANCEL] = XFER_WIRE_T_CANCEL_ACK};
+    if (m->type != XFER_WIRE_T_ERROR && m->type != ack[op->a.kind])
+        return false;
+    return m->id == op->a.id && m->attempt == op->a.attempt;
+}
+
+static tcp_op *find_sent(tcp_conn *c, uint32_t req)
+{
+    for (tcp_op *op = c->sent.head; op; op = op->next)
+        if (op->req == req)
+            return op;
+    return NULL;
+}
+
+/* A reply to a request of ours.  Returns false when it was not acceptable
+ * (the connection is then dropped). */
+static bool on_reply(tcp_conn *c, const xfer_wire_hdr *h,
+                     const xfer_wire_msg *m)
+{
+    tcp_op *op = find_sent(c, h->req);
+    if (!op || !reply_fits(op, m))
+        return false;
+    list_unlink(&c->sent, op);
+    if (m->type == XFER_WIRE_T_RESERVE_OK) {
+        op->res.resv_id = m->resv_id;
+        op->res.remote_addr = m->addr;
+        op->res.rkey = m->rkey;
+        if (m->resv_id == XFER_RESV_NONE)
+            return false;
+    }
+    finish(c->t, op, m->type == XFER_WIRE_T_ERROR ? m->code : 0);
+    maybe_free(op);
+    return true;
+}
+
+static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
+                         const xfer_wire_msg *m)
+{
+    if (c->state != C_HELLO || h->req != c->hello_req)
+        return false;
+    if (m->type == XFER_WIRE_T_ERROR || m->shard != c->shard ||
+        m->group != c->t->cfg.group) {
+        c->t->st.hello_refused++;
+        return false;
+    }
+    c->state = C_UP;
+    c->backoff_ns = 0;
+    c->t->st.connects++;
+    bufferevent_set_timeouts(c->bev, NULL, NULL);
+    flush_wait(c);
+    return true;
+}
+
+static bool on_frame(tcp_conn *c, const xfer_wire_hdr *h,
+                     const xfer_wire_msg *m)
+{
+    if (c->state == C_HELLO)
+        return on_hello_ack(c, h, m);
+    switch (m->type) {
+    case XFER_WIRE_T_RESERVE_OK:
+    case XFER_WIRE_T_WRITE_ACK:
+    case XFER_WIRE_T_COMMIT_ACK:
+    case XFER_WIRE_T_CANCEL_ACK:
+    case XFER_WIRE_T_ERROR:
+        return on_reply(c, h, m);
+    default:
+        return false;
+    }
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    tcp_conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    for (;;) {
+        uint8_t buf[XFER_WIRE_MAX_FIXED];
+        size_t have = evbuffer_get_length(in);
+        xfer_wire_hdr h;
+        xfer_wire_msg m;
+        xfer_wire_reason why;
+        if (have < XFER_WIRE_HDR)
+            return;
+        evbuffer_copyout(in, buf, XFER_WIRE_HDR);
+        if (xfer_wire_decode_hdr(buf, XFER_WIRE_HDR, &h, &why) != 0 ||
+            h.type == XFER_WIRE_T_WRITE) {
+            conn_lost(c, true);
+            return;
+        }
+        if (have < h.len)
+            return;
+        evbuffer_remove(in, buf, h.len);
+        if (xfer_wire_decode_body(&h, buf + XFER_WIRE_HDR,
+                                  h.len - XFER_WIRE_HDR, &m, &why) != 0 ||
+            !on_frame(c, &h, &m)) {
+            conn_lost(c, true);
+            return;
+        }
+        if (c->bev != bev)
+            return; /* the connection was replaced meanwhile */
+    }
+}
+
+static void on_write(struct bufferevent *bev, void *arg)
+{
+    flush_wait(arg); /* output fell below the low watermark */
+}
+
+/* ---------------------------------------------------------------------- */
+/* Connection life                                                         */
+/* ---------------------------------------------------------------------- */
+
+static void start_connect(tcp_conn *c);
+
+static void fail_list(tcp_conn *c, op_list *l, int32_t status)
+{
+    while (l->head) {
+        tcp_op *op = l->head;
+        list_unlink(l, op);
+        if (!op->done)
+            c->t->st.failed_conn_lost++;
+        finish(c->t, op, status);
+        maybe_free(op);
+    }
+}
+
+static void close_bev(tcp_conn *c)
+{
+    if (!c->bev)
+        return;
+    /* Freeing the bufferevent releases its output; the staging references
+     * in it are let go (their cleanups run) when libevent finalizes it. */
+    bufferevent_free(c->bev);
+    c->bev = NULL;
+    evtimer_del(c->grace_ev);
+}
+
+/* Down after a failed connect: every waiting op fails; retry later. */
+static void go_down(tcp_conn *c)
+{
+    xfer_tcp *t = c->t;
+    close_bev(c);
+    c->state = C_DOWN;
+    t->st.connect_failures++;
+    fail_list(c, &c->sent, XFER_ERR_CONN_LOST);
+    fail_list(c, &c->wait, XFER_ERR_CONN_LOST);
+    uint64_t b = c->backoff_ns ? 2 * c->backoff_ns : t->cfg.reconnect_min_ns;
+    c->backoff_ns = b < t->cfg.reconnect_max_ns ? b : t->cfg.reconnect_max_ns;
+    struct timeval tv;
+    tv_of(c->backoff_ns, &tv);
+    evtimer_add(c->retry_ev, &tv);
+}
+
+/* The connection broke (or the peer misbehaved): fail what was sent,
+ * reconnect at once; ops still waiting go out on the new connection. */
+static void conn_lost(tcp_conn *c, bool bad_peer)
+{
+    if (c->state != C_UP) {
+        go_down(c);
+        return;
+    }
+    c->t->st.losses++;
+    c->t->st.bad_frames += bad_peer;
+    close_bev(c);
+    c->state = C_DOWN;
+    fail_list(c, &c->sent, XFER_ERR_CONN_LOST);
+    start_connect(c);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    tcp_conn *c = arg;
+    if (what & BEV_EVENT_CONNECTED) {
+        int one = 1;
+        evutil_socket_t fd = bufferevent_getfd(bev);
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        xfer_wire_msg m = {.type = XFER_WIRE_T_HELLO,
+                           .version = XFER_WIRE_VERSION,
+                           .role = XFER_WIRE_ROLE_PRODUCER,
+                           .group = c->t->cfg.group, .shard = c->shard};
+        uint8_t buf[XFER_WIRE_MAX_FIXED];
+        size_t n = xfer_wire_encode(&m, c->next_req, buf, sizeof buf);
+        c->hello_req = c->next_req++;
+        c->state = C_HELLO;
+        bufferevent_write(bev, buf, n);
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+        conn_lost(c, false);
+}
+
+static void start_connect(tcp_conn *c)
+{
+    xfer_tcp *t = c->t;
+    c->state = C_CONNECTING;
+    c->bev = bufferevent_socket_new(t->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (!c->bev) {
+        go_down(c);
+        return;
+    }
+    bufferevent_set_max_single_write(c->bev, 4 << 20);
+    bufferevent_set_max_single_read(c->bev, 1 << 20);
+    bufferevent_setwatermark(c->bev, EV_WRITE, t->cfg.low_watermark, 0);
+    bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
+    struct timeval tv;
+    tv_of(t->cfg.connect_timeout_ns, &tv);
+    bufferevent_set_timeouts(c->bev, &tv, &tv);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&c->sa,
+                                   c->salen) != 0)
+        go_down(c);
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    start_connect(arg);
+}
+
+/* An aborted write still referenced after the grace period: reset. */
+static void on_grace(evutil_socket_t fd, short what, void *arg)
+{
+    tcp_conn *c = arg;
+    for (tcp_op *op = c->sent.head; op; op = op->next)
+        if (op->done && op->ref_held) {
+            c->t->st.resets++;
+            conn_lost(c, false);
+            return;
+        }
+}
+
+/* ---------------------------------------------------------------------- */
+/* The ops table                                                           */
+/* ---------------------------------------------------------------------- */
+
+static uint16_t t_nshards(void *self)
+{
+    return ((xfer_tcp *)self)->cfg.nshards;
+}
+
+static int t_attach(void *self, struct xfer_engine *e, uint32_t group)
+{
+    xfer_tcp *t = self;
+    if (t->engine)
+        return XFER_ERR_BUSY;
+    t->engine = e;
+    return 0;
+}
+
+static void t_detach(void *self)
+{
+    ((xfer_tcp *)self)->engine = NULL;
+}
+
+static int t_start(void *self, const xfer_action *a, const void *src)
+{
+    xfer_tcp *t = self;
+    if (a->shard >= t->cfg.nshards || a->kind > XFER_ACT_CANCEL ||
+        (a->kind == XFER_ACT_WRITE && (a->len > XFER_WIRE_MAX_DATA ||
+                                       (a->len && !src))))
+        return XFER_ERR_INVALID_ARG;
+    if (q_reserve(t, t->qn + t->outstanding + 1) != 0)
+        return XFER_ERR_NOMEM;
+    tcp_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return XFER_ERR_NOMEM;
+    tcp_conn *c = &t->conns[a->shard];
+    op->a = *a;
+    op->src = src;
+    op->conn = c;
+    op->res = (xfer_shard_result){.id = a->id, .attempt = a->attempt,
+                                  .shard = a->shard, .op = (uint8_t)a->kind};
+    t->outstanding++;
+    t->st.ops_started++;
+    if (c->state == C_DOWN) {
+        t->st.failed_down++;
+        finish(t, op, XFER_ERR_CONN_LOST);
+        maybe_free(op);
+    } else if (c->state != C_UP || c->wait.head || above_high(c)) {
+        t->st.ops_waited++;
+        list_push(&c->wait, op, L_WAIT);
+    } else {
+        send_op(c, op);
+    }
+    return 0;
+}
+
+static tcp_op *find_abortable(tcp_conn *c, const xfer_action *a)
+{
+    op_list *ls[2] = {&c->wait, &c->sent};
+    for (int i = 0; i < 2; i++)
+        for (tcp_op *op = ls[i]->head; op; op = op->next)
+            if (op->a.id == a->id && op->a.attempt == a->attempt &&
+                op->a.kind == a->op && !op->done)
+                return op;
+    return NULL;
+}
+
+static void t_abort(void *self, const xfer_action *a)
+{
+    xfer_tcp *t = self;
+    if (a->shard >= t->cfg.nshards)
+        return;
+    tcp_conn *c = &t->conns[a->shard];
+    tcp_op *op = find_abortable(c, a);
+    if (!op)
+        return; /* answered already: its result is on the way */
+    t->st.aborted++;
+    if (op->list == L_WAIT) {
+        list_unlink(&c->wait, op);
+        finish(t, op, XFER_ERR_ABORTED);
+        maybe_free(op);
+        return;
+    }
+    /* Sent: its reply, when it comes, is absorbed.  A write whose bytes
+     * are still referenced answers once libevent lets go of them. */
+    finish(t, op, XFER_ERR_ABORTED);
+    if (op->ref_held && !evtimer_pending(c->grace_ev, NULL)) {
+        struct timeval tv;
+        tv_of(t->cfg.abort_grace_ns, &tv);
+        evtimer_add(c->grace_ev, &tv);
+    }
+}
+
+static const xfer_transport_ops tcp_ops = {
+    .name = "tcp",
+    .nshards = t_nshards,
+    .attach = t_attach,
+    .start = t_start,
+    .abort = t_abort,
+    .detach = t_detach,
+};
+
+xfer_transport xfer_tcp_transport(xfer_tcp *t)
+{
+    return (xfer_transport){.ops = &tcp_ops, .self = t};
+}
+
+/* ---------------------------------------------------------------------- */
+/* Public API                                                              */
+/* ---------------------------------------------------------------------- */
+
+static void set_defaults(xfer_tcp_config *c)
+{
+    if (!c->connect_timeout_ns)
+        c->connect_timeout_ns = 2000000000ull;
+    if (!c->reconnect_min_ns)
+        c->reconnect_min_ns = 10000000ull;
+    if (!c->reconnect_max_ns)
+        c->reconnect_max_ns = 1000000000ull;
+    if (c->reconnect_max_ns < c->reconnect_min_ns)
+        c->reconnect_max_ns = c->reconnect_min_ns;
+    if (!c->high_watermark)
+        c->high_watermark = 32u << 20;
+    if (!c->low_watermark || c->low_watermark > c->high_watermark)
+        c->low_watermark = c->high_watermark / 4;
+    if (!c->abort_grace_ns)
+        c->abort_grace_ns = 1000000000ull;
+    c->addrs = NULL; /* copied into the connections */
+}
+
+static int init_conn(xfer_tcp *t, uint16_t k, const char *addr)
+{
+    tcp_conn *c = &t->conns[k];
+    c->t = t;
+    c->shard = k;
+    c->salen = sizeof c->sa;
+    if (!addr || strlen(addr) >= TCP_ADDR_MAX ||
+        evutil_parse_sockaddr_port(addr, (struct sockaddr *)&c->sa,
+                                   &c->salen) != 0)
+        return XFER_ERR_INVALID_ARG;
+    c->retry_ev = evtimer_new(t->base, on_retry, c);
+    c->grace_ev = evtimer_new(t->base, on_grace, c);
+    return c->retry_ev && c->grace_ev ? 0 : XFER_ERR_IO;
+}
+
+int xfer_tcp_new(struct event_base *base, const xfer_tcp_config *cfg,
+                 xfer_tcp **out)
+{
+    if (!base || !cfg || !out || !cfg->addrs || cfg->nshards == 0 ||
+        cfg->nshards > XFER_MAX_SHARDS)
+        return XFER_ERR_INVALID_ARG;
+    xfer_tcp *t = calloc(1, sizeof *t);
+    if (!t)
+        return XFER_ERR_NOMEM;
+    t->base = base;
+    t->cfg = *cfg;
+    set_defaults(&t->cfg);
+    int rc = XFER_ERR_IO;
+    t->deliver_ev = event_new(base, -1, 0, on_deliver, t);
+    if (!t->deliver_ev)
+        goto out_fail;
+    for (uint16_t k = 0; k < cfg->nshards; k++) {
+        rc = init_conn(t, k, cfg->addrs[k]);
+        if (rc)
+            goto out_fail;
+    }
+    for (uint16_t k = 0; k < cfg->nshards; k++)
+        start_connect(&t->conns[k]);
+    *out = t;
+    return 0;
+out_fail:
+    xfer_tcp_del(t);
+    return rc;
+}
+
+/* Ops still alive at del: those holding a reference become orphans that
+ * their cleanup frees; the rest are freed now. */
+static void drop_list(op_list *l)
+{
+    while (l->head) {
+        tcp_op *op = l->head;
+        list_unlink(l, op);
+        if (op->ref_held)
+            op->orphan = true;
+        else
+            free(op);
+    }
+}
+
+void xfer_tcp_del(xfer_tcp *t)
+{
+    if (!t)
+        return;
+    for (uint16_t k = 0; k < t->cfg.nshards; k++) {
+        tcp_conn *c = &t->conns[k];
+        drop_list(&c->wait);
+        drop_list(&c->sent);
+        if (c->bev)
+            bufferevent_free(c->bev);
+        if (c->retry_ev)
+            event_free(c->retry_ev);
+        if (c->grace_ev)
+            event_free(c->grace_ev);
+    }
+    if (t->deliver_ev)
+        event_free(t->deliver_ev);
+    free(t->q);
+    free(t);
+}
+
+void xfer_tcp_stats_get(const xfer_tcp *t, xfer_tcp_stats *st)
+{
+    *st = t->st;
+}
+
+bool xfer_tcp_connected(const xfer_tcp *t, uint16_t shard)
+{
+    return t && shard < t->cfg.nshards && t->conns[shard].state == C_UP;
+}
+
+uint32_t xfer_tcp_outstanding(const xfer_tcp *t)
+{
+    return t ? t->outstanding : 0;
+}
+
+void xfer_tcp_drop(xfer_tcp *t, uint16_t shard)
+{
+    if (t && shard < t->cfg.nshards && t->conns[shard].bev)
+        conn_lost(&t->conns[shard], false);
+}
+
+int xfer_tcp_split_addrs(const char *list, char *buf, size_t cap,
+                         const char **addrs, int max)
+{
+    if (!list || !buf || !addrs || max <= 0 || strlen(list) >= cap)
+        return XFER_ERR_INVALID_ARG;
+    memcpy(buf, list, strlen(list) + 1);
+    int n = 0;
+    for (char *p = buf; *p;) {
+        char *comma = strchr(p, ',');
+        if (comma)
+            *comma = '\0';
+        struct sockaddr_storage ss;
+        int sl = sizeof ss;
+        if (n == max || !*p ||
+            evutil_parse_sockaddr_port(p, (struct sockaddr *)&ss, &sl) != 0)
+            return XFER_ERR_INVALID_ARG;
+        addrs[n++] = p;
+        p = comma ? comma + 1 : p + strlen(p);
+    }
+    return n ? n : XFER_ERR_INVALID_ARG;
+}
