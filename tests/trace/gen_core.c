@@ -3,7 +3,8 @@
  * on the pure transfer core (no libevent, no clock), so the trace is the
  * same bit for bit on every machine.
  *
- *   gen_core [--seed N] [--format binary|jsonl] OUT
+ *   gen_core [--seed N] [--format binary|jsonl] [--max-bytes N]
+ *            [--keep N] OUT
  *
  * The scenario drives ten-odd transfers over 3 shards through every kind
  * of end: success, a refused reserve, a failed write, a failed commit, a
@@ -235,6 +236,10 @@ int main(int argc, char **argv)
     for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
         if (strcmp(argv[i], "--seed") == 0)
             seed = strtoull(argv[i + 1], NULL, 0);
+        else if (strcmp(argv[i], "--max-bytes") == 0)
+            o.max_bytes = strtoull(argv[i + 1], NULL, 0);
+        else if (strcmp(argv[i], "--keep") == 0)
+            o.keep = (uint32_t)strtoul(argv[i + 1], NULL, 0);
         else if (strcmp(argv[i], "--format") == 0)
             o.format = strcmp(argv[i + 1], "jsonl") == 0
                            ? XFER_TRACEFILE_JSONL

@@ -98,6 +98,20 @@ run 0 "" export --chrome "$name.jsonl" -o out2.json
 python3 "$check" "$tmp/out2.json" "$ntx" "$nshards" "$@" >/dev/null ||
     bad "chrome export of the jsonl form"
 
+# a rotated trace (34 records a file, 4 old files kept): xfer-trace reads
+# rot.xtr.4 .. rot.xtr, which start mid-run, after the submit of the stuck
+# transfer 8 but before its writes; it must still be found stuck, and
+# replay must refuse (no CONFIG)
+if [ "$name" = core ]; then
+    (cd "$tmp" && "$gen" --max-bytes 2240 --keep 4 rot.xtr) 2>/dev/null ||
+        bad "rotating generator"
+    run 0 "$name.stuck-rotated" stuck rot.xtr
+    run 0 "" export --chrome rot.xtr -o rot.json
+    python3 "$check" "$tmp/rot.json" - "$nshards" "$@" >/dev/null ||
+        bad "export of a rotated trace"
+    one_line_error 3 replay rot.xtr
+fi
+
 # bad input: one clear line, exit 3; bad usage: one line, exit 2
 one_line_error 3 summary missing.xtr
 head -c 1000 "$tmp/$name.xtr" >"$tmp/trunc.xtr"

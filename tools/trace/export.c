@@ -27,6 +27,7 @@ typedef struct exporter {
     const xt_file *f;
     xt_model m;
     uint64_t *open_ops; /* per transfer index: bit k = shard k slice open */
+    uint64_t *named;    /* per transfer index: bit k = shard k track named */
     size_t nopen;
     bool first;
     uint64_t staging, writes;
@@ -57,9 +58,23 @@ static void meta(exporter *x, const char *what, size_t pid, long tid,
         fprintf(x->out, ",\"args\":{\"%s\":%zu}}", key, num);
 }
 
+/* Name shard k's track the first time it is used (a transfer picked up
+ * from a rotated trace learns its shards as it goes). */
+static void name_shard(exporter *x, const xt_xfer *t, unsigned tid)
+{
+    uint64_t bit = UINT64_C(1) << ((tid - 1) & 63);
+    if (tid == 0 || (x->named[t->index] & bit))
+        return;
+    x->named[t->index] |= bit;
+    char sn[32];
+    snprintf(sn, sizeof sn, "shard %u", tid - 1);
+    meta(x, "thread_name", t->index + 2, (long)tid, "name", sn, 0);
+}
+
 static void slice(exporter *x, char ph, const xt_xfer *t, unsigned tid,
                   const char *name, uint64_t time, const char *args)
 {
+    name_shard(x, t, tid);
     begin_event(x);
     fprintf(x->out, "{\"ph\":\"%c\",\"pid\":%zu,\"tid\":%u,", ph,
             t->index + 2, tid);
@@ -92,11 +107,8 @@ static void on_created(exporter *x, const xt_xfer *t, uint64_t time)
     meta(x, "process_sort_index", t->index + 2, -1, "sort_index", NULL,
          t->index + 2);
     meta(x, "thread_name", t->index + 2, 0, "name", "transfer", 0);
-    for (unsigned k = 0; k < t->nshards; k++) {
-        char sn[32];
-        snprintf(sn, sizeof sn, "shard %u", k);
-        meta(x, "thread_name", t->index + 2, (long)k + 1, "name", sn, 0);
-    }
+    for (unsigned k = 0; k < t->nshards; k++)
+        name_shard(x, t, k + 1);
     snprintf(name, sizeof name, "transfer %" PRIu64, t->id);
     slice(x, 'B', t, 0, name, time, NULL);
 }
@@ -109,10 +121,14 @@ static int grow_open(exporter *x, size_t index)
     while (n <= index)
         n *= 2;
     uint64_t *p = realloc(x->open_ops, n * sizeof *p);
-    if (!p)
+    if (p)
+        x->open_ops = p;
+    uint64_t *q = p ? realloc(x->named, n * sizeof *q) : NULL;
+    if (!q)
         return -1;
+    x->named = q;
     memset(p + x->nopen, 0, (n - x->nopen) * sizeof *p);
-    x->open_ops = p;
+    memset(q + x->nopen, 0, (n - x->nopen) * sizeof *q);
     x->nopen = n;
     return 0;
 }
@@ -237,6 +253,7 @@ static int run_export(const xt_file *f, FILE *out)
     fputs("\n]}\n", out);
     xt_model_free(&x.m);
     free(x.open_ops);
+    free(x.named);
     return rc;
 }
 

@@ -9,8 +9,11 @@
  * an id: it starts at its SUBMIT step (NEW -> RESERVING) and ends at its
  * COMPLETE action; it is open in between.  A shard waits while an op sent to
  * it (RESERVE/WRITE/COMMIT/CANCEL action) has no result input yet.
- * Iteration orders are submit order, never hash order.
+ * A transfer whose submit was rotated out of the file is picked up at its
+ * first step or action that shows it live (partial: its age is a lower
+ * bound).  Iteration orders are first-seen order, never hash order.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,10 +44,9 @@ static int push_rec(xt_file *f, const xfer_trace_rec *r)
     return 0;
 }
 
-int xt_load(const char *path, xt_file *f)
+/* Append every record of one file; prints the error itself. */
+static int load_one(const char *path, xt_file *f, xfer_tracefile_info *info)
 {
-    memset(f, 0, sizeof *f);
-    f->path = path;
     char why[256] = "";
     xfer_tracefile_reader *rd = NULL;
     int rc = xfer_tracefile_reader_open(path, &rd, why, sizeof why);
@@ -52,7 +54,7 @@ int xt_load(const char *path, xt_file *f)
         fprintf(stderr, "xfer-trace: %s: %s\n", path, why);
         return XT_BADINPUT;
     }
-    f->info = *xfer_tracefile_reader_info(rd);
+    *info = *xfer_tracefile_reader_info(rd);
     xfer_trace_rec r;
     while ((rc = xfer_tracefile_reader_next(rd, &r)) == 1) {
         if (push_rec(f, &r)) {
@@ -65,11 +67,52 @@ int xt_load(const char *path, xt_file *f)
                 rc == XFER_ERR_NOMEM ? "out of memory"
                                      : xfer_tracefile_reader_why(rd));
     xfer_tracefile_reader_close(rd);
-    if (rc < 0) {
-        xt_file_free(f);
+    return rc < 0 ? XT_BADINPUT : XT_OK;
+}
+
+/* File index of path.k, or -1 when it is absent or unreadable. */
+static long index_of(const char *path, uint32_t k)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s.%" PRIu32, path, k);
+    xfer_tracefile_reader *rd;
+    if (xfer_tracefile_reader_open(p, &rd, NULL, 0))
+        return -1;
+    long idx = (long)xfer_tracefile_reader_info(rd)->file_index;
+    xfer_tracefile_reader_close(rd);
+    return idx;
+}
+
+int xt_load(const char *path, xt_file *f)
+{
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    xfer_tracefile_reader *rd;
+    char why[256] = "";
+    if (xfer_tracefile_reader_open(path, &rd, why, sizeof why)) {
+        fprintf(stderr, "xfer-trace: %s: %s\n", path, why);
         return XT_BADINPUT;
     }
-    return XT_OK;
+    f->info = *xfer_tracefile_reader_info(rd);
+    xfer_tracefile_reader_close(rd);
+    uint32_t older = 0;
+    while (older < f->info.file_index &&
+           index_of(path, older + 1) == (long)(f->info.file_index - older - 1))
+        older++;
+    int rc = XT_OK;
+    xfer_tracefile_info info;
+    for (uint32_t k = older; k >= 1 && rc == XT_OK; k--) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s.%" PRIu32, path, k);
+        rc = load_one(p, f, &info);
+    }
+    if (rc == XT_OK)
+        rc = load_one(path, f, &info);
+    f->nfiles = older + 1;
+    f->first_index = f->info.file_index - older;
+    if (rc)
+        xt_file_free(f);
+    return rc;
 }
 
 void xt_file_free(xt_file *f)
@@ -193,20 +236,53 @@ static xt_xfer *create(xt_model *m, const xfer_trace_rec *r)
     return x;
 }
 
+/* A record of a live transfer never seen submitted: its submit is in a
+ * file rotated away.  Steps of the container rows (NEW, TOMBSTONED) and
+ * COMPLETE do not show a live transfer. */
+static xt_xfer *adopt(xt_model *m, const xfer_trace_rec *r)
+{
+    bool live = r->machine == XFER_M_TRANSFER
+                    ? r->old_state != XFER_TS_NEW &&
+                          r->old_state != XFER_TS_TOMBSTONED &&
+                          r->new_state != XFER_TS_TOMBSTONED
+                    : r->event <= XFER_ACT_ABORT;
+    if (!live || r->attempt == 0)
+        return NULL;
+    xt_xfer *x = create(m, r);
+    if (x) {
+        x->partial = true;
+        x->state = r->machine == XFER_M_TRANSFER ? r->new_state
+                                                 : XFER_TS_RESERVING;
+    }
+    return x;
+}
+
+/* Partial transfers learn their shard count from the shards they use. */
+static void see_shard(xt_xfer *x, uint16_t shard)
+{
+    if (x->partial && shard < XFER_MAX_SHARDS && shard >= x->nshards)
+        x->nshards = (uint16_t)(shard + 1);
+}
+
 static void on_transfer(xt_model *m, const xfer_trace_rec *r, xt_effect *e)
 {
     xt_xfer *x = xt_model_find(m, r->id);
-    if (r->old_state == XFER_TS_NEW && r->event == XFER_TE_SUBMIT &&
-        r->new_state == XFER_TS_RESERVING) {
-        x = create(m, r);
+    bool submit = r->old_state == XFER_TS_NEW &&
+                  r->event == XFER_TE_SUBMIT &&
+                  r->new_state == XFER_TS_RESERVING;
+    if (submit || !x || x->attempt != r->attempt) {
+        x = submit ? create(m, r) : adopt(m, r);
         e->x = x;
         e->created = x != NULL;
         e->state_changed = x != NULL;
         e->prev_state = XFER_TS_NEW;
+        if (x)
+            see_shard(x, r->shard);
         return;
     }
-    if (!x || x->attempt != r->attempt || x->ended)
+    if (x->ended)
         return;
+    see_shard(x, r->shard);
     e->x = x;
     e->prev_state = x->state;
     e->state_changed = x->state != r->new_state;
@@ -216,8 +292,14 @@ static void on_transfer(xt_model *m, const xfer_trace_rec *r, xt_effect *e)
 static void on_action(xt_model *m, const xfer_trace_rec *r, xt_effect *e)
 {
     xt_xfer *x = xt_model_find(m, r->id);
-    if (!x || x->attempt != r->attempt)
+    if (!x || x->attempt != r->attempt) {
+        x = adopt(m, r);
+        e->created = x != NULL;
+        e->state_changed = x != NULL;
+    }
+    if (!x)
         return;
+    see_shard(x, r->shard);
     e->x = x;
     e->shard = r->shard;
     xt_op *op = r->shard < x->nshards ? &x->shards[r->shard] : NULL;

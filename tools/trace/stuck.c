@@ -84,9 +84,15 @@ static void fmt_signed(char *buf, size_t len, int64_t ns)
 static size_t describe_xfer(const xt_xfer *x, uint64_t now, char *buf,
                             size_t len)
 {
-    char age[32], dl[48], list[256] = "";
+    char age[40], dl[64], list[256] = "";
     xt_fmt_dur(age, sizeof age, now - x->start_ns);
     fmt_signed(dl, sizeof dl, (int64_t)(x->deadline_ns - now));
+    if (x->partial) {
+        /* submitted before the file began: age is a lower bound */
+        memmove(age + 9, age, strlen(age) + 1);
+        memcpy(age, "at least ", 9);
+        snprintf(dl, sizeof dl, "unknown: submitted before the trace begins");
+    }
     unsigned waiting = 0;
     size_t at = 0;
     for (unsigned k = 0; k < x->nshards; k++)
@@ -95,11 +101,12 @@ static size_t describe_xfer(const xt_xfer *x, uint64_t now, char *buf,
                                    waiting++ ? "," : "", k);
     int n = snprintf(buf, len,
                      "transfer %" PRIu64 " attempt %" PRIu32
-                     ": %s for %s (deadline %s), waits on %u of %u "
+                     ": %s for %s (deadline %s), waits on %u of %s%u "
                      "shards%s%s\n",
                      x->id, x->attempt,
                      xfer_fsm_state_name(XFER_M_TRANSFER, x->state), age, dl,
-                     waiting, (unsigned)x->nshards, waiting ? ": " : "",
+                     waiting, x->partial ? "at least " : "",
+                     (unsigned)x->nshards, waiting ? ": " : "",
                      waiting ? list : " (timer: deadline or cancel retry)");
     return n < 0 ? 0 : (size_t)n;
 }

@@ -81,7 +81,11 @@ static void print_header(const xt_file *f, const summary *s)
     printf("trace %s: %s v%u, label \"%s\", file index %" PRIu32 "%s\n",
            f->path, f->info.format ? "jsonl" : "binary",
            (unsigned)f->info.version, f->info.label, f->info.file_index,
-           f->info.file_index ? " (continuation of a rotated trace)" : "");
+           f->first_index ? " (continuation of a rotated trace)" : "");
+    if (f->nfiles > 1)
+        printf("read %" PRIu32 " files: %s.%" PRIu32 " (index %" PRIu32
+               ") .. %s\n",
+               f->nfiles, f->path, f->nfiles - 1, f->first_index, f->path);
     printf("records: %zu over %s\n", f->n, span);
     for (unsigned m = 0; m <= XFER_M_COUNT_; m++)
         if (s->per_machine[m])

@@ -22,17 +22,21 @@
 
 enum { XT_OK = 0, XT_DIVERGED = 1, XT_USAGE = 2, XT_BADINPUT = 3 };
 
-/* A whole trace file in memory. */
+/* A whole trace in memory: FILE, preceded by the rotated files FILE.N ..
+ * FILE.1 that continue into it (consecutive file indices). */
 typedef struct xt_file {
     const char *path;
-    xfer_tracefile_info info;
+    xfer_tracefile_info info;  /* of FILE itself */
+    uint32_t nfiles;           /* files read, FILE included */
+    uint32_t first_index;      /* file index of the oldest file read */
     xfer_trace_rec *recs;
     size_t n, cap;
     uint64_t t_first, t_last; /* over records with a time (not CONFIG) */
 } xt_file;
 
-/* Load a file; on failure print one line on stderr and return
- * XT_BADINPUT. */
+/* Load FILE and the rotated files before it (FILE.k, k = 1.. while their
+ * file index is FILE's minus k), oldest first.  On failure print one line
+ * on stderr and return XT_BADINPUT. */
 int xt_load(const char *path, xt_file *f);
 void xt_file_free(xt_file *f);
 
@@ -53,6 +57,9 @@ typedef struct xt_xfer {
     uint16_t nshards;
     uint8_t state;       /* last TRANSFER new_state */
     bool ended;          /* a COMPLETE action was seen */
+    bool partial;        /* its submit is not in the file (rotated away):
+                            start_ns is its first record, nshards the
+                            shards seen so far */
     bool staging_held;   /* reserve lens counted in staging bytes */
     int32_t status;      /* COMPLETE status */
     uint8_t phase;       /* COMPLETE phase */
