@@ -824,6 +824,7 @@ static int make_shards(xd_server *s)
         xfer_shard_config sc = {
             .pool_bytes = s->cfg.pool_bytes,
             .max_reservations = s->cfg.max_resv,
+            .max_tombstones = s->cfg.max_tombs,
             .lease_ttl_ns = s->cfg.lease_ttl_ns,
             .shard_index = s->cfg.shards[i],
         };

@@ -23,6 +23,7 @@ typedef struct xd_config {
     uint64_t pool_bytes;    /* per shard */
     uint64_t lease_ttl_ns;
     uint32_t max_resv;      /* live reservations per shard */
+    uint32_t max_tombs;     /* tombstones per shard; 0: 4 * max_resv */
     uint16_t shards[XFER_MAX_SHARDS];
     uint16_t nshards;
     bool consume;           /* take + release every READY at once (sink) */

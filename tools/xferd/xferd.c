@@ -3,7 +3,8 @@
  * shards of a group on one event loop and serves the wire protocol on TCP.
  *
  *   xferd [--addr A] [--port P] [--group G] [--shards LIST] [--pool SIZE]
- *         [--lease-ttl DUR] [--max-resv N] [--consume] [--faults PPM[:SEED]]
+ *         [--lease-ttl DUR] [--max-resv N] [--max-tombs N] [--consume]
+ *         [--faults PPM[:SEED]]
  *         [--drop PPM] [--drain-timeout DUR] [--port-file PATH] [--quiet]
  *
  * --faults and --drop inject seeded faults for tests: per op, a refusal or
@@ -149,6 +150,7 @@ static void usage(void)
 {
     printf("usage: xferd [--addr A] [--port P] [--group G] [--shards LIST]\n"
            "             [--pool SIZE] [--lease-ttl DUR] [--max-resv N]\n"
+           "             [--max-tombs N]\n"
            "             [--consume] [--faults PPM[:SEED]] [--drop PPM]\n"
            "             [--drain-timeout DUR] [--port-file PATH] [--quiet]\n"
            "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
@@ -191,6 +193,11 @@ static int parse_one(int c, const char *arg, opts *o)
             return bad("reservation cap", arg);
         o->cfg.max_resv = (uint32_t)v;
         return 0;
+    case 't':
+        if (parse_u64(arg, &v, 1u << 30) || v == 0)
+            return bad("tombstone cap", arg);
+        o->cfg.max_tombs = (uint32_t)v;
+        return 0;
     case 'c': o->cfg.consume = true; return 0;
     case 'f': return parse_faults(arg, &o->cfg) ? bad("fault spec", arg) : 0;
     case 'D':
@@ -216,7 +223,7 @@ static int parse(int argc, char **argv, opts *o)
         {"max-resv", 1, 0, 'r'},  {"consume", 0, 0, 'c'},
         {"faults", 1, 0, 'f'},    {"drain-timeout", 1, 0, 'd'},
         {"port-file", 1, 0, 'F'}, {"quiet", 0, 0, 'q'},
-        {"drop", 1, 0, 'D'},      {"help", 0, 0, 'h'},
+        {"drop", 1, 0, 'D'},      {"max-tombs", 1, 0, 't'},      {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
     opterr = 0;
     int c;
