@@ -99,10 +99,21 @@ static void abort_op(xfer_tctx *c, const xfer_transfer *t, uint8_t op,
                                                   : XFER_RESV_NONE;
 }
 
-/* Remember the first failure; every failed shard goes into the mask. */
+/*
+ * Remember the first failure; every failed shard goes into the mask.  An op
+ * we aborted ourselves is not the shard's failure, except after a deadline:
+ * then the shards that had not answered are the ones that held the transfer
+ * up, and the result names them.
+ */
 static void note_failure(xfer_transfer *t, uint16_t k, int32_t status,
                          uint8_t phase)
 {
+    if (status == XFER_ERR_ABORTED && t->stopping) {
+        if (t->status != XFER_ERR_TIMEOUT)
+            return;
+        if (t->first_failed == XFER_SHARD_NONE)
+            t->first_failed = k;
+    }
     if (k != XFER_SHARD_NONE && k < 64)
         t->failed_shards |= UINT64_C(1) << k;
     if (t->status == 0) {
@@ -110,6 +121,17 @@ static void note_failure(xfer_transfer *t, uint16_t k, int32_t status,
         t->fail_phase = phase;
         t->first_failed = k;
     }
+}
+
+static void trace_note(xfer_tctx *c, uint64_t now, const xfer_transfer *t,
+                       uint16_t shard, unsigned what, int32_t err)
+{
+    if (!c->trace.fn)
+        return;
+    xfer_trace_rec rec = {.time_ns = now, .id = t->id, .attempt = t->attempt,
+                          .shard = shard, .error = err,
+                          .machine = XFER_M_NOTE, .event = (uint8_t)what};
+    xfer_util_emit(&c->trace, &c->seq, &rec);
 }
 
 static void set_timer(xfer_transfer *t, uint8_t kind, uint64_t at)
@@ -334,35 +356,26 @@ static void h_defer_stop(xfer_transfer *t, xfer_tctx *c, uint64_t now,
     t->stop_deferred = 1;
 }
 
-static bool cancel_retryable(int32_t status)
-{
-    switch (status) {
-    case XFER_ERR_STATE:    /* TAKEN: the consumer owns the data */
-        return false;
-    default:
-        return true;
-    }
-}
-
 static void h_cancel_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
                             unsigned ev, const xfer_shard_result *r)
 {
     xfer_tshard *s = &t->shards[r->shard];
     bool done = ev == XFER_TE_CANCEL_OK || r->status == XFER_ERR_CANCELLED ||
-                r->status == XFER_ERR_STALE;
+                r->status == XFER_ERR_STALE || r->status == XFER_ERR_STATE;
     if (done) {
         /* CANCELLED: already tombstoned there; STALE: the shard holds only
-         * another attempt, so nothing of ours remains. */
+         * another attempt, so nothing of ours remains; STATE: the consumer
+         * took the data, so it is the consumer's to free, not ours. */
         s->cancel = XFER_SUB_OK;
-    } else if (cancel_retryable(r->status) &&
-               s->cancel_attempts < c->cfg->cancel_max_attempts) {
+        if (r->status == XFER_ERR_STATE)
+            t->may_hold = 1;
+    } else if (s->cancel_attempts < c->cfg->cancel_max_attempts) {
         s->cancel = XFER_SUB_FAILED;
     } else {
         s->cancel = XFER_SUB_GAVE_UP;
         t->rollback_failed |= UINT64_C(1) << r->shard;
-        if (r->status == XFER_ERR_STATE)
-            t->may_hold = 1;
         c->cancel_gave_up++;
+        trace_note(c, now, t, r->shard, XFER_NOTE_CANCEL_GAVE_UP, r->status);
     }
     if (--t->pending != 0)
         return;
@@ -469,10 +482,8 @@ static void trace_step(xfer_tctx *c, uint64_t now, const xfer_transfer *t,
                        uint16_t shard, unsigned old, unsigned ev,
                        unsigned verdict, const xfer_shard_result *r)
 {
-    if (!c->trace.fn) {
-        c->seq++;
+    if (!c->trace.fn)
         return;
-    }
     xfer_trace_rec rec = {
         .time_ns = now,
         .id = t->id,
@@ -480,7 +491,7 @@ static void trace_step(xfer_tctx *c, uint64_t now, const xfer_transfer *t,
         .arg1 = t->pending,
         .arg2 = t->failed_shards,
         .attempt = t->attempt,
-        .error = r ? r->status : t->status,
+        .error = r ? r->status : 0, /* the event's own status */
         .shard = shard,
         .machine = XFER_M_TRANSFER,
         .old_state = (uint8_t)old,
@@ -500,10 +511,8 @@ void xfer_transfer_trace_cell(xfer_tctx *c, uint64_t now_ns, uint64_t id,
     unsigned verdict = table[state][event].verdict;
     if (verdict == XFER_V_ILLEGAL)
         c->illegal++;
-    if (!c->trace.fn) {
-        c->seq++;
+    if (!c->trace.fn)
         return;
-    }
     xfer_trace_rec rec = {
         .time_ns = now_ns,
         .id = id,
