@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <event2/event.h>
+#include <event2/util.h>
 
 #define MP_MAX 64
 
@@ -260,9 +261,32 @@ int mp_hello(int fd, uint16_t shard)
     return r.type == XFER_WIRE_T_HELLO_ACK && h.req == 1 ? 0 : -1;
 }
 
+static int status_on(int fd, xfer_wire_status *st);
+
+int mp_status_addr(const char *addr, xfer_wire_status *st)
+{
+    struct sockaddr_storage ss;
+    int sl = sizeof ss;
+    if (evutil_parse_sockaddr_port(addr, (struct sockaddr *)&ss, &sl) != 0)
+        return -1;
+    int fd = socket(ss.ss_family, SOCK_STREAM, 0);
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&ss, (socklen_t)sl) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return status_on(fd, st);
+}
+
 int mp_status(uint16_t port, xfer_wire_status *st)
 {
-    int fd = mp_connect(port);
+    return status_on(mp_connect(port), st);
+}
+
+static int status_on(int fd, xfer_wire_status *st)
+{
     if (fd < 0)
         return -1;
     xfer_wire_msg m = {.type = XFER_WIRE_T_STATUS,
@@ -331,8 +355,6 @@ bool mp_run_until(struct event_base *base, const volatile bool *flag,
 int mp_producer_new(mp_producer *p, const uint16_t *ports, uint16_t n,
                     size_t staging_len, uint64_t deadline_ns)
 {
-    memset(p, 0, sizeof *p);
-    signal(SIGPIPE, SIG_IGN);
     static char addrbuf[XFER_MAX_SHARDS][32];
     const char *addrs[XFER_MAX_SHARDS];
     for (uint16_t k = 0; k < n; k++) {
@@ -340,6 +362,15 @@ int mp_producer_new(mp_producer *p, const uint16_t *ports, uint16_t n,
                  (unsigned)ports[k]);
         addrs[k] = addrbuf[k];
     }
+    return mp_producer_new_addrs(p, addrs, n, staging_len, deadline_ns);
+}
+
+int mp_producer_new_addrs(mp_producer *p, const char *const *addrs,
+                          uint16_t n, size_t staging_len,
+                          uint64_t deadline_ns)
+{
+    memset(p, 0, sizeof *p);
+    signal(SIGPIPE, SIG_IGN);
     p->nshards = n;
     p->base = event_base_new();
     xfer_engine_config ec = {.base = p->base};

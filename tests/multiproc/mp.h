@@ -78,6 +78,12 @@ typedef struct mp_producer {
     volatile bool shut;
 } mp_producer;
 
+/* addrs[k] ("ip:port") serves shard k. */
+int mp_producer_new_addrs(mp_producer *p, const char *const *addrs,
+                          uint16_t n, size_t staging_len,
+                          uint64_t deadline_ns);
+/* STATUS (every shard summed) of the daemon at "ip:port". */
+int mp_status_addr(const char *addr, xfer_wire_status *st);
 /* ports[k] serves shard k.  deadline_ns: default transfer timeout. */
 int mp_producer_new(mp_producer *p, const uint16_t *ports, uint16_t n,
                     size_t staging_len, uint64_t deadline_ns);
