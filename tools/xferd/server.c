@@ -39,6 +39,7 @@
 #include <event2/listener.h>
 
 #include "wire.h"
+#include "xfer/ctl.h"
 #include "xfer/shard.h"
 
 #define XD_OUT_HIGH (8u << 20)
@@ -78,6 +79,7 @@ struct xd_server {
     xd_config cfg;
     struct evconnlistener *lis;
     struct event *timer, *drain_ev, *reap_ev;
+    xfer_ctl *ctl;
     xd_shard shards[XFER_MAX_SHARDS];
     xd_conn *conns;
     uint32_t nconns;
@@ -884,10 +886,27 @@ out_fail:
     return rc;
 }
 
+/* The control socket's snapshot: open reservations, by real shard index. */
+static void ctl_snapshot(void *ud, xfer_ctl_reply *rep)
+{
+    xd_server *s = ud;
+    uint64_t t = now_ns();
+    for (uint16_t i = 0; i < s->cfg.nshards; i++)
+        xfer_ctl_put_shard(rep, s->shards[i].sh, s->shards[i].index, t);
+}
+
+int xd_server_ctl_open(xd_server *s, const char *path)
+{
+    if (s->ctl)
+        return XFER_ERR_EXISTS;
+    return xfer_ctl_open(s->base, path, ctl_snapshot, s, &s->ctl);
+}
+
 void xd_server_del(xd_server *s)
 {
     if (!s)
         return;
+    xfer_ctl_close(s->ctl);
     while (s->conns)
         close_conn(s->conns);
     if (s->lis)

@@ -46,6 +46,9 @@ uint16_t xd_server_port(const xd_server *s);
  * reservation is RESERVED/WRITING (or the drain timeout passed). */
 void xd_server_drain(xd_server *s);
 bool xd_server_drained(const xd_server *s);
+/* Open the Unix control socket at path (xfer/ctl.h): every open
+ * reservation of every hosted shard.  Returns 0 or an xfer error. */
+int xd_server_ctl_open(xd_server *s, const char *path);
 /* One line of counters (every hosted shard summed, then each shard). */
 void xd_server_print_stats(const xd_server *s, FILE *f);
 

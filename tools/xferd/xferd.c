@@ -6,6 +6,10 @@
  *         [--lease-ttl DUR] [--max-resv N] [--max-tombs N] [--consume]
  *         [--faults PPM[:SEED]]
  *         [--drop PPM] [--drain-timeout DUR] [--port-file PATH] [--quiet]
+ *         [--ctl PATH]
+ *
+ * --ctl PATH opens a Unix control socket (xfer/ctl.h) answering with every
+ * open reservation (`xfer-trace stuck --live PATH`).
  *
  * --faults and --drop inject seeded faults for tests: per op, a refusal or
  * an "applied but reported failed" (PPM in a million, half each), and a
@@ -38,6 +42,7 @@
 typedef struct opts {
     xd_config cfg;
     const char *port_file;
+    const char *ctl_path;
 } opts;
 
 static int bad(const char *what, const char *arg)
@@ -153,6 +158,7 @@ static void usage(void)
            "             [--max-tombs N]\n"
            "             [--consume] [--faults PPM[:SEED]] [--drop PPM]\n"
            "             [--drain-timeout DUR] [--port-file PATH] [--quiet]\n"
+           "             [--ctl PATH]\n"
            "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
            "          --lease-ttl 10s --max-resv 4096\n");
 }
@@ -209,6 +215,7 @@ static int parse_one(int c, const char *arg, opts *o)
         return parse_dur(arg, &o->cfg.drain_timeout_ns) ? bad("duration", arg)
                                                          : 0;
     case 'F': o->port_file = arg; return 0;
+    case 'C': o->ctl_path = arg; return 0;
     case 'q': o->cfg.log = NULL; return 0;
     default: return bad("flag", arg);
     }
@@ -223,7 +230,8 @@ static int parse(int argc, char **argv, opts *o)
         {"max-resv", 1, 0, 'r'},  {"consume", 0, 0, 'c'},
         {"faults", 1, 0, 'f'},    {"drain-timeout", 1, 0, 'd'},
         {"port-file", 1, 0, 'F'}, {"quiet", 0, 0, 'q'},
-        {"drop", 1, 0, 'D'},      {"max-tombs", 1, 0, 't'},      {"help", 0, 0, 'h'},
+        {"drop", 1, 0, 'D'},      {"max-tombs", 1, 0, 't'},
+        {"ctl", 1, 0, 'C'},      {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
     opterr = 0;
     int c;
@@ -286,6 +294,13 @@ static int serve(opts *o)
                 (unsigned)o->cfg.port, xfer_strerror(rc));
         if (base)
             event_base_free(base);
+        return 1;
+    }
+    if (o->ctl_path && (rc = xd_server_ctl_open(srv, o->ctl_path)) != 0) {
+        fprintf(stderr, "xferd: cannot open control socket %s: %s\n",
+                o->ctl_path, xfer_strerror(rc));
+        xd_server_del(srv);
+        event_base_free(base);
         return 1;
     }
     sigctx sc = {srv, base, 0};
