@@ -1,0 +1,1311 @@
+/*
+ * fsm/shard.c - one consumer shard: the reservation machine of fsm.h over a
+ * pool, with leases and tombstones.
+ *
+ * Every public call becomes one event on the state of its id (the live
+ * record's state, else the tombstone's reason, else NONE) and goes through
+ * dispatch(), which counts the cell, runs its handler, checks any state
+ * change against XFER_RESV_EDGES and emits one trace record.  Handlers are
+ * small and named after the handler tokens of XFER_RESV_TABLE.
+ *
+ * What must stay true:
+ *  - I4: a region is freed only when its record has no write in flight; a
+ *    cancel or lease expiry during a write parks the record in
+ *    CANCEL_PENDING / EXPIRE_PENDING and the last write_end frees it.
+ *  - TAKEN memory is the consumer's: no lease runs in TAKEN and a cancel is
+ *    refused; only release frees it.
+ *  - I14: a call carrying another attempt or another reservation id than the
+ *    record's is refused with XFER_ERR_STALE before anything is touched.
+ *  - Peer input never reaches an ILLEGAL cell: write_end is checked against
+ *    the writes in flight before dispatch; leases and tombstone expiries are
+ *    generated here only for states whose cells allow them.
+ *  - Every live record holds a tombstone slot (xfer_tomb_hold), so ending it
+ *    never fails and never evicts a young tombstone (I6, I11).
+ *  - ev_reserved counts records in CANCEL_PENDING / EXPIRE_PENDING, each of
+ *    which will append one event when its last write ends; nev + ev_reserved
+ *    <= ev_cap always, so an append never overflows or allocates.
+ *  - Leases live in a deadline heap; nothing depends on slot numbers or
+ *    pointers (foreach and save order by id), so a shard loaded from a save
+ *    behaves exactly like the one saved (I10).
+ *
+ * One thread drives a shard.  Time should not run backwards; leases use the
+ * `now` given, the tombstone table clamps its own clock.
+ */
+#include "shard_int.h"
+
+#include <assert.h>
+#include <stdlib.h>
+
+#include "heap.h"
+#include "idmap.h"
+#include "pool.h"
+#include "tomb.h"
+#include "util.h"
+#include "xfer/core.h"
+
+#define MAX_RECORDS (1u << 24)
+#define MAX_TOMBS (1u << 30)
+#define MAX_TTL (1ull << 62) /* now + ttl never wraps in practice */
+#define EVENT_SLACK 16u
+#define NO_LEASE UINT32_MAX /* rank of a record without a lease */
+#define RNG_SEED 0x7866657273686172ull /* "xfershar" */
+
+/* One live reservation.  state NONE marks a free slot. */
+typedef struct resv {
+    uint64_t id, resv_id, off, created_ns;
+    uint32_t attempt, len, writes;
+    uint8_t state;
+} resv;
+
+/* Scratch entry for sorting records (save, load, foreach). */
+typedef struct sort_ent {
+    uint64_t k1, k2;
+    uint32_t slot, rank;
+} sort_ent;
+
+struct xfer_shard {
+    xfer_shard_config cfg; /* defaults applied */
+    resv *recs;            /* max_reservations slots */
+    uint32_t *free_slots;  /* stack of free slot numbers */
+    uint32_t nfree, live;
+    sort_ent *scratch;     /* max_reservations entries */
+    xfer_idmap ids;        /* id -> slot */
+    xfer_heap leases;      /* slot -> lease deadline */
+    xfer_tomb tombs;       /* reason: xfer_resv_state */
+    xfer_pool pool;
+    uint8_t *mem;          /* pool base */
+    void *mem_block;       /* what we allocated for it, or NULL */
+    xfer_shard_event *evs;
+    uint32_t nev, ev_cap, ev_reserved;
+    uint64_t rng_state;    /* internal splitmix64 when no rng injected */
+    uint64_t seq;          /* trace sequence */
+    xfer_shard_stats st;   /* counters and cells_hit */
+};
+
+/* One event on one id, with what the call carried and what it returns. */
+typedef struct op {
+    uint64_t now, id, resv_id, off; /* off: write offset or region addr */
+    uint32_t attempt, len;
+    uint8_t event, from, to;
+    bool has_attempt, has_resv, has_region;
+    resv *rec; /* the live record, or NULL */
+    uint32_t slot;
+    xfer_resv_info *info;
+    uint8_t **dst;
+    const uint8_t **data;
+    uint32_t *data_len;
+} op;
+
+/* ---------------------------------------------------------------------- */
+/* Small helpers                                                           */
+/* ---------------------------------------------------------------------- */
+
+static bool is_tomb(unsigned st)
+{
+    return st == XFER_RS_CANCELLED || st == XFER_RS_EXPIRED ||
+           st == XFER_RS_DONE;
+}
+
+static bool is_pending(unsigned st)
+{
+    return st == XFER_RS_CANCEL_PENDING || st == XFER_RS_EXPIRE_PENDING;
+}
+
+/* The call names another attempt or reservation than the record's. */
+static bool mismatch(const op *o)
+{
+    return o->rec && ((o->has_attempt && o->attempt != o->rec->attempt) ||
+                      (o->has_resv && o->resv_id != o->rec->resv_id));
+}
+
+static bool ev_room(const xfer_shard *s)
+{
+    return s->nev + s->ev_reserved < s->ev_cap;
+}
+
+static void push_event(xfer_shard *s, uint8_t kind, const resv *r)
+{
+    assert(s->nev < s->ev_cap);
+    s->evs[s->nev++] = (xfer_shard_event){.kind = kind,
+                                          .shard = s->cfg.shard_index,
+                                          .attempt = r->attempt,
+                                          .id = r->id,
+                                          .resv_id = r->resv_id,
+                                          .len = r->len};
+}
+
+static uint64_t draw_resv_id(xfer_shard *s)
+{
+    uint64_t v;
+    if (s->cfg.rng.next) {
+        v = s->cfg.rng.next(s->cfg.rng.ud);
+    } else {
+        v = xfer_util_mix64(s->rng_state);
+        s->rng_state += 0x9e3779b97f4a7c15ull;
+    }
+    return v ? v : 1; /* 0 is XFER_RESV_NONE */
+}
+
+static uint64_t lease_deadline(const xfer_shard *s, uint64_t now)
+{
+    uint64_t ttl = s->cfg.lease_ttl_ns;
+    return now > UINT64_MAX - ttl ? UINT64_MAX : now + ttl;
+}
+
+/* Find the state of o->id and fill what the call did not carry. */
+static void lookup(xfer_shard *s, op *o)
+{
+    uint32_t slot;
+    o->rec = NULL;
+    if (xfer_idmap_get(&s->ids, o->id, &slot)) {
+        o->rec = &s->recs[slot];
+        o->slot = slot;
+        o->from = o->rec->state;
+        if (!o->has_attempt)
+            o->attempt = o->rec->attempt;
+        if (!o->has_region) {
+            o->off = o->rec->off;
+            o->len = o->rec->len;
+        }
+        return;
+    }
+    const xfer_tomb_entry *e = xfer_tomb_find(&s->tombs, o->id);
+    o->from = e ? e->reason : XFER_RS_NONE;
+    if (e && !o->has_attempt)
+        o->attempt = e->attempt;
+}
+
+/* End a live record: free its region, stop its lease, tombstone it with
+ * `reason`, and emit `kind` unless it is negative. */
+static void end_record(xfer_shard *s, op *o, uint8_t reason, int kind)
+{
+    resv *r = o->rec;
+    assert(r && r->writes == 0);
+    if (kind >= 0)
+        push_event(s, (uint8_t)kind, r);
+    xfer_pool_free(&s->pool, r->off, r->len);
+    xfer_heap_remove(&s->leases, o->slot);
+    xfer_idmap_del(&s->ids, r->id);
+    xfer_tomb_insert_held(&s->tombs, o->now, r->id, r->attempt, reason);
+    memset(r, 0, sizeof *r);
+    s->free_slots[s->nfree++] = o->slot;
+    s->live--;
+    o->rec = NULL;
+    o->to = reason;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Handlers, one per handler token of XFER_RESV_TABLE                      */
+/* ---------------------------------------------------------------------- */
+
+typedef int (*handler_fn)(xfer_shard *s, op *o);
+
+static void give_info(op *o, const resv *r)
+{
+    *o->info = (xfer_resv_info){.resv_id = r->resv_id, .addr = r->off,
+                                .len = r->len};
+    o->resv_id = r->resv_id;
+    o->off = r->off;
+}
+
+/* NONE + RESERVE: a tombstone hold, a region and a lease, or nothing. */
+static int h_reserve(xfer_shard *s, op *o)
+{
+    uint64_t off;
+    if (s->live >= s->cfg.max_reservations ||
+        xfer_tomb_hold(&s->tombs, o->now) != 0)
+        return XFER_ERR_BUSY;
+    if (xfer_pool_alloc(&s->pool, o->len, &off) != 0) {
+        xfer_tomb_unhold(&s->tombs);
+        return XFER_ERR_NO_SPACE;
+    }
+    uint32_t slot = s->free_slots[--s->nfree];
+    resv *r = &s->recs[slot];
+    *r = (resv){.id = o->id, .resv_id = draw_resv_id(s), .off = off,
+                .created_ns = o->now, .attempt = o->attempt, .len = o->len,
+                .state = XFER_RS_RESERVED};
+    xfer_idmap_put(&s->ids, r->id, slot);
+    xfer_heap_set(&s->leases, slot, lease_deadline(s, o->now));
+    s->live++;
+    s->st.reserves++;
+    o->rec = r;
+    o->slot = slot;
+    o->to = XFER_RS_RESERVED;
+    give_info(o, r);
+    return 0;
+}
+
+/* Refusals: the error says why (stale, unknown, cancelled, expired, or not
+ * in a state that allows it). */
+static int h_refuse(xfer_shard *s, op *o)
+{
+    if (mismatch(o))
+        return XFER_ERR_STALE;
+    if (o->event == XFER_RE_RESERVE) /* held, or tombstoned in any way */
+        return is_tomb(o->from) ? XFER_ERR_CANCELLED : XFER_ERR_STATE;
+    switch ((xfer_resv_state)o->from) {
+    case XFER_RS_NONE:
+        return XFER_ERR_NOT_FOUND;
+    case XFER_RS_CANCEL_PENDING:
+    case XFER_RS_CANCELLED:
+        return XFER_ERR_CANCELLED;
+    case XFER_RS_EXPIRE_PENDING:
+    case XFER_RS_EXPIRED:
+        return XFER_ERR_EXPIRED;
+    case XFER_RS_RESERVED:
+    case XFER_RS_WRITING:
+    case XFER_RS_READY:
+    case XFER_RS_TAKEN:
+    case XFER_RS_DONE:
+    case XFER_RS_COUNT_:
+        break;
+    }
+    return XFER_ERR_STATE;
+}
+
+/* NONE + CANCEL: a pre-emptive (id, attempt) tombstone, so a later reserve
+ * for the id is refused (I7). */
+static int h_preempt(xfer_shard *s, op *o)
+{
+    if (xfer_tomb_insert(&s->tombs, o->now, o->id, o->attempt,
+                         XFER_RS_CANCELLED) != 0)
+        return XFER_ERR_BUSY;
+    s->st.cancels++;
+    o->to = XFER_RS_CANCELLED;
+    return 0;
+}
+
+/* RESERVED/WRITING + RESERVE: the same request again gets the same answer;
+ * another attempt, or another length, is not the same request. */
+static int h_reserve_again(xfer_shard *s, op *o)
+{
+    if (mismatch(o))
+        return XFER_ERR_STALE;
+    if (o->len != o->rec->len)
+        return XFER_ERR_INVALID_ARG;
+    give_info(o, o->rec);
+    return 0;
+}
+
+static int h_write_begin(xfer_shard *s, op *o)
+{
+    resv *r = o->rec;
+    if (mismatch(o))
+        return XFER_ERR_STALE;
+    if (o->off > r->len || o->len > r->len - o->off)
+        return XFER_ERR_BOUNDS;
+    if (r->writes == UINT32_MAX)
+        return XFER_ERR_BUSY;
+    r->writes++;
+    r->state = XFER_RS_WRITING;
+    o->to = XFER_RS_WRITING;
+    *o->dst = s->mem + r->off + o->off;
+    s->st.writes++;
+    return 0;
+}
+
+static int h_commit(xfer_shard *s, op *o)
+{
+    if (mismatch(o))
+        return XFER_ERR_STALE;
+    if (!ev_room(s))
+        return XFER_ERR_BUSY;
+    o->rec->state = XFER_RS_READY;
+    o->to = XFER_RS_READY;
+    push_event(s, XFER_SHARD_EV_READY, o->rec);
+    s->st.commits++;
+    return 0;
+}
+
+/* RESERVED/READY + CANCEL: nothing can land, free now. */
+static int h_free_cancelled(xfer_shard *s, op *o)
+{
+    if (mismatch(o))
+        return XFER_ERR_STALE;
+    if (!ev_room(s))
+        return XFER_ERR_BUSY;
+    end_record(s, o, XFER_RS_CANCELLED, XFER_SHARD_EV_CANCELLED);
+    s->st.cancels++;
+    return 0;
+}
+
+/* RESERVED/READY + LEASE_EXPIRE (the caller made room for the event). */
+static int h_free_expired(xfer_shard *s, op *o)
+{
+    end_record(s, o, XFER_RS_EXPIRED, XFER_SHARD_EV_EXPIRED);
+    s->st.expiries++;
+    return 0;
+}
+
+static int h_write_end(xfer_shard *s, op *o)
+{
+    resv *r = o->rec;
+    assert(r->writes > 0);
+    if (--r->writes == 0) {
+        r->state = XFER_RS_RESERVED;
+        o->to = XFER_RS_RESERVED;
+    }
+    return 0;
+}
+
+/* WRITING + CANCEL: a write may still land, so free when the last one
+ * ends; keep an event slot for that moment. */
+static int h_defer_cancel(xfer_shard *s, op *o)
+{
+    if (mismatch(o))
+        return XFER_ERR_STALE;
+    if (!ev_room(s))
+        return XFER_ERR_BUSY;
+    s->ev_reserved++;
+    o->rec->state = XFER_RS_CANCEL_PENDING;
+    o->to = XFER_RS_CANCEL_PENDING;
+    s->st.cancels++;
+    return 0;
+}
+
+static int h_defer_expire(xfer_shard *s, op *o)
+{
+    s->ev_reserved++;
+    o->rec->state = XFER_RS_EXPIRE_PENDING;
+    o->to = XFER_RS_EXPIRE_PENDING;
+    s->st.expiries++;
+    return 0;
+}
+
+/* A repeat of something already done (commit in READY/TAKEN, cancel of a
+ * record already cancelled or expiring). */
+static int h_ack(xfer_shard *s, op *o)
+{
+    return mismatch(o) ? XFER_ERR_STALE : 0;
+}
+
+static int h_take(xfer_shard *s, op *o)
+{
+    resv *r = o->rec;
+    if (mismatch(o))
+        return XFER_ERR_STALE;
+    xfer_heap_remove(&s->leases, o->slot); /* TAKEN has no lease */
+    r->state = XFER_RS_TAKEN;
+    o->to = XFER_RS_TAKEN;
+    *o->data = s->mem + r->off;
+    *o->data_len = r->len;
+    s->st.takes++;
+    return 0;
+}
+
+static int h_release(xfer_shard *s, op *o)
+{
+    if (mismatch(o))
+        return XFER_ERR_STALE;
+    end_record(s, o, XFER_RS_DONE, -1);
+    s->st.releases++;
+    return 0;
+}
+
+/* A write ends in CANCEL_PENDING / EXPIRE_PENDING: the last one frees. */
+static int h_write_end_pending(xfer_shard *s, op *o)
+{
+    resv *r = o->rec;
+    bool cancelled = o->from == XFER_RS_CANCEL_PENDING;
+    assert(r->writes > 0 && s->ev_reserved > 0);
+    if (--r->writes == 0) {
+        s->ev_reserved--;
+        end_record(s, o, cancelled ? XFER_RS_CANCELLED : XFER_RS_EXPIRED,
+                   cancelled ? XFER_SHARD_EV_CANCELLED
+                             : XFER_SHARD_EV_EXPIRED);
+        s->st.deferred_frees++;
+    }
+    return cancelled ? XFER_ERR_CANCELLED : XFER_ERR_EXPIRED;
+}
+
+/* A tombstone outlived its TTL (the tomb table already dropped it). */
+static int h_drop(xfer_shard *s, op *o)
+{
+    o->to = XFER_RS_NONE;
+    return 0;
+}
+
+#define h_none NULL
+
+typedef struct cell {
+    uint8_t verdict;
+    handler_fn fn;
+} cell;
+
+static const cell table[XFER_RS_COUNT_][XFER_RE_COUNT_] = {
+#define C_(st, ev, v, h) [XFER_RS_##st][XFER_RE_##ev] = {XFER_V_##v, h_##h},
+    XFER_RESV_TABLE(C_)
+#undef C_
+};
+
+/* ---------------------------------------------------------------------- */
+/* Dispatch                                                                */
+/* ---------------------------------------------------------------------- */
+
+static void trace_step(xfer_shard *s, const op *o, unsigned verdict, int rc)
+{
+    if (!s->cfg.trace.fn) {
+        s->seq++;
+        return;
+    }
+    xfer_trace_rec rec = {
+        .time_ns = o->now,
+        .id = o->id,
+        .arg0 = o->resv_id,
+        .arg1 = o->off,
+        .arg2 = o->len,
+        .attempt = o->attempt,
+        .error = rc,
+        .shard = s->cfg.shard_index,
+        .machine = XFER_M_RESERVATION,
+        .old_state = o->from,
+        .event = o->event,
+        .new_state = o->to,
+        .verdict = (uint8_t)verdict,
+    };
+    xfer_util_emit(&s->cfg.trace, &s->seq, &rec);
+}
+
+static int dispatch(xfer_shard *s, op *o)
+{
+    assert(o->from < XFER_RS_COUNT_ && o->event < XFER_RE_COUNT_);
+    const cell *c = &table[o->from][o->event];
+    int rc = 0;
+    o->to = o->from;
+    s->st.cells_hit[o->from][o->event]++;
+    if (c->verdict == XFER_V_ILLEGAL) {
+        /* A bug here or in a transport: peer input is filtered before. */
+        s->st.illegal++;
+        assert(!"illegal reservation cell");
+        rc = XFER_ERR_STATE;
+    } else if (c->fn) {
+        rc = c->fn(s, o);
+    }
+    if (o->to != o->from &&
+        !xfer_fsm_edge_ok(XFER_M_RESERVATION, o->from, o->event, o->to)) {
+        s->st.illegal++;
+        assert(!"undeclared reservation edge");
+    }
+    trace_step(s, o, c->verdict, rc);
+    return rc;
+}
+
+/* Count a public call's refusal. */
+static int counted(xfer_shard *s, int rc)
+{
+    if (rc == XFER_ERR_STALE)
+        s->st.stale++;
+    else if (rc < 0)
+        s->st.refused++;
+    return rc;
+}
+
+static int run(xfer_shard *s, op *o)
+{
+    lookup(s, o);
+    return counted(s, dispatch(s, o));
+}
+
+typedef struct drop_ctx {
+    xfer_shard *s;
+    uint64_t now;
+} drop_ctx;
+
+static void on_tomb_drop(void *ud, const xfer_tomb_entry *e)
+{
+    drop_ctx *d = ud;
+    op o = {.now = d->now, .id = e->id, .attempt = e->attempt,
+            .event = XFER_RE_TOMB_EXPIRE, .from = e->reason};
+    dispatch(d->s, &o);
+}
+
+static void expire_tombs(xfer_shard *s, uint64_t now)
+{
+    drop_ctx d = {s, now};
+    xfer_tomb_expire(&s->tombs, now, 0, on_tomb_drop, &d);
+}
+
+/* At the tombstone cap, drop what has outlived its TTL (traced) before a
+ * call that needs a tombstone slot; a young one is never dropped. */
+static void make_tomb_room(xfer_shard *s, uint64_t now)
+{
+    if (s->tombs.n + s->tombs.held >= s->tombs.cap)
+        expire_tombs(s, now);
+}
+
+/* Fire due leases while an event can still be appended; what is left
+ * keeps next_deadline in the past, so the driver calls again. */
+static void fire_leases(xfer_shard *s, uint64_t now)
+{
+    uint32_t slot;
+    uint64_t dl;
+    while (ev_room(s) && xfer_heap_peek(&s->leases, &slot, &dl) &&
+           dl <= now) {
+        xfer_heap_remove(&s->leases, slot);
+        op o = {.now = now, .id = s->recs[slot].id,
+                .event = XFER_RE_LEASE_EXPIRE};
+        lookup(s, &o);
+        dispatch(s, &o);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Public calls                                                            */
+/* ---------------------------------------------------------------------- */
+
+int xfer_shard_reserve(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                       uint32_t attempt, uint32_t len, xfer_resv_info *info)
+{
+    if (!s || id == 0 || !info)
+        return XFER_ERR_INVALID_ARG;
+    make_tomb_room(s, now_ns);
+    op o = {.now = now_ns, .id = id, .attempt = attempt, .len = len,
+            .event = XFER_RE_RESERVE, .has_attempt = true,
+            .has_region = true, .info = info};
+    return run(s, &o);
+}
+
+int xfer_shard_write_begin(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                           uint32_t attempt, uint64_t resv_id, uint64_t off,
+                           uint32_t len, uint8_t **dst)
+{
+    if (!s || id == 0 || !dst)
+        return XFER_ERR_INVALID_ARG;
+    op o = {.now = now_ns, .id = id, .resv_id = resv_id, .off = off,
+            .attempt = attempt, .len = len, .event = XFER_RE_WRITE_BEGIN,
+            .has_attempt = true, .has_resv = true, .has_region = true,
+            .dst = dst};
+    return run(s, &o);
+}
+
+int xfer_shard_write_end(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                         uint64_t resv_id, bool ok)
+{
+    if (!s || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    op o = {.now = now_ns, .id = id, .resv_id = resv_id, .has_resv = true,
+            .event = ok ? XFER_RE_WRITE_END_OK : XFER_RE_WRITE_END_FAIL};
+    lookup(s, &o);
+    /* Only a write actually in flight may reach the table: the
+     * write-end cells of states without writes are ILLEGAL. */
+    if (!o.rec)
+        return counted(s, XFER_ERR_NOT_FOUND);
+    if (o.rec->resv_id != resv_id || o.rec->writes == 0)
+        return counted(s, XFER_ERR_STALE);
+    return dispatch(s, &o);
+}
+
+int xfer_shard_write(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                     uint32_t attempt, uint64_t resv_id, uint64_t off,
+                     const void *data, uint32_t len)
+{
+    uint8_t *dst = NULL;
+    if (!s || (!data && len))
+        return XFER_ERR_INVALID_ARG;
+    int rc = xfer_shard_write_begin(s, now_ns, id, attempt, resv_id, off,
+                                    len, &dst);
+    if (rc == 0) {
+        if (len)
+            memcpy(dst, data, len);
+        rc = xfer_shard_write_end(s, now_ns, id, resv_id, true);
+    }
+    return rc;
+}
+
+int xfer_shard_commit(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                      uint32_t attempt, uint64_t resv_id)
+{
+    if (!s || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    op o = {.now = now_ns, .id = id, .resv_id = resv_id, .attempt = attempt,
+            .event = XFER_RE_COMMIT, .has_attempt = true, .has_resv = true};
+    return run(s, &o);
+}
+
+int xfer_shard_cancel(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                      uint32_t attempt, uint64_t resv_id)
+{
+    if (!s || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    make_tomb_room(s, now_ns);
+    op o = {.now = now_ns, .id = id, .resv_id = resv_id, .attempt = attempt,
+            .event = XFER_RE_CANCEL, .has_attempt = true,
+            .has_resv = resv_id != XFER_RESV_NONE};
+    return run(s, &o);
+}
+
+int xfer_shard_take(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                    uint64_t resv_id, const uint8_t **data, uint32_t *len)
+{
+    if (!s || id == 0 || !data || !len)
+        return XFER_ERR_INVALID_ARG;
+    op o = {.now = now_ns, .id = id, .resv_id = resv_id,
+            .event = XFER_RE_TAKE, .has_resv = true, .data = data,
+            .data_len = len};
+    return run(s, &o);
+}
+
+int xfer_shard_release(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                       uint64_t resv_id)
+{
+    if (!s || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    op o = {.now = now_ns, .id = id, .resv_id = resv_id,
+            .event = XFER_RE_RELEASE, .has_resv = true};
+    return run(s, &o);
+}
+
+void xfer_shard_on_timer(xfer_shard *s, uint64_t now_ns)
+{
+    if (!s)
+        return;
+    fire_leases(s, now_ns);
+    expire_tombs(s, now_ns);
+}
+
+uint64_t xfer_shard_next_deadline(const xfer_shard *s)
+{
+    if (!s)
+        return UINT64_MAX;
+    uint64_t a = xfer_heap_min(&s->leases);
+    uint64_t b = xfer_tomb_next_expiry(&s->tombs);
+    return a < b ? a : b;
+}
+
+const xfer_shard_event *xfer_shard_events(const xfer_shard *s, size_t *n)
+{
+    if (n)
+        *n = s ? s->nev : 0;
+    return s ? s->evs : NULL;
+}
+
+void xfer_shard_events_clear(xfer_shard *s)
+{
+    if (s)
+        s->nev = 0;
+}
+
+void xfer_shard_stats_get(const xfer_shard *s, xfer_shard_stats *st)
+{
+    if (!s || !st)
+        return;
+    *st = s->st;
+    st->pool_bytes = s->cfg.pool_bytes;
+    st->bytes_in_use = s->pool.in_use;
+    st->live = s->live;
+    st->tombstones = s->tombs.n;
+}
+
+xfer_resv_state xfer_shard_state(const xfer_shard *s, uint64_t id)
+{
+    uint32_t slot;
+    if (!s || id == 0)
+        return XFER_RS_NONE;
+    if (xfer_idmap_get(&s->ids, id, &slot))
+        return (xfer_resv_state)s->recs[slot].state;
+    const xfer_tomb_entry *e = xfer_tomb_find(&s->tombs, id);
+    return e ? (xfer_resv_state)e->reason : XFER_RS_NONE;
+}
+
+uint8_t *xfer_shard_pool_base(const xfer_shard *s)
+{
+    return s ? s->mem : NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sorted views (foreach, save, load)                                      */
+/* ---------------------------------------------------------------------- */
+
+static int cmp_ent(const void *a, const void *b)
+{
+    const sort_ent *x = a, *y = b;
+    if (x->k1 != y->k1)
+        return x->k1 < y->k1 ? -1 : 1;
+    if (x->k2 != y->k2)
+        return x->k2 < y->k2 ? -1 : 1;
+    return 0;
+}
+
+/* Fill the scratch array with the live slots sorted by id; each entry's
+ * k2 is the lease deadline and rank its position among leases with the
+ * same deadline (the heap pops those in set order), NO_LEASE for none. */
+static uint32_t sorted_live(const xfer_shard *s)
+{
+    sort_ent *v = s->scratch;
+    uint32_t n = 0;
+    for (uint32_t slot = 0; slot < s->cfg.max_reservations; slot++) {
+        if (s->recs[slot].state == XFER_RS_NONE)
+            continue;
+        bool leased = xfer_heap_contains(&s->leases, slot);
+        v[n++] = (sort_ent){
+            .k1 = leased ? s->leases.key[slot] : UINT64_MAX,
+            .k2 = leased ? s->leases.tie[slot] : UINT64_MAX,
+            .slot = slot, .rank = leased ? 0 : NO_LEASE};
+    }
+    qsort(v, n, sizeof *v, cmp_ent); /* by (deadline, set order) */
+    for (uint32_t i = 1; i < n && v[i].rank != NO_LEASE; i++)
+        if (v[i].k1 == v[i - 1].k1)
+            v[i].rank = v[i - 1].rank + 1;
+    for (uint32_t i = 0; i < n; i++) {
+        v[i].k2 = v[i].k1;
+        v[i].k1 = s->recs[v[i].slot].id;
+    }
+    qsort(v, n, sizeof *v, cmp_ent);
+    return n;
+}
+
+typedef struct foreach_ctx {
+    void (*fn)(void *ud, uint64_t id, uint32_t attempt, xfer_resv_state st,
+               uint64_t since_ns);
+    void *ud;
+    uint64_t ttl;
+} foreach_ctx;
+
+static void foreach_tomb(void *ud, const xfer_tomb_entry *e)
+{
+    foreach_ctx *c = ud;
+    c->fn(c->ud, e->id, e->attempt, (xfer_resv_state)e->reason,
+          e->expires_ns - c->ttl);
+}
+
+/* Live records by id (since = reserve time), then tombstones oldest first
+ * (since = when tombstoned).  fn must not call into the shard. */
+void xfer_shard_foreach(const xfer_shard *s,
+                        void (*fn)(void *ud, uint64_t id, uint32_t attempt,
+                                   xfer_resv_state st, uint64_t since_ns),
+                        void *ud)
+{
+    if (!s || !fn)
+        return;
+    uint32_t n = sorted_live(s);
+    for (uint32_t i = 0; i < n; i++) {
+        const resv *r = &s->recs[s->scratch[i].slot];
+        fn(ud, r->id, r->attempt, (xfer_resv_state)r->state, r->created_ns);
+    }
+    foreach_ctx c = {fn, ud, s->tombs.ttl_ns};
+    xfer_tomb_foreach(&s->tombs, foreach_tomb, &c);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Creation                                                                */
+/* ---------------------------------------------------------------------- */
+
+static int apply_defaults(const xfer_shard_config *in, xfer_shard_config *c)
+{
+    *c = *in;
+    if (!c->max_reservations)
+        c->max_reservations = 4096;
+    if (!c->max_tombstones && c->max_reservations <= MAX_TOMBS / 4)
+        c->max_tombstones = 4 * c->max_reservations;
+    if (!c->lease_ttl_ns)
+        c->lease_ttl_ns = 10ull * 1000000000ull;
+    if (!c->tombstone_ttl_ns)
+        c->tombstone_ttl_ns = c->lease_ttl_ns > UINT64_MAX / 2
+                                  ? UINT64_MAX
+                                  : 2 * c->lease_ttl_ns;
+    if (!c->align)
+        c->align = 64;
+    bool bad = c->pool_bytes < c->align ||
+               c->max_reservations > MAX_RECORDS || !c->max_tombstones ||
+               c->max_tombstones > MAX_TOMBS || c->lease_ttl_ns > MAX_TTL ||
+               c->tombstone_ttl_ns > MAX_TTL ||
+               (c->align & (c->align - 1)) != 0 ||
+               (!c->alloc.alloc != !c->alloc.free) ||
+               (!c->pool_memory && c->pool_bytes > SIZE_MAX - c->align);
+    return bad ? XFER_ERR_INVALID_ARG : 0;
+}
+
+/* The pool buffer, aligned to cfg.align when we allocate it. */
+static int alloc_memory(xfer_shard *s)
+{
+    if (s->cfg.pool_memory) {
+        s->mem = s->cfg.pool_memory;
+        return 0;
+    }
+    size_t size = (size_t)s->cfg.pool_bytes + s->cfg.align - 1;
+    s->mem_block = xfer_util_alloc(&s->cfg.alloc, size);
+    if (!s->mem_block)
+        return XFER_ERR_NOMEM;
+    uintptr_t p = (uintptr_t)s->mem_block;
+    p = (p + s->cfg.align - 1) & ~(uintptr_t)(s->cfg.align - 1);
+    s->mem = (uint8_t *)p;
+    return 0;
+}
+
+/* Every slot free, slot 0 handed out first. */
+static void reset_slots(xfer_shard *s)
+{
+    uint32_t n = s->cfg.max_reservations;
+    memset(s->recs, 0, (size_t)n * sizeof *s->recs);
+    for (uint32_t i = 0; i < n; i++)
+        s->free_slots[i] = n - 1 - i;
+    s->nfree = n;
+    s->live = 0;
+}
+
+static int build(xfer_shard *s)
+{
+    const xfer_allocator *a = &s->cfg.alloc;
+    uint32_t n = s->cfg.max_reservations;
+    int rc = 0;
+    s->ev_cap = n + EVENT_SLACK;
+    s->recs = xfer_util_calloc(a, n, sizeof *s->recs);
+    s->free_slots = xfer_util_calloc(a, n, sizeof *s->free_slots);
+    s->scratch = xfer_util_calloc(a, n, sizeof *s->scratch);
+    s->evs = xfer_util_calloc(a, s->ev_cap, sizeof *s->evs);
+    if (!s->recs || !s->free_slots || !s->scratch || !s->evs)
+        rc = XFER_ERR_NOMEM;
+    if (!rc)
+        rc = xfer_idmap_init(&s->ids, n, a);
+    if (!rc)
+        rc = xfer_heap_init(&s->leases, n, a);
+    if (!rc)
+        rc = xfer_tomb_init(&s->tombs, s->cfg.max_tombstones,
+                            s->cfg.tombstone_ttl_ns, a);
+    if (!rc)
+        rc = xfer_pool_init(&s->pool, s->cfg.pool_bytes, s->cfg.align, n, a);
+    if (!rc)
+        rc = alloc_memory(s);
+    if (!rc) {
+        reset_slots(s);
+        s->rng_state = RNG_SEED ^ s->cfg.shard_index;
+    }
+    return rc;
+}
+
+int xfer_shard_new(const xfer_shard_config *cfg, xfer_shard **out)
+{
+    xfer_shard_config c;
+    if (!cfg || !out)
+        return XFER_ERR_INVALID_ARG;
+    int rc = apply_defaults(cfg, &c);
+    if (rc)
+        return rc;
+    xfer_shard *s = xfer_util_calloc(&c.alloc, 1, sizeof *s);
+    if (!s)
+        return XFER_ERR_NOMEM;
+    s->cfg = c;
+    rc = build(s);
+    if (rc) {
+        xfer_shard_del(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void xfer_shard_del(xfer_shard *s)
+{
+    if (!s)
+        return;
+    xfer_allocator a = s->cfg.alloc;
+    xfer_pool_clear(&s->pool, &a);
+    xfer_tomb_clear(&s->tombs, &a);
+    xfer_heap_clear(&s->leases, &a);
+    xfer_idmap_clear(&s->ids, &a);
+    xfer_util_free(&a, s->mem_block);
+    xfer_util_free(&a, s->evs);
+    xfer_util_free(&a, s->scratch);
+    xfer_util_free(&a, s->free_slots);
+    xfer_util_free(&a, s->recs);
+    xfer_util_free(&a, s);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Save and load (for the model checker; see shard_int.h)                  */
+/* ---------------------------------------------------------------------- */
+
+#define SAVE_MAGIC 0x01485358u /* "XSH" 1, little-endian */
+#define REC_BYTES 57u
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t len, at;
+} wbuf;
+
+typedef struct rbuf {
+    const uint8_t *p;
+    size_t len, at;
+    bool bad;
+} rbuf;
+
+static void put(wbuf *w, uint64_t v, unsigned bytes)
+{
+    for (unsigned i = 0; i < bytes; i++, w->at++)
+        if (w->at < w->len)
+            w->p[w->at] = (uint8_t)(v >> (8 * i));
+}
+
+static void skip(rbuf *r, size_t bytes)
+{
+    if (r->bad || r->len - r->at < bytes)
+        r->bad = true;
+    else
+        r->at += bytes;
+}
+
+static uint64_t get(rbuf *r, unsigned bytes)
+{
+    uint64_t v = 0;
+    if (r->bad || r->len - r->at < bytes) {
+        r->bad = true;
+        return 0;
+    }
+    for (unsigned i = 0; i < bytes; i++)
+        v |= (uint64_t)r->p[r->at + i] << (8 * i);
+    r->at += bytes;
+    return v;
+}
+
+/* What must match between the saving and the loading shard.  Not the
+ * shard index: shards of a group are interchangeable, and the model
+ * checker compares and swaps their encodings (symmetry reduction). */
+static uint64_t fingerprint(const xfer_shard *s)
+{
+    const uint64_t v[] = {s->pool.size, s->cfg.align,
+                          s->cfg.max_reservations, s->cfg.max_tombstones,
+                          s->cfg.lease_ttl_ns, s->cfg.tombstone_ttl_ns,
+                          s->cfg.rng.next != NULL};
+    uint64_t h = SAVE_MAGIC;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        h = xfer_util_mix64(h ^ v[i]);
+    return h;
+}
+
+static void save_record(wbuf *w, const resv *r, const sort_ent *e)
+{
+    put(w, r->id, 8);
+    put(w, r->attempt, 4);
+    put(w, r->resv_id, 8);
+    put(w, r->off, 8);
+    put(w, r->len, 4);
+    put(w, r->state, 1);
+    put(w, r->writes, 4);
+    put(w, r->created_ns, 8);
+    put(w, e->rank == NO_LEASE ? 0 : e->k2, 8); /* lease deadline */
+    put(w, e->rank, 4);
+}
+
+static void save_tomb(void *ud, const xfer_tomb_entry *e)
+{
+    wbuf *w = ud;
+    put(w, e->id, 8);
+    put(w, e->attempt, 4);
+    put(w, e->reason, 1);
+    put(w, e->expires_ns, 8);
+}
+
+size_t xfer_shard_save(const xfer_shard *s, uint8_t *buf, size_t len)
+{
+    if (!s)
+        return 0;
+    wbuf w = {buf, buf ? len : 0, 0};
+    put(&w, SAVE_MAGIC, 4);
+    put(&w, fingerprint(s), 8);
+    put(&w, s->cfg.rng.next ? 0 : s->rng_state, 8);
+    uint32_t n = sorted_live(s);
+    put(&w, n, 4);
+    for (uint32_t i = 0; i < n; i++)
+        save_record(&w, &s->recs[s->scratch[i].slot], &s->scratch[i]);
+    uint32_t ne;
+    const xfer_pool_ext *ext = xfer_pool_extents(&s->pool, &ne);
+    put(&w, ne, 4);
+    for (uint32_t i = 0; i < ne; i++) {
+        put(&w, ext[i].off, 8);
+        put(&w, ext[i].len, 8);
+    }
+    put(&w, s->tombs.n, 4);
+    xfer_tomb_foreach(&s->tombs, save_tomb, &w);
+    put(&w, s->nev, 4);
+    for (uint32_t i = 0; i < s->nev; i++) {
+        const xfer_shard_event *e = &s->evs[i];
+        put(&w, e->kind, 1);
+        put(&w, e->attempt, 4);
+        put(&w, e->id, 8);
+        put(&w, e->resv_id, 8);
+        put(&w, e->len, 4);
+    }
+    return w.at;
+}
+
+typedef struct saved_rec {
+    resv r;
+    uint64_t lease;
+    uint32_t rank;
+} saved_rec;
+
+static saved_rec get_record(rbuf *b)
+{
+    saved_rec x;
+    memset(&x, 0, sizeof x);
+    x.r.id = get(b, 8);
+    x.r.attempt = (uint32_t)get(b, 4);
+    x.r.resv_id = get(b, 8);
+    x.r.off = get(b, 8);
+    x.r.len = (uint32_t)get(b, 4);
+    x.r.state = (uint8_t)get(b, 1);
+    x.r.writes = (uint32_t)get(b, 4);
+    x.r.created_ns = get(b, 8);
+    x.lease = get(b, 8);
+    x.rank = (uint32_t)get(b, 4);
+    return x;
+}
+
+/* A saved record that the machine could have produced. */
+static bool record_ok(const xfer_shard *s, const saved_rec *x, uint64_t prev)
+{
+    const resv *r = &x->r;
+    unsigned st = r->state;
+    bool writing = st == XFER_RS_WRITING || is_pending(st);
+    bool leased = x->rank != NO_LEASE;
+    bool may_lease = st == XFER_RS_CANCEL_PENDING ||
+                     (st != XFER_RS_TAKEN && st != XFER_RS_EXPIRE_PENDING);
+    bool must_lease = st == XFER_RS_RESERVED || st == XFER_RS_WRITING ||
+                      st == XFER_RS_READY;
+    uint64_t size = xfer_pool_round(&s->pool, r->len);
+    return r->id > prev && r->resv_id != XFER_RESV_NONE &&
+           st >= XFER_RS_RESERVED && st <= XFER_RS_EXPIRE_PENDING &&
+           (r->writes > 0) == writing && (leased ? may_lease : !must_lease) &&
+           (leased || x->lease == 0) && r->off % s->pool.align == 0 &&
+           size <= s->pool.size && r->off <= s->pool.size - size;
+}
+
+/* Read n records into the scratch array, keyed by region (k1 = offset,
+ * k2 = size) or by lease (k1 = deadline, k2 = rank), sorted by key. */
+static bool scan_records(const xfer_shard *s, rbuf *b, uint32_t n,
+                         bool by_lease, uint32_t *pending)
+{
+    uint64_t prev = 0;
+    *pending = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        saved_rec x = get_record(b);
+        if (b->bad || !record_ok(s, &x, prev))
+            return false;
+        prev = x.r.id;
+        *pending += is_pending(x.r.state);
+        s->scratch[i] = by_lease
+            ? (sort_ent){.k1 = x.rank == NO_LEASE ? UINT64_MAX : x.lease,
+                         .k2 = x.rank, .slot = i, .rank = x.rank}
+            : (sort_ent){.k1 = x.r.off,
+                         .k2 = xfer_pool_round(&s->pool, x.r.len),
+                         .slot = i};
+    }
+    qsort(s->scratch, n, sizeof *s->scratch, cmp_ent);
+    return true;
+}
+
+/* Leases with one deadline must carry ranks 0, 1, 2, ... */
+static bool ranks_ok(const xfer_shard *s, uint32_t n)
+{
+    const sort_ent *v = s->scratch;
+    for (uint32_t i = 0; i < n && v[i].rank != NO_LEASE; i++) {
+        bool tie = i > 0 && v[i - 1].k1 == v[i].k1;
+        if (v[i].rank != (tie ? v[i - 1].rank + 1 : 0))
+            return false;
+    }
+    return true;
+}
+
+/* The live regions (scratch, sorted by offset) and the saved free extents
+ * must tile the pool exactly, with no two free extents touching. */
+static bool tiling_ok(const xfer_shard *s, rbuf *b, uint32_t nrec)
+{
+    uint32_t ne = (uint32_t)get(b, 4), i = 0, j = 0;
+    uint64_t pos = 0, eoff = 0, elen = 0;
+    bool have = false, last_free = false;
+    if (b->bad || ne > s->pool.cap)
+        return false;
+    for (;;) {
+        if (!have && j < ne) {
+            eoff = get(b, 8);
+            elen = get(b, 8);
+            have = !b->bad;
+            j++;
+        }
+        if (i < nrec && s->scratch[i].k1 == pos) {
+            pos += s->scratch[i++].k2;
+            last_free = false;
+        } else if (have && eoff == pos && !last_free && elen > 0 &&
+                   elen % s->pool.align == 0 && elen <= s->pool.size - pos) {
+            pos += elen;
+            have = false;
+            last_free = true;
+        } else {
+            break;
+        }
+    }
+    return !b->bad && !have && i == nrec && j == ne && pos == s->pool.size;
+}
+
+static uint64_t le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* Is id among the saved records (sorted by id, REC_BYTES each)? */
+static bool saved_live(const uint8_t *recs, uint32_t n, uint64_t id)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        uint64_t v = le64(recs + (size_t)mid * REC_BYTES);
+        if (v == id)
+            return true;
+        if (v < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return false;
+}
+
+static bool tombs_ok(const xfer_shard *s, rbuf *b, const uint8_t *recs,
+                     uint32_t nrec)
+{
+    uint64_t n = get(b, 4), prev = 0;
+    if (b->bad || n + nrec > s->tombs.cap)
+        return false;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t id = get(b, 8);
+        skip(b, 4);
+        unsigned reason = (unsigned)get(b, 1);
+        uint64_t expires = get(b, 8);
+        if (b->bad || id == 0 || !is_tomb(reason) || expires < prev ||
+            expires < s->tombs.ttl_ns || saved_live(recs, nrec, id))
+            return false;
+        prev = expires;
+    }
+    return true;
+}
+
+static bool events_ok(const xfer_shard *s, rbuf *b, uint32_t pending)
+{
+    uint64_t n = get(b, 4);
+    if (b->bad || n + pending > s->ev_cap)
+        return false;
+    for (uint64_t i = 0; i < n && !b->bad; i++) {
+        if (get(b, 1) >= XFER_SHARD_EV_COUNT_)
+            return false;
+        skip(b, 4 + 8 + 8 + 4);
+    }
+    return !b->bad;
+}
+
+/* Forget every record, region, tombstone and event (slots from 0). */
+static void reset_dynamic(xfer_shard *s)
+{
+    for (uint32_t slot = 0; slot < s->cfg.max_reservations; slot++) {
+        if (s->recs[slot].state == XFER_RS_NONE)
+            continue;
+        xfer_idmap_del(&s->ids, s->recs[slot].id);
+        xfer_heap_remove(&s->leases, slot);
+    }
+    reset_slots(s);
+    xfer_pool_reset(&s->pool);
+    xfer_tomb_expire(&s->tombs, UINT64_MAX, 0, NULL, NULL);
+    s->tombs.head = 0;
+    s->tombs.held = 0;
+    s->tombs.last_now = 0;
+    s->nev = 0;
+    s->ev_reserved = 0;
+}
+
+/* Records (at b) into slots 0..n-1; leases in (deadline, rank) order so
+ * the heap pops ties as the saved shard did; then the free extents. */
+static void apply_records(xfer_shard *s, rbuf *b, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        saved_rec x = get_record(b);
+        uint32_t slot = s->free_slots[--s->nfree];
+        s->recs[slot] = x.r;
+        xfer_idmap_put(&s->ids, x.r.id, slot);
+        s->live++;
+        s->ev_reserved += is_pending(x.r.state);
+        s->scratch[i] = (sort_ent){
+            .k1 = x.rank == NO_LEASE ? UINT64_MAX : x.lease, .k2 = x.rank,
+            .slot = slot, .rank = x.rank};
+    }
+    qsort(s->scratch, n, sizeof *s->scratch, cmp_ent);
+    for (uint32_t i = 0; i < n && s->scratch[i].rank != NO_LEASE; i++)
+        xfer_heap_set(&s->leases, s->scratch[i].slot, s->scratch[i].k1);
+    uint32_t ne = (uint32_t)get(b, 4);
+    for (uint32_t j = 0; j < ne; j++) {
+        s->pool.ext[j].off = get(b, 8);
+        s->pool.ext[j].len = get(b, 8);
+    }
+    int rc = xfer_pool_set_extents(&s->pool, s->pool.ext, ne, n);
+    assert(rc == 0); /* tiling_ok() checked it */
+    (void)rc;
+}
+
+/* Tombstones oldest first; false on a duplicate id (s is then reset). */
+static bool apply_tombs(xfer_shard *s, rbuf *b, uint32_t nrec)
+{
+    uint32_t n = (uint32_t)get(b, 4);
+    uint64_t ttl = s->tombs.ttl_ns;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t id = get(b, 8);
+        uint32_t attempt = (uint32_t)get(b, 4);
+        uint8_t reason = (uint8_t)get(b, 1);
+        uint64_t born = get(b, 8) - ttl;
+        if (xfer_tomb_find(&s->tombs, id) ||
+            xfer_tomb_insert(&s->tombs, born, id, attempt, reason) != 0) {
+            reset_dynamic(s);
+            return false;
+        }
+    }
+    s->tombs.held = nrec; /* every live record holds a slot */
+    return true;
+}
+
+static void apply_events(xfer_shard *s, rbuf *b)
+{
+    s->nev = (uint32_t)get(b, 4);
+    for (uint32_t i = 0; i < s->nev; i++) {
+        xfer_shard_event *e = &s->evs[i];
+        e->kind = (uint8_t)get(b, 1);
+        e->shard = s->cfg.shard_index;
+        e->attempt = (uint32_t)get(b, 4);
+        e->id = get(b, 8);
+        e->resv_id = get(b, 8);
+        e->len = (uint32_t)get(b, 4);
+    }
+}
+
+int xfer_shard_load(xfer_shard *s, const uint8_t *buf, size_t len)
+{
+    if (!s || !buf)
+        return XFER_ERR_INVALID_ARG;
+    rbuf b = {buf, len, 0, false};
+    uint32_t pending;
+    bool ok = get(&b, 4) == SAVE_MAGIC && get(&b, 8) == fingerprint(s);
+    uint64_t rng = get(&b, 8);
+    uint64_t nrec = get(&b, 4);
+    size_t recs_at = b.at;
+    ok = ok && !b.bad && nrec <= s->cfg.max_reservations &&
+         nrec <= s->tombs.cap && len - recs_at >= nrec * REC_BYTES;
+    /* Pass 1: validate everything without touching s. */
+    ok = ok && scan_records(s, &b, (uint32_t)nrec, false, &pending) &&
+         tiling_ok(s, &b, (uint32_t)nrec) &&
+         tombs_ok(s, &b, buf + recs_at, (uint32_t)nrec) &&
+         events_ok(s, &b, pending) && b.at == len;
+    rbuf again = {buf, len, recs_at, false};
+    ok = ok && scan_records(s, &again, (uint32_t)nrec, true, &pending) &&
+         ranks_ok(s, (uint32_t)nrec);
+    if (!ok)
+        return XFER_ERR_FORMAT;
+    /* Pass 2: apply. */
+    reset_dynamic(s);
+    if (!s->cfg.rng.next)
+        s->rng_state = rng;
+    b = (rbuf){buf, len, recs_at, false};
+    apply_records(s, &b, (uint32_t)nrec);
+    if (!apply_tombs(s, &b, (uint32_t)nrec))
+        return XFER_ERR_FORMAT;
+    apply_events(s, &b);
+    assert(!b.bad && b.at == len);
+    return 0;
+}
