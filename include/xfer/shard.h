@@ -105,7 +105,7 @@ XFER_API int xfer_shard_reserve(xfer_shard *s, uint64_t now_ns, uint64_t id,
  * is in flight: the memory is pinned until write_end.
  * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOT_FOUND, XFER_ERR_STALE (attempt
  * or resv_id mismatch), XFER_ERR_BOUNDS, XFER_ERR_CANCELLED, XFER_ERR_EXPIRED,
- * XFER_ERR_STATE.
+ * XFER_ERR_STATE, XFER_ERR_BUSY (2^32 - 1 writes already in flight).
  */
 XFER_API int xfer_shard_write_begin(xfer_shard *s, uint64_t now_ns, uint64_t id,
                            uint32_t attempt, uint64_t resv_id, uint64_t off,
@@ -123,7 +123,8 @@ XFER_API int xfer_shard_write(xfer_shard *s, uint64_t now_ns, uint64_t id,
 
 /* Commit: RESERVED -> READY, emits READY.  Idempotent in READY/TAKEN.
  * Errors: XFER_ERR_NOT_FOUND, XFER_ERR_STALE, XFER_ERR_CANCELLED,
- * XFER_ERR_EXPIRED, XFER_ERR_STATE (a write still in flight). */
+ * XFER_ERR_EXPIRED, XFER_ERR_STATE (a write still in flight),
+ * XFER_ERR_BUSY (the event list is full: the driver did not drain it). */
 XFER_API int xfer_shard_commit(xfer_shard *s, uint64_t now_ns, uint64_t id,
                       uint32_t attempt, uint64_t resv_id);
 
@@ -134,7 +135,8 @@ XFER_API int xfer_shard_commit(xfer_shard *s, uint64_t now_ns, uint64_t id,
  * shard holds nothing of that attempt any more (or will free it when the
  * write in flight ends); XFER_ERR_STATE when the data is TAKEN (it belongs to
  * the consumer); XFER_ERR_STALE when the id is held by another attempt
- * (nothing touched); XFER_ERR_BUSY when a tombstone cannot be recorded.
+ * (nothing touched); XFER_ERR_BUSY when a tombstone cannot be recorded or
+ * the event list is full.
  */
 XFER_API int xfer_shard_cancel(xfer_shard *s, uint64_t now_ns, uint64_t id,
                       uint32_t attempt, uint64_t resv_id);
@@ -144,7 +146,9 @@ XFER_API int xfer_shard_cancel(xfer_shard *s, uint64_t now_ns, uint64_t id,
  * XFER_ERR_EXPIRED, XFER_ERR_STATE. */
 XFER_API int xfer_shard_take(xfer_shard *s, uint64_t now_ns, uint64_t id,
                     uint64_t resv_id, const uint8_t **data, uint32_t *len);
-/* Release TAKEN data: memory freed, id tombstoned (DONE). */
+/* Release TAKEN data: memory freed, id tombstoned (DONE).
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOT_FOUND, XFER_ERR_STALE,
+ * XFER_ERR_CANCELLED, XFER_ERR_EXPIRED, XFER_ERR_STATE (not TAKEN). */
 XFER_API int xfer_shard_release(xfer_shard *s, uint64_t now_ns, uint64_t id,
                        uint64_t resv_id);
 
@@ -153,7 +157,10 @@ XFER_API void xfer_shard_on_timer(xfer_shard *s, uint64_t now_ns);
 /* Earliest deadline, or UINT64_MAX. */
 XFER_API uint64_t xfer_shard_next_deadline(const xfer_shard *s);
 
-/* Pending events, in order; valid until the next call into the shard. */
+/* Pending events, in order; valid until the next call into the shard.
+ * The list holds max_reservations + 16 events and never grows: drain it
+ * after every call (while it is full, commit and cancel return
+ * XFER_ERR_BUSY and due leases wait, keeping next_deadline in the past). */
 XFER_API const xfer_shard_event *xfer_shard_events(const xfer_shard *s, size_t *n);
 XFER_API void xfer_shard_events_clear(xfer_shard *s);
 
@@ -163,7 +170,9 @@ XFER_API xfer_resv_state xfer_shard_state(const xfer_shard *s, uint64_t id);
 /* The pool's base pointer (for transports that write into it). */
 XFER_API uint8_t *xfer_shard_pool_base(const xfer_shard *s);
 
-/* Visit every held id (live or tombstoned) in a deterministic order. */
+/* Visit every held id (live or tombstoned) in a deterministic order: live
+ * records by id (since_ns: when reserved), then tombstones oldest first
+ * (since_ns: when tombstoned).  fn must not call into the shard. */
 XFER_API void xfer_shard_foreach(const xfer_shard *s,
                         void (*fn)(void *ud, uint64_t id, uint32_t attempt,
                                    xfer_resv_state st, uint64_t since_ns),
