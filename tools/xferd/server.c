@@ -886,13 +886,30 @@ out_fail:
     return rc;
 }
 
-/* The control socket's snapshot: open reservations, by real shard index. */
+typedef struct ctl_walk {
+    xfer_ctl_reply *rep;
+    uint16_t index;
+    uint64_t now;
+} ctl_walk;
+
+static void ctl_one(void *ud, uint64_t id, uint32_t attempt,
+                    xfer_resv_state st, uint64_t since_ns)
+{
+    ctl_walk *w = ud;
+    xfer_ctl_put_reservation(w->rep, w->index, id, attempt, st, since_ns,
+                             w->now);
+}
+
+/* The control socket's snapshot: open reservations, by real shard index
+ * (tombstones are skipped by xfer_ctl_put_reservation). */
 static void ctl_snapshot(void *ud, xfer_ctl_reply *rep)
 {
     xd_server *s = ud;
-    uint64_t t = now_ns();
-    for (uint16_t i = 0; i < s->cfg.nshards; i++)
-        xfer_ctl_put_shard(rep, s->shards[i].sh, s->shards[i].index, t);
+    ctl_walk w = {rep, 0, now_ns()};
+    for (uint16_t i = 0; i < s->cfg.nshards; i++) {
+        w.index = s->shards[i].index;
+        xfer_shard_foreach(s->shards[i].sh, ctl_one, &w);
+    }
 }
 
 int xd_server_ctl_open(xd_server *s, const char *path)
