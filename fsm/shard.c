@@ -628,8 +628,10 @@ int xfer_shard_cancel(xfer_shard *s, uint64_t now_ns, uint64_t id,
     if (!s || id == 0)
         return XFER_ERR_INVALID_ARG;
     make_tomb_room(s, now_ns);
+    /* Attempt 0 is never a producer attempt: it is the consumer
+     * scheduler's cancel of the id, whatever attempt holds it. */
     op o = {.now = now_ns, .id = id, .resv_id = resv_id, .attempt = attempt,
-            .event = XFER_RE_CANCEL, .has_attempt = true,
+            .event = XFER_RE_CANCEL, .has_attempt = attempt != 0,
             .has_resv = resv_id != XFER_RESV_NONE};
     return run(s, &o);
 }

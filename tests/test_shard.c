@@ -410,6 +410,37 @@ START_TEST(test_shard_attempt_isolation)
 }
 END_TEST
 
+/* Attempt 0 is the consumer scheduler's cancel of the id: it ends whatever
+ * attempt holds the id (deferred during a write), except TAKEN data; on an
+ * unknown id it leaves a tombstone that refuses every later reserve. */
+START_TEST(test_shard_consumer_cancel_any_attempt)
+{
+    unsigned st = live_states[_i];
+    xfer_shard *s = mk();
+    setup_state(s, st);
+    int rc = xfer_shard_cancel(s, LEASE / 2, 1, 0, XFER_RESV_NONE);
+    if (st == XFER_RS_TAKEN) {
+        ck_assert_int_eq(rc, XFER_ERR_STATE);
+        ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_TAKEN);
+    } else {
+        ck_assert_int_eq(rc, 0);
+        unsigned now_st = xfer_shard_state(s, 1);
+        if (st == XFER_RS_WRITING || st == XFER_RS_CANCEL_PENDING)
+            ck_assert_int_eq(now_st, XFER_RS_CANCEL_PENDING);
+        else if (st == XFER_RS_EXPIRE_PENDING)
+            ck_assert_int_eq(now_st, XFER_RS_EXPIRE_PENDING);
+        else
+            ck_assert_int_eq(now_st, XFER_RS_CANCELLED);
+    }
+    xfer_resv_info info;
+    ck_assert_int_eq(xfer_shard_cancel(s, LEASE / 2, 9, 0, XFER_RESV_NONE),
+                     0);
+    ck_assert_int_eq(xfer_shard_reserve(s, LEASE / 2, 9, 5, 64, &info),
+                     XFER_ERR_CANCELLED);
+    xfer_shard_del(s);
+}
+END_TEST
+
 START_TEST(test_shard_reserve_idempotent_per_attempt)
 {
     xfer_shard *s = mk();
@@ -1501,6 +1532,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("rules");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_shard_lease_expiry_frees_idle_reservation);
+    tcase_add_loop_test(tc, test_shard_consumer_cancel_any_attempt, 0, 6);
     tcase_add_test(tc, test_shard_lease_expiry_during_write_is_deferred);
     tcase_add_test(tc, test_shard_cancel_during_write_is_deferred);
     tcase_add_test(tc, test_shard_cancel_frees_reserved_and_ready_at_once);

@@ -133,7 +133,7 @@ static loop_msg *heap_pop(xfer_loop *l)
 
 static void schedule_run(xfer_loop *l)
 {
-    if (l->nheap == 0)
+    if (l->nheap == 0 || !l->run_ev)
         return;
     uint64_t now = now_of(l), due = l->heap[0]->due;
     if (due <= now) {
@@ -200,7 +200,8 @@ static void reply(xfer_loop *l, loop_op *op, int32_t status)
          * run callback re-posts, so the reply is late but never lost. */
         op->retry_next = l->retry;
         l->retry = op;
-        event_active(l->run_ev, EV_TIMEOUT, 0);
+        if (l->run_ev)
+            event_active(l->run_ev, EV_TIMEOUT, 0);
     }
 }
 
@@ -338,6 +339,8 @@ static void on_reply(xfer_loop *l, loop_op *op)
 
 static void arm_shard_timer(xfer_loop *l)
 {
+    if (!l->shard_timer)
+        return;
     uint64_t next = UINT64_MAX;
     for (uint16_t k = 0; k < l->cfg.nshards; k++) {
         uint64_t d = xfer_shard_next_deadline(l->shards[k]);
@@ -504,9 +507,18 @@ static void t_abort(void *self, const xfer_action *a)
     reply(l, op, XFER_ERR_ABORTED);
 }
 
+/* The engine lets go, and may free its event base right after: free our
+ * events on that base now, so xfer_loop_del never touches a dead base.
+ * Messages still queued are dropped with the loop. */
 static void t_detach(void *self)
 {
-    ((xfer_loop *)self)->engine = NULL;
+    xfer_loop *l = self;
+    l->engine = NULL;
+    if (l->run_ev)
+        event_free(l->run_ev);
+    if (l->shard_timer)
+        event_free(l->shard_timer);
+    l->run_ev = l->shard_timer = NULL;
 }
 
 static const xfer_transport_ops loop_ops = {

@@ -79,7 +79,8 @@ XFER_API void xfer_loop_del(xfer_loop *l);
 
 /* The ops table + self, to hand to xfer_engine_add_group().  The engine
  * does not free the loop transport; the caller still calls xfer_loop_del
- * after xfer_engine_del. */
+ * after xfer_engine_del (detaching frees the loop's events on the engine's
+ * base, so the base may go first). */
 XFER_API xfer_transport xfer_loop_transport(xfer_loop *l);
 
 /* Append a fault rule (copied).  Errors: XFER_ERR_INVALID_ARG,

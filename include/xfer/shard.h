@@ -137,6 +137,10 @@ XFER_API int xfer_shard_commit(xfer_shard *s, uint64_t now_ns, uint64_t id,
  * the consumer); XFER_ERR_STALE when the id is held by another attempt
  * (nothing touched); XFER_ERR_BUSY when a tombstone cannot be recorded or
  * the event list is full.
+ *
+ * attempt 0 (never a producer attempt) is the consumer scheduler's cancel
+ * of the id: it applies to whatever attempt holds the id (TAKEN data still
+ * excepted), or leaves a tombstone that refuses every later reserve of it.
  */
 XFER_API int xfer_shard_cancel(xfer_shard *s, uint64_t now_ns, uint64_t id,
                       uint32_t attempt, uint64_t resv_id);
