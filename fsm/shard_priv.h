@@ -1,0 +1,87 @@
+/*
+ * fsm/shard_priv.h - what the two halves of the consumer shard share:
+ * fsm/shard.c (the reservation machine) and fsm/shard_save.c (its save and
+ * load for the model checker).  The shard struct, the live record, the
+ * scratch entry behind the sorted views, and the few helpers both call.
+ *
+ * Only those two files include it; the model checker and the tests reach
+ * save and load through shard_int.h, and everyone else through xfer/shard.h.
+ * Nothing here is exported from the library (hidden visibility).
+ */
+#ifndef XFER_FSM_SHARD_PRIV_H
+#define XFER_FSM_SHARD_PRIV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "heap.h"
+#include "idmap.h"
+#include "pool.h"
+#include "tomb.h"
+#include "xfer/shard.h"
+
+#define XFER_SHARD_NO_LEASE UINT32_MAX /* rank of a record without a lease */
+
+/* One live reservation.  state NONE marks a free slot. */
+typedef struct xfer_shard_resv {
+    uint64_t id, resv_id, off, created_ns;
+    uint32_t attempt, len, writes;
+    uint8_t state;
+} xfer_shard_resv;
+
+/* Scratch entry for sorting records (save, load, foreach). */
+typedef struct xfer_shard_sort_ent {
+    uint64_t k1, k2;
+    uint32_t slot, rank;
+} xfer_shard_sort_ent;
+
+struct xfer_shard {
+    xfer_shard_config cfg;   /* defaults applied */
+    xfer_shard_resv *recs;   /* max_reservations slots */
+    uint32_t *free_slots;    /* stack of free slot numbers */
+    uint32_t nfree, live;
+    xfer_shard_sort_ent *scratch; /* max_reservations entries */
+    xfer_idmap ids;          /* id -> slot */
+    xfer_heap leases;        /* slot -> lease deadline */
+    xfer_tomb tombs;         /* reason: xfer_resv_state */
+    xfer_pool pool;
+    uint8_t *mem;            /* pool base */
+    void *mem_block;         /* what we allocated for it, or NULL */
+    xfer_shard_event *evs;
+    uint32_t nev, ev_cap, ev_reserved;
+    uint64_t rng_state;      /* internal splitmix64 when no rng injected */
+    uint64_t seq;            /* trace sequence */
+    xfer_shard_stats st;     /* counters and cells_hit */
+};
+
+/* A state only a tombstone holds: the record has ended. */
+static inline bool xfer_shard_is_tomb(unsigned st)
+{
+    return st == XFER_RS_CANCELLED || st == XFER_RS_EXPIRED ||
+           st == XFER_RS_DONE;
+}
+
+/*
+ * qsort comparator for xfer_shard_sort_ent: by k1, then k2 (slot and rank
+ * are ignored).  a and b are borrowed.
+ */
+int xfer_shard_cmp_ent(const void *a, const void *b);
+
+/*
+ * Fill s->scratch with the live slots sorted by id and return how many.
+ * Each entry's k1 is the record's id, k2 its lease deadline and rank its
+ * position among leases with the same deadline (the heap pops those in set
+ * order), XFER_SHARD_NO_LEASE for none.  s is borrowed; its scratch array
+ * is overwritten, so this is not reentrant (foreach, save and load share
+ * it).
+ */
+uint32_t xfer_shard_sorted_live(const xfer_shard *s);
+
+/*
+ * Mark every record slot free, slot 0 handed out first; live becomes 0.
+ * Touches only recs, free_slots, nfree and live: the id map, leases, pool
+ * and tombstones are the caller's to reset.  s is borrowed.
+ */
+void xfer_shard_reset_slots(xfer_shard *s);
+
+#endif /* XFER_FSM_SHARD_PRIV_H */
