@@ -472,6 +472,8 @@ static int setup(demo *d)
         .on_event_ud = d,
         .shard = {.pool_bytes = (uint64_t)o->inflight * o->block * 4,
                   .max_reservations = o->inflight * 4,
+                  /* every id leaves a tombstone on every shard for 1.5 s */
+                  .max_tombstones = o->transfers + 4096,
                   .lease_ttl_ns = 400 * MS,
                   .tombstone_ttl_ns = 1500 * MS,
                   .trace = xfer_tracefile_sink_tagged(d->tf, 1)}};
