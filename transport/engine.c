@@ -76,7 +76,6 @@ struct xfer_engine {
     xfer_shutdown_cb shutdown_cb;
     void *shutdown_ud;
     uint8_t shutting_down, shutdown_done, shutdown_reported;
-    int draining;
     xfer_engine_stats st;
 };
 
@@ -209,11 +208,9 @@ static void drain(xfer_engine *e)
 {
     size_t n;
     const xfer_action *acts = xfer_core_actions(e->core, &n);
-    e->draining++;
     for (size_t i = 0; i < n; i++)
         perform(e, &acts[i]);
     xfer_core_actions_clear(e->core);
-    e->draining--;
     rearm(e);
 }
 
