@@ -423,7 +423,7 @@ typedef enum xfer_resv_event {
     X(WAITING, DEADLINE,        TRANSITION, give_up)                          \
     X(WAITING, TOMB_EXPIRE,     ILLEGAL,    none)                             \
                                                                               \
-    X(TAKING, READY,            IGNORE,     none)                             \
+    X(TAKING, READY,            IGNORE,     stale_ready)                      \
     X(TAKING, TAKE_OK,          TRANSITION, take_result)                      \
     X(TAKING, TAKE_FAIL,        TRANSITION, take_result)                      \
     X(TAKING, CANCEL,           DEFER,      defer_give_up)                    \
@@ -431,7 +431,7 @@ typedef enum xfer_resv_event {
     X(TAKING, DEADLINE,         DEFER,      defer_give_up)                    \
     X(TAKING, TOMB_EXPIRE,      ILLEGAL,    none)                             \
                                                                               \
-    X(AVAILABLE, READY,         IGNORE,     none)                             \
+    X(AVAILABLE, READY,         IGNORE,     stale_ready)                      \
     X(AVAILABLE, TAKE_OK,       ILLEGAL,    none)                             \
     X(AVAILABLE, TAKE_FAIL,     ILLEGAL,    none)                             \
     X(AVAILABLE, CANCEL,        IGNORE,     none)                             \

@@ -49,7 +49,8 @@ typedef struct xfer_readiness_config {
 typedef enum xfer_ready_action_kind {
     XFER_RA_TAKE = 0,        /* take (pin) (id, resv_id) on shard */
     XFER_RA_RELEASE = 1,     /* release a take made on shard */
-    XFER_RA_CANCEL = 2,      /* cancel (id, attempt, resv_id) on shard */
+    XFER_RA_CANCEL = 2,      /* cancel (id, attempt, resv_id) on shard;
+                                attempt 0: unknown (a pre-emptive cancel) */
     XFER_RA_AVAILABLE = 3,   /* every shard taken: the data is usable */
     XFER_RA_UNAVAILABLE = 4, /* the record ended without data */
     XFER_RA_COUNT_
@@ -79,27 +80,49 @@ XFER_API int xfer_readiness_new(const xfer_readiness_config *cfg,
                        xfer_readiness **out);
 XFER_API void xfer_readiness_del(xfer_readiness *r);
 
+/*
+ * Every input below may append actions; the caller performs and clears them
+ * (xfer_readiness_actions_clear) after every call.  An input that finds less
+ * room than one step may need (2 * S + 1 actions) returns XFER_ERR_BUSY and
+ * changes nothing.  Peer input is checked, never asserted.
+ */
+
 /* Feed ready(id, attempt, resv_id) from shard.  Errors:
- * XFER_ERR_INVALID_ARG, XFER_ERR_BUSY (record cap), XFER_ERR_NOMEM. */
+ * XFER_ERR_INVALID_ARG (id 0, attempt 0, resv_id XFER_RESV_NONE, shard >= S),
+ * XFER_ERR_BUSY (record or tombstone cap, actions not cleared),
+ * XFER_ERR_NOMEM (never: everything is preallocated). */
 XFER_API int xfer_readiness_on_ready(xfer_readiness *r, uint64_t now_ns, uint64_t id,
                             uint32_t attempt, uint16_t shard,
                             uint64_t resv_id);
-/* Feed the result of a TAKE action (status 0 or an error). */
+/* Feed the result of a TAKE action (status 0 or an error).  Errors:
+ * XFER_ERR_INVALID_ARG (id 0, shard >= S, status > 0), XFER_ERR_NOT_FOUND
+ * (unknown id), XFER_ERR_STATE (no take outstanding on that shard),
+ * XFER_ERR_BUSY (actions not cleared). */
 XFER_API int xfer_readiness_on_take_result(xfer_readiness *r, uint64_t now_ns,
                                   uint64_t id, uint16_t shard,
                                   int32_t status);
 /* Feed cancelled(id)/expired(id) from shard (reason XFER_ERR_CANCELLED or
- * XFER_ERR_EXPIRED). */
+ * XFER_ERR_EXPIRED).  An event of another attempt than the record's is
+ * absorbed; for an unknown id it leaves a tombstone.  Errors:
+ * XFER_ERR_INVALID_ARG, XFER_ERR_BUSY (tombstone cap, actions not
+ * cleared). */
 XFER_API int xfer_readiness_on_shard_ended(xfer_readiness *r, uint64_t now_ns,
                                   uint64_t id, uint32_t attempt,
                                   uint16_t shard, int32_t reason);
-/* The consumer scheduler's own cancel.  Idempotent; unknown id: tombstone.
- * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_BUSY (tombstone cap). */
+/* The consumer scheduler's own cancel.  Idempotent; unknown id: tombstone
+ * (no outcome is reported for it).
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_BUSY (tombstone cap, actions not
+ * cleared). */
 XFER_API int xfer_readiness_cancel(xfer_readiness *r, uint64_t now_ns, uint64_t id);
 
+/* Fire due deadlines and drop expired tombstones, a bounded batch per call
+ * (and only while the action buffer has room): if work remains,
+ * xfer_readiness_next_deadline() stays <= now_ns. */
 XFER_API void xfer_readiness_on_timer(xfer_readiness *r, uint64_t now_ns);
+/* Earliest deadline or tombstone expiry, or UINT64_MAX. */
 XFER_API uint64_t xfer_readiness_next_deadline(const xfer_readiness *r);
 
+/* The pending actions, in order; valid until the next call into r. */
 XFER_API const xfer_ready_action *xfer_readiness_actions(const xfer_readiness *r,
                                                 size_t *n);
 XFER_API void xfer_readiness_actions_clear(xfer_readiness *r);
