@@ -1,0 +1,1138 @@
+/*
+ * fsm/readiness.c - the readiness tracker of a consumer scheduler: one
+ * record per transfer id for a group of S shards, driven through
+ * XFER_READY_TABLE (one small handler per handler token, one dispatcher).
+ *
+ * A record is created by the first ready of an id and belongs to that
+ * ready's attempt.  When every shard reported ready it takes (pins) every
+ * shard and waits for every take result; then it reports exactly one
+ * outcome (AVAILABLE or UNAVAILABLE) and becomes a tombstone of that state,
+ * which answers later events for the id until tombstone_ttl_ns passed.
+ *
+ * What must stay true here:
+ *  - I8: AVAILABLE is emitted only from take_result, when all S shards
+ *    reported ready for the record's attempt, every take succeeded and no
+ *    give-up was deferred; a record ends exactly once (end_record), so at
+ *    most one outcome per record, and a tombstone never emits an outcome.
+ *    A tombstoned id never gets a record: a ready for it is answered with a
+ *    CANCEL, or absorbed when it repeats the attempt that was AVAILABLE.
+ *  - Wait for all: a TAKING record ends only when every take has a result;
+ *    a give-up during TAKING is deferred until then.  A record that ends
+ *    other than AVAILABLE releases what it took, and every take that failed
+ *    with a transport error (it may have been applied, its reply lost:
+ *    TAKEN memory has no lease), then cancels every shard.
+ *  - I11: every live record holds a tombstone slot from creation, so its
+ *    end never fails; at the record or tombstone cap callers get
+ *    XFER_ERR_BUSY and no tombstone younger than its TTL is evicted.
+ *  - Peer input (ready, take results, ended events) is checked before it
+ *    reaches the table: a result for a take that is not outstanding, an
+ *    out-of-range shard or a bad reason is rejected with an error, never
+ *    asserted.
+ *  - Bounded work: one input emits at most 2 * S + 1 actions; on_timer runs
+ *    at most TIMER_BATCH deadlines and TOMB_BATCH drops, and only while the
+ *    action buffer (sized at creation) has room for one more step.
+ *  - I10: nothing depends on pointers or hash order; deadlines tie-break by
+ *    the order they were set, tombstones expire in insertion order.
+ *
+ * Choices where the design is silent:
+ *  - A pre-emptive tombstone (cancel or shard-ended for an unknown id)
+ *    reports no UNAVAILABLE: no record was waiting, so nobody expects an
+ *    outcome.  It is counted (`preemptive`), traced (XFER_NOTE_PREEMPTIVE)
+ *    and sends CANCEL to every shard.  A consumer cancel does not know the
+ *    attempt: its CANCEL actions carry attempt 0 ("any attempt").
+ *  - A shard-ended event of another attempt than the record's is absorbed
+ *    (attempts are isolated, I14); attempt 0 applies to any attempt.
+ *  - A ready of another attempt is answered with a CANCEL for that attempt
+ *    in WAITING, TAKING and AVAILABLE alike (the `stale_ready` token of the
+ *    TAKING and AVAILABLE rows); a repeated ready of the record's attempt
+ *    is counted as a duplicate and absorbed.
+ *  - The first deferred give-up reason wins; a failed take reports
+ *    XFER_ERR_UNAVAILABLE only when nothing was deferred.  `missing` is 0
+ *    for an outcome of TAKING (every shard reported).
+ *  - The caller drains the actions after every call (like xfer_core); an
+ *    input that finds too little room returns XFER_ERR_BUSY, changing
+ *    nothing.  Rejected peer input is traced as a note (UNKNOWN_REPLY,
+ *    LATE_REPLY, TOMB_FULL); readiness.h lists every error.
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "heap.h"
+#include "idmap.h"
+#include "readiness_int.h"
+#include "tomb.h"
+#include "util.h"
+#include "xfer/core.h" /* XFER_RESV_NONE */
+#include "xfer/readiness.h"
+
+#define TIMER_BATCH 16u  /* deadlines fired per on_timer call */
+#define TOMB_BATCH 256u  /* tombstones dropped per on_timer call */
+#define NO_SLOT UINT32_MAX
+
+/* A live record (WAITING or TAKING). */
+typedef struct rrec {
+    uint64_t id; /* 0: free slot */
+    uint64_t deadline_ns;
+    uint64_t ready;     /* shards that reported ready for `attempt` */
+    uint64_t take_ok;   /* TAKING: takes that succeeded */
+    uint64_t take_fail; /* TAKING: takes that failed */
+    uint64_t unsure;    /* failed takes that may have been applied */
+    uint32_t attempt;
+    int32_t deferred; /* give-up reason seen in TAKING; 0: none */
+    uint8_t state;    /* xfer_ready_state */
+} rrec;
+
+/* Scratch entry for sorting (save) and marking (load). */
+typedef struct sortkey {
+    uint64_t a, b;
+    uint32_t slot;
+} sortkey;
+
+struct xfer_readiness {
+    xfer_readiness_config cfg;
+    uint64_t full;        /* mask of all S shards */
+    rrec *recs;           /* max_records slots */
+    uint64_t *resv;       /* resv[slot * S + k]: reservation id of shard k */
+    uint32_t *free_slots; /* stack, lowest slot on top */
+    uint32_t nfree;
+    xfer_idmap live; /* id -> slot */
+    xfer_heap deadlines;
+    xfer_tomb tombs; /* reason = xfer_ready_state */
+    xfer_ready_action *acts;
+    size_t nacts, cap, room_one;
+    xfer_ready_action spare; /* written only if a bug overflows acts */
+    sortkey *scratch;        /* max_records entries */
+    uint64_t seq;
+    xfer_readiness_stats st;
+};
+
+/* One event on its way through the table. */
+typedef struct yev {
+    uint64_t now, id, resv_id;
+    uint32_t attempt; /* the event's attempt (ready, ended); 0 if none */
+    int32_t err;      /* take status, ended / give-up reason */
+    uint16_t shard;
+    uint8_t event, state;
+    uint32_t slot;         /* live record, or NO_SLOT */
+    uint32_t tomb_attempt; /* the tombstone's attempt (tombstone states) */
+    /* What the trace record shows (the record before it is freed). */
+    uint32_t t_attempt;
+    uint64_t t_ready, t_missing;
+} yev;
+
+typedef void (*handler_fn)(xfer_readiness *r, yev *e);
+
+/* ---------------------------------------------------------------------- */
+/* Small helpers                                                           */
+/* ---------------------------------------------------------------------- */
+
+static uint64_t *resv_of(const xfer_readiness *r, uint32_t slot)
+{
+    return &r->resv[(size_t)slot * r->cfg.nshards];
+}
+
+static rrec *rec_of(xfer_readiness *r, const yev *e)
+{
+    assert(e->slot != NO_SLOT);
+    return &r->recs[e->slot];
+}
+
+static uint64_t bit(uint16_t k)
+{
+    return UINT64_C(1) << k;
+}
+
+static void snap(const xfer_readiness *r, yev *e, const rrec *rec)
+{
+    e->t_attempt = rec->attempt;
+    e->t_ready = rec->ready;
+    e->t_missing = r->full & ~rec->ready;
+}
+
+static void ev_init(yev *e, uint64_t now, uint64_t id, unsigned event)
+{
+    memset(e, 0, sizeof *e);
+    e->now = now;
+    e->id = id;
+    e->event = (uint8_t)event;
+    e->shard = XFER_SHARD_NONE;
+    e->slot = NO_SLOT;
+}
+
+/* Find the id: a live record, a tombstone, or nothing (NONE). */
+static void locate(const xfer_readiness *r, yev *e)
+{
+    uint32_t slot;
+    if (xfer_idmap_get(&r->live, e->id, &slot)) {
+        e->slot = slot;
+        e->state = r->recs[slot].state;
+        snap(r, e, &r->recs[slot]);
+        return;
+    }
+    const xfer_tomb_entry *t = xfer_tomb_find(&r->tombs, e->id);
+    e->state = t ? t->reason : XFER_YS_NONE;
+    e->tomb_attempt = t ? t->attempt : 0;
+    e->t_attempt = t ? t->attempt : e->attempt;
+}
+
+static xfer_ready_action *push(xfer_readiness *r, unsigned kind,
+                               uint16_t shard, uint32_t attempt, uint64_t id,
+                               uint64_t resv_id)
+{
+    xfer_ready_action *a = &r->spare;
+    /* Callers check room_ok() before any step, so this cannot overflow. */
+    if (XFER_ALWAYS(r->nacts < r->cap))
+        a = &r->acts[r->nacts++];
+    memset(a, 0, sizeof *a);
+    a->kind = (uint8_t)kind;
+    a->shard = shard;
+    a->attempt = attempt;
+    a->id = id;
+    a->resv_id = resv_id;
+    return a;
+}
+
+static bool room_ok(const xfer_readiness *r)
+{
+    return r->cap - r->nacts >= r->room_one;
+}
+
+static void note(xfer_readiness *r, uint64_t now, unsigned what, uint64_t id,
+                 uint32_t attempt, uint16_t shard, int32_t err)
+{
+    xfer_trace_rec rec = {.time_ns = now,
+                          .id = id,
+                          .attempt = attempt,
+                          .error = err,
+                          .shard = shard,
+                          .machine = XFER_M_NOTE,
+                          .event = (uint8_t)what};
+    xfer_util_emit(&r->cfg.trace, &r->seq, &rec);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Record lifecycle                                                        */
+/* ---------------------------------------------------------------------- */
+
+/* Turn the record into a tombstone of `state` (its hold becomes the
+ * entry, so this never fails) and free its slot. */
+static void end_record(xfer_readiness *r, yev *e, uint8_t state)
+{
+    rrec *rec = rec_of(r, e);
+    snap(r, e, rec);
+    xfer_tomb_insert_held(&r->tombs, e->now, rec->id, rec->attempt, state);
+    xfer_heap_remove(&r->deadlines, e->slot);
+    xfer_idmap_del(&r->live, rec->id);
+    memset(rec, 0, sizeof *rec);
+    memset(resv_of(r, e->slot), 0, r->cfg.nshards * sizeof(uint64_t));
+    r->free_slots[r->nfree++] = e->slot;
+    e->slot = NO_SLOT;
+    e->state = state;
+}
+
+/* CANCEL to every shard of the group, with the reservation id where the
+ * shard reported one. */
+static void cancel_all(xfer_readiness *r, uint64_t id, uint32_t attempt,
+                       uint64_t ready, const uint64_t *resv)
+{
+    for (uint16_t k = 0; k < r->cfg.nshards; k++)
+        push(r, XFER_RA_CANCEL, k, attempt, id,
+             resv && (ready & bit(k)) ? resv[k] : XFER_RESV_NONE);
+}
+
+static void report_unavailable(xfer_readiness *r, yev *e, int32_t reason)
+{
+    rrec *rec = rec_of(r, e);
+    xfer_ready_action *a = push(r, XFER_RA_UNAVAILABLE, XFER_SHARD_NONE,
+                                rec->attempt, rec->id, XFER_RESV_NONE);
+    a->reason = reason;
+    a->missing = r->full & ~rec->ready;
+    r->st.unavailable++;
+    end_record(r, e, XFER_YS_UNAVAILABLE);
+}
+
+static void report_available(xfer_readiness *r, yev *e)
+{
+    rrec *rec = rec_of(r, e);
+    push(r, XFER_RA_AVAILABLE, XFER_SHARD_NONE, rec->attempt, rec->id,
+         XFER_RESV_NONE);
+    r->st.available++;
+    end_record(r, e, XFER_YS_AVAILABLE);
+}
+
+/* Every take answered but the record cannot be AVAILABLE: give back what
+ * was taken (or may have been), cancel every shard, report UNAVAILABLE. */
+static void roll_back(xfer_readiness *r, yev *e)
+{
+    rrec *rec = rec_of(r, e);
+    const uint64_t *resv = resv_of(r, e->slot);
+    for (uint16_t k = 0; k < r->cfg.nshards; k++)
+        if ((rec->take_ok | rec->unsure) & bit(k))
+            push(r, XFER_RA_RELEASE, k, rec->attempt, rec->id, resv[k]);
+    cancel_all(r, rec->id, rec->attempt, rec->ready, resv);
+    report_unavailable(r, e,
+                       rec->deferred ? rec->deferred : XFER_ERR_UNAVAILABLE);
+}
+
+/* Record a ready of the record's attempt; all S in: take every shard. */
+static void mark_ready(xfer_readiness *r, yev *e, rrec *rec)
+{
+    uint64_t *resv = resv_of(r, e->slot);
+    rec->ready |= bit(e->shard);
+    resv[e->shard] = e->resv_id;
+    if (rec->ready != r->full)
+        return;
+    rec->state = XFER_YS_TAKING;
+    e->state = XFER_YS_TAKING;
+    for (uint16_t k = 0; k < r->cfg.nshards; k++)
+        push(r, XFER_RA_TAKE, k, rec->attempt, rec->id, resv[k]);
+}
+
+/* A ready the record cannot use: cancel that attempt's data on the shard. */
+static void answer_stale(xfer_readiness *r, const yev *e)
+{
+    push(r, XFER_RA_CANCEL, e->shard, e->attempt, e->id, e->resv_id);
+    r->st.late_ready++;
+}
+
+/* Does a give-up event concern the record?  A shard-ended event of another
+ * attempt does not (I14). */
+static bool applies(const yev *e, const rrec *rec)
+{
+    return e->event != XFER_YE_SHARD_ENDED || e->attempt == 0 ||
+           e->attempt == rec->attempt;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Handlers, one per handler token of XFER_READY_TABLE                     */
+/* ---------------------------------------------------------------------- */
+
+/* NONE + READY.  The caller reserved e->slot and a tombstone hold. */
+static void h_first_ready(xfer_readiness *r, yev *e)
+{
+    rrec *rec = rec_of(r, e);
+    memset(rec, 0, sizeof *rec);
+    rec->id = e->id;
+    rec->attempt = e->attempt;
+    rec->state = XFER_YS_WAITING;
+    rec->deadline_ns = e->now + r->cfg.deadline_ns < e->now
+                           ? UINT64_MAX - 1
+                           : e->now + r->cfg.deadline_ns;
+    xfer_idmap_put(&r->live, e->id, e->slot);
+    xfer_heap_set(&r->deadlines, e->slot, rec->deadline_ns);
+    e->state = XFER_YS_WAITING;
+    mark_ready(r, e, rec);
+}
+
+/* WAITING + READY. */
+static void h_ready(xfer_readiness *r, yev *e)
+{
+    rrec *rec = rec_of(r, e);
+    if (e->attempt != rec->attempt)
+        answer_stale(r, e);
+    else if (rec->ready & bit(e->shard))
+        r->st.duplicate_ready++;
+    else
+        mark_ready(r, e, rec);
+}
+
+/* TAKING / AVAILABLE + READY: nothing changes; another attempt's data is
+ * cancelled on that shard. */
+static void h_stale_ready(xfer_readiness *r, yev *e)
+{
+    uint32_t attempt = e->slot != NO_SLOT ? rec_of(r, e)->attempt
+                                          : e->tomb_attempt;
+    if (e->attempt != attempt)
+        answer_stale(r, e);
+    else
+        r->st.duplicate_ready++;
+}
+
+/* UNAVAILABLE + READY: the id is over; cancel whatever the shard holds. */
+static void h_late_ready(xfer_readiness *r, yev *e)
+{
+    answer_stale(r, e);
+}
+
+/* NONE + CANCEL / SHARD_ENDED.  The caller reserved a tombstone hold. */
+static void h_preempt(xfer_readiness *r, yev *e)
+{
+    xfer_tomb_insert_held(&r->tombs, e->now, e->id, e->attempt,
+                          XFER_YS_UNAVAILABLE);
+    cancel_all(r, e->id, e->attempt, 0, NULL);
+    r->st.preemptive++;
+    e->state = XFER_YS_UNAVAILABLE;
+}
+
+/* WAITING + CANCEL / SHARD_ENDED / DEADLINE. */
+static void h_give_up(xfer_readiness *r, yev *e)
+{
+    rrec *rec = rec_of(r, e);
+    if (!applies(e, rec))
+        return;
+    cancel_all(r, rec->id, rec->attempt, rec->ready, resv_of(r, e->slot));
+    report_unavailable(r, e, e->err);
+}
+
+/* TAKING + CANCEL / SHARD_ENDED / DEADLINE: acted on when every take
+ * answered. */
+static void h_defer_give_up(xfer_readiness *r, yev *e)
+{
+    rrec *rec = rec_of(r, e);
+    if (applies(e, rec) && rec->deferred == 0)
+        rec->deferred = e->err;
+}
+
+/* Did a failed take surely leave the shard's data unpinned?  Only the
+ * shard's own refusals say so; a transport error (CONN_LOST, IO, TIMEOUT,
+ * ABORTED, ...) may hide a take that was applied and whose reply was lost,
+ * and TAKEN memory has no lease: it must be released. */
+static bool take_surely_refused(int32_t status)
+{
+    return status == XFER_ERR_NOT_FOUND || status == XFER_ERR_STALE ||
+           status == XFER_ERR_CANCELLED || status == XFER_ERR_EXPIRED ||
+           status == XFER_ERR_INVALID_ARG;
+}
+
+/* TAKING + TAKE_OK / TAKE_FAIL.  The caller checked the take is
+ * outstanding. */
+static void h_take_result(xfer_readiness *r, yev *e)
+{
+    rrec *rec = rec_of(r, e);
+    if (e->event == XFER_YE_TAKE_OK) {
+        rec->take_ok |= bit(e->shard);
+    } else {
+        rec->take_fail |= bit(e->shard);
+        if (!take_surely_refused(e->err))
+            rec->unsure |= bit(e->shard);
+        r->st.take_failed++;
+    }
+    if ((rec->take_ok | rec->take_fail) != r->full)
+        return;
+    if (rec->take_fail == 0 && rec->deferred == 0)
+        report_available(r, e);
+    else
+        roll_back(r, e);
+}
+
+/* AVAILABLE / UNAVAILABLE + TOMB_EXPIRE: the tombstone table already
+ * dropped the entry. */
+static void h_drop(xfer_readiness *r, yev *e)
+{
+    e->state = XFER_YS_NONE;
+}
+
+#define h_none NULL
+
+typedef struct cell {
+    uint8_t verdict;
+    handler_fn fn;
+} cell;
+
+static const cell table[XFER_YS_COUNT_][XFER_YE_COUNT_] = {
+#define C_(s, e, v, h) [XFER_YS_##s][XFER_YE_##e] = {XFER_V_##v, h_##h},
+    XFER_READY_TABLE(C_)
+#undef C_
+};
+
+/* ---------------------------------------------------------------------- */
+/* Dispatch                                                                */
+/* ---------------------------------------------------------------------- */
+
+static void trace_step(xfer_readiness *r, const yev *e, unsigned old,
+                       unsigned verdict, int32_t err)
+{
+    xfer_trace_rec rec = {
+        .time_ns = e->now,
+        .id = e->id,
+        .arg0 = e->resv_id,
+        .arg1 = e->t_ready,
+        .arg2 = e->t_missing,
+        .attempt = e->t_attempt,
+        .error = err,
+        .shard = e->shard,
+        .machine = XFER_M_READINESS,
+        .old_state = (uint8_t)old,
+        .event = e->event,
+        .new_state = e->state,
+        .verdict = (uint8_t)verdict,
+    };
+    xfer_util_emit(&r->cfg.trace, &r->seq, &rec);
+}
+
+/* Run one event through the table: count the cell, run its handler, check
+ * the edge, trace the step.  0, or XFER_ERR_STATE for an ILLEGAL cell. */
+static int dispatch(xfer_readiness *r, yev *e)
+{
+    unsigned old = e->state;
+    assert(old < XFER_YS_COUNT_ && e->event < XFER_YE_COUNT_);
+    const cell *c = &table[old][e->event];
+    r->st.cells_hit[old][e->event]++;
+    int rc = 0;
+    if (c->verdict == XFER_V_ILLEGAL) {
+        /* Peer input is filtered before dispatch: this is a bug. */
+        r->st.illegal++;
+        assert(!"illegal readiness transition");
+        rc = XFER_ERR_STATE;
+    } else if (c->fn) {
+        c->fn(r, e);
+    }
+    if (e->slot != NO_SLOT)
+        snap(r, e, &r->recs[e->slot]);
+    if (e->state != old &&
+        !xfer_fsm_edge_ok(XFER_M_READINESS, old, e->event, e->state)) {
+        r->st.illegal++;
+        assert(!"undeclared readiness edge");
+    }
+    trace_step(r, e, old, c->verdict, rc ? rc : e->err);
+    return rc;
+}
+
+/* xfer_tomb_expire callback: run TOMB_EXPIRE for the dropped entry. */
+static void drop_tomb(void *ud, const xfer_tomb_entry *t)
+{
+    xfer_readiness *r = ud;
+    yev e;
+    ev_init(&e, r->tombs.last_now, t->id, XFER_YE_TOMB_EXPIRE);
+    e.state = t->reason;
+    e.attempt = e.tomb_attempt = e.t_attempt = t->attempt;
+    dispatch(r, &e);
+}
+
+/* Reserve a tombstone slot for a new record or a pre-emptive tombstone,
+ * dropping one expired tombstone (through the table) if that makes room. */
+static int tomb_room(xfer_readiness *r, uint64_t now, uint64_t id)
+{
+    xfer_tomb *t = &r->tombs;
+    if (t->n + t->held >= t->cap)
+        xfer_tomb_expire(t, now, 1, drop_tomb, r);
+    if (xfer_tomb_hold(t, now) == 0)
+        return 0;
+    note(r, now, XFER_NOTE_TOMB_FULL, id, 0, XFER_SHARD_NONE, XFER_ERR_BUSY);
+    return XFER_ERR_BUSY;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Creation                                                                */
+/* ---------------------------------------------------------------------- */
+
+static void set_defaults(xfer_readiness_config *c)
+{
+    if (!c->max_records)
+        c->max_records = 65536;
+    if (!c->max_tombstones) {
+        uint64_t t = 4ull * c->max_records;
+        c->max_tombstones = t > UINT32_MAX ? UINT32_MAX : (uint32_t)t;
+    }
+    if (!c->deadline_ns)
+        c->deadline_ns = 30ull * 1000000000ull;
+    if (!c->tombstone_ttl_ns)
+        c->tombstone_ttl_ns = 60ull * 1000000000ull;
+}
+
+static bool config_ok(const xfer_readiness_config *c)
+{
+    return c->nshards >= 1 && c->nshards <= XFER_MAX_SHARDS &&
+           c->max_records <= (1u << 28) && c->max_tombstones <= (1u << 29);
+}
+
+static int alloc_tables(xfer_readiness *r)
+{
+    const xfer_allocator *a = &r->cfg.alloc;
+    uint32_t n = r->cfg.max_records;
+    r->recs = xfer_util_calloc(a, n, sizeof *r->recs);
+    r->resv = xfer_util_calloc(a, n, r->cfg.nshards * sizeof(uint64_t));
+    r->free_slots = xfer_util_calloc(a, n, sizeof *r->free_slots);
+    r->scratch = xfer_util_calloc(a, n, sizeof *r->scratch);
+    r->room_one = 2u * r->cfg.nshards + 1u;
+    r->cap = TIMER_BATCH * r->room_one;
+    r->acts = xfer_util_calloc(a, r->cap, sizeof *r->acts);
+    if (!r->recs || !r->resv || !r->free_slots || !r->scratch || !r->acts)
+        return XFER_ERR_NOMEM;
+    int rc = xfer_idmap_init(&r->live, n, a);
+    if (!rc)
+        rc = xfer_heap_init(&r->deadlines, n, a);
+    if (!rc)
+        rc = xfer_tomb_init(&r->tombs, r->cfg.max_tombstones,
+                            r->cfg.tombstone_ttl_ns, a);
+    for (uint32_t i = 0; i < n; i++)
+        r->free_slots[i] = n - 1 - i;
+    r->nfree = n;
+    return rc;
+}
+
+int xfer_readiness_new(const xfer_readiness_config *cfg, xfer_readiness **out)
+{
+    if (!cfg || !out)
+        return XFER_ERR_INVALID_ARG;
+    xfer_readiness_config c = *cfg;
+    set_defaults(&c);
+    if (!config_ok(&c))
+        return XFER_ERR_INVALID_ARG;
+    xfer_readiness *r = xfer_util_calloc(&c.alloc, 1, sizeof *r);
+    if (!r)
+        return XFER_ERR_NOMEM;
+    r->cfg = c;
+    r->full = c.nshards == 64 ? UINT64_MAX : bit(c.nshards) - 1;
+    int rc = alloc_tables(r);
+    if (rc) {
+        xfer_readiness_del(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+void xfer_readiness_del(xfer_readiness *r)
+{
+    if (!r)
+        return;
+    const xfer_allocator a = r->cfg.alloc;
+    xfer_tomb_clear(&r->tombs, &a);
+    xfer_heap_clear(&r->deadlines, &a);
+    xfer_idmap_clear(&r->live, &a);
+    xfer_util_free(&a, r->acts);
+    xfer_util_free(&a, r->scratch);
+    xfer_util_free(&a, r->free_slots);
+    xfer_util_free(&a, r->resv);
+    xfer_util_free(&a, r->recs);
+    xfer_util_free(&a, r);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Inputs                                                                  */
+/* ---------------------------------------------------------------------- */
+
+/* A ready for an id with neither record nor tombstone: find a slot and a
+ * tombstone hold for the record it will create. */
+static int new_record_room(xfer_readiness *r, yev *e)
+{
+    if (r->nfree == 0)
+        return XFER_ERR_BUSY;
+    int rc = tomb_room(r, e->now, e->id);
+    if (rc)
+        return rc;
+    e->slot = r->free_slots[--r->nfree];
+    return 0;
+}
+
+int xfer_readiness_on_ready(xfer_readiness *r, uint64_t now_ns, uint64_t id,
+                            uint32_t attempt, uint16_t shard,
+                            uint64_t resv_id)
+{
+    if (!r || id == 0 || attempt == 0 || resv_id == XFER_RESV_NONE ||
+        shard >= r->cfg.nshards)
+        return XFER_ERR_INVALID_ARG;
+    if (!room_ok(r))
+        return XFER_ERR_BUSY;
+    yev e;
+    ev_init(&e, now_ns, id, XFER_YE_READY);
+    e.attempt = attempt;
+    e.shard = shard;
+    e.resv_id = resv_id;
+    locate(r, &e);
+    if (e.state == XFER_YS_NONE) {
+        int rc = new_record_room(r, &e);
+        if (rc)
+            return rc;
+    }
+    return dispatch(r, &e);
+}
+
+/* Is this take result one the record waits for?  Peer input: an answer,
+ * never an assert. */
+static int take_expected(xfer_readiness *r, const yev *e)
+{
+    if (e->state == XFER_YS_NONE) {
+        note(r, e->now, XFER_NOTE_UNKNOWN_REPLY, e->id, 0, e->shard, e->err);
+        return XFER_ERR_NOT_FOUND;
+    }
+    if (e->state != XFER_YS_TAKING ||
+        ((r->recs[e->slot].take_ok | r->recs[e->slot].take_fail) &
+         bit(e->shard))) {
+        note(r, e->now, XFER_NOTE_LATE_REPLY, e->id, e->t_attempt, e->shard,
+             e->err);
+        return XFER_ERR_STATE;
+    }
+    return 0;
+}
+
+int xfer_readiness_on_take_result(xfer_readiness *r, uint64_t now_ns,
+                                  uint64_t id, uint16_t shard, int32_t status)
+{
+    if (!r || id == 0 || shard >= r->cfg.nshards || status > 0)
+        return XFER_ERR_INVALID_ARG;
+    if (!room_ok(r))
+        return XFER_ERR_BUSY;
+    yev e;
+    ev_init(&e, now_ns, id,
+            status == 0 ? XFER_YE_TAKE_OK : XFER_YE_TAKE_FAIL);
+    e.shard = shard;
+    e.err = status;
+    locate(r, &e);
+    int rc = take_expected(r, &e);
+    if (rc)
+        return rc;
+    e.resv_id = resv_of(r, e.slot)[shard];
+    return dispatch(r, &e);
+}
+
+/* CANCEL or SHARD_ENDED: an unknown id needs a tombstone slot first. */
+static int give_up_input(xfer_readiness *r, yev *e)
+{
+    locate(r, e);
+    if (e->state != XFER_YS_NONE)
+        return dispatch(r, e);
+    int rc = tomb_room(r, e->now, e->id);
+    if (!rc)
+        rc = dispatch(r, e);
+    if (!rc)
+        note(r, e->now, XFER_NOTE_PREEMPTIVE, e->id, e->attempt, e->shard,
+             e->err);
+    return rc;
+}
+
+int xfer_readiness_on_shard_ended(xfer_readiness *r, uint64_t now_ns,
+                                  uint64_t id, uint32_t attempt,
+                                  uint16_t shard, int32_t reason)
+{
+    if (!r || id == 0 || shard >= r->cfg.nshards ||
+        (reason != XFER_ERR_CANCELLED && reason != XFER_ERR_EXPIRED))
+        return XFER_ERR_INVALID_ARG;
+    if (!room_ok(r))
+        return XFER_ERR_BUSY;
+    yev e;
+    ev_init(&e, now_ns, id, XFER_YE_SHARD_ENDED);
+    e.attempt = attempt;
+    e.shard = shard;
+    e.err = reason;
+    return give_up_input(r, &e);
+}
+
+int xfer_readiness_cancel(xfer_readiness *r, uint64_t now_ns, uint64_t id)
+{
+    if (!r || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    if (!room_ok(r))
+        return XFER_ERR_BUSY;
+    yev e;
+    ev_init(&e, now_ns, id, XFER_YE_CANCEL);
+    e.err = XFER_ERR_CANCELLED;
+    return give_up_input(r, &e);
+}
+
+void xfer_readiness_on_timer(xfer_readiness *r, uint64_t now_ns)
+{
+    if (!r)
+        return;
+    xfer_tomb_expire(&r->tombs, now_ns, TOMB_BATCH, drop_tomb, r);
+    for (unsigned i = 0; i < TIMER_BATCH && room_ok(r); i++) {
+        uint32_t slot;
+        uint64_t due;
+        if (!xfer_heap_peek(&r->deadlines, &slot, &due) || due > now_ns)
+            break;
+        xfer_heap_remove(&r->deadlines, slot);
+        yev e;
+        ev_init(&e, now_ns, r->recs[slot].id, XFER_YE_DEADLINE);
+        e.err = XFER_ERR_TIMEOUT;
+        locate(r, &e);
+        dispatch(r, &e);
+    }
+}
+
+uint64_t xfer_readiness_next_deadline(const xfer_readiness *r)
+{
+    if (!r)
+        return UINT64_MAX;
+    uint64_t d = xfer_heap_min(&r->deadlines);
+    uint64_t t = xfer_tomb_next_expiry(&r->tombs);
+    return d < t ? d : t;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Output and introspection                                                */
+/* ---------------------------------------------------------------------- */
+
+const xfer_ready_action *xfer_readiness_actions(const xfer_readiness *r,
+                                                size_t *n)
+{
+    if (n)
+        *n = r ? r->nacts : 0;
+    return r ? r->acts : NULL;
+}
+
+void xfer_readiness_actions_clear(xfer_readiness *r)
+{
+    if (r)
+        r->nacts = 0;
+}
+
+void xfer_readiness_stats_get(const xfer_readiness *r,
+                              xfer_readiness_stats *st)
+{
+    if (!r || !st)
+        return;
+    *st = r->st;
+    st->live = r->live.n;
+    st->tombstones = r->tombs.n;
+}
+
+xfer_ready_state xfer_readiness_state(const xfer_readiness *r, uint64_t id)
+{
+    if (!r || id == 0)
+        return XFER_YS_NONE;
+    yev e;
+    ev_init(&e, 0, id, XFER_YE_READY);
+    locate(r, &e);
+    return (xfer_ready_state)e.state;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Save and load (readiness_int.h)                                         */
+/* ---------------------------------------------------------------------- */
+
+#define SAVE_MAGIC 0x31445258u /* "XRD1" */
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t len, at;
+} wbuf;
+
+static void put(wbuf *w, uint64_t v, unsigned nbytes)
+{
+    for (unsigned i = 0; i < nbytes; i++, w->at++)
+        if (w->at < w->len)
+            w->p[w->at] = (uint8_t)(v >> (8 * i));
+}
+
+static int cmp_key(const void *pa, const void *pb)
+{
+    const sortkey *a = pa, *b = pb;
+    if (a->a != b->a)
+        return a->a < b->a ? -1 : 1;
+    return a->b < b->b ? -1 : a->b > b->b;
+}
+
+static int cmp_id(const void *pa, const void *pb)
+{
+    const sortkey *a = pa, *b = pb;
+    return a->a < b->a ? -1 : a->a > b->a;
+}
+
+static void put_record(wbuf *w, const xfer_readiness *r, uint32_t slot)
+{
+    const rrec *rec = &r->recs[slot];
+    const uint64_t *resv = resv_of(r, slot);
+    put(w, rec->id, 8);
+    put(w, rec->attempt, 4);
+    put(w, rec->state, 1);
+    put(w, (uint32_t)rec->deferred, 4);
+    put(w, rec->ready, 8);
+    put(w, rec->take_ok, 8);
+    put(w, rec->take_fail, 8);
+    put(w, rec->unsure, 8);
+    put(w, rec->deadline_ns, 8);
+    for (uint16_t k = 0; k < r->cfg.nshards; k++)
+        put(w, resv[k], 8);
+}
+
+/* Live records in id order. */
+static void put_records(wbuf *w, const xfer_readiness *r)
+{
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < r->cfg.max_records; s++)
+        if (r->recs[s].id)
+            r->scratch[n++] = (sortkey){r->recs[s].id, 0, s};
+    qsort(r->scratch, n, sizeof *r->scratch, cmp_key);
+    for (uint32_t i = 0; i < n; i++)
+        put_record(w, r, r->scratch[i].slot);
+}
+
+/* Armed deadlines in the order they fire (deadline, then set order). */
+static void put_heap(wbuf *w, const xfer_readiness *r)
+{
+    const xfer_heap *h = &r->deadlines;
+    for (uint32_t i = 0; i < h->n; i++) {
+        uint32_t s = h->heap[i];
+        r->scratch[i] = (sortkey){h->key[s], h->tie[s], s};
+    }
+    qsort(r->scratch, h->n, sizeof *r->scratch, cmp_key);
+    for (uint32_t i = 0; i < h->n; i++)
+        put(w, r->recs[r->scratch[i].slot].id, 8);
+}
+
+static void put_tomb(void *ud, const xfer_tomb_entry *t)
+{
+    wbuf *w = ud;
+    put(w, t->id, 8);
+    put(w, t->expires_ns, 8);
+    put(w, t->attempt, 4);
+    put(w, t->reason, 1);
+}
+
+static void put_action(wbuf *w, const xfer_ready_action *a)
+{
+    put(w, a->kind, 1);
+    put(w, a->shard, 2);
+    put(w, a->attempt, 4);
+    put(w, a->id, 8);
+    put(w, a->resv_id, 8);
+    put(w, (uint32_t)a->reason, 4);
+    put(w, a->missing, 8);
+}
+
+size_t xfer_readiness_save(const xfer_readiness *r, uint8_t *buf, size_t len)
+{
+    if (!r)
+        return 0;
+    wbuf w = {buf, buf ? len : 0, 0};
+    const xfer_readiness_config *c = &r->cfg;
+    put(&w, SAVE_MAGIC, 4);
+    put(&w, c->nshards, 2);
+    put(&w, c->max_records, 4);
+    put(&w, c->max_tombstones, 4);
+    put(&w, c->deadline_ns, 8);
+    put(&w, c->tombstone_ttl_ns, 8);
+    put(&w, r->live.n, 4);
+    put(&w, r->deadlines.n, 4);
+    put(&w, r->tombs.n, 4);
+    put(&w, r->nacts, 4);
+    put_records(&w, r);
+    put_heap(&w, r);
+    xfer_tomb_foreach(&r->tombs, put_tomb, &w);
+    for (size_t i = 0; i < r->nacts; i++)
+        put_action(&w, &r->acts[i]);
+    return w.at;
+}
+
+typedef struct rbuf {
+    const uint8_t *p;
+    size_t len, at;
+    bool ok;
+} rbuf;
+
+static uint64_t get(rbuf *b, unsigned nbytes)
+{
+    uint64_t v = 0;
+    if (!b->ok || b->len - b->at < nbytes) {
+        b->ok = false;
+        return 0;
+    }
+    for (unsigned i = 0; i < nbytes; i++)
+        v |= (uint64_t)b->p[b->at + i] << (8 * i);
+    b->at += nbytes;
+    return v;
+}
+
+static void skip(rbuf *b, size_t nbytes)
+{
+    if (!b->ok || b->len - b->at < nbytes)
+        b->ok = false;
+    else
+        b->at += nbytes;
+}
+
+/* The counts that follow the configuration in the header. */
+typedef struct hdr {
+    uint32_t nrec, nheap, ntomb, nacts;
+    size_t rec_at; /* where the records start */
+} hdr;
+
+static bool get_header(rbuf *b, const xfer_readiness *r, hdr *h)
+{
+    const xfer_readiness_config *c = &r->cfg;
+    bool same = get(b, 4) == SAVE_MAGIC && get(b, 2) == c->nshards &&
+                get(b, 4) == c->max_records &&
+                get(b, 4) == c->max_tombstones &&
+                get(b, 8) == c->deadline_ns &&
+                get(b, 8) == c->tombstone_ttl_ns;
+    h->nrec = (uint32_t)get(b, 4);
+    h->nheap = (uint32_t)get(b, 4);
+    h->ntomb = (uint32_t)get(b, 4);
+    h->nacts = (uint32_t)get(b, 4);
+    h->rec_at = b->at;
+    return b->ok && same && h->nrec <= c->max_records && h->nheap <= h->nrec &&
+           (uint64_t)h->ntomb + h->nrec <= c->max_tombstones &&
+           h->nacts <= r->cap;
+}
+
+static bool deferred_ok(int32_t d)
+{
+    return d == 0 || d == XFER_ERR_CANCELLED || d == XFER_ERR_EXPIRED ||
+           d == XFER_ERR_TIMEOUT;
+}
+
+/* Read one record and check it could have been made by the handlers. */
+static bool get_record(rbuf *b, const xfer_readiness *r, rrec *rec,
+                       uint64_t *resv)
+{
+    rec->id = get(b, 8);
+    rec->attempt = (uint32_t)get(b, 4);
+    rec->state = (uint8_t)get(b, 1);
+    rec->deferred = (int32_t)(uint32_t)get(b, 4);
+    rec->ready = get(b, 8);
+    rec->take_ok = get(b, 8);
+    rec->take_fail = get(b, 8);
+    rec->unsure = get(b, 8);
+    rec->deadline_ns = get(b, 8);
+    bool ok = b->ok && rec->id && rec->attempt && rec->ready &&
+              !(rec->ready & ~r->full) && !(rec->unsure & ~rec->take_fail) &&
+              deferred_ok(rec->deferred);
+    for (uint16_t k = 0; k < r->cfg.nshards; k++) {
+        resv[k] = get(b, 8);
+        ok = ok && (resv[k] != XFER_RESV_NONE) == !!(rec->ready & bit(k));
+    }
+    uint64_t answered = rec->take_ok | rec->take_fail;
+    if (rec->state == XFER_YS_WAITING)
+        return ok && rec->ready != r->full && answered == 0 &&
+               rec->deferred == 0;
+    return ok && rec->state == XFER_YS_TAKING && rec->ready == r->full &&
+           !(rec->take_ok & rec->take_fail) && answered != r->full;
+}
+
+/* Pass 1 keeps, per saved record i, scratch[i] = {id, deadline, flags}. */
+enum { NEEDS_DEADLINE = 1, ARMED = 2 };
+
+static sortkey *find_saved(const xfer_readiness *r, const hdr *h, uint64_t id)
+{
+    sortkey key = {id, 0, 0};
+    return bsearch(&key, r->scratch, h->nrec, sizeof key, cmp_id);
+}
+
+/* Records: ids increasing, each well-formed. */
+static bool check_records(rbuf *b, const xfer_readiness *r, const hdr *h)
+{
+    uint64_t prev = 0, resv[XFER_MAX_SHARDS];
+    for (uint32_t i = 0; i < h->nrec; i++) {
+        rrec rec;
+        if (!get_record(b, r, &rec, resv) || rec.id <= prev)
+            return false;
+        prev = rec.id;
+        bool needs = rec.state == XFER_YS_WAITING || rec.deferred == 0;
+        r->scratch[i] = (sortkey){rec.id, rec.deadline_ns,
+                                  needs ? NEEDS_DEADLINE : 0};
+    }
+    return true;
+}
+
+/* Deadlines: saved records, each once, in firing order; every record that
+ * still needs its deadline has one. */
+static bool check_heap(rbuf *b, const xfer_readiness *r, const hdr *h)
+{
+    uint64_t prev = 0;
+    for (uint32_t i = 0; i < h->nheap; i++) {
+        sortkey *k = find_saved(r, h, get(b, 8));
+        if (!b->ok || !k || (k->slot & ARMED) || k->b < prev)
+            return false;
+        prev = k->b;
+        k->slot |= ARMED;
+    }
+    for (uint32_t i = 0; i < h->nrec; i++)
+        if (r->scratch[i].slot == NEEDS_DEADLINE)
+            return false;
+    return true;
+}
+
+static bool check_rest(rbuf *b, const xfer_readiness *r, const hdr *h)
+{
+    uint64_t prev = 0;
+    for (uint32_t i = 0; i < h->ntomb; i++) {
+        uint64_t id = get(b, 8), exp = get(b, 8);
+        skip(b, 4);
+        uint8_t reason = (uint8_t)get(b, 1);
+        if (!b->ok || !id || exp < prev || exp < r->cfg.tombstone_ttl_ns ||
+            find_saved(r, h, id) ||
+            (reason != XFER_YS_AVAILABLE && reason != XFER_YS_UNAVAILABLE))
+            return false;
+        prev = exp;
+    }
+    for (uint32_t i = 0; i < h->nacts; i++) {
+        if (get(b, 1) >= XFER_RA_COUNT_)
+            return false;
+        skip(b, 2 + 4 + 8 + 8 + 4 + 8);
+    }
+    return b->ok && b->at == b->len;
+}
+
+/* Forget every record, deadline, tombstone and action. */
+static void reset(xfer_readiness *r)
+{
+    uint32_t n = r->cfg.max_records;
+    for (uint32_t s = 0; s < n; s++) {
+        if (!r->recs[s].id)
+            continue;
+        xfer_idmap_del(&r->live, r->recs[s].id);
+        xfer_heap_remove(&r->deadlines, s);
+    }
+    memset(r->recs, 0, (size_t)n * sizeof *r->recs);
+    memset(r->resv, 0, (size_t)n * r->cfg.nshards * sizeof *r->resv);
+    for (uint32_t i = 0; i < n; i++)
+        r->free_slots[i] = n - 1 - i;
+    r->nfree = n;
+    xfer_tomb_expire(&r->tombs, UINT64_MAX, 0, NULL, NULL);
+    r->tombs.head = 0;
+    r->tombs.held = 0;
+    r->tombs.last_now = 0;
+    r->nacts = 0;
+}
+
+/* Second pass over a checked buffer: records take slots 0..nrec-1. */
+static void apply_records(rbuf *b, xfer_readiness *r, const hdr *h)
+{
+    for (uint32_t i = 0; i < h->nrec; i++) {
+        get_record(b, r, &r->recs[i], resv_of(r, i));
+        xfer_idmap_put(&r->live, r->recs[i].id, i);
+    }
+    r->nfree = r->cfg.max_records - h->nrec;
+    for (uint32_t i = 0; i < h->nheap; i++) {
+        uint32_t slot = 0;
+        xfer_idmap_get(&r->live, get(b, 8), &slot);
+        xfer_heap_set(&r->deadlines, slot, r->recs[slot].deadline_ns);
+    }
+}
+
+static bool apply_rest(rbuf *b, xfer_readiness *r, const hdr *h)
+{
+    for (uint32_t i = 0; i < h->ntomb; i++) {
+        uint64_t id = get(b, 8), exp = get(b, 8);
+        uint32_t attempt = (uint32_t)get(b, 4);
+        uint8_t reason = (uint8_t)get(b, 1);
+        if (xfer_tomb_find(&r->tombs, id))
+            return false;
+        xfer_tomb_insert(&r->tombs, exp - r->cfg.tombstone_ttl_ns, id,
+                         attempt, reason);
+    }
+    r->tombs.held = h->nrec;
+    for (uint32_t i = 0; i < h->nacts; i++) {
+        xfer_ready_action *a = &r->acts[r->nacts++];
+        memset(a, 0, sizeof *a);
+        a->kind = (uint8_t)get(b, 1);
+        a->shard = (uint16_t)get(b, 2);
+        a->attempt = (uint32_t)get(b, 4);
+        a->id = get(b, 8);
+        a->resv_id = get(b, 8);
+        a->reason = (int32_t)(uint32_t)get(b, 4);
+        a->missing = get(b, 8);
+    }
+    return true;
+}
+
+int xfer_readiness_load(xfer_readiness *r, const uint8_t *buf, size_t len)
+{
+    if (!r || (!buf && len))
+        return XFER_ERR_INVALID_ARG;
+    rbuf b = {buf, len, 0, true};
+    hdr h;
+    if (!get_header(&b, r, &h) || !check_records(&b, r, &h) ||
+        !check_heap(&b, r, &h) || !check_rest(&b, r, &h))
+        return XFER_ERR_FORMAT;
+    reset(r);
+    b = (rbuf){buf, len, h.rec_at, true};
+    apply_records(&b, r, &h);
+    if (!apply_rest(&b, r, &h)) {
+        reset(r);
+        return XFER_ERR_FORMAT;
+    }
+    return 0;
+}
