@@ -81,9 +81,6 @@ typedef enum xfer_op_kind {
     XFER_OP_COUNT_
 } xfer_op_kind;
 
-/* Reservation id meaning "not known" (the reserve reply never came). */
-#define XFER_RESV_NONE 0u
-
 /*
  * One action.  Fields not used by a kind are 0.  Pointers: none, so an action
  * can be copied, queued and compared bit for bit.

@@ -52,6 +52,9 @@ typedef struct xfer_rng {
     void *ud;
 } xfer_rng;
 
+/* Reservation id meaning "not known" (the reserve reply never came). */
+#define XFER_RESV_NONE 0u
+
 /* Maximum shards in one consumer group (failed shards fit in a uint64_t). */
 #define XFER_MAX_SHARDS 64
 
