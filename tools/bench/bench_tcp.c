@@ -219,6 +219,8 @@ static void submit(pump *u)
     if (xfer_engine_submit(u->e, &d, on_done, u) != 0) {
         u->failed++;
         u->free_slots[u->nfree++] = slot;
+        if (u->live == 0)
+            event_base_loopbreak(u->base); /* nothing left to wait for */
         return;
     }
     u->live++;
@@ -301,6 +303,11 @@ static int make_setup(setup *s, const uint16_t *ports)
     s->base = event_base_new();
     xfer_engine_config ec = {.base = s->base};
     ec.core.default_deadline_ns = 30000000000ull;
+    /* At 100 k transfers/s the producer makes 100 k tombstones a second:
+     * keep them as long as the shards' leases (2 s) plus a margin, and
+     * room for that many. */
+    ec.core.tombstone_ttl_ns = 5000000000ull;
+    ec.core.max_tombstones = 1u << 22;
     s->staging = malloc(STAGING);
     if (!s->base || !s->staging || xfer_engine_new(&ec, &s->e) != 0)
         return -1;
@@ -402,6 +409,7 @@ int main(int argc, char **argv)
         }
     }
     signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
     atexit(kill_kids);
     const char *xferd = find_xferd(xferd_arg);
     uint16_t ports[NSHARDS];
