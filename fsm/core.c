@@ -228,9 +228,12 @@ static void settle(xfer_core *core, xfer_transfer *t, uint64_t now,
         if (core->ctx.acts[i].kind == XFER_ACT_COMPLETE)
             count_completion(core, &core->ctx.acts[i].result);
     if (t->state != XFER_TS_TOMBSTONED) {
+        /* Most steps leave the timer alone: touch the heap only when it
+         * moved (an unchanged entry keeps its place among equal ones). */
+        bool armed = xfer_heap_contains(&core->timers, t->slot);
         if (t->timer_ns == UINT64_MAX)
             xfer_heap_remove(&core->timers, t->slot);
-        else
+        else if (!armed || core->timers.key[t->slot] != t->timer_ns)
             xfer_heap_set(&core->timers, t->slot, t->timer_ns);
         return;
     }
@@ -259,6 +262,15 @@ static void step(xfer_core *core, xfer_transfer *t, uint64_t now,
     size_t first = core->ctx.nacts;
     xfer_transfer_step(t, &core->ctx, now, ev, r);
     settle(core, t, now, first);
+}
+
+/* Room for one more step's actions (a fan-out of S ops, RELEASE_STAGING,
+ * COMPLETE and SHUTDOWN_DONE).  A driver that does not clear the list
+ * between calls gets XFER_ERR_BUSY instead of an overflow. */
+static bool room(const xfer_core *core)
+{
+    return core->ctx.cap - core->ctx.nacts >=
+           (size_t)core->cfg.max_shards + 4;
 }
 
 static xfer_transfer *find_live(const xfer_core *core, uint64_t id)
@@ -315,6 +327,8 @@ int xfer_core_submit(xfer_core *core, uint64_t now_ns,
     int rc = submit_check(core, now_ns, a);
     if (rc)
         return rc;
+    if (!room(core))
+        return XFER_ERR_BUSY;
     if (xfer_tomb_hold(&core->tombs, now_ns)) {
         core->st.tombstone_busy++;
         note(core, now_ns, XFER_NOTE_TOMB_FULL, a->id, 0, XFER_SHARD_NONE,
@@ -343,6 +357,8 @@ int xfer_core_cancel(xfer_core *core, uint64_t now_ns, uint64_t id)
     if (!core || id == 0)
         return XFER_ERR_INVALID_ARG;
     now_ns = clamp_now(core, now_ns);
+    if (!room(core))
+        return XFER_ERR_BUSY;
     trace_input(core, now_ns, XFER_TE_USER_CANCEL, id, XFER_SHARD_NONE, NULL,
                 0, 0, 0);
     xfer_transfer *t = find_live(core, id);
@@ -394,6 +410,8 @@ int xfer_core_on_result(xfer_core *core, uint64_t now_ns,
 {
     if (!core || !r || r->op >= XFER_OP_COUNT_ || r->status > 0)
         return XFER_ERR_INVALID_ARG;
+    if (!room(core))
+        return XFER_ERR_BUSY;
     now_ns = clamp_now(core, now_ns);
     unsigned ev = xfer_transfer_result_event(r);
     trace_input(core, now_ns, ev, r->id, r->shard, r, r->resv_id,
@@ -434,7 +452,7 @@ void xfer_core_on_timer(xfer_core *core, uint64_t now_ns)
     trace_input(core, now_ns, XFER_TE_DEADLINE, 0, XFER_SHARD_NONE, NULL, 0,
                 0, 0);
     xfer_tomb_expire(&core->tombs, now_ns, 0, drop_tomb, core);
-    for (unsigned i = 0; i < XFER_CORE_BATCH; i++) {
+    for (unsigned i = 0; i < XFER_CORE_BATCH && room(core); i++) {
         uint32_t slot;
         uint64_t due;
         if (!xfer_heap_peek(&core->timers, &slot, &due) || due > now_ns)
@@ -475,7 +493,7 @@ static void shutdown_one(xfer_core *core, xfer_transfer *t, uint64_t now)
 
 void xfer_core_shutdown(xfer_core *core, uint64_t now_ns)
 {
-    if (!core || core->shutting_down)
+    if (!core || core->shutting_down || !room(core))
         return;
     now_ns = clamp_now(core, now_ns);
     trace_input(core, now_ns, XFER_TE_SHUTDOWN, 0, XFER_SHARD_NONE, NULL, 0,

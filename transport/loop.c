@@ -38,6 +38,7 @@ typedef struct loop_op loop_op;
 typedef struct loop_msg {
     uint64_t due, seq;
     loop_op *op; /* NULL: cancelled */
+    struct loop_msg *spare_next; /* on the spare list */
     uint8_t kind;
 } loop_msg;
 
@@ -59,8 +60,13 @@ struct xfer_loop {
     uint8_t down[XFER_MAX_SHARDS];
     struct xfer_engine *engine;
     struct event *run_ev, *shard_timer;
-    loop_msg **heap;
+    loop_msg **heap;     /* delayed messages, by (due, seq) */
     size_t nheap, capheap;
+    loop_msg **fifo;     /* messages due at once, in seq order */
+    size_t fhead, nfifo, capfifo;
+    loop_msg *spare;     /* recycled messages */
+    uint64_t last_now;   /* the latest clock reading */
+    uint64_t shard_armed; /* deadline the shard timer is set for */
     uint64_t seq, rng;
     loop_op *ops; /* outstanding, oldest first */
     loop_op *ops_tail;
@@ -72,9 +78,12 @@ struct xfer_loop {
     xfer_loop_stats st;
 };
 
-static uint64_t now_of(const xfer_loop *l)
+static uint64_t now_of(xfer_loop *l)
 {
-    return l->cfg.clock(l->cfg.clock_ud);
+    uint64_t now = l->cfg.clock(l->cfg.clock_ud);
+    if (now > l->last_now)
+        l->last_now = now;
+    return l->last_now;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -131,9 +140,54 @@ static loop_msg *heap_pop(xfer_loop *l)
     return top;
 }
 
+static int fifo_push(xfer_loop *l, loop_msg *m)
+{
+    if (l->nfifo == l->capfifo) {
+        size_t cap = l->capfifo ? 2 * l->capfifo : 256;
+        loop_msg **q = malloc(cap * sizeof *q);
+        if (!q)
+            return XFER_ERR_NOMEM;
+        for (size_t i = 0; i < l->nfifo; i++)
+            q[i] = l->fifo[(l->fhead + i) % l->capfifo];
+        free(l->fifo);
+        l->fifo = q;
+        l->fhead = 0;
+        l->capfifo = cap;
+    }
+    l->fifo[(l->fhead + l->nfifo++) % l->capfifo] = m;
+    return 0;
+}
+
+/* The next message due at `now`, from the FIFO or the heap, in (due, seq)
+ * order; NULL when none is due. */
+static loop_msg *next_due(xfer_loop *l, uint64_t now)
+{
+    loop_msg *f = l->nfifo ? l->fifo[l->fhead] : NULL;
+    loop_msg *h = l->nheap && l->heap[0]->due <= now ? l->heap[0] : NULL;
+    if (h && (!f || before(h, f)))
+        return heap_pop(l);
+    if (!f)
+        return NULL;
+    l->fhead = (l->fhead + 1) % l->capfifo;
+    l->nfifo--;
+    return f;
+}
+
+static void recycle(xfer_loop *l, loop_msg *m)
+{
+    m->spare_next = l->spare;
+    l->spare = m;
+}
+
 static void schedule_run(xfer_loop *l)
 {
-    if (l->nheap == 0 || !l->run_ev)
+    if (!l->run_ev)
+        return;
+    if (l->nfifo) {
+        event_active(l->run_ev, EV_TIMEOUT, 0);
+        return;
+    }
+    if (l->nheap == 0)
         return;
     uint64_t now = now_of(l), due = l->heap[0]->due;
     if (due <= now) {
@@ -151,13 +205,17 @@ static void schedule_run(xfer_loop *l)
 /* Queue a message for op; the op remembers it so it can be cancelled. */
 static int post(xfer_loop *l, loop_op *op, uint8_t kind, uint64_t delay)
 {
-    loop_msg *m = malloc(sizeof *m);
-    if (!m)
+    loop_msg *m = l->spare;
+    if (m)
+        l->spare = m->spare_next;
+    else if (!(m = malloc(sizeof *m)))
         return XFER_ERR_NOMEM;
-    *m = (loop_msg){.due = now_of(l) + delay, .seq = l->seq++, .op = op,
-                    .kind = kind};
-    if (heap_push(l, m)) {
-        free(m);
+    /* A message due at once needs no clock reading: it runs after every
+     * message already queued, at the latest time seen. */
+    *m = (loop_msg){.due = delay ? now_of(l) + delay : l->last_now,
+                    .seq = l->seq++, .op = op, .kind = kind};
+    if ((delay ? heap_push(l, m) : fifo_push(l, m)) != 0) {
+        recycle(l, m);
         return XFER_ERR_NOMEM;
     }
     op->msg = m;
@@ -346,6 +404,9 @@ static void arm_shard_timer(xfer_loop *l)
         uint64_t d = xfer_shard_next_deadline(l->shards[k]);
         next = d < next ? d : next;
     }
+    if (next == l->shard_armed)
+        return;
+    l->shard_armed = next;
     if (next == UINT64_MAX) {
         evtimer_del(l->shard_timer);
         return;
@@ -361,12 +422,11 @@ static void on_run(evutil_socket_t fd, short what, void *arg)
     xfer_loop *l = arg;
     uint64_t now = now_of(l);
     repost_retries(l);
-    for (int i = 0; i < LOOP_BATCH && l->nheap && l->heap[0]->due <= now;
-         i++) {
-        loop_msg *m = heap_pop(l);
+    loop_msg *m;
+    for (int i = 0; i < LOOP_BATCH && (m = next_due(l, now)) != NULL; i++) {
         loop_op *op = m->op;
         uint8_t kind = m->kind;
-        free(m);
+        recycle(l, m);
         if (!op)
             continue;
         if (kind == MSG_ARRIVE)
@@ -383,6 +443,7 @@ static void on_run(evutil_socket_t fd, short what, void *arg)
 static void on_shard_timer(evutil_socket_t fd, short what, void *arg)
 {
     xfer_loop *l = arg;
+    l->shard_armed = 0; /* fired: re-arm whatever comes next */
     uint64_t now = now_of(l);
     for (uint16_t k = 0; k < l->cfg.nshards; k++) {
         xfer_shard_on_timer(l->shards[k], now);
@@ -553,6 +614,7 @@ int xfer_loop_new(struct event_base *base, const xfer_loop_config *cfg,
     if (!l->cfg.clock)
         l->cfg.clock = xfer_clock_monotonic;
     l->rng = cfg->seed ? cfg->seed : 0x9e3779b97f4a7c15ull;
+    l->shard_armed = UINT64_MAX;
     int rc = XFER_ERR_IO;
     l->run_ev = event_new(base, -1, 0, on_run, l);
     l->shard_timer = evtimer_new(base, on_shard_timer, l);
@@ -579,6 +641,14 @@ void xfer_loop_del(xfer_loop *l)
     while (l->nheap)
         free(heap_pop(l));
     free(l->heap);
+    for (size_t i = 0; i < l->nfifo; i++)
+        free(l->fifo[(l->fhead + i) % l->capfifo]);
+    free(l->fifo);
+    while (l->spare) {
+        loop_msg *m = l->spare;
+        l->spare = m->spare_next;
+        free(m);
+    }
     while (l->ops) {
         loop_op *op = l->ops;
         l->ops = op->next;

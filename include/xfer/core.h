@@ -13,7 +13,10 @@
  * and every live transfer holds a tombstone slot from its submit on, so the
  * transition to TOMBSTONED never needs memory and never evicts a tombstone
  * younger than its TTL.  The action list is sized at creation for the worst
- * single call, so appending an action never allocates.  The only allocation
+ * single call, so appending an action never allocates; the driver must
+ * clear the list after every call (an entry point that finds too little
+ * room returns XFER_ERR_BUSY and changes nothing; on_timer then does less,
+ * shutdown nothing).  The only allocation
  * after creation is the transfer record at submit; when it fails, submit
  * returns XFER_ERR_NOMEM and nothing else happens.
  *
@@ -174,7 +177,8 @@ XFER_API void xfer_core_del(xfer_core *core);
  * an error nothing is recorded and no COMPLETE ever follows.
  * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_CANCELLED (id tombstoned: counted
  * as a late submit), XFER_ERR_EXISTS (id live), XFER_ERR_BUSY (transfer or
- * tombstone cap), XFER_ERR_NOMEM, XFER_ERR_SHUTDOWN.
+ * tombstone cap, or the action list was not cleared), XFER_ERR_NOMEM,
+ * XFER_ERR_SHUTDOWN.
  */
 XFER_API int xfer_core_submit(xfer_core *core, uint64_t now_ns,
                      const xfer_submit_args *args);
@@ -182,12 +186,14 @@ XFER_API int xfer_core_submit(xfer_core *core, uint64_t now_ns,
 /*
  * xfer_core_cancel - cancel a transfer.  Idempotent.  An unknown id gets a
  * pre-emptive tombstone.  Returns 0, or XFER_ERR_BUSY when an unknown id
- * cannot be tombstoned (cap reached), XFER_ERR_INVALID_ARG for id 0.
+ * cannot be tombstoned (cap reached) or the action list was not cleared,
+ * XFER_ERR_INVALID_ARG for id 0.
  */
 XFER_API int xfer_core_cancel(xfer_core *core, uint64_t now_ns, uint64_t id);
 
 /* xfer_core_on_result - feed one shard result.  `r` is borrowed.
- * Returns 0, or XFER_ERR_INVALID_ARG for a malformed result. */
+ * Returns 0, XFER_ERR_INVALID_ARG for a malformed result, or XFER_ERR_BUSY
+ * when the action list was not cleared (nothing done: feed it again). */
 XFER_API int xfer_core_on_result(xfer_core *core, uint64_t now_ns,
                         const xfer_shard_result *r);
 
