@@ -348,6 +348,49 @@ START_TEST(test_badinput_reserve_flood)
 }
 END_TEST
 
+/* Not bad input: the consumer side of the protocol on the same daemon.  A
+ * subscriber gets READY when the good connection commits, takes the data
+ * (pinned: a cancel cannot free it) and releases it (pool back). */
+START_TEST(test_xferd_events_take_release)
+{
+    int sub = mp_connect(d.port);
+    ck_assert_int_eq(mp_hello(sub, 0), 0);
+    xfer_wire_msg m = {.type = XFER_WIRE_T_SUBSCRIBE};
+    xfer_wire_hdr h;
+    xfer_wire_msg r;
+    ck_assert_int_eq(mp_send_msg(sub, &m, 50, NULL), 0);
+    ck_assert_int_eq(mp_recv_msg(sub, &h, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_SUBSCRIBE_ACK);
+    xfer_wire_msg c = {.type = XFER_WIRE_T_COMMIT, .id = 1, .attempt = 1,
+                       .resv_id = good_resv};
+    ck_assert_int_eq(mp_send_msg(good, &c, 51, NULL), 0);
+    ck_assert_int_eq(mp_recv_msg(good, &h, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_COMMIT_ACK);
+    ck_assert_int_eq(mp_recv_msg(sub, &h, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_EVENT);
+    ck_assert_uint_eq(r.kind, 0); /* READY */
+    ck_assert_uint_eq(r.id, 1);
+    ck_assert_uint_eq(r.resv_id, good_resv);
+    xfer_wire_msg t = {.type = XFER_WIRE_T_TAKE, .id = 1, .attempt = 1,
+                       .resv_id = good_resv};
+    ck_assert_int_eq(mp_send_msg(sub, &t, 52, NULL), 0);
+    ck_assert_int_eq(mp_recv_msg(sub, &h, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_TAKE_OK);
+    ck_assert_uint_eq(r.len, 4096);
+    c.type = XFER_WIRE_T_CANCEL; /* TAKEN belongs to the consumer */
+    ck_assert_int_eq(mp_send_msg(good, &c, 53, NULL), 0);
+    ck_assert_int_eq(mp_recv_msg(good, &h, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_ERROR);
+    ck_assert_int_eq(r.code, XFER_ERR_STATE);
+    t.type = XFER_WIRE_T_RELEASE;
+    ck_assert_int_eq(mp_send_msg(sub, &t, 54, NULL), 0);
+    ck_assert_int_eq(mp_recv_msg(sub, &h, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_RELEASE_ACK);
+    ck_assert_uint_eq(status().bytes_in_use, 0);
+    close(sub);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("badinput");
@@ -364,6 +407,7 @@ int main(void)
     tcase_add_test(tc, test_badinput_wrong_resv);
     tcase_add_test(tc, test_badinput_unknown_id);
     tcase_add_test(tc, test_badinput_reserve_flood);
+    tcase_add_test(tc, test_xferd_events_take_release);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
