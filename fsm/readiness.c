@@ -2,6 +2,8 @@
  * fsm/readiness.c - the readiness tracker of a consumer scheduler: one
  * record per transfer id for a group of S shards, driven through
  * XFER_READY_TABLE (one small handler per handler token, one dispatcher).
+ * Its save and load for the model checker live in readiness_save.c; the
+ * struct and the helpers both files use are in readiness_priv.h.
  *
  * A record is created by the first ready of an id and belongs to that
  * ready's attempt.  When every shard reported ready it takes (pins) every
@@ -33,6 +35,8 @@
  *    action buffer (sized at creation) has room for one more step.
  *  - I10: nothing depends on pointers or hash order; deadlines tie-break by
  *    the order they were set, tombstones expire in insertion order.
+ *    Whatever is added to the tracker's dynamic state must be added to
+ *    readiness_save.c's encoding too.
  *
  * Choices where the design is silent:
  *  - A pre-emptive tombstone (cancel or shard-ended for an unknown id)
@@ -54,58 +58,17 @@
  *    nothing.  Rejected peer input is traced as a note (UNKNOWN_REPLY,
  *    LATE_REPLY, TOMB_FULL); readiness.h lists every error.
  */
+#include "readiness_priv.h"
+
 #include <assert.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "heap.h"
-#include "idmap.h"
-#include "readiness_int.h"
-#include "tomb.h"
 #include "util.h"
 #include "xfer/core.h" /* XFER_RESV_NONE */
-#include "xfer/readiness.h"
 
 #define TIMER_BATCH 16u  /* deadlines fired per on_timer call */
 #define TOMB_BATCH 256u  /* tombstones dropped per on_timer call */
 #define NO_SLOT UINT32_MAX
-
-/* A live record (WAITING or TAKING). */
-typedef struct rrec {
-    uint64_t id; /* 0: free slot */
-    uint64_t deadline_ns;
-    uint64_t ready;     /* shards that reported ready for `attempt` */
-    uint64_t take_ok;   /* TAKING: takes that succeeded */
-    uint64_t take_fail; /* TAKING: takes that failed */
-    uint64_t unsure;    /* failed takes that may have been applied */
-    uint32_t attempt;
-    int32_t deferred; /* give-up reason seen in TAKING; 0: none */
-    uint8_t state;    /* xfer_ready_state */
-} rrec;
-
-/* Scratch entry for sorting (save) and marking (load). */
-typedef struct sortkey {
-    uint64_t a, b;
-    uint32_t slot;
-} sortkey;
-
-struct xfer_readiness {
-    xfer_readiness_config cfg;
-    uint64_t full;        /* mask of all S shards */
-    rrec *recs;           /* max_records slots */
-    uint64_t *resv;       /* resv[slot * S + k]: reservation id of shard k */
-    uint32_t *free_slots; /* stack, lowest slot on top */
-    uint32_t nfree;
-    xfer_idmap live; /* id -> slot */
-    xfer_heap deadlines;
-    xfer_tomb tombs; /* reason = xfer_ready_state */
-    xfer_ready_action *acts;
-    size_t nacts, cap, room_one;
-    xfer_ready_action spare; /* written only if a bug overflows acts */
-    sortkey *scratch;        /* max_records entries */
-    uint64_t seq;
-    xfer_readiness_stats st;
-};
 
 /* One event on its way through the table. */
 typedef struct yev {
@@ -127,23 +90,13 @@ typedef void (*handler_fn)(xfer_readiness *r, yev *e);
 /* Small helpers                                                           */
 /* ---------------------------------------------------------------------- */
 
-static uint64_t *resv_of(const xfer_readiness *r, uint32_t slot)
-{
-    return &r->resv[(size_t)slot * r->cfg.nshards];
-}
-
-static rrec *rec_of(xfer_readiness *r, const yev *e)
+static xfer_readiness_rec *rec_of(xfer_readiness *r, const yev *e)
 {
     assert(e->slot != NO_SLOT);
     return &r->recs[e->slot];
 }
 
-static uint64_t bit(uint16_t k)
-{
-    return UINT64_C(1) << k;
-}
-
-static void snap(const xfer_readiness *r, yev *e, const rrec *rec)
+static void snap(const xfer_readiness *r, yev *e, const xfer_readiness_rec *rec)
 {
     e->t_attempt = rec->attempt;
     e->t_ready = rec->ready;
@@ -219,13 +172,14 @@ static void note(xfer_readiness *r, uint64_t now, unsigned what, uint64_t id,
  * entry, so this never fails) and free its slot. */
 static void end_record(xfer_readiness *r, yev *e, uint8_t state)
 {
-    rrec *rec = rec_of(r, e);
+    xfer_readiness_rec *rec = rec_of(r, e);
     snap(r, e, rec);
     xfer_tomb_insert_held(&r->tombs, e->now, rec->id, rec->attempt, state);
     xfer_heap_remove(&r->deadlines, e->slot);
     xfer_idmap_del(&r->live, rec->id);
     memset(rec, 0, sizeof *rec);
-    memset(resv_of(r, e->slot), 0, r->cfg.nshards * sizeof(uint64_t));
+    memset(xfer_readiness_resv_of(r, e->slot), 0,
+           r->cfg.nshards * sizeof(uint64_t));
     r->free_slots[r->nfree++] = e->slot;
     e->slot = NO_SLOT;
     e->state = state;
@@ -238,12 +192,13 @@ static void cancel_all(xfer_readiness *r, uint64_t id, uint32_t attempt,
 {
     for (uint16_t k = 0; k < r->cfg.nshards; k++)
         push(r, XFER_RA_CANCEL, k, attempt, id,
-             resv && (ready & bit(k)) ? resv[k] : XFER_RESV_NONE);
+             resv && (ready & xfer_readiness_bit(k)) ? resv[k]
+                                                     : XFER_RESV_NONE);
 }
 
 static void report_unavailable(xfer_readiness *r, yev *e, int32_t reason)
 {
-    rrec *rec = rec_of(r, e);
+    xfer_readiness_rec *rec = rec_of(r, e);
     xfer_ready_action *a = push(r, XFER_RA_UNAVAILABLE, XFER_SHARD_NONE,
                                 rec->attempt, rec->id, XFER_RESV_NONE);
     a->reason = reason;
@@ -254,7 +209,7 @@ static void report_unavailable(xfer_readiness *r, yev *e, int32_t reason)
 
 static void report_available(xfer_readiness *r, yev *e)
 {
-    rrec *rec = rec_of(r, e);
+    xfer_readiness_rec *rec = rec_of(r, e);
     push(r, XFER_RA_AVAILABLE, XFER_SHARD_NONE, rec->attempt, rec->id,
          XFER_RESV_NONE);
     r->st.available++;
@@ -265,10 +220,10 @@ static void report_available(xfer_readiness *r, yev *e)
  * was taken (or may have been), cancel every shard, report UNAVAILABLE. */
 static void roll_back(xfer_readiness *r, yev *e)
 {
-    rrec *rec = rec_of(r, e);
-    const uint64_t *resv = resv_of(r, e->slot);
+    xfer_readiness_rec *rec = rec_of(r, e);
+    const uint64_t *resv = xfer_readiness_resv_of(r, e->slot);
     for (uint16_t k = 0; k < r->cfg.nshards; k++)
-        if ((rec->take_ok | rec->unsure) & bit(k))
+        if ((rec->take_ok | rec->unsure) & xfer_readiness_bit(k))
             push(r, XFER_RA_RELEASE, k, rec->attempt, rec->id, resv[k]);
     cancel_all(r, rec->id, rec->attempt, rec->ready, resv);
     report_unavailable(r, e,
@@ -276,10 +231,10 @@ static void roll_back(xfer_readiness *r, yev *e)
 }
 
 /* Record a ready of the record's attempt; all S in: take every shard. */
-static void mark_ready(xfer_readiness *r, yev *e, rrec *rec)
+static void mark_ready(xfer_readiness *r, yev *e, xfer_readiness_rec *rec)
 {
-    uint64_t *resv = resv_of(r, e->slot);
-    rec->ready |= bit(e->shard);
+    uint64_t *resv = xfer_readiness_resv_of(r, e->slot);
+    rec->ready |= xfer_readiness_bit(e->shard);
     resv[e->shard] = e->resv_id;
     if (rec->ready != r->full)
         return;
@@ -298,7 +253,7 @@ static void answer_stale(xfer_readiness *r, const yev *e)
 
 /* Does a give-up event concern the record?  A shard-ended event of another
  * attempt does not (I14). */
-static bool applies(const yev *e, const rrec *rec)
+static bool applies(const yev *e, const xfer_readiness_rec *rec)
 {
     return e->event != XFER_YE_SHARD_ENDED || e->attempt == 0 ||
            e->attempt == rec->attempt;
@@ -311,7 +266,7 @@ static bool applies(const yev *e, const rrec *rec)
 /* NONE + READY.  The caller reserved e->slot and a tombstone hold. */
 static void h_first_ready(xfer_readiness *r, yev *e)
 {
-    rrec *rec = rec_of(r, e);
+    xfer_readiness_rec *rec = rec_of(r, e);
     memset(rec, 0, sizeof *rec);
     rec->id = e->id;
     rec->attempt = e->attempt;
@@ -328,10 +283,10 @@ static void h_first_ready(xfer_readiness *r, yev *e)
 /* WAITING + READY. */
 static void h_ready(xfer_readiness *r, yev *e)
 {
-    rrec *rec = rec_of(r, e);
+    xfer_readiness_rec *rec = rec_of(r, e);
     if (e->attempt != rec->attempt)
         answer_stale(r, e);
-    else if (rec->ready & bit(e->shard))
+    else if (rec->ready & xfer_readiness_bit(e->shard))
         r->st.duplicate_ready++;
     else
         mark_ready(r, e, rec);
@@ -368,10 +323,11 @@ static void h_preempt(xfer_readiness *r, yev *e)
 /* WAITING + CANCEL / SHARD_ENDED / DEADLINE. */
 static void h_give_up(xfer_readiness *r, yev *e)
 {
-    rrec *rec = rec_of(r, e);
+    xfer_readiness_rec *rec = rec_of(r, e);
     if (!applies(e, rec))
         return;
-    cancel_all(r, rec->id, rec->attempt, rec->ready, resv_of(r, e->slot));
+    cancel_all(r, rec->id, rec->attempt, rec->ready,
+               xfer_readiness_resv_of(r, e->slot));
     report_unavailable(r, e, e->err);
 }
 
@@ -379,7 +335,7 @@ static void h_give_up(xfer_readiness *r, yev *e)
  * answered. */
 static void h_defer_give_up(xfer_readiness *r, yev *e)
 {
-    rrec *rec = rec_of(r, e);
+    xfer_readiness_rec *rec = rec_of(r, e);
     if (applies(e, rec) && rec->deferred == 0)
         rec->deferred = e->err;
 }
@@ -399,13 +355,13 @@ static bool take_surely_refused(int32_t status)
  * outstanding. */
 static void h_take_result(xfer_readiness *r, yev *e)
 {
-    rrec *rec = rec_of(r, e);
+    xfer_readiness_rec *rec = rec_of(r, e);
     if (e->event == XFER_YE_TAKE_OK) {
-        rec->take_ok |= bit(e->shard);
+        rec->take_ok |= xfer_readiness_bit(e->shard);
     } else {
-        rec->take_fail |= bit(e->shard);
+        rec->take_fail |= xfer_readiness_bit(e->shard);
         if (!take_surely_refused(e->err))
-            rec->unsure |= bit(e->shard);
+            rec->unsure |= xfer_readiness_bit(e->shard);
         r->st.take_failed++;
     }
     if ((rec->take_ok | rec->take_fail) != r->full)
@@ -574,7 +530,7 @@ int xfer_readiness_new(const xfer_readiness_config *cfg, xfer_readiness **out)
     if (!r)
         return XFER_ERR_NOMEM;
     r->cfg = c;
-    r->full = c.nshards == 64 ? UINT64_MAX : bit(c.nshards) - 1;
+    r->full = c.nshards == 64 ? UINT64_MAX : xfer_readiness_bit(c.nshards) - 1;
     int rc = alloc_tables(r);
     if (rc) {
         xfer_readiness_del(r);
@@ -650,7 +606,7 @@ static int take_expected(xfer_readiness *r, const yev *e)
     }
     if (e->state != XFER_YS_TAKING ||
         ((r->recs[e->slot].take_ok | r->recs[e->slot].take_fail) &
-         bit(e->shard))) {
+         xfer_readiness_bit(e->shard))) {
         note(r, e->now, XFER_NOTE_LATE_REPLY, e->id, e->t_attempt, e->shard,
              e->err);
         return XFER_ERR_STATE;
@@ -674,7 +630,7 @@ int xfer_readiness_on_take_result(xfer_readiness *r, uint64_t now_ns,
     int rc = take_expected(r, &e);
     if (rc)
         return rc;
-    e.resv_id = resv_of(r, e.slot)[shard];
+    e.resv_id = xfer_readiness_resv_of(r, e.slot)[shard];
     return dispatch(r, &e);
 }
 
@@ -786,353 +742,4 @@ xfer_ready_state xfer_readiness_state(const xfer_readiness *r, uint64_t id)
     ev_init(&e, 0, id, XFER_YE_READY);
     locate(r, &e);
     return (xfer_ready_state)e.state;
-}
-
-/* ---------------------------------------------------------------------- */
-/* Save and load (readiness_int.h)                                         */
-/* ---------------------------------------------------------------------- */
-
-#define SAVE_MAGIC 0x31445258u /* "XRD1" */
-
-typedef struct wbuf {
-    uint8_t *p;
-    size_t len, at;
-} wbuf;
-
-static void put(wbuf *w, uint64_t v, unsigned nbytes)
-{
-    for (unsigned i = 0; i < nbytes; i++, w->at++)
-        if (w->at < w->len)
-            w->p[w->at] = (uint8_t)(v >> (8 * i));
-}
-
-static int cmp_key(const void *pa, const void *pb)
-{
-    const sortkey *a = pa, *b = pb;
-    if (a->a != b->a)
-        return a->a < b->a ? -1 : 1;
-    return a->b < b->b ? -1 : a->b > b->b;
-}
-
-static int cmp_id(const void *pa, const void *pb)
-{
-    const sortkey *a = pa, *b = pb;
-    return a->a < b->a ? -1 : a->a > b->a;
-}
-
-static void put_record(wbuf *w, const xfer_readiness *r, uint32_t slot)
-{
-    const rrec *rec = &r->recs[slot];
-    const uint64_t *resv = resv_of(r, slot);
-    put(w, rec->id, 8);
-    put(w, rec->attempt, 4);
-    put(w, rec->state, 1);
-    put(w, (uint32_t)rec->deferred, 4);
-    put(w, rec->ready, 8);
-    put(w, rec->take_ok, 8);
-    put(w, rec->take_fail, 8);
-    put(w, rec->unsure, 8);
-    put(w, rec->deadline_ns, 8);
-    for (uint16_t k = 0; k < r->cfg.nshards; k++)
-        put(w, resv[k], 8);
-}
-
-/* Live records in id order. */
-static void put_records(wbuf *w, const xfer_readiness *r)
-{
-    uint32_t n = 0;
-    for (uint32_t s = 0; s < r->cfg.max_records; s++)
-        if (r->recs[s].id)
-            r->scratch[n++] = (sortkey){r->recs[s].id, 0, s};
-    qsort(r->scratch, n, sizeof *r->scratch, cmp_key);
-    for (uint32_t i = 0; i < n; i++)
-        put_record(w, r, r->scratch[i].slot);
-}
-
-/* Armed deadlines in the order they fire (deadline, then set order). */
-static void put_heap(wbuf *w, const xfer_readiness *r)
-{
-    const xfer_heap *h = &r->deadlines;
-    for (uint32_t i = 0; i < h->n; i++) {
-        uint32_t s = h->heap[i];
-        r->scratch[i] = (sortkey){h->key[s], h->tie[s], s};
-    }
-    qsort(r->scratch, h->n, sizeof *r->scratch, cmp_key);
-    for (uint32_t i = 0; i < h->n; i++)
-        put(w, r->recs[r->scratch[i].slot].id, 8);
-}
-
-static void put_tomb(void *ud, const xfer_tomb_entry *t)
-{
-    wbuf *w = ud;
-    put(w, t->id, 8);
-    put(w, t->expires_ns, 8);
-    put(w, t->attempt, 4);
-    put(w, t->reason, 1);
-}
-
-static void put_action(wbuf *w, const xfer_ready_action *a)
-{
-    put(w, a->kind, 1);
-    put(w, a->shard, 2);
-    put(w, a->attempt, 4);
-    put(w, a->id, 8);
-    put(w, a->resv_id, 8);
-    put(w, (uint32_t)a->reason, 4);
-    put(w, a->missing, 8);
-}
-
-size_t xfer_readiness_save(const xfer_readiness *r, uint8_t *buf, size_t len)
-{
-    if (!r)
-        return 0;
-    wbuf w = {buf, buf ? len : 0, 0};
-    const xfer_readiness_config *c = &r->cfg;
-    put(&w, SAVE_MAGIC, 4);
-    put(&w, c->nshards, 2);
-    put(&w, c->max_records, 4);
-    put(&w, c->max_tombstones, 4);
-    put(&w, c->deadline_ns, 8);
-    put(&w, c->tombstone_ttl_ns, 8);
-    put(&w, r->live.n, 4);
-    put(&w, r->deadlines.n, 4);
-    put(&w, r->tombs.n, 4);
-    put(&w, r->nacts, 4);
-    put_records(&w, r);
-    put_heap(&w, r);
-    xfer_tomb_foreach(&r->tombs, put_tomb, &w);
-    for (size_t i = 0; i < r->nacts; i++)
-        put_action(&w, &r->acts[i]);
-    return w.at;
-}
-
-typedef struct rbuf {
-    const uint8_t *p;
-    size_t len, at;
-    bool ok;
-} rbuf;
-
-static uint64_t get(rbuf *b, unsigned nbytes)
-{
-    uint64_t v = 0;
-    if (!b->ok || b->len - b->at < nbytes) {
-        b->ok = false;
-        return 0;
-    }
-    for (unsigned i = 0; i < nbytes; i++)
-        v |= (uint64_t)b->p[b->at + i] << (8 * i);
-    b->at += nbytes;
-    return v;
-}
-
-static void skip(rbuf *b, size_t nbytes)
-{
-    if (!b->ok || b->len - b->at < nbytes)
-        b->ok = false;
-    else
-        b->at += nbytes;
-}
-
-/* The counts that follow the configuration in the header. */
-typedef struct hdr {
-    uint32_t nrec, nheap, ntomb, nacts;
-    size_t rec_at; /* where the records start */
-} hdr;
-
-static bool get_header(rbuf *b, const xfer_readiness *r, hdr *h)
-{
-    const xfer_readiness_config *c = &r->cfg;
-    bool same = get(b, 4) == SAVE_MAGIC && get(b, 2) == c->nshards &&
-                get(b, 4) == c->max_records &&
-                get(b, 4) == c->max_tombstones &&
-                get(b, 8) == c->deadline_ns &&
-                get(b, 8) == c->tombstone_ttl_ns;
-    h->nrec = (uint32_t)get(b, 4);
-    h->nheap = (uint32_t)get(b, 4);
-    h->ntomb = (uint32_t)get(b, 4);
-    h->nacts = (uint32_t)get(b, 4);
-    h->rec_at = b->at;
-    return b->ok && same && h->nrec <= c->max_records && h->nheap <= h->nrec &&
-           (uint64_t)h->ntomb + h->nrec <= c->max_tombstones &&
-           h->nacts <= r->cap;
-}
-
-static bool deferred_ok(int32_t d)
-{
-    return d == 0 || d == XFER_ERR_CANCELLED || d == XFER_ERR_EXPIRED ||
-           d == XFER_ERR_TIMEOUT;
-}
-
-/* Read one record and check it could have been made by the handlers. */
-static bool get_record(rbuf *b, const xfer_readiness *r, rrec *rec,
-                       uint64_t *resv)
-{
-    rec->id = get(b, 8);
-    rec->attempt = (uint32_t)get(b, 4);
-    rec->state = (uint8_t)get(b, 1);
-    rec->deferred = (int32_t)(uint32_t)get(b, 4);
-    rec->ready = get(b, 8);
-    rec->take_ok = get(b, 8);
-    rec->take_fail = get(b, 8);
-    rec->unsure = get(b, 8);
-    rec->deadline_ns = get(b, 8);
-    bool ok = b->ok && rec->id && rec->attempt && rec->ready &&
-              !(rec->ready & ~r->full) && !(rec->unsure & ~rec->take_fail) &&
-              deferred_ok(rec->deferred);
-    for (uint16_t k = 0; k < r->cfg.nshards; k++) {
-        resv[k] = get(b, 8);
-        ok = ok && (resv[k] != XFER_RESV_NONE) == !!(rec->ready & bit(k));
-    }
-    uint64_t answered = rec->take_ok | rec->take_fail;
-    if (rec->state == XFER_YS_WAITING)
-        return ok && rec->ready != r->full && answered == 0 &&
-               rec->deferred == 0;
-    return ok && rec->state == XFER_YS_TAKING && rec->ready == r->full &&
-           !(rec->take_ok & rec->take_fail) && answered != r->full;
-}
-
-/* Pass 1 keeps, per saved record i, scratch[i] = {id, deadline, flags}. */
-enum { NEEDS_DEADLINE = 1, ARMED = 2 };
-
-static sortkey *find_saved(const xfer_readiness *r, const hdr *h, uint64_t id)
-{
-    sortkey key = {id, 0, 0};
-    return bsearch(&key, r->scratch, h->nrec, sizeof key, cmp_id);
-}
-
-/* Records: ids increasing, each well-formed. */
-static bool check_records(rbuf *b, const xfer_readiness *r, const hdr *h)
-{
-    uint64_t prev = 0, resv[XFER_MAX_SHARDS];
-    for (uint32_t i = 0; i < h->nrec; i++) {
-        rrec rec;
-        if (!get_record(b, r, &rec, resv) || rec.id <= prev)
-            return false;
-        prev = rec.id;
-        bool needs = rec.state == XFER_YS_WAITING || rec.deferred == 0;
-        r->scratch[i] = (sortkey){rec.id, rec.deadline_ns,
-                                  needs ? NEEDS_DEADLINE : 0};
-    }
-    return true;
-}
-
-/* Deadlines: saved records, each once, in firing order; every record that
- * still needs its deadline has one. */
-static bool check_heap(rbuf *b, const xfer_readiness *r, const hdr *h)
-{
-    uint64_t prev = 0;
-    for (uint32_t i = 0; i < h->nheap; i++) {
-        sortkey *k = find_saved(r, h, get(b, 8));
-        if (!b->ok || !k || (k->slot & ARMED) || k->b < prev)
-            return false;
-        prev = k->b;
-        k->slot |= ARMED;
-    }
-    for (uint32_t i = 0; i < h->nrec; i++)
-        if (r->scratch[i].slot == NEEDS_DEADLINE)
-            return false;
-    return true;
-}
-
-static bool check_rest(rbuf *b, const xfer_readiness *r, const hdr *h)
-{
-    uint64_t prev = 0;
-    for (uint32_t i = 0; i < h->ntomb; i++) {
-        uint64_t id = get(b, 8), exp = get(b, 8);
-        skip(b, 4);
-        uint8_t reason = (uint8_t)get(b, 1);
-        if (!b->ok || !id || exp < prev || exp < r->cfg.tombstone_ttl_ns ||
-            find_saved(r, h, id) ||
-            (reason != XFER_YS_AVAILABLE && reason != XFER_YS_UNAVAILABLE))
-            return false;
-        prev = exp;
-    }
-    for (uint32_t i = 0; i < h->nacts; i++) {
-        if (get(b, 1) >= XFER_RA_COUNT_)
-            return false;
-        skip(b, 2 + 4 + 8 + 8 + 4 + 8);
-    }
-    return b->ok && b->at == b->len;
-}
-
-/* Forget every record, deadline, tombstone and action. */
-static void reset(xfer_readiness *r)
-{
-    uint32_t n = r->cfg.max_records;
-    for (uint32_t s = 0; s < n; s++) {
-        if (!r->recs[s].id)
-            continue;
-        xfer_idmap_del(&r->live, r->recs[s].id);
-        xfer_heap_remove(&r->deadlines, s);
-    }
-    memset(r->recs, 0, (size_t)n * sizeof *r->recs);
-    memset(r->resv, 0, (size_t)n * r->cfg.nshards * sizeof *r->resv);
-    for (uint32_t i = 0; i < n; i++)
-        r->free_slots[i] = n - 1 - i;
-    r->nfree = n;
-    xfer_tomb_expire(&r->tombs, UINT64_MAX, 0, NULL, NULL);
-    r->tombs.head = 0;
-    r->tombs.held = 0;
-    r->tombs.last_now = 0;
-    r->nacts = 0;
-}
-
-/* Second pass over a checked buffer: records take slots 0..nrec-1. */
-static void apply_records(rbuf *b, xfer_readiness *r, const hdr *h)
-{
-    for (uint32_t i = 0; i < h->nrec; i++) {
-        get_record(b, r, &r->recs[i], resv_of(r, i));
-        xfer_idmap_put(&r->live, r->recs[i].id, i);
-    }
-    r->nfree = r->cfg.max_records - h->nrec;
-    for (uint32_t i = 0; i < h->nheap; i++) {
-        uint32_t slot = 0;
-        xfer_idmap_get(&r->live, get(b, 8), &slot);
-        xfer_heap_set(&r->deadlines, slot, r->recs[slot].deadline_ns);
-    }
-}
-
-static bool apply_rest(rbuf *b, xfer_readiness *r, const hdr *h)
-{
-    for (uint32_t i = 0; i < h->ntomb; i++) {
-        uint64_t id = get(b, 8), exp = get(b, 8);
-        uint32_t attempt = (uint32_t)get(b, 4);
-        uint8_t reason = (uint8_t)get(b, 1);
-        if (xfer_tomb_find(&r->tombs, id))
-            return false;
-        xfer_tomb_insert(&r->tombs, exp - r->cfg.tombstone_ttl_ns, id,
-                         attempt, reason);
-    }
-    r->tombs.held = h->nrec;
-    for (uint32_t i = 0; i < h->nacts; i++) {
-        xfer_ready_action *a = &r->acts[r->nacts++];
-        memset(a, 0, sizeof *a);
-        a->kind = (uint8_t)get(b, 1);
-        a->shard = (uint16_t)get(b, 2);
-        a->attempt = (uint32_t)get(b, 4);
-        a->id = get(b, 8);
-        a->resv_id = get(b, 8);
-        a->reason = (int32_t)(uint32_t)get(b, 4);
-        a->missing = get(b, 8);
-    }
-    return true;
-}
-
-int xfer_readiness_load(xfer_readiness *r, const uint8_t *buf, size_t len)
-{
-    if (!r || (!buf && len))
-        return XFER_ERR_INVALID_ARG;
-    rbuf b = {buf, len, 0, true};
-    hdr h;
-    if (!get_header(&b, r, &h) || !check_records(&b, r, &h) ||
-        !check_heap(&b, r, &h) || !check_rest(&b, r, &h))
-        return XFER_ERR_FORMAT;
-    reset(r);
-    b = (rbuf){buf, len, h.rec_at, true};
-    apply_records(&b, r, &h);
-    if (!apply_rest(&b, r, &h)) {
-        reset(r);
-        return XFER_ERR_FORMAT;
-    }
-    return 0;
 }
