@@ -1,0 +1,83 @@
+/*
+ * tools/demo_tcp.h - what `xfer-demo --tcp` needs around the library: a
+ * consumer group of real xferd processes (one shard each) on loopback
+ * ephemeral ports, a tcp transport connected to all of them, STATUS
+ * queries for their pools, and a reliable end for every child.
+ *
+ * Every child dies with the demo (PR_SET_PDEATHSIG) and demo_tcp_stop
+ * SIGTERMs and reaps each one.  Loop thread only (one thread).
+ */
+#ifndef XFER_DEMO_TCP_H
+#define XFER_DEMO_TCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer/tcp.h"
+
+struct event_base;
+typedef struct demo_tcp demo_tcp;
+
+typedef struct demo_tcp_config {
+    const char *xferd;    /* path of the xferd binary; borrowed until
+                             demo_tcp_start returns */
+    uint16_t nshards;     /* one xferd per shard, 1..XFER_MAX_SHARDS */
+    uint64_t pool_bytes;  /* per shard (--pool) */
+    uint32_t max_resv;    /* --max-resv */
+    uint32_t max_tombs;   /* --max-tombs */
+    uint64_t lease_ttl_ms; /* --lease-ttl; also bounds demo_tcp_stop */
+    uint32_t fault_ppm;   /* xferd k gets --faults fault_ppm:seed+k */
+    uint32_t drop_ppm;    /* --drop */
+    uint64_t seed;
+} demo_tcp_config;
+
+/*
+ * Find xferd for the binary started as argv0 (borrowed): <dir>/xferd/xferd
+ * (the build tree), else <dir>/xferd (an install), where <dir> is argv0's
+ * folder (or /proc/self/exe's when argv0 has no '/').  Writes the path into
+ * buf (cap bytes).  Returns 0, or XFER_ERR_NOT_FOUND with buf holding the
+ * first candidate (for the message).
+ */
+int demo_tcp_find_xferd(const char *argv0, char *buf, size_t cap);
+
+/*
+ * Spawn the xferd children (--consume, --quiet, the caps, lease and faults
+ * of cfg; stdout to /dev/null, stderr to a log in a private temp folder,
+ * removed once every child listens) and wait until each listens.  cfg
+ * copied.  On failure every child started is
+ * stopped, *out stays untouched and err (cap bytes) holds one line saying
+ * why.  Returns 0, XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM, XFER_ERR_NOT_FOUND
+ * (no executable at cfg->xferd) or XFER_ERR_IO (fork, or a child that died
+ * or never listened).
+ */
+int demo_tcp_start(const demo_tcp_config *cfg, demo_tcp **out, char *err,
+                   size_t cap);
+
+/*
+ * Make a tcp transport on base (borrowed; must outlive the transport) to the
+ * children, shard k at child k, and run base until every connection is up
+ * or timeout_ms passed.  *out (the caller then owns it: xfer_tcp_del)
+ * untouched on failure, with one line in err.  Returns 0, what
+ * xfer_tcp_new returned, XFER_ERR_NOMEM or XFER_ERR_CONN_LOST (not
+ * connected in time).
+ */
+int demo_tcp_connect(const demo_tcp *t, struct event_base *base,
+                     uint64_t timeout_ms, xfer_tcp **out, char *err,
+                     size_t cap);
+
+/*
+ * Ask every child for STATUS and sum their bytes in use into *bytes.
+ * Blocking, about a millisecond on loopback, at most 1 s per child.
+ * Returns 0, or XFER_ERR_IO when a child did not answer (*bytes then
+ * counts only those that did).
+ */
+int demo_tcp_bytes_in_use(const demo_tcp *t, uint64_t *bytes);
+
+/*
+ * SIGTERM every child, reap it (xferd drains: bounded by lease TTL + 2 s,
+ * then SIGKILL), free.  NULL ok.  Returns how many children did not exit
+ * 0 on their own (a crash, a sanitizer report, or the SIGKILL).
+ */
+int demo_tcp_stop(demo_tcp *t);
+
+#endif /* XFER_DEMO_TCP_H */
