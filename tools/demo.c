@@ -1,7 +1,8 @@
 /*
  * tools/demo.c - xfer-demo: one producer, a consumer group of S shards on
- * the loop transport, a few thousand transfers with a seeded fault mix, a
- * live progress line, and a closing summary.
+ * the loop transport (or, with --tcp, S xferd processes), a few thousand
+ * transfers with a seeded fault mix, a live progress line, and a closing
+ * summary.
  *
  * The consumer side runs a real consumer scheduler: every shard event feeds
  * an xfer_readiness tracker, whose actions (take, release, cancel) the demo
@@ -10,12 +11,21 @@
  * cancelled by the producer, some by the consumer, some ids are submitted
  * again after they ended (late submits, which must be refused).
  *
+ * With --tcp the consumer group is real: one xferd process per shard
+ * (demo_tcp.c) over the tcp transport, each taking and releasing ready data
+ * itself (xferd --consume) and injecting its own seeded faults.  The
+ * producer flow is the same; the consumer scheduler, consumer cancels and
+ * byte checks run in loop mode only.  The shard pools are then asked for
+ * through STATUS.
+ *
  * The run passes (exit 0) when every accepted transfer completed exactly
  * once, every available transfer carried the right bytes, and at the end no
- * byte is held: producer staging, and every shard pool.
+ * byte is held: producer staging, and every shard pool (over tcp, also
+ * every xferd exits 0 on SIGTERM: a crash or a sanitizer report fails).
  */
 #include <inttypes.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,12 +33,17 @@
 
 #include <event2/event.h>
 
+#include "demo_tcp.h"
 #include "xfer/loop.h"
 #include "xfer/readiness.h"
 #include "xfer/tracefile.h"
 #include "xfer/xfer.h"
 
 #define MS 1000000ull
+/* xferd leases in --tcp mode: long enough for a 300 ms transfer, short
+ * enough that a reservation whose rollback was lost is reclaimed soon. */
+#define TCP_LEASE_MS 1000
+#define TCP_CONNECT_MS 5000
 
 typedef struct opts {
     uint32_t transfers, inflight, block;
@@ -37,14 +52,20 @@ typedef struct opts {
     uint32_t fault_ppm;
     const char *trace;
     int quiet;
+    int tcp;           /* --tcp: xferd processes instead of the loop */
+    const char *xferd; /* --xferd PATH; NULL: next to argv0 */
+    const char *argv0;
 } opts;
 
 typedef struct demo {
     opts o;
     struct event_base *base;
     xfer_engine *engine;
-    xfer_loop *loop;
-    xfer_readiness *ready;
+    xfer_loop *loop;       /* loop mode */
+    xfer_readiness *ready; /* loop mode */
+    struct event_base *own_base; /* tcp mode: outlives engine and transport */
+    xfer_tcp *tcp;         /* tcp mode */
+    demo_tcp *kids;        /* tcp mode: the xferd processes */
     xfer_tracefile *tf;
     uint8_t *staging;
     uint32_t pool, group;
@@ -59,7 +80,8 @@ typedef struct demo {
     uint64_t rng;
     struct event *progress, *ready_timer, *settle;
     int shutdown_done, tty;
-    uint64_t t0;
+    uint64_t t0, settle_until;
+    char err[320]; /* why setup failed, when it says */
 } demo;
 
 static uint64_t rnd(demo *d)
@@ -278,8 +300,9 @@ static int submit_one(demo *d)
     uint64_t r = rnd(d) % 1000;
     if (r < 15)
         xfer_engine_cancel(d->engine, id); /* producer changes its mind */
-    else if (r < 30) {
-        /* the consumer aborts the request */
+    else if (r < 30 && d->ready) {
+        /* the consumer aborts the request (loop mode: over tcp, xferd
+         * --consume stands in for the consumer and never cancels) */
         xfer_readiness_cancel(d->ready, xfer_engine_now(d->engine), id);
         d->consumer_cancels++;
         run_ready_actions(d);
@@ -291,6 +314,9 @@ static void on_shutdown(void *ud)
 {
     demo *d = ud;
     d->shutdown_done = 1;
+    /* Leases reclaim what a lost rollback left: wait for them, bounded. */
+    d->settle_until = xfer_engine_now(d->engine) +
+                      (d->o.tcp ? (TCP_LEASE_MS + 2000) * MS : 4000 * MS);
     struct timeval tv = {0, 1000};
     evtimer_add(d->settle, &tv);
 }
@@ -312,15 +338,19 @@ static void submit_more(demo *d)
 /* Progress, settling and the summary                                      */
 /* ---------------------------------------------------------------------- */
 
-static uint64_t consumer_bytes(demo *d)
+/* Bytes the consumer group holds: every shard pool (loop), or every
+ * xferd's STATUS summed (tcp).  False when an xferd did not answer. */
+static bool consumer_held(demo *d, uint64_t *bytes)
 {
-    uint64_t sum = 0;
+    if (d->o.tcp)
+        return demo_tcp_bytes_in_use(d->kids, bytes) == 0;
+    *bytes = 0;
     for (uint16_t k = 0; k < d->o.shards; k++) {
         xfer_shard_stats st;
         xfer_shard_stats_get(xfer_loop_shard(d->loop, k), &st);
-        sum += st.bytes_in_use;
+        *bytes += st.bytes_in_use;
     }
-    return sum;
+    return true;
 }
 
 static void on_progress(evutil_socket_t fd, short what, void *arg)
@@ -328,27 +358,34 @@ static void on_progress(evutil_socket_t fd, short what, void *arg)
     demo *d = arg;
     if (d->o.quiet)
         return;
+    char avail[40] = "", held[24] = "?";
+    uint64_t bytes;
+    if (!d->o.tcp)
+        snprintf(avail, sizeof avail, "  available %" PRIu64, d->available);
+    if (consumer_held(d, &bytes))
+        snprintf(held, sizeof held, "%" PRIu64, bytes);
     printf("%s[%6.2fs] submitted %u  ok %" PRIu64 "  failed %" PRIu64
-           "  cancelled %" PRIu64 "  available %" PRIu64 "  held %" PRIu64
-           " B%s",
+           "  cancelled %" PRIu64 "%s  held %s B%s",
            d->tty ? "\r" : "",
            (double)(xfer_engine_now(d->engine) - d->t0) / 1e9, d->submitted,
-           d->ok, d->failed, d->cancelled, d->available, consumer_bytes(d),
-           d->tty ? "" : "\n");
+           d->ok, d->failed, d->cancelled, avail, held, d->tty ? "" : "\n");
     fflush(stdout);
 }
 
 /* After shutdown: let leases and tombstones run out so every reservation
- * the consumer never took is reclaimed, then stop the loop. */
+ * the consumer never took is reclaimed, then stop the loop.  Over tcp each
+ * poll is a STATUS round to every xferd, hence the slower pace. */
 static void on_settle(evutil_socket_t fd, short what, void *arg)
 {
     demo *d = arg;
-    static int rounds;
-    if (consumer_bytes(d) == 0 || ++rounds > 400) {
+    uint64_t bytes;
+    bool known = consumer_held(d, &bytes);
+    if ((known && bytes == 0) ||
+        xfer_engine_now(d->engine) >= d->settle_until) {
         event_base_loopbreak(d->base);
         return;
     }
-    struct timeval tv = {0, 10000};
+    struct timeval tv = {0, d->o.tcp ? 20000 : 10000};
     evtimer_add(d->settle, &tv);
 }
 
@@ -368,21 +405,35 @@ static uint64_t parse_num(const char *flag, const char *s, uint64_t max)
     return v;
 }
 
+static void usage(void)
+{
+    printf("usage: xfer-demo [--transfers N] [--inflight N] "
+           "[--shards N] [--block BYTES] [--seed N] "
+           "[--fault-ppm N] [--trace FILE] [--quiet]\n"
+           "                 [--tcp [--xferd PATH]]\n"
+           "  --tcp         run the consumer group as one xferd process per "
+           "shard over TCP\n"
+           "                (default: the in-process loop transport)\n"
+           "  --xferd PATH  the xferd to run (default: xferd/xferd next to "
+           "xfer-demo)\n");
+    exit(0);
+}
+
 static void parse(opts *o, int argc, char **argv)
 {
     *o = (opts){.transfers = 5000, .inflight = 64, .block = 4096,
                 .shards = 4, .seed = 1, .fault_ppm = 20000,
-                .trace = "xfer-demo.trace"};
+                .trace = "xfer-demo.trace", .argv0 = argv[0]};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
-            printf("usage: xfer-demo [--transfers N] [--inflight N] "
-                   "[--shards N] [--block BYTES] [--seed N] "
-                   "[--fault-ppm N] [--trace FILE] [--quiet]\n");
-            exit(0);
+            usage();
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
+            continue;
+        } else if (!strcmp(a, "--tcp")) {
+            o->tcp = 1;
             continue;
         }
         if (!v)
@@ -402,11 +453,15 @@ static void parse(opts *o, int argc, char **argv)
             o->fault_ppm = (uint32_t)parse_num(a, v, 1000000);
         else if (!strcmp(a, "--trace"))
             o->trace = v;
+        else if (!strcmp(a, "--xferd"))
+            o->xferd = v;
         else
             usage_error("unknown flag", a);
     }
     if (!o->shards || !o->inflight || !o->transfers)
         usage_error("--shards, --inflight and --transfers must be > 0", NULL);
+    if (o->xferd && !o->tcp)
+        usage_error("--xferd needs --tcp", NULL);
 }
 
 static void add_faults(demo *d)
@@ -437,7 +492,9 @@ static void add_faults(demo *d)
     }
 }
 
-static int setup(demo *d)
+/* The producer both modes share: staging, the trace file, the engine
+ * (over tcp on a base of our own, which must outlive the transport). */
+static int setup_producer(demo *d)
 {
     const opts *o = &d->o;
     size_t staging_len = (size_t)o->inflight * o->shards * o->block;
@@ -446,7 +503,10 @@ static int setup(demo *d)
     d->completed = calloc((size_t)o->transfers + 1, 1);
     d->bad = calloc((size_t)o->transfers + 1, 1);
     d->rids = calloc(((size_t)o->transfers + 1) * o->shards, 8);
-    if (!d->staging || !d->free_slots || !d->completed || !d->bad || !d->rids)
+    if (o->tcp)
+        d->own_base = event_base_new();
+    if (!d->staging || !d->free_slots || !d->completed || !d->bad ||
+        !d->rids || (o->tcp && !d->own_base))
         return XFER_ERR_NOMEM;
     for (uint32_t i = 0; i < o->inflight; i++)
         d->free_slots[d->nfree++] = o->inflight - 1 - i;
@@ -456,6 +516,7 @@ static int setup(demo *d)
     if (rc)
         return rc;
     xfer_engine_config ec = {
+        .base = d->own_base,
         .core = {.max_transfers = o->inflight * 2,
                  .max_tombstones = o->transfers * 2 + 1024,
                  .tombstone_ttl_ns = 2000 * MS,
@@ -467,6 +528,15 @@ static int setup(demo *d)
     if (rc)
         return rc;
     d->base = xfer_engine_base(d->engine);
+    return xfer_engine_register_pool(d->engine, d->staging, staging_len,
+                                     &d->pool);
+}
+
+/* Loop mode: in-process shards with the loop's fault rules, and the
+ * consumer scheduler's readiness tracker. */
+static int setup_loop(demo *d)
+{
+    const opts *o = &d->o;
     xfer_loop_config lc = {
         .nshards = o->shards, .seed = o->seed, .on_event = on_shard_event,
         .on_event_ud = d,
@@ -477,7 +547,7 @@ static int setup(demo *d)
                   .lease_ttl_ns = 400 * MS,
                   .tombstone_ttl_ns = 1500 * MS,
                   .trace = xfer_tracefile_sink_tagged(d->tf, 1)}};
-    rc = xfer_loop_new(d->base, &lc, &d->loop);
+    int rc = xfer_loop_new(d->base, &lc, &d->loop);
     if (rc)
         return rc;
     add_faults(d);
@@ -488,37 +558,104 @@ static int setup(demo *d)
         .trace = xfer_tracefile_sink_tagged(d->tf, 2)};
     rc = xfer_readiness_new(&rcfg, &d->ready);
     if (!rc)
-        rc = xfer_engine_register_pool(d->engine, d->staging, staging_len,
-                                       &d->pool);
-    if (!rc)
         rc = xfer_engine_add_group(d->engine, xfer_loop_transport(d->loop),
                                    &d->group);
     return rc;
 }
 
-static int summary(demo *d)
+/* Tcp mode, before anything is opened (the children inherit nothing): one
+ * xferd per shard, sized like the loop shards, faults seeded per shard. */
+static int start_xferds(demo *d)
 {
-    xfer_engine_stats es;
-    xfer_engine_stats_get(d->engine, &es);
-    xfer_readiness_stats rs;
-    xfer_readiness_stats_get(d->ready, &rs);
-    uint64_t twice = 0, never = 0;
-    for (uint32_t id = 1; id <= d->next_id; id++) {
-        twice += d->completed[id] > 1;
-        never += d->completed[id] == 0;
+    const opts *o = &d->o;
+    char path[4096];
+    if (o->xferd)
+        snprintf(path, sizeof path, "%s", o->xferd);
+    else if (demo_tcp_find_xferd(o->argv0, path, sizeof path) != 0) {
+        snprintf(d->err, sizeof d->err, "no xferd next to xfer-demo "
+                 "(looked for %.200s); use --xferd PATH", path);
+        return XFER_ERR_NOT_FOUND;
     }
-    never -= d->refused_sync;
-    uint64_t producer_leak = es.staging_bytes_in_use;
-    uint64_t consumer_leak = consumer_bytes(d);
-    uint64_t late = es.core.late_submits + es.core.late_replies +
-                    rs.late_ready;
-    printf("%s", d->tty && !d->o.quiet ? "\n" : "");
-    printf("xfer-demo: %u transfers, %u shards, seed %" PRIu64
-           ", fault rate %u ppm\n",
-           d->submitted, d->o.shards, d->o.seed, d->o.fault_ppm);
-    printf("  done %" PRIu64 "  failed %" PRIu64 "  cancelled %" PRIu64
-           "  (completed twice %" PRIu64 ", never %" PRIu64 ")\n",
-           d->ok, d->failed, d->cancelled, twice, never);
+    uint64_t pool = (uint64_t)o->inflight * o->block * 4;
+    demo_tcp_config c = {
+        .xferd = path, .nshards = o->shards,
+        .pool_bytes = pool < (64u << 10) ? 64u << 10 : pool,
+        .max_resv = o->inflight * 4,
+        /* every id leaves a tombstone on every shard for 2 lease TTLs */
+        .max_tombs = o->transfers + 4096,
+        .lease_ttl_ms = TCP_LEASE_MS,
+        .fault_ppm = o->fault_ppm, .drop_ppm = o->fault_ppm / 200,
+        .seed = o->seed};
+    signal(SIGPIPE, SIG_IGN); /* libevent writes to sockets (xfer/tcp.h) */
+    return demo_tcp_start(&c, &d->kids, d->err, sizeof d->err);
+}
+
+/* Tcp mode, once the engine exists: connect to every xferd, add the group. */
+static int setup_tcp(demo *d)
+{
+    int rc = demo_tcp_connect(d->kids, d->base, TCP_CONNECT_MS, &d->tcp,
+                              d->err, sizeof d->err);
+    if (!rc)
+        rc = xfer_engine_add_group(d->engine, xfer_tcp_transport(d->tcp),
+                                   &d->group);
+    return rc;
+}
+
+static int setup(demo *d)
+{
+    int rc = d->o.tcp ? start_xferds(d) : 0;
+    if (!rc)
+        rc = setup_producer(d);
+    if (!rc)
+        rc = d->o.tcp ? setup_tcp(d) : setup_loop(d);
+    if (!rc) {
+        d->progress = event_new(d->base, -1, EV_PERSIST, on_progress, d);
+        d->ready_timer = evtimer_new(d->base, on_ready_timer, d);
+        d->settle = evtimer_new(d->base, on_settle, d);
+        if (!d->progress || !d->ready_timer || !d->settle)
+            rc = XFER_ERR_NOMEM;
+    }
+    return rc;
+}
+
+/* What the summary reports, gathered while the consumer group still
+ * answers (over tcp the xferds are stopped before it is printed). */
+typedef struct tally {
+    xfer_engine_stats es;
+    xfer_readiness_stats rs; /* loop mode */
+    uint64_t twice, never, producer_leak, consumer_leak;
+    bool consumer_known;     /* every xferd answered STATUS */
+    int xferd_unclean;       /* xferds that did not exit 0 on SIGTERM */
+} tally;
+
+static void collect(demo *d, tally *t)
+{
+    *t = (tally){0};
+    xfer_engine_stats_get(d->engine, &t->es);
+    if (d->ready)
+        xfer_readiness_stats_get(d->ready, &t->rs);
+    for (uint32_t id = 1; id <= d->next_id; id++) {
+        t->twice += d->completed[id] > 1;
+        t->never += d->completed[id] == 0;
+    }
+    t->never -= d->refused_sync;
+    t->producer_leak = t->es.staging_bytes_in_use;
+    t->consumer_known = consumer_held(d, &t->consumer_leak);
+}
+
+static void print_consumer(const demo *d, const tally *t)
+{
+    if (d->o.tcp) {
+        printf("  consumer: xferd --consume, %u processes (%d did not exit "
+               "cleanly); readiness, consumer cancels and byte checks run "
+               "in loop mode only\n",
+               d->o.shards, t->xferd_unclean);
+        printf("  late events rejected %" PRIu64 " (late submits %" PRIu64
+               ", late replies %" PRIu64 ")\n",
+               t->es.core.late_submits + t->es.core.late_replies,
+               t->es.core.late_submits, t->es.core.late_replies);
+        return;
+    }
     printf("  consumer: available %" PRIu64 " (bytes verified %" PRIu64
            ", corrupt %" PRIu64 ")  unavailable %" PRIu64
            "  consumer cancels %" PRIu64 "\n",
@@ -526,19 +663,67 @@ static int summary(demo *d)
            d->consumer_cancels);
     printf("  late events rejected %" PRIu64 " (late submits %" PRIu64
            ", late replies %" PRIu64 ", late ready %" PRIu64 ")\n",
-           late, es.core.late_submits, es.core.late_replies, rs.late_ready);
+           t->es.core.late_submits + t->es.core.late_replies +
+               t->rs.late_ready,
+           t->es.core.late_submits, t->es.core.late_replies,
+           t->rs.late_ready);
+}
+
+static int summary(demo *d, const tally *t)
+{
+    char cons[48] = "unknown (an xferd did not answer STATUS)";
+    if (t->consumer_known)
+        snprintf(cons, sizeof cons, "%" PRIu64, t->consumer_leak);
+    printf("%s", d->tty && !d->o.quiet ? "\n" : "");
+    printf("xfer-demo: %u transfers, %u shards (%s), seed %" PRIu64
+           ", fault rate %u ppm\n",
+           d->submitted, d->o.shards, d->o.tcp ? "tcp, xferd" : "loop",
+           d->o.seed, d->o.fault_ppm);
+    printf("  done %" PRIu64 "  failed %" PRIu64 "  cancelled %" PRIu64
+           "  (completed twice %" PRIu64 ", never %" PRIu64 ")\n",
+           d->ok, d->failed, d->cancelled, t->twice, t->never);
+    print_consumer(d, t);
     printf("  cancel retries %" PRIu64 ", rollbacks given up %" PRIu64
            ", staging pools still registered %u\n",
-           es.core.cancel_retries, es.core.cancel_gave_up, es.pools);
-    printf("  leaked bytes: producer %" PRIu64 ", consumers %" PRIu64 "\n",
-           producer_leak, consumer_leak);
+           t->es.core.cancel_retries, t->es.core.cancel_gave_up,
+           t->es.pools);
+    printf("  leaked bytes: producer %" PRIu64 ", consumers %s\n",
+           t->producer_leak, cons);
     printf("  trace: %s (%" PRIu64 " records)\n", d->o.trace,
            xfer_tracefile_records(d->tf));
-    int ok = twice == 0 && never == 0 && producer_leak == 0 &&
-             consumer_leak == 0 && d->corrupt == 0 && es.pools == 0 &&
-             d->shutdown_done;
+    int ok = t->twice == 0 && t->never == 0 && t->producer_leak == 0 &&
+             t->consumer_known && t->consumer_leak == 0 && d->corrupt == 0 &&
+             t->es.pools == 0 && d->shutdown_done && t->xferd_unclean == 0;
     printf("xfer-demo: %s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
+}
+
+/* Undo setup in reverse, whatever part of it was done.  Over tcp the
+ * engine borrows our base and the transport outlives the engine: free the
+ * engine, then the transport, then let the base finish closing sockets. */
+static void teardown(demo *d)
+{
+    if (d->progress)
+        event_free(d->progress);
+    if (d->ready_timer)
+        event_free(d->ready_timer);
+    if (d->settle)
+        event_free(d->settle);
+    xfer_engine_del(d->engine);
+    xfer_loop_del(d->loop);
+    xfer_tcp_del(d->tcp);
+    if (d->own_base) {
+        event_base_loop(d->own_base, EVLOOP_NONBLOCK);
+        event_base_free(d->own_base);
+    }
+    demo_tcp_stop(d->kids);
+    xfer_readiness_del(d->ready);
+    xfer_tracefile_close(d->tf);
+    free(d->staging);
+    free(d->free_slots);
+    free(d->completed);
+    free(d->bad);
+    free(d->rids);
 }
 
 int main(int argc, char **argv)
@@ -547,32 +732,29 @@ int main(int argc, char **argv)
     parse(&d.o, argc, argv);
     d.rng = d.o.seed * 0x9e3779b97f4a7c15ull + 1;
     d.tty = isatty(STDOUT_FILENO);
-    int rc = setup(&d);
+    int status = 1, rc = setup(&d);
     if (rc) {
-        fprintf(stderr, "xfer-demo: setup failed: %s\n", xfer_strerror(rc));
-        return 1;
+        if (d.err[0])
+            fprintf(stderr, "xfer-demo: %s\n", d.err);
+        else
+            fprintf(stderr, "xfer-demo: setup failed: %s\n",
+                    xfer_strerror(rc));
+        goto out;
     }
-    d.progress = event_new(d.base, -1, EV_PERSIST, on_progress, &d);
-    d.ready_timer = evtimer_new(d.base, on_ready_timer, &d);
-    d.settle = evtimer_new(d.base, on_settle, &d);
     struct timeval tick = {0, 250000};
     event_add(d.progress, &tick);
     d.t0 = xfer_engine_now(d.engine);
     submit_more(&d);
     event_base_dispatch(d.base);
     on_progress(-1, 0, &d);
-    int status = summary(&d);
-    event_free(d.progress);
-    event_free(d.ready_timer);
-    event_free(d.settle);
-    xfer_engine_del(d.engine);
-    xfer_loop_del(d.loop);
-    xfer_readiness_del(d.ready);
-    xfer_tracefile_close(d.tf);
-    free(d.staging);
-    free(d.free_slots);
-    free(d.completed);
-    free(d.bad);
-    free(d.rids);
+    tally t;
+    collect(&d, &t);
+    if (d.kids) {
+        t.xferd_unclean = demo_tcp_stop(d.kids);
+        d.kids = NULL;
+    }
+    status = summary(&d, &t);
+out:
+    teardown(&d);
     return status;
 }
