@@ -1,0 +1,266 @@
+/*
+ * tools/check/consumer.c - the consumer side of a move: an op arriving at a
+ * shard (applied, failed without being applied, applied with the reply
+ * lost, or aborted), a write landing and ending, shard events reaching the
+ * readiness tracker, and the tracker's take / release / cancel reaching the
+ * shards.
+ *
+ * What must stay true: every call into a shard or the tracker is reported to
+ * the monitors with its real return code before anything else happens, and
+ * every op message yields exactly one result message back to the producer
+ * (a transport reports every op as finished, never silently drops it).
+ */
+#include <string.h>
+
+#include "world.h"
+
+static void reply(ck_world *w, const ck_msg *op, int32_t status,
+                  const xfer_resv_info *info)
+{
+    if (w->env.crashed)
+        return; /* nobody is listening any more */
+    ck_msg r = *op;
+    r.kind = MK_RES;
+    r.flags = 0;
+    r.status = status;
+    r.resv_id = 0;
+    r.addr = 0;
+    if (status == 0 && info) {
+        r.resv_id = info->resv_id;
+        r.addr = info->addr;
+    }
+    if (op->op != XFER_OP_RESERVE)
+        r.resv_id = op->resv_id;
+    r.len = 0;
+    ck_net_push(w, &r);
+}
+
+/* Shard events go to the readiness tracker. */
+void ck_cons_drain_shard(ck_world *w, unsigned k)
+{
+    size_t n;
+    const xfer_shard_event *ev = xfer_shard_events(w->sh[k], &n);
+    for (size_t i = 0; i < n; i++) {
+        ck_mon_shard_event(w, &ev[i]);
+        if (ev[i].id < 1 || ev[i].id > w->cfg->T)
+            continue;
+        ck_msg m;
+        memset(&m, 0, sizeof m);
+        m.kind = MK_EV;
+        m.op = ev[i].kind;
+        m.tr = (uint8_t)(ev[i].id - 1);
+        m.shard = (uint16_t)k;
+        m.attempt = ev[i].attempt;
+        m.resv_id = ev[i].resv_id;
+        ck_net_push(w, &m);
+        w->out_hash = w->out_hash * 0x100000001b3ull ^ (ev[i].kind + 1u) ^
+                      ev[i].id << 8 ^ (uint64_t)k << 20;
+    }
+    xfer_shard_events_clear(w->sh[k]);
+}
+
+/* Readiness actions go to the shards (take/release/cancel) or are the
+ * outcome the consumer application sees (available/unavailable). */
+void ck_cons_drain_ready(ck_world *w)
+{
+    size_t n;
+    const xfer_ready_action *a = xfer_readiness_actions(w->rd, &n);
+    for (size_t i = 0; i < n; i++) {
+        ck_mon_ready_action(w, &a[i]);
+        w->out_hash = w->out_hash * 0x100000001b3ull ^ (a[i].kind + 1u) ^
+                      a[i].id << 8 ^ (uint64_t)a[i].shard << 20;
+        if (a[i].kind > XFER_RA_CANCEL || a[i].id < 1 ||
+            a[i].id > w->cfg->T || a[i].shard >= w->cfg->S)
+            continue;
+        ck_msg m;
+        memset(&m, 0, sizeof m);
+        m.kind = MK_RACT;
+        m.op = a[i].kind;
+        m.tr = (uint8_t)(a[i].id - 1);
+        m.shard = a[i].shard;
+        m.attempt = a[i].attempt;
+        m.resv_id = a[i].resv_id;
+        ck_net_push(w, &m);
+    }
+    xfer_readiness_actions_clear(w->rd);
+}
+
+static int32_t apply_op(ck_world *w, const ck_msg *m, xfer_resv_info *info)
+{
+    xfer_shard *s = w->sh[m->shard];
+    uint64_t id = m->tr + 1u;
+    uint8_t *dst = NULL;
+    switch (m->op) {
+    case XFER_OP_RESERVE:
+        return xfer_shard_reserve(s, w->env.now, id, m->attempt, m->len,
+                                  info);
+    case XFER_OP_WRITE:
+        return xfer_shard_write_begin(s, w->env.now, id, m->attempt,
+                                      m->resv_id, 0, m->len, &dst);
+    case XFER_OP_COMMIT:
+        return xfer_shard_commit(s, w->env.now, id, m->attempt, m->resv_id);
+    default:
+        return xfer_shard_cancel(s, w->env.now, id, m->attempt, m->resv_id);
+    }
+}
+
+static int32_t end_write(ck_world *w, const ck_msg *m, bool ok)
+{
+    int rc = xfer_shard_write_end(w->sh[m->shard], w->env.now, m->tr + 1u,
+                                  m->resv_id, ok);
+    ck_mon_write_end(w, m, rc);
+    return rc;
+}
+
+/* A write already begun on the shard: it ends now. */
+static void write_finish(ck_world *w, const ck_msg *m, int how)
+{
+    bool ok = how == HOW_DELIVER || how == HOW_LOST;
+    int32_t rc = end_write(w, m, ok);
+    int32_t st = how == HOW_DELIVER ? rc
+                 : how == HOW_LOST  ? XFER_ERR_CONN_LOST
+                 : how == HOW_FAIL  ? XFER_ERR_IO
+                                    : XFER_ERR_ABORTED;
+    reply(w, m, st, NULL);
+}
+
+/* An op message reaching its shard, in one of the four ways. */
+static void op_arrives(ck_world *w, ck_msg m, int how)
+{
+    if (m.op == XFER_OP_WRITE && (m.flags & MF_BEGUN)) {
+        write_finish(w, &m, how);
+        return;
+    }
+    if (how == HOW_FAIL || how == HOW_ABORT) {
+        reply(w, &m, how == HOW_FAIL ? XFER_ERR_CONN_LOST : XFER_ERR_ABORTED,
+              NULL);
+        return;
+    }
+    xfer_resv_info info;
+    memset(&info, 0, sizeof info);
+    int32_t rc = apply_op(w, &m, &info);
+    ck_mon_shard_op(w, &m, rc, &info);
+    if (m.op == XFER_OP_WRITE && rc == 0) {
+        if (how == HOW_LOST) {
+            end_write(w, &m, true);
+            reply(w, &m, XFER_ERR_CONN_LOST, NULL);
+            return;
+        }
+        m.flags |= MF_BEGUN; /* the bytes are landing */
+        ck_net_push(w, &m);
+        return;
+    }
+    reply(w, &m, how == HOW_LOST ? XFER_ERR_CONN_LOST : rc, &info);
+}
+
+static void ract_arrives(ck_world *w, const ck_msg *m, int how)
+{
+    xfer_shard *s = w->sh[m->shard];
+    uint64_t id = m->tr + 1u;
+    if (m->op == XFER_RA_TAKE) {
+        int32_t rc = XFER_ERR_CONN_LOST;
+        if (how != HOW_FAIL) {
+            const uint8_t *data;
+            uint32_t len;
+            int trc = xfer_shard_take(s, w->env.now, id, m->resv_id, &data,
+                                      &len);
+            ck_mon_take_result(w, m->tr, m->shard, trc, m->resv_id);
+            rc = how == HOW_LOST ? XFER_ERR_CONN_LOST : trc;
+        }
+        ck_msg r = *m;
+        r.kind = MK_TRES;
+        r.status = rc;
+        ck_net_push(w, &r);
+    } else if (how == HOW_FAIL) {
+        /* lost on the way: the lease is the backstop */
+    } else if (m->op == XFER_RA_RELEASE) {
+        int rc = xfer_shard_release(s, w->env.now, id, m->resv_id);
+        ck_mon_release(w, m->tr, m->shard, rc);
+    } else {
+        int rc = xfer_shard_cancel(s, w->env.now, id, m->attempt,
+                                   m->resv_id);
+        ck_mon_consumer_cancel_applied(w, m, rc);
+    }
+    ck_cons_drain_shard(w, m->shard);
+}
+
+static void to_readiness(ck_world *w, const ck_msg *m, int how)
+{
+    if (how == HOW_FAIL)
+        return; /* an event lost on the way */
+    uint64_t id = m->tr + 1u;
+    if (m->kind == MK_TRES) {
+        xfer_readiness_on_take_result(w->rd, w->env.now, id, m->shard,
+                                      m->status);
+    } else if (m->op == XFER_SHARD_EV_READY) {
+        ck_mon_ready_event_in(w, m);
+        xfer_readiness_on_ready(w->rd, w->env.now, id, m->attempt, m->shard,
+                                m->resv_id);
+    } else {
+        xfer_readiness_on_shard_ended(w->rd, w->env.now, id, m->attempt,
+                                      m->shard,
+                                      m->op == XFER_SHARD_EV_CANCELLED
+                                          ? XFER_ERR_CANCELLED
+                                          : XFER_ERR_EXPIRED);
+    }
+    ck_cons_drain_ready(w);
+}
+
+static void to_producer(ck_world *w, const ck_msg *m)
+{
+    if (w->env.crashed)
+        return;
+    xfer_shard_result r = {
+        .id = m->tr + 1u,
+        .attempt = m->attempt,
+        .shard = m->shard,
+        .op = m->op,
+        .status = m->status,
+        .resv_id = m->resv_id,
+        .remote_addr = m->addr,
+    };
+    ck_mon_result_in(w, m);
+    xfer_core_on_result(w->core, w->env.now, &r);
+    ck_engine_drain(w);
+}
+
+/* Deliver (or fail, lose, abort) message i. */
+void ck_cons_deliver(ck_world *w, unsigned i, int how)
+{
+    ck_msg m = w->msg[i];
+    ck_net_remove(w, i);
+    switch (m.kind) {
+    case MK_OP:
+        op_arrives(w, m, how);
+        ck_cons_drain_shard(w, m.shard);
+        break;
+    case MK_RES:
+        to_producer(w, &m);
+        break;
+    case MK_RACT:
+        ract_arrives(w, &m, how);
+        break;
+    default:
+        to_readiness(w, &m, how);
+        break;
+    }
+}
+
+/* The consumer application is done with data it was handed: release every
+ * shard the tracker took for an available record. */
+void ck_cons_release_taken(ck_world *w)
+{
+    for (unsigned t = 0; t < w->cfg->T; t++) {
+        mon_tr *m = &w->mon.tr[t];
+        if (!m->available)
+            continue;
+        for (unsigned k = 0; k < w->cfg->S; k++) {
+            if (!m->cs[k].taken)
+                continue;
+            int rc = xfer_shard_release(w->sh[k], w->env.now, t + 1u,
+                                        m->cs[k].take_resv);
+            ck_mon_release(w, t, k, rc);
+            ck_cons_drain_shard(w, k);
+        }
+    }
+}

@@ -1,0 +1,357 @@
+/*
+ * tools/check/main.c - xfer-check: the model checker of xfer's machines.
+ *
+ *   xfer-check [--mode bfs|random|swarm] [--shards S] [--transfers T]
+ *              [--faults LIST|all|none] [--seed N] [--runs N] [--depth N]
+ *              [--max-faults N] [--cancels N] [--lates N] [--ccancels N]
+ *              [--expiries N] [--cancel-attempts N] [--liveness leaves|all]
+ *              [--no-symmetry] [--out PREFIX] [--replay FILE]
+ *
+ * Exit status: 0 every invariant held, 1 a violation (printed step by step,
+ * with a trace file and a choices file), 2 bad arguments (one line saying
+ * what was wrong).  XFER_SEED overrides --seed.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report.h"
+#include "world.h"
+
+static const char *const fault_names[] = {
+#define N_(n, s, d) s,
+    CK_FAULTS(N_)
+#undef N_
+};
+
+const char *ck_fault_name(unsigned bit)
+{
+    return bit < CK_FB_COUNT_ ? fault_names[bit] : "?";
+}
+
+typedef struct opts {
+    ck_config cfg;
+    int mode; /* 0 bfs, 1 random, 2 swarm */
+    uint64_t seed, runs, delay_ms;
+    const char *out, *replay;
+} opts;
+
+static int bad(const char *what, const char *arg)
+{
+    fprintf(stderr, "xfer-check: %s%s%s (see the usage at the top of "
+                    "tools/check/main.c)\n", what, arg ? ": " : "",
+            arg ? arg : "");
+    return 2;
+}
+
+static int num(const char *s, unsigned long long lo, unsigned long long hi,
+               unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s || *end || v < lo || v > hi || s[0] == '-')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_faults(const char *s, uint32_t *out)
+{
+    if (!strcmp(s, "all")) {
+        *out = CK_F_ALL;
+        return 0;
+    }
+    *out = 0;
+    if (!strcmp(s, "none"))
+        return 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        unsigned b = 0;
+        while (b < CK_FB_COUNT_ && strcmp(t, fault_names[b]))
+            b++;
+        if (b == CK_FB_COUNT_)
+            return -1;
+        *out |= 1u << b;
+    }
+    return 0;
+}
+
+/* Numeric options: name, bounds, where the value goes. */
+typedef struct numopt {
+    const char *name;
+    unsigned long long lo, hi;
+    size_t off;    /* into opts */
+    uint8_t width; /* 4: unsigned, 8: uint64_t */
+} numopt;
+
+#define CFG_(f) offsetof(opts, cfg) + offsetof(ck_config, f)
+static const numopt numopts[] = {
+    {"--shards", 1, CK_MAX_S, CFG_(S), 4},
+    {"--transfers", 1, CK_MAX_T, CFG_(T), 4},
+    {"--depth", 1, 60000, CFG_(depth), 4},
+    {"--max-faults", 0, 50, CFG_(max_faults), 4},
+    {"--cancels", 0, 50, CFG_(max_cancels), 4},
+    {"--lates", 0, 50, CFG_(max_lates), 4},
+    {"--ccancels", 0, 50, CFG_(max_ccancels), 4},
+    {"--expiries", 0, 50, CFG_(max_expiries), 4},
+    {"--cancel-attempts", 1, 20, CFG_(cancel_max_attempts), 4},
+    {"--max-delay-ms", 1, 3600000, offsetof(opts, delay_ms), 8},
+    {"--seed", 0, UINT64_MAX, offsetof(opts, seed), 8},
+    {"--runs", 1, UINT64_MAX, offsetof(opts, runs), 8},
+};
+
+static int set_num(opts *o, const numopt *n, const char *v)
+{
+    unsigned long long x;
+    if (!v || num(v, n->lo, n->hi, &x)) {
+        char what[96];
+        snprintf(what, sizeof what, "%s needs a number in %llu..%llu",
+                 n->name, n->lo, n->hi);
+        return bad(what, v);
+    }
+    if (n->width == 4) {
+        unsigned u = (unsigned)x;
+        memcpy((char *)o + n->off, &u, 4);
+    } else {
+        uint64_t u = x;
+        memcpy((char *)o + n->off, &u, 8);
+    }
+    return 0;
+}
+
+static int set_word(opts *o, const char *k, const char *v)
+{
+    if (!v)
+        return bad("missing value after", k);
+    if (!strcmp(k, "--mode")) {
+        o->mode = !strcmp(v, "bfs") ? 0 : !strcmp(v, "random") ? 1
+                  : !strcmp(v, "swarm") ? 2 : -1;
+        return o->mode < 0 ? bad("--mode is bfs, random or swarm", v) : 0;
+    }
+    if (!strcmp(k, "--faults"))
+        return parse_faults(v, &o->cfg.faults)
+                   ? bad("--faults takes all, none or a comma list of "
+                         "fail,lost,abort,lease,deadline,cancel,late,"
+                         "shutdown,consumer,drop,crash", v)
+                   : 0;
+    if (!strcmp(k, "--liveness")) {
+        if (strcmp(v, "leaves") && strcmp(v, "all"))
+            return bad("--liveness is leaves or all", v);
+        o->cfg.liveness_all = !strcmp(v, "all");
+        return 0;
+    }
+    if (!strcmp(k, "--out")) {
+        o->out = v;
+        return 0;
+    }
+    o->replay = v;
+    return 0;
+}
+
+static void defaults(opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->cfg = (ck_config){.S = 2, .T = 1, .faults = CK_F_ALL,
+                         .max_faults = 2, .max_cancels = 1, .max_lates = 1,
+                         .max_ccancels = 1, .max_expiries = 2,
+                         .cancel_max_attempts = 2, .depth = 400,
+                         .max_delay = 15ull * 1000000000ull,
+                         .symmetry = true};
+    o->seed = 1;
+    o->delay_ms = 15000;
+    o->runs = 10000;
+    o->out = "xfer-check-cex";
+}
+
+static int parse(opts *o, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const numopt *n = NULL;
+        for (size_t j = 0; j < sizeof numopts / sizeof numopts[0]; j++)
+            if (!strcmp(k, numopts[j].name))
+                n = &numopts[j];
+        int rc;
+        if (n)
+            rc = set_num(o, n, v);
+        else if (!strcmp(k, "--no-symmetry")) {
+            o->cfg.symmetry = false;
+            continue;
+        } else if (!strcmp(k, "--mode") || !strcmp(k, "--faults") ||
+                   !strcmp(k, "--liveness") || !strcmp(k, "--out") ||
+                   !strcmp(k, "--replay"))
+            rc = set_word(o, k, v);
+        else
+            return bad("unknown argument", k);
+        if (rc)
+            return rc;
+        i++;
+    }
+    o->cfg.max_delay = o->delay_ms * 1000000ull;
+    return 0;
+}
+
+static void fault_list(uint32_t f, char *b, size_t n)
+{
+    size_t at = 0;
+    b[0] = 0;
+    if (f == CK_F_ALL) {
+        snprintf(b, n, "all");
+        return;
+    }
+    for (unsigned i = 0; i < CK_FB_COUNT_; i++)
+        if (f & (1u << i))
+            at += (size_t)snprintf(b + at, at < n ? n - at : 0, "%s%s",
+                                   at ? "," : "", fault_names[i]);
+    if (!at)
+        snprintf(b, n, "none");
+}
+
+/* The arguments that rebuild cfg (for the choices file). */
+static void cfg_args(const ck_config *c, char *b, size_t n)
+{
+    char f[160];
+    fault_list(c->faults, f, sizeof f);
+    snprintf(b, n, "--shards %u --transfers %u --faults %s --max-faults %u "
+             "--cancels %u --lates %u --ccancels %u --expiries %u "
+             "--cancel-attempts %u --depth %u --max-delay-ms %llu%s%s", c->S,
+             c->T, f, c->max_faults, c->max_cancels, c->max_lates,
+             c->max_ccancels, c->max_expiries, c->cancel_max_attempts,
+             c->depth, (unsigned long long)(c->max_delay / 1000000u),
+             c->liveness_all ? " --liveness all" : "",
+             c->symmetry ? "" : " --no-symmetry");
+}
+
+static void banner(const opts *o)
+{
+    static const char *const modes[] = {"exhaustive BFS", "random walks",
+                                        "swarm walks"};
+    char a[512];
+    cfg_args(&o->cfg, a, sizeof a);
+    printf("xfer-check: %s, %s\n", modes[o->mode], a);
+    printf("bounds: per path at most %u injected faults (fail/lost/drop), "
+           "%u producer cancel, %u late submit, %u consumer cancel, %u timer "
+           "fires that jump time (deadline, lease, tombstone) before liveness; cancel retried up to %u attempts; "
+           "messages delivered within %llu ms; depth %u; symmetry over shards %s\n", o->cfg.max_faults,
+           o->cfg.max_cancels, o->cfg.max_lates, o->cfg.max_ccancels,
+           o->cfg.max_expiries, o->cfg.cancel_max_attempts,
+           (unsigned long long)(o->cfg.max_delay / 1000000u), o->cfg.depth,
+           o->cfg.symmetry && o->cfg.S > 1 ? "on" : "off");
+}
+
+static int violation(const opts *o, ck_outcome *r, const ck_config *cfg)
+{
+    char a[512];
+    cfg_args(cfg, a, sizeof a);
+    ck_report_cex(cfg, r, o->out, a);
+    return 1;
+}
+
+static int run_bfs(const opts *o)
+{
+    ck_outcome r;
+    memset(&r, 0, sizeof r);
+    int inv = ck_bfs(&o->cfg, &r);
+    double s = r.secs > 0 ? r.secs : 1e-9;
+    printf("states %" PRIu64 " distinct, transitions %" PRIu64 ", depth %u, "
+           "leaves %" PRIu64 "%s\n", r.states, r.transitions, r.depth,
+           r.leaves, r.bounded ? " (depth bound reached: not exhaustive)" : "");
+    printf("time %.2f s: %.0f states/s, %.0f transitions/s (one core)\n",
+           r.secs, r.states / s, r.transitions / s);
+    if (inv < 0) {
+        printf("all invariants held (I1-I14 after every step, liveness at "
+               "every leaf%s)\n", o->cfg.liveness_all ? " and state" : "");
+        return 0;
+    }
+    int rc = violation(o, &r, &o->cfg);
+    ck_path_free(&r.path);
+    return rc;
+}
+
+static int run_random(const opts *o)
+{
+    ck_outcome r;
+    memset(&r, 0, sizeof r);
+    printf("seed %" PRIu64 " (XFER_SEED overrides), %" PRIu64 " runs\n",
+           o->seed, o->runs);
+    int inv = ck_random(&o->cfg, o->seed, o->runs, o->mode == 2, &r);
+    double s = r.secs > 0 ? r.secs : 1e-9;
+    printf("runs %" PRIu64 ", steps %" PRIu64 ", time %.2f s: %.0f runs/s, "
+           "%.0f steps/s\n", r.runs, r.steps, r.secs, r.runs / s,
+           r.steps / s);
+    if (inv < 0) {
+        printf("all invariants held (I1-I14, I10 by replaying every walk, "
+               "liveness at the end of every walk)\n");
+        return 0;
+    }
+    ck_config c = o->cfg;
+    c.faults = r.faults;
+    char f[160];
+    fault_list(r.faults, f, sizeof f);
+    printf("failing run: seed %" PRIu64 ", faults %s, %zu steps; "
+           "shrinking\n", r.seed, f, r.path.n);
+    ck_shrink(&c, &r);
+    int rc = violation(o, &r, &c);
+    ck_path_free(&r.path);
+    return rc;
+}
+
+/* --replay FILE: the configuration comes from the file. */
+static int run_replay(opts *o)
+{
+    char args[1024], why[256];
+    ck_path p = {0};
+    if (ck_read_choices(o->replay, args, sizeof args, &p, why, sizeof why))
+        return bad(why, NULL);
+    char *argv[64] = {"xfer-check"};
+    int argc = 1;
+    for (char *t = strtok(args, " "); t && argc < 63; t = strtok(NULL, " "))
+        argv[argc++] = t;
+    opts f;
+    defaults(&f);
+    if (parse(&f, argc, argv))
+        return 2;
+    f.out = o->out;
+    f.mode = 0;
+    banner(&f);
+    ck_outcome r;
+    memset(&r, 0, sizeof r);
+    ck_violation v;
+    uint64_t h;
+    r.path = p;
+    r.inv = ck_run_path(&f.cfg, &p, NULL, &v, &h, false);
+    if (r.inv < 0) {
+        printf("replay of %zu steps: every invariant held\n", p.n);
+        ck_path_free(&p);
+        return 0;
+    }
+    memcpy(r.what, v.what, sizeof r.what);
+    int rc = violation(&f, &r, &f.cfg);
+    ck_path_free(&p);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    defaults(&o);
+    int rc = parse(&o, argc, argv);
+    if (rc)
+        return rc;
+    const char *env = getenv("XFER_SEED");
+    unsigned long long s;
+    if (env && *env) {
+        if (num(env, 0, UINT64_MAX, &s))
+            return bad("XFER_SEED is not a number", env);
+        o.seed = s;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (o.replay)
+        return run_replay(&o);
+    banner(&o);
+    return o.mode == 0 ? run_bfs(&o) : run_random(&o);
+}

@@ -1,0 +1,529 @@
+/*
+ * tools/check/search.c - the three ways of exploring the world: exhaustive
+ * breadth-first search over canonical states, seeded random / swarm walks,
+ * and running one recorded path; plus shrinking a failing walk.
+ *
+ * What must stay true:
+ *  - BFS visits states in order of depth and stops at the first violation,
+ *    so its counterexample is a shortest one (up to the symmetry of shards);
+ *  - a state is expanded from its saved encoding, and a counterexample is
+ *    rebuilt by replaying move indices from the initial state, so what is
+ *    printed is exactly what the machines do;
+ *  - an assertion inside a machine is caught (SIGABRT) and reported as a
+ *    violation of its own kind instead of killing the checker.
+ */
+#include <setjmp.h>
+#include <stdio.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "report.h"
+#include "world.h"
+
+static sigjmp_buf g_jmp;
+static volatile sig_atomic_t g_armed;
+
+static void on_abort(int sig)
+{
+    (void)sig;
+    if (g_armed)
+        siglongjmp(g_jmp, 1);
+    signal(SIGABRT, SIG_DFL);
+    raise(SIGABRT);
+}
+
+static void guard_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_abort;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_NODEFER;
+    sigaction(SIGABRT, &sa, NULL);
+}
+
+/* Apply a move; a machine assertion becomes an ILLEGAL violation. */
+static void guarded_apply(ck_world *w, ck_move mv)
+{
+    if (sigsetjmp(g_jmp, 1) == 0) {
+        g_armed = 1;
+        ck_world_apply(w, mv);
+    } else {
+        ck_mon_fail(w, CK_ILLEGAL, "a machine assertion failed (see the "
+                    "message above)");
+    }
+    g_armed = 0;
+}
+
+static bool guarded_liveness(ck_world *w)
+{
+    bool ok = false;
+    if (sigsetjmp(g_jmp, 1) == 0) {
+        g_armed = 1;
+        ok = ck_world_liveness(w);
+    } else {
+        ck_mon_fail(w, CK_ILLEGAL, "a machine assertion failed in the "
+                    "liveness phase (see the message above)");
+    }
+    g_armed = 0;
+    return ok;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void ck_path_push(ck_path *p, uint16_t c)
+{
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 64;
+        p->c = realloc(p->c, p->cap * sizeof *p->c);
+        if (!p->c)
+            abort();
+    }
+    p->c[p->n++] = c;
+}
+
+void ck_path_free(ck_path *p)
+{
+    free(p->c);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Running one path                                                        */
+/* ---------------------------------------------------------------------- */
+
+int ck_run_path(const ck_config *cfg, const ck_path *p, const ck_tracer *tr,
+                ck_violation *v, uint64_t *out_hash, bool modulo)
+{
+    static ck_world w;
+    guard_install();
+    if (ck_world_init(&w, cfg, tr))
+        return CK_ILLEGAL;
+    ck_move mv[CK_MAX_MOVES];
+    bool ended = false;
+    for (size_t i = 0; i < p->n && w.v.inv < 0; i++) {
+        unsigned n = ck_world_moves(&w, mv);
+        unsigned c = p->c[i];
+        if (n == 0 || (!modulo && c >= n)) {
+            ended = true;
+            break;
+        }
+        c %= n;
+        if (tr && tr->action) {
+            char buf[256];
+            ck_world_describe(&w, mv[c], buf, sizeof buf);
+            tr->action(tr->ud, buf);
+        }
+        guarded_apply(&w, mv[c]);
+    }
+    if (w.v.inv < 0 && (p->liveness || ended))
+        guarded_liveness(&w);
+    *v = w.v;
+    *out_hash = w.out_hash;
+    ck_world_free(&w);
+    return v->inv;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Visited set: open addressing over 128-bit keys                          */
+/* ---------------------------------------------------------------------- */
+
+typedef struct vset {
+    uint64_t *k; /* 2 per bucket; (0,0) empty */
+    size_t mask, n;
+} vset;
+
+static void vs_init(vset *s, size_t buckets)
+{
+    s->mask = buckets - 1;
+    s->n = 0;
+    s->k = calloc(2 * buckets, sizeof *s->k);
+    if (!s->k)
+        abort();
+}
+
+static bool vs_put_raw(vset *s, const uint64_t key[2])
+{
+    size_t i = key[0] & s->mask;
+    for (;; i = (i + 1) & s->mask) {
+        uint64_t *b = &s->k[2 * i];
+        if (b[0] == 0 && b[1] == 0) {
+            b[0] = key[0];
+            b[1] = key[1];
+            s->n++;
+            return true;
+        }
+        if (b[0] == key[0] && b[1] == key[1])
+            return false;
+    }
+}
+
+/* Insert; true when the key is new. */
+static bool vs_put(vset *s, const uint64_t key[2])
+{
+    if (2 * (s->n + 1) > s->mask + 1) {
+        vset big;
+        vs_init(&big, 2 * (s->mask + 1));
+        for (size_t i = 0; i <= s->mask; i++)
+            if (s->k[2 * i] || s->k[2 * i + 1])
+                vs_put_raw(&big, &s->k[2 * i]);
+        free(s->k);
+        *s = big;
+    }
+    return vs_put_raw(s, key);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Breadth-first search                                                    */
+/* ---------------------------------------------------------------------- */
+
+typedef struct node {
+    uint32_t parent;
+    uint16_t move;
+    uint16_t depth;
+} node;
+
+typedef struct level {
+    uint8_t *buf;
+    size_t len, cap;
+    uint32_t *ids;  /* node id of each state */
+    size_t *off;    /* its offset in buf */
+    size_t n, ncap;
+} level;
+
+static void lv_add(level *l, uint32_t id, const uint8_t *b, size_t len)
+{
+    if (l->len + len > l->cap) {
+        l->cap = 2 * (l->len + len) + 4096;
+        l->buf = realloc(l->buf, l->cap);
+    }
+    if (l->n == l->ncap) {
+        l->ncap = l->ncap ? 2 * l->ncap : 1024;
+        l->ids = realloc(l->ids, l->ncap * sizeof *l->ids);
+        l->off = realloc(l->off, (l->ncap + 1) * sizeof *l->off);
+    }
+    if (!l->buf || !l->ids || !l->off)
+        abort();
+    memcpy(l->buf + l->len, b, len);
+    l->ids[l->n] = id;
+    l->off[l->n++] = l->len;
+    l->len += len;
+    l->off[l->n] = l->len;
+}
+
+typedef struct bfs {
+    const ck_config *cfg;
+    ck_world w;
+    vset seen;
+    node *nodes;
+    size_t nn, ncap;
+    level cur, next;
+    uint8_t *tmp;
+    ck_outcome *out;
+} bfs;
+
+static uint32_t add_node(bfs *b, uint32_t parent, uint16_t move, uint16_t d)
+{
+    if (b->nn == b->ncap) {
+        b->ncap = b->ncap ? 2 * b->ncap : 4096;
+        b->nodes = realloc(b->nodes, b->ncap * sizeof *b->nodes);
+        if (!b->nodes)
+            abort();
+    }
+    b->nodes[b->nn] = (node){parent, move, d};
+    return (uint32_t)b->nn++;
+}
+
+/* The path to node id (then `last` if not UINT16_MAX). */
+static void path_to(const bfs *b, uint32_t id, uint16_t last, bool liveness,
+                    ck_path *p)
+{
+    size_t len = 0;
+    for (uint32_t i = id; i != UINT32_MAX; i = b->nodes[i].parent)
+        len++;
+    len--; /* the root has no move */
+    p->n = 0;
+    for (size_t i = 0; i < len; i++)
+        ck_path_push(p, 0);
+    size_t at = len;
+    for (uint32_t i = id; b->nodes[i].parent != UINT32_MAX;
+         i = b->nodes[i].parent)
+        p->c[--at] = b->nodes[i].move;
+    if (last != UINT16_MAX)
+        ck_path_push(p, last);
+    p->liveness = liveness;
+}
+
+static bool found(bfs *b, uint32_t id, uint16_t last, bool liveness)
+{
+    b->out->inv = b->w.v.inv;
+    memcpy(b->out->what, b->w.v.what, sizeof b->out->what);
+    path_to(b, id, last, liveness, &b->out->path);
+    return true;
+}
+
+static size_t save(bfs *b)
+{
+    size_t len = ck_world_save(&b->w, b->tmp, CK_SAVE_MAX);
+    if (len > CK_SAVE_MAX) {
+        fprintf(stderr, "xfer-check: state larger than %d bytes\n",
+                CK_SAVE_MAX);
+        abort();
+    }
+    return len;
+}
+
+/* Expand state i of the current level; true on a violation. */
+static bool expand(bfs *b, size_t i, uint16_t depth)
+{
+    const uint8_t *blob = b->cur.buf + b->cur.off[i];
+    size_t blen = b->cur.off[i + 1] - b->cur.off[i];
+    uint32_t id = b->cur.ids[i];
+    ck_move mv[CK_MAX_MOVES];
+    if (ck_world_load(&b->w, blob, blen))
+        abort();
+    unsigned n = ck_world_moves(&b->w, mv);
+    if (n == 0 || depth >= b->cfg->depth) {
+        b->out->leaves++;
+        b->out->bounded |= n > 0;
+        if (!guarded_liveness(&b->w))
+            return found(b, id, UINT16_MAX, true);
+        return false;
+    }
+    for (unsigned m = 0; m < n; m++) {
+        if (m > 0 && ck_world_load(&b->w, blob, blen))
+            abort();
+        guarded_apply(&b->w, mv[m]);
+        b->out->transitions++;
+        if (b->w.v.inv >= 0)
+            return found(b, id, (uint16_t)m, false);
+        size_t len = save(b);
+        uint64_t key[2];
+        ck_canon_key(&b->w, b->tmp, len, key);
+        if (!vs_put(&b->seen, key))
+            continue;
+        uint32_t child = add_node(b, id, (uint16_t)m, depth + 1);
+        lv_add(&b->next, child, b->tmp, len);
+        if (b->cfg->liveness_all && !guarded_liveness(&b->w))
+            return found(b, child, UINT16_MAX, true);
+    }
+    return false;
+}
+
+static void lv_free(level *l)
+{
+    free(l->buf);
+    free(l->ids);
+    free(l->off);
+    memset(l, 0, sizeof *l);
+}
+
+int ck_bfs(const ck_config *cfg, ck_outcome *out)
+{
+    static bfs b;
+    memset(&b, 0, sizeof b);
+    b.cfg = cfg;
+    b.out = out;
+    out->inv = -1;
+    guard_install();
+    if (ck_world_init(&b.w, cfg, NULL))
+        return -1;
+    b.tmp = malloc(CK_SAVE_MAX);
+    vs_init(&b.seen, 1u << 16);
+    double t0 = now_s();
+    size_t len = save(&b);
+    uint64_t key[2];
+    ck_canon_key(&b.w, b.tmp, len, key);
+    vs_put(&b.seen, key);
+    lv_add(&b.cur, add_node(&b, UINT32_MAX, 0, 0), b.tmp, len);
+    bool bad = false;
+    for (uint16_t d = 0; b.cur.n && !bad; d++) {
+        out->depth = d;
+        for (size_t i = 0; i < b.cur.n && !bad; i++)
+            bad = expand(&b, i, d);
+        level t = b.cur;
+        b.cur = b.next;
+        b.next = t;
+        b.next.len = b.next.n = 0;
+    }
+    out->states = b.seen.n;
+    out->secs = now_s() - t0;
+    lv_free(&b.cur);
+    lv_free(&b.next);
+    free(b.seen.k);
+    free(b.nodes);
+    free(b.tmp);
+    ck_world_free(&b.w);
+    return out->inv;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Random and swarm walks                                                  */
+/* ---------------------------------------------------------------------- */
+
+static uint64_t rnd(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+typedef struct walker {
+    ck_config rc;
+    ck_world w, w2;
+    uint8_t *blob0, *b1, *b2;
+    size_t len0;
+} walker;
+
+/* One walk from the initial state; the path it took is left in *p. */
+static void walk(walker *k, uint64_t *s, ck_path *p)
+{
+    ck_move mv[CK_MAX_MOVES];
+    ck_world_load(&k->w, k->blob0, k->len0);
+    p->n = 0;
+    unsigned stop = (rnd(s) & 3) == 0 ? (unsigned)(rnd(s) % k->rc.depth)
+                                       : k->rc.depth;
+    for (unsigned i = 0; i < stop && k->w.v.inv < 0; i++) {
+        unsigned n = ck_world_moves(&k->w, mv);
+        if (n == 0)
+            break;
+        unsigned c = (unsigned)(rnd(s) % n);
+        ck_path_push(p, (uint16_t)c);
+        guarded_apply(&k->w, mv[c]);
+    }
+    p->liveness = k->w.v.inv < 0;
+    if (p->liveness)
+        guarded_liveness(&k->w);
+}
+
+/* I10: the same choices on a fresh copy give the same outputs and state. */
+static void same_again(walker *k, const ck_path *p)
+{
+    ck_move mv[CK_MAX_MOVES];
+    ck_world_load(&k->w2, k->blob0, k->len0);
+    for (size_t i = 0; i < p->n && k->w2.v.inv < 0; i++) {
+        unsigned n = ck_world_moves(&k->w2, mv);
+        guarded_apply(&k->w2, mv[p->c[i] % (n ? n : 1)]);
+    }
+    if (p->liveness)
+        guarded_liveness(&k->w2);
+    size_t l1 = ck_world_save(&k->w, k->b1, CK_SAVE_MAX);
+    size_t l2 = ck_world_save(&k->w2, k->b2, CK_SAVE_MAX);
+    if (k->w.out_hash != k->w2.out_hash || l1 != l2 ||
+        memcmp(k->b1, k->b2, l1) != 0)
+        ck_mon_fail(&k->w, CK_I10, "the same %zu choices gave different "
+                    "outputs or states on a second run", p->n);
+}
+
+static void walker_free(walker *k)
+{
+    ck_world_free(&k->w);
+    ck_world_free(&k->w2);
+    free(k->blob0);
+    free(k->b1);
+    free(k->b2);
+}
+
+int ck_random(const ck_config *cfg, uint64_t seed, uint64_t runs, bool swarm,
+              ck_outcome *out)
+{
+    static walker k;
+    memset(&k, 0, sizeof k);
+    k.rc = *cfg;
+    out->inv = -1;
+    guard_install();
+    if (ck_world_init(&k.w, &k.rc, NULL) || ck_world_init(&k.w2, &k.rc, NULL))
+        return -1;
+    k.blob0 = malloc(CK_SAVE_MAX);
+    k.b1 = malloc(CK_SAVE_MAX);
+    k.b2 = malloc(CK_SAVE_MAX);
+    k.len0 = ck_world_save(&k.w, k.blob0, CK_SAVE_MAX);
+    double t0 = now_s();
+    ck_path p = {0};
+    for (uint64_t r = 0; r < runs; r++) {
+        uint64_t s = seed + r * 0x100000001ull, s0 = s;
+        k.rc.faults = swarm ? cfg->faults & (uint32_t)rnd(&s) : cfg->faults;
+        walk(&k, &s, &p);
+        out->runs++;
+        out->steps += p.n;
+        if (k.w.v.inv < 0)
+            same_again(&k, &p);
+        if (k.w.v.inv >= 0) {
+            out->inv = k.w.v.inv;
+            memcpy(out->what, k.w.v.what, sizeof out->what);
+            out->seed = s0;
+            out->faults = k.rc.faults;
+            out->path = p;
+            p = (ck_path){0};
+            break;
+        }
+    }
+    out->secs = now_s() - t0;
+    ck_path_free(&p);
+    walker_free(&k);
+    return out->inv;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Shrinking a failing walk                                                */
+/* ---------------------------------------------------------------------- */
+
+/* Replay with indices taken modulo the moves offered; rewrite the path to
+ * the indices really used, cut after the violating step. */
+static int normalize(const ck_config *cfg, ck_path *p, ck_violation *v)
+{
+    static ck_world w;
+    ck_move mv[CK_MAX_MOVES];
+    if (ck_world_init(&w, cfg, NULL))
+        return -1;
+    size_t i = 0;
+    for (; i < p->n && w.v.inv < 0; i++) {
+        unsigned n = ck_world_moves(&w, mv);
+        if (n == 0)
+            break;
+        p->c[i] %= n;
+        guarded_apply(&w, mv[p->c[i]]);
+    }
+    p->n = i;
+    p->liveness = w.v.inv < 0;
+    if (p->liveness)
+        guarded_liveness(&w);
+    *v = w.v;
+    ck_world_free(&w);
+    return v->inv;
+}
+
+void ck_shrink(const ck_config *cfg, ck_outcome *o)
+{
+    ck_violation v;
+    uint64_t h;
+    unsigned budget = 4000;
+    ck_path cand = {0};
+    for (size_t chunk = o->path.n / 2; chunk >= 1 && budget; chunk /= 2) {
+        for (size_t i = 0; i + chunk <= o->path.n && budget; budget--) {
+            cand.n = 0;
+            for (size_t j = 0; j < o->path.n; j++)
+                if (j < i || j >= i + chunk)
+                    ck_path_push(&cand, o->path.c[j]);
+            cand.liveness = true;
+            if (ck_run_path(cfg, &cand, NULL, &v, &h, true) == o->inv) {
+                ck_path t = o->path;
+                o->path = cand;
+                cand = t;
+            } else {
+                i += chunk;
+            }
+        }
+    }
+    ck_path_free(&cand);
+    if (normalize(cfg, &o->path, &v) == o->inv)
+        memcpy(o->what, v.what, sizeof o->what);
+}

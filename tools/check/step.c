@@ -1,0 +1,308 @@
+/*
+ * tools/check/step.c - the moves of the environment: which are enabled in a
+ * state, what each does to the world, how it reads in a counterexample, and
+ * the liveness phase that ends a path.
+ *
+ * What must stay true: ck_world_moves() depends only on the state (message
+ * order is canonical, see net.c), so a move index names the same move every
+ * time the state is loaded; budgets (faults, cancels, late submits, shard
+ * timer fires) are part of the state, which keeps every path finite.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "world.h"
+
+static bool fault_on(const ck_world *w, unsigned bit)
+{
+    return (w->cfg->faults & (1u << bit)) != 0;
+}
+
+static bool budget(const ck_world *w)
+{
+    return w->env.faults < w->cfg->max_faults;
+}
+
+/* A transfer waiting for its cancel retry backoff: its timer is ordinary
+ * progress, not a fault, so it may always fire. */
+static bool retry_waiting(const ck_world *w)
+{
+    for (unsigned t = 0; t < w->cfg->T; t++) {
+        xfer_transfer_view v;
+        if (xfer_core_view(w->core, t + 1u, &v) &&
+            v.state == XFER_TS_CANCELLING && v.pending == 0)
+            return true;
+    }
+    return false;
+}
+
+static unsigned msg_moves(const ck_world *w, unsigned i, ck_move *out)
+{
+    const ck_msg *m = &w->msg[i];
+    unsigned n = 0;
+    if (i > 0 && memcmp(m, &w->msg[i - 1], sizeof *m) == 0)
+        return 0; /* the same message twice: one set of moves is enough */
+    out[n++] = (ck_move){MV_DELIVER, (uint8_t)i};
+    bool b = budget(w);
+    if (m->kind == MK_OP) {
+        if (b && fault_on(w, CK_FB_FAIL))
+            out[n++] = (ck_move){MV_FAIL, (uint8_t)i};
+        if (b && fault_on(w, CK_FB_LOST))
+            out[n++] = (ck_move){MV_LOST, (uint8_t)i};
+        if ((m->flags & MF_ABORT) && fault_on(w, CK_FB_ABORT))
+            out[n++] = (ck_move){MV_ABORT, (uint8_t)i};
+    } else if (b && fault_on(w, CK_FB_DROP) &&
+               (m->kind == MK_EV ||
+                (m->kind == MK_RACT && m->op != XFER_RA_RELEASE))) {
+        out[n++] = (ck_move){MV_FAIL, (uint8_t)i};
+        if (m->kind == MK_RACT && m->op == XFER_RA_TAKE)
+            out[n++] = (ck_move){MV_LOST, (uint8_t)i};
+    }
+    return n;
+}
+
+static unsigned env_moves(const ck_world *w, ck_move *out)
+{
+    const ck_config *c = w->cfg;
+    const ck_env *e = &w->env;
+    unsigned n = 0;
+    bool up = !e->crashed;
+    for (unsigned t = 0; t < c->T && up; t++) {
+        if (!e->submitted[t])
+            out[n++] = (ck_move){MV_SUBMIT, (uint8_t)t};
+        else if (fault_on(w, CK_FB_LATE) && e->lates < c->max_lates)
+            out[n++] = (ck_move){MV_LATE, (uint8_t)t};
+        if (fault_on(w, CK_FB_CANCEL) && e->cancels < c->max_cancels)
+            out[n++] = (ck_move){MV_CANCEL, (uint8_t)t};
+    }
+    for (unsigned t = 0; t < c->T; t++)
+        if (fault_on(w, CK_FB_CONSUMER) && e->ccancels < c->max_ccancels)
+            out[n++] = (ck_move){MV_CCANCEL, (uint8_t)t};
+    if (up && fault_on(w, CK_FB_SHUTDOWN) && !e->shutdown)
+        out[n++] = (ck_move){MV_SHUTDOWN, 0};
+    /* Timers that are ordinary progress (a cancel retry, a stop due now)
+     * are free; every other timer fire is a jump in time and counts
+     * against max_expiries. */
+    /* No timer may move the clock past the delivery horizon of a message
+     * in flight. */
+    bool jump = e->expiries < c->max_expiries;
+    uint64_t hz = ck_net_horizon(w);
+    uint64_t d = xfer_core_next_deadline(w->core);
+    if (up && d != UINT64_MAX && (d <= hz || d <= e->now) &&
+        ((fault_on(w, CK_FB_DEADLINE) && jump) || d <= e->now ||
+         retry_waiting(w)))
+        out[n++] = (ck_move){MV_FIRE_CORE, 0};
+    for (unsigned k = 0; k < c->S; k++)
+        if (fault_on(w, CK_FB_LEASE) && jump &&
+            (d = xfer_shard_next_deadline(w->sh[k])) != UINT64_MAX &&
+            (d <= hz || d <= e->now))
+            out[n++] = (ck_move){MV_FIRE_SHARD, (uint8_t)k};
+    if (fault_on(w, CK_FB_DEADLINE) && jump &&
+        (d = xfer_readiness_next_deadline(w->rd)) != UINT64_MAX &&
+        (d <= hz || d <= e->now))
+        out[n++] = (ck_move){MV_FIRE_READY, 0};
+    if (up && fault_on(w, CK_FB_CRASH))
+        out[n++] = (ck_move){MV_CRASH, 0};
+    return n;
+}
+
+unsigned ck_world_moves(const ck_world *w, ck_move *out)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < w->env.nmsg; i++)
+        n += msg_moves(w, i, out + n);
+    return n + env_moves(w, out + n);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Applying a move                                                         */
+/* ---------------------------------------------------------------------- */
+
+static void advance(ck_world *w, uint64_t deadline)
+{
+    if (deadline > w->env.now)
+        w->env.now = deadline;
+}
+
+static void fire_core(ck_world *w)
+{
+    uint64_t d = xfer_core_next_deadline(w->core);
+    if (!w->in_liveness && d > w->env.now && !retry_waiting(w))
+        w->env.expiries++;
+    advance(w, d);
+    ck_mon_core_timer(w);
+    xfer_core_on_timer(w->core, w->env.now);
+    ck_engine_drain(w);
+}
+
+static void fire_shard(ck_world *w, unsigned k)
+{
+    advance(w, xfer_shard_next_deadline(w->sh[k]));
+    xfer_shard_on_timer(w->sh[k], w->env.now);
+    ck_cons_drain_shard(w, k);
+    ck_mon_shard_timer(w, k);
+}
+
+static void fire_ready(ck_world *w)
+{
+    advance(w, xfer_readiness_next_deadline(w->rd));
+    xfer_readiness_on_timer(w->rd, w->env.now);
+    ck_cons_drain_ready(w);
+}
+
+static void submit(ck_world *w, unsigned t, bool late)
+{
+    int rc = ck_engine_submit(w, t);
+    ck_mon_submit(w, t, rc, late);
+    ck_engine_drain(w);
+}
+
+static void cancel(ck_world *w, unsigned t)
+{
+    xfer_transfer_state before = xfer_core_state(w->core, t + 1u);
+    int rc = xfer_core_cancel(w->core, w->env.now, t + 1u);
+    ck_mon_cancel(w, t, rc, before);
+    ck_engine_drain(w);
+}
+
+static void crash(ck_world *w)
+{
+    /* The producer is gone: its replies are never read. */
+    w->env.crashed = 1;
+    for (unsigned i = w->env.nmsg; i-- > 0;)
+        if (w->msg[i].kind == MK_RES)
+            ck_net_remove(w, i);
+}
+
+static void apply_env(ck_world *w, ck_move mv)
+{
+    switch (mv.kind) {
+    case MV_SUBMIT:
+        w->env.submitted[mv.arg] = 1;
+        submit(w, mv.arg, false);
+        break;
+    case MV_LATE:
+        w->env.lates++;
+        submit(w, mv.arg, true);
+        break;
+    case MV_CANCEL:
+        w->env.cancels++;
+        cancel(w, mv.arg);
+        break;
+    case MV_SHUTDOWN:
+        w->env.shutdown = 1;
+        ck_mon_shutdown(w);
+        xfer_core_shutdown(w->core, w->env.now);
+        ck_engine_drain(w);
+        break;
+    case MV_CCANCEL:
+        w->env.ccancels++;
+        ck_mon_ccancel(w, mv.arg);
+        xfer_readiness_cancel(w->rd, w->env.now, mv.arg + 1u);
+        ck_cons_drain_ready(w);
+        break;
+    case MV_FIRE_CORE:
+        fire_core(w);
+        break;
+    case MV_FIRE_SHARD:
+        if (!w->in_liveness)
+            w->env.expiries++;
+        fire_shard(w, mv.arg);
+        break;
+    case MV_FIRE_READY:
+        if (!w->in_liveness)
+            w->env.expiries++;
+        fire_ready(w);
+        break;
+    default:
+        crash(w);
+        break;
+    }
+}
+
+void ck_world_apply(ck_world *w, ck_move mv)
+{
+    static const int how[] = {HOW_DELIVER, HOW_FAIL, HOW_LOST, HOW_ABORT};
+    if (mv.kind <= MV_ABORT) {
+        if (mv.kind == MV_FAIL || mv.kind == MV_LOST)
+            w->env.faults++;
+        ck_cons_deliver(w, mv.arg, how[mv.kind]);
+    } else {
+        apply_env(w, mv);
+    }
+    ck_world_after_step(w);
+}
+
+void ck_world_after_step(ck_world *w)
+{
+    ck_net_sort(w);
+    ck_mon_global(w);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Liveness: no more faults; deliver everything, fire every timer          */
+/* ---------------------------------------------------------------------- */
+
+/* The earliest armed timer as a move; false when none is armed. */
+static bool next_timer(const ck_world *w, ck_move *mv)
+{
+    uint64_t best = UINT64_MAX, d;
+    if (!w->env.crashed && (d = xfer_core_next_deadline(w->core)) < best) {
+        best = d;
+        *mv = (ck_move){MV_FIRE_CORE, 0};
+    }
+    for (unsigned k = 0; k < w->cfg->S; k++)
+        if ((d = xfer_shard_next_deadline(w->sh[k])) < best) {
+            best = d;
+            *mv = (ck_move){MV_FIRE_SHARD, (uint8_t)k};
+        }
+    if ((d = xfer_readiness_next_deadline(w->rd)) < best) {
+        best = d;
+        *mv = (ck_move){MV_FIRE_READY, 0};
+    }
+    return best != UINT64_MAX;
+}
+
+/* Run to quiescence; false if it did not settle within the bound. */
+static bool settle(ck_world *w, const ck_tracer *tr, unsigned *steps)
+{
+    for (; *steps < 4000; (*steps)++) {
+        ck_move mv = {MV_DELIVER, 0};
+        if (w->env.nmsg == 0 && !next_timer(w, &mv))
+            return true;
+        if (tr && tr->action) {
+            char buf[256];
+            ck_world_describe(w, mv, buf, sizeof buf);
+            tr->action(tr->ud, buf);
+        }
+        ck_world_apply(w, mv);
+        if (w->v.inv >= 0)
+            return true;
+    }
+    return false;
+}
+
+bool ck_world_liveness(ck_world *w)
+{
+    const ck_tracer *tr = w->tracer;
+    unsigned steps = 0;
+    w->in_liveness = true;
+    if (tr && tr->action)
+        tr->action(tr->ud, "-- liveness phase: no more faults; deliver "
+                           "everything, fire every timer --");
+    bool ok = settle(w, tr, &steps);
+    if (ok && w->v.inv < 0) {
+        if (tr && tr->action)
+            tr->action(tr->ud, "consumer application releases the data "
+                               "it was handed");
+        ck_cons_release_taken(w);
+        ck_world_after_step(w);
+        ok = w->v.inv >= 0 || settle(w, tr, &steps);
+    }
+    if (!ok)
+        ck_mon_fail(w, CK_LIVE, "still busy after %u liveness steps", steps);
+    else if (w->v.inv < 0)
+        ck_mon_final(w);
+    w->in_liveness = false;
+    return w->v.inv < 0;
+}

@@ -1,0 +1,242 @@
+/*
+ * tools/check/world.c - building, saving, loading and stepping the world
+ * xfer-check explores (see world.h).
+ *
+ * What must stay true:
+ *  - a state is exactly its encoding: load(save(w)) answers every move as w
+ *    does (the machines' own save/load guarantee this for them; the rest is
+ *    plain data here), so BFS can expand a state long after it was found;
+ *  - the moves of a state, and their order, depend on the state alone;
+ *  - time only moves when the environment fires a timer, and then to that
+ *    timer's deadline (never backwards).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core_int.h"
+#include "readiness_int.h"
+#include "shard_int.h"
+#include "world.h"
+
+/* ---------------------------------------------------------------------- */
+/* Construction                                                            */
+/* ---------------------------------------------------------------------- */
+
+static uint64_t counter_rng(void *ud)
+{
+    uint64_t *c = ud;
+    return ++*c;
+}
+
+static bool tr_on(const ck_world *w)
+{
+    return w->tracer && w->tracer->rec;
+}
+
+static void trace_fn(void *ud, const xfer_trace_rec *r)
+{
+    const ck_src *s = ud;
+    if (s->w->tracer && s->w->tracer->rec)
+        s->w->tracer->rec(s->w->tracer->ud, r, s->src);
+}
+
+static xfer_trace_sink sink(ck_world *w, unsigned src)
+{
+    xfer_trace_sink t = {0};
+    if (!tr_on(w))
+        return t;
+    w->srcs[src] = (ck_src){w, (uint8_t)src};
+    t.fn = trace_fn;
+    t.ud = &w->srcs[src];
+    return t;
+}
+
+static int make_consumer(ck_world *w)
+{
+    const ck_config *c = w->cfg;
+    for (unsigned k = 0; k < c->S; k++) {
+        xfer_shard_config sc = {
+            .pool_bytes = CK_POOL_BYTES,
+            .max_reservations = c->T,
+            .max_tombstones = c->T,
+            .lease_ttl_ns = CK_LEASE_TTL,
+            .tombstone_ttl_ns = CK_SHARD_TOMB_TTL,
+            .align = 64,
+            .shard_index = (uint16_t)k,
+            .rng = {counter_rng, &w->env.rng[k]},
+            .trace = sink(w, 1 + k),
+        };
+        int rc = xfer_shard_new(&sc, &w->sh[k]);
+        if (rc)
+            return rc;
+    }
+    xfer_readiness_config rc = {
+        .nshards = (uint16_t)c->S,
+        .max_records = c->T,
+        .max_tombstones = c->T,
+        .deadline_ns = CK_READY_DEADLINE,
+        .tombstone_ttl_ns = CK_READY_TOMB_TTL,
+        .trace = sink(w, CK_MAX_S + 1),
+    };
+    return xfer_readiness_new(&rc, &w->rd);
+}
+
+int ck_world_init(ck_world *w, const ck_config *cfg, const ck_tracer *tr)
+{
+    memset(w, 0, sizeof *w);
+    w->cfg = cfg;
+    w->tracer = tr;
+    w->v.inv = -1;
+    w->core_cfg = (xfer_core_config){
+        .max_transfers = cfg->T,
+        .max_tombstones = cfg->T,
+        .tombstone_ttl_ns = CK_CORE_TOMB_TTL,
+        .default_deadline_ns = CK_DEADLINE,
+        .cancel_op_timeout_ns = CK_CANCEL_TIMEOUT,
+        .cancel_backoff_ns = CK_BACKOFF,
+        .cancel_max_attempts = cfg->cancel_max_attempts,
+        .max_shards = (uint16_t)cfg->S,
+        .trace = sink(w, 0),
+    };
+    int rc = xfer_core_new(&w->core_cfg, &w->core);
+    if (!rc)
+        rc = make_consumer(w);
+    if (rc) {
+        ck_world_free(w);
+        return rc;
+    }
+    ck_engine_start(w);
+    return 0;
+}
+
+void ck_world_free(ck_world *w)
+{
+    xfer_core_del(w->core);
+    for (unsigned k = 0; k < CK_MAX_S; k++)
+        xfer_shard_del(w->sh[k]);
+    xfer_readiness_del(w->rd);
+    w->core = NULL;
+    w->rd = NULL;
+    memset(w->sh, 0, sizeof w->sh);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Save and load                                                           */
+/* ---------------------------------------------------------------------- */
+
+typedef struct obuf {
+    uint8_t *p;
+    size_t len, at;
+} obuf;
+
+static void put(obuf *o, const void *src, size_t n)
+{
+    if (o->at + n <= o->len)
+        memcpy(o->p + o->at, src, n);
+    o->at += n;
+}
+
+/* A machine's blob behind a 4-byte length. */
+static void put_blob(obuf *o, size_t n)
+{
+    uint32_t n32 = (uint32_t)n;
+    if (o->at + 4 <= o->len)
+        memcpy(o->p + o->at, &n32, 4);
+    o->at += 4 + n;
+}
+
+static uint8_t *room(obuf *o, size_t *left)
+{
+    size_t at = o->at + 4;
+    *left = at <= o->len ? o->len - at : 0;
+    return *left ? o->p + at : NULL;
+}
+
+static void put_mon(obuf *o, const ck_world *w)
+{
+    const ck_config *c = w->cfg;
+    for (unsigned t = 0; t < c->T; t++) {
+        const mon_tr *m = &w->mon.tr[t];
+        put(o, m, offsetof(mon_tr, ps));
+        put(o, m->ps, c->S * sizeof m->ps[0]);
+        put(o, m->cs, c->S * sizeof m->cs[0]);
+    }
+    put(o, &w->mon.shutdown_req, 4);
+}
+
+size_t ck_world_save(ck_world *w, uint8_t *buf, size_t len)
+{
+    obuf o = {buf, buf ? len : 0, 0};
+    size_t left;
+    uint8_t *r;
+    put(&o, &w->env, sizeof w->env);
+    put(&o, w->msg, w->env.nmsg * sizeof w->msg[0]);
+    put_mon(&o, w);
+    r = room(&o, &left);
+    put_blob(&o, xfer_core_save(w->core, r, left));
+    for (unsigned k = 0; k < w->cfg->S; k++) {
+        r = room(&o, &left);
+        put_blob(&o, xfer_shard_save(w->sh[k], r, left));
+    }
+    r = room(&o, &left);
+    put_blob(&o, xfer_readiness_save(w->rd, r, left));
+    return o.at;
+}
+
+typedef struct ibuf {
+    const uint8_t *p;
+    size_t len, at;
+} ibuf;
+
+static bool get(ibuf *b, void *dst, size_t n)
+{
+    if (b->at + n > b->len)
+        return false;
+    memcpy(dst, b->p + b->at, n);
+    b->at += n;
+    return true;
+}
+
+static const uint8_t *get_blob(ibuf *b, size_t *n)
+{
+    uint32_t n32;
+    if (!get(b, &n32, 4) || b->at + n32 > b->len)
+        return NULL;
+    const uint8_t *p = b->p + b->at;
+    b->at += n32;
+    *n = n32;
+    return p;
+}
+
+static bool get_mon(ibuf *b, ck_world *w)
+{
+    const ck_config *c = w->cfg;
+    for (unsigned t = 0; t < c->T; t++) {
+        mon_tr *m = &w->mon.tr[t];
+        if (!get(b, m, offsetof(mon_tr, ps)) ||
+            !get(b, m->ps, c->S * sizeof m->ps[0]) ||
+            !get(b, m->cs, c->S * sizeof m->cs[0]))
+            return false;
+    }
+    return get(b, &w->mon.shutdown_req, 4);
+}
+
+int ck_world_load(ck_world *w, const uint8_t *buf, size_t len)
+{
+    ibuf b = {buf, len, 0};
+    size_t n;
+    const uint8_t *p;
+    w->v.inv = -1;
+    w->in_liveness = false;
+    if (!get(&b, &w->env, sizeof w->env) || w->env.nmsg > CK_MAX_MSG ||
+        !get(&b, w->msg, w->env.nmsg * sizeof w->msg[0]) || !get_mon(&b, w))
+        return XFER_ERR_FORMAT;
+    if (!(p = get_blob(&b, &n)) || xfer_core_load(w->core, p, n))
+        return XFER_ERR_FORMAT;
+    for (unsigned k = 0; k < w->cfg->S; k++)
+        if (!(p = get_blob(&b, &n)) || xfer_shard_load(w->sh[k], p, n))
+            return XFER_ERR_FORMAT;
+    if (!(p = get_blob(&b, &n)) || xfer_readiness_load(w->rd, p, n))
+        return XFER_ERR_FORMAT;
+    return b.at == len ? 0 : XFER_ERR_FORMAT;
+}

@@ -1,0 +1,305 @@
+/*
+ * tools/check/world.h - the world xfer-check explores: one producer transfer
+ * core with T transfers, S consumer shards, one readiness tracker, the
+ * messages in flight between them, the engine model around the core (staging
+ * regions, the staging pool registry, shutdown), and the observer monitors.
+ *
+ * Every field that influences what can happen next is part of the encoded
+ * state (ck_world_save); nothing here holds a pointer that is encoded.
+ */
+#ifndef XFER_CHECK_WORLD_H
+#define XFER_CHECK_WORLD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer/core.h"
+#include "xfer/readiness.h"
+#include "xfer/shard.h"
+
+#define CK_MAX_S 6
+#define CK_MAX_T 4
+#define CK_MAX_MSG 48
+#define CK_MAX_MOVES 160
+#define CK_SAVE_MAX 16384
+
+/* Fault classes (bits of ck_config.faults). */
+#define CK_FAULTS(X)                                                          \
+    X(FAIL, "fail", "an op RPC fails without being applied")                 \
+    X(LOST, "lost", "an op RPC is applied but its reply is lost")            \
+    X(ABORT, "abort", "ABORT actions abort ops not yet applied")             \
+    X(LEASE, "lease", "shard timers (leases, tombstones) fire any time")     \
+    X(DEADLINE, "deadline", "core and readiness deadlines fire any time")    \
+    X(CANCEL, "cancel", "the producer's scheduler cancels a transfer")       \
+    X(LATE, "late", "a late submit for an id already submitted")             \
+    X(SHUTDOWN, "shutdown", "the engine shuts down")                         \
+    X(CONSUMER, "consumer", "the consumer's scheduler cancels an id")        \
+    X(DROP, "drop", "consumer-side messages lost or takes failing")          \
+    X(CRASH, "crash", "the producer disappears (leases must reclaim)")
+
+enum {
+#define CK_F_ENUM_(n, s, d) CK_FB_##n,
+    CK_FAULTS(CK_F_ENUM_)
+#undef CK_F_ENUM_
+    CK_FB_COUNT_
+};
+#define CK_F(n) (1u << CK_FB_##n)
+#define CK_F_ALL ((1u << CK_FB_COUNT_) - 1u)
+
+/* Invariants, for reporting. */
+#define CK_INVARIANTS(X)                                                      \
+    X(I1, "exactly once")                                                    \
+    X(I2, "wait for all")                                                    \
+    X(I3, "staging safety")                                                  \
+    X(I4, "consumer safety")                                                 \
+    X(I5, "complete rollback")                                               \
+    X(I6, "no resurrection")                                                 \
+    X(I7, "pre-emptive cancel")                                              \
+    X(I8, "readiness")                                                       \
+    X(I9, "shutdown")                                                        \
+    X(I10, "determinism")                                                    \
+    X(I11, "bounded memory")                                                 \
+    X(I12, "errors propagate")                                               \
+    X(I13, "leases reclaim")                                                 \
+    X(I14, "attempts are isolated")                                          \
+    X(ILLEGAL, "machine reached an ILLEGAL cell or asserted")                \
+    X(LIVE, "liveness: the system did not settle")
+
+enum {
+#define CK_I_ENUM_(n, d) CK_##n,
+    CK_INVARIANTS(CK_I_ENUM_)
+#undef CK_I_ENUM_
+    CK_INV_COUNT_
+};
+
+const char *ck_inv_name(unsigned inv);
+const char *ck_inv_desc(unsigned inv);
+const char *ck_fault_name(unsigned bit);
+
+typedef struct ck_config {
+    unsigned S, T;
+    uint32_t faults;       /* CK_F_* bits */
+    unsigned max_faults;   /* fail/lost/drop injections per path */
+    unsigned max_cancels;  /* producer user cancels per path */
+    unsigned max_lates;    /* late submits per path */
+    unsigned max_ccancels; /* consumer cancels per path */
+    unsigned max_expiries; /* shard timer fires outside liveness */
+    unsigned cancel_max_attempts;
+    unsigned depth;        /* BFS depth bound / walk length */
+    uint64_t max_delay;    /* network delay bound (ns) */
+    bool liveness_all;     /* liveness phase from every state, not leaves */
+    bool symmetry;
+} ck_config;
+
+/* Timings of the modelled deployment (ns). */
+#define CK_LEASE_TTL (10ull * 1000000000ull)
+#define CK_SHARD_TOMB_TTL (20ull * 1000000000ull)
+#define CK_CORE_TOMB_TTL (60ull * 1000000000ull)
+#define CK_DEADLINE (30ull * 1000000000ull)
+#define CK_CANCEL_TIMEOUT (5ull * 1000000000ull)
+#define CK_BACKOFF (10ull * 1000000ull)
+#define CK_READY_DEADLINE (30ull * 1000000000ull)
+#define CK_READY_TOMB_TTL (60ull * 1000000000ull)
+#define CK_SLICE 256u
+#define CK_POOL_BYTES (4096ull)
+
+/* Message kinds in flight. */
+enum {
+    MK_OP = 0,   /* producer -> shard: reserve/write/commit/cancel */
+    MK_RES = 1,  /* shard -> producer: the result of an op */
+    MK_EV = 2,   /* shard -> readiness: ready / cancelled / expired */
+    MK_RACT = 3, /* readiness -> shard: take / release / cancel */
+    MK_TRES = 4  /* shard -> readiness: take result */
+};
+#define MF_ABORT 1u /* the core asked to abort this op */
+#define MF_BEGUN 2u /* a write: begun on the shard (bytes may land) */
+
+typedef struct ck_msg {
+    uint8_t kind, op, flags, tr; /* tr: transfer index (id - 1) */
+    uint16_t shard, pad0;
+    int32_t status;
+    uint32_t attempt;
+    uint32_t len;
+    uint64_t resv_id, addr;
+    uint64_t sent_at; /* a message is delivered within max_delay of this */
+} ck_msg;
+
+/* Monitor bookkeeping: producer view of one (transfer, shard). */
+typedef struct mon_ps {
+    uint8_t out[4];      /* ops of each xfer_op_kind without a result */
+    uint8_t resv_sent;   /* a reserve was sent in this attempt */
+    uint8_t cancels;     /* cancels sent in this attempt */
+    uint8_t cancel_done; /* a cancel result "nothing of ours left" seen */
+    uint8_t cancel_gaveup_ok; /* last cancel failed with STATE (taken) */
+    uint8_t commit_ok;   /* commit acked */
+    uint8_t commit_sent; /* a commit was sent (consumer may hold data) */
+    uint8_t op_failed;   /* reserve/write/commit failure seen */
+    uint8_t abort_req;   /* ABORT seen for an op of this shard */
+} mon_ps;
+
+/* Monitor bookkeeping: the consumer view of one (transfer, shard). */
+typedef struct mon_cs {
+    uint64_t resv_id, addr;
+    uint64_t reserved_at;
+    uint32_t attempt, len;
+    uint8_t live;   /* a reservation we saw created and not yet freed */
+    uint8_t writes; /* writes begun and not ended */
+    uint8_t taken;  /* taken by the readiness tracker */
+    uint8_t ready;  /* committed on the shard */
+    uint32_t cancelled_attempt; /* last attempt cancelled here (0: none) */
+    uint32_t pad1;
+    uint64_t cancelled_at;
+    uint64_t take_resv;         /* resv id a take succeeded on */
+} mon_cs;
+
+typedef struct mon_tr {
+    uint32_t attempt;   /* attempt of the open transfer */
+    uint32_t last_attempt;
+    uint64_t tomb_at;   /* when the producer tombstone began */
+    uint64_t accepted_at;
+    uint64_t ccancel_at;
+    uint8_t open;       /* accepted, not completed */
+    uint8_t completions;
+    uint8_t tomb;       /* 1: completed, 2: pre-emptive cancel */
+    uint8_t stopped;    /* stop (cancel/deadline/shutdown) before failure */
+    uint8_t fail_shard, fail_phase, failed;
+    uint8_t staging;    /* staging region held by the engine model */
+    uint8_t ready_mask_lo, take_mask_lo; /* readiness observer (bits) */
+    uint8_t available, unavailable;
+    uint8_t ccancelled; /* the consumer's scheduler cancelled the id */
+    uint8_t success;    /* completed with success */
+    uint32_t ready_attempt;
+    mon_ps ps[CK_MAX_S];
+    mon_cs cs[CK_MAX_S];
+} mon_tr;
+
+typedef struct ck_mon {
+    mon_tr tr[CK_MAX_T];
+    uint8_t shutdown_req, shutdown_done, pool_unreg, shutdown_complete;
+    uint8_t pad[4];
+} ck_mon;
+
+/* Environment and engine-model state. */
+typedef struct ck_env {
+    uint64_t now;
+    uint64_t rng[CK_MAX_S];  /* next reservation id of each shard */
+    uint8_t submitted[CK_MAX_T];
+    uint8_t cancels, lates, ccancels, faults, expiries;
+    uint8_t shutdown, crashed, nmsg;
+    uint8_t pool_registered;   /* engine model: staging pool registry */
+    uint8_t staging[CK_MAX_T]; /* engine model: regions held */
+    uint8_t pad[3];
+} ck_env;
+
+/* A move of the environment. */
+enum {
+    MV_DELIVER = 0, MV_FAIL, MV_LOST, MV_ABORT, MV_SUBMIT, MV_LATE,
+    MV_CANCEL, MV_SHUTDOWN, MV_CCANCEL, MV_FIRE_CORE, MV_FIRE_SHARD,
+    MV_FIRE_READY, MV_CRASH, MV_COUNT_
+};
+typedef struct ck_move {
+    uint8_t kind;
+    uint8_t arg; /* message index, transfer index or shard */
+} ck_move;
+
+/* A violation found by a monitor. */
+typedef struct ck_violation {
+    int inv;  /* CK_I*, or -1 when none */
+    char what[256];
+} ck_violation;
+
+/* Where trace records and step notes go while printing a counterexample. */
+typedef struct ck_tracer {
+    void (*rec)(void *ud, const xfer_trace_rec *r, uint8_t src);
+    void (*action)(void *ud, const char *text);
+    void *ud;
+} ck_tracer;
+
+typedef struct ck_src {
+    struct ck_world *w;
+    uint8_t src;
+} ck_src;
+
+typedef struct ck_world {
+    const ck_config *cfg;
+    xfer_core_config core_cfg;
+    xfer_core *core;
+    xfer_shard *sh[CK_MAX_S];
+    xfer_readiness *rd;
+    ck_env env;
+    ck_msg msg[CK_MAX_MSG];
+    ck_mon mon;
+    ck_violation v;
+    uint64_t out_hash; /* I10: hash of every output seen */
+    const ck_tracer *tracer;
+    bool in_liveness;
+    uint8_t snap_out[CK_MAX_T][CK_MAX_S][4]; /* ops out at batch start */
+    ck_src srcs[CK_MAX_S + 2];
+} ck_world;
+
+/* world.c */
+int ck_world_init(ck_world *w, const ck_config *cfg, const ck_tracer *tr);
+void ck_world_free(ck_world *w);
+size_t ck_world_save(ck_world *w, uint8_t *buf, size_t len);
+int ck_world_load(ck_world *w, const uint8_t *buf, size_t len);
+unsigned ck_world_moves(const ck_world *w, ck_move *out);
+void ck_world_apply(ck_world *w, ck_move mv);
+void ck_world_describe(const ck_world *w, ck_move mv, char *buf, size_t len);
+bool ck_world_liveness(ck_world *w);
+void ck_world_after_step(ck_world *w);
+
+/* net.c: messages */
+void ck_net_push(ck_world *w, const ck_msg *m);
+void ck_net_remove(ck_world *w, unsigned i);
+void ck_net_sort(ck_world *w);
+uint64_t ck_net_horizon(const ck_world *w);
+
+/* consumer.c: the shard / readiness side of a move */
+void ck_cons_deliver(ck_world *w, unsigned i, int how);
+void ck_cons_drain_shard(ck_world *w, unsigned k);
+void ck_cons_drain_ready(ck_world *w);
+void ck_cons_release_taken(ck_world *w);
+/* ways to handle an op message */
+enum { HOW_DELIVER = 0, HOW_FAIL = 1, HOW_LOST = 2, HOW_ABORT = 3 };
+
+/* engine.c: the engine model around the core */
+void ck_engine_start(ck_world *w);
+int ck_engine_submit(ck_world *w, unsigned tr);
+void ck_engine_drain(ck_world *w);
+
+/* monitor.c */
+void ck_mon_fail(ck_world *w, int inv, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void ck_mon_batch(ck_world *w);
+void ck_mon_action(ck_world *w, const xfer_action *a);
+void ck_mon_submit(ck_world *w, unsigned tr, int rc, bool late);
+void ck_mon_cancel(ck_world *w, unsigned tr, int rc,
+                   xfer_transfer_state before);
+void ck_mon_core_timer(ck_world *w);
+void ck_mon_shutdown(ck_world *w);
+void ck_mon_ccancel(ck_world *w, unsigned tr);
+void ck_mon_result_in(ck_world *w, const ck_msg *m);
+void ck_mon_shard_op(ck_world *w, const ck_msg *m, int rc,
+                     const xfer_resv_info *info);
+void ck_mon_write_end(ck_world *w, const ck_msg *m, int rc);
+void ck_mon_shard_event(ck_world *w, const xfer_shard_event *e);
+void ck_mon_ready_action(ck_world *w, const xfer_ready_action *a);
+void ck_mon_take_result(ck_world *w, unsigned tr, unsigned k, int rc,
+                        uint64_t resv_id);
+void ck_mon_ready_event_in(ck_world *w, const ck_msg *m);
+void ck_mon_release(ck_world *w, unsigned tr, unsigned k, int rc);
+void ck_mon_consumer_cancel_applied(ck_world *w, const ck_msg *m, int rc);
+void ck_mon_staging(ck_world *w, unsigned tr, bool release);
+void ck_mon_pool_unregistered(ck_world *w);
+void ck_mon_shutdown_complete(ck_world *w);
+void ck_mon_global(ck_world *w);
+void ck_mon_shard_timer(ck_world *w, unsigned k);
+void ck_mon_final(ck_world *w);
+
+/* canon.c */
+void ck_canon_key(const ck_world *w, const uint8_t *blob, size_t len,
+                  uint64_t key[2]);
+void ck_hash128(const void *p, size_t n, uint64_t seed, uint64_t out[2]);
+
+#endif /* XFER_CHECK_WORLD_H */
