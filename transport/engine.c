@@ -99,11 +99,7 @@ static void rearm(xfer_engine *e)
         return;
     }
     uint64_t now = xfer_engine_now(e);
-    uint64_t d = next > now ? next - now : 0;
-    struct timeval tv = {.tv_sec = (time_t)(d / 1000000000ull),
-                         .tv_usec = (suseconds_t)(d % 1000000000ull / 1000)};
-    if (d && tv.tv_sec == 0 && tv.tv_usec == 0)
-        tv.tv_usec = 1;
+    struct timeval tv = xfer_timeval_of(next > now ? next - now : 0);
     evtimer_add(e->timer, &tv);
 }
 

@@ -6,11 +6,23 @@
 #define XFER_ENGINE_INT_H
 
 #include <stdint.h>
+#include <sys/time.h>
 
 #include "xfer/xfer.h"
 
 /* CLOCK_MONOTONIC in nanoseconds (clock.c).  `ud` unused. */
 uint64_t xfer_clock_monotonic(void *ud);
+
+/* A libevent delay from nanoseconds; a non-zero delay shorter than a
+ * microsecond becomes one microsecond, so it is not mistaken for "now". */
+static inline struct timeval xfer_timeval_of(uint64_t ns)
+{
+    struct timeval tv = {.tv_sec = (time_t)(ns / 1000000000ull),
+                         .tv_usec = (suseconds_t)(ns % 1000000000ull / 1000)};
+    if (ns && tv.tv_sec == 0 && tv.tv_usec == 0)
+        tv.tv_usec = 1;
+    return tv;
+}
 
 /* The thread-safe mailbox (mailbox.c): other threads post, the loop
  * drains.  A pipe wakes the loop. */

@@ -194,11 +194,7 @@ static void schedule_run(xfer_loop *l)
         event_active(l->run_ev, EV_TIMEOUT, 0);
         return;
     }
-    uint64_t d = due - now;
-    struct timeval tv = {.tv_sec = (time_t)(d / 1000000000ull),
-                         .tv_usec = (suseconds_t)(d % 1000000000ull / 1000)};
-    if (tv.tv_sec == 0 && tv.tv_usec == 0)
-        tv.tv_usec = 1;
+    struct timeval tv = xfer_timeval_of(due - now);
     event_add(l->run_ev, &tv);
 }
 
@@ -411,9 +407,8 @@ static void arm_shard_timer(xfer_loop *l)
         evtimer_del(l->shard_timer);
         return;
     }
-    uint64_t now = now_of(l), d = next > now ? next - now : 0;
-    struct timeval tv = {.tv_sec = (time_t)(d / 1000000000ull),
-                         .tv_usec = (suseconds_t)(d % 1000000000ull / 1000)};
+    uint64_t now = now_of(l);
+    struct timeval tv = xfer_timeval_of(next > now ? next - now : 0);
     evtimer_add(l->shard_timer, &tv);
 }
 

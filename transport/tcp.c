@@ -94,12 +94,6 @@ struct xfer_tcp {
     xfer_tcp_stats st;
 };
 
-static void tv_of(uint64_t ns, struct timeval *tv)
-{
-    tv->tv_sec = (time_t)(ns / 1000000000ull);
-    tv->tv_usec = (suseconds_t)(ns % 1000000000ull / 1000);
-}
-
 /* ---------------------------------------------------------------------- */
 /* Lists                                                                   */
 /* ---------------------------------------------------------------------- */
@@ -445,8 +439,7 @@ static void go_down(tcp_conn *c)
     fail_list(c, &c->wait, XFER_ERR_CONN_LOST);
     uint64_t b = c->backoff_ns ? 2 * c->backoff_ns : t->cfg.reconnect_min_ns;
     c->backoff_ns = b < t->cfg.reconnect_max_ns ? b : t->cfg.reconnect_max_ns;
-    struct timeval tv;
-    tv_of(c->backoff_ns, &tv);
+    struct timeval tv = xfer_timeval_of(c->backoff_ns);
     evtimer_add(c->retry_ev, &tv);
 }
 
@@ -501,8 +494,7 @@ static void start_connect(tcp_conn *c)
     bufferevent_set_max_single_read(c->bev, 1 << 20);
     bufferevent_setwatermark(c->bev, EV_WRITE, t->cfg.low_watermark, 0);
     bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
-    struct timeval tv;
-    tv_of(t->cfg.connect_timeout_ns, &tv);
+    struct timeval tv = xfer_timeval_of(t->cfg.connect_timeout_ns);
     bufferevent_set_timeouts(c->bev, &tv, &tv);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&c->sa,
@@ -614,8 +606,7 @@ static void t_abort(void *self, const xfer_action *a)
      * are still referenced answers once libevent lets go of them. */
     finish(t, op, XFER_ERR_ABORTED);
     if (op->ref_held && !evtimer_pending(c->grace_ev, NULL)) {
-        struct timeval tv;
-        tv_of(t->cfg.abort_grace_ns, &tv);
+        struct timeval tv = xfer_timeval_of(t->cfg.abort_grace_ns);
         evtimer_add(c->grace_ev, &tv);
     }
 }
