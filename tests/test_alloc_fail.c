@@ -78,9 +78,5 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_alloc_fail_each_allocation_in_turn);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tu_run(s);
 }

@@ -208,9 +208,5 @@ int main(void)
     tcase_add_test(tc, test_determinism_core_same_seed_same_trace);
     tcase_add_test(tc, test_determinism_engine_loop_same_seed_same_trace);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tu_run(s);
 }

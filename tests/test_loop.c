@@ -159,9 +159,5 @@ int main(void)
     tcase_add_test(tc, test_loop_drop_then_abort);
     tcase_add_test(tc, test_loop_shard_down_mid_write);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tu_run(s);
 }

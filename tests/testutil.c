@@ -8,6 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+int tu_run(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
+
 uint64_t tu_seed(const char *test_name, uint64_t fallback)
 {
     const char *env = getenv("XFER_SEED");

@@ -10,8 +10,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <check.h>
+
 #include "xfer/fsm.h"
 #include "xfer/trace.h"
+
+/* Run a Check suite (forked unless CK_FORK=no) and return the exit status
+ * for main(): 0 when every test passed. */
+int tu_run(Suite *s);
 
 /* The seed for this run: XFER_SEED if set, else `fallback`.  Printed. */
 uint64_t tu_seed(const char *test_name, uint64_t fallback);

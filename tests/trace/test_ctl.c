@@ -449,9 +449,5 @@ static Suite *suite(void)
 int main(int argc, char **argv)
 {
     xfer_trace_bin = argc > 1 ? argv[1] : "xfer-trace";
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run(suite());
 }
