@@ -98,6 +98,7 @@ static const numopt numopts[] = {
     {"--lates", 0, 50, CFG_(max_lates), 4},
     {"--ccancels", 0, 50, CFG_(max_ccancels), 4},
     {"--expiries", 0, 50, CFG_(max_expiries), 4},
+    {"--budget", 0, 200, CFG_(budget), 4},
     {"--cancel-attempts", 1, 20, CFG_(cancel_max_attempts), 4},
     {"--max-delay-ms", 1, 3600000, offsetof(opts, delay_ms), 8},
     {"--seed", 0, UINT64_MAX, offsetof(opts, seed), 8},
@@ -157,7 +158,7 @@ static void defaults(opts *o)
     memset(o, 0, sizeof *o);
     o->cfg = (ck_config){.S = 2, .T = 1, .faults = CK_F_ALL,
                          .max_faults = 2, .max_cancels = 1, .max_lates = 1,
-                         .max_ccancels = 1, .max_expiries = 2,
+                         .max_ccancels = 1, .max_expiries = 2, .budget = 3,
                          .cancel_max_attempts = 2, .depth = 400,
                          .max_delay = 15ull * 1000000000ull,
                          .symmetry = true};
@@ -217,9 +218,9 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
     char f[160];
     fault_list(c->faults, f, sizeof f);
     snprintf(b, n, "--shards %u --transfers %u --faults %s --max-faults %u "
-             "--cancels %u --lates %u --ccancels %u --expiries %u "
+             "--budget %u --cancels %u --lates %u --ccancels %u --expiries %u "
              "--cancel-attempts %u --depth %u --max-delay-ms %llu%s%s", c->S,
-             c->T, f, c->max_faults, c->max_cancels, c->max_lates,
+             c->T, f, c->max_faults, c->budget, c->max_cancels, c->max_lates,
              c->max_ccancels, c->max_expiries, c->cancel_max_attempts,
              c->depth, (unsigned long long)(c->max_delay / 1000000u),
              c->liveness_all ? " --liveness all" : "",
@@ -233,10 +234,13 @@ static void banner(const opts *o)
     char a[512];
     cfg_args(&o->cfg, a, sizeof a);
     printf("xfer-check: %s, %s\n", modes[o->mode], a);
-    printf("bounds: per path at most %u injected faults (fail/lost/drop), "
-           "%u producer cancel, %u late submit, %u consumer cancel, %u timer "
-           "fires that jump time (deadline, lease, tombstone) before liveness; cancel retried up to %u attempts; "
-           "messages delivered within %llu ms; depth %u; symmetry over shards %s\n", o->cfg.max_faults,
+    printf("bounds: per path at most %u disturbances in all (faults, "
+           "cancels, late submits, shutdown, crash, time jumps), of which "
+           "at most %u injected faults (fail/lost/drop), %u producer cancel, "
+           "%u late submit, %u consumer cancel, %u timer fires that jump "
+           "time (deadline, lease, tombstone); cancel retried up to %u "
+           "attempts; messages delivered within %llu ms; depth %u; symmetry "
+           "over shards %s\n", o->cfg.budget, o->cfg.max_faults,
            o->cfg.max_cancels, o->cfg.max_lates, o->cfg.max_ccancels,
            o->cfg.max_expiries, o->cfg.cancel_max_attempts,
            (unsigned long long)(o->cfg.max_delay / 1000000u), o->cfg.depth,

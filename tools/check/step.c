@@ -18,9 +18,16 @@ static bool fault_on(const ck_world *w, unsigned bit)
     return (w->cfg->faults & (1u << bit)) != 0;
 }
 
+/* A disturbance (fault, cancel, late submit, shutdown, crash, time jump)
+ * is allowed while both its own budget and the overall one last. */
+static bool calm(const ck_world *w)
+{
+    return w->env.disturb < w->cfg->budget;
+}
+
 static bool budget(const ck_world *w)
 {
-    return w->env.faults < w->cfg->max_faults;
+    return w->env.faults < w->cfg->max_faults && calm(w);
 }
 
 /* A transfer waiting for its cancel retry backoff: its timer is ordinary
@@ -70,22 +77,25 @@ static unsigned env_moves(const ck_world *w, ck_move *out)
     for (unsigned t = 0; t < c->T && up; t++) {
         if (!e->submitted[t])
             out[n++] = (ck_move){MV_SUBMIT, (uint8_t)t};
-        else if (fault_on(w, CK_FB_LATE) && e->lates < c->max_lates)
+        else if (fault_on(w, CK_FB_LATE) && e->lates < c->max_lates &&
+                 calm(w))
             out[n++] = (ck_move){MV_LATE, (uint8_t)t};
-        if (fault_on(w, CK_FB_CANCEL) && e->cancels < c->max_cancels)
+        if (fault_on(w, CK_FB_CANCEL) && e->cancels < c->max_cancels &&
+            calm(w))
             out[n++] = (ck_move){MV_CANCEL, (uint8_t)t};
     }
     for (unsigned t = 0; t < c->T; t++)
-        if (fault_on(w, CK_FB_CONSUMER) && e->ccancels < c->max_ccancels)
+        if (fault_on(w, CK_FB_CONSUMER) && e->ccancels < c->max_ccancels &&
+            calm(w))
             out[n++] = (ck_move){MV_CCANCEL, (uint8_t)t};
-    if (up && fault_on(w, CK_FB_SHUTDOWN) && !e->shutdown)
+    if (up && fault_on(w, CK_FB_SHUTDOWN) && !e->shutdown && calm(w))
         out[n++] = (ck_move){MV_SHUTDOWN, 0};
     /* Timers that are ordinary progress (a cancel retry, a stop due now)
      * are free; every other timer fire is a jump in time and counts
      * against max_expiries. */
     /* No timer may move the clock past the delivery horizon of a message
      * in flight. */
-    bool jump = e->expiries < c->max_expiries;
+    bool jump = e->expiries < c->max_expiries && calm(w);
     uint64_t hz = ck_net_horizon(w);
     uint64_t d = xfer_core_next_deadline(w->core);
     if (up && d != UINT64_MAX && (d <= hz || d <= e->now) &&
@@ -101,7 +111,7 @@ static unsigned env_moves(const ck_world *w, ck_move *out)
         (d = xfer_readiness_next_deadline(w->rd)) != UINT64_MAX &&
         (d <= hz || d <= e->now))
         out[n++] = (ck_move){MV_FIRE_READY, 0};
-    if (up && fault_on(w, CK_FB_CRASH))
+    if (up && fault_on(w, CK_FB_CRASH) && calm(w))
         out[n++] = (ck_move){MV_CRASH, 0};
     return n;
 }
@@ -127,8 +137,10 @@ static void advance(ck_world *w, uint64_t deadline)
 static void fire_core(ck_world *w)
 {
     uint64_t d = xfer_core_next_deadline(w->core);
-    if (!w->in_liveness && d > w->env.now && !retry_waiting(w))
+    if (!w->in_liveness && d > w->env.now && !retry_waiting(w)) {
         w->env.expiries++;
+        w->env.disturb++;
+    }
     advance(w, d);
     ck_mon_core_timer(w);
     xfer_core_on_timer(w->core, w->env.now);
@@ -176,6 +188,8 @@ static void crash(ck_world *w)
 
 static void apply_env(ck_world *w, ck_move mv)
 {
+    if (!w->in_liveness && mv.kind != MV_SUBMIT && mv.kind != MV_FIRE_CORE)
+        w->env.disturb++;
     switch (mv.kind) {
     case MV_SUBMIT:
         w->env.submitted[mv.arg] = 1;
@@ -224,8 +238,10 @@ void ck_world_apply(ck_world *w, ck_move mv)
 {
     static const int how[] = {HOW_DELIVER, HOW_FAIL, HOW_LOST, HOW_ABORT};
     if (mv.kind <= MV_ABORT) {
-        if (mv.kind == MV_FAIL || mv.kind == MV_LOST)
+        if (mv.kind == MV_FAIL || mv.kind == MV_LOST) {
             w->env.faults++;
+            w->env.disturb++;
+        }
         ck_cons_deliver(w, mv.arg, how[mv.kind]);
     } else {
         apply_env(w, mv);

@@ -173,13 +173,19 @@ size_t ck_world_save(ck_world *w, uint8_t *buf, size_t len)
     put(&o, w->msg, w->env.nmsg * sizeof w->msg[0]);
     put_mon(&o, w);
     r = room(&o, &left);
-    put_blob(&o, xfer_core_save(w->core, r, left));
+    w->off_core = o.at + 4;
+    w->len_core = xfer_core_save(w->core, r, left);
+    put_blob(&o, w->len_core);
     for (unsigned k = 0; k < w->cfg->S; k++) {
         r = room(&o, &left);
-        put_blob(&o, xfer_shard_save(w->sh[k], r, left));
+        w->off_sh[k] = o.at + 4;
+        w->len_sh[k] = xfer_shard_save(w->sh[k], r, left);
+        put_blob(&o, w->len_sh[k]);
     }
     r = room(&o, &left);
-    put_blob(&o, xfer_readiness_save(w->rd, r, left));
+    w->off_rd = o.at + 4;
+    w->len_rd = xfer_readiness_save(w->rd, r, left);
+    put_blob(&o, w->len_rd);
     return o.at;
 }
 

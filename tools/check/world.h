@@ -84,7 +84,8 @@ typedef struct ck_config {
     unsigned max_cancels;  /* producer user cancels per path */
     unsigned max_lates;    /* late submits per path */
     unsigned max_ccancels; /* consumer cancels per path */
-    unsigned max_expiries; /* shard timer fires outside liveness */
+    unsigned max_expiries; /* timer fires that jump time, before liveness */
+    unsigned budget;       /* disturbances of any kind per path */
     unsigned cancel_max_attempts;
     unsigned depth;        /* BFS depth bound / walk length */
     uint64_t max_delay;    /* network delay bound (ns) */
@@ -186,10 +187,10 @@ typedef struct ck_env {
     uint64_t rng[CK_MAX_S];  /* next reservation id of each shard */
     uint8_t submitted[CK_MAX_T];
     uint8_t cancels, lates, ccancels, faults, expiries;
-    uint8_t shutdown, crashed, nmsg;
+    uint8_t shutdown, crashed, nmsg, disturb;
     uint8_t pool_registered;   /* engine model: staging pool registry */
     uint8_t staging[CK_MAX_T]; /* engine model: regions held */
-    uint8_t pad[3];
+    uint8_t pad[2];
 } ck_env;
 
 /* A move of the environment. */
@@ -236,6 +237,9 @@ typedef struct ck_world {
     bool in_liveness;
     uint8_t snap_out[CK_MAX_T][CK_MAX_S][4]; /* ops out at batch start */
     ck_src srcs[CK_MAX_S + 2];
+    /* where ck_world_save put each machine's blob (not encoded) */
+    size_t off_core, len_core, off_sh[CK_MAX_S], len_sh[CK_MAX_S];
+    size_t off_rd, len_rd;
 } ck_world;
 
 /* world.c */

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+# tests/check/mutate.py - write a deliberately broken copy of one source
+# file (a mutant) for the xfer-check mutant tests.  The production sources
+# are never touched: meson compiles the copy into a mutant library that only
+# the mutant checkers link.
+#
+#   mutate.py NAME SRC OUT
+#
+# Each mutant replaces one exact snippet; if the snippet is not found exactly
+# once (the source moved on), the build fails loudly instead of silently
+# testing an unbroken copy.
+import sys
+
+MUTANTS = {
+    # The reservation fan-out acts on the first error without waiting for
+    # the other shards: the first failure drains the phase at once.
+    'fanout_first_error': (
+        'transfer.c',
+        '        note_failure(t, r->shard, r->status, XFER_PHASE_RESERVING);\n'
+        '    }\n'
+        '    if (--t->pending == 0)',
+        '        note_failure(t, r->shard, r->status, XFER_PHASE_RESERVING);\n'
+        '        t->pending = 1;\n'
+        '    }\n'
+        '    if (--t->pending == 0)'),
+    # Staging is released as soon as one write fails, while the writes to
+    # the other shards are still in flight.
+    'staging_early': (
+        'transfer.c',
+        '        note_failure(t, r->shard, r->status, XFER_PHASE_WRITING);\n',
+        '        note_failure(t, r->shard, r->status, XFER_PHASE_WRITING);\n'
+        '        push(c, t, XFER_ACT_RELEASE_STAGING, XFER_SHARD_NONE);\n'),
+    # A rollback whose cancel RPC failed drops the tombstone, so a late
+    # submit (ready) recreates the transfer.
+    'tomb_dropped': (
+        'core.c',
+        '    xfer_tomb_insert_held(&core->tombs, now, t->id, t->attempt, reason);\n',
+        '    if (t->rollback_failed)\n'
+        '        xfer_tomb_unhold(&core->tombs);\n'
+        '    else\n'
+        '        xfer_tomb_insert_held(&core->tombs, now, t->id, t->attempt,\n'
+        '                              reason);\n'),
+    # The user-cancel exit path returns before reporting completion.
+    'skip_complete': (
+        'transfer.c',
+        'static void finish(xfer_transfer *t, xfer_tctx *c)\n{\n',
+        'static void finish(xfer_transfer *t, xfer_tctx *c)\n{\n'
+        '    if (t->status == XFER_ERR_CANCELLED) {\n'
+        '        push(c, t, XFER_ACT_RELEASE_STAGING, XFER_SHARD_NONE);\n'
+        '        t->state = XFER_TS_TOMBSTONED;\n'
+        '        set_timer(t, XFER_TIMER_NONE, 0);\n'
+        '        return;\n'
+        '    }\n'),
+    # The success path reports the completion twice.
+    'double_complete': (
+        'transfer.c',
+        '        t->failed_shards = 0;\n        finish(t, c);\n',
+        '        t->failed_shards = 0;\n        finish(t, c);\n'
+        '        push(c, t, XFER_ACT_COMPLETE, XFER_SHARD_NONE)->result.id =\n'
+        '            t->id;\n'),
+    # Cancellation stops at the first shard whose cancel RPC failed: no
+    # shard is retried after a failed cancel.
+    'cancel_stops': (
+        'transfer.c',
+        '        retry = retry || t->shards[k].cancel == XFER_SUB_FAILED;\n',
+        '        retry = false;\n'),
+    # The engine model skips unregistering the staging pool at shutdown.
+    'pool_leak': (
+        'engine.c',
+        '    w->env.pool_registered = 0;\n',
+        ''),
+}
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] not in MUTANTS:
+        sys.exit('usage: mutate.py {%s} SRC OUT' % ','.join(MUTANTS))
+    name, src, out = sys.argv[1:]
+    base, old, new = MUTANTS[name]
+    if not src.endswith(base):
+        sys.exit('mutate.py: %s patches %s, not %s' % (name, base, src))
+    text = open(src).read()
+    if text.count(old) != 1:
+        sys.exit('mutate.py: %s: the snippet to patch occurs %d times in %s'
+                 % (name, text.count(old), src))
+    with open(out, 'w') as f:
+        f.write('/* MUTANT %s: a deliberately broken copy of %s, for the '
+                'xfer-check mutant tests only. */\n' % (name, base))
+        f.write(text.replace(old, new))
+
+
+main()
