@@ -196,11 +196,24 @@ static void note(xfer_core *core, uint64_t now, unsigned what, uint64_t id,
     xfer_util_emit(&core->ctx.trace, &core->ctx.seq, &rec);
 }
 
+static void drop_tomb(void *ud, const xfer_tomb_entry *e)
+{
+    xfer_core *core = ud;
+    core->st.tombstones_expired++;
+    note(core, core->last_now, XFER_NOTE_TOMB_EXPIRED, e->id, e->attempt,
+         XFER_SHARD_NONE, 0);
+}
+
+/* Clamp time to be monotonic and drop every tombstone due by then, so an
+ * expired entry is never mistaken for a live one by the lookups that follow
+ * (found by xfer-check, FINDINGS.md F1).  Dropping emits no action. */
 static uint64_t clamp_now(xfer_core *core, uint64_t now)
 {
     if (now < core->last_now)
-        return core->last_now;
+        now = core->last_now;
     core->last_now = now;
+    if (xfer_tomb_next_expiry(&core->tombs) <= now)
+        xfer_tomb_expire(&core->tombs, now, 0, drop_tomb, core);
     return now;
 }
 
@@ -368,10 +381,13 @@ int xfer_core_cancel(xfer_core *core, uint64_t now_ns, uint64_t id)
     }
     const xfer_tomb_entry *e = xfer_tomb_find(&core->tombs, id);
     if (e) {
-        xfer_transfer_trace_cell(&core->ctx, now_ns, id, e->attempt,
+        /* A repeated cancel gives the tombstone a full TTL from now. */
+        uint32_t att = e->attempt;
+        int rc = xfer_tomb_refresh(&core->tombs, now_ns, id, att, e->reason);
+        xfer_transfer_trace_cell(&core->ctx, now_ns, id, att,
                                  XFER_SHARD_NONE, XFER_TS_TOMBSTONED,
-                                 XFER_TE_USER_CANCEL, 0);
-        return 0;
+                                 XFER_TE_USER_CANCEL, rc);
+        return rc;
     }
     if (xfer_tomb_insert(&core->tombs, now_ns, id, 0, XFER_PHASE_NONE)) {
         core->st.tombstone_busy++;
@@ -436,14 +452,6 @@ int xfer_core_on_result(xfer_core *core, uint64_t now_ns,
 /* Time and shutdown                                                       */
 /* ---------------------------------------------------------------------- */
 
-static void drop_tomb(void *ud, const xfer_tomb_entry *e)
-{
-    xfer_core *core = ud;
-    core->st.tombstones_expired++;
-    note(core, core->last_now, XFER_NOTE_TOMB_EXPIRED, e->id, e->attempt,
-         XFER_SHARD_NONE, 0);
-}
-
 void xfer_core_on_timer(xfer_core *core, uint64_t now_ns)
 {
     if (!core)
@@ -451,7 +459,6 @@ void xfer_core_on_timer(xfer_core *core, uint64_t now_ns)
     now_ns = clamp_now(core, now_ns);
     trace_input(core, now_ns, XFER_TE_DEADLINE, 0, XFER_SHARD_NONE, NULL, 0,
                 0, 0);
-    xfer_tomb_expire(&core->tombs, now_ns, 0, drop_tomb, core);
     for (unsigned i = 0; i < XFER_CORE_BATCH && room(core); i++) {
         uint32_t slot;
         uint64_t due;
@@ -535,7 +542,7 @@ void xfer_core_stats_get(const xfer_core *core, xfer_core_stats *st)
     st->cancel_retries = core->ctx.cancel_retries;
     st->cancel_gave_up = core->ctx.cancel_gave_up;
     st->live = core->live.n;
-    st->tombstones = core->tombs.n;
+    st->tombstones = xfer_tomb_live(&core->tombs);
     memcpy(st->cells_hit, core->ctx.cells_hit, sizeof st->cells_hit);
 }
 
@@ -658,7 +665,7 @@ size_t xfer_core_save(const xfer_core *core, uint8_t *buf, size_t len)
         return 0;
     wbuf w = {buf, buf ? len : 0, 0};
     uint32_t hdr[6] = {SAVE_MAGIC, core->next_attempt, core->live.n,
-                       core->tombs.n, core->shutting_down,
+                       xfer_tomb_live(&core->tombs), core->shutting_down,
                        core->shutdown_done};
     wput(&w, hdr, sizeof hdr);
     wput(&w, &core->last_now, sizeof core->last_now);
@@ -696,6 +703,7 @@ static void reset_state(xfer_core *core)
            (core->tombs.map.mask + 1) * sizeof(uint64_t));
     core->tombs.map.n = 0;
     core->tombs.head = core->tombs.n = core->tombs.held = 0;
+    core->tombs.dead = 0;
     core->ctx.nacts = 0;
 }
 

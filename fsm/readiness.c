@@ -113,8 +113,10 @@ static void ev_init(yev *e, uint64_t now, uint64_t id, unsigned event)
     e->slot = NO_SLOT;
 }
 
+static void drop_tomb(void *ud, const xfer_tomb_entry *t);
+
 /* Find the id: a live record, a tombstone, or nothing (NONE). */
-static void locate(const xfer_readiness *r, yev *e)
+static void find_state(const xfer_readiness *r, yev *e)
 {
     uint32_t slot;
     if (xfer_idmap_get(&r->live, e->id, &slot)) {
@@ -127,6 +129,15 @@ static void locate(const xfer_readiness *r, yev *e)
     e->state = t ? t->reason : XFER_YS_NONE;
     e->tomb_attempt = t ? t->attempt : 0;
     e->t_attempt = t ? t->attempt : e->attempt;
+}
+
+/* find_state() after dropping the tombstones due by now, so an expired
+ * entry is never mistaken for a live one (xfer-check finding F1). */
+static void locate(xfer_readiness *r, yev *e)
+{
+    if (xfer_tomb_next_expiry(&r->tombs) <= e->now)
+        xfer_tomb_expire(&r->tombs, e->now, 0, drop_tomb, r);
+    find_state(r, e);
 }
 
 static xfer_ready_action *push(xfer_readiness *r, unsigned kind,
@@ -308,6 +319,18 @@ static void h_stale_ready(xfer_readiness *r, yev *e)
 static void h_late_ready(xfer_readiness *r, yev *e)
 {
     answer_stale(r, e);
+}
+
+/* UNAVAILABLE + CANCEL / SHARD_ENDED: the id is still wanted gone, so its
+ * tombstone gets a full TTL from now (xfer-check finding F1: a repeated
+ * consumer cancel must protect the id for a TTL after the last cancel).
+ * At the cap the old entry keeps its expiry and the miss is noted. */
+static void h_refresh(xfer_readiness *r, yev *e)
+{
+    if (xfer_tomb_refresh(&r->tombs, e->now, e->id, e->tomb_attempt,
+                          XFER_YS_UNAVAILABLE) != 0)
+        note(r, e->now, XFER_NOTE_TOMB_FULL, e->id, e->tomb_attempt,
+             XFER_SHARD_NONE, XFER_ERR_BUSY);
 }
 
 /* NONE + CANCEL / SHARD_ENDED.  The caller reserved a tombstone hold. */
@@ -731,7 +754,7 @@ void xfer_readiness_stats_get(const xfer_readiness *r,
         return;
     *st = r->st;
     st->live = r->live.n;
-    st->tombstones = r->tombs.n;
+    st->tombstones = xfer_tomb_live(&r->tombs);
 }
 
 xfer_ready_state xfer_readiness_state(const xfer_readiness *r, uint64_t id)
@@ -740,6 +763,6 @@ xfer_ready_state xfer_readiness_state(const xfer_readiness *r, uint64_t id)
         return XFER_YS_NONE;
     yev e;
     ev_init(&e, 0, id, XFER_YE_READY);
-    locate(r, &e);
+    find_state(r, &e);
     return (xfer_ready_state)e.state;
 }

@@ -135,7 +135,7 @@ size_t xfer_readiness_save(const xfer_readiness *r, uint8_t *buf, size_t len)
     put(&w, c->tombstone_ttl_ns, 8);
     put(&w, r->live.n, 4);
     put(&w, r->deadlines.n, 4);
-    put(&w, r->tombs.n, 4);
+    put(&w, xfer_tomb_live(&r->tombs), 4);
     put(&w, r->nacts, 4);
     put_records(&w, r);
     put_heap(&w, r);

@@ -134,7 +134,7 @@ size_t xfer_shard_save(const xfer_shard *s, uint8_t *buf, size_t len)
         put(&w, ext[i].off, 8);
         put(&w, ext[i].len, 8);
     }
-    put(&w, s->tombs.n, 4);
+    put(&w, xfer_tomb_live(&s->tombs), 4);
     xfer_tomb_foreach(&s->tombs, save_tomb, &w);
     put(&w, s->nev, 4);
     for (uint32_t i = 0; i < s->nev; i++) {

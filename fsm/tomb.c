@@ -2,9 +2,10 @@
  * fsm/tomb.c - FIFO tombstones with one TTL; see tomb.h for why FIFO order
  * is expiry order here.
  *
- * Invariants: n + held <= cap; ring[(head + i) % cap] for i < n are the live
- * entries, oldest first, with non-decreasing expires_ns; map holds exactly
- * their ids.
+ * Invariants: n + held <= cap; ring[(head + i) % cap] for i < n are the
+ * entries, oldest first, with non-decreasing expires_ns; the map holds each
+ * id once, pointing at its newest entry; the others (`dead` of them) were
+ * superseded by a refresh and are popped silently.
  */
 #include "tomb.h"
 
@@ -55,9 +56,15 @@ uint32_t xfer_tomb_expire(xfer_tomb *t, uint64_t now_ns, uint32_t max,
     while (t->n && t->ring[t->head].expires_ns <= now_ns &&
            (max == 0 || dropped < max)) {
         xfer_tomb_entry e = t->ring[t->head];
-        xfer_idmap_del(&t->map, e.id);
+        uint32_t at;
+        bool live = xfer_idmap_get(&t->map, e.id, &at) && at == t->head;
         t->head = (t->head + 1) % t->cap;
         t->n--;
+        if (!live) {
+            t->dead--;
+            continue;
+        }
+        xfer_idmap_del(&t->map, e.id);
         dropped++;
         if (drop)
             drop(ud, &e);
@@ -108,7 +115,7 @@ void xfer_tomb_insert_held(xfer_tomb *t, uint64_t now_ns, uint64_t id,
     assert(t->held > 0);
     t->held--;
     if (xfer_tomb_find(t, id))
-        return;
+        t->dead++; /* the hold's room carries a fresh entry; the old dies */
     append(t, now_ns, id, attempt, reason);
 }
 
@@ -124,6 +131,34 @@ int xfer_tomb_insert(xfer_tomb *t, uint64_t now_ns, uint64_t id,
     return 0;
 }
 
+int xfer_tomb_refresh(xfer_tomb *t, uint64_t now_ns, uint64_t id,
+                      uint32_t attempt, uint8_t reason)
+{
+    if (!xfer_tomb_find(t, id))
+        return xfer_tomb_insert(t, now_ns, id, attempt, reason);
+    now_ns = clamp(t, now_ns);
+    if (t->n + t->held >= t->cap)
+        xfer_tomb_expire(t, now_ns, 0, NULL, NULL);
+    uint32_t at;
+    if (!xfer_idmap_get(&t->map, id, &at))
+        return xfer_tomb_insert(t, now_ns, id, attempt, reason);
+    if (at == (t->head + t->n - 1) % t->cap) {
+        /* The newest entry: a later expiry keeps the ring in order. */
+        t->ring[at].expires_ns = now_ns + t->ttl_ns;
+        return 0;
+    }
+    if (t->n + t->held >= t->cap)
+        return XFER_ERR_BUSY;
+    append(t, now_ns, id, attempt, reason); /* the map now points here */
+    t->dead++;
+    return 0;
+}
+
+uint32_t xfer_tomb_live(const xfer_tomb *t)
+{
+    return t->n - t->dead;
+}
+
 uint64_t xfer_tomb_next_expiry(const xfer_tomb *t)
 {
     return t->n ? t->ring[t->head].expires_ns : UINT64_MAX;
@@ -133,8 +168,12 @@ void xfer_tomb_foreach(const xfer_tomb *t,
                        void (*fn)(void *ud, const xfer_tomb_entry *e),
                        void *ud)
 {
-    for (uint32_t i = 0; i < t->n; i++)
-        fn(ud, &t->ring[(t->head + i) % t->cap]);
+    for (uint32_t i = 0; i < t->n; i++) {
+        uint32_t pos = (t->head + i) % t->cap, at;
+        const xfer_tomb_entry *e = &t->ring[pos];
+        if (xfer_idmap_get(&t->map, e->id, &at) && at == pos)
+            fn(ud, e);
+    }
 }
 
 size_t xfer_tomb_bytes_per_entry(void)

@@ -12,6 +12,11 @@
  * transfer can always be tombstoned.  At the cap, an entry younger than its
  * TTL is never evicted: inserting or holding returns XFER_ERR_BUSY.
  * Memory: 24 B per ring entry + 24 B of map per entry = 48 B per tombstone.
+ *
+ * Refreshing a tombstone (a second cancel of the same id) appends a new
+ * entry with a full TTL and points the map at it; the old entry stays in the
+ * ring, dead, until it reaches the head and is popped without a callback.
+ * Dead entries take room until then; they are never reported or saved.
  */
 #ifndef XFER_FSM_TOMB_H
 #define XFER_FSM_TOMB_H
@@ -32,6 +37,7 @@ typedef struct xfer_tomb_entry {
 typedef struct xfer_tomb {
     xfer_tomb_entry *ring;
     uint32_t head, n, cap, held;
+    uint32_t dead;  /* ring entries superseded by a refresh */
     xfer_idmap map; /* id -> ring index */
     uint64_t ttl_ns, last_now;
 } xfer_tomb;
@@ -55,17 +61,24 @@ const xfer_tomb_entry *xfer_tomb_find(const xfer_tomb *t, uint64_t id);
 int xfer_tomb_hold(xfer_tomb *t, uint64_t now_ns);
 /* Give back a hold that will not become an entry. */
 void xfer_tomb_unhold(xfer_tomb *t);
-/* Turn a hold into an entry.  Never fails.  An id already present keeps its
- * entry (and its expiry) and the hold is released. */
+/* Turn a hold into an entry.  Never fails.  An id already present gets a
+ * fresh entry with a full TTL (the old one becomes dead). */
 void xfer_tomb_insert_held(xfer_tomb *t, uint64_t now_ns, uint64_t id,
                            uint32_t attempt, uint8_t reason);
 /* Insert without a hold.  Errors: XFER_ERR_BUSY (cap, nothing expired).
  * An id already present: 0, entry unchanged. */
 int xfer_tomb_insert(xfer_tomb *t, uint64_t now_ns, uint64_t id,
                      uint32_t attempt, uint8_t reason);
+/* Give an id's tombstone a full TTL from now (insert it when absent).
+ * Errors: XFER_ERR_BUSY (no room even after dropping expired entries: the
+ * old entry, if any, keeps its expiry). */
+int xfer_tomb_refresh(xfer_tomb *t, uint64_t now_ns, uint64_t id,
+                      uint32_t attempt, uint8_t reason);
+/* Tombstones that are not dead entries. */
+uint32_t xfer_tomb_live(const xfer_tomb *t);
 /* Earliest expiry, or UINT64_MAX. */
 uint64_t xfer_tomb_next_expiry(const xfer_tomb *t);
-/* Visit entries oldest first. */
+/* Visit the live (not superseded) entries, oldest first. */
 void xfer_tomb_foreach(const xfer_tomb *t,
                        void (*fn)(void *ud, const xfer_tomb_entry *e),
                        void *ud);

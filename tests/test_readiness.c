@@ -369,6 +369,33 @@ START_TEST(test_readiness_give_up_during_taking_deferred)
 }
 END_TEST
 
+/* A repeated consumer cancel gives the tombstone a full TTL from the last
+ * cancel (xfer-check finding F1), so a ready that comes after the first
+ * cancel's TTL but within the last one's is still refused. */
+START_TEST(test_readiness_repeated_cancel_extends_tombstone)
+{
+    xfer_readiness *r = mk(1);
+    ck_assert_int_eq(xfer_readiness_cancel(r, 0, 5), 0);
+    xfer_readiness_actions_clear(r);
+    ck_assert_int_eq(xfer_readiness_cancel(r, TTL / 2, 5), 0);
+    xfer_readiness_actions_clear(r);
+    xfer_readiness_on_timer(r, TTL);
+    ck_assert_int_eq(xfer_readiness_state(r, 5), XFER_YS_UNAVAILABLE);
+    ck_assert_int_eq(xfer_readiness_on_ready(r, TTL + 1, 5, 1, 0, 77), 0);
+    ck_assert_int_eq(xfer_readiness_state(r, 5), XFER_YS_UNAVAILABLE);
+    size_t n;
+    const xfer_ready_action *a = xfer_readiness_actions(r, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(a[0].kind, XFER_RA_CANCEL);
+    xfer_readiness_actions_clear(r);
+    /* after the last cancel's TTL the id is free again */
+    ck_assert_int_eq(xfer_readiness_on_ready(r, TTL / 2 + TTL, 6, 1, 0, 78),
+                     0);
+    ck_assert_int_eq(xfer_readiness_state(r, 5), XFER_YS_NONE);
+    xfer_readiness_del(r);
+}
+END_TEST
+
 START_TEST(test_readiness_cancel_unknown_then_ready)
 {
     xfer_readiness *r = mk(2);
@@ -1142,6 +1169,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_readiness_give_up_during_taking_deferred, 0,
                         3);
     tcase_add_test(tc, test_readiness_cancel_unknown_then_ready);
+    tcase_add_test(tc, test_readiness_repeated_cancel_extends_tombstone);
     tcase_add_test(tc, test_readiness_other_attempt_not_counted);
     tcase_add_test(tc, test_readiness_available_never_withdrawn);
     tcase_add_test(tc, test_readiness_caps_busy_and_ttl);

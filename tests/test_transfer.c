@@ -759,6 +759,22 @@ START_TEST(test_transfer_alloc_failure_each_allocation)
 }
 END_TEST
 
+/* A second cancel of a tombstoned id gives it a full TTL from then; an
+ * expired tombstone is never mistaken for a live one. */
+START_TEST(test_transfer_repeated_cancel_extends_tombstone)
+{
+    xfer_core_config cfg = {.max_transfers = 4, .max_tombstones = 8,
+                            .tombstone_ttl_ns = 100 * MS};
+    xfer_core *c = mk(&cfg);
+    ck_assert_int_eq(xfer_core_cancel(c, 0, 5), 0);
+    ck_assert_int_eq(xfer_core_cancel(c, 60 * MS, 5), 0);
+    ck_assert_int_eq(submit(c, 120 * MS, 5), XFER_ERR_CANCELLED);
+    ck_assert_int_eq(xfer_core_state(c, 5), XFER_TS_TOMBSTONED);
+    ck_assert_int_eq(submit(c, 160 * MS, 5), 0);
+    xfer_core_del(c);
+}
+END_TEST
+
 START_TEST(test_transfer_save_load_roundtrip)
 {
     xfer_core_config cfg = {.max_transfers = 8, .max_tombstones = 16};
@@ -848,6 +864,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_transfer_exactly_once_random);
     tcase_add_test(tc, test_transfer_alloc_failure_each_allocation);
     tcase_add_test(tc, test_transfer_save_load_roundtrip);
+    tcase_add_test(tc, test_transfer_repeated_cancel_extends_tombstone);
     tcase_add_test(tc, test_transfer_transition_coverage);
     suite_add_tcase(s, tc);
     return s;

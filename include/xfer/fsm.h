@@ -445,8 +445,8 @@ typedef enum xfer_resv_event {
     X(UNAVAILABLE, READY,       TRANSITION, late_ready)                       \
     X(UNAVAILABLE, TAKE_OK,     ILLEGAL,    none)                             \
     X(UNAVAILABLE, TAKE_FAIL,   ILLEGAL,    none)                             \
-    X(UNAVAILABLE, CANCEL,      IGNORE,     none)                             \
-    X(UNAVAILABLE, SHARD_ENDED, IGNORE,     none)                             \
+    X(UNAVAILABLE, CANCEL,      IGNORE,     refresh)                          \
+    X(UNAVAILABLE, SHARD_ENDED, IGNORE,     refresh)                          \
     X(UNAVAILABLE, DEADLINE,    ILLEGAL,    none)                             \
     X(UNAVAILABLE, TOMB_EXPIRE, TRANSITION, drop)
 
