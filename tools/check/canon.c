@@ -5,13 +5,22 @@
  * Symmetry reduction over shards: shards are interchangeable (same
  * configuration, same counter-based reservation ids), so two states that
  * differ only by a renaming of shards have the same future up to that
- * renaming.  The canonical form renames shards into the order of their
- * per-shard signatures (a shard's blob, its rng counter, the messages to and
- * from it, the core's per-shard sub-records and the monitors' per-shard
- * bookkeeping) and hashes the renamed state.  Renaming touches every
- * shard-indexed datum, including the core's per-shard records and masks;
- * a component whose layout this file does not know (see ck_canon_ok)
- * switches the reduction off rather than risk merging unequal states.
+ * renaming.  A state splits into per-shard data (a shard's blob, its rng
+ * counter, the messages to and from it, the core's and the tracker's
+ * per-shard sub-records and mask bits, the monitors' per-shard
+ * bookkeeping), written without the shard's index, and the rest, in which
+ * every shard-indexed datum has been taken out.  The key hashes the rest
+ * and then the per-shard signatures (128-bit hashes of the per-shard
+ * data) in sorted order.  Two states with one key therefore have equal
+ * rests and, shard for shard in sorted order, equal per-shard data: one
+ * is the other renamed (up to hash collisions).  Ties in the order need no
+ * care: tied shards carry equal data.  A component whose layout this file
+ * does not understand switches the reduction off for that state rather
+ * than risk merging unequal states.
+ *
+ * The parts are cached (ck_parts) so that a move re-hashes only the
+ * machines it touched; the plain data (messages, monitors) is re-read for
+ * every key.
  */
 #include <string.h>
 
@@ -54,90 +63,66 @@ void ck_hash128(const void *p, size_t n, uint64_t seed, uint64_t out[2])
 }
 
 /* ---------------------------------------------------------------------- */
-/* Shard renaming                                                          */
+/* Parts of a state                                                        */
 /* ---------------------------------------------------------------------- */
 
 #include "transfer.h"
 
 #define CORE_HDR (6 * 4 + 2 * 8)
+#define TSH (sizeof(xfer_tshard))
+#define CPS (TSH + 3) /* per-shard bytes of one core record */
 
-static uint64_t remap_mask(uint64_t m, const uint8_t *inv, unsigned S)
+static uint64_t low_bits(unsigned S)
 {
-    uint64_t r = m & ~((1ull << S) - 1u);
-    for (unsigned k = 0; k < S; k++)
-        if (m & (1ull << k))
-            r |= 1ull << inv[k];
-    return r;
+    return (1ull << S) - 1u;
 }
 
-/* Walk the live records of a core blob: calls fn for each. */
-static bool core_records(uint8_t *p, size_t n, unsigned S,
-                         void (*fn)(void *ud, xfer_transfer *t,
-                                    xfer_tshard *sh),
-                         void *ud)
+/* One live core record: its per-shard data goes to cps, and is zeroed
+ * (masks cleared, first_failed replaced by a marker) in the record. */
+static void core_record(ck_parts *p, uint8_t *r, unsigned S)
 {
-    if (n < CORE_HDR)
-        return false;
+    xfer_transfer t;
+    uint8_t *sh = r + sizeof t;
+    memcpy(&t, r, sizeof t);
+    for (unsigned k = 0; k < S; k++) {
+        uint8_t *c = p->cps[k] + p->ncore;
+        memcpy(c, sh + k * TSH, TSH);
+        c[TSH] = (uint8_t)(t.failed_shards >> k & 1);
+        c[TSH + 1] = (uint8_t)(t.rollback_failed >> k & 1);
+        c[TSH + 2] = (uint8_t)(t.first_failed == k);
+    }
+    p->ncore = (uint16_t)(p->ncore + CPS);
+    memset(sh, 0, S * TSH);
+    t.failed_shards &= ~low_bits(S);
+    t.rollback_failed &= ~low_bits(S);
+    if (t.first_failed < S)
+        t.first_failed = CK_MAX_S;
+    memcpy(r, &t, sizeof t);
+}
+
+static bool parts_core(ck_parts *p, const uint8_t *blob, size_t n, unsigned S)
+{
+    static uint8_t tmp[CK_SAVE_MAX];
     uint32_t live;
-    memcpy(&live, p + 8, 4);
-    size_t at = CORE_HDR;
-    for (uint32_t i = 0; i < live; i++) {
+    if (n < CORE_HDR || n > sizeof tmp)
+        return false;
+    memcpy(tmp, blob, n);
+    memcpy(&live, tmp + 8, 4);
+    if (live > CK_MAX_T)
+        return false;
+    size_t at = CORE_HDR, rec = 2 + sizeof(xfer_transfer) + S * TSH;
+    p->ncore = 0;
+    for (uint32_t i = 0; i < live; i++, at += rec) {
         uint16_t ns;
-        size_t rec = 2 + sizeof(xfer_transfer) + S * sizeof(xfer_tshard);
         if (at + rec > n)
             return false;
-        memcpy(&ns, p + at, 2);
+        memcpy(&ns, tmp + at, 2);
         if (ns != S)
             return false;
-        xfer_transfer t;
-        xfer_tshard sh[CK_MAX_S];
-        memcpy(&t, p + at + 2, sizeof t);
-        memcpy(sh, p + at + 2 + sizeof t, S * sizeof sh[0]);
-        fn(ud, &t, sh);
-        memcpy(p + at + 2, &t, sizeof t);
-        memcpy(p + at + 2 + sizeof t, sh, S * sizeof sh[0]);
-        at += rec;
+        core_record(p, tmp + at + 2, S);
     }
+    ck_hash128(tmp, n, 0xc03e, p->core);
     return true;
-}
-
-typedef struct sigctx {
-    unsigned S;
-    uint64_t sig[CK_MAX_S][2];
-    const uint8_t *inv;
-} sigctx;
-
-static void mixin(uint64_t h[2], const void *p, size_t n)
-{
-    uint64_t o[2];
-    ck_hash128(p, n, h[0] ^ (h[1] << 1), o);
-    h[0] = o[0];
-    h[1] = o[1];
-}
-
-static void sig_core(void *ud, xfer_transfer *t, xfer_tshard *sh)
-{
-    sigctx *c = ud;
-    for (unsigned k = 0; k < c->S; k++) {
-        uint8_t b[3] = {(uint8_t)(t->failed_shards >> k & 1),
-                        (uint8_t)(t->rollback_failed >> k & 1),
-                        (uint8_t)(t->first_failed == k)};
-        mixin(c->sig[k], &sh[k], sizeof sh[k]);
-        mixin(c->sig[k], b, sizeof b);
-    }
-}
-
-static void perm_core(void *ud, xfer_transfer *t, xfer_tshard *sh)
-{
-    sigctx *c = ud;
-    xfer_tshard old[CK_MAX_S];
-    memcpy(old, sh, c->S * sizeof sh[0]);
-    for (unsigned k = 0; k < c->S; k++)
-        sh[c->inv[k]] = old[k];
-    t->failed_shards = remap_mask(t->failed_shards, c->inv, c->S);
-    t->rollback_failed = remap_mask(t->rollback_failed, c->inv, c->S);
-    if (t->first_failed < c->S)
-        t->first_failed = c->inv[t->first_failed];
 }
 
 /* The readiness blob (fsm/readiness_save.c): a 46-byte header, then each
@@ -147,6 +132,7 @@ static void perm_core(void *ud, xfer_transfer *t, xfer_tshard *sh)
 #define RD_HDR 46
 #define RD_MASKS 17
 #define RD_RESV 57
+#define RPS 12 /* per-shard bytes of one tracker record */
 
 static uint64_t le64(const uint8_t *p)
 {
@@ -162,168 +148,147 @@ static void st64(uint8_t *p, uint64_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Number of readiness records, or -1 when the blob is not understood. */
-static int rd_records(const uint8_t *p, size_t n, unsigned S)
+static void rd_record(ck_parts *p, uint8_t *r, unsigned S)
 {
-    if (n < RD_HDR)
-        return -1;
-    uint32_t live, nacts;
-    memcpy(&live, p + 30, 4);
-    memcpy(&nacts, p + 42, 4);
-    if (nacts || p[4] != (S & 0xff) || RD_HDR + live * (RD_RESV + 8 * S) > n)
-        return -1;
-    return (int)live;
-}
-
-static void sig_rd(const uint8_t *p, int nrec, sigctx *c)
-{
-    for (int i = 0; i < nrec; i++) {
-        const uint8_t *r = p + RD_HDR + (size_t)i * (RD_RESV + 8 * c->S);
-        for (unsigned k = 0; k < c->S; k++) {
-            uint8_t b[12];
-            for (unsigned m = 0; m < 4; m++)
-                b[m] = (uint8_t)(le64(r + RD_MASKS + 8 * m) >> k & 1);
-            memcpy(b + 4, r + RD_RESV + 8 * k, 8);
-            mixin(c->sig[k], b, sizeof b);
-        }
-    }
-}
-
-static void perm_rd(uint8_t *p, int nrec, const sigctx *c)
-{
-    for (int i = 0; i < nrec; i++) {
-        uint8_t *r = p + RD_HDR + (size_t)i * (RD_RESV + 8 * c->S);
-        uint8_t old[8 * CK_MAX_S];
+    for (unsigned k = 0; k < S; k++) {
+        uint8_t *b = p->rps[k] + p->nrd;
         for (unsigned m = 0; m < 4; m++)
-            st64(r + RD_MASKS + 8 * m,
-                 remap_mask(le64(r + RD_MASKS + 8 * m), c->inv, c->S));
-        memcpy(old, r + RD_RESV, 8 * c->S);
-        for (unsigned k = 0; k < c->S; k++)
-            memcpy(r + RD_RESV + 8 * c->inv[k], old + 8 * k, 8);
+            b[m] = (uint8_t)(le64(r + RD_MASKS + 8 * m) >> k & 1);
+        memcpy(b + 4, r + RD_RESV + 8 * k, 8);
     }
+    p->nrd = (uint16_t)(p->nrd + RPS);
+    for (unsigned m = 0; m < 4; m++)
+        st64(r + RD_MASKS + 8 * m,
+             le64(r + RD_MASKS + 8 * m) & ~low_bits(S));
+    memset(r + RD_RESV, 0, 8 * S);
 }
 
-/* Per-shard data of the environment, the messages and the monitors. */
-static void sig_world(const ck_world *w, sigctx *c)
+static bool parts_rd(ck_parts *p, const uint8_t *blob, size_t n, unsigned S)
 {
-    for (unsigned k = 0; k < c->S; k++) {
-        mixin(c->sig[k], &w->env.rng[k], 8);
-        for (unsigned i = 0; i < w->env.nmsg; i++) {
-            ck_msg m = w->msg[i];
-            if (m.shard != k)
-                continue;
-            m.shard = 0;
-            mixin(c->sig[k], &m, sizeof m);
-        }
-        for (unsigned t = 0; t < w->cfg->T; t++) {
-            const mon_tr *m = &w->mon.tr[t];
-            uint8_t b[3] = {(uint8_t)(m->ready_mask_lo >> k & 1),
-                            (uint8_t)(m->take_mask_lo >> k & 1),
-                            (uint8_t)(m->failed && m->fail_shard == k)};
-            mixin(c->sig[k], &m->ps[k], sizeof m->ps[k]);
-            mixin(c->sig[k], &m->cs[k], sizeof m->cs[k]);
-            mixin(c->sig[k], b, sizeof b);
-        }
-    }
+    static uint8_t tmp[CK_SAVE_MAX];
+    uint32_t live, nacts;
+    if (n < RD_HDR || n > sizeof tmp)
+        return false;
+    memcpy(&live, blob + 30, 4);
+    memcpy(&nacts, blob + 42, 4);
+    if (nacts || blob[4] != (S & 0xff) || live > CK_MAX_T ||
+        RD_HDR + live * (RD_RESV + 8 * S) > n)
+        return false;
+    memcpy(tmp, blob, n);
+    p->nrd = 0;
+    for (uint32_t i = 0; i < live; i++)
+        rd_record(p, tmp + RD_HDR + (size_t)i * (RD_RESV + 8 * S), S);
+    ck_hash128(tmp, n, 0x4ead, p->rd);
+    return true;
 }
 
-static void perm_mon(ck_mon *m, const ck_world *w, const sigctx *c)
+/* Re-hash the machines in `which` of the state saved in blob (laid out as
+ * w->lay says). */
+void ck_canon_parts(ck_parts *p, const ck_world *w, const uint8_t *blob,
+                    unsigned which)
 {
-    for (unsigned t = 0; t < w->cfg->T; t++) {
-        mon_tr *x = &m->tr[t];
-        const mon_tr *o = &w->mon.tr[t];
-        for (unsigned k = 0; k < c->S; k++) {
-            x->ps[c->inv[k]] = o->ps[k];
-            x->cs[c->inv[k]] = o->cs[k];
-        }
-        x->ready_mask_lo = (uint8_t)remap_mask(o->ready_mask_lo, c->inv, c->S);
-        x->take_mask_lo = (uint8_t)remap_mask(o->take_mask_lo, c->inv, c->S);
-        if (o->failed && o->fail_shard < c->S)
-            x->fail_shard = c->inv[o->fail_shard];
-    }
+    unsigned S = w->cfg->S;
+    const ck_layout *l = &w->lay;
+    if (which & CK_M_CORE)
+        p->ok_core = parts_core(p, blob + l->off[CK_SLOT_CORE],
+                                l->len[CK_SLOT_CORE], S);
+    for (unsigned k = 0; k < S; k++)
+        if (which & CK_M_SH(k))
+            ck_hash128(blob + l->off[CK_SLOT_SH(k)], l->len[CK_SLOT_SH(k)],
+                       7, p->sh[k]);
+    if (which & CK_M_RD)
+        p->ok_rd = parts_rd(p, blob + l->off[CK_SLOT_RD],
+                            l->len[CK_SLOT_RD], S);
 }
 
-typedef struct cbuf {
-    uint8_t b[CK_SAVE_MAX + sizeof(ck_mon) + 64];
+/* ---------------------------------------------------------------------- */
+/* The key                                                                 */
+/* ---------------------------------------------------------------------- */
+
+typedef struct kbuf {
+    uint8_t b[CK_MAX_MSG * sizeof(ck_msg) + sizeof(ck_mon) + 1024];
     size_t at;
-} cbuf;
+} kbuf;
 
-static void cput(cbuf *o, const void *p, size_t n)
+static void kput(kbuf *o, const void *p, size_t n)
 {
-    if (o->at + n <= sizeof o->b)
-        memcpy(o->b + o->at, p, n);
+    memcpy(o->b + o->at, p, n);
     o->at += n;
 }
 
-/* The renamed state, written out in a fixed order. */
-static void canon_write(const ck_world *w, const uint8_t *blob,
-                        const sigctx *c, const uint8_t *perm, int nrec,
-                        cbuf *o)
+/* Everything about shard k, without its index. */
+static void shard_sig(const ck_world *w, const ck_parts *p, unsigned k,
+                      uint64_t sig[2])
 {
-    static ck_env env;
-    static ck_msg msgs[CK_MAX_MSG];
-    static ck_mon mon;
-    env = w->env;
-    for (unsigned k = 0; k < c->S; k++)
-        env.rng[c->inv[k]] = w->env.rng[k];
+    kbuf o;
+    o.at = 0;
+    kput(&o, p->sh[k], 16);
+    kput(&o, &w->env.rng[k], 8);
     for (unsigned i = 0; i < w->env.nmsg; i++) {
         ck_msg m = w->msg[i];
-        m.shard = c->inv[m.shard < c->S ? m.shard : 0];
-        unsigned j = i;
-        while (j > 0 && memcmp(&msgs[j - 1], &m, sizeof m) > 0) {
-            msgs[j] = msgs[j - 1];
-            j--;
-        }
-        msgs[j] = m;
+        if (m.shard != k)
+            continue;
+        m.shard = 0;
+        kput(&o, &m, sizeof m);
     }
-    mon = w->mon;
-    perm_mon(&mon, w, c);
-    cput(o, &env, sizeof env);
-    cput(o, msgs, w->env.nmsg * sizeof msgs[0]);
-    cput(o, &mon, sizeof mon);
-    size_t at = o->at;
-    cput(o, blob + w->off_core, w->len_core);
-    core_records(o->b + at, w->len_core, c->S, perm_core, (void *)c);
-    for (unsigned j = 0; j < c->S; j++)
-        cput(o, blob + w->off_sh[perm[j]], w->len_sh[perm[j]]);
-    at = o->at;
-    cput(o, blob + w->off_rd, w->len_rd);
-    perm_rd(o->b + at, nrec, c);
+    for (unsigned t = 0; t < w->cfg->T; t++) {
+        const mon_tr *m = &w->mon.tr[t];
+        uint8_t b[3] = {(uint8_t)(m->ready_mask_lo >> k & 1),
+                        (uint8_t)(m->take_mask_lo >> k & 1),
+                        (uint8_t)(m->failed && m->fail_shard == k)};
+        kput(&o, &m->ps[k], sizeof m->ps[k]);
+        kput(&o, &m->cs[k], sizeof m->cs[k]);
+        kput(&o, b, sizeof b);
+    }
+    kput(&o, p->cps[k], p->ncore);
+    kput(&o, p->rps[k], p->nrd);
+    ck_hash128(o.b, o.at, 0x516, sig);
 }
 
-void ck_canon_key(const ck_world *w, const uint8_t *blob, size_t len,
-                  uint64_t key[2])
+/* Everything that is not per-shard, shard references taken out. */
+static void rest(const ck_world *w, const ck_parts *p, kbuf *o)
 {
-    static cbuf o;
-    static uint8_t core[CK_SAVE_MAX];
     unsigned S = w->cfg->S;
-    int nrec = rd_records(blob + w->off_rd, w->len_rd, S);
-    if (!w->cfg->symmetry || S == 1 || nrec < 0 || w->len_core > sizeof core) {
+    ck_env env = w->env;
+    memset(env.rng, 0, sizeof env.rng);
+    kput(o, &env, sizeof env);
+    for (unsigned t = 0; t < w->cfg->T; t++) {
+        mon_tr m;
+        memcpy(&m, &w->mon.tr[t], offsetof(mon_tr, ps));
+        m.ready_mask_lo = (uint8_t)(m.ready_mask_lo & ~low_bits(S));
+        m.take_mask_lo = (uint8_t)(m.take_mask_lo & ~low_bits(S));
+        if (m.failed && m.fail_shard < S)
+            m.fail_shard = 0;
+        kput(o, &m, offsetof(mon_tr, ps));
+    }
+    kput(o, &w->mon.shutdown_req, 4);
+    kput(o, p->core, 16);
+    kput(o, p->rd, 16);
+}
+
+void ck_canon_key(const ck_world *w, const ck_parts *p, const uint8_t *blob,
+                  size_t len, uint64_t key[2])
+{
+    unsigned S = w->cfg->S;
+    if (!w->cfg->symmetry || S == 1 || !p->ok_core || !p->ok_rd) {
         ck_hash128(blob, len, 0x5eed, key);
         return;
     }
-    sigctx c;
-    memset(&c, 0, sizeof c);
-    c.S = S;
-    for (unsigned k = 0; k < S; k++)
-        ck_hash128(blob + w->off_sh[k], w->len_sh[k], 7, c.sig[k]);
-    sig_world(w, &c);
-    memcpy(core, blob + w->off_core, w->len_core);
-    core_records(core, w->len_core, S, sig_core, &c);
-    sig_rd(blob + w->off_rd, nrec, &c);
-    uint8_t perm[CK_MAX_S], inv[CK_MAX_S];
+    uint64_t sig[CK_MAX_S][2];
+    uint8_t perm[CK_MAX_S];
     for (unsigned k = 0; k < S; k++) {
+        shard_sig(w, p, k, sig[k]);
         unsigned j = k;
-        while (j > 0 && memcmp(c.sig[perm[j - 1]], c.sig[k], 16) > 0) {
+        while (j > 0 && memcmp(sig[perm[j - 1]], sig[k], 16) > 0) {
             perm[j] = perm[j - 1];
             j--;
         }
         perm[j] = (uint8_t)k;
     }
-    for (unsigned j = 0; j < S; j++)
-        inv[perm[j]] = (uint8_t)j;
-    c.inv = inv;
+    kbuf o;
     o.at = 0;
-    canon_write(w, blob, &c, perm, nrec, &o);
+    rest(w, p, &o);
+    for (unsigned j = 0; j < S; j++)
+        kput(&o, sig[perm[j]], 16);
     ck_hash128(o.b, o.at, 0xc4a0, key);
 }

@@ -5,7 +5,11 @@
  *              [--faults LIST|all|none] [--seed N] [--runs N] [--depth N]
  *              [--max-faults N] [--cancels N] [--lates N] [--ccancels N]
  *              [--expiries N] [--cancel-attempts N] [--liveness leaves|all]
- *              [--no-symmetry] [--out PREFIX] [--replay FILE]
+ *              [--no-symmetry] [--paranoid] [--out PREFIX]
+ *              [--replay FILE]
+ *
+ * --paranoid checks, for every BFS transition, that the incremental save
+ * and hashing match a full save and hashing from scratch.
  *
  * Exit status: 0 every invariant held, 1 a violation (printed step by step,
  * with a trace file and a choices file), 2 bad arguments (one line saying
@@ -181,6 +185,9 @@ static int parse(opts *o, int argc, char **argv)
             rc = set_num(o, n, v);
         else if (!strcmp(k, "--no-symmetry")) {
             o->cfg.symmetry = false;
+            continue;
+        } else if (!strcmp(k, "--paranoid")) {
+            o->cfg.paranoid = true;
             continue;
         } else if (!strcmp(k, "--mode") || !strcmp(k, "--faults") ||
                    !strcmp(k, "--liveness") || !strcmp(k, "--out") ||

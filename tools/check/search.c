@@ -47,7 +47,7 @@ static void guard_install(void)
 /* Apply a move; a machine assertion becomes an ILLEGAL violation. */
 static void guarded_apply(ck_world *w, ck_move mv)
 {
-    if (sigsetjmp(g_jmp, 1) == 0) {
+    if (sigsetjmp(g_jmp, 0) == 0) {
         g_armed = 1;
         ck_world_apply(w, mv);
     } else {
@@ -60,7 +60,7 @@ static void guarded_apply(ck_world *w, ck_move mv)
 static bool guarded_liveness(ck_world *w)
 {
     bool ok = false;
-    if (sigsetjmp(g_jmp, 1) == 0) {
+    if (sigsetjmp(g_jmp, 0) == 0) {
         g_armed = 1;
         ok = ck_world_liveness(w);
     } else {
@@ -225,7 +225,9 @@ typedef struct bfs {
     node *nodes;
     size_t nn, ncap;
     level cur, next;
-    uint8_t *tmp;
+    uint8_t *tmp, *tmp2;
+    ck_layout pl;     /* layout of the state being expanded */
+    ck_parts pp, cp;  /* its cached hashes; a child's */
     ck_outcome *out;
 } bfs;
 
@@ -269,18 +271,62 @@ static bool found(bfs *b, uint32_t id, uint16_t last, bool liveness)
     return true;
 }
 
-static size_t save(bfs *b)
+static void check_len(size_t len)
 {
-    size_t len = ck_world_save(&b->w, b->tmp, CK_SAVE_MAX);
     if (len > CK_SAVE_MAX) {
         fprintf(stderr, "xfer-check: state larger than %d bytes\n",
                 CK_SAVE_MAX);
         abort();
     }
-    return len;
 }
 
-/* Expand state i of the current level; true on a violation. */
+/* --paranoid: the delta save and the cached hashes must match a full
+ * save and hashes computed from scratch (checks ck_world_touches). */
+static void paranoid(bfs *b, size_t len, const uint64_t key[2])
+{
+    ck_layout l = b->w.lay;
+    size_t n = ck_world_save(&b->w, b->tmp2, CK_SAVE_MAX);
+    uint64_t k2[2];
+    check_len(n);
+    ck_canon_parts(&b->cp, &b->w, b->tmp2, CK_M_ALL);
+    ck_canon_key(&b->w, &b->cp, b->tmp2, n, k2);
+    if (n != len || memcmp(b->tmp, b->tmp2, n) || k2[0] != key[0] ||
+        k2[1] != key[1]) {
+        fprintf(stderr, "xfer-check: --paranoid: a move touched a machine "
+                "ck_world_touches() did not name\n");
+        abort();
+    }
+    b->w.lay = l;
+}
+
+/* The child just made by a move from the state in blob: save it (only the
+ * machines in `dirty` afresh), key it, queue it if new.  true on a
+ * violation; *dirty grows to every machine if liveness ran. */
+static bool child(bfs *b, const uint8_t *blob, unsigned *dirty, uint32_t id,
+                  unsigned m, uint16_t depth)
+{
+    size_t len = ck_world_save_some(&b->w, b->tmp, CK_SAVE_MAX, blob, &b->pl,
+                                    *dirty);
+    uint64_t key[2];
+    check_len(len);
+    memcpy(&b->cp, &b->pp, sizeof b->cp);
+    ck_canon_parts(&b->cp, &b->w, b->tmp, *dirty);
+    ck_canon_key(&b->w, &b->cp, b->tmp, len, key);
+    if (b->cfg->paranoid)
+        paranoid(b, len, key);
+    if (!vs_put(&b->seen, key))
+        return false;
+    uint32_t c = add_node(b, id, (uint16_t)m, depth + 1);
+    lv_add(&b->next, c, b->tmp, len);
+    if (!b->cfg->liveness_all)
+        return false;
+    *dirty = CK_M_ALL;
+    return !guarded_liveness(&b->w) && found(b, c, UINT16_MAX, true);
+}
+
+/* Expand state i of the current level; true on a violation.  The state is
+ * loaded once; after each move only the plain data and the machines the
+ * move touched are loaded back. */
 static bool expand(bfs *b, size_t i, uint16_t depth)
 {
     const uint8_t *blob = b->cur.buf + b->cur.off[i];
@@ -289,6 +335,7 @@ static bool expand(bfs *b, size_t i, uint16_t depth)
     ck_move mv[CK_MAX_MOVES];
     if (ck_world_load(&b->w, blob, blen))
         abort();
+    b->pl = b->w.lay;
     unsigned n = ck_world_moves(&b->w, mv);
     if (n == 0 || depth >= b->cfg->depth) {
         b->out->leaves++;
@@ -297,22 +344,17 @@ static bool expand(bfs *b, size_t i, uint16_t depth)
             return found(b, id, UINT16_MAX, true);
         return false;
     }
+    ck_canon_parts(&b->pp, &b->w, blob, CK_M_ALL);
     for (unsigned m = 0; m < n; m++) {
-        if (m > 0 && ck_world_load(&b->w, blob, blen))
-            abort();
+        unsigned dirty = ck_world_touches(&b->w, mv[m]);
         guarded_apply(&b->w, mv[m]);
         b->out->transitions++;
         if (b->w.v.inv >= 0)
             return found(b, id, (uint16_t)m, false);
-        size_t len = save(b);
-        uint64_t key[2];
-        ck_canon_key(&b->w, b->tmp, len, key);
-        if (!vs_put(&b->seen, key))
-            continue;
-        uint32_t child = add_node(b, id, (uint16_t)m, depth + 1);
-        lv_add(&b->next, child, b->tmp, len);
-        if (b->cfg->liveness_all && !guarded_liveness(&b->w))
-            return found(b, child, UINT16_MAX, true);
+        if (child(b, blob, &dirty, id, m, depth))
+            return true;
+        if (ck_world_load_some(&b->w, blob, blen, dirty))
+            abort();
     }
     return false;
 }
@@ -336,11 +378,16 @@ int ck_bfs(const ck_config *cfg, ck_outcome *out)
     if (ck_world_init(&b.w, cfg, NULL))
         return -1;
     b.tmp = malloc(CK_SAVE_MAX);
+    b.tmp2 = malloc(CK_SAVE_MAX);
+    if (!b.tmp || !b.tmp2)
+        abort();
     vs_init(&b.seen, 1u << 16);
     double t0 = now_s();
-    size_t len = save(&b);
+    size_t len = ck_world_save(&b.w, b.tmp, CK_SAVE_MAX);
     uint64_t key[2];
-    ck_canon_key(&b.w, b.tmp, len, key);
+    check_len(len);
+    ck_canon_parts(&b.pp, &b.w, b.tmp, CK_M_ALL);
+    ck_canon_key(&b.w, &b.pp, b.tmp, len, key);
     vs_put(&b.seen, key);
     lv_add(&b.cur, add_node(&b, UINT32_MAX, 0, 0), b.tmp, len);
     bool bad = false;
@@ -360,6 +407,7 @@ int ck_bfs(const ck_config *cfg, ck_outcome *out)
     free(b.seen.k);
     free(b.nodes);
     free(b.tmp);
+    free(b.tmp2);
     ck_world_free(&b.w);
     return out->inv;
 }

@@ -249,6 +249,36 @@ void ck_world_apply(ck_world *w, ck_move mv)
     ck_world_after_step(w);
 }
 
+/* The machines a move may call (anything but a const query): the search
+ * re-saves and reloads only those.  Every call into a machine is in
+ * consumer.c, engine.c or this file, and each follows the message or
+ * timer the move names: an op or a take/release/cancel reaches one shard
+ * (and drains that shard's events), a result reaches the core, an event
+ * or take result reaches the tracker (and drains its actions); the
+ * producer's submit, cancel, shutdown and timer touch the core alone.
+ * Messages produced go into the plain data of the world.  A new call path
+ * must be added here; --paranoid compares against full saves. */
+unsigned ck_world_touches(const ck_world *w, ck_move mv)
+{
+    if (mv.kind <= MV_ABORT) {
+        const ck_msg *m = &w->msg[mv.arg];
+        if (m->kind == MK_OP || m->kind == MK_RACT)
+            return CK_M_SH(m->shard);
+        return m->kind == MK_RES ? CK_M_CORE : CK_M_RD;
+    }
+    switch (mv.kind) {
+    case MV_CCANCEL:
+    case MV_FIRE_READY:
+        return CK_M_RD;
+    case MV_FIRE_SHARD:
+        return CK_M_SH(mv.arg);
+    case MV_CRASH:
+        return 0;
+    default:
+        return CK_M_CORE;
+    }
+}
+
 void ck_world_after_step(ck_world *w)
 {
     ck_net_sort(w);

@@ -164,29 +164,55 @@ static void put_mon(obuf *o, const ck_world *w)
     put(o, &w->mon.shutdown_req, 4);
 }
 
-size_t ck_world_save(ck_world *w, uint8_t *buf, size_t len)
+static size_t save_slot(ck_world *w, unsigned slot, uint8_t *p, size_t n)
+{
+    if (slot == CK_SLOT_CORE)
+        return xfer_core_save(w->core, p, n);
+    if (slot == CK_SLOT_RD)
+        return xfer_readiness_save(w->rd, p, n);
+    return xfer_shard_save(w->sh[slot - 1], p, n);
+}
+
+/* One machine's blob: saved afresh when it is in `which`, else copied from
+ * the previous encoding (the machine has not been called since). */
+static void put_slot(ck_world *w, obuf *o, unsigned slot, const uint8_t *prev,
+                     const ck_layout *pl, unsigned which)
+{
+    size_t left, n;
+    uint8_t *r = room(o, &left);
+    w->lay.off[slot] = o->at + 4;
+    if (!prev || (which & (1u << slot))) {
+        n = save_slot(w, slot, r, left);
+    } else {
+        n = pl->len[slot];
+        if (n <= left)
+            memcpy(r, prev + pl->off[slot], n);
+    }
+    w->lay.len[slot] = n;
+    put_blob(o, n);
+}
+
+/* Save the world; machines outside `which` are taken from `prev` (laid
+ * out as `pl`), which must encode them as they are now.  prev NULL: save
+ * every machine. */
+size_t ck_world_save_some(ck_world *w, uint8_t *buf, size_t len,
+                          const uint8_t *prev, const ck_layout *pl,
+                          unsigned which)
 {
     obuf o = {buf, buf ? len : 0, 0};
-    size_t left;
-    uint8_t *r;
     put(&o, &w->env, sizeof w->env);
     put(&o, w->msg, w->env.nmsg * sizeof w->msg[0]);
     put_mon(&o, w);
-    r = room(&o, &left);
-    w->off_core = o.at + 4;
-    w->len_core = xfer_core_save(w->core, r, left);
-    put_blob(&o, w->len_core);
-    for (unsigned k = 0; k < w->cfg->S; k++) {
-        r = room(&o, &left);
-        w->off_sh[k] = o.at + 4;
-        w->len_sh[k] = xfer_shard_save(w->sh[k], r, left);
-        put_blob(&o, w->len_sh[k]);
-    }
-    r = room(&o, &left);
-    w->off_rd = o.at + 4;
-    w->len_rd = xfer_readiness_save(w->rd, r, left);
-    put_blob(&o, w->len_rd);
+    put_slot(w, &o, CK_SLOT_CORE, prev, pl, which);
+    for (unsigned k = 0; k < w->cfg->S; k++)
+        put_slot(w, &o, CK_SLOT_SH(k), prev, pl, which);
+    put_slot(w, &o, CK_SLOT_RD, prev, pl, which);
     return o.at;
+}
+
+size_t ck_world_save(ck_world *w, uint8_t *buf, size_t len)
+{
+    return ck_world_save_some(w, buf, len, NULL, NULL, CK_M_ALL);
 }
 
 typedef struct ibuf {
@@ -227,22 +253,48 @@ static bool get_mon(ibuf *b, ck_world *w)
     return get(b, &w->mon.shutdown_req, 4);
 }
 
-int ck_world_load(ck_world *w, const uint8_t *buf, size_t len)
+static int load_slot(ck_world *w, unsigned slot, const uint8_t *p, size_t n)
+{
+    if (slot == CK_SLOT_CORE)
+        return xfer_core_load(w->core, p, n);
+    if (slot == CK_SLOT_RD)
+        return xfer_readiness_load(w->rd, p, n);
+    return xfer_shard_load(w->sh[slot - 1], p, n);
+}
+
+static bool get_slot(ck_world *w, ibuf *b, unsigned slot, unsigned which)
+{
+    size_t n;
+    const uint8_t *p = get_blob(b, &n);
+    if (!p)
+        return false;
+    w->lay.off[slot] = (size_t)(p - b->p);
+    w->lay.len[slot] = n;
+    return !(which & (1u << slot)) || load_slot(w, slot, p, n) == 0;
+}
+
+/* Load the plain data of an encoding and the machines in `which`; the
+ * others must already be in the state the encoding holds. */
+int ck_world_load_some(ck_world *w, const uint8_t *buf, size_t len,
+                       unsigned which)
 {
     ibuf b = {buf, len, 0};
-    size_t n;
-    const uint8_t *p;
     w->v.inv = -1;
     w->in_liveness = false;
     if (!get(&b, &w->env, sizeof w->env) || w->env.nmsg > CK_MAX_MSG ||
         !get(&b, w->msg, w->env.nmsg * sizeof w->msg[0]) || !get_mon(&b, w))
         return XFER_ERR_FORMAT;
-    if (!(p = get_blob(&b, &n)) || xfer_core_load(w->core, p, n))
+    if (!get_slot(w, &b, CK_SLOT_CORE, which))
         return XFER_ERR_FORMAT;
     for (unsigned k = 0; k < w->cfg->S; k++)
-        if (!(p = get_blob(&b, &n)) || xfer_shard_load(w->sh[k], p, n))
+        if (!get_slot(w, &b, CK_SLOT_SH(k), which))
             return XFER_ERR_FORMAT;
-    if (!(p = get_blob(&b, &n)) || xfer_readiness_load(w->rd, p, n))
+    if (!get_slot(w, &b, CK_SLOT_RD, which))
         return XFER_ERR_FORMAT;
     return b.at == len ? 0 : XFER_ERR_FORMAT;
+}
+
+int ck_world_load(ck_world *w, const uint8_t *buf, size_t len)
+{
+    return ck_world_load_some(w, buf, len, CK_M_ALL);
 }

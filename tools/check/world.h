@@ -91,6 +91,7 @@ typedef struct ck_config {
     uint64_t max_delay;    /* network delay bound (ns) */
     bool liveness_all;     /* liveness phase from every state, not leaves */
     bool symmetry;
+    bool paranoid;         /* BFS: check every delta save (slow) */
 } ck_config;
 
 /* Timings of the modelled deployment (ns). */
@@ -222,6 +223,22 @@ typedef struct ck_src {
     uint8_t src;
 } ck_src;
 
+/* The machines of a world, as bits of a mask and slots of a layout: the
+ * core, shard k, the readiness tracker. */
+#define CK_SLOT_CORE 0u
+#define CK_SLOT_SH(k) (1u + (unsigned)(k))
+#define CK_SLOT_RD (CK_MAX_S + 1u)
+#define CK_SLOTS (CK_MAX_S + 2u)
+#define CK_M_CORE (1u << CK_SLOT_CORE)
+#define CK_M_SH(k) (1u << CK_SLOT_SH(k))
+#define CK_M_RD (1u << CK_SLOT_RD)
+#define CK_M_ALL ((1u << CK_SLOTS) - 1u)
+
+/* Where each machine's blob sits inside a saved world. */
+typedef struct ck_layout {
+    size_t off[CK_SLOTS], len[CK_SLOTS];
+} ck_layout;
+
 typedef struct ck_world {
     const ck_config *cfg;
     xfer_core_config core_cfg;
@@ -237,9 +254,9 @@ typedef struct ck_world {
     bool in_liveness;
     uint8_t snap_out[CK_MAX_T][CK_MAX_S][4]; /* ops out at batch start */
     ck_src srcs[CK_MAX_S + 2];
-    /* where ck_world_save put each machine's blob (not encoded) */
-    size_t off_core, len_core, off_sh[CK_MAX_S], len_sh[CK_MAX_S];
-    size_t off_rd, len_rd;
+    /* where the last save or load found each machine's blob (not
+     * encoded) */
+    ck_layout lay;
 } ck_world;
 
 /* world.c */
@@ -247,6 +264,12 @@ int ck_world_init(ck_world *w, const ck_config *cfg, const ck_tracer *tr);
 void ck_world_free(ck_world *w);
 size_t ck_world_save(ck_world *w, uint8_t *buf, size_t len);
 int ck_world_load(ck_world *w, const uint8_t *buf, size_t len);
+size_t ck_world_save_some(ck_world *w, uint8_t *buf, size_t len,
+                          const uint8_t *prev, const ck_layout *pl,
+                          unsigned which);
+int ck_world_load_some(ck_world *w, const uint8_t *buf, size_t len,
+                       unsigned which);
+unsigned ck_world_touches(const ck_world *w, ck_move mv);
 unsigned ck_world_moves(const ck_world *w, ck_move *out);
 void ck_world_apply(ck_world *w, ck_move mv);
 void ck_world_describe(const ck_world *w, ck_move mv, char *buf, size_t len);
@@ -301,9 +324,20 @@ void ck_mon_global(ck_world *w);
 void ck_mon_shard_timer(ck_world *w, unsigned k);
 void ck_mon_final(ck_world *w);
 
-/* canon.c */
-void ck_canon_key(const ck_world *w, const uint8_t *blob, size_t len,
-                  uint64_t key[2]);
+/* canon.c: cached hashes of the parts of one saved state */
+typedef struct ck_parts {
+    bool ok_core, ok_rd;           /* layouts understood: symmetry usable */
+    uint64_t sh[CK_MAX_S][2];      /* each shard blob */
+    uint64_t core[2], rd[2];       /* core / tracker minus per-shard data */
+    uint16_t ncore, nrd;           /* per-shard bytes of core / tracker */
+    uint8_t cps[CK_MAX_S][CK_MAX_T * 64];
+    uint8_t rps[CK_MAX_S][CK_MAX_T * 16];
+} ck_parts;
+
+void ck_canon_parts(ck_parts *p, const ck_world *w, const uint8_t *blob,
+                    unsigned which);
+void ck_canon_key(const ck_world *w, const ck_parts *p, const uint8_t *blob,
+                  size_t len, uint64_t key[2]);
 void ck_hash128(const void *p, size_t n, uint64_t seed, uint64_t out[2]);
 
 #endif /* XFER_CHECK_WORLD_H */
