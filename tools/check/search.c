@@ -227,6 +227,8 @@ typedef struct bfs {
     level cur, next;
     uint8_t *tmp, *tmp2;
     ck_layout pl;     /* layout of the state being expanded */
+    const uint8_t *held; /* the encoding the machines hold, or NULL */
+    ck_layout hl;     /* its layout */
     ck_parts pp, cp;  /* its cached hashes; a child's */
     ck_outcome *out;
 } bfs;
@@ -333,9 +335,10 @@ static bool expand(bfs *b, size_t i, uint16_t depth)
     size_t blen = b->cur.off[i + 1] - b->cur.off[i];
     uint32_t id = b->cur.ids[i];
     ck_move mv[CK_MAX_MOVES];
-    if (ck_world_load(&b->w, blob, blen))
+    if (ck_world_load_diff(&b->w, blob, blen, b->held, &b->hl))
         abort();
     b->pl = b->w.lay;
+    b->held = NULL; /* a leaf's liveness phase moves every machine */
     unsigned n = ck_world_moves(&b->w, mv);
     if (n == 0 || depth >= b->cfg->depth) {
         b->out->leaves++;
@@ -356,6 +359,8 @@ static bool expand(bfs *b, size_t i, uint16_t depth)
         if (ck_world_load_some(&b->w, blob, blen, dirty))
             abort();
     }
+    b->held = blob;
+    b->hl = b->pl;
     return false;
 }
 
@@ -396,6 +401,7 @@ int ck_bfs(const ck_config *cfg, ck_outcome *out)
         for (size_t i = 0; i < b.cur.n && !bad; i++)
             bad = expand(&b, i, d);
         level t = b.cur;
+        b.held = NULL; /* its buffer is about to be reused */
         b.cur = b.next;
         b.next = t;
         b.next.len = b.next.n = 0;

@@ -262,7 +262,25 @@ static int load_slot(ck_world *w, unsigned slot, const uint8_t *p, size_t n)
     return xfer_shard_load(w->sh[slot - 1], p, n);
 }
 
-static bool get_slot(ck_world *w, ibuf *b, unsigned slot, unsigned which)
+/* Which machines a load must restore: those in `which`, and, when `prev`
+ * (laid out as `pl`) is what the machines hold now, only those whose blob
+ * differs from it. */
+typedef struct lsel {
+    unsigned which;
+    const uint8_t *prev;
+    const ck_layout *pl;
+} lsel;
+
+static bool must_load(const lsel *l, unsigned slot, const uint8_t *p,
+                      size_t n)
+{
+    if (!(l->which & (1u << slot)))
+        return false;
+    return !l->prev || l->pl->len[slot] != n ||
+           memcmp(l->prev + l->pl->off[slot], p, n) != 0;
+}
+
+static bool get_slot(ck_world *w, ibuf *b, unsigned slot, const lsel *l)
 {
     size_t n;
     const uint8_t *p = get_blob(b, &n);
@@ -270,13 +288,11 @@ static bool get_slot(ck_world *w, ibuf *b, unsigned slot, unsigned which)
         return false;
     w->lay.off[slot] = (size_t)(p - b->p);
     w->lay.len[slot] = n;
-    return !(which & (1u << slot)) || load_slot(w, slot, p, n) == 0;
+    return !must_load(l, slot, p, n) || load_slot(w, slot, p, n) == 0;
 }
 
-/* Load the plain data of an encoding and the machines in `which`; the
- * others must already be in the state the encoding holds. */
-int ck_world_load_some(ck_world *w, const uint8_t *buf, size_t len,
-                       unsigned which)
+static int load_sel(ck_world *w, const uint8_t *buf, size_t len,
+                    const lsel *l)
 {
     ibuf b = {buf, len, 0};
     w->v.inv = -1;
@@ -284,14 +300,32 @@ int ck_world_load_some(ck_world *w, const uint8_t *buf, size_t len,
     if (!get(&b, &w->env, sizeof w->env) || w->env.nmsg > CK_MAX_MSG ||
         !get(&b, w->msg, w->env.nmsg * sizeof w->msg[0]) || !get_mon(&b, w))
         return XFER_ERR_FORMAT;
-    if (!get_slot(w, &b, CK_SLOT_CORE, which))
+    if (!get_slot(w, &b, CK_SLOT_CORE, l))
         return XFER_ERR_FORMAT;
     for (unsigned k = 0; k < w->cfg->S; k++)
-        if (!get_slot(w, &b, CK_SLOT_SH(k), which))
+        if (!get_slot(w, &b, CK_SLOT_SH(k), l))
             return XFER_ERR_FORMAT;
-    if (!get_slot(w, &b, CK_SLOT_RD, which))
+    if (!get_slot(w, &b, CK_SLOT_RD, l))
         return XFER_ERR_FORMAT;
     return b.at == len ? 0 : XFER_ERR_FORMAT;
+}
+
+/* Load the plain data of an encoding and the machines in `which`; the
+ * others must already be in the state the encoding holds. */
+int ck_world_load_some(ck_world *w, const uint8_t *buf, size_t len,
+                       unsigned which)
+{
+    lsel l = {which, NULL, NULL};
+    return load_sel(w, buf, len, &l);
+}
+
+/* Load an encoding into a world whose machines hold `prev` (laid out as
+ * pl): only the machines whose blobs differ are loaded. */
+int ck_world_load_diff(ck_world *w, const uint8_t *buf, size_t len,
+                       const uint8_t *prev, const ck_layout *pl)
+{
+    lsel l = {CK_M_ALL, prev, pl};
+    return load_sel(w, buf, len, &l);
 }
 
 int ck_world_load(ck_world *w, const uint8_t *buf, size_t len)

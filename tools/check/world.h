@@ -269,6 +269,8 @@ size_t ck_world_save_some(ck_world *w, uint8_t *buf, size_t len,
                           unsigned which);
 int ck_world_load_some(ck_world *w, const uint8_t *buf, size_t len,
                        unsigned which);
+int ck_world_load_diff(ck_world *w, const uint8_t *buf, size_t len,
+                       const uint8_t *prev, const ck_layout *pl);
 unsigned ck_world_touches(const ck_world *w, ck_move mv);
 unsigned ck_world_moves(const ck_world *w, ck_move *out);
 void ck_world_apply(ck_world *w, ck_move mv);
