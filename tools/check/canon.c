@@ -201,6 +201,22 @@ void ck_canon_parts(ck_parts *p, const ck_world *w, const uint8_t *blob,
                             l->len[CK_SLOT_RD], S);
 }
 
+/* Copy the parts of an S-shard world (the arrays only as far as used). */
+void ck_canon_parts_copy(ck_parts *dst, const ck_parts *src, unsigned S)
+{
+    dst->ok_core = src->ok_core;
+    dst->ok_rd = src->ok_rd;
+    memcpy(dst->sh, src->sh, S * sizeof src->sh[0]);
+    memcpy(dst->core, src->core, sizeof src->core);
+    memcpy(dst->rd, src->rd, sizeof src->rd);
+    dst->ncore = src->ncore;
+    dst->nrd = src->nrd;
+    for (unsigned k = 0; k < S; k++) {
+        memcpy(dst->cps[k], src->cps[k], src->ncore);
+        memcpy(dst->rps[k], src->rps[k], src->nrd);
+    }
+}
+
 /* ---------------------------------------------------------------------- */
 /* The key                                                                 */
 /* ---------------------------------------------------------------------- */

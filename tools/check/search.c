@@ -311,7 +311,7 @@ static bool child(bfs *b, const uint8_t *blob, unsigned *dirty, uint32_t id,
                                     *dirty);
     uint64_t key[2];
     check_len(len);
-    memcpy(&b->cp, &b->pp, sizeof b->cp);
+    ck_canon_parts_copy(&b->cp, &b->pp, b->cfg->S);
     ck_canon_parts(&b->cp, &b->w, b->tmp, *dirty);
     ck_canon_key(&b->w, &b->cp, b->tmp, len, key);
     if (b->cfg->paranoid)
@@ -400,6 +400,9 @@ int ck_bfs(const ck_config *cfg, ck_outcome *out)
         out->depth = d;
         for (size_t i = 0; i < b.cur.n && !bad; i++)
             bad = expand(&b, i, d);
+        if (now_s() - t0 > 10)
+            fprintf(stderr, "xfer-check: depth %u done, %zu states, "
+                    "%.0f s\n", d, b.seen.n, now_s() - t0);
         level t = b.cur;
         b.held = NULL; /* its buffer is about to be reused */
         b.cur = b.next;
