@@ -5,9 +5,11 @@
  *              [--faults LIST|all|none] [--seed N] [--runs N] [--depth N]
  *              [--max-faults N] [--cancels N] [--lates N] [--ccancels N]
  *              [--expiries N] [--cancel-attempts N] [--liveness leaves|all]
- *              [--no-symmetry] [--paranoid] [--out PREFIX]
+ *              [--max-mem-mb N] [--no-symmetry] [--paranoid] [--out PREFIX]
  *              [--replay FILE]
  *
+ * --max-mem-mb N (default 8192, 0: none) stops a BFS whose queued states
+ * and visited set pass N MB; it then says the run was not exhaustive.
  * --paranoid checks, for every BFS transition, that the incremental save
  * and hashing match a full save and hashing from scratch.
  *
@@ -38,7 +40,7 @@ const char *ck_fault_name(unsigned bit)
 typedef struct opts {
     ck_config cfg;
     int mode; /* 0 bfs, 1 random, 2 swarm */
-    uint64_t seed, runs, delay_ms;
+    uint64_t seed, runs, delay_ms, mem_mb;
     const char *out, *replay;
 } opts;
 
@@ -105,6 +107,7 @@ static const numopt numopts[] = {
     {"--budget", 0, 200, CFG_(budget), 4},
     {"--cancel-attempts", 1, 20, CFG_(cancel_max_attempts), 4},
     {"--max-delay-ms", 1, 3600000, offsetof(opts, delay_ms), 8},
+    {"--max-mem-mb", 0, 1u << 30, offsetof(opts, mem_mb), 8},
     {"--seed", 0, UINT64_MAX, offsetof(opts, seed), 8},
     {"--runs", 1, UINT64_MAX, offsetof(opts, runs), 8},
 };
@@ -168,6 +171,7 @@ static void defaults(opts *o)
                          .symmetry = true};
     o->seed = 1;
     o->delay_ms = 15000;
+    o->mem_mb = 8192;
     o->runs = 10000;
     o->out = "xfer-check-cex";
 }
@@ -200,6 +204,7 @@ static int parse(opts *o, int argc, char **argv)
         i++;
     }
     o->cfg.max_delay = o->delay_ms * 1000000ull;
+    o->cfg.max_mem = o->mem_mb << 20;
     return 0;
 }
 
@@ -271,11 +276,17 @@ static int run_bfs(const opts *o)
     printf("states %" PRIu64 " distinct, transitions %" PRIu64 ", depth %u, "
            "leaves %" PRIu64 "%s\n", r.states, r.transitions, r.depth,
            r.leaves, r.bounded ? " (depth bound reached: not exhaustive)" : "");
-    printf("time %.2f s: %.0f states/s, %.0f transitions/s (one core)\n",
-           r.secs, r.states / s, r.transitions / s);
+    if (r.out_of_memory)
+        printf("STOPPED at the memory bound (--max-mem-mb %llu) in depth "
+               "%u: NOT exhaustive\n",
+               (unsigned long long)(o->cfg.max_mem >> 20), r.depth);
+    printf("time %.2f s: %.0f states/s, %.0f transitions/s (one core), "
+           "%.0f MB\n", r.secs, r.states / s, r.transitions / s,
+           r.mem_bytes / 1048576.0);
     if (inv < 0) {
         printf("all invariants held (I1-I14 after every step, liveness at "
-               "every leaf%s)\n", o->cfg.liveness_all ? " and state" : "");
+               "every leaf%s)%s\n", o->cfg.liveness_all ? " and state" : "",
+               r.out_of_memory ? " in the part explored" : "");
         return 0;
     }
     int rc = violation(o, &r, &o->cfg);

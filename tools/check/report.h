@@ -27,6 +27,8 @@ typedef struct ck_outcome {
     uint64_t states, transitions, leaves, runs, steps;
     unsigned depth;
     bool bounded;        /* the depth bound cut some paths */
+    bool out_of_memory;  /* BFS stopped at the memory bound */
+    uint64_t mem_bytes;  /* BFS: peak memory of the search structures */
     double secs;
     uint64_t seed;       /* random: the seed of the failing run */
     uint32_t faults;     /* the fault classes of the failing run */

@@ -372,6 +372,37 @@ static void lv_free(level *l)
     memset(l, 0, sizeof *l);
 }
 
+/* Bytes held by the search structures (queued states, visited set, the
+ * node tree); the machines and buffers are small and fixed. */
+static uint64_t bfs_mem(const bfs *b)
+{
+    const level *l[2] = {&b->cur, &b->next};
+    uint64_t m = (b->seen.mask + 1) * 16 + b->ncap * sizeof(node);
+    for (unsigned i = 0; i < 2; i++)
+        m += l[i]->cap + l[i]->ncap * (sizeof(uint32_t) + sizeof(size_t));
+    return m;
+}
+
+/* Expand one level; true on a violation.  Stops early (out_of_memory)
+ * when the structures pass cfg->max_mem. */
+static bool bfs_level(bfs *b, uint16_t d)
+{
+    for (size_t i = 0; i < b->cur.n; i++) {
+        if (expand(b, i, d))
+            return true;
+        if ((i & 1023) != 0)
+            continue;
+        uint64_t m = bfs_mem(b);
+        if (m > b->out->mem_bytes)
+            b->out->mem_bytes = m;
+        if (b->cfg->max_mem && m > b->cfg->max_mem) {
+            b->out->out_of_memory = true;
+            return false;
+        }
+    }
+    return false;
+}
+
 int ck_bfs(const ck_config *cfg, ck_outcome *out)
 {
     static bfs b;
@@ -396,11 +427,10 @@ int ck_bfs(const ck_config *cfg, ck_outcome *out)
     vs_put(&b.seen, key);
     lv_add(&b.cur, add_node(&b, UINT32_MAX, 0, 0), b.tmp, len);
     bool bad = false;
-    for (uint16_t d = 0; b.cur.n && !bad; d++) {
+    for (uint16_t d = 0; b.cur.n && !bad && !out->out_of_memory; d++) {
         out->depth = d;
-        for (size_t i = 0; i < b.cur.n && !bad; i++)
-            bad = expand(&b, i, d);
-        if (now_s() - t0 > 10)
+        bad = bfs_level(&b, d);
+        if (now_s() - t0 > 10 && !out->out_of_memory)
             fprintf(stderr, "xfer-check: depth %u done, %zu states, "
                     "%.0f s\n", d, b.seen.n, now_s() - t0);
         level t = b.cur;

@@ -92,6 +92,8 @@ typedef struct ck_config {
     bool liveness_all;     /* liveness phase from every state, not leaves */
     bool symmetry;
     bool paranoid;         /* BFS: check every delta save (slow) */
+    uint64_t max_mem;      /* BFS: stop (not exhaustive) past this many
+                            * bytes of queued states and visited set */
 } ck_config;
 
 /* Timings of the modelled deployment (ns). */
