@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "mp.h"
+#include "testutil.h"
 #include "xfer/errors.h"
 
 static mp_proc d;
@@ -409,10 +410,7 @@ int main(void)
     tcase_add_test(tc, test_badinput_reserve_flood);
     tcase_add_test(tc, test_xferd_events_take_release);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = tu_run(s);
     mp_kill_all();
-    return failed ? 1 : 0;
+    return rc;
 }

@@ -23,6 +23,7 @@
 #include <event2/event.h>
 
 #include "mp.h"
+#include "testutil.h"
 
 typedef struct fake {
     int lis, conn;
@@ -161,9 +162,5 @@ int main(void)
     tcase_add_test(tc, test_tcp_abort_waits_for_reference);
     tcase_add_test(tc, test_tcp_lost_connection_fails_ops);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tu_run(s);
 }

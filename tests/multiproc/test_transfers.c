@@ -156,10 +156,7 @@ int main(void)
     tcase_set_timeout(tc, 280);
     tcase_add_test(tc, test_transfers_10k_faults);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = tu_run(s);
     mp_kill_all();
-    return failed ? 1 : 0;
+    return rc;
 }
