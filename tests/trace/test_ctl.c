@@ -24,6 +24,7 @@
 
 #include <event2/event.h>
 
+#include "ctlclient.h"
 #include "testutil.h"
 #include "xfer/ctl.h"
 #include "xfer/xfer.h"
@@ -40,43 +41,6 @@ static void setup(void)
 static void teardown(void)
 {
     unlink(sock);
-}
-
-static int connect_to(const char *path)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    fcntl(fd, F_SETFL, O_NONBLOCK);
-    return fd;
-}
-
-/* Read the whole reply on fd while pumping the loop. */
-static char *fetch(struct event_base *base, const char *path)
-{
-    int fd = connect_to(path);
-    size_t n = 0, cap = 1 << 20;
-    char *buf = malloc(cap);
-    for (int spins = 0; spins < 100000; spins++) {
-        event_base_loop(base, EVLOOP_NONBLOCK);
-        ssize_t got = read(fd, buf + n, cap - n - 1);
-        if (got == 0)
-            break;
-        if (got > 0)
-            n += (size_t)got;
-        else
-            ck_assert_int_eq(errno, EAGAIN);
-        if (n + 1 == cap) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-            ck_assert_ptr_nonnull(buf);
-        }
-    }
-    close(fd);
-    buf[n] = '\0';
-    return buf;
 }
 
 static xfer_transfer_view fake_view(uint64_t id, uint8_t state)
@@ -114,7 +78,7 @@ START_TEST(test_ctl_fake_snapshot)
     xfer_ctl *ctl;
     ck_assert_int_eq(xfer_ctl_open(base, sock, fake_snapshot, &calls, &ctl),
                      0);
-    char *r = fetch(base, sock);
+    char *r = ctl_fetch(base, sock);
     ck_assert_int_eq(calls, 1);
     ck_assert_ptr_eq(strstr(r, "{\"xfer_ctl\":1}\n"), r);
     ck_assert_ptr_nonnull(strstr(
@@ -133,7 +97,7 @@ START_TEST(test_ctl_fake_snapshot)
     ck_assert_ptr_nonnull(
         strstr(r, "{\"kind\":\"end\",\"transfers\":2,\"reservations\":1}\n"));
     free(r);
-    r = fetch(base, sock);
+    r = ctl_fetch(base, sock);
     ck_assert_int_eq(calls, 2);
     ck_assert_uint_eq(xfer_ctl_served(ctl), 2);
     free(r);
@@ -246,7 +210,7 @@ START_TEST(test_ctl_bad_paths)
     close(fd);
     ck_assert_int_eq(xfer_ctl_open(base, sock, fake_snapshot, &calls, &ctl),
                      0);
-    free(fetch(base, sock));
+    free(ctl_fetch(base, sock));
     ck_assert_int_eq(calls, 1);
     xfer_ctl_close(ctl);
     xfer_ctl_close(NULL);
@@ -270,14 +234,14 @@ START_TEST(test_ctl_client_leaves_early)
     xfer_ctl *ctl;
     ck_assert_int_eq(xfer_ctl_open(base, sock, big_snapshot, NULL, &ctl), 0);
     for (int i = 0; i < 3; i++) {
-        int fd = connect_to(sock);
+        int fd = ctl_connect(sock);
         event_base_loop(base, EVLOOP_NONBLOCK);
         close(fd);
         for (int s = 0; s < 100; s++)
             event_base_loop(base, EVLOOP_NONBLOCK);
     }
     ck_assert_uint_eq(xfer_ctl_served(ctl), 3);
-    char *r = fetch(base, sock);
+    char *r = ctl_fetch(base, sock);
     ck_assert_ptr_nonnull(strstr(r, "\"transfers\":20000"));
     free(r);
     xfer_ctl_close(ctl);
@@ -396,7 +360,7 @@ START_TEST(test_ctl_engine_live_snapshot)
     xfer_ctl *ctl;
     ck_assert_int_eq(xfer_engine_ctl_open(e, sock, &ctl), 0);
     fake_now += 3000000000ull;
-    char *r = fetch(base, sock);
+    char *r = ctl_fetch(base, sock);
     ck_assert_ptr_nonnull(strstr(
         r, "{\"kind\":\"transfer\",\"id\":42,\"attempt\":1,\"state\":"
            "\"RESERVING\",\"age_ns\":3000000000,"));
@@ -410,7 +374,7 @@ START_TEST(test_ctl_engine_live_snapshot)
     tp.ops[0] = tp.ops[1];
     tp.n = 1;
     xfer_engine_deliver(e, &res);
-    r = fetch(base, sock);
+    r = ctl_fetch(base, sock);
     ck_assert_ptr_nonnull(strstr(r, "\"waiting\":\"1\""));
     ck_assert_ptr_nonnull(strstr(
         r, "{\"shard\":0,\"resv\":\"ok\",\"write\":\"none\""));

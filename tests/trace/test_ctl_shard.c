@@ -17,6 +17,7 @@
 #include <event2/event.h>
 
 #include "testutil.h"
+#include "ctlclient.h"
 #include "xfer/ctl.h"
 #include "xfer/loop.h"
 
@@ -24,29 +25,6 @@ static uint64_t fake_now;
 static uint64_t fake_clock(void *ud)
 {
     return fake_now;
-}
-
-static char *fetch(struct event_base *base, const char *path)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    fcntl(fd, F_SETFL, O_NONBLOCK);
-    size_t n = 0, cap = 1 << 16;
-    char *buf = malloc(cap);
-    for (int spins = 0; spins < 100000; spins++) {
-        event_base_loop(base, EVLOOP_NONBLOCK);
-        ssize_t got = read(fd, buf + n, cap - n - 1);
-        if (got == 0)
-            break;
-        if (got > 0)
-            n += (size_t)got;
-        ck_assert_uint_lt(n, cap - 1);
-    }
-    close(fd);
-    buf[n] = '\0';
-    return buf;
 }
 
 START_TEST(test_ctl_shard_snapshot)
@@ -75,7 +53,7 @@ START_TEST(test_ctl_shard_snapshot)
     xfer_ctl *ctl;
     ck_assert_int_eq(
         xfer_ctl_open(base, path, xfer_ctl_shards_snapshot, &cs, &ctl), 0);
-    char *r = fetch(base, path);
+    char *r = ctl_fetch(base, path);
     ck_assert_ptr_nonnull(strstr(
         r, "{\"kind\":\"reservation\",\"shard\":0,\"id\":5,\"attempt\":1,"
            "\"state\":\"RESERVED\",\"age_ns\":10000,\"waits\":\"write or "
@@ -145,14 +123,14 @@ START_TEST(test_ctl_shard_engine_with_dropped_write)
     xfer_ctl_shards cfg = {sh, 2, tick_clock, NULL};
     ck_assert_int_eq(
         xfer_ctl_open(base, ps, xfer_ctl_shards_snapshot, &cfg, &cs), 0);
-    char *r = fetch(base, pe);
+    char *r = ctl_fetch(base, pe);
     ck_assert_ptr_nonnull(strstr(r, "\"id\":77,"));
     ck_assert_ptr_nonnull(strstr(r, "\"state\":\"WRITING\""));
     ck_assert_ptr_nonnull(strstr(r, "\"waiting\":\"1\""));
     ck_assert_ptr_nonnull(strstr(
         r, "{\"shard\":1,\"resv\":\"ok\",\"write\":\"pending\""));
     free(r);
-    r = fetch(base, ps);
+    r = ctl_fetch(base, ps);
     /* shard 0 finished its write; shard 1 never received the dropped one */
     ck_assert_ptr_nonnull(strstr(
         r, "\"shard\":0,\"id\":77,\"attempt\":1,\"state\":\"RESERVED\""));
