@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "level.h"
 #include "report.h"
 #include "world.h"
 
@@ -168,7 +169,7 @@ static bool vs_put_raw(vset *s, const uint64_t key[2])
 /* Insert; true when the key is new. */
 static bool vs_put(vset *s, const uint64_t key[2])
 {
-    if (2 * (s->n + 1) > s->mask + 1) {
+    if (4 * (s->n + 1) > 3 * (s->mask + 1)) {
         vset big;
         vs_init(&big, 2 * (s->mask + 1));
         for (size_t i = 0; i <= s->mask; i++)
@@ -190,41 +191,14 @@ typedef struct node {
     uint16_t depth;
 } node;
 
-typedef struct level {
-    uint8_t *buf;
-    size_t len, cap;
-    uint32_t *ids;  /* node id of each state */
-    size_t *off;    /* its offset in buf */
-    size_t n, ncap;
-} level;
-
-static void lv_add(level *l, uint32_t id, const uint8_t *b, size_t len)
-{
-    if (l->len + len > l->cap) {
-        l->cap = 2 * (l->len + len) + 4096;
-        l->buf = realloc(l->buf, l->cap);
-    }
-    if (l->n == l->ncap) {
-        l->ncap = l->ncap ? 2 * l->ncap : 1024;
-        l->ids = realloc(l->ids, l->ncap * sizeof *l->ids);
-        l->off = realloc(l->off, (l->ncap + 1) * sizeof *l->off);
-    }
-    if (!l->buf || !l->ids || !l->off)
-        abort();
-    memcpy(l->buf + l->len, b, len);
-    l->ids[l->n] = id;
-    l->off[l->n++] = l->len;
-    l->len += len;
-    l->off[l->n] = l->len;
-}
-
 typedef struct bfs {
     const ck_config *cfg;
     ck_world w;
     vset seen;
     node *nodes;
     size_t nn, ncap;
-    level cur, next;
+    ck_level cur, next;
+    ck_lreader rd;
     uint8_t *tmp, *tmp2;
     ck_layout pl;     /* layout of the state being expanded */
     const uint8_t *held; /* the encoding the machines hold, or NULL */
@@ -319,7 +293,8 @@ static bool child(bfs *b, const uint8_t *blob, unsigned *dirty, uint32_t id,
     if (!vs_put(&b->seen, key))
         return false;
     uint32_t c = add_node(b, id, (uint16_t)m, depth + 1);
-    lv_add(&b->next, c, b->tmp, len);
+    ck_level_add(&b->next, c, b->tmp, len, &b->w.lay, b->cfg->S,
+                 b->cfg->paranoid);
     if (!b->cfg->liveness_all)
         return false;
     *dirty = CK_M_ALL;
@@ -331,9 +306,9 @@ static bool child(bfs *b, const uint8_t *blob, unsigned *dirty, uint32_t id,
  * move touched are loaded back. */
 static bool expand(bfs *b, size_t i, uint16_t depth)
 {
-    const uint8_t *blob = b->cur.buf + b->cur.off[i];
-    size_t blen = b->cur.off[i + 1] - b->cur.off[i];
-    uint32_t id = b->cur.ids[i];
+    size_t blen;
+    const uint8_t *blob = ck_lreader_next(&b->rd, &blen);
+    uint32_t id = b->cur.first + (uint32_t)i;
     ck_move mv[CK_MAX_MOVES];
     if (ck_world_load_diff(&b->w, blob, blen, b->held, &b->hl))
         abort();
@@ -364,22 +339,14 @@ static bool expand(bfs *b, size_t i, uint16_t depth)
     return false;
 }
 
-static void lv_free(level *l)
-{
-    free(l->buf);
-    free(l->ids);
-    free(l->off);
-    memset(l, 0, sizeof *l);
-}
-
 /* Bytes held by the search structures (queued states, visited set, the
  * node tree); the machines and buffers are small and fixed. */
 static uint64_t bfs_mem(const bfs *b)
 {
-    const level *l[2] = {&b->cur, &b->next};
+    const ck_level *l[2] = {&b->cur, &b->next};
     uint64_t m = (b->seen.mask + 1) * 16 + b->ncap * sizeof(node);
     for (unsigned i = 0; i < 2; i++)
-        m += l[i]->cap + l[i]->ncap * (sizeof(uint32_t) + sizeof(size_t));
+        m += l[i]->cap;
     return m;
 }
 
@@ -387,6 +354,7 @@ static uint64_t bfs_mem(const bfs *b)
  * when the structures pass cfg->max_mem. */
 static bool bfs_level(bfs *b, uint16_t d)
 {
+    ck_lreader_start(&b->rd, &b->cur);
     for (size_t i = 0; i < b->cur.n; i++) {
         if (expand(b, i, d))
             return true;
@@ -415,7 +383,7 @@ int ck_bfs(const ck_config *cfg, ck_outcome *out)
         return -1;
     b.tmp = malloc(CK_SAVE_MAX);
     b.tmp2 = malloc(CK_SAVE_MAX);
-    if (!b.tmp || !b.tmp2)
+    if (!b.tmp || !b.tmp2 || ck_lreader_init(&b.rd))
         abort();
     vs_init(&b.seen, 1u << 16);
     double t0 = now_s();
@@ -425,24 +393,28 @@ int ck_bfs(const ck_config *cfg, ck_outcome *out)
     ck_canon_parts(&b.pp, &b.w, b.tmp, CK_M_ALL);
     ck_canon_key(&b.w, &b.pp, b.tmp, len, key);
     vs_put(&b.seen, key);
-    lv_add(&b.cur, add_node(&b, UINT32_MAX, 0, 0), b.tmp, len);
+    ck_level_add(&b.cur, add_node(&b, UINT32_MAX, 0, 0), b.tmp, len, &b.w.lay,
+                 cfg->S, cfg->paranoid);
     bool bad = false;
     for (uint16_t d = 0; b.cur.n && !bad && !out->out_of_memory; d++) {
         out->depth = d;
         bad = bfs_level(&b, d);
         if (now_s() - t0 > 10 && !out->out_of_memory)
-            fprintf(stderr, "xfer-check: depth %u done, %zu states, "
-                    "%.0f s\n", d, b.seen.n, now_s() - t0);
-        level t = b.cur;
+            fprintf(stderr, "xfer-check: depth %u done, %zu states, next "
+                    "level %zu (%.0f B each queued), %.0f s\n", d, b.seen.n,
+                    b.next.n, b.next.n ? (double)b.next.len / b.next.n : 0.0,
+                    now_s() - t0);
+        ck_level t = b.cur;
         b.held = NULL; /* its buffer is about to be reused */
         b.cur = b.next;
         b.next = t;
-        b.next.len = b.next.n = 0;
+        ck_level_clear(&b.next);
     }
     out->states = b.seen.n;
     out->secs = now_s() - t0;
-    lv_free(&b.cur);
-    lv_free(&b.next);
+    ck_level_free(&b.cur);
+    ck_level_free(&b.next);
+    ck_lreader_free(&b.rd);
     free(b.seen.k);
     free(b.nodes);
     free(b.tmp);

@@ -201,12 +201,14 @@ size_t ck_world_save_some(ck_world *w, uint8_t *buf, size_t len,
 {
     obuf o = {buf, buf ? len : 0, 0};
     put(&o, &w->env, sizeof w->env);
-    put(&o, w->msg, w->env.nmsg * sizeof w->msg[0]);
     put_mon(&o, w);
     put_slot(w, &o, CK_SLOT_CORE, prev, pl, which);
     for (unsigned k = 0; k < w->cfg->S; k++)
         put_slot(w, &o, CK_SLOT_SH(k), prev, pl, which);
     put_slot(w, &o, CK_SLOT_RD, prev, pl, which);
+    /* the messages last: their number varies most, and what follows a
+     * change of length is stored less compactly (search.c, levels) */
+    put(&o, w->msg, w->env.nmsg * sizeof w->msg[0]);
     return o.at;
 }
 
@@ -298,14 +300,15 @@ static int load_sel(ck_world *w, const uint8_t *buf, size_t len,
     w->v.inv = -1;
     w->in_liveness = false;
     if (!get(&b, &w->env, sizeof w->env) || w->env.nmsg > CK_MAX_MSG ||
-        !get(&b, w->msg, w->env.nmsg * sizeof w->msg[0]) || !get_mon(&b, w))
+        !get_mon(&b, w))
         return XFER_ERR_FORMAT;
     if (!get_slot(w, &b, CK_SLOT_CORE, l))
         return XFER_ERR_FORMAT;
     for (unsigned k = 0; k < w->cfg->S; k++)
         if (!get_slot(w, &b, CK_SLOT_SH(k), l))
             return XFER_ERR_FORMAT;
-    if (!get_slot(w, &b, CK_SLOT_RD, l))
+    if (!get_slot(w, &b, CK_SLOT_RD, l) ||
+        !get(&b, w->msg, w->env.nmsg * sizeof w->msg[0]))
         return XFER_ERR_FORMAT;
     return b.at == len ? 0 : XFER_ERR_FORMAT;
 }
