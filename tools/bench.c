@@ -17,6 +17,7 @@
  * memory: bytes per transfer in flight and per tombstone.
  */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,27 +288,44 @@ static void run_memory(void)
     printf("  tombstone: %zu B\n", xfer_core_tombstone_bytes());
 }
 
+/* The benchmarks that live in their own programs, found next to this
+ * one: tcp (bench/xfer-bench-tcp) and check (check/xfer-check --bench).
+ * `rest` are the arguments after the benchmark's name. */
+static int run_tool(const char *self, const char *what, char **rest)
+{
+    const bool tcp = !strcmp(what, "tcp");
+    const char *tool = tcp ? "bench/xfer-bench-tcp" : "check/xfer-check";
+    char path[4096];
+    snprintf(path, sizeof path, "%s", self);
+    char *slash = strrchr(path, '/');
+    if (slash)
+        snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "%s",
+                 tool);
+    else
+        snprintf(path, sizeof path, "%s", tool);
+    char *av[64];
+    size_t n = 0;
+    av[n++] = path;
+    if (!tcp)
+        av[n++] = "--bench";
+    for (; *rest && n < 63; rest++)
+        av[n++] = *rest;
+    av[n] = NULL;
+    execv(path, av);
+    fprintf(stderr, "xfer-bench: cannot run %s (is it built?)\n", path);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "all";
-    if (!strcmp(what, "tcp")) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s", argv[0]);
-        char *slash = strrchr(path, '/');
-        const char *tool = "bench/xfer-bench-tcp";
-        if (slash)
-            snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path),
-                     "%s", tool);
-        execv(slash ? path : tool, argv + 1);
-        fprintf(stderr, "xfer-bench: cannot run %s (is the tcp benchmark "
-                "built?)\n", tool);
-        return 1;
-    }
+    if (!strcmp(what, "tcp") || !strcmp(what, "check"))
+        return run_tool(argv[0], what, argv + 2);
     int all = !strcmp(what, "all");
     if (!all && strcmp(what, "core") && strcmp(what, "engine") &&
         strcmp(what, "memory")) {
         fprintf(stderr, "xfer-bench: unknown benchmark '%s' (core, engine, "
-                "memory, tcp, all)\n", what);
+                "memory, tcp, check, all)\n", what);
         return 2;
     }
     if (all || !strcmp(what, "memory"))

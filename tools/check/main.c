@@ -6,12 +6,21 @@
  *              [--max-faults N] [--cancels N] [--lates N] [--ccancels N]
  *              [--expiries N] [--cancel-attempts N] [--liveness leaves|all]
  *              [--max-mem-mb N] [--no-symmetry] [--paranoid] [--out PREFIX]
- *              [--replay FILE]
+ *              [--replay FILE] [--bench]
+ *
+ * --budget N: disturbances per path in all.  Its default depends on S: the
+ * largest budget whose whole space an exhaustive run finishes here
+ * (default_budget() below; README has the state counts).
  *
  * --max-mem-mb N (default 8192, 0: none) stops a BFS whose queued states
  * and visited set pass N MB; it then says the run was not exhaustive.
  * --paranoid checks, for every BFS transition, that the incremental save
  * and hashing match a full save and hashing from scratch.
+ *
+ * --bench: the benchmark of the exhaustive mode (printed, not asserted):
+ * the default run for S = 1, 2, 3, each next to a reference measured in
+ * the same process, random walks over the same world (the machines and
+ * monitors stepping with no saving, hashing or visited set).
  *
  * Exit status: 0 every invariant held, 1 a violation (printed step by step,
  * with a trace file and a choices file), 2 bad arguments (one line saying
@@ -42,6 +51,7 @@ typedef struct opts {
     int mode; /* 0 bfs, 1 random, 2 swarm */
     uint64_t seed, runs, delay_ms, mem_mb;
     const char *out, *replay;
+    bool bench;
 } opts;
 
 static int bad(const char *what, const char *arg)
@@ -160,12 +170,25 @@ static int set_word(opts *o, const char *k, const char *v)
     return 0;
 }
 
+/* Default disturbance budget for S shards (T = 1, every fault class on),
+ * measured in a release build on one core: S = 1 at budget 7 is 8.9 M
+ * states (about 30 s), S = 2 at budget 3 is 10.6 M (about 50 s), S = 3 at
+ * budget 2 is 62.6 M (about 7.5 min, 4.6 GB).  One more unit multiplies a
+ * space by ten (S = 1) to a hundred (S = 3), which this machine cannot
+ * hold, so these are the largest budgets whose whole space a default run
+ * finishes.  From S = 4 one unit of budget is the default; random and
+ * swarm walks cover the larger spaces. */
+static unsigned default_budget(unsigned S)
+{
+    return S == 1 ? 7 : S == 2 ? 3 : S == 3 ? 2 : 1;
+}
+
 static void defaults(opts *o)
 {
     memset(o, 0, sizeof *o);
     o->cfg = (ck_config){.S = 2, .T = 1, .faults = CK_F_ALL,
                          .max_faults = 2, .max_cancels = 1, .max_lates = 1,
-                         .max_ccancels = 1, .max_expiries = 2, .budget = 3,
+                         .max_ccancels = 1, .max_expiries = 2, .budget = ~0u,
                          .cancel_max_attempts = 2, .depth = 400,
                          .max_delay = 15ull * 1000000000ull,
                          .symmetry = true};
@@ -193,6 +216,9 @@ static int parse(opts *o, int argc, char **argv)
         } else if (!strcmp(k, "--paranoid")) {
             o->cfg.paranoid = true;
             continue;
+        } else if (!strcmp(k, "--bench")) {
+            o->bench = true;
+            continue;
         } else if (!strcmp(k, "--mode") || !strcmp(k, "--faults") ||
                    !strcmp(k, "--liveness") || !strcmp(k, "--out") ||
                    !strcmp(k, "--replay"))
@@ -205,6 +231,8 @@ static int parse(opts *o, int argc, char **argv)
     }
     o->cfg.max_delay = o->delay_ms * 1000000ull;
     o->cfg.max_mem = o->mem_mb << 20;
+    if (o->cfg.budget == ~0u)
+        o->cfg.budget = default_budget(o->cfg.S);
     return 0;
 }
 
@@ -322,6 +350,45 @@ static int run_random(const opts *o)
     return rc;
 }
 
+/* --bench: states/s of the default exhaustive runs for S = 1, 2, 3 next to
+ * the rate of the machines alone (random walks over the same world; each
+ * walk is run twice, the second time for I10, and both runs count). */
+static int run_bench(const opts *o)
+{
+    printf("xfer-check benchmark: exhaustive BFS at the default bounds "
+           "(T = 1, every fault class), one core\n");
+    printf("%-3s %-6s %12s %12s %14s %8s | %22s\n", "S", "budget",
+           "states", "states/s", "transitions/s", "secs",
+           "reference: steps/s");
+    int rc = 0;
+    for (unsigned S = 1; S <= 3 && rc == 0; S++) {
+        ck_config c = o->cfg;
+        c.S = S;
+        c.budget = default_budget(S);
+        ck_outcome b, r;
+        memset(&b, 0, sizeof b);
+        memset(&r, 0, sizeof r);
+        if (ck_bfs(&c, &b) >= 0 || b.out_of_memory)
+            rc = 1;
+        if (ck_random(&c, o->seed, 20000, false, &r) >= 0)
+            rc = 1;
+        ck_path_free(&b.path);
+        ck_path_free(&r.path);
+        double bs = b.secs > 0 ? b.secs : 1e-9;
+        double rs = r.secs > 0 ? r.secs : 1e-9;
+        printf("%-3u %-6u %12" PRIu64 " %12.0f %14.0f %8.2f | %22.0f\n", S,
+               c.budget, b.states, b.states / bs, b.transitions / bs, b.secs,
+               2.0 * (double)r.steps / rs);
+    }
+    if (rc)
+        printf("a run found a violation or stopped early: run it alone "
+               "for the counterexample\n");
+    printf("target: 1000000 states/s; states/s counts distinct states, "
+           "each of which costs its transitions (a save, a hash and a "
+           "visited-set probe each)\n");
+    return rc;
+}
+
 /* --replay FILE: the configuration comes from the file. */
 static int run_replay(opts *o)
 {
@@ -374,6 +441,8 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (o.replay)
         return run_replay(&o);
+    if (o.bench)
+        return run_bench(&o);
     banner(&o);
     return o.mode == 0 ? run_bfs(&o) : run_random(&o);
 }
