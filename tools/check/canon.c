@@ -182,6 +182,38 @@ static bool parts_rd(ck_parts *p, const uint8_t *blob, size_t n, unsigned S)
     return true;
 }
 
+/* Memo of each shard's blob hash and signature in the state being
+ * expanded (ck_canon_prime), by the bytes hashed: a move leaves most of
+ * them as they were in the state it was made from, and comparing bytes
+ * costs a fraction of hashing them.  Equal bytes give the equal hash, so
+ * the memo changes no key. */
+typedef struct memo {
+    size_t n;
+    uint64_t h[2];
+    uint8_t b[CK_SAVE_MAX];
+} memo;
+
+static bool g_prime; /* store into the memo (the state being expanded) */
+
+static void memo_hash(memo *m, const uint8_t *b, size_t n, uint64_t seed,
+                      uint64_t out[2])
+{
+    if (m->n == n && n <= sizeof m->b && memcmp(m->b, b, n) == 0) {
+        out[0] = m->h[0];
+        out[1] = m->h[1];
+        return;
+    }
+    ck_hash128(b, n, seed, out);
+    if (g_prime && n <= sizeof m->b) {
+        memcpy(m->b, b, n);
+        m->n = n;
+        m->h[0] = out[0];
+        m->h[1] = out[1];
+    }
+}
+
+static memo g_blob[CK_MAX_S], g_sig[CK_MAX_S];
+
 /* Re-hash the machines in `which` of the state saved in blob (laid out as
  * w->lay says). */
 void ck_canon_parts(ck_parts *p, const ck_world *w, const uint8_t *blob,
@@ -194,8 +226,8 @@ void ck_canon_parts(ck_parts *p, const ck_world *w, const uint8_t *blob,
                                 l->len[CK_SLOT_CORE], S);
     for (unsigned k = 0; k < S; k++)
         if (which & CK_M_SH(k))
-            ck_hash128(blob + l->off[CK_SLOT_SH(k)], l->len[CK_SLOT_SH(k)],
-                       7, p->sh[k]);
+            memo_hash(&g_blob[k], blob + l->off[CK_SLOT_SH(k)],
+                      l->len[CK_SLOT_SH(k)], 7, p->sh[k]);
     if (which & CK_M_RD)
         p->ok_rd = parts_rd(p, blob + l->off[CK_SLOT_RD],
                             l->len[CK_SLOT_RD], S);
@@ -258,7 +290,7 @@ static void shard_sig(const ck_world *w, const ck_parts *p, unsigned k,
     }
     kput(&o, p->cps[k], p->ncore);
     kput(&o, p->rps[k], p->nrd);
-    ck_hash128(o.b, o.at, 0x516, sig);
+    memo_hash(&g_sig[k], o.b, o.at, 0x516, sig);
 }
 
 /* Everything that is not per-shard, shard references taken out. */
@@ -307,4 +339,18 @@ void ck_canon_key(const ck_world *w, const ck_parts *p, const uint8_t *blob,
     for (unsigned j = 0; j < S; j++)
         kput(&o, sig[perm[j]], 16);
     ck_hash128(o.b, o.at, 0xc4a0, key);
+}
+
+/* The parts of the state about to be expanded, remembered in the memo so
+ * that its children re-hash only what their move changed. */
+void ck_canon_prime(ck_parts *p, const ck_world *w, const uint8_t *blob)
+{
+    g_prime = true;
+    ck_canon_parts(p, w, blob, CK_M_ALL);
+    if (w->cfg->symmetry && p->ok_core && p->ok_rd)
+        for (unsigned k = 0; k < w->cfg->S; k++) {
+            uint64_t sig[2];
+            shard_sig(w, p, k, sig);
+        }
+    g_prime = false;
 }

@@ -322,7 +322,7 @@ static bool expand(bfs *b, size_t i, uint16_t depth)
             return found(b, id, UINT16_MAX, true);
         return false;
     }
-    ck_canon_parts(&b->pp, &b->w, blob, CK_M_ALL);
+    ck_canon_prime(&b->pp, &b->w, blob);
     for (unsigned m = 0; m < n; m++) {
         unsigned dirty = ck_world_touches(&b->w, mv[m]);
         guarded_apply(&b->w, mv[m]);

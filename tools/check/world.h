@@ -341,6 +341,7 @@ typedef struct ck_parts {
 void ck_canon_parts(ck_parts *p, const ck_world *w, const uint8_t *blob,
                     unsigned which);
 void ck_canon_parts_copy(ck_parts *dst, const ck_parts *src, unsigned S);
+void ck_canon_prime(ck_parts *p, const ck_world *w, const uint8_t *blob);
 void ck_canon_key(const ck_world *w, const ck_parts *p, const uint8_t *blob,
                   size_t len, uint64_t key[2]);
 void ck_hash128(const void *p, size_t n, uint64_t seed, uint64_t out[2]);
