@@ -15,9 +15,7 @@
 #include "report.h"
 #include "world.h"
 
-#ifdef CK_HAVE_TRACEFILE
 #include "xfer/tracefile.h"
-#endif
 
 static const char *const op_names[] = {"RESERVE", "WRITE", "COMMIT",
                                        "CANCEL"};
@@ -162,43 +160,17 @@ void ck_report_rec(FILE *f, const xfer_trace_rec *r, uint8_t src)
 /* ---------------------------------------------------------------------- */
 
 typedef struct tw {
-#ifdef CK_HAVE_TRACEFILE
     xfer_tracefile *tf;
-#else
-    FILE *f;
-#endif
     uint64_t n;
 } tw;
-
-#ifndef CK_HAVE_TRACEFILE
-static void le(uint8_t *p, uint64_t v, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-#endif
 
 static bool tw_open(tw *t, const char *path)
 {
     memset(t, 0, sizeof *t);
-#ifdef CK_HAVE_TRACEFILE
     xfer_tracefile_opts o = {.format = XFER_TRACEFILE_BINARY,
                              .created_ns = 1,
                              .label = "xfer-check"};
     return xfer_tracefile_open(path, &o, &t->tf) == 0;
-#else
-    /* The layout of include/xfer/tracefile.h, version 1. */
-    t->f = fopen(path, "wb");
-    if (!t->f)
-        return false;
-    uint8_t h[64] = "XFERTRC";
-    le(h + 8, 1, 2);
-    le(h + 10, 64, 2);
-    le(h + 12, 64, 2);
-    le(h + 16, 1, 8);
-    memcpy(h + 32, "xfer-check", 10);
-    return fwrite(h, 1, sizeof h, t->f) == sizeof h;
-#endif
 }
 
 static void tw_rec(tw *t, const xfer_trace_rec *r, uint8_t src)
@@ -206,38 +178,13 @@ static void tw_rec(tw *t, const xfer_trace_rec *r, uint8_t src)
     xfer_trace_rec c = *r;
     c.flags = src;
     t->n++;
-#ifdef CK_HAVE_TRACEFILE
     if (t->tf)
         xfer_tracefile_write(t->tf, &c);
-#else
-    uint8_t b[64];
-    le(b, c.seq, 8);
-    le(b + 8, c.time_ns, 8);
-    le(b + 16, c.id, 8);
-    le(b + 24, c.arg0, 8);
-    le(b + 32, c.arg1, 8);
-    le(b + 40, c.arg2, 8);
-    le(b + 48, c.attempt, 4);
-    le(b + 52, (uint32_t)c.error, 4);
-    le(b + 56, c.shard, 2);
-    b[58] = c.machine;
-    b[59] = c.old_state;
-    b[60] = c.event;
-    b[61] = c.new_state;
-    b[62] = c.verdict;
-    b[63] = c.flags;
-    if (t->f)
-        fwrite(b, 1, sizeof b, t->f);
-#endif
 }
 
 static int tw_close(tw *t)
 {
-#ifdef CK_HAVE_TRACEFILE
     return xfer_tracefile_close(t->tf);
-#else
-    return t->f && fclose(t->f) == 0 ? 0 : XFER_ERR_IO;
-#endif
 }
 
 /* ---------------------------------------------------------------------- */
