@@ -795,3 +795,10 @@ int xfer_core_load(xfer_core *core, const uint8_t *buf, size_t len)
     }
     return r.at == len ? 0 : XFER_ERR_FORMAT;
 }
+
+void xfer_core_health_get(const xfer_core *core, xfer_core_health *h)
+{
+    h->illegal = core->ctx.illegal;
+    h->live = core->live.n;
+    h->tombstones = xfer_tomb_live(&core->tombs);
+}

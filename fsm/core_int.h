@@ -28,4 +28,13 @@ size_t xfer_core_save(const xfer_core *core, uint8_t *buf, size_t len);
  */
 int xfer_core_load(xfer_core *core, const uint8_t *buf, size_t len);
 
+/* The figures the model checker reads after every step, without the copy
+ * of cells_hit that xfer_core_stats_get() makes. */
+typedef struct xfer_core_health {
+    uint64_t illegal;
+    uint32_t live, tombstones;
+} xfer_core_health;
+
+void xfer_core_health_get(const xfer_core *core, xfer_core_health *h);
+
 #endif /* XFER_FSM_CORE_INT_H */

@@ -42,4 +42,14 @@ size_t xfer_readiness_save(const xfer_readiness *r, uint8_t *buf, size_t len);
  */
 int xfer_readiness_load(xfer_readiness *r, const uint8_t *buf, size_t len);
 
+/* The figures the model checker reads after every step, without copying
+ * every counter as xfer_readiness_stats_get() does. */
+typedef struct xfer_readiness_health {
+    uint64_t illegal;
+    uint32_t live;
+} xfer_readiness_health;
+
+void xfer_readiness_health_get(const xfer_readiness *r,
+                               xfer_readiness_health *h);
+
 #endif /* XFER_FSM_READINESS_INT_H */

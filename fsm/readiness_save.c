@@ -377,3 +377,10 @@ int xfer_readiness_load(xfer_readiness *r, const uint8_t *buf, size_t len)
     }
     return 0;
 }
+
+void xfer_readiness_health_get(const xfer_readiness *r,
+                               xfer_readiness_health *h)
+{
+    h->illegal = r->st.illegal;
+    h->live = r->live.n;
+}

@@ -42,4 +42,13 @@ size_t xfer_shard_save(const xfer_shard *s, uint8_t *buf, size_t len);
  */
 int xfer_shard_load(xfer_shard *s, const uint8_t *buf, size_t len);
 
+/* The figures the model checker reads after every step, without the copy
+ * of cells_hit that xfer_shard_stats_get() makes. */
+typedef struct xfer_shard_health {
+    uint64_t illegal, pool_bytes, bytes_in_use;
+    uint32_t live, tombstones;
+} xfer_shard_health;
+
+void xfer_shard_health_get(const xfer_shard *s, xfer_shard_health *h);
+
 #endif /* XFER_FSM_SHARD_INT_H */

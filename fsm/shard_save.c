@@ -436,3 +436,12 @@ int xfer_shard_load(xfer_shard *s, const uint8_t *buf, size_t len)
     assert(!b.bad && b.at == len);
     return 0;
 }
+
+void xfer_shard_health_get(const xfer_shard *s, xfer_shard_health *h)
+{
+    h->illegal = s->st.illegal;
+    h->pool_bytes = s->cfg.pool_bytes;
+    h->bytes_in_use = s->pool.in_use;
+    h->live = s->live;
+    h->tombstones = s->tombs.n;
+}

@@ -18,6 +18,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core_int.h"
+#include "readiness_int.h"
+#include "shard_int.h"
 #include "world.h"
 
 static const char *const inv_names[] = {
@@ -657,8 +660,8 @@ void ck_mon_ready_action(ck_world *w, const xfer_ready_action *a)
 
 static void global_core(ck_world *w)
 {
-    xfer_core_stats st;
-    xfer_core_stats_get(w->core, &st);
+    xfer_core_health st;
+    xfer_core_health_get(w->core, &st);
     if (st.illegal)
         ck_mon_fail(w, CK_ILLEGAL, "the transfer core hit %llu ILLEGAL "
                     "cell(s)", (unsigned long long)st.illegal);
@@ -671,8 +674,8 @@ static void global_core(ck_world *w)
 
 static void global_shard(ck_world *w, unsigned k)
 {
-    xfer_shard_stats st;
-    xfer_shard_stats_get(w->sh[k], &st);
+    xfer_shard_health st;
+    xfer_shard_health_get(w->sh[k], &st);
     if (st.illegal)
         ck_mon_fail(w, CK_ILLEGAL, "shard %u hit %llu ILLEGAL cell(s)", k,
                     (unsigned long long)st.illegal);
@@ -705,8 +708,8 @@ void ck_mon_global(ck_world *w)
     global_core(w);
     for (unsigned k = 0; k < w->cfg->S; k++)
         global_shard(w, k);
-    xfer_readiness_stats rs;
-    xfer_readiness_stats_get(w->rd, &rs);
+    xfer_readiness_health rs;
+    xfer_readiness_health_get(w->rd, &rs);
     if (rs.illegal)
         ck_mon_fail(w, CK_ILLEGAL, "the readiness tracker hit %llu ILLEGAL "
                     "cell(s)", (unsigned long long)rs.illegal);
