@@ -8,9 +8,9 @@
  *              [--max-mem-mb N] [--no-symmetry] [--paranoid] [--out PREFIX]
  *              [--replay FILE] [--bench]
  *
- * --budget N: disturbances per path in all.  Its default depends on S: the
- * largest budget whose whole space an exhaustive run finishes here
- * (default_budget() below; README has the state counts).
+ * --budget N: disturbances per path in all.  Its default depends on S: 3,
+ * or less where a space that large cannot finish (default_budget() below;
+ * README has the state counts).
  *
  * --max-mem-mb N (default 8192, 0: none) stops a BFS whose queued states
  * and visited set pass N MB; it then says the run was not exhaustive.
@@ -18,8 +18,8 @@
  * and hashing match a full save and hashing from scratch.
  *
  * --bench: the benchmark of the exhaustive mode (printed, not asserted):
- * the default run for S = 1, 2, 3, each next to a reference measured in
- * the same process, random walks over the same world (the machines and
+ * BFS for S = 1, 2, 3 (bench_budget below), each next to a reference
+ * measured in the same process, random walks over the same world (the machines and
  * monitors stepping with no saving, hashing or visited set).
  *
  * Exit status: 0 every invariant held, 1 a violation (printed step by step,
