@@ -46,7 +46,7 @@ int xfer_shard_load(xfer_shard *s, const uint8_t *buf, size_t len);
  * of cells_hit that xfer_shard_stats_get() makes. */
 typedef struct xfer_shard_health {
     uint64_t illegal, pool_bytes, bytes_in_use;
-    uint32_t live, tombstones;
+    uint32_t live;
 } xfer_shard_health;
 
 void xfer_shard_health_get(const xfer_shard *s, xfer_shard_health *h);

@@ -443,5 +443,4 @@ void xfer_shard_health_get(const xfer_shard *s, xfer_shard_health *h)
     h->pool_bytes = s->cfg.pool_bytes;
     h->bytes_in_use = s->pool.in_use;
     h->live = s->live;
-    h->tombstones = s->tombs.n;
 }

@@ -198,7 +198,6 @@ void ck_level_add(ck_level *l, uint32_t id, const uint8_t *b, size_t len,
         }
     }
     memcpy(l->prev, b, len);
-    l->plen = len;
     memcpy(l->poff, off, sizeof off);
     memcpy(l->pn, n, sizeof n);
     l->pparts = np;
@@ -207,7 +206,7 @@ void ck_level_add(ck_level *l, uint32_t id, const uint8_t *b, size_t len,
 
 void ck_level_clear(ck_level *l)
 {
-    l->len = l->n = l->plen = 0;
+    l->len = l->n = 0;
     l->pparts = 0;
 }
 

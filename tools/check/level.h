@@ -27,7 +27,7 @@ typedef struct ck_level {
     size_t n;       /* states */
     uint32_t first; /* node id of the first; the others follow in order */
     uint8_t *prev;  /* the state added last, raw, and its parts */
-    size_t plen, poff[CK_PARTS_MAX], pn[CK_PARTS_MAX];
+    size_t poff[CK_PARTS_MAX], pn[CK_PARTS_MAX];
     unsigned pparts;
 } ck_level;
 

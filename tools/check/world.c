@@ -207,7 +207,7 @@ size_t ck_world_save_some(ck_world *w, uint8_t *buf, size_t len,
         put_slot(w, &o, CK_SLOT_SH(k), prev, pl, which);
     put_slot(w, &o, CK_SLOT_RD, prev, pl, which);
     /* the messages last: their number varies most, and what follows a
-     * change of length is stored less compactly (search.c, levels) */
+     * change of length is stored less compactly (level.c) */
     put(&o, w->msg, w->env.nmsg * sizeof w->msg[0]);
     return o.at;
 }
