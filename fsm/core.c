@@ -84,12 +84,12 @@ static void emit_config(xfer_core *core)
 {
     const xfer_core_config *c = &core->cfg;
     xfer_trace_rec r0 = {
-        .machine = XFER_M_CONFIG, .event = 0, .shard = c->max_shards,
+        .machine = XFER_MACHINE_CONFIG, .event = 0, .shard = c->max_shards,
         .arg0 = c->max_transfers | (uint64_t)c->max_tombstones << 32,
         .arg1 = c->tombstone_ttl_ns, .arg2 = c->default_deadline_ns};
     xfer_util_emit(&core->ctx.trace, &core->ctx.seq, &r0);
     xfer_trace_rec r1 = {
-        .machine = XFER_M_CONFIG, .event = 1, .shard = c->max_shards,
+        .machine = XFER_MACHINE_CONFIG, .event = 1, .shard = c->max_shards,
         .arg0 = c->cancel_op_timeout_ns, .arg1 = c->cancel_backoff_ns,
         .arg2 = c->cancel_max_attempts | (uint64_t)c->attempt_base << 32};
     xfer_util_emit(&core->ctx.trace, &core->ctx.seq, &r1);
@@ -174,7 +174,7 @@ static void trace_input(xfer_core *core, uint64_t now, unsigned ev,
 {
     if (!core->ctx.trace.fn)
         return;
-    xfer_trace_rec rec = {.time_ns = now, .id = id, .machine = XFER_M_INPUT,
+    xfer_trace_rec rec = {.time_ns = now, .id = id, .machine = XFER_MACHINE_INPUT,
                           .event = (uint8_t)ev, .shard = shard, .arg0 = a0,
                           .arg1 = a1, .arg2 = a2};
     if (r) {
@@ -192,7 +192,7 @@ static void note(xfer_core *core, uint64_t now, unsigned what, uint64_t id,
         return;
     xfer_trace_rec rec = {.time_ns = now, .id = id, .attempt = attempt,
                           .shard = shard, .error = err,
-                          .machine = XFER_M_NOTE, .event = (uint8_t)what};
+                          .machine = XFER_MACHINE_NOTE, .event = (uint8_t)what};
     xfer_util_emit(&core->ctx.trace, &core->ctx.seq, &rec);
 }
 
@@ -240,7 +240,7 @@ static void settle(xfer_core *core, xfer_transfer *t, uint64_t now,
     for (size_t i = first_action; i < core->ctx.nacts; i++)
         if (core->ctx.acts[i].kind == XFER_ACT_COMPLETE)
             count_completion(core, &core->ctx.acts[i].result);
-    if (t->state != XFER_TS_TOMBSTONED) {
+    if (t->state != XFER_TRANSFER_STATE_TOMBSTONED) {
         /* Most steps leave the timer alone: touch the heap only when it
          * moved (an unchanged entry keeps its place among equal ones). */
         bool armed = xfer_heap_contains(&core->timers, t->slot);
@@ -305,15 +305,15 @@ static int submit_check(xfer_core *core, uint64_t now,
     xfer_transfer *t = find_live(core, a->id);
     if (t) {
         xfer_transfer_trace_cell(&core->ctx, now, a->id, t->attempt,
-                                 XFER_SHARD_NONE, t->state, XFER_TE_SUBMIT,
+                                 XFER_SHARD_NONE, t->state, XFER_TRANSFER_EVENT_SUBMIT,
                                  XFER_ERR_EXISTS);
         return XFER_ERR_EXISTS;
     }
     const xfer_tomb_entry *e = xfer_tomb_find(&core->tombs, a->id);
     if (e) {
         xfer_transfer_trace_cell(&core->ctx, now, a->id, e->attempt,
-                                 XFER_SHARD_NONE, XFER_TS_TOMBSTONED,
-                                 XFER_TE_SUBMIT, XFER_ERR_CANCELLED);
+                                 XFER_SHARD_NONE, XFER_TRANSFER_STATE_TOMBSTONED,
+                                 XFER_TRANSFER_EVENT_SUBMIT, XFER_ERR_CANCELLED);
         note(core, now, XFER_NOTE_LATE_SUBMIT, a->id, e->attempt,
              XFER_SHARD_NONE, XFER_ERR_CANCELLED);
         core->st.late_submits++;
@@ -334,7 +334,7 @@ int xfer_core_submit(xfer_core *core, uint64_t now_ns,
                                             : now_ns +
                                                   core->cfg.default_deadline_ns;
     if (a)
-        trace_input(core, now_ns, XFER_TE_SUBMIT, a->id, a->nshards, NULL,
+        trace_input(core, now_ns, XFER_TRANSFER_EVENT_SUBMIT, a->id, a->nshards, NULL,
                     deadline, (uint64_t)a->group << 32 | a->pool,
                     a->user_data);
     int rc = submit_check(core, now_ns, a);
@@ -361,7 +361,7 @@ int xfer_core_submit(xfer_core *core, uint64_t now_ns,
     core->recs[t->slot] = t;
     xfer_idmap_put(&core->live, t->id, t->slot);
     core->st.submitted++;
-    step(core, t, now_ns, XFER_TE_SUBMIT, NULL);
+    step(core, t, now_ns, XFER_TRANSFER_EVENT_SUBMIT, NULL);
     return 0;
 }
 
@@ -372,11 +372,11 @@ int xfer_core_cancel(xfer_core *core, uint64_t now_ns, uint64_t id)
     now_ns = clamp_now(core, now_ns);
     if (!room(core))
         return XFER_ERR_BUSY;
-    trace_input(core, now_ns, XFER_TE_USER_CANCEL, id, XFER_SHARD_NONE, NULL,
+    trace_input(core, now_ns, XFER_TRANSFER_EVENT_USER_CANCEL, id, XFER_SHARD_NONE, NULL,
                 0, 0, 0);
     xfer_transfer *t = find_live(core, id);
     if (t) {
-        step(core, t, now_ns, XFER_TE_USER_CANCEL, NULL);
+        step(core, t, now_ns, XFER_TRANSFER_EVENT_USER_CANCEL, NULL);
         return 0;
     }
     const xfer_tomb_entry *e = xfer_tomb_find(&core->tombs, id);
@@ -385,8 +385,8 @@ int xfer_core_cancel(xfer_core *core, uint64_t now_ns, uint64_t id)
         uint32_t att = e->attempt;
         int rc = xfer_tomb_refresh(&core->tombs, now_ns, id, att, e->reason);
         xfer_transfer_trace_cell(&core->ctx, now_ns, id, att,
-                                 XFER_SHARD_NONE, XFER_TS_TOMBSTONED,
-                                 XFER_TE_USER_CANCEL, rc);
+                                 XFER_SHARD_NONE, XFER_TRANSFER_STATE_TOMBSTONED,
+                                 XFER_TRANSFER_EVENT_USER_CANCEL, rc);
         return rc;
     }
     if (xfer_tomb_insert(&core->tombs, now_ns, id, 0, XFER_PHASE_NONE)) {
@@ -396,7 +396,7 @@ int xfer_core_cancel(xfer_core *core, uint64_t now_ns, uint64_t id)
         return XFER_ERR_BUSY;
     }
     xfer_transfer_trace_cell(&core->ctx, now_ns, id, 0, XFER_SHARD_NONE,
-                             XFER_TS_NEW, XFER_TE_USER_CANCEL, 0);
+                             XFER_TRANSFER_STATE_NEW, XFER_TRANSFER_EVENT_USER_CANCEL, 0);
     note(core, now_ns, XFER_NOTE_PREEMPTIVE, id, 0, XFER_SHARD_NONE, 0);
     return 0;
 }
@@ -406,10 +406,10 @@ static void result_without_record(xfer_core *core, uint64_t now,
                                   const xfer_shard_result *r, unsigned ev)
 {
     const xfer_tomb_entry *e = xfer_tomb_find(&core->tombs, r->id);
-    unsigned state = e ? XFER_TS_TOMBSTONED : XFER_TS_NEW;
+    unsigned state = e ? XFER_TRANSFER_STATE_TOMBSTONED : XFER_TRANSFER_STATE_NEW;
     xfer_transfer_trace_cell(&core->ctx, now, r->id, r->attempt, r->shard,
                              state, ev, r->status);
-    assert(xfer_fsm_verdict(XFER_M_TRANSFER, state, ev) != XFER_V_ILLEGAL);
+    assert(xfer_fsm_verdict(XFER_MACHINE_TRANSFER, state, ev) != XFER_VERDICT_ILLEGAL);
     if (e) {
         core->st.late_replies++;
         note(core, now, XFER_NOTE_LATE_REPLY, r->id, r->attempt, r->shard,
@@ -457,7 +457,7 @@ void xfer_core_on_timer(xfer_core *core, uint64_t now_ns)
     if (!core)
         return;
     now_ns = clamp_now(core, now_ns);
-    trace_input(core, now_ns, XFER_TE_DEADLINE, 0, XFER_SHARD_NONE, NULL, 0,
+    trace_input(core, now_ns, XFER_TRANSFER_EVENT_DEADLINE, 0, XFER_SHARD_NONE, NULL, 0,
                 0, 0);
     for (unsigned i = 0; i < XFER_CORE_BATCH && room(core); i++) {
         uint32_t slot;
@@ -466,7 +466,7 @@ void xfer_core_on_timer(xfer_core *core, uint64_t now_ns)
             break;
         xfer_transfer *t = core->recs[slot];
         unsigned ev = t->timer_kind == XFER_TIMER_SHUTDOWN
-                          ? XFER_TE_SHUTDOWN
+                          ? XFER_TRANSFER_EVENT_SHUTDOWN
                           : xfer_transfer_timer_event(t);
         t->timer_kind = XFER_TIMER_NONE;
         t->timer_ns = UINT64_MAX;
@@ -487,7 +487,7 @@ uint64_t xfer_core_next_deadline(const xfer_core *core)
 
 static void shutdown_one(xfer_core *core, xfer_transfer *t, uint64_t now)
 {
-    if (t->state == XFER_TS_RESERVING || t->state == XFER_TS_WRITING) {
+    if (t->state == XFER_TRANSFER_STATE_RESERVING || t->state == XFER_TRANSFER_STATE_WRITING) {
         /* The stop aborts up to S ops: run it from the timer, in batches. */
         t->timer_kind = XFER_TIMER_SHUTDOWN;
         t->timer_ns = now;
@@ -495,7 +495,7 @@ static void shutdown_one(xfer_core *core, xfer_transfer *t, uint64_t now)
         return;
     }
     /* COMPLETING defers, CANCELLING ignores: neither emits anything. */
-    step(core, t, now, XFER_TE_SHUTDOWN, NULL);
+    step(core, t, now, XFER_TRANSFER_EVENT_SHUTDOWN, NULL);
 }
 
 void xfer_core_shutdown(xfer_core *core, uint64_t now_ns)
@@ -503,7 +503,7 @@ void xfer_core_shutdown(xfer_core *core, uint64_t now_ns)
     if (!core || core->shutting_down || !room(core))
         return;
     now_ns = clamp_now(core, now_ns);
-    trace_input(core, now_ns, XFER_TE_SHUTDOWN, 0, XFER_SHARD_NONE, NULL, 0,
+    trace_input(core, now_ns, XFER_TRANSFER_EVENT_SHUTDOWN, 0, XFER_SHARD_NONE, NULL, 0,
                 0, 0);
     core->shutting_down = 1;
     for (uint32_t s = 0; s < core->cfg.max_transfers; s++)
@@ -551,8 +551,8 @@ xfer_transfer_state xfer_core_state(const xfer_core *core, uint64_t id)
     const xfer_transfer *t = find_live(core, id);
     if (t)
         return (xfer_transfer_state)t->state;
-    return xfer_tomb_find(&core->tombs, id) ? XFER_TS_TOMBSTONED
-                                            : XFER_TS_NEW;
+    return xfer_tomb_find(&core->tombs, id) ? XFER_TRANSFER_STATE_TOMBSTONED
+                                            : XFER_TRANSFER_STATE_NEW;
 }
 
 bool xfer_core_view(const xfer_core *core, uint64_t id,

@@ -126,7 +126,7 @@ static void find_state(const xfer_readiness *r, yev *e)
         return;
     }
     const xfer_tomb_entry *t = xfer_tomb_find(&r->tombs, e->id);
-    e->state = t ? t->reason : XFER_YS_NONE;
+    e->state = t ? t->reason : XFER_READY_STATE_NONE;
     e->tomb_attempt = t ? t->attempt : 0;
     e->t_attempt = t ? t->attempt : e->attempt;
 }
@@ -170,7 +170,7 @@ static void note(xfer_readiness *r, uint64_t now, unsigned what, uint64_t id,
                           .attempt = attempt,
                           .error = err,
                           .shard = shard,
-                          .machine = XFER_M_NOTE,
+                          .machine = XFER_MACHINE_NOTE,
                           .event = (uint8_t)what};
     xfer_util_emit(&r->cfg.trace, &r->seq, &rec);
 }
@@ -202,7 +202,7 @@ static void cancel_all(xfer_readiness *r, uint64_t id, uint32_t attempt,
                        uint64_t ready, const uint64_t *resv)
 {
     for (uint16_t k = 0; k < r->cfg.nshards; k++)
-        push(r, XFER_RA_CANCEL, k, attempt, id,
+        push(r, XFER_READY_ACT_CANCEL, k, attempt, id,
              resv && (ready & xfer_readiness_bit(k)) ? resv[k]
                                                      : XFER_RESV_NONE);
 }
@@ -210,21 +210,21 @@ static void cancel_all(xfer_readiness *r, uint64_t id, uint32_t attempt,
 static void report_unavailable(xfer_readiness *r, yev *e, int32_t reason)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
-    xfer_ready_action *a = push(r, XFER_RA_UNAVAILABLE, XFER_SHARD_NONE,
+    xfer_ready_action *a = push(r, XFER_READY_ACT_UNAVAILABLE, XFER_SHARD_NONE,
                                 rec->attempt, rec->id, XFER_RESV_NONE);
     a->reason = reason;
     a->missing = r->full & ~rec->ready;
     r->st.unavailable++;
-    end_record(r, e, XFER_YS_UNAVAILABLE);
+    end_record(r, e, XFER_READY_STATE_UNAVAILABLE);
 }
 
 static void report_available(xfer_readiness *r, yev *e)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
-    push(r, XFER_RA_AVAILABLE, XFER_SHARD_NONE, rec->attempt, rec->id,
+    push(r, XFER_READY_ACT_AVAILABLE, XFER_SHARD_NONE, rec->attempt, rec->id,
          XFER_RESV_NONE);
     r->st.available++;
-    end_record(r, e, XFER_YS_AVAILABLE);
+    end_record(r, e, XFER_READY_STATE_AVAILABLE);
 }
 
 /* Every take answered but the record cannot be AVAILABLE: give back what
@@ -235,7 +235,7 @@ static void roll_back(xfer_readiness *r, yev *e)
     const uint64_t *resv = xfer_readiness_resv_of(r, e->slot);
     for (uint16_t k = 0; k < r->cfg.nshards; k++)
         if ((rec->take_ok | rec->unsure) & xfer_readiness_bit(k))
-            push(r, XFER_RA_RELEASE, k, rec->attempt, rec->id, resv[k]);
+            push(r, XFER_READY_ACT_RELEASE, k, rec->attempt, rec->id, resv[k]);
     cancel_all(r, rec->id, rec->attempt, rec->ready, resv);
     report_unavailable(r, e,
                        rec->deferred ? rec->deferred : XFER_ERR_UNAVAILABLE);
@@ -249,16 +249,16 @@ static void mark_ready(xfer_readiness *r, yev *e, xfer_readiness_rec *rec)
     resv[e->shard] = e->resv_id;
     if (rec->ready != r->full)
         return;
-    rec->state = XFER_YS_TAKING;
-    e->state = XFER_YS_TAKING;
+    rec->state = XFER_READY_STATE_TAKING;
+    e->state = XFER_READY_STATE_TAKING;
     for (uint16_t k = 0; k < r->cfg.nshards; k++)
-        push(r, XFER_RA_TAKE, k, rec->attempt, rec->id, resv[k]);
+        push(r, XFER_READY_ACT_TAKE, k, rec->attempt, rec->id, resv[k]);
 }
 
 /* A ready the record cannot use: cancel that attempt's data on the shard. */
 static void answer_stale(xfer_readiness *r, const yev *e)
 {
-    push(r, XFER_RA_CANCEL, e->shard, e->attempt, e->id, e->resv_id);
+    push(r, XFER_READY_ACT_CANCEL, e->shard, e->attempt, e->id, e->resv_id);
     r->st.late_ready++;
 }
 
@@ -266,7 +266,7 @@ static void answer_stale(xfer_readiness *r, const yev *e)
  * attempt does not (I14). */
 static bool applies(const yev *e, const xfer_readiness_rec *rec)
 {
-    return e->event != XFER_YE_SHARD_ENDED || e->attempt == 0 ||
+    return e->event != XFER_READY_EVENT_SHARD_ENDED || e->attempt == 0 ||
            e->attempt == rec->attempt;
 }
 
@@ -281,13 +281,13 @@ static void h_first_ready(xfer_readiness *r, yev *e)
     memset(rec, 0, sizeof *rec);
     rec->id = e->id;
     rec->attempt = e->attempt;
-    rec->state = XFER_YS_WAITING;
+    rec->state = XFER_READY_STATE_WAITING;
     rec->deadline_ns = e->now + r->cfg.deadline_ns < e->now
                            ? UINT64_MAX - 1
                            : e->now + r->cfg.deadline_ns;
     xfer_idmap_put(&r->live, e->id, e->slot);
     xfer_heap_set(&r->deadlines, e->slot, rec->deadline_ns);
-    e->state = XFER_YS_WAITING;
+    e->state = XFER_READY_STATE_WAITING;
     mark_ready(r, e, rec);
 }
 
@@ -328,7 +328,7 @@ static void h_late_ready(xfer_readiness *r, yev *e)
 static void h_refresh(xfer_readiness *r, yev *e)
 {
     if (xfer_tomb_refresh(&r->tombs, e->now, e->id, e->tomb_attempt,
-                          XFER_YS_UNAVAILABLE) != 0)
+                          XFER_READY_STATE_UNAVAILABLE) != 0)
         note(r, e->now, XFER_NOTE_TOMB_FULL, e->id, e->tomb_attempt,
              XFER_SHARD_NONE, XFER_ERR_BUSY);
 }
@@ -337,10 +337,10 @@ static void h_refresh(xfer_readiness *r, yev *e)
 static void h_preempt(xfer_readiness *r, yev *e)
 {
     xfer_tomb_insert_held(&r->tombs, e->now, e->id, e->attempt,
-                          XFER_YS_UNAVAILABLE);
+                          XFER_READY_STATE_UNAVAILABLE);
     cancel_all(r, e->id, e->attempt, 0, NULL);
     r->st.preemptive++;
-    e->state = XFER_YS_UNAVAILABLE;
+    e->state = XFER_READY_STATE_UNAVAILABLE;
 }
 
 /* WAITING + CANCEL / SHARD_ENDED / DEADLINE. */
@@ -379,7 +379,7 @@ static bool take_surely_refused(int32_t status)
 static void h_take_result(xfer_readiness *r, yev *e)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
-    if (e->event == XFER_YE_TAKE_OK) {
+    if (e->event == XFER_READY_EVENT_TAKE_OK) {
         rec->take_ok |= xfer_readiness_bit(e->shard);
     } else {
         rec->take_fail |= xfer_readiness_bit(e->shard);
@@ -399,7 +399,7 @@ static void h_take_result(xfer_readiness *r, yev *e)
  * dropped the entry. */
 static void h_drop(xfer_readiness *r, yev *e)
 {
-    e->state = XFER_YS_NONE;
+    e->state = XFER_READY_STATE_NONE;
 }
 
 #define h_none NULL
@@ -409,8 +409,8 @@ typedef struct cell {
     handler_fn fn;
 } cell;
 
-static const cell table[XFER_YS_COUNT_][XFER_YE_COUNT_] = {
-#define C_(s, e, v, h) [XFER_YS_##s][XFER_YE_##e] = {XFER_V_##v, h_##h},
+static const cell table[XFER_READY_STATE_COUNT_][XFER_READY_EVENT_COUNT_] = {
+#define C_(s, e, v, h) [XFER_READY_STATE_##s][XFER_READY_EVENT_##e] = {XFER_VERDICT_##v, h_##h},
     XFER_READY_TABLE(C_)
 #undef C_
 };
@@ -431,7 +431,7 @@ static void trace_step(xfer_readiness *r, const yev *e, unsigned old,
         .attempt = e->t_attempt,
         .error = err,
         .shard = e->shard,
-        .machine = XFER_M_READINESS,
+        .machine = XFER_MACHINE_READINESS,
         .old_state = (uint8_t)old,
         .event = e->event,
         .new_state = e->state,
@@ -445,11 +445,11 @@ static void trace_step(xfer_readiness *r, const yev *e, unsigned old,
 static int dispatch(xfer_readiness *r, yev *e)
 {
     unsigned old = e->state;
-    assert(old < XFER_YS_COUNT_ && e->event < XFER_YE_COUNT_);
+    assert(old < XFER_READY_STATE_COUNT_ && e->event < XFER_READY_EVENT_COUNT_);
     const cell *c = &table[old][e->event];
     r->st.cells_hit[old][e->event]++;
     int rc = 0;
-    if (c->verdict == XFER_V_ILLEGAL) {
+    if (c->verdict == XFER_VERDICT_ILLEGAL) {
         /* Peer input is filtered before dispatch: this is a bug. */
         r->st.illegal++;
         assert(!"illegal readiness transition");
@@ -460,7 +460,7 @@ static int dispatch(xfer_readiness *r, yev *e)
     if (e->slot != NO_SLOT)
         snap(r, e, &r->recs[e->slot]);
     if (e->state != old &&
-        !xfer_fsm_edge_ok(XFER_M_READINESS, old, e->event, e->state)) {
+        !xfer_fsm_edge_ok(XFER_MACHINE_READINESS, old, e->event, e->state)) {
         r->st.illegal++;
         assert(!"undeclared readiness edge");
     }
@@ -473,7 +473,7 @@ static void drop_tomb(void *ud, const xfer_tomb_entry *t)
 {
     xfer_readiness *r = ud;
     yev e;
-    ev_init(&e, r->tombs.last_now, t->id, XFER_YE_TOMB_EXPIRE);
+    ev_init(&e, r->tombs.last_now, t->id, XFER_READY_EVENT_TOMB_EXPIRE);
     e.state = t->reason;
     e.attempt = e.tomb_attempt = e.t_attempt = t->attempt;
     dispatch(r, &e);
@@ -606,12 +606,12 @@ int xfer_readiness_on_ready(xfer_readiness *r, uint64_t now_ns, uint64_t id,
     if (!room_ok(r))
         return XFER_ERR_BUSY;
     yev e;
-    ev_init(&e, now_ns, id, XFER_YE_READY);
+    ev_init(&e, now_ns, id, XFER_READY_EVENT_READY);
     e.attempt = attempt;
     e.shard = shard;
     e.resv_id = resv_id;
     locate(r, &e);
-    if (e.state == XFER_YS_NONE) {
+    if (e.state == XFER_READY_STATE_NONE) {
         int rc = new_record_room(r, &e);
         if (rc)
             return rc;
@@ -623,11 +623,11 @@ int xfer_readiness_on_ready(xfer_readiness *r, uint64_t now_ns, uint64_t id,
  * never an assert. */
 static int take_expected(xfer_readiness *r, const yev *e)
 {
-    if (e->state == XFER_YS_NONE) {
+    if (e->state == XFER_READY_STATE_NONE) {
         note(r, e->now, XFER_NOTE_UNKNOWN_REPLY, e->id, 0, e->shard, e->err);
         return XFER_ERR_NOT_FOUND;
     }
-    if (e->state != XFER_YS_TAKING ||
+    if (e->state != XFER_READY_STATE_TAKING ||
         ((r->recs[e->slot].take_ok | r->recs[e->slot].take_fail) &
          xfer_readiness_bit(e->shard))) {
         note(r, e->now, XFER_NOTE_LATE_REPLY, e->id, e->t_attempt, e->shard,
@@ -646,7 +646,7 @@ int xfer_readiness_on_take_result(xfer_readiness *r, uint64_t now_ns,
         return XFER_ERR_BUSY;
     yev e;
     ev_init(&e, now_ns, id,
-            status == 0 ? XFER_YE_TAKE_OK : XFER_YE_TAKE_FAIL);
+            status == 0 ? XFER_READY_EVENT_TAKE_OK : XFER_READY_EVENT_TAKE_FAIL);
     e.shard = shard;
     e.err = status;
     locate(r, &e);
@@ -661,7 +661,7 @@ int xfer_readiness_on_take_result(xfer_readiness *r, uint64_t now_ns,
 static int give_up_input(xfer_readiness *r, yev *e)
 {
     locate(r, e);
-    if (e->state != XFER_YS_NONE)
+    if (e->state != XFER_READY_STATE_NONE)
         return dispatch(r, e);
     int rc = tomb_room(r, e->now, e->id);
     if (!rc)
@@ -682,7 +682,7 @@ int xfer_readiness_on_shard_ended(xfer_readiness *r, uint64_t now_ns,
     if (!room_ok(r))
         return XFER_ERR_BUSY;
     yev e;
-    ev_init(&e, now_ns, id, XFER_YE_SHARD_ENDED);
+    ev_init(&e, now_ns, id, XFER_READY_EVENT_SHARD_ENDED);
     e.attempt = attempt;
     e.shard = shard;
     e.err = reason;
@@ -696,7 +696,7 @@ int xfer_readiness_cancel(xfer_readiness *r, uint64_t now_ns, uint64_t id)
     if (!room_ok(r))
         return XFER_ERR_BUSY;
     yev e;
-    ev_init(&e, now_ns, id, XFER_YE_CANCEL);
+    ev_init(&e, now_ns, id, XFER_READY_EVENT_CANCEL);
     e.err = XFER_ERR_CANCELLED;
     return give_up_input(r, &e);
 }
@@ -713,7 +713,7 @@ void xfer_readiness_on_timer(xfer_readiness *r, uint64_t now_ns)
             break;
         xfer_heap_remove(&r->deadlines, slot);
         yev e;
-        ev_init(&e, now_ns, r->recs[slot].id, XFER_YE_DEADLINE);
+        ev_init(&e, now_ns, r->recs[slot].id, XFER_READY_EVENT_DEADLINE);
         e.err = XFER_ERR_TIMEOUT;
         locate(r, &e);
         dispatch(r, &e);
@@ -760,9 +760,9 @@ void xfer_readiness_stats_get(const xfer_readiness *r,
 xfer_ready_state xfer_readiness_state(const xfer_readiness *r, uint64_t id)
 {
     if (!r || id == 0)
-        return XFER_YS_NONE;
+        return XFER_READY_STATE_NONE;
     yev e;
-    ev_init(&e, 0, id, XFER_YE_READY);
+    ev_init(&e, 0, id, XFER_READY_EVENT_READY);
     find_state(r, &e);
     return (xfer_ready_state)e.state;
 }

@@ -224,10 +224,10 @@ static bool get_record(rbuf *b, const xfer_readiness *r,
                       !!(rec->ready & xfer_readiness_bit(k));
     }
     uint64_t answered = rec->take_ok | rec->take_fail;
-    if (rec->state == XFER_YS_WAITING)
+    if (rec->state == XFER_READY_STATE_WAITING)
         return ok && rec->ready != r->full && answered == 0 &&
                rec->deferred == 0;
-    return ok && rec->state == XFER_YS_TAKING && rec->ready == r->full &&
+    return ok && rec->state == XFER_READY_STATE_TAKING && rec->ready == r->full &&
            !(rec->take_ok & rec->take_fail) && answered != r->full;
 }
 
@@ -250,7 +250,7 @@ static bool check_records(rbuf *b, const xfer_readiness *r, const hdr *h)
         if (!get_record(b, r, &rec, resv) || rec.id <= prev)
             return false;
         prev = rec.id;
-        bool needs = rec.state == XFER_YS_WAITING || rec.deferred == 0;
+        bool needs = rec.state == XFER_READY_STATE_WAITING || rec.deferred == 0;
         r->scratch[i] = (xfer_readiness_sortkey){rec.id, rec.deadline_ns,
                                   needs ? NEEDS_DEADLINE : 0};
     }
@@ -284,12 +284,12 @@ static bool check_rest(rbuf *b, const xfer_readiness *r, const hdr *h)
         uint8_t reason = (uint8_t)get(b, 1);
         if (!b->ok || !id || exp < prev || exp < r->cfg.tombstone_ttl_ns ||
             find_saved(r, h, id) ||
-            (reason != XFER_YS_AVAILABLE && reason != XFER_YS_UNAVAILABLE))
+            (reason != XFER_READY_STATE_AVAILABLE && reason != XFER_READY_STATE_UNAVAILABLE))
             return false;
         prev = exp;
     }
     for (uint32_t i = 0; i < h->nacts; i++) {
-        if (get(b, 1) >= XFER_RA_COUNT_)
+        if (get(b, 1) >= XFER_READY_ACT_COUNT_)
             return false;
         skip(b, 2 + 4 + 8 + 8 + 4 + 8);
     }

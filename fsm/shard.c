@@ -125,7 +125,7 @@ static void lookup(xfer_shard *s, op *o)
         return;
     }
     const xfer_tomb_entry *e = xfer_tomb_find(&s->tombs, o->id);
-    o->from = e ? e->reason : XFER_RS_NONE;
+    o->from = e ? e->reason : XFER_RESV_STATE_NONE;
     if (e && !o->has_attempt)
         o->attempt = e->attempt;
 }
@@ -179,14 +179,14 @@ static int h_reserve(xfer_shard *s, op *o)
     *r = (xfer_shard_resv){.id = o->id, .resv_id = draw_resv_id(s),
                            .off = off, .created_ns = o->now,
                            .attempt = o->attempt, .len = o->len,
-                           .state = XFER_RS_RESERVED};
+                           .state = XFER_RESV_STATE_RESERVED};
     xfer_idmap_put(&s->ids, r->id, slot);
     xfer_heap_set(&s->leases, slot, lease_deadline(s, o->now));
     s->live++;
     s->st.reserves++;
     o->rec = r;
     o->slot = slot;
-    o->to = XFER_RS_RESERVED;
+    o->to = XFER_RESV_STATE_RESERVED;
     give_info(o, r);
     return 0;
 }
@@ -197,24 +197,24 @@ static int h_refuse(xfer_shard *s, op *o)
 {
     if (mismatch(o))
         return XFER_ERR_STALE;
-    if (o->event == XFER_RE_RESERVE) /* held, or tombstoned in any way */
+    if (o->event == XFER_RESV_EVENT_RESERVE) /* held, or tombstoned in any way */
         return xfer_shard_is_tomb(o->from) ? XFER_ERR_CANCELLED
                                            : XFER_ERR_STATE;
     switch ((xfer_resv_state)o->from) {
-    case XFER_RS_NONE:
+    case XFER_RESV_STATE_NONE:
         return XFER_ERR_NOT_FOUND;
-    case XFER_RS_CANCEL_PENDING:
-    case XFER_RS_CANCELLED:
+    case XFER_RESV_STATE_CANCEL_PENDING:
+    case XFER_RESV_STATE_CANCELLED:
         return XFER_ERR_CANCELLED;
-    case XFER_RS_EXPIRE_PENDING:
-    case XFER_RS_EXPIRED:
+    case XFER_RESV_STATE_EXPIRE_PENDING:
+    case XFER_RESV_STATE_EXPIRED:
         return XFER_ERR_EXPIRED;
-    case XFER_RS_RESERVED:
-    case XFER_RS_WRITING:
-    case XFER_RS_READY:
-    case XFER_RS_TAKEN:
-    case XFER_RS_DONE:
-    case XFER_RS_COUNT_:
+    case XFER_RESV_STATE_RESERVED:
+    case XFER_RESV_STATE_WRITING:
+    case XFER_RESV_STATE_READY:
+    case XFER_RESV_STATE_TAKEN:
+    case XFER_RESV_STATE_DONE:
+    case XFER_RESV_STATE_COUNT_:
         break;
     }
     return XFER_ERR_STATE;
@@ -225,10 +225,10 @@ static int h_refuse(xfer_shard *s, op *o)
 static int h_preempt(xfer_shard *s, op *o)
 {
     if (xfer_tomb_insert(&s->tombs, o->now, o->id, o->attempt,
-                         XFER_RS_CANCELLED) != 0)
+                         XFER_RESV_STATE_CANCELLED) != 0)
         return XFER_ERR_BUSY;
     s->st.cancels++;
-    o->to = XFER_RS_CANCELLED;
+    o->to = XFER_RESV_STATE_CANCELLED;
     return 0;
 }
 
@@ -254,8 +254,8 @@ static int h_write_begin(xfer_shard *s, op *o)
     if (r->writes == UINT32_MAX)
         return XFER_ERR_BUSY;
     r->writes++;
-    r->state = XFER_RS_WRITING;
-    o->to = XFER_RS_WRITING;
+    r->state = XFER_RESV_STATE_WRITING;
+    o->to = XFER_RESV_STATE_WRITING;
     *o->dst = s->mem + r->off + o->off;
     s->st.writes++;
     return 0;
@@ -267,8 +267,8 @@ static int h_commit(xfer_shard *s, op *o)
         return XFER_ERR_STALE;
     if (!ev_room(s))
         return XFER_ERR_BUSY;
-    o->rec->state = XFER_RS_READY;
-    o->to = XFER_RS_READY;
+    o->rec->state = XFER_RESV_STATE_READY;
+    o->to = XFER_RESV_STATE_READY;
     push_event(s, XFER_SHARD_EV_READY, o->rec);
     s->st.commits++;
     return 0;
@@ -281,7 +281,7 @@ static int h_free_cancelled(xfer_shard *s, op *o)
         return XFER_ERR_STALE;
     if (!ev_room(s))
         return XFER_ERR_BUSY;
-    end_record(s, o, XFER_RS_CANCELLED, XFER_SHARD_EV_CANCELLED);
+    end_record(s, o, XFER_RESV_STATE_CANCELLED, XFER_SHARD_EV_CANCELLED);
     s->st.cancels++;
     return 0;
 }
@@ -289,7 +289,7 @@ static int h_free_cancelled(xfer_shard *s, op *o)
 /* RESERVED/READY + LEASE_EXPIRE (the caller made room for the event). */
 static int h_free_expired(xfer_shard *s, op *o)
 {
-    end_record(s, o, XFER_RS_EXPIRED, XFER_SHARD_EV_EXPIRED);
+    end_record(s, o, XFER_RESV_STATE_EXPIRED, XFER_SHARD_EV_EXPIRED);
     s->st.expiries++;
     return 0;
 }
@@ -299,8 +299,8 @@ static int h_write_end(xfer_shard *s, op *o)
     xfer_shard_resv *r = o->rec;
     assert(r->writes > 0);
     if (--r->writes == 0) {
-        r->state = XFER_RS_RESERVED;
-        o->to = XFER_RS_RESERVED;
+        r->state = XFER_RESV_STATE_RESERVED;
+        o->to = XFER_RESV_STATE_RESERVED;
     }
     return 0;
 }
@@ -314,8 +314,8 @@ static int h_defer_cancel(xfer_shard *s, op *o)
     if (!ev_room(s))
         return XFER_ERR_BUSY;
     s->ev_reserved++;
-    o->rec->state = XFER_RS_CANCEL_PENDING;
-    o->to = XFER_RS_CANCEL_PENDING;
+    o->rec->state = XFER_RESV_STATE_CANCEL_PENDING;
+    o->to = XFER_RESV_STATE_CANCEL_PENDING;
     s->st.cancels++;
     return 0;
 }
@@ -323,8 +323,8 @@ static int h_defer_cancel(xfer_shard *s, op *o)
 static int h_defer_expire(xfer_shard *s, op *o)
 {
     s->ev_reserved++;
-    o->rec->state = XFER_RS_EXPIRE_PENDING;
-    o->to = XFER_RS_EXPIRE_PENDING;
+    o->rec->state = XFER_RESV_STATE_EXPIRE_PENDING;
+    o->to = XFER_RESV_STATE_EXPIRE_PENDING;
     s->st.expiries++;
     return 0;
 }
@@ -342,8 +342,8 @@ static int h_take(xfer_shard *s, op *o)
     if (mismatch(o))
         return XFER_ERR_STALE;
     xfer_heap_remove(&s->leases, o->slot); /* TAKEN has no lease */
-    r->state = XFER_RS_TAKEN;
-    o->to = XFER_RS_TAKEN;
+    r->state = XFER_RESV_STATE_TAKEN;
+    o->to = XFER_RESV_STATE_TAKEN;
     *o->data = s->mem + r->off;
     *o->data_len = r->len;
     s->st.takes++;
@@ -354,7 +354,7 @@ static int h_release(xfer_shard *s, op *o)
 {
     if (mismatch(o))
         return XFER_ERR_STALE;
-    end_record(s, o, XFER_RS_DONE, -1);
+    end_record(s, o, XFER_RESV_STATE_DONE, -1);
     s->st.releases++;
     return 0;
 }
@@ -363,11 +363,11 @@ static int h_release(xfer_shard *s, op *o)
 static int h_write_end_pending(xfer_shard *s, op *o)
 {
     xfer_shard_resv *r = o->rec;
-    bool cancelled = o->from == XFER_RS_CANCEL_PENDING;
+    bool cancelled = o->from == XFER_RESV_STATE_CANCEL_PENDING;
     assert(r->writes > 0 && s->ev_reserved > 0);
     if (--r->writes == 0) {
         s->ev_reserved--;
-        end_record(s, o, cancelled ? XFER_RS_CANCELLED : XFER_RS_EXPIRED,
+        end_record(s, o, cancelled ? XFER_RESV_STATE_CANCELLED : XFER_RESV_STATE_EXPIRED,
                    cancelled ? XFER_SHARD_EV_CANCELLED
                              : XFER_SHARD_EV_EXPIRED);
         s->st.deferred_frees++;
@@ -378,7 +378,7 @@ static int h_write_end_pending(xfer_shard *s, op *o)
 /* A tombstone outlived its TTL (the tomb table already dropped it). */
 static int h_drop(xfer_shard *s, op *o)
 {
-    o->to = XFER_RS_NONE;
+    o->to = XFER_RESV_STATE_NONE;
     return 0;
 }
 
@@ -389,8 +389,8 @@ typedef struct cell {
     handler_fn fn;
 } cell;
 
-static const cell table[XFER_RS_COUNT_][XFER_RE_COUNT_] = {
-#define C_(st, ev, v, h) [XFER_RS_##st][XFER_RE_##ev] = {XFER_V_##v, h_##h},
+static const cell table[XFER_RESV_STATE_COUNT_][XFER_RESV_EVENT_COUNT_] = {
+#define C_(st, ev, v, h) [XFER_RESV_STATE_##st][XFER_RESV_EVENT_##ev] = {XFER_VERDICT_##v, h_##h},
     XFER_RESV_TABLE(C_)
 #undef C_
 };
@@ -414,7 +414,7 @@ static void trace_step(xfer_shard *s, const op *o, unsigned verdict, int rc)
         .attempt = o->attempt,
         .error = rc,
         .shard = s->cfg.shard_index,
-        .machine = XFER_M_RESERVATION,
+        .machine = XFER_MACHINE_RESERVATION,
         .old_state = o->from,
         .event = o->event,
         .new_state = o->to,
@@ -425,12 +425,12 @@ static void trace_step(xfer_shard *s, const op *o, unsigned verdict, int rc)
 
 static int dispatch(xfer_shard *s, op *o)
 {
-    assert(o->from < XFER_RS_COUNT_ && o->event < XFER_RE_COUNT_);
+    assert(o->from < XFER_RESV_STATE_COUNT_ && o->event < XFER_RESV_EVENT_COUNT_);
     const cell *c = &table[o->from][o->event];
     int rc = 0;
     o->to = o->from;
     s->st.cells_hit[o->from][o->event]++;
-    if (c->verdict == XFER_V_ILLEGAL) {
+    if (c->verdict == XFER_VERDICT_ILLEGAL) {
         /* A bug here or in a transport: peer input is filtered before. */
         s->st.illegal++;
         assert(!"illegal reservation cell");
@@ -439,7 +439,7 @@ static int dispatch(xfer_shard *s, op *o)
         rc = c->fn(s, o);
     }
     if (o->to != o->from &&
-        !xfer_fsm_edge_ok(XFER_M_RESERVATION, o->from, o->event, o->to)) {
+        !xfer_fsm_edge_ok(XFER_MACHINE_RESERVATION, o->from, o->event, o->to)) {
         s->st.illegal++;
         assert(!"undeclared reservation edge");
     }
@@ -472,7 +472,7 @@ static void on_tomb_drop(void *ud, const xfer_tomb_entry *e)
 {
     drop_ctx *d = ud;
     op o = {.now = d->now, .id = e->id, .attempt = e->attempt,
-            .event = XFER_RE_TOMB_EXPIRE, .from = e->reason};
+            .event = XFER_RESV_EVENT_TOMB_EXPIRE, .from = e->reason};
     dispatch(d->s, &o);
 }
 
@@ -500,7 +500,7 @@ static void fire_leases(xfer_shard *s, uint64_t now)
            dl <= now) {
         xfer_heap_remove(&s->leases, slot);
         op o = {.now = now, .id = s->recs[slot].id,
-                .event = XFER_RE_LEASE_EXPIRE};
+                .event = XFER_RESV_EVENT_LEASE_EXPIRE};
         lookup(s, &o);
         dispatch(s, &o);
     }
@@ -517,7 +517,7 @@ int xfer_shard_reserve(xfer_shard *s, uint64_t now_ns, uint64_t id,
         return XFER_ERR_INVALID_ARG;
     make_tomb_room(s, now_ns);
     op o = {.now = now_ns, .id = id, .attempt = attempt, .len = len,
-            .event = XFER_RE_RESERVE, .has_attempt = true,
+            .event = XFER_RESV_EVENT_RESERVE, .has_attempt = true,
             .has_region = true, .info = info};
     return run(s, &o);
 }
@@ -529,7 +529,7 @@ int xfer_shard_write_begin(xfer_shard *s, uint64_t now_ns, uint64_t id,
     if (!s || id == 0 || !dst)
         return XFER_ERR_INVALID_ARG;
     op o = {.now = now_ns, .id = id, .resv_id = resv_id, .off = off,
-            .attempt = attempt, .len = len, .event = XFER_RE_WRITE_BEGIN,
+            .attempt = attempt, .len = len, .event = XFER_RESV_EVENT_WRITE_BEGIN,
             .has_attempt = true, .has_resv = true, .has_region = true,
             .dst = dst};
     return run(s, &o);
@@ -541,7 +541,7 @@ int xfer_shard_write_end(xfer_shard *s, uint64_t now_ns, uint64_t id,
     if (!s || id == 0)
         return XFER_ERR_INVALID_ARG;
     op o = {.now = now_ns, .id = id, .resv_id = resv_id, .has_resv = true,
-            .event = ok ? XFER_RE_WRITE_END_OK : XFER_RE_WRITE_END_FAIL};
+            .event = ok ? XFER_RESV_EVENT_WRITE_END_OK : XFER_RESV_EVENT_WRITE_END_FAIL};
     lookup(s, &o);
     /* Only a write actually in flight may reach the table: the
      * write-end cells of states without writes are ILLEGAL. */
@@ -575,7 +575,7 @@ int xfer_shard_commit(xfer_shard *s, uint64_t now_ns, uint64_t id,
     if (!s || id == 0)
         return XFER_ERR_INVALID_ARG;
     op o = {.now = now_ns, .id = id, .resv_id = resv_id, .attempt = attempt,
-            .event = XFER_RE_COMMIT, .has_attempt = true, .has_resv = true};
+            .event = XFER_RESV_EVENT_COMMIT, .has_attempt = true, .has_resv = true};
     return run(s, &o);
 }
 
@@ -588,7 +588,7 @@ int xfer_shard_cancel(xfer_shard *s, uint64_t now_ns, uint64_t id,
     /* Attempt 0 is never a producer attempt: it is the consumer
      * scheduler's cancel of the id, whatever attempt holds it. */
     op o = {.now = now_ns, .id = id, .resv_id = resv_id, .attempt = attempt,
-            .event = XFER_RE_CANCEL, .has_attempt = attempt != 0,
+            .event = XFER_RESV_EVENT_CANCEL, .has_attempt = attempt != 0,
             .has_resv = resv_id != XFER_RESV_NONE};
     return run(s, &o);
 }
@@ -599,7 +599,7 @@ int xfer_shard_take(xfer_shard *s, uint64_t now_ns, uint64_t id,
     if (!s || id == 0 || !data || !len)
         return XFER_ERR_INVALID_ARG;
     op o = {.now = now_ns, .id = id, .resv_id = resv_id,
-            .event = XFER_RE_TAKE, .has_resv = true, .data = data,
+            .event = XFER_RESV_EVENT_TAKE, .has_resv = true, .data = data,
             .data_len = len};
     return run(s, &o);
 }
@@ -610,7 +610,7 @@ int xfer_shard_release(xfer_shard *s, uint64_t now_ns, uint64_t id,
     if (!s || id == 0)
         return XFER_ERR_INVALID_ARG;
     op o = {.now = now_ns, .id = id, .resv_id = resv_id,
-            .event = XFER_RE_RELEASE, .has_resv = true};
+            .event = XFER_RESV_EVENT_RELEASE, .has_resv = true};
     return run(s, &o);
 }
 
@@ -659,11 +659,11 @@ xfer_resv_state xfer_shard_state(const xfer_shard *s, uint64_t id)
 {
     uint32_t slot;
     if (!s || id == 0)
-        return XFER_RS_NONE;
+        return XFER_RESV_STATE_NONE;
     if (xfer_idmap_get(&s->ids, id, &slot))
         return (xfer_resv_state)s->recs[slot].state;
     const xfer_tomb_entry *e = xfer_tomb_find(&s->tombs, id);
-    return e ? (xfer_resv_state)e->reason : XFER_RS_NONE;
+    return e ? (xfer_resv_state)e->reason : XFER_RESV_STATE_NONE;
 }
 
 uint8_t *xfer_shard_pool_base(const xfer_shard *s)
@@ -694,7 +694,7 @@ uint32_t xfer_shard_sorted_live(const xfer_shard *s)
     xfer_shard_sort_ent *v = s->scratch;
     uint32_t n = 0;
     for (uint32_t slot = 0; slot < s->cfg.max_reservations; slot++) {
-        if (s->recs[slot].state == XFER_RS_NONE)
+        if (s->recs[slot].state == XFER_RESV_STATE_NONE)
             continue;
         bool leased = xfer_heap_contains(&s->leases, slot);
         v[n++] = (xfer_shard_sort_ent){

@@ -57,8 +57,8 @@ struct xfer_shard {
 /* A state only a tombstone holds: the record has ended. */
 static inline bool xfer_shard_is_tomb(unsigned st)
 {
-    return st == XFER_RS_CANCELLED || st == XFER_RS_EXPIRED ||
-           st == XFER_RS_DONE;
+    return st == XFER_RESV_STATE_CANCELLED || st == XFER_RESV_STATE_EXPIRED ||
+           st == XFER_RESV_STATE_DONE;
 }
 
 /*

@@ -34,7 +34,7 @@
 
 static bool is_pending(unsigned st)
 {
-    return st == XFER_RS_CANCEL_PENDING || st == XFER_RS_EXPIRE_PENDING;
+    return st == XFER_RESV_STATE_CANCEL_PENDING || st == XFER_RESV_STATE_EXPIRE_PENDING;
 }
 
 typedef struct wbuf {
@@ -182,15 +182,15 @@ static bool record_ok(const xfer_shard *s, const saved_rec *x, uint64_t prev)
 {
     const xfer_shard_resv *r = &x->r;
     unsigned st = r->state;
-    bool writing = st == XFER_RS_WRITING || is_pending(st);
+    bool writing = st == XFER_RESV_STATE_WRITING || is_pending(st);
     bool leased = x->rank != XFER_SHARD_NO_LEASE;
-    bool may_lease = st == XFER_RS_CANCEL_PENDING ||
-                     (st != XFER_RS_TAKEN && st != XFER_RS_EXPIRE_PENDING);
-    bool must_lease = st == XFER_RS_RESERVED || st == XFER_RS_WRITING ||
-                      st == XFER_RS_READY;
+    bool may_lease = st == XFER_RESV_STATE_CANCEL_PENDING ||
+                     (st != XFER_RESV_STATE_TAKEN && st != XFER_RESV_STATE_EXPIRE_PENDING);
+    bool must_lease = st == XFER_RESV_STATE_RESERVED || st == XFER_RESV_STATE_WRITING ||
+                      st == XFER_RESV_STATE_READY;
     uint64_t size = xfer_pool_round(&s->pool, r->len);
     return r->id > prev && r->resv_id != XFER_RESV_NONE &&
-           st >= XFER_RS_RESERVED && st <= XFER_RS_EXPIRE_PENDING &&
+           st >= XFER_RESV_STATE_RESERVED && st <= XFER_RESV_STATE_EXPIRE_PENDING &&
            (r->writes > 0) == writing && (leased ? may_lease : !must_lease) &&
            (leased || x->lease == 0) && r->off % s->pool.align == 0 &&
            size <= s->pool.size && r->off <= s->pool.size - size;
@@ -325,7 +325,7 @@ static bool events_ok(const xfer_shard *s, rbuf *b, uint32_t pending)
 static void reset_dynamic(xfer_shard *s)
 {
     for (uint32_t slot = 0; slot < s->cfg.max_reservations; slot++) {
-        if (s->recs[slot].state == XFER_RS_NONE)
+        if (s->recs[slot].state == XFER_RESV_STATE_NONE)
             continue;
         xfer_idmap_del(&s->ids, s->recs[slot].id);
         xfer_heap_remove(&s->leases, slot);

@@ -53,21 +53,21 @@ typedef struct cell {
 /* Designated initialisers: a cell listed twice is a compile error with
  * -Woverride-init; a cell missing keeps handler NULL, which the table test
  * reports. */
-static const cell transfer_cells[XFER_TS_COUNT_][XFER_TE_COUNT_] = {
+static const cell transfer_cells[XFER_TRANSFER_STATE_COUNT_][XFER_TRANSFER_EVENT_COUNT_] = {
 #define C_(s, e, v, h)                                                        \
-    [XFER_TS_##s][XFER_TE_##e] = {XFER_V_##v, STR_(h)},
+    [XFER_TRANSFER_STATE_##s][XFER_TRANSFER_EVENT_##e] = {XFER_VERDICT_##v, STR_(h)},
     XFER_TRANSFER_TABLE(C_)
 #undef C_
 };
-static const cell resv_cells[XFER_RS_COUNT_][XFER_RE_COUNT_] = {
+static const cell resv_cells[XFER_RESV_STATE_COUNT_][XFER_RESV_EVENT_COUNT_] = {
 #define C_(s, e, v, h)                                                        \
-    [XFER_RS_##s][XFER_RE_##e] = {XFER_V_##v, STR_(h)},
+    [XFER_RESV_STATE_##s][XFER_RESV_EVENT_##e] = {XFER_VERDICT_##v, STR_(h)},
     XFER_RESV_TABLE(C_)
 #undef C_
 };
-static const cell ready_cells[XFER_YS_COUNT_][XFER_YE_COUNT_] = {
+static const cell ready_cells[XFER_READY_STATE_COUNT_][XFER_READY_EVENT_COUNT_] = {
 #define C_(s, e, v, h)                                                        \
-    [XFER_YS_##s][XFER_YE_##e] = {XFER_V_##v, STR_(h)},
+    [XFER_READY_STATE_##s][XFER_READY_EVENT_##e] = {XFER_VERDICT_##v, STR_(h)},
     XFER_READY_TABLE(C_)
 #undef C_
 };
@@ -81,18 +81,18 @@ typedef struct machine_desc {
 } machine_desc;
 
 static const machine_desc machines[] = {
-    [XFER_M_TRANSFER] = {"transfer", XFER_TS_COUNT_, XFER_TE_COUNT_,
+    [XFER_MACHINE_TRANSFER] = {"transfer", XFER_TRANSFER_STATE_COUNT_, XFER_TRANSFER_EVENT_COUNT_,
                          transfer_states, transfer_events,
                          &transfer_cells[0][0]},
-    [XFER_M_RESERVATION] = {"reservation", XFER_RS_COUNT_, XFER_RE_COUNT_,
+    [XFER_MACHINE_RESERVATION] = {"reservation", XFER_RESV_STATE_COUNT_, XFER_RESV_EVENT_COUNT_,
                             resv_states, resv_events, &resv_cells[0][0]},
-    [XFER_M_READINESS] = {"readiness", XFER_YS_COUNT_, XFER_YE_COUNT_,
+    [XFER_MACHINE_READINESS] = {"readiness", XFER_READY_STATE_COUNT_, XFER_READY_EVENT_COUNT_,
                           ready_states, ready_events, &ready_cells[0][0]},
 };
 
 static const machine_desc *desc(unsigned machine)
 {
-    return machine <= XFER_M_READINESS ? &machines[machine] : NULL;
+    return machine <= XFER_MACHINE_READINESS ? &machines[machine] : NULL;
 }
 
 unsigned xfer_fsm_nstates(unsigned machine)
@@ -130,7 +130,7 @@ static const cell *cell_at(unsigned machine, unsigned state, unsigned event)
 unsigned xfer_fsm_verdict(unsigned machine, unsigned state, unsigned event)
 {
     const cell *c = cell_at(machine, state, event);
-    return c && c->handler ? c->verdict : XFER_V_ILLEGAL;
+    return c && c->handler ? c->verdict : XFER_VERDICT_ILLEGAL;
 }
 
 const char *xfer_fsm_handler_name(unsigned machine, unsigned state,
@@ -155,17 +155,17 @@ typedef struct edge {
 } edge;
 
 static const edge transfer_edges[] = {
-#define G_(f, e, t) {XFER_TS_##f, XFER_TE_##e, XFER_TS_##t},
+#define G_(f, e, t) {XFER_TRANSFER_STATE_##f, XFER_TRANSFER_EVENT_##e, XFER_TRANSFER_STATE_##t},
     XFER_TRANSFER_EDGES(G_)
 #undef G_
 };
 static const edge resv_edges[] = {
-#define G_(f, e, t) {XFER_RS_##f, XFER_RE_##e, XFER_RS_##t},
+#define G_(f, e, t) {XFER_RESV_STATE_##f, XFER_RESV_EVENT_##e, XFER_RESV_STATE_##t},
     XFER_RESV_EDGES(G_)
 #undef G_
 };
 static const edge ready_edges[] = {
-#define G_(f, e, t) {XFER_YS_##f, XFER_YE_##e, XFER_YS_##t},
+#define G_(f, e, t) {XFER_READY_STATE_##f, XFER_READY_EVENT_##e, XFER_READY_STATE_##t},
     XFER_READY_EDGES(G_)
 #undef G_
 };
@@ -173,13 +173,13 @@ static const edge ready_edges[] = {
 static const edge *edges_of(unsigned machine, size_t *n)
 {
     switch (machine) {
-    case XFER_M_TRANSFER:
+    case XFER_MACHINE_TRANSFER:
         *n = sizeof transfer_edges / sizeof transfer_edges[0];
         return transfer_edges;
-    case XFER_M_RESERVATION:
+    case XFER_MACHINE_RESERVATION:
         *n = sizeof resv_edges / sizeof resv_edges[0];
         return resv_edges;
-    case XFER_M_READINESS:
+    case XFER_MACHINE_READINESS:
         *n = sizeof ready_edges / sizeof ready_edges[0];
         return ready_edges;
     default:
@@ -221,7 +221,7 @@ int xfer_fsm_dot(unsigned machine, char *buf, size_t len)
     for (unsigned s = 0; s < d->nstates; s++) {
         for (unsigned e = 0; e < d->nevents; e++) {
             const cell *c = &d->cells[s * d->nevents + e];
-            if (!c->handler || c->verdict == XFER_V_ILLEGAL)
+            if (!c->handler || c->verdict == XFER_VERDICT_ILLEGAL)
                 continue;
             put(buf, len, &at, "  %s -> %s [style=dashed,label=\"%s\"];\n",
                 d->states[s], d->states[s], d->events[e]);
@@ -244,12 +244,12 @@ static const char *const note_names[] = {
 
 const char *xfer_machine_name(unsigned m)
 {
-    return m < XFER_M_COUNT_ ? machine_names[m] : "?";
+    return m < XFER_MACHINE_COUNT_ ? machine_names[m] : "?";
 }
 
 const char *xfer_verdict_name(unsigned v)
 {
-    return v < XFER_V_COUNT_ ? verdict_names[v] : "?";
+    return v < XFER_VERDICT_COUNT_ ? verdict_names[v] : "?";
 }
 
 const char *xfer_note_name(unsigned n)

@@ -54,7 +54,7 @@ void xfer_transfer_init(xfer_transfer *t, const xfer_submit_args *a,
     t->pool = a->pool;
     t->nshards = a->nshards;
     t->first_failed = XFER_SHARD_NONE;
-    t->state = XFER_TS_NEW;
+    t->state = XFER_TRANSFER_STATE_NEW;
     for (unsigned k = 0; k < a->nshards; k++) {
         t->shards[k].staging_off = a->slices[k].off;
         t->shards[k].len = a->slices[k].len;
@@ -130,7 +130,7 @@ static void trace_note(xfer_tctx *c, uint64_t now, const xfer_transfer *t,
         return;
     xfer_trace_rec rec = {.time_ns = now, .id = t->id, .attempt = t->attempt,
                           .shard = shard, .error = err,
-                          .machine = XFER_M_NOTE, .event = (uint8_t)what};
+                          .machine = XFER_MACHINE_NOTE, .event = (uint8_t)what};
     xfer_util_emit(&c->trace, &c->seq, &rec);
 }
 
@@ -164,7 +164,7 @@ static void finish(xfer_transfer *t, xfer_tctx *c)
         .rollback_failed = t->rollback_failed,
         .user_data = t->user_data,
     };
-    t->state = XFER_TS_TOMBSTONED;
+    t->state = XFER_TRANSFER_STATE_TOMBSTONED;
     set_timer(t, XFER_TIMER_NONE, 0);
 }
 
@@ -187,7 +187,7 @@ static uint16_t send_cancels(xfer_transfer *t, xfer_tctx *c, uint8_t from)
 static void enter_cancelling(xfer_transfer *t, xfer_tctx *c, uint64_t now)
 {
     assert(t->pending == 0);
-    t->state = XFER_TS_CANCELLING;
+    t->state = XFER_TRANSFER_STATE_CANCELLING;
     t->pending = send_cancels(t, c, XFER_SUB_NONE);
     if (t->pending == 0) {
         finish(t, c);
@@ -217,10 +217,10 @@ static void phase_drained(xfer_transfer *t, xfer_tctx *c, uint64_t now)
         enter_cancelling(t, c, now);
         return;
     }
-    if (t->state == XFER_TS_RESERVING)
-        enter_phase(t, c, XFER_TS_WRITING, XFER_ACT_WRITE);
+    if (t->state == XFER_TRANSFER_STATE_RESERVING)
+        enter_phase(t, c, XFER_TRANSFER_STATE_WRITING, XFER_ACT_WRITE);
     else
-        enter_phase(t, c, XFER_TS_COMPLETING, XFER_ACT_COMMIT);
+        enter_phase(t, c, XFER_TRANSFER_STATE_COMPLETING, XFER_ACT_COMMIT);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -230,7 +230,7 @@ static void phase_drained(xfer_transfer *t, xfer_tctx *c, uint64_t now)
 static void h_submit(xfer_transfer *t, xfer_tctx *c, uint64_t now,
                      unsigned ev, const xfer_shard_result *r)
 {
-    t->state = XFER_TS_RESERVING;
+    t->state = XFER_TRANSFER_STATE_RESERVING;
     for (uint16_t k = 0; k < t->nshards; k++) {
         t->shards[k].resv = XFER_SUB_PENDING;
         send_op(c, t, XFER_ACT_RESERVE, k);
@@ -243,7 +243,7 @@ static void h_reserve_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
                              unsigned ev, const xfer_shard_result *r)
 {
     xfer_tshard *s = &t->shards[r->shard];
-    if (ev == XFER_TE_RESERVE_OK) {
+    if (ev == XFER_TRANSFER_EVENT_RESERVE_OK) {
         s->resv = XFER_SUB_OK;
         s->resv_id = r->resv_id;
         s->remote_addr = r->remote_addr;
@@ -260,7 +260,7 @@ static void h_write_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
                            unsigned ev, const xfer_shard_result *r)
 {
     xfer_tshard *s = &t->shards[r->shard];
-    if (ev == XFER_TE_WRITE_OK) {
+    if (ev == XFER_TRANSFER_EVENT_WRITE_OK) {
         s->write = XFER_SUB_OK;
     } else {
         s->write = XFER_SUB_FAILED;
@@ -274,7 +274,7 @@ static void h_commit_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
                             unsigned ev, const xfer_shard_result *r)
 {
     xfer_tshard *s = &t->shards[r->shard];
-    if (ev == XFER_TE_COMMIT_OK) {
+    if (ev == XFER_TRANSFER_EVENT_COMMIT_OK) {
         s->commit = XFER_SUB_OK;
     } else {
         /* A commit whose reply failed may still have been applied. */
@@ -300,9 +300,9 @@ static void h_commit_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
 static int32_t stop_status(unsigned ev)
 {
     switch (ev) {
-    case XFER_TE_USER_CANCEL:
+    case XFER_TRANSFER_EVENT_USER_CANCEL:
         return XFER_ERR_CANCELLED;
-    case XFER_TE_DEADLINE:
+    case XFER_TRANSFER_EVENT_DEADLINE:
         return XFER_ERR_TIMEOUT;
     default:
         return XFER_ERR_SHUTDOWN;
@@ -312,11 +312,11 @@ static int32_t stop_status(unsigned ev)
 static uint8_t phase_of(uint8_t state)
 {
     switch (state) {
-    case XFER_TS_RESERVING:
+    case XFER_TRANSFER_STATE_RESERVING:
         return XFER_PHASE_RESERVING;
-    case XFER_TS_WRITING:
+    case XFER_TRANSFER_STATE_WRITING:
         return XFER_PHASE_WRITING;
-    case XFER_TS_COMPLETING:
+    case XFER_TRANSFER_STATE_COMPLETING:
         return XFER_PHASE_COMPLETING;
     default:
         return XFER_PHASE_CANCELLING;
@@ -337,11 +337,11 @@ static void h_stop(xfer_transfer *t, xfer_tctx *c, uint64_t now, unsigned ev,
     }
     for (uint16_t k = 0; k < t->nshards; k++) {
         const xfer_tshard *s = &t->shards[k];
-        if (t->state == XFER_TS_RESERVING && s->resv == XFER_SUB_PENDING)
+        if (t->state == XFER_TRANSFER_STATE_RESERVING && s->resv == XFER_SUB_PENDING)
             abort_op(c, t, XFER_OP_RESERVE, k);
-        else if (t->state == XFER_TS_WRITING && s->write == XFER_SUB_PENDING)
+        else if (t->state == XFER_TRANSFER_STATE_WRITING && s->write == XFER_SUB_PENDING)
             abort_op(c, t, XFER_OP_WRITE, k);
-        else if (t->state == XFER_TS_COMPLETING &&
+        else if (t->state == XFER_TRANSFER_STATE_COMPLETING &&
                  s->commit == XFER_SUB_PENDING)
             abort_op(c, t, XFER_OP_COMMIT, k);
     }
@@ -360,7 +360,7 @@ static void h_cancel_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
                             unsigned ev, const xfer_shard_result *r)
 {
     xfer_tshard *s = &t->shards[r->shard];
-    bool done = ev == XFER_TE_CANCEL_OK || r->status == XFER_ERR_CANCELLED ||
+    bool done = ev == XFER_TRANSFER_EVENT_CANCEL_OK || r->status == XFER_ERR_CANCELLED ||
                 r->status == XFER_ERR_STALE || r->status == XFER_ERR_STATE;
     if (done) {
         /* CANCELLED: already tombstoned there; STALE: the shard holds only
@@ -426,8 +426,8 @@ typedef struct cell {
     handler_fn fn;
 } cell;
 
-static const cell table[XFER_TS_COUNT_][XFER_TE_COUNT_] = {
-#define C_(s, e, v, h) [XFER_TS_##s][XFER_TE_##e] = {XFER_V_##v, h_##h},
+static const cell table[XFER_TRANSFER_STATE_COUNT_][XFER_TRANSFER_EVENT_COUNT_] = {
+#define C_(s, e, v, h) [XFER_TRANSFER_STATE_##s][XFER_TRANSFER_EVENT_##e] = {XFER_VERDICT_##v, h_##h},
     XFER_TRANSFER_TABLE(C_)
 #undef C_
 };
@@ -441,13 +441,13 @@ unsigned xfer_transfer_result_event(const xfer_shard_result *r)
     bool ok = r->status == 0;
     switch (r->op) {
     case XFER_OP_RESERVE:
-        return ok ? XFER_TE_RESERVE_OK : XFER_TE_RESERVE_FAIL;
+        return ok ? XFER_TRANSFER_EVENT_RESERVE_OK : XFER_TRANSFER_EVENT_RESERVE_FAIL;
     case XFER_OP_WRITE:
-        return ok ? XFER_TE_WRITE_OK : XFER_TE_WRITE_FAIL;
+        return ok ? XFER_TRANSFER_EVENT_WRITE_OK : XFER_TRANSFER_EVENT_WRITE_FAIL;
     case XFER_OP_COMMIT:
-        return ok ? XFER_TE_COMMIT_OK : XFER_TE_COMMIT_FAIL;
+        return ok ? XFER_TRANSFER_EVENT_COMMIT_OK : XFER_TRANSFER_EVENT_COMMIT_FAIL;
     default:
-        return ok ? XFER_TE_CANCEL_OK : XFER_TE_CANCEL_FAIL;
+        return ok ? XFER_TRANSFER_EVENT_CANCEL_OK : XFER_TRANSFER_EVENT_CANCEL_FAIL;
     }
 }
 
@@ -458,14 +458,14 @@ bool xfer_transfer_expects(const xfer_transfer *t, const xfer_shard_result *r)
     const xfer_tshard *s = &t->shards[r->shard];
     switch (r->op) {
     case XFER_OP_RESERVE:
-        return t->state == XFER_TS_RESERVING && s->resv == XFER_SUB_PENDING;
+        return t->state == XFER_TRANSFER_STATE_RESERVING && s->resv == XFER_SUB_PENDING;
     case XFER_OP_WRITE:
-        return t->state == XFER_TS_WRITING && s->write == XFER_SUB_PENDING;
+        return t->state == XFER_TRANSFER_STATE_WRITING && s->write == XFER_SUB_PENDING;
     case XFER_OP_COMMIT:
-        return t->state == XFER_TS_COMPLETING &&
+        return t->state == XFER_TRANSFER_STATE_COMPLETING &&
                s->commit == XFER_SUB_PENDING;
     case XFER_OP_CANCEL:
-        return t->state == XFER_TS_CANCELLING &&
+        return t->state == XFER_TRANSFER_STATE_CANCELLING &&
                s->cancel == XFER_SUB_PENDING;
     default:
         return false;
@@ -474,8 +474,8 @@ bool xfer_transfer_expects(const xfer_transfer *t, const xfer_shard_result *r)
 
 unsigned xfer_transfer_timer_event(const xfer_transfer *t)
 {
-    return t->timer_kind == XFER_TIMER_RETRY ? XFER_TE_RETRY
-                                             : XFER_TE_DEADLINE;
+    return t->timer_kind == XFER_TIMER_RETRY ? XFER_TRANSFER_EVENT_RETRY
+                                             : XFER_TRANSFER_EVENT_DEADLINE;
 }
 
 static void trace_step(xfer_tctx *c, uint64_t now, const xfer_transfer *t,
@@ -493,7 +493,7 @@ static void trace_step(xfer_tctx *c, uint64_t now, const xfer_transfer *t,
         .attempt = t->attempt,
         .error = r ? r->status : 0, /* the event's own status */
         .shard = shard,
-        .machine = XFER_M_TRANSFER,
+        .machine = XFER_MACHINE_TRANSFER,
         .old_state = (uint8_t)old,
         .event = (uint8_t)ev,
         .new_state = t->state,
@@ -506,10 +506,10 @@ void xfer_transfer_trace_cell(xfer_tctx *c, uint64_t now_ns, uint64_t id,
                               uint32_t attempt, uint16_t shard,
                               unsigned state, unsigned event, int32_t error)
 {
-    assert(state < XFER_TS_COUNT_ && event < XFER_TE_COUNT_);
+    assert(state < XFER_TRANSFER_STATE_COUNT_ && event < XFER_TRANSFER_EVENT_COUNT_);
     c->cells_hit[state][event]++;
     unsigned verdict = table[state][event].verdict;
-    if (verdict == XFER_V_ILLEGAL)
+    if (verdict == XFER_VERDICT_ILLEGAL)
         c->illegal++;
     if (!c->trace.fn)
         return;
@@ -519,14 +519,14 @@ void xfer_transfer_trace_cell(xfer_tctx *c, uint64_t now_ns, uint64_t id,
         .attempt = attempt,
         .error = error,
         .shard = shard,
-        .machine = XFER_M_TRANSFER,
+        .machine = XFER_MACHINE_TRANSFER,
         .old_state = (uint8_t)state,
         .event = (uint8_t)event,
         .new_state = (uint8_t)state,
         .verdict = (uint8_t)verdict,
     };
-    if (state == XFER_TS_NEW && event == XFER_TE_USER_CANCEL)
-        rec.new_state = XFER_TS_TOMBSTONED;
+    if (state == XFER_TRANSFER_STATE_NEW && event == XFER_TRANSFER_EVENT_USER_CANCEL)
+        rec.new_state = XFER_TRANSFER_STATE_TOMBSTONED;
     xfer_util_emit(&c->trace, &c->seq, &rec);
 }
 
@@ -545,7 +545,7 @@ void xfer_transfer_trace_action(xfer_tctx *c, uint64_t now_ns,
         .attempt = a->attempt,
         .error = a->kind == XFER_ACT_COMPLETE ? a->result.status : 0,
         .shard = a->shard,
-        .machine = XFER_M_ACTION,
+        .machine = XFER_MACHINE_ACTION,
         .old_state = a->op,
         .event = a->kind,
         .new_state = a->kind == XFER_ACT_COMPLETE ? a->result.phase : 0,
@@ -556,12 +556,12 @@ void xfer_transfer_trace_action(xfer_tctx *c, uint64_t now_ns,
 unsigned xfer_transfer_step(xfer_transfer *t, xfer_tctx *c, uint64_t now_ns,
                             unsigned event, const xfer_shard_result *r)
 {
-    assert(t->state < XFER_TS_COUNT_ && event < XFER_TE_COUNT_);
+    assert(t->state < XFER_TRANSFER_STATE_COUNT_ && event < XFER_TRANSFER_EVENT_COUNT_);
     unsigned old = t->state;
     const cell *cl = &table[old][event];
     c->cells_hit[old][event]++;
     size_t first_action = c->nacts;
-    if (cl->verdict == XFER_V_ILLEGAL) {
+    if (cl->verdict == XFER_VERDICT_ILLEGAL) {
         /* A bug in a transport or the container: never peer input, which
          * the container filters with xfer_transfer_expects(). */
         c->illegal++;
@@ -569,7 +569,7 @@ unsigned xfer_transfer_step(xfer_transfer *t, xfer_tctx *c, uint64_t now_ns,
     } else if (cl->fn) {
         cl->fn(t, c, now_ns, event, r);
     }
-    if (t->state != old && !xfer_fsm_edge_ok(XFER_M_TRANSFER, old, event,
+    if (t->state != old && !xfer_fsm_edge_ok(XFER_MACHINE_TRANSFER, old, event,
                                              t->state)) {
         c->illegal++;
         assert(!"undeclared transfer edge");

@@ -72,7 +72,7 @@ typedef struct xfer_tctx {
     xfer_trace_sink trace;
     uint64_t seq;
     uint64_t illegal, cancel_retries, cancel_gave_up;
-    uint64_t cells_hit[XFER_TS_COUNT_][XFER_TE_COUNT_];
+    uint64_t cells_hit[XFER_TRANSFER_STATE_COUNT_][XFER_TRANSFER_EVENT_COUNT_];
 } xfer_tctx;
 
 /* Bytes of a record with n shards. */
@@ -98,7 +98,7 @@ unsigned xfer_transfer_timer_event(const xfer_transfer *t);
  * Run one event through the table.  `r` is the shard result for result
  * events, NULL otherwise.  Emits the trace record and appends actions.
  * Returns the verdict of the cell.  On return, t->state may be
- * XFER_TS_TOMBSTONED: the container then tombstones the id and frees t.
+ * XFER_TRANSFER_STATE_TOMBSTONED: the container then tombstones the id and frees t.
  */
 unsigned xfer_transfer_step(xfer_transfer *t, xfer_tctx *c, uint64_t now_ns,
                             unsigned event, const xfer_shard_result *r);
@@ -109,7 +109,7 @@ void xfer_transfer_trace_cell(xfer_tctx *c, uint64_t now_ns, uint64_t id,
                               uint32_t attempt, uint16_t shard,
                               unsigned state, unsigned event, int32_t error);
 
-/* A trace record of an action (machine XFER_M_ACTION). */
+/* A trace record of an action (machine XFER_MACHINE_ACTION). */
 void xfer_transfer_trace_action(xfer_tctx *c, uint64_t now_ns,
                                 const xfer_action *a);
 

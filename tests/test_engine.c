@@ -196,13 +196,13 @@ START_TEST(test_engine_lease_expiry_during_write)
     ck_assert_int_eq(et_submit(&V, 5, 0), 0);
     et_run_for(&V, 80); /* lease ran out, write still in flight */
     ck_assert_int_eq(xfer_shard_state(xfer_loop_shard(V.l, 0), 5),
-                     XFER_RS_EXPIRE_PENDING);
+                     XFER_RESV_STATE_EXPIRE_PENDING);
     ck_assert_uint_eq(et_shard_bytes(&V), ET_S * ET_BLK);
     run_to_end(5);
     ck_assert_int_ne(V.res[5].status, 0);
     ck_assert_uint_eq(et_shard_bytes(&V), 0);
     ck_assert_int_eq(xfer_shard_state(xfer_loop_shard(V.l, 0), 5),
-                     XFER_RS_EXPIRED);
+                     XFER_RESV_STATE_EXPIRED);
     et_free(&V);
 }
 END_TEST
@@ -218,7 +218,7 @@ START_TEST(test_engine_lease_expiry_no_write)
     ck_assert_uint_eq(et_shard_bytes(&V), ET_S * ET_BLK);
     ck_assert(et_run(&V, shards_empty, 2000));
     ck_assert_int_eq(xfer_shard_state(xfer_loop_shard(V.l, 1), 6),
-                     XFER_RS_EXPIRED);
+                     XFER_RESV_STATE_EXPIRED);
     et_free(&V);
 }
 END_TEST
@@ -294,13 +294,13 @@ START_TEST(test_engine_shutdown_every_state)
         ck_assert_int_eq(et_submit(&V, id, 0), 0);
     et_run_for(&V, 30);
     ck_assert_int_eq(xfer_core_state(xfer_engine_core(V.e), 1),
-                     XFER_TS_RESERVING);
+                     XFER_TRANSFER_STATE_RESERVING);
     ck_assert_int_eq(xfer_core_state(xfer_engine_core(V.e), 2),
-                     XFER_TS_WRITING);
+                     XFER_TRANSFER_STATE_WRITING);
     ck_assert_int_eq(xfer_core_state(xfer_engine_core(V.e), 3),
-                     XFER_TS_COMPLETING);
+                     XFER_TRANSFER_STATE_COMPLETING);
     ck_assert_int_eq(xfer_core_state(xfer_engine_core(V.e), 4),
-                     XFER_TS_CANCELLING);
+                     XFER_TRANSFER_STATE_CANCELLING);
     ck_assert_int_eq(xfer_engine_shutdown(V.e, on_shutdown, &V), 0);
     ck_assert_int_eq(xfer_engine_shutdown(V.e, on_shutdown, &V),
                      XFER_ERR_STATE);
@@ -336,9 +336,9 @@ static void ready_drain(void)
         memcpy(acts, a, n * sizeof *acts);
         xfer_readiness_actions_clear(RT);
         for (size_t i = 0; i < n; i++) {
-            available += acts[i].kind == XFER_RA_AVAILABLE;
-            unavailable += acts[i].kind == XFER_RA_UNAVAILABLE;
-            if (acts[i].kind != XFER_RA_TAKE)
+            available += acts[i].kind == XFER_READY_ACT_AVAILABLE;
+            unavailable += acts[i].kind == XFER_READY_ACT_UNAVAILABLE;
+            if (acts[i].kind != XFER_READY_ACT_TAKE)
                 continue;
             const uint8_t *data;
             uint32_t len;
@@ -369,10 +369,10 @@ START_TEST(test_engine_readiness_available_once)
     et_run_for(&V, 20);
     ck_assert_int_eq(available, 1);
     ck_assert_int_eq(unavailable, 0);
-    ck_assert_int_eq(xfer_readiness_state(RT, 2), XFER_YS_AVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(RT, 2), XFER_READY_STATE_AVAILABLE);
     for (uint16_t k = 0; k < ET_S; k++)
         ck_assert_int_eq(xfer_shard_state(xfer_loop_shard(V.l, k), 2),
-                         XFER_RS_TAKEN);
+                         XFER_RESV_STATE_TAKEN);
     xfer_readiness_del(RT);
     et_free(&V);
 }

@@ -89,7 +89,7 @@ START_TEST(test_loop_applied_but_reply_lost)
     ck_assert_int_eq(V.res[8].status, XFER_ERR_CONN_LOST);
     ck_assert_uint_eq(et_shard_bytes(&V), 0);
     ck_assert_int_eq(xfer_shard_state(xfer_loop_shard(V.l, 3), 8),
-                     XFER_RS_CANCELLED);
+                     XFER_RESV_STATE_CANCELLED);
     et_free(&V);
 }
 END_TEST
@@ -124,7 +124,7 @@ START_TEST(test_loop_shard_down_mid_write)
     ck_assert_int_eq(et_submit(&V, 11, 0), 0);
     et_run_for(&V, 15);
     ck_assert_int_eq(xfer_core_state(xfer_engine_core(V.e), 11),
-                     XFER_TS_WRITING);
+                     XFER_TRANSFER_STATE_WRITING);
     xfer_loop_set_down(V.l, 1, true);
     want = 11;
     ck_assert(et_run(&V, got_want, 5000));

@@ -146,7 +146,7 @@ static uint64_t assert_cancel_all(uint64_t id, uint32_t attempt, unsigned s)
         size_t c = 0;
         for (size_t i = 0; i < O.n; i++) {
             const xfer_ready_action *a = &O.a[i];
-            if (a->kind != XFER_RA_CANCEL || a->shard != k || a->id != id)
+            if (a->kind != XFER_READY_ACT_CANCEL || a->shard != k || a->id != id)
                 continue;
             ck_assert_uint_eq(a->attempt, attempt);
             if (a->resv_id != XFER_RESV_NONE) {
@@ -170,13 +170,13 @@ START_TEST(test_readiness_all_ready_gives_one_available)
     for (unsigned k = 0; k < 3; k++) {
         ready(r, 10, 7, 1, k);
         ck_assert_uint_eq(O.n, 0); /* nothing until every shard is in */
-        ck_assert_int_eq(xfer_readiness_state(r, 7), XFER_YS_WAITING);
+        ck_assert_int_eq(xfer_readiness_state(r, 7), XFER_READY_STATE_WAITING);
     }
     ready(r, 11, 7, 1, 3);
-    ck_assert_int_eq(xfer_readiness_state(r, 7), XFER_YS_TAKING);
+    ck_assert_int_eq(xfer_readiness_state(r, 7), XFER_READY_STATE_TAKING);
     ck_assert_uint_eq(O.n, 4);
     for (unsigned k = 0; k < 4; k++) {
-        const xfer_ready_action *a = find(XFER_RA_TAKE, (int)k);
+        const xfer_ready_action *a = find(XFER_READY_ACT_TAKE, (int)k);
         ck_assert_ptr_nonnull(a);
         ck_assert_uint_eq(a->id, 7);
         ck_assert_uint_eq(a->attempt, 1);
@@ -185,12 +185,12 @@ START_TEST(test_readiness_all_ready_gives_one_available)
     for (unsigned k = 0; k < 4; k++) {
         reset();
         take(r, 12, 7, k, 0);
-        ck_assert_uint_eq(count(XFER_RA_AVAILABLE, -1), k == 3 ? 1 : 0);
+        ck_assert_uint_eq(count(XFER_READY_ACT_AVAILABLE, -1), k == 3 ? 1 : 0);
     }
     ck_assert_uint_eq(O.n, 1);
     ck_assert_uint_eq(O.a[0].id, 7);
     ck_assert_uint_eq(O.a[0].attempt, 1);
-    ck_assert_int_eq(xfer_readiness_state(r, 7), XFER_YS_AVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(r, 7), XFER_READY_STATE_AVAILABLE);
     xfer_readiness_stats st = stats(r);
     ck_assert_uint_eq(st.available, 1);
     ck_assert_uint_eq(st.live, 0);
@@ -204,11 +204,11 @@ START_TEST(test_readiness_single_shard_takes_at_once)
 {
     xfer_readiness *r = mk(1);
     ready(r, 1, 3, 2, 0);
-    ck_assert_int_eq(xfer_readiness_state(r, 3), XFER_YS_TAKING);
-    ck_assert_uint_eq(count(XFER_RA_TAKE, 0), 1);
+    ck_assert_int_eq(xfer_readiness_state(r, 3), XFER_READY_STATE_TAKING);
+    ck_assert_uint_eq(count(XFER_READY_ACT_TAKE, 0), 1);
     reset();
     take(r, 2, 3, 0, 0);
-    ck_assert_uint_eq(count(XFER_RA_AVAILABLE, -1), 1);
+    ck_assert_uint_eq(count(XFER_READY_ACT_AVAILABLE, -1), 1);
     xfer_readiness_del(r);
 }
 END_TEST
@@ -222,22 +222,22 @@ START_TEST(test_readiness_late_ready_after_cancel_dropped)
     ck_assert_int_eq(xfer_readiness_cancel(r, 2, 9), 0);
     collect(r);
     ck_assert_uint_eq(assert_cancel_all(9, 1, 4), 0x5);
-    const xfer_ready_action *u = find(XFER_RA_UNAVAILABLE, -1);
+    const xfer_ready_action *u = find(XFER_READY_ACT_UNAVAILABLE, -1);
     ck_assert_ptr_nonnull(u);
     ck_assert_int_eq(u->reason, XFER_ERR_CANCELLED);
     ck_assert_uint_eq(u->missing, 0xA);
-    ck_assert_int_eq(xfer_readiness_state(r, 9), XFER_YS_UNAVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(r, 9), XFER_READY_STATE_UNAVAILABLE);
     /* The late ones: each answered with a CANCEL to that shard only. */
     for (unsigned k = 1; k < 4; k += 2) {
         reset();
         ready(r, 3, 9, 1, k);
         ck_assert_uint_eq(O.n, 1);
-        ck_assert_uint_eq(O.a[0].kind, XFER_RA_CANCEL);
+        ck_assert_uint_eq(O.a[0].kind, XFER_READY_ACT_CANCEL);
         ck_assert_uint_eq(O.a[0].shard, k);
         ck_assert_uint_eq(O.a[0].attempt, 1);
         ck_assert_uint_eq(O.a[0].resv_id, rid(9, 1, k));
     }
-    ck_assert_int_eq(xfer_readiness_state(r, 9), XFER_YS_UNAVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(r, 9), XFER_READY_STATE_UNAVAILABLE);
     xfer_readiness_stats st = stats(r);
     ck_assert_uint_eq(st.late_ready, 2);
     ck_assert_uint_eq(st.available, 0);
@@ -258,13 +258,13 @@ START_TEST(test_readiness_deadline_names_missing_shards)
     xfer_readiness_on_timer(r, 100 + DEADLINE);
     collect(r);
     ck_assert_uint_eq(assert_cancel_all(5, 3, 4), 0x6);
-    const xfer_ready_action *u = find(XFER_RA_UNAVAILABLE, -1);
+    const xfer_ready_action *u = find(XFER_READY_ACT_UNAVAILABLE, -1);
     ck_assert_ptr_nonnull(u);
     ck_assert_int_eq(u->reason, XFER_ERR_TIMEOUT);
     ck_assert_uint_eq(u->missing, 0x9);
     ck_assert_uint_eq(u->attempt, 3);
-    ck_assert_int_eq(index_of(XFER_RA_UNAVAILABLE), (long)O.n - 1);
-    ck_assert_int_eq(xfer_readiness_state(r, 5), XFER_YS_UNAVAILABLE);
+    ck_assert_int_eq(index_of(XFER_READY_ACT_UNAVAILABLE), (long)O.n - 1);
+    ck_assert_int_eq(xfer_readiness_state(r, 5), XFER_READY_STATE_UNAVAILABLE);
     ck_assert_uint_eq(xfer_readiness_next_deadline(r),
                       100 + DEADLINE + TTL);
     xfer_readiness_del(r);
@@ -280,12 +280,12 @@ START_TEST(test_readiness_take_failure_rolls_back)
     take(r, 2, 4, 1, XFER_ERR_EXPIRED);
     take(r, 2, 4, 2, 0);
     ck_assert_uint_eq(O.n, 0); /* shard 3 has not answered yet */
-    ck_assert_int_eq(xfer_readiness_state(r, 4), XFER_YS_TAKING);
+    ck_assert_int_eq(xfer_readiness_state(r, 4), XFER_READY_STATE_TAKING);
     take(r, 3, 4, 3, 0);
-    ck_assert_uint_eq(count(XFER_RA_AVAILABLE, -1), 0);
-    ck_assert_uint_eq(count(XFER_RA_RELEASE, -1), 3);
+    ck_assert_uint_eq(count(XFER_READY_ACT_AVAILABLE, -1), 0);
+    ck_assert_uint_eq(count(XFER_READY_ACT_RELEASE, -1), 3);
     for (unsigned k = 0; k < 4; k++) {
-        const xfer_ready_action *a = find(XFER_RA_RELEASE, (int)k);
+        const xfer_ready_action *a = find(XFER_READY_ACT_RELEASE, (int)k);
         if (k == 1) {
             ck_assert_ptr_null(a);
             continue;
@@ -294,15 +294,15 @@ START_TEST(test_readiness_take_failure_rolls_back)
         ck_assert_uint_eq(a->resv_id, rid(4, 1, k));
     }
     ck_assert_uint_eq(assert_cancel_all(4, 1, 4), 0xF);
-    const xfer_ready_action *u = find(XFER_RA_UNAVAILABLE, -1);
+    const xfer_ready_action *u = find(XFER_READY_ACT_UNAVAILABLE, -1);
     ck_assert_ptr_nonnull(u);
     ck_assert_int_eq(u->reason, XFER_ERR_UNAVAILABLE);
     ck_assert_uint_eq(u->missing, 0);
-    ck_assert_int_eq(index_of(XFER_RA_UNAVAILABLE), (long)O.n - 1);
-    ck_assert_int_lt(index_of(XFER_RA_RELEASE), index_of(XFER_RA_CANCEL));
+    ck_assert_int_eq(index_of(XFER_READY_ACT_UNAVAILABLE), (long)O.n - 1);
+    ck_assert_int_lt(index_of(XFER_READY_ACT_RELEASE), index_of(XFER_READY_ACT_CANCEL));
     ck_assert_uint_eq(stats(r).take_failed, 1);
     ck_assert_uint_eq(stats(r).unavailable, 1);
-    ck_assert_int_eq(xfer_readiness_state(r, 4), XFER_YS_UNAVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(r, 4), XFER_READY_STATE_UNAVAILABLE);
     xfer_readiness_del(r);
 }
 END_TEST
@@ -317,12 +317,12 @@ START_TEST(test_readiness_unsure_take_failure_released)
     take(r, 2, 14, 0, XFER_ERR_CONN_LOST);
     take(r, 2, 14, 1, XFER_ERR_STALE);
     take(r, 2, 14, 2, XFER_ERR_IO);
-    ck_assert_uint_eq(count(XFER_RA_RELEASE, -1), 2);
-    ck_assert_uint_eq(find(XFER_RA_RELEASE, 0)->resv_id, rid(14, 1, 0));
-    ck_assert_uint_eq(find(XFER_RA_RELEASE, 2)->resv_id, rid(14, 1, 2));
-    ck_assert_ptr_null(find(XFER_RA_RELEASE, 1));
+    ck_assert_uint_eq(count(XFER_READY_ACT_RELEASE, -1), 2);
+    ck_assert_uint_eq(find(XFER_READY_ACT_RELEASE, 0)->resv_id, rid(14, 1, 0));
+    ck_assert_uint_eq(find(XFER_READY_ACT_RELEASE, 2)->resv_id, rid(14, 1, 2));
+    ck_assert_ptr_null(find(XFER_READY_ACT_RELEASE, 1));
     assert_cancel_all(14, 1, 3);
-    ck_assert_int_eq(find(XFER_RA_UNAVAILABLE, -1)->reason,
+    ck_assert_int_eq(find(XFER_READY_ACT_UNAVAILABLE, -1)->reason,
                      XFER_ERR_UNAVAILABLE);
     ck_assert_uint_eq(stats(r).take_failed, 3);
     xfer_readiness_del(r);
@@ -348,23 +348,23 @@ START_TEST(test_readiness_give_up_during_taking_deferred)
         xfer_readiness_on_timer(r, 10 + DEADLINE);
     collect(r);
     ck_assert_uint_eq(O.n, 0); /* deferred: two takes still out */
-    ck_assert_int_eq(xfer_readiness_state(r, 8), XFER_YS_TAKING);
+    ck_assert_int_eq(xfer_readiness_state(r, 8), XFER_READY_STATE_TAKING);
     take(r, 13, 8, 1, _i == 1 ? XFER_ERR_EXPIRED : 0);
     ck_assert_uint_eq(O.n, 0);
     take(r, 14, 8, 2, 0);
-    ck_assert_uint_eq(count(XFER_RA_AVAILABLE, -1), 0);
-    ck_assert_ptr_nonnull(find(XFER_RA_RELEASE, 0));
-    ck_assert_ptr_nonnull(find(XFER_RA_RELEASE, 2));
-    ck_assert_uint_eq(count(XFER_RA_RELEASE, 1), _i == 1 ? 0 : 1);
+    ck_assert_uint_eq(count(XFER_READY_ACT_AVAILABLE, -1), 0);
+    ck_assert_ptr_nonnull(find(XFER_READY_ACT_RELEASE, 0));
+    ck_assert_ptr_nonnull(find(XFER_READY_ACT_RELEASE, 2));
+    ck_assert_uint_eq(count(XFER_READY_ACT_RELEASE, 1), _i == 1 ? 0 : 1);
     assert_cancel_all(8, 2, 3);
-    const xfer_ready_action *u = find(XFER_RA_UNAVAILABLE, -1);
+    const xfer_ready_action *u = find(XFER_READY_ACT_UNAVAILABLE, -1);
     ck_assert_ptr_nonnull(u);
     ck_assert_int_eq(u->reason, reasons[_i]);
-    ck_assert_int_eq(index_of(XFER_RA_UNAVAILABLE), (long)O.n - 1);
-    ck_assert_int_eq(xfer_readiness_state(r, 8), XFER_YS_UNAVAILABLE);
-    static const unsigned events[] = {XFER_YE_CANCEL, XFER_YE_SHARD_ENDED,
-                                      XFER_YE_DEADLINE};
-    ck_assert_uint_eq(stats(r).cells_hit[XFER_YS_TAKING][events[_i]], 1);
+    ck_assert_int_eq(index_of(XFER_READY_ACT_UNAVAILABLE), (long)O.n - 1);
+    ck_assert_int_eq(xfer_readiness_state(r, 8), XFER_READY_STATE_UNAVAILABLE);
+    static const unsigned events[] = {XFER_READY_EVENT_CANCEL, XFER_READY_EVENT_SHARD_ENDED,
+                                      XFER_READY_EVENT_DEADLINE};
+    ck_assert_uint_eq(stats(r).cells_hit[XFER_READY_STATE_TAKING][events[_i]], 1);
     xfer_readiness_del(r);
 }
 END_TEST
@@ -380,18 +380,18 @@ START_TEST(test_readiness_repeated_cancel_extends_tombstone)
     ck_assert_int_eq(xfer_readiness_cancel(r, TTL / 2, 5), 0);
     xfer_readiness_actions_clear(r);
     xfer_readiness_on_timer(r, TTL);
-    ck_assert_int_eq(xfer_readiness_state(r, 5), XFER_YS_UNAVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(r, 5), XFER_READY_STATE_UNAVAILABLE);
     ck_assert_int_eq(xfer_readiness_on_ready(r, TTL + 1, 5, 1, 0, 77), 0);
-    ck_assert_int_eq(xfer_readiness_state(r, 5), XFER_YS_UNAVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(r, 5), XFER_READY_STATE_UNAVAILABLE);
     size_t n;
     const xfer_ready_action *a = xfer_readiness_actions(r, &n);
     ck_assert_uint_eq(n, 1);
-    ck_assert_int_eq(a[0].kind, XFER_RA_CANCEL);
+    ck_assert_int_eq(a[0].kind, XFER_READY_ACT_CANCEL);
     xfer_readiness_actions_clear(r);
     /* after the last cancel's TTL the id is free again */
     ck_assert_int_eq(xfer_readiness_on_ready(r, TTL / 2 + TTL, 6, 1, 0, 78),
                      0);
-    ck_assert_int_eq(xfer_readiness_state(r, 5), XFER_YS_NONE);
+    ck_assert_int_eq(xfer_readiness_state(r, 5), XFER_READY_STATE_NONE);
     xfer_readiness_del(r);
 }
 END_TEST
@@ -403,8 +403,8 @@ START_TEST(test_readiness_cancel_unknown_then_ready)
     collect(r);
     /* Pre-emptive: CANCEL (attempt unknown) to every shard, no outcome. */
     ck_assert_uint_eq(assert_cancel_all(77, 0, 2), 0);
-    ck_assert_uint_eq(count(XFER_RA_UNAVAILABLE, -1), 0);
-    ck_assert_int_eq(xfer_readiness_state(r, 77), XFER_YS_UNAVAILABLE);
+    ck_assert_uint_eq(count(XFER_READY_ACT_UNAVAILABLE, -1), 0);
+    ck_assert_int_eq(xfer_readiness_state(r, 77), XFER_READY_STATE_UNAVAILABLE);
     ck_assert_int_eq(xfer_readiness_cancel(r, 2, 77), 0); /* idempotent */
     collect(r);
     ck_assert_uint_eq(O.n, 2);
@@ -412,7 +412,7 @@ START_TEST(test_readiness_cancel_unknown_then_ready)
         reset();
         ready(r, 3, 77, 1, k);
         ck_assert_uint_eq(O.n, 1);
-        ck_assert_uint_eq(O.a[0].kind, XFER_RA_CANCEL);
+        ck_assert_uint_eq(O.a[0].kind, XFER_READY_ACT_CANCEL);
         ck_assert_uint_eq(O.a[0].shard, k);
         ck_assert_uint_eq(O.a[0].resv_id, rid(77, 1, k));
     }
@@ -428,7 +428,7 @@ START_TEST(test_readiness_cancel_unknown_then_ready)
                      0);
     collect(r);
     assert_cancel_all(78, 5, 2);
-    ck_assert_int_eq(xfer_readiness_state(r, 78), XFER_YS_UNAVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(r, 78), XFER_READY_STATE_UNAVAILABLE);
     xfer_readiness_del(r);
 }
 END_TEST
@@ -440,36 +440,36 @@ START_TEST(test_readiness_other_attempt_not_counted)
     reset();
     ready(r, 2, 6, 2, 1); /* another attempt: not ours */
     ck_assert_uint_eq(O.n, 1);
-    ck_assert_uint_eq(O.a[0].kind, XFER_RA_CANCEL);
+    ck_assert_uint_eq(O.a[0].kind, XFER_READY_ACT_CANCEL);
     ck_assert_uint_eq(O.a[0].shard, 1);
     ck_assert_uint_eq(O.a[0].attempt, 2);
     ck_assert_uint_eq(O.a[0].resv_id, rid(6, 2, 1));
-    ck_assert_int_eq(xfer_readiness_state(r, 6), XFER_YS_WAITING);
+    ck_assert_int_eq(xfer_readiness_state(r, 6), XFER_READY_STATE_WAITING);
     ck_assert_uint_eq(stats(r).late_ready, 1);
     /* A duplicate of our own attempt counts once. */
     reset();
     ready(r, 3, 6, 1, 0);
     ck_assert_uint_eq(O.n, 0);
     ck_assert_uint_eq(stats(r).duplicate_ready, 1);
-    ck_assert_int_eq(xfer_readiness_state(r, 6), XFER_YS_WAITING);
+    ck_assert_int_eq(xfer_readiness_state(r, 6), XFER_READY_STATE_WAITING);
     /* A shard-ended of the other attempt does not end our record. */
     ck_assert_int_eq(xfer_readiness_on_shard_ended(r, 4, 6, 2, 1,
                                                    XFER_ERR_CANCELLED),
                      0);
     collect(r);
     ck_assert_uint_eq(O.n, 0);
-    ck_assert_int_eq(xfer_readiness_state(r, 6), XFER_YS_WAITING);
+    ck_assert_int_eq(xfer_readiness_state(r, 6), XFER_READY_STATE_WAITING);
     ready(r, 5, 6, 1, 1);
-    ck_assert_uint_eq(count(XFER_RA_TAKE, -1), 2);
-    ck_assert_uint_eq(find(XFER_RA_TAKE, 1)->attempt, 1);
-    ck_assert_uint_eq(find(XFER_RA_TAKE, 1)->resv_id, rid(6, 1, 1));
+    ck_assert_uint_eq(count(XFER_READY_ACT_TAKE, -1), 2);
+    ck_assert_uint_eq(find(XFER_READY_ACT_TAKE, 1)->attempt, 1);
+    ck_assert_uint_eq(find(XFER_READY_ACT_TAKE, 1)->resv_id, rid(6, 1, 1));
     /* In TAKING, another attempt's ready is cancelled, ours absorbed. */
     reset();
     ready(r, 6, 6, 3, 0);
     ready(r, 6, 6, 1, 0);
     ck_assert_uint_eq(O.n, 1);
     ck_assert_uint_eq(O.a[0].attempt, 3);
-    ck_assert_int_eq(xfer_readiness_state(r, 6), XFER_YS_TAKING);
+    ck_assert_int_eq(xfer_readiness_state(r, 6), XFER_READY_STATE_TAKING);
     xfer_readiness_del(r);
 }
 END_TEST
@@ -479,7 +479,7 @@ START_TEST(test_readiness_available_never_withdrawn)
     xfer_readiness *r = mk(2);
     all_ready(r, 1, 12, 1, 2);
     all_take(r, 2, 12, 2);
-    ck_assert_uint_eq(count(XFER_RA_AVAILABLE, -1), 1);
+    ck_assert_uint_eq(count(XFER_READY_ACT_AVAILABLE, -1), 1);
     reset();
     ck_assert_int_eq(xfer_readiness_cancel(r, 3, 12), 0);
     ck_assert_int_eq(xfer_readiness_on_shard_ended(r, 3, 12, 1, 0,
@@ -488,18 +488,18 @@ START_TEST(test_readiness_available_never_withdrawn)
     ready(r, 4, 12, 1, 1);
     collect(r);
     ck_assert_uint_eq(O.n, 0);
-    ck_assert_int_eq(xfer_readiness_state(r, 12), XFER_YS_AVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(r, 12), XFER_READY_STATE_AVAILABLE);
     /* Another attempt's ready: cancel that attempt only. */
     ready(r, 5, 12, 2, 0);
     ck_assert_uint_eq(O.n, 1);
-    ck_assert_uint_eq(O.a[0].kind, XFER_RA_CANCEL);
+    ck_assert_uint_eq(O.a[0].kind, XFER_READY_ACT_CANCEL);
     ck_assert_uint_eq(O.a[0].attempt, 2);
     ck_assert_int_eq(xfer_readiness_on_take_result(r, 6, 12, 0, 0),
                      XFER_ERR_STATE);
     xfer_readiness_on_timer(r, 2 + TTL - 1);
     collect(r);
     ck_assert_uint_eq(O.n, 1);
-    ck_assert_int_eq(xfer_readiness_state(r, 12), XFER_YS_AVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(r, 12), XFER_READY_STATE_AVAILABLE);
     xfer_readiness_stats st = stats(r);
     ck_assert_uint_eq(st.available, 1);
     ck_assert_uint_eq(st.unavailable, 0);
@@ -518,11 +518,11 @@ START_TEST(test_readiness_caps_busy_and_ttl)
     /* Record cap. */
     ck_assert_int_eq(xfer_readiness_on_ready(r, 1, 3, 1, 0, 5),
                      XFER_ERR_BUSY);
-    ck_assert_int_eq(xfer_readiness_state(r, 3), XFER_YS_NONE);
+    ck_assert_int_eq(xfer_readiness_state(r, 3), XFER_READY_STATE_NONE);
     /* Two holds + one pre-emptive tombstone fill the tombstone table. */
     ck_assert_int_eq(xfer_readiness_cancel(r, 1, 10), 0);
     ck_assert_int_eq(xfer_readiness_cancel(r, 2, 11), XFER_ERR_BUSY);
-    ck_assert_int_eq(xfer_readiness_state(r, 11), XFER_YS_NONE);
+    ck_assert_int_eq(xfer_readiness_state(r, 11), XFER_READY_STATE_NONE);
     /* End record 1: its hold becomes a tombstone; still full. */
     ck_assert_int_eq(xfer_readiness_cancel(r, 3, 1), 0);
     collect(r);
@@ -532,26 +532,26 @@ START_TEST(test_readiness_caps_busy_and_ttl)
                                                    XFER_ERR_EXPIRED),
                      XFER_ERR_BUSY);
     /* Nothing young was evicted. */
-    ck_assert_int_eq(xfer_readiness_state(r, 10), XFER_YS_UNAVAILABLE);
-    ck_assert_int_eq(xfer_readiness_state(r, 1), XFER_YS_UNAVAILABLE);
-    ck_assert_int_eq(xfer_readiness_state(r, 2), XFER_YS_WAITING);
+    ck_assert_int_eq(xfer_readiness_state(r, 10), XFER_READY_STATE_UNAVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(r, 1), XFER_READY_STATE_UNAVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(r, 2), XFER_READY_STATE_WAITING);
     ck_assert_uint_eq(stats(r).tombstones, 2);
     /* After the TTL the first tombstone makes room, through the table. */
     ck_assert_int_eq(xfer_readiness_cancel(r, 1 + TTL, 11), 0);
     collect(r);
-    ck_assert_int_eq(xfer_readiness_state(r, 10), XFER_YS_NONE);
-    ck_assert_uint_eq(stats(r).cells_hit[XFER_YS_UNAVAILABLE]
-                                        [XFER_YE_TOMB_EXPIRE],
+    ck_assert_int_eq(xfer_readiness_state(r, 10), XFER_READY_STATE_NONE);
+    ck_assert_uint_eq(stats(r).cells_hit[XFER_READY_STATE_UNAVAILABLE]
+                                        [XFER_READY_EVENT_TOMB_EXPIRE],
                       1);
     /* on_timer drops the rest; the ids are NONE again. */
     xfer_readiness_on_timer(r, 3 + TTL);
     collect(r);
-    ck_assert_int_eq(xfer_readiness_state(r, 1), XFER_YS_NONE);
-    ck_assert_int_eq(xfer_readiness_state(r, 11), XFER_YS_UNAVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(r, 1), XFER_READY_STATE_NONE);
+    ck_assert_int_eq(xfer_readiness_state(r, 11), XFER_READY_STATE_UNAVAILABLE);
     reset();
     ready(r, 4 + TTL, 1, 2, 0); /* a fresh record, no CANCEL */
     ck_assert_uint_eq(O.n, 0);
-    ck_assert_int_eq(xfer_readiness_state(r, 1), XFER_YS_WAITING);
+    ck_assert_int_eq(xfer_readiness_state(r, 1), XFER_READY_STATE_WAITING);
     xfer_readiness_del(r);
 }
 END_TEST
@@ -595,11 +595,11 @@ START_TEST(test_readiness_peer_input_rejected)
                      XFER_ERR_INVALID_ARG);
     collect(r);
     ck_assert_uint_eq(O.n, 0);
-    ck_assert_int_eq(xfer_readiness_state(r, 40), XFER_YS_TAKING);
-    ck_assert_int_eq(xfer_readiness_state(r, 41), XFER_YS_NONE);
+    ck_assert_int_eq(xfer_readiness_state(r, 40), XFER_READY_STATE_TAKING);
+    ck_assert_int_eq(xfer_readiness_state(r, 41), XFER_READY_STATE_NONE);
     ck_assert_uint_eq(stats(r).illegal, 0);
     take(r, 3, 40, 1, 0);
-    ck_assert_uint_eq(count(XFER_RA_AVAILABLE, -1), 1);
+    ck_assert_uint_eq(count(XFER_READY_ACT_AVAILABLE, -1), 1);
     xfer_readiness_del(r);
 }
 END_TEST
@@ -617,7 +617,7 @@ START_TEST(test_readiness_undrained_actions_busy)
             break;
     }
     ck_assert_int_eq(rc, XFER_ERR_BUSY);
-    ck_assert_int_eq(xfer_readiness_state(r, id), XFER_YS_NONE);
+    ck_assert_int_eq(xfer_readiness_state(r, id), XFER_READY_STATE_NONE);
     xfer_readiness_actions(r, &n);
     ck_assert_uint_gt(n, 0);
     xfer_readiness_actions_clear(r);
@@ -646,7 +646,7 @@ START_TEST(test_readiness_timer_work_bounded)
         calls++;
     }
     ck_assert_uint_gt(calls, 1);
-    ck_assert_uint_eq(count(XFER_RA_UNAVAILABLE, -1), 100);
+    ck_assert_uint_eq(count(XFER_READY_ACT_UNAVAILABLE, -1), 100);
     ck_assert_uint_eq(stats(r).live, 0);
     xfer_readiness_del(r);
 }
@@ -662,15 +662,15 @@ START_TEST(test_readiness_trace_records_steps)
     ready(r, 5, 21, 4, 1);
     ready(r, 6, 21, 4, 0);
     take(r, 7, 21, 0, XFER_ERR_CANCELLED);
-    ck_assert_uint_eq(tu_trace_count(&tr, XFER_M_READINESS, -1), 3);
+    ck_assert_uint_eq(tu_trace_count(&tr, XFER_MACHINE_READINESS, -1), 3);
     for (size_t i = 0; i < tr.n; i++)
         ck_assert_uint_eq(tr.recs[i].seq, i);
     const xfer_trace_rec *a = &tr.recs[0];
-    ck_assert_uint_eq(a->machine, XFER_M_READINESS);
-    ck_assert_uint_eq(a->old_state, XFER_YS_NONE);
-    ck_assert_uint_eq(a->new_state, XFER_YS_WAITING);
-    ck_assert_uint_eq(a->event, XFER_YE_READY);
-    ck_assert_uint_eq(a->verdict, XFER_V_TRANSITION);
+    ck_assert_uint_eq(a->machine, XFER_MACHINE_READINESS);
+    ck_assert_uint_eq(a->old_state, XFER_READY_STATE_NONE);
+    ck_assert_uint_eq(a->new_state, XFER_READY_STATE_WAITING);
+    ck_assert_uint_eq(a->event, XFER_READY_EVENT_READY);
+    ck_assert_uint_eq(a->verdict, XFER_VERDICT_TRANSITION);
     ck_assert_uint_eq(a->id, 21);
     ck_assert_uint_eq(a->attempt, 4);
     ck_assert_uint_eq(a->shard, 1);
@@ -678,9 +678,9 @@ START_TEST(test_readiness_trace_records_steps)
     ck_assert_uint_eq(a->arg0, rid(21, 4, 1));
     ck_assert_uint_eq(a->arg1, 0x2);
     ck_assert_uint_eq(a->arg2, 0x1);
-    ck_assert_uint_eq(tr.recs[1].new_state, XFER_YS_TAKING);
+    ck_assert_uint_eq(tr.recs[1].new_state, XFER_READY_STATE_TAKING);
     ck_assert_uint_eq(tr.recs[2].error, XFER_ERR_CANCELLED);
-    ck_assert_uint_eq(tr.recs[2].event, XFER_YE_TAKE_FAIL);
+    ck_assert_uint_eq(tr.recs[2].event, XFER_READY_EVENT_TAKE_FAIL);
     xfer_readiness_del(r);
     tu_trace_free(&tr);
 }
@@ -704,10 +704,10 @@ START_TEST(test_readiness_invalid_config)
     c.nshards = XFER_MAX_SHARDS;
     r = mk_cfg(&c);
     all_ready(r, 1, 3, 1, XFER_MAX_SHARDS);
-    ck_assert_uint_eq(count(XFER_RA_TAKE, -1), XFER_MAX_SHARDS);
+    ck_assert_uint_eq(count(XFER_READY_ACT_TAKE, -1), XFER_MAX_SHARDS);
     reset();
     all_take(r, 2, 3, XFER_MAX_SHARDS);
-    ck_assert_uint_eq(count(XFER_RA_AVAILABLE, -1), 1);
+    ck_assert_uint_eq(count(XFER_READY_ACT_AVAILABLE, -1), 1);
     xfer_readiness_del(r);
     xfer_readiness_del(NULL);
 }
@@ -743,7 +743,7 @@ static void check_action(walk *w, const xfer_ready_action *a)
     model *m = &w->m[a->id];
     unsigned full = (1u << RS) - 1u;
     switch ((xfer_ready_action_kind)a->kind) {
-    case XFER_RA_TAKE:
+    case XFER_READY_ACT_TAKE:
         ck_assert_uint_le(a->attempt, 2);
         ck_assert_uint_eq(m->ready[a->attempt], full);
         ck_assert_uint_eq(m->pending & (1u << a->shard), 0);
@@ -751,7 +751,7 @@ static void check_action(walk *w, const xfer_ready_action *a)
         m->pending |= (uint8_t)(1u << a->shard);
         m->took = 0;
         break;
-    case XFER_RA_AVAILABLE:
+    case XFER_READY_ACT_AVAILABLE:
         ck_assert_uint_eq(m->outcome, 0);
         ck_assert_uint_eq(m->cancelled, 0);
         ck_assert_uint_eq(m->ready[a->attempt], full);
@@ -761,17 +761,17 @@ static void check_action(walk *w, const xfer_ready_action *a)
         m->outcome = 1;
         m->avail_attempt = (uint8_t)a->attempt;
         break;
-    case XFER_RA_UNAVAILABLE:
+    case XFER_READY_ACT_UNAVAILABLE:
         ck_assert_uint_eq(m->outcome, 0);
         ck_assert_uint_eq(m->pending, 0);
         m->outcome = 2;
         break;
-    case XFER_RA_RELEASE:
-    case XFER_RA_CANCEL:
+    case XFER_READY_ACT_RELEASE:
+    case XFER_READY_ACT_CANCEL:
         ck_assert(!(m->outcome == 1 && a->attempt == m->avail_attempt));
         ck_assert_uint_lt(a->shard, RS);
         break;
-    case XFER_RA_COUNT_:
+    case XFER_READY_ACT_COUNT_:
         ck_abort_msg("bad action kind");
         break;
     }
@@ -786,11 +786,11 @@ static void drain(walk *w)
     xfer_readiness_actions_clear(w->r);
     for (uint64_t id = 1; id <= RIDS; id++) {
         xfer_ready_state s = xfer_readiness_state(w->r, id);
-        if (s == XFER_YS_NONE)
+        if (s == XFER_READY_STATE_NONE)
             memset(&w->m[id], 0, sizeof w->m[id]); /* a new lifetime */
-        if (s == XFER_YS_AVAILABLE)
+        if (s == XFER_READY_STATE_AVAILABLE)
             ck_assert_uint_eq(w->m[id].outcome, 1);
-        if (s == XFER_YS_WAITING || s == XFER_YS_TAKING)
+        if (s == XFER_READY_STATE_WAITING || s == XFER_READY_STATE_TAKING)
             ck_assert_uint_eq(w->m[id].outcome, 0);
     }
 }
@@ -984,19 +984,19 @@ START_TEST(test_readiness_transition_coverage)
     covering_scenario(r);
     xfer_readiness_stats st = stats(r);
     unsigned missing = 0;
-    for (unsigned s = 0; s < XFER_YS_COUNT_; s++) {
-        for (unsigned e = 0; e < XFER_YE_COUNT_; e++) {
-            unsigned v = xfer_fsm_verdict(XFER_M_READINESS, s, e);
-            if (v == XFER_V_ILLEGAL) {
+    for (unsigned s = 0; s < XFER_READY_STATE_COUNT_; s++) {
+        for (unsigned e = 0; e < XFER_READY_EVENT_COUNT_; e++) {
+            unsigned v = xfer_fsm_verdict(XFER_MACHINE_READINESS, s, e);
+            if (v == XFER_VERDICT_ILLEGAL) {
                 ck_assert_uint_eq(st.cells_hit[s][e], 0);
                 continue;
             }
             if (st.cells_hit[s][e])
                 continue;
             printf("readiness cell not covered: %s x %s (%s)\n",
-                   xfer_fsm_state_name(XFER_M_READINESS, s),
-                   xfer_fsm_event_name(XFER_M_READINESS, e),
-                   xfer_fsm_handler_name(XFER_M_READINESS, s, e));
+                   xfer_fsm_state_name(XFER_MACHINE_READINESS, s),
+                   xfer_fsm_event_name(XFER_MACHINE_READINESS, e),
+                   xfer_fsm_handler_name(XFER_MACHINE_READINESS, s, e));
             missing++;
         }
     }
@@ -1065,7 +1065,7 @@ static void same_future(xfer_readiness *a, xfer_readiness *b)
     ck_assert_uint_gt(n[0], 10);
     bool released_unsure = false;
     for (size_t i = 0; i < n[1]; i++)
-        released_unsure |= acts[1][i].kind == XFER_RA_RELEASE &&
+        released_unsure |= acts[1][i].kind == XFER_READY_ACT_RELEASE &&
                            acts[1][i].id == 40 && acts[1][i].shard == 1;
     ck_assert(released_unsure);
     ck_assert_int_eq(memcmp(acts[0], acts[1], n[0] * sizeof acts[0][0]), 0);
@@ -1089,9 +1089,9 @@ START_TEST(test_readiness_save_load_round_trip)
     size_t n2 = save(b, b2, sizeof b2);
     ck_assert_uint_eq(n1, n2);
     ck_assert_int_eq(memcmp(b1, b2, n1), 0);
-    ck_assert_int_eq(xfer_readiness_state(b, 40), XFER_YS_TAKING);
-    ck_assert_int_eq(xfer_readiness_state(b, 50), XFER_YS_AVAILABLE);
-    ck_assert_int_eq(xfer_readiness_state(b, 60), XFER_YS_UNAVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(b, 40), XFER_READY_STATE_TAKING);
+    ck_assert_int_eq(xfer_readiness_state(b, 50), XFER_READY_STATE_AVAILABLE);
+    ck_assert_int_eq(xfer_readiness_state(b, 60), XFER_READY_STATE_UNAVAILABLE);
     ck_assert_uint_eq(xfer_readiness_next_deadline(b),
                       xfer_readiness_next_deadline(a));
     same_future(a, b);
@@ -1144,7 +1144,7 @@ START_TEST(test_readiness_load_rejects_bad_input)
     ck_assert_uint_eq(nd, 46 + 2 * 21);
     memcpy(&bad[46 + 21], &bad[46], 8);
     ck_assert_int_eq(xfer_readiness_load(b, bad, nd), XFER_ERR_FORMAT);
-    ck_assert_int_eq(xfer_readiness_state(b, 99), XFER_YS_NONE);
+    ck_assert_int_eq(xfer_readiness_state(b, 99), XFER_READY_STATE_NONE);
     ck_assert_uint_eq(stats(b).live, 0);
     ck_assert_uint_eq(stats(b).tombstones, 0);
     ck_assert_uint_eq(xfer_readiness_next_deadline(b), UINT64_MAX);

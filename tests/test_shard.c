@@ -140,11 +140,11 @@ START_TEST(test_shard_lease_expiry_frees_idle_reservation)
     ck_assert_uint_eq(xfer_shard_next_deadline(s), LEASE);
 
     xfer_shard_on_timer(s, LEASE - 1);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_RESERVED);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_RESERVED);
     ck_assert_uint_eq(count_events(s, -1, 0), 0);
 
     xfer_shard_on_timer(s, LEASE);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_EXPIRED);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_EXPIRED);
     ck_assert_uint_eq(stats(s).bytes_in_use, rnd(100));
     ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_EXPIRED, 1), 1);
     size_t n;
@@ -157,7 +157,7 @@ START_TEST(test_shard_lease_expiry_frees_idle_reservation)
 
     /* READY leases run too: committed data nobody takes is reclaimed. */
     xfer_shard_on_timer(s, LEASE + 10 * MS);
-    ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RS_EXPIRED);
+    ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RESV_STATE_EXPIRED);
     ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_EXPIRED, 2), 1);
     ck_assert_uint_eq(stats(s).bytes_in_use, 0);
     ck_assert_uint_eq(stats(s).expiries, 2);
@@ -181,7 +181,7 @@ START_TEST(test_shard_lease_expiry_during_write_is_deferred)
     uint8_t *d1 = begin_ok(s, 1, 1, 1, &a);
     uint8_t *d2 = begin_ok(s, 2, 1, 1, &a);
     xfer_shard_on_timer(s, LEASE);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_EXPIRE_PENDING);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_EXPIRE_PENDING);
     ck_assert_uint_eq(stats(s).bytes_in_use, 4096);
     ck_assert_uint_eq(count_events(s, -1, 0), 0);
     ck_assert_uint_eq(xfer_shard_next_deadline(s), UINT64_MAX);
@@ -191,12 +191,12 @@ START_TEST(test_shard_lease_expiry_during_write_is_deferred)
     memset(d1, 0xab, 4096); /* a write landing late is still safe */
     ck_assert_int_eq(xfer_shard_write_end(s, LEASE + 1, 1, a.resv_id, true),
                      XFER_ERR_EXPIRED);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_EXPIRE_PENDING);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_EXPIRE_PENDING);
     ck_assert_uint_eq(stats(s).bytes_in_use, 2 * 4096);
     memset(d2, 0xcd, 4096);
     ck_assert_int_eq(xfer_shard_write_end(s, LEASE + 2, 1, a.resv_id, false),
                      XFER_ERR_EXPIRED);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_EXPIRED);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_EXPIRED);
     ck_assert_uint_eq(stats(s).bytes_in_use, 4096);
     ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_EXPIRED, 1), 1);
     ck_assert_uint_eq(stats(s).deferred_frees, 1);
@@ -217,7 +217,7 @@ START_TEST(test_shard_cancel_during_write_is_deferred)
     xfer_resv_info a = reserve_ok(s, 0, 1, 1, 512);
     begin_ok(s, 1, 1, 1, &a);
     ck_assert_int_eq(xfer_shard_cancel(s, 2, 1, 1, XFER_RESV_NONE), 0);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_CANCEL_PENDING);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_CANCEL_PENDING);
     ck_assert_uint_eq(stats(s).bytes_in_use, 512);
     ck_assert_uint_eq(count_events(s, -1, 0), 0);
     /* Nothing new lands or commits meanwhile; a repeated cancel is ok. */
@@ -233,11 +233,11 @@ START_TEST(test_shard_cancel_during_write_is_deferred)
                      XFER_ERR_STATE);
     /* The lease firing meanwhile changes nothing. */
     xfer_shard_on_timer(s, LEASE);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_CANCEL_PENDING);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_CANCEL_PENDING);
     ck_assert_uint_eq(stats(s).bytes_in_use, 512);
     ck_assert_int_eq(xfer_shard_write_end(s, LEASE + 1, 1, a.resv_id, true),
                      XFER_ERR_CANCELLED);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_CANCELLED);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_CANCELLED);
     ck_assert_uint_eq(stats(s).bytes_in_use, 0);
     ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_CANCELLED, 1), 1);
     ck_assert_uint_eq(count_events(s, -1, 0), 1);
@@ -255,10 +255,10 @@ START_TEST(test_shard_cancel_frees_reserved_and_ready_at_once)
     ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_READY, 2), 1);
     xfer_shard_events_clear(s);
     ck_assert_int_eq(xfer_shard_cancel(s, 2, 1, 1, a.resv_id), 0);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_CANCELLED);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_CANCELLED);
     ck_assert_uint_eq(stats(s).bytes_in_use, rnd(200));
     ck_assert_int_eq(xfer_shard_cancel(s, 3, 2, 1, XFER_RESV_NONE), 0);
-    ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RS_CANCELLED);
+    ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RESV_STATE_CANCELLED);
     ck_assert_uint_eq(stats(s).bytes_in_use, 0);
     ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_CANCELLED, 1), 1);
     ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_CANCELLED, 2), 1);
@@ -293,7 +293,7 @@ START_TEST(test_shard_taken_memory_survives_cancel_and_lease)
     ck_assert_int_eq(xfer_shard_cancel(s, 4, 1, 1, XFER_RESV_NONE),
                      XFER_ERR_STATE);
     xfer_shard_on_timer(s, 100 * LEASE);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_TAKEN);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_TAKEN);
     ck_assert_uint_eq(stats(s).bytes_in_use, rnd(300));
     /* Nothing else was handed the region. */
     xfer_resv_info b = reserve_ok(s, 100 * LEASE, 2, 1, 300);
@@ -303,7 +303,7 @@ START_TEST(test_shard_taken_memory_survives_cancel_and_lease)
                           count_events(s, XFER_SHARD_EV_EXPIRED, 0),
                       0);
     ck_assert_int_eq(xfer_shard_release(s, 100 * LEASE, 1, a.resv_id), 0);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_DONE);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_DONE);
     ck_assert_uint_eq(stats(s).bytes_in_use, rnd(300));
     ck_assert_uint_eq(stats(s).releases, 1);
     ck_assert_int_eq(xfer_shard_cancel(s, 100 * LEASE, 1, 1, a.resv_id),
@@ -316,7 +316,7 @@ START_TEST(test_shard_preemptive_cancel_refuses_later_reserve)
 {
     xfer_shard *s = mk();
     ck_assert_int_eq(xfer_shard_cancel(s, 5, 7, 1, XFER_RESV_NONE), 0);
-    ck_assert_int_eq(xfer_shard_state(s, 7), XFER_RS_CANCELLED);
+    ck_assert_int_eq(xfer_shard_state(s, 7), XFER_RESV_STATE_CANCELLED);
     ck_assert_uint_eq(stats(s).tombstones, 1);
     xfer_resv_info info = {0};
     ck_assert_int_eq(xfer_shard_reserve(s, 6, 7, 1, 64, &info),
@@ -330,7 +330,7 @@ START_TEST(test_shard_preemptive_cancel_refuses_later_reserve)
     ck_assert_uint_eq(stats(s).refused, 2);
     /* With a reservation id the producer once had: same. */
     ck_assert_int_eq(xfer_shard_cancel(s, 7, 8, 3, 0x1234), 0);
-    ck_assert_int_eq(xfer_shard_state(s, 8), XFER_RS_CANCELLED);
+    ck_assert_int_eq(xfer_shard_state(s, 8), XFER_RESV_STATE_CANCELLED);
     ck_assert_int_eq(xfer_shard_reserve(s, 8, 8, 3, 64, &info),
                      XFER_ERR_CANCELLED);
     xfer_shard_del(s);
@@ -348,25 +348,25 @@ static xfer_resv_info setup_state(xfer_shard *s, unsigned st)
     xfer_resv_info b = reserve_ok(s, 0, 1, 2, 256);
     const uint8_t *data;
     uint32_t len;
-    if (st == XFER_RS_WRITING || st == XFER_RS_CANCEL_PENDING ||
-        st == XFER_RS_EXPIRE_PENDING)
+    if (st == XFER_RESV_STATE_WRITING || st == XFER_RESV_STATE_CANCEL_PENDING ||
+        st == XFER_RESV_STATE_EXPIRE_PENDING)
         begin_ok(s, 1, 1, 2, &b);
-    if (st == XFER_RS_READY || st == XFER_RS_TAKEN)
+    if (st == XFER_RESV_STATE_READY || st == XFER_RESV_STATE_TAKEN)
         ck_assert_int_eq(xfer_shard_commit(s, 1, 1, 2, b.resv_id), 0);
-    if (st == XFER_RS_TAKEN)
+    if (st == XFER_RESV_STATE_TAKEN)
         ck_assert_int_eq(xfer_shard_take(s, 2, 1, b.resv_id, &data, &len),
                          0);
-    if (st == XFER_RS_CANCEL_PENDING)
+    if (st == XFER_RESV_STATE_CANCEL_PENDING)
         ck_assert_int_eq(xfer_shard_cancel(s, 2, 1, 2, b.resv_id), 0);
-    if (st == XFER_RS_EXPIRE_PENDING)
+    if (st == XFER_RESV_STATE_EXPIRE_PENDING)
         xfer_shard_on_timer(s, LEASE);
     ck_assert_int_eq(xfer_shard_state(s, 1), st);
     return b;
 }
 
 static const unsigned live_states[] = {
-    XFER_RS_RESERVED, XFER_RS_WRITING,        XFER_RS_READY,
-    XFER_RS_TAKEN,    XFER_RS_CANCEL_PENDING, XFER_RS_EXPIRE_PENDING};
+    XFER_RESV_STATE_RESERVED, XFER_RESV_STATE_WRITING,        XFER_RESV_STATE_READY,
+    XFER_RESV_STATE_TAKEN,    XFER_RESV_STATE_CANCEL_PENDING, XFER_RESV_STATE_EXPIRE_PENDING};
 
 START_TEST(test_shard_attempt_isolation)
 {
@@ -419,18 +419,18 @@ START_TEST(test_shard_consumer_cancel_any_attempt)
     xfer_shard *s = mk();
     setup_state(s, st);
     int rc = xfer_shard_cancel(s, LEASE / 2, 1, 0, XFER_RESV_NONE);
-    if (st == XFER_RS_TAKEN) {
+    if (st == XFER_RESV_STATE_TAKEN) {
         ck_assert_int_eq(rc, XFER_ERR_STATE);
-        ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_TAKEN);
+        ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_TAKEN);
     } else {
         ck_assert_int_eq(rc, 0);
         unsigned now_st = xfer_shard_state(s, 1);
-        if (st == XFER_RS_WRITING || st == XFER_RS_CANCEL_PENDING)
-            ck_assert_int_eq(now_st, XFER_RS_CANCEL_PENDING);
-        else if (st == XFER_RS_EXPIRE_PENDING)
-            ck_assert_int_eq(now_st, XFER_RS_EXPIRE_PENDING);
+        if (st == XFER_RESV_STATE_WRITING || st == XFER_RESV_STATE_CANCEL_PENDING)
+            ck_assert_int_eq(now_st, XFER_RESV_STATE_CANCEL_PENDING);
+        else if (st == XFER_RESV_STATE_EXPIRE_PENDING)
+            ck_assert_int_eq(now_st, XFER_RESV_STATE_EXPIRE_PENDING);
         else
-            ck_assert_int_eq(now_st, XFER_RS_CANCELLED);
+            ck_assert_int_eq(now_st, XFER_RESV_STATE_CANCELLED);
     }
     xfer_resv_info info;
     ck_assert_int_eq(xfer_shard_cancel(s, LEASE / 2, 9, 0, XFER_RESV_NONE),
@@ -472,7 +472,7 @@ START_TEST(test_shard_reserve_idempotent_per_attempt)
     begin_ok(s, 9, 2, 1, &c);
     ck_assert_int_eq(xfer_shard_commit(s, 9, 2, 1, c.resv_id),
                      XFER_ERR_STATE);
-    ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RS_WRITING);
+    ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RESV_STATE_WRITING);
     xfer_shard_del(s);
 }
 END_TEST
@@ -598,7 +598,7 @@ START_TEST(test_shard_pool_flood_then_room_again)
                          XFER_ERR_NO_SPACE);
     ck_assert_uint_eq(stats(s).bytes_in_use, 8 * 1024);
     ck_assert_uint_eq(stats(s).live, 8);
-    ck_assert_int_eq(xfer_shard_state(s, 9), XFER_RS_NONE);
+    ck_assert_int_eq(xfer_shard_state(s, 9), XFER_RESV_STATE_NONE);
     /* Freeing two neighbours makes room for one double-size region. */
     ck_assert_int_eq(xfer_shard_cancel(s, 1, 3, 1, r[2].resv_id), 0);
     ck_assert_int_eq(xfer_shard_cancel(s, 1, 4, 1, r[3].resv_id), 0);
@@ -625,7 +625,7 @@ START_TEST(test_shard_reservation_cap_busy)
     for (uint64_t id = 1; id <= 4; id++)
         r[id - 1] = reserve_ok(s, 0, id, 1, 64);
     ck_assert_int_eq(xfer_shard_reserve(s, 0, 5, 1, 64, &x), XFER_ERR_BUSY);
-    ck_assert_int_eq(xfer_shard_state(s, 5), XFER_RS_NONE);
+    ck_assert_int_eq(xfer_shard_state(s, 5), XFER_RESV_STATE_NONE);
     ck_assert_uint_eq(stats(s).bytes_in_use, 4 * 64);
     ck_assert_int_eq(xfer_shard_cancel(s, 1, 1, 1, r[0].resv_id), 0);
     reserve_ok(s, 1, 5, 1, 64);
@@ -653,16 +653,16 @@ START_TEST(test_shard_tombstone_cap_never_evicts_young)
     ck_assert_int_eq(xfer_shard_cancel(s, young, 6, 1, XFER_RESV_NONE),
                      XFER_ERR_BUSY);
     for (uint64_t id = 1; id <= 4; id++)
-        ck_assert_int_eq(xfer_shard_state(s, id), XFER_RS_CANCELLED);
-    ck_assert_int_eq(xfer_shard_state(s, 5), XFER_RS_NONE);
-    ck_assert_int_eq(xfer_shard_state(s, 6), XFER_RS_NONE);
+        ck_assert_int_eq(xfer_shard_state(s, id), XFER_RESV_STATE_CANCELLED);
+    ck_assert_int_eq(xfer_shard_state(s, 5), XFER_RESV_STATE_NONE);
+    ck_assert_int_eq(xfer_shard_state(s, 6), XFER_RESV_STATE_NONE);
     ck_assert_uint_eq(stats(s).live, 0);
     ck_assert_uint_eq(stats(s).bytes_in_use, 0);
     /* After the TTL of the oldest two, room again (without on_timer). */
     reserve_ok(s, 10 + TTTL, 5, 1, 64);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_NONE);
-    ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RS_NONE);
-    ck_assert_int_eq(xfer_shard_state(s, 3), XFER_RS_CANCELLED);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_NONE);
+    ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RESV_STATE_NONE);
+    ck_assert_int_eq(xfer_shard_state(s, 3), XFER_RESV_STATE_CANCELLED);
     ck_assert_int_eq(xfer_shard_cancel(s, 10 + TTTL, 6, 1, XFER_RESV_NONE),
                      0);
     /* Now full again: 5 holds one slot, 3, 4 and 6 the others. */
@@ -682,16 +682,16 @@ START_TEST(test_shard_tombstones_expire_after_ttl)
     ck_assert_int_eq(xfer_shard_cancel(s, 50, 1, 1, a.resv_id), 0);
     ck_assert_uint_eq(xfer_shard_next_deadline(s), 50 + TTTL);
     xfer_shard_on_timer(s, 50 + TTTL - 1);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_CANCELLED);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_CANCELLED);
     xfer_shard_on_timer(s, 50 + TTTL);
-    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RS_NONE);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_NONE);
     ck_assert_uint_eq(stats(s).tombstones, 0);
     ck_assert_uint_eq(xfer_shard_next_deadline(s), UINT64_MAX);
     const xfer_trace_rec *last = &tr.recs[tr.n - 1];
-    ck_assert_uint_eq(last->event, XFER_RE_TOMB_EXPIRE);
-    ck_assert_uint_eq(last->old_state, XFER_RS_CANCELLED);
-    ck_assert_uint_eq(last->new_state, XFER_RS_NONE);
-    ck_assert_uint_eq(last->verdict, XFER_V_TRANSITION);
+    ck_assert_uint_eq(last->event, XFER_RESV_EVENT_TOMB_EXPIRE);
+    ck_assert_uint_eq(last->old_state, XFER_RESV_STATE_CANCELLED);
+    ck_assert_uint_eq(last->new_state, XFER_RESV_STATE_NONE);
+    ck_assert_uint_eq(last->verdict, XFER_VERDICT_TRANSITION);
     /* The id is free for a new life. */
     xfer_resv_info b = reserve_ok(s, 50 + TTTL, 1, 2, 64);
     ck_assert_uint_ne(b.resv_id, a.resv_id);
@@ -724,15 +724,15 @@ START_TEST(test_shard_event_list_is_bounded)
     xfer_shard_events(s, &n);
     ck_assert_uint_eq(n, 20);
     uint64_t last = id - 1;
-    ck_assert(xfer_shard_state(s, last) == XFER_RS_RESERVED ||
-              xfer_shard_state(s, last) == XFER_RS_READY);
+    ck_assert(xfer_shard_state(s, last) == XFER_RESV_STATE_RESERVED ||
+              xfer_shard_state(s, last) == XFER_RESV_STATE_READY);
     /* Leases wait too: the timer leaves them due. */
     xfer_shard_on_timer(s, LEASE);
-    ck_assert(xfer_shard_state(s, last) != XFER_RS_EXPIRED);
+    ck_assert(xfer_shard_state(s, last) != XFER_RESV_STATE_EXPIRED);
     ck_assert_uint_le(xfer_shard_next_deadline(s), LEASE);
     xfer_shard_events_clear(s);
     xfer_shard_on_timer(s, LEASE);
-    ck_assert_int_eq(xfer_shard_state(s, last), XFER_RS_EXPIRED);
+    ck_assert_int_eq(xfer_shard_state(s, last), XFER_RESV_STATE_EXPIRED);
     ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_EXPIRED, last), 1);
     xfer_shard_del(s);
 }
@@ -747,15 +747,15 @@ START_TEST(test_shard_trace_one_record_per_call)
     xfer_resv_info a = reserve_ok(s, 7, 1, 2, 100);
     ck_assert_uint_eq(tr.n, 1);
     const xfer_trace_rec *r = &tr.recs[0];
-    ck_assert_uint_eq(r->machine, XFER_M_RESERVATION);
+    ck_assert_uint_eq(r->machine, XFER_MACHINE_RESERVATION);
     ck_assert_uint_eq(r->seq, 0);
     ck_assert_uint_eq(r->time_ns, 7);
     ck_assert_uint_eq(r->id, 1);
     ck_assert_uint_eq(r->attempt, 2);
     ck_assert_uint_eq(r->shard, 3);
-    ck_assert_uint_eq(r->old_state, XFER_RS_NONE);
-    ck_assert_uint_eq(r->event, XFER_RE_RESERVE);
-    ck_assert_uint_eq(r->new_state, XFER_RS_RESERVED);
+    ck_assert_uint_eq(r->old_state, XFER_RESV_STATE_NONE);
+    ck_assert_uint_eq(r->event, XFER_RESV_EVENT_RESERVE);
+    ck_assert_uint_eq(r->new_state, XFER_RESV_STATE_RESERVED);
     ck_assert_uint_eq(r->arg0, a.resv_id);
     ck_assert_uint_eq(r->arg1, a.addr);
     ck_assert_uint_eq(r->arg2, 100);
@@ -765,7 +765,7 @@ START_TEST(test_shard_trace_one_record_per_call)
     ck_assert_uint_eq(tr.n, 2);
     ck_assert_int_eq(tr.recs[1].error, XFER_ERR_STALE);
     ck_assert_uint_eq(tr.recs[1].seq, 1);
-    ck_assert_uint_eq(tr.recs[1].new_state, XFER_RS_RESERVED);
+    ck_assert_uint_eq(tr.recs[1].new_state, XFER_RESV_STATE_RESERVED);
     uint8_t *dst;
     ck_assert_int_eq(xfer_shard_write_begin(s, 9, 1, 2, a.resv_id, 10, 20,
                                             &dst),
@@ -773,7 +773,7 @@ START_TEST(test_shard_trace_one_record_per_call)
     ck_assert_uint_eq(tr.n, 3);
     ck_assert_uint_eq(tr.recs[2].arg1, 10);
     ck_assert_uint_eq(tr.recs[2].arg2, 20);
-    ck_assert_uint_eq(tu_trace_count(&tr, XFER_M_RESERVATION, -1), 3);
+    ck_assert_uint_eq(tu_trace_count(&tr, XFER_MACHINE_RESERVATION, -1), 3);
     tu_trace_free(&tr);
     xfer_shard_del(s);
 }
@@ -811,8 +811,8 @@ START_TEST(test_shard_foreach_order)
     ck_assert_int_eq(v.n, 6);
     for (int i = 0; i < 6; i++)
         ck_assert_uint_eq(v.id[i], want[i]);
-    ck_assert_uint_eq(v.st[0], XFER_RS_RESERVED);
-    ck_assert_uint_eq(v.st[5], XFER_RS_CANCELLED);
+    ck_assert_uint_eq(v.st[0], XFER_RESV_STATE_RESERVED);
+    ck_assert_uint_eq(v.st[5], XFER_RESV_STATE_CANCELLED);
     xfer_shard_del(s);
 }
 END_TEST
@@ -1046,7 +1046,7 @@ static void learn(world *w, xfer_shard *s, const call *c, const result *r)
 
 static bool live_state(unsigned st)
 {
-    return st >= XFER_RS_RESERVED && st <= XFER_RS_EXPIRE_PENDING;
+    return st >= XFER_RESV_STATE_RESERVED && st <= XFER_RESV_STATE_EXPIRE_PENDING;
 }
 
 static unsigned writes_of(const world *w, uint64_t id)
@@ -1073,14 +1073,14 @@ static void check_world(const world *w, const xfer_shard *s)
         unsigned nw = writes_of(w, id);
         /* I4: never freed (nor READY/TAKEN) while a write may land. */
         if (nw > 0)
-            ck_assert(st == XFER_RS_WRITING ||
-                      st == XFER_RS_CANCEL_PENDING ||
-                      st == XFER_RS_EXPIRE_PENDING);
-        if (st == XFER_RS_WRITING)
+            ck_assert(st == XFER_RESV_STATE_WRITING ||
+                      st == XFER_RESV_STATE_CANCEL_PENDING ||
+                      st == XFER_RESV_STATE_EXPIRE_PENDING);
+        if (st == XFER_RESV_STATE_WRITING)
             ck_assert_uint_gt(nw, 0);
         /* TAKEN belongs to the consumer until it releases it. */
         if (m->snap) {
-            ck_assert_int_eq(st, XFER_RS_TAKEN);
+            ck_assert_int_eq(st, XFER_RESV_STATE_TAKEN);
             ck_assert_int_eq(memcmp(xfer_shard_pool_base(s) + m->info.addr,
                                     m->snap, m->snap_len),
                              0);
@@ -1323,14 +1323,14 @@ START_TEST(test_shard_load_rejects_bad_input)
     memcpy(bad, good, n);
     const size_t rec0 = 4 + 8 + 8 + 4, state_at = rec0 + 32;
     ck_assert_uint_eq(bad[rec0], 10);
-    ck_assert_uint_eq(bad[state_at], XFER_RS_EXPIRE_PENDING);
+    ck_assert_uint_eq(bad[state_at], XFER_RESV_STATE_EXPIRE_PENDING);
     memset(bad + state_at + 1, 0, 4); /* writes = 0 */
     ck_assert_int_eq(xfer_shard_load(b, bad, n), XFER_ERR_FORMAT);
     memcpy(bad, good, n);
     bad[state_at] = 99;
     ck_assert_int_eq(xfer_shard_load(b, bad, n), XFER_ERR_FORMAT);
     memcpy(bad, good, n);
-    bad[state_at] = XFER_RS_TAKEN; /* TAKEN with a lease and writes */
+    bad[state_at] = XFER_RESV_STATE_TAKEN; /* TAKEN with a lease and writes */
     ck_assert_int_eq(xfer_shard_load(b, bad, n), XFER_ERR_FORMAT);
     /* Trailing garbage. */
     uint8_t *longer = malloc(n + 1);
@@ -1400,7 +1400,7 @@ static void probe(xfer_shard *s, uint64_t now, uint64_t id, uint32_t attempt)
     uint8_t *dst;
     const uint8_t *data;
     uint32_t len;
-    ck_assert_int_ne(st, XFER_RS_NONE);
+    ck_assert_int_ne(st, XFER_RESV_STATE_NONE);
     ck_assert_int_ne(xfer_shard_reserve(s, now, id, attempt + 100, 64, &info),
                      0);
     ck_assert_int_ne(
@@ -1466,9 +1466,9 @@ static void coverage_endings(xfer_shard *s)
     ck_assert_int_eq(xfer_shard_commit(s, 0, 7, 1, b.resv_id), 0);
     xfer_shard_events_clear(s);
     xfer_shard_on_timer(s, LEASE);
-    ck_assert_int_eq(xfer_shard_state(s, 5), XFER_RS_EXPIRE_PENDING);
-    ck_assert_int_eq(xfer_shard_state(s, 6), XFER_RS_EXPIRED);
-    ck_assert_int_eq(xfer_shard_state(s, 7), XFER_RS_EXPIRED);
+    ck_assert_int_eq(xfer_shard_state(s, 5), XFER_RESV_STATE_EXPIRE_PENDING);
+    ck_assert_int_eq(xfer_shard_state(s, 6), XFER_RESV_STATE_EXPIRED);
+    ck_assert_int_eq(xfer_shard_state(s, 7), XFER_RESV_STATE_EXPIRED);
     probe(s, LEASE, 5, 1);
     probe(s, LEASE, 6, 1);
     /* the deferred frees */
@@ -1497,26 +1497,26 @@ START_TEST(test_shard_transition_coverage)
     coverage_endings(s);
     xfer_shard_stats st = stats(s);
     int missing = 0;
-    for (unsigned i = 0; i < XFER_RS_COUNT_; i++)
-        for (unsigned e = 0; e < XFER_RE_COUNT_; e++) {
-            unsigned v = xfer_fsm_verdict(XFER_M_RESERVATION, i, e);
-            if (v == XFER_V_ILLEGAL) {
+    for (unsigned i = 0; i < XFER_RESV_STATE_COUNT_; i++)
+        for (unsigned e = 0; e < XFER_RESV_EVENT_COUNT_; e++) {
+            unsigned v = xfer_fsm_verdict(XFER_MACHINE_RESERVATION, i, e);
+            if (v == XFER_VERDICT_ILLEGAL) {
                 ck_assert_uint_eq(st.cells_hit[i][e], 0);
                 continue;
             }
             if (st.cells_hit[i][e] == 0) {
                 printf("cell not hit: %s x %s (%s)\n",
-                       xfer_fsm_state_name(XFER_M_RESERVATION, i),
-                       xfer_fsm_event_name(XFER_M_RESERVATION, e),
-                       xfer_fsm_handler_name(XFER_M_RESERVATION, i, e));
+                       xfer_fsm_state_name(XFER_MACHINE_RESERVATION, i),
+                       xfer_fsm_event_name(XFER_MACHINE_RESERVATION, e),
+                       xfer_fsm_handler_name(XFER_MACHINE_RESERVATION, i, e));
                 missing++;
             }
         }
     fflush(stdout);
     ck_assert_int_eq(missing, 0);
     ck_assert_uint_eq(st.illegal, 0);
-    ck_assert_uint_eq(tu_trace_count(&tr, XFER_M_RESERVATION,
-                                     XFER_V_ILLEGAL),
+    ck_assert_uint_eq(tu_trace_count(&tr, XFER_MACHINE_RESERVATION,
+                                     XFER_VERDICT_ILLEGAL),
                       0);
     /* Every step is traced, with one sequence. */
     for (size_t i = 0; i < tr.n; i++)

@@ -20,7 +20,7 @@
 #define S 4
 #define MS 1000000ull
 
-static uint64_t cells_total[XFER_TS_COUNT_][XFER_TE_COUNT_];
+static uint64_t cells_total[XFER_TRANSFER_STATE_COUNT_][XFER_TRANSFER_EVENT_COUNT_];
 
 /* ---------------------------------------------------------------------- */
 /* Harness                                                                 */
@@ -94,8 +94,8 @@ static void done(xfer_core *c)
 {
     xfer_core_stats st;
     xfer_core_stats_get(c, &st);
-    for (int s = 0; s < XFER_TS_COUNT_; s++)
-        for (int e = 0; e < XFER_TE_COUNT_; e++)
+    for (int s = 0; s < XFER_TRANSFER_STATE_COUNT_; s++)
+        for (int e = 0; e < XFER_TRANSFER_EVENT_COUNT_; e++)
             cells_total[s][e] += st.cells_hit[s][e];
     ck_assert_uint_eq(st.illegal, 0);
     xfer_core_del(c);
@@ -146,7 +146,7 @@ static uint32_t to_writing(xfer_core *c, uint64_t id)
     ck_assert_int_eq(submit(c, 0, id), 0);
     uint32_t att = attempt_of(id);
     answer_all(c, 1, id, att, XFER_OP_RESERVE, 0);
-    ck_assert_int_eq(xfer_core_state(c, id), XFER_TS_WRITING);
+    ck_assert_int_eq(xfer_core_state(c, id), XFER_TRANSFER_STATE_WRITING);
     return att;
 }
 
@@ -154,7 +154,7 @@ static uint32_t to_completing(xfer_core *c, uint64_t id)
 {
     uint32_t att = to_writing(c, id);
     answer_all(c, 2, id, att, XFER_OP_WRITE, 0);
-    ck_assert_int_eq(xfer_core_state(c, id), XFER_TS_COMPLETING);
+    ck_assert_int_eq(xfer_core_state(c, id), XFER_TRANSFER_STATE_COMPLETING);
     return att;
 }
 
@@ -193,7 +193,7 @@ static void sc_success(void)
     ck_assert_int_lt(index_of(XFER_ACT_RELEASE_STAGING),
                      index_of(XFER_ACT_COMPLETE));
     ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1), 0);
-    ck_assert_int_eq(xfer_core_state(c, 1), XFER_TS_TOMBSTONED);
+    ck_assert_int_eq(xfer_core_state(c, 1), XFER_TRANSFER_STATE_TOMBSTONED);
     ck_assert_int_eq(submit(c, 4, 1), XFER_ERR_CANCELLED);
     done(c);
 }
@@ -208,10 +208,10 @@ static void sc_partial_reserve_failure(void)
     answer(c, 1, 5, att, 2, XFER_OP_RESERVE, XFER_ERR_NO_SPACE);
     /* I2: nothing moves while shards 1 and 3 are outstanding. */
     ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1), 0);
-    ck_assert_int_eq(xfer_core_state(c, 5), XFER_TS_RESERVING);
+    ck_assert_int_eq(xfer_core_state(c, 5), XFER_TRANSFER_STATE_RESERVING);
     answer(c, 2, 5, att, 1, XFER_OP_RESERVE, 0);
     answer(c, 3, 5, att, 3, XFER_OP_RESERVE, 0); /* success after failure */
-    ck_assert_int_eq(xfer_core_state(c, 5), XFER_TS_CANCELLING);
+    ck_assert_int_eq(xfer_core_state(c, 5), XFER_TRANSFER_STATE_CANCELLING);
     ck_assert_uint_eq(count(XFER_ACT_WRITE, -1), 0);
     for (int k = 0; k < S; k++)
         ck_assert_uint_eq(count(XFER_ACT_CANCEL, k), 1);
@@ -284,7 +284,7 @@ static void sc_cancel_rpc_fails(void)
     const xfer_result *r = result_of(11);
     ck_assert_ptr_nonnull(r);
     ck_assert_uint_eq(r->rollback_failed, 1u << 2);
-    ck_assert_int_eq(xfer_core_state(c, 11), XFER_TS_TOMBSTONED);
+    ck_assert_int_eq(xfer_core_state(c, 11), XFER_TRANSFER_STATE_TOMBSTONED);
     reset();
     ck_assert_int_eq(submit(c, t + 1, 11), XFER_ERR_CANCELLED);
     ck_assert_uint_eq(O.n, 0); /* nothing reserved anywhere */
@@ -300,7 +300,7 @@ static void sc_preemptive_cancel(void)
     xfer_core *c = mk(NULL);
     ck_assert_int_eq(xfer_core_cancel(c, 0, 77), 0);
     collect(c);
-    ck_assert_int_eq(xfer_core_state(c, 77), XFER_TS_TOMBSTONED);
+    ck_assert_int_eq(xfer_core_state(c, 77), XFER_TRANSFER_STATE_TOMBSTONED);
     ck_assert_int_eq(submit(c, 1, 77), XFER_ERR_CANCELLED);
     ck_assert_uint_eq(O.n, 0);
     ck_assert_int_eq(xfer_core_cancel(c, 2, 77), 0); /* idempotent */
@@ -516,7 +516,7 @@ static void sc_sync_failures(void)
     ck_assert_int_eq(xfer_core_cancel(c, 0, 9), 0);   /* 3rd tomb slot */
     ck_assert_int_eq(xfer_core_cancel(c, 0, 10), XFER_ERR_BUSY);
     /* Two live transfers hold slots: none of the three is evicted. */
-    ck_assert_int_eq(xfer_core_state(c, 9), XFER_TS_TOMBSTONED);
+    ck_assert_int_eq(xfer_core_state(c, 9), XFER_TRANSFER_STATE_TOMBSTONED);
     xfer_core_cancel(c, 1, 1);
     xfer_core_cancel(c, 1, 2);
     collect(c);
@@ -524,7 +524,7 @@ static void sc_sync_failures(void)
     ck_assert_int_eq(count(XFER_ACT_COMPLETE, -1), 0);
     /* After the TTL the pre-emptive tombstone makes room again. */
     ck_assert_int_eq(xfer_core_cancel(c, 101 * MS, 10), 0);
-    ck_assert_int_eq(xfer_core_state(c, 9), XFER_TS_NEW);
+    ck_assert_int_eq(xfer_core_state(c, 9), XFER_TRANSFER_STATE_NEW);
     done(c);
 }
 
@@ -749,7 +749,7 @@ START_TEST(test_transfer_alloc_failure_each_allocation)
         reset();
         ck_assert_int_eq(submit(c, 0, 1), XFER_ERR_NOMEM);
         ck_assert_uint_eq(O.n, 0);
-        ck_assert_int_eq(xfer_core_state(c, 1), XFER_TS_NEW);
+        ck_assert_int_eq(xfer_core_state(c, 1), XFER_TRANSFER_STATE_NEW);
         ta.fail_after = -1;
         ck_assert_int_eq(submit(c, 0, 1), 0);
         xfer_core_del(c);
@@ -769,7 +769,7 @@ START_TEST(test_transfer_repeated_cancel_extends_tombstone)
     ck_assert_int_eq(xfer_core_cancel(c, 0, 5), 0);
     ck_assert_int_eq(xfer_core_cancel(c, 60 * MS, 5), 0);
     ck_assert_int_eq(submit(c, 120 * MS, 5), XFER_ERR_CANCELLED);
-    ck_assert_int_eq(xfer_core_state(c, 5), XFER_TS_TOMBSTONED);
+    ck_assert_int_eq(xfer_core_state(c, 5), XFER_TRANSFER_STATE_TOMBSTONED);
     ck_assert_int_eq(submit(c, 160 * MS, 5), 0);
     xfer_core_del(c);
 }
@@ -799,7 +799,7 @@ START_TEST(test_transfer_save_load_roundtrip)
     answer(b, 6, 3, att, 1, XFER_OP_WRITE, XFER_ERR_IO);
     ck_assert_uint_eq(O.n, na);
     ck_assert_mem_eq(&O.a[0], &first, sizeof first);
-    ck_assert_int_eq(xfer_core_state(b, 99), XFER_TS_TOMBSTONED);
+    ck_assert_int_eq(xfer_core_state(b, 99), XFER_TRANSFER_STATE_TOMBSTONED);
     buf[0] ^= 0xff;
     ck_assert_int_eq(xfer_core_load(b, buf, n), XFER_ERR_FORMAT);
     done(a);
@@ -828,14 +828,14 @@ START_TEST(test_transfer_transition_coverage)
     sc_sync_failures();
     sc_absorbed_inputs();
     int missing = 0;
-    for (unsigned s = 0; s < XFER_TS_COUNT_; s++)
-        for (unsigned e = 0; e < XFER_TE_COUNT_; e++) {
-            if (xfer_fsm_verdict(XFER_M_TRANSFER, s, e) == XFER_V_ILLEGAL)
+    for (unsigned s = 0; s < XFER_TRANSFER_STATE_COUNT_; s++)
+        for (unsigned e = 0; e < XFER_TRANSFER_EVENT_COUNT_; e++) {
+            if (xfer_fsm_verdict(XFER_MACHINE_TRANSFER, s, e) == XFER_VERDICT_ILLEGAL)
                 continue;
             if (cells_total[s][e] == 0) {
                 printf("transfer cell never hit: %s x %s\n",
-                       xfer_fsm_state_name(XFER_M_TRANSFER, s),
-                       xfer_fsm_event_name(XFER_M_TRANSFER, e));
+                       xfer_fsm_state_name(XFER_MACHINE_TRANSFER, s),
+                       xfer_fsm_event_name(XFER_MACHINE_TRANSFER, e));
                 missing++;
             }
         }

@@ -141,18 +141,18 @@ static void perform_ready(demo *d, const xfer_ready_action *a)
                                            : NULL;
     uint64_t now = xfer_engine_now(d->engine);
     switch ((xfer_ready_action_kind)a->kind) {
-    case XFER_RA_TAKE:
+    case XFER_READY_ACT_TAKE:
         do_take(d, a);
         break;
-    case XFER_RA_RELEASE:
+    case XFER_READY_ACT_RELEASE:
         xfer_shard_release(s, now, a->id, a->resv_id);
         feed_shard_events(d, s);
         break;
-    case XFER_RA_CANCEL:
+    case XFER_READY_ACT_CANCEL:
         xfer_shard_cancel(s, now, a->id, a->attempt, a->resv_id);
         feed_shard_events(d, s);
         break;
-    case XFER_RA_AVAILABLE:
+    case XFER_READY_ACT_AVAILABLE:
         d->available++;
         if (d->bad[a->id])
             d->corrupt++;
@@ -160,10 +160,10 @@ static void perform_ready(demo *d, const xfer_ready_action *a)
             d->verified++;
         release_all(d, a->id);
         break;
-    case XFER_RA_UNAVAILABLE:
+    case XFER_READY_ACT_UNAVAILABLE:
         d->unavailable++;
         break;
-    case XFER_RA_COUNT_:
+    case XFER_READY_ACT_COUNT_:
         break;
     }
 }

@@ -93,7 +93,7 @@ static const char *shard_waits(const xfer_shard_view *s, unsigned state)
         return "commit";
     if (s->cancel == 1)
         return "cancel";
-    if (s->cancel == 3 && state == XFER_TS_CANCELLING)
+    if (s->cancel == 3 && state == XFER_TRANSFER_STATE_CANCELLING)
         return "cancel retry";
     return "";
 }
@@ -132,7 +132,7 @@ int xfer_ctl_put_transfer(xfer_ctl_reply *rep, const xfer_transfer_view *v,
         "{\"kind\":\"transfer\",\"id\":%" PRIu64 ",\"attempt\":%" PRIu32
         ",\"state\":\"%s\",\"age_ns\":%" PRIu64 ",\"deadline_in_ns\":%" PRId64
         ",\"pending\":%" PRIu32 ",\"nshards\":%u",
-        v->id, v->attempt, xfer_fsm_state_name(XFER_M_TRANSFER, v->state),
+        v->id, v->attempt, xfer_fsm_state_name(XFER_MACHINE_TRANSFER, v->state),
         age, dl, v->pending, (unsigned)v->nshards);
     put_shards(rep, v);
     rep->transfers++;
@@ -142,22 +142,22 @@ int xfer_ctl_put_transfer(xfer_ctl_reply *rep, const xfer_transfer_view *v,
 static const char *resv_waits(xfer_resv_state st)
 {
     switch (st) {
-    case XFER_RS_RESERVED:
+    case XFER_RESV_STATE_RESERVED:
         return "write or commit";
-    case XFER_RS_WRITING:
+    case XFER_RESV_STATE_WRITING:
         return "write end";
-    case XFER_RS_READY:
+    case XFER_RESV_STATE_READY:
         return "take";
-    case XFER_RS_TAKEN:
+    case XFER_RESV_STATE_TAKEN:
         return "release";
-    case XFER_RS_CANCEL_PENDING:
-    case XFER_RS_EXPIRE_PENDING:
+    case XFER_RESV_STATE_CANCEL_PENDING:
+    case XFER_RESV_STATE_EXPIRE_PENDING:
         return "write end (free deferred)";
-    case XFER_RS_NONE:
-    case XFER_RS_CANCELLED:
-    case XFER_RS_EXPIRED:
-    case XFER_RS_DONE:
-    case XFER_RS_COUNT_:
+    case XFER_RESV_STATE_NONE:
+    case XFER_RESV_STATE_CANCELLED:
+    case XFER_RESV_STATE_EXPIRED:
+    case XFER_RESV_STATE_DONE:
+    case XFER_RESV_STATE_COUNT_:
     default:
         return NULL;
     }
@@ -178,7 +178,7 @@ int xfer_ctl_put_reservation(xfer_ctl_reply *rep, uint16_t shard,
         ",\"attempt\":%" PRIu32 ",\"state\":\"%s\",\"age_ns\":%" PRIu64
         ",\"waits\":\"%s\"}\n",
         (unsigned)shard, id, attempt,
-        xfer_fsm_state_name(XFER_M_RESERVATION, st),
+        xfer_fsm_state_name(XFER_MACHINE_RESERVATION, st),
         now_ns > since_ns ? now_ns - since_ns : 0, waits);
     rep->reservations++;
     return rep->err;

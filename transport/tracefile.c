@@ -289,13 +289,13 @@ static size_t format_json(const xfer_trace_rec *r, char *line, size_t len)
 {
     unsigned m = r->machine;
     const char *old = "", *ev = "", *nw = "";
-    if (m <= XFER_M_READINESS) {
+    if (m <= XFER_MACHINE_READINESS) {
         old = xfer_fsm_state_name(m, r->old_state);
         ev = xfer_fsm_event_name(m, r->event);
         nw = xfer_fsm_state_name(m, r->new_state);
-    } else if (m == XFER_M_INPUT) {
-        ev = xfer_fsm_event_name(XFER_M_TRANSFER, r->event);
-    } else if (m == XFER_M_NOTE) {
+    } else if (m == XFER_MACHINE_INPUT) {
+        ev = xfer_fsm_event_name(XFER_MACHINE_TRANSFER, r->event);
+    } else if (m == XFER_MACHINE_NOTE) {
         ev = xfer_note_name(r->event);
     }
     int n = snprintf(
@@ -310,7 +310,7 @@ static size_t format_json(const xfer_trace_rec *r, char *line, size_t len)
         r->error, (unsigned)r->shard, m, (unsigned)r->old_state,
         (unsigned)r->event, (unsigned)r->new_state, (unsigned)r->verdict,
         (unsigned)r->flags, xfer_machine_name(m), old, ev, nw,
-        m <= XFER_M_READINESS ? xfer_verdict_name(r->verdict) : "");
+        m <= XFER_MACHINE_READINESS ? xfer_verdict_name(r->verdict) : "");
     return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
 }
 

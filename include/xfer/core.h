@@ -157,7 +157,7 @@ typedef struct xfer_core_stats {
     uint64_t cancel_retries, cancel_gave_up;
     uint64_t illegal;
     uint32_t live, tombstones;
-    uint64_t cells_hit[XFER_TS_COUNT_][XFER_TE_COUNT_];
+    uint64_t cells_hit[XFER_TRANSFER_STATE_COUNT_][XFER_TRANSFER_EVENT_COUNT_];
 } xfer_core_stats;
 
 /*
@@ -217,7 +217,7 @@ XFER_API void xfer_core_actions_clear(xfer_core *core);
 /* Counters (copied into *st). */
 XFER_API void xfer_core_stats_get(const xfer_core *core, xfer_core_stats *st);
 
-/* The state of an id: a transfer state, XFER_TS_TOMBSTONED, or XFER_TS_NEW
+/* The state of an id: a transfer state, XFER_TRANSFER_STATE_TOMBSTONED, or XFER_TRANSFER_STATE_NEW
  * when unknown. */
 XFER_API xfer_transfer_state xfer_core_state(const xfer_core *core, uint64_t id);
 

@@ -199,17 +199,17 @@ typedef struct xfer_rng {
     X(CANCELLING, CANCEL_FAIL, TOMBSTONED)
 
 typedef enum xfer_transfer_state {
-#define XFER_ENUM_(s) XFER_TS_##s,
+#define XFER_ENUM_(s) XFER_TRANSFER_STATE_##s,
     XFER_TRANSFER_STATES(XFER_ENUM_)
 #undef XFER_ENUM_
-    XFER_TS_COUNT_
+    XFER_TRANSFER_STATE_COUNT_
 } xfer_transfer_state;
 
 typedef enum xfer_transfer_event {
-#define XFER_ENUM_(e) XFER_TE_##e,
+#define XFER_ENUM_(e) XFER_TRANSFER_EVENT_##e,
     XFER_TRANSFER_EVENTS(XFER_ENUM_)
 #undef XFER_ENUM_
-    XFER_TE_COUNT_
+    XFER_TRANSFER_EVENT_COUNT_
 } xfer_transfer_event;
 
 /* ------------------------------------------------------------------------ */
@@ -376,17 +376,17 @@ typedef enum xfer_transfer_event {
     X(DONE, TOMB_EXPIRE, NONE)
 
 typedef enum xfer_resv_state {
-#define XFER_ENUM_(s) XFER_RS_##s,
+#define XFER_ENUM_(s) XFER_RESV_STATE_##s,
     XFER_RESV_STATES(XFER_ENUM_)
 #undef XFER_ENUM_
-    XFER_RS_COUNT_
+    XFER_RESV_STATE_COUNT_
 } xfer_resv_state;
 
 typedef enum xfer_resv_event {
-#define XFER_ENUM_(e) XFER_RE_##e,
+#define XFER_ENUM_(e) XFER_RESV_EVENT_##e,
     XFER_RESV_EVENTS(XFER_ENUM_)
 #undef XFER_ENUM_
-    XFER_RE_COUNT_
+    XFER_RESV_EVENT_COUNT_
 } xfer_resv_event;
 
 /* ------------------------------------------------------------------------ */
@@ -467,24 +467,24 @@ typedef enum xfer_resv_event {
     X(UNAVAILABLE, TOMB_EXPIRE, NONE)
 
 typedef enum xfer_ready_state {
-#define XFER_ENUM_(s) XFER_YS_##s,
+#define XFER_ENUM_(s) XFER_READY_STATE_##s,
     XFER_READY_STATES(XFER_ENUM_)
 #undef XFER_ENUM_
-    XFER_YS_COUNT_
+    XFER_READY_STATE_COUNT_
 } xfer_ready_state;
 
 typedef enum xfer_ready_event {
-#define XFER_ENUM_(e) XFER_YE_##e,
+#define XFER_ENUM_(e) XFER_READY_EVENT_##e,
     XFER_READY_EVENTS(XFER_ENUM_)
 #undef XFER_ENUM_
-    XFER_YE_COUNT_
+    XFER_READY_EVENT_COUNT_
 } xfer_ready_event;
 
 /* ------------------------------------------------------------------------ */
 /* Table queries (for tools and tests)                                       */
 /* ------------------------------------------------------------------------ */
 
-/* Number of states / events of a machine (XFER_M_TRANSFER, _RESERVATION,
+/* Number of states / events of a machine (XFER_MACHINE_TRANSFER, _RESERVATION,
  * _READINESS); 0 for any other value. */
 XFER_API unsigned xfer_fsm_nstates(unsigned machine);
 XFER_API unsigned xfer_fsm_nevents(unsigned machine);
@@ -493,7 +493,7 @@ XFER_API unsigned xfer_fsm_nevents(unsigned machine);
 XFER_API const char *xfer_fsm_state_name(unsigned machine, unsigned state);
 XFER_API const char *xfer_fsm_event_name(unsigned machine, unsigned event);
 
-/* The verdict of a cell (xfer_verdict), or XFER_V_ILLEGAL when out of
+/* The verdict of a cell (xfer_verdict), or XFER_VERDICT_ILLEGAL when out of
  * range. */
 XFER_API unsigned xfer_fsm_verdict(unsigned machine, unsigned state, unsigned event);
 

@@ -47,13 +47,13 @@ typedef struct xfer_readiness_config {
 
 /* Kinds of readiness actions. Never renumbered. */
 typedef enum xfer_ready_action_kind {
-    XFER_RA_TAKE = 0,        /* take (pin) (id, resv_id) on shard */
-    XFER_RA_RELEASE = 1,     /* release a take made on shard */
-    XFER_RA_CANCEL = 2,      /* cancel (id, attempt, resv_id) on shard;
+    XFER_READY_ACT_TAKE = 0,        /* take (pin) (id, resv_id) on shard */
+    XFER_READY_ACT_RELEASE = 1,     /* release a take made on shard */
+    XFER_READY_ACT_CANCEL = 2,      /* cancel (id, attempt, resv_id) on shard;
                                 attempt 0: unknown (a pre-emptive cancel) */
-    XFER_RA_AVAILABLE = 3,   /* every shard taken: the data is usable */
-    XFER_RA_UNAVAILABLE = 4, /* the record ended without data */
-    XFER_RA_COUNT_
+    XFER_READY_ACT_AVAILABLE = 3,   /* every shard taken: the data is usable */
+    XFER_READY_ACT_UNAVAILABLE = 4, /* the record ended without data */
+    XFER_READY_ACT_COUNT_
 } xfer_ready_action_kind;
 
 typedef struct xfer_ready_action {
@@ -71,7 +71,7 @@ typedef struct xfer_readiness_stats {
     uint64_t available, unavailable, late_ready, duplicate_ready;
     uint64_t preemptive, take_failed, illegal;
     uint32_t live, tombstones;
-    uint64_t cells_hit[XFER_YS_COUNT_][XFER_YE_COUNT_];
+    uint64_t cells_hit[XFER_READY_STATE_COUNT_][XFER_READY_EVENT_COUNT_];
 } xfer_readiness_stats;
 
 /* Create / free (NULL ok).  *out untouched on failure.

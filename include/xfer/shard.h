@@ -79,7 +79,7 @@ typedef struct xfer_shard_stats {
     uint32_t live, tombstones;
     uint64_t reserves, refused, writes, commits, cancels, expiries;
     uint64_t deferred_frees, takes, releases, stale, illegal;
-    uint64_t cells_hit[XFER_RS_COUNT_][XFER_RE_COUNT_];
+    uint64_t cells_hit[XFER_RESV_STATE_COUNT_][XFER_RESV_EVENT_COUNT_];
 } xfer_shard_stats;
 
 /* Create.  cfg copied.  *out untouched on failure.
@@ -169,7 +169,7 @@ XFER_API const xfer_shard_event *xfer_shard_events(const xfer_shard *s, size_t *
 XFER_API void xfer_shard_events_clear(xfer_shard *s);
 
 XFER_API void xfer_shard_stats_get(const xfer_shard *s, xfer_shard_stats *st);
-/* The reservation state of id (XFER_RS_NONE when unknown). */
+/* The reservation state of id (XFER_RESV_STATE_NONE when unknown). */
 XFER_API xfer_resv_state xfer_shard_state(const xfer_shard *s, uint64_t id);
 /* The pool's base pointer (for transports that write into it). */
 XFER_API uint8_t *xfer_shard_pool_base(const xfer_shard *s);

@@ -1,7 +1,7 @@
 /*
  * xfer/trace.h - the fixed-size trace record every machine emits.
  *
- * One record per step: an input fed into a machine (machine XFER_M_INPUT), a
+ * One record per step: an input fed into a machine (machine XFER_MACHINE_INPUT), a
  * transition it took (verdict TRANSITION/IGNORE/DEFER/ILLEGAL), an action it
  * produced, or a note (counters such as a late event rejected).  Records are
  * 64 bytes, plain old data, little-endian on disk (see xfer-trace's file
@@ -21,23 +21,23 @@ extern "C" {
 
 /* Which machine (or record kind) a record belongs to. Never renumbered. */
 typedef enum xfer_machine {
-    XFER_M_TRANSFER = 0,    /* producer transfer machine: a step */
-    XFER_M_RESERVATION = 1, /* consumer reservation machine: a step */
-    XFER_M_READINESS = 2,   /* consumer readiness machine: a step */
-    XFER_M_INPUT = 3,       /* an input to the transfer core (for replay) */
-    XFER_M_ACTION = 4,      /* an action the transfer core produced */
-    XFER_M_NOTE = 5,        /* a counted note: late event, eviction, ... */
-    XFER_M_CONFIG = 6,      /* the transfer core's configuration */
-    XFER_M_COUNT_
+    XFER_MACHINE_TRANSFER = 0,    /* producer transfer machine: a step */
+    XFER_MACHINE_RESERVATION = 1, /* consumer reservation machine: a step */
+    XFER_MACHINE_READINESS = 2,   /* consumer readiness machine: a step */
+    XFER_MACHINE_INPUT = 3,       /* an input to the transfer core (for replay) */
+    XFER_MACHINE_ACTION = 4,      /* an action the transfer core produced */
+    XFER_MACHINE_NOTE = 5,        /* a counted note: late event, eviction, ... */
+    XFER_MACHINE_CONFIG = 6,      /* the transfer core's configuration */
+    XFER_MACHINE_COUNT_
 } xfer_machine;
 
 /* The verdict of a table cell.  Never renumbered. */
 typedef enum xfer_verdict {
-    XFER_V_TRANSITION = 0, /* a handler ran; the state may have changed */
-    XFER_V_IGNORE = 1,     /* absorbed: traced and counted, nothing else */
-    XFER_V_DEFER = 2,      /* remembered, acted on when the state allows */
-    XFER_V_ILLEGAL = 3,    /* a bug: asserted in debug, traced in release */
-    XFER_V_COUNT_
+    XFER_VERDICT_TRANSITION = 0, /* a handler ran; the state may have changed */
+    XFER_VERDICT_IGNORE = 1,     /* absorbed: traced and counted, nothing else */
+    XFER_VERDICT_DEFER = 2,      /* remembered, acted on when the state allows */
+    XFER_VERDICT_ILLEGAL = 3,    /* a bug: asserted in debug, traced in release */
+    XFER_VERDICT_COUNT_
 } xfer_verdict;
 
 /* Sentinel for "no shard" in xfer_trace_rec.shard. */
@@ -46,8 +46,8 @@ typedef enum xfer_verdict {
 /*
  * One trace record, 64 bytes.  The meaning of arg0..arg2 depends on the
  * machine and event; xfer-trace documents each.  `event` indexes the event
- * enum of `machine` (for XFER_M_INPUT: the transfer event; for
- * XFER_M_ACTION: enum xfer_action_kind; for XFER_M_NOTE: enum xfer_note).
+ * enum of `machine` (for XFER_MACHINE_INPUT: the transfer event; for
+ * XFER_MACHINE_ACTION: enum xfer_action_kind; for XFER_MACHINE_NOTE: enum xfer_note).
  */
 typedef struct xfer_trace_rec {
     uint64_t seq;     /* per-emitter sequence number, from 0 */
@@ -67,7 +67,7 @@ typedef struct xfer_trace_rec {
     uint8_t flags;   /* reserved, 0 */
 } xfer_trace_rec;
 
-/* Notes (XFER_M_NOTE records): counted things that are not transitions. */
+/* Notes (XFER_MACHINE_NOTE records): counted things that are not transitions. */
 typedef enum xfer_note {
     XFER_NOTE_LATE_SUBMIT = 0,    /* submit for a tombstoned id rejected */
     XFER_NOTE_LATE_REPLY = 1,     /* reply for a tombstoned id absorbed */

@@ -47,7 +47,7 @@ MUTANTS = {
         'static void finish(xfer_transfer *t, xfer_tctx *c)\n{\n'
         '    if (t->status == XFER_ERR_CANCELLED) {\n'
         '        push(c, t, XFER_ACT_RELEASE_STAGING, XFER_SHARD_NONE);\n'
-        '        t->state = XFER_TS_TOMBSTONED;\n'
+        '        t->state = XFER_TRANSFER_STATE_TOMBSTONED;\n'
         '        set_timer(t, XFER_TIMER_NONE, 0);\n'
         '        return;\n'
         '    }\n'),

@@ -59,15 +59,15 @@ static void fake_snapshot(void *ud, xfer_ctl_reply *rep)
 {
     int *calls = ud;
     (*calls)++;
-    xfer_transfer_view v = fake_view(7, XFER_TS_WRITING);
+    xfer_transfer_view v = fake_view(7, XFER_TRANSFER_STATE_WRITING);
     ck_assert_int_eq(xfer_ctl_put_transfer(rep, &v, 3000), 0);
-    v = fake_view(9, XFER_TS_WRITING);
+    v = fake_view(9, XFER_TRANSFER_STATE_WRITING);
     ck_assert_int_eq(xfer_ctl_put_transfer(rep, &v, 1500), 0);
-    ck_assert_int_eq(xfer_ctl_put_reservation(rep, 2, 11, 4, XFER_RS_READY,
+    ck_assert_int_eq(xfer_ctl_put_reservation(rep, 2, 11, 4, XFER_RESV_STATE_READY,
                                               100, 2100),
                      0);
     ck_assert_int_eq(xfer_ctl_put_reservation(rep, 2, 12, 4,
-                                              XFER_RS_CANCELLED, 100, 2100),
+                                              XFER_RESV_STATE_CANCELLED, 100, 2100),
                      0);
 }
 
@@ -221,7 +221,7 @@ END_TEST
 static void big_snapshot(void *ud, xfer_ctl_reply *rep)
 {
     for (uint64_t id = 1; id <= 20000; id++) {
-        xfer_transfer_view v = fake_view(id, XFER_TS_RESERVING);
+        xfer_transfer_view v = fake_view(id, XFER_TRANSFER_STATE_RESERVING);
         xfer_ctl_put_transfer(rep, &v, 2000);
     }
 }

@@ -69,7 +69,7 @@ void ck_cons_drain_ready(ck_world *w)
         ck_mon_ready_action(w, &a[i]);
         w->out_hash = w->out_hash * 0x100000001b3ull ^ (a[i].kind + 1u) ^
                       a[i].id << 8 ^ (uint64_t)a[i].shard << 20;
-        if (a[i].kind > XFER_RA_CANCEL || a[i].id < 1 ||
+        if (a[i].kind > XFER_READY_ACT_CANCEL || a[i].id < 1 ||
             a[i].id > w->cfg->T || a[i].shard >= w->cfg->S)
             continue;
         ck_msg m;
@@ -157,7 +157,7 @@ static void ract_arrives(ck_world *w, const ck_msg *m, int how)
 {
     xfer_shard *s = w->sh[m->shard];
     uint64_t id = m->tr + 1u;
-    if (m->op == XFER_RA_TAKE) {
+    if (m->op == XFER_READY_ACT_TAKE) {
         int32_t rc = XFER_ERR_CONN_LOST;
         if (how != HOW_FAIL) {
             const uint8_t *data;
@@ -173,7 +173,7 @@ static void ract_arrives(ck_world *w, const ck_msg *m, int how)
         ck_net_push(w, &r);
     } else if (how == HOW_FAIL) {
         /* lost on the way: the lease is the backstop */
-    } else if (m->op == XFER_RA_RELEASE) {
+    } else if (m->op == XFER_READY_ACT_RELEASE) {
         int rc = xfer_shard_release(s, w->env.now, id, m->resv_id);
         ck_mon_release(w, m->tr, m->shard, rc);
     } else {

@@ -128,10 +128,10 @@ void ck_mon_cancel(ck_world *w, unsigned tr, int rc,
         return;
     }
     xfer_transfer_state after = xfer_core_state(w->core, tr + 1u);
-    if (after != XFER_TS_TOMBSTONED)
+    if (after != XFER_TRANSFER_STATE_TOMBSTONED)
         ck_mon_fail(w, CK_I7, "cancel of id %u (not open) returned 0 but "
                     "left no tombstone", tr + 1u);
-    if (before == XFER_TS_NEW && !tomb_alive(w, t)) {
+    if (before == XFER_TRANSFER_STATE_NEW && !tomb_alive(w, t)) {
         t->tomb = 2;
         t->tomb_at = w->env.now;
     }
@@ -605,10 +605,10 @@ static void ready_available(ck_world *w, mon_tr *t, const xfer_ready_action *a)
                     t->ready_attempt);
     for (unsigned k = 0; k < w->cfg->S; k++)
         if (!t->cs[k].taken ||
-            xfer_shard_state(w->sh[k], a->id) != XFER_RS_TAKEN)
+            xfer_shard_state(w->sh[k], a->id) != XFER_RESV_STATE_TAKEN)
             ck_mon_fail(w, CK_I8, "id %llu AVAILABLE but shard %u's data "
                         "is not taken (%s)", id, k,
-                        xfer_fsm_state_name(XFER_M_RESERVATION,
+                        xfer_fsm_state_name(XFER_MACHINE_RESERVATION,
                                             xfer_shard_state(w->sh[k],
                                                              a->id)));
     if (t->ccancelled && w->env.now < t->ccancel_at + CK_READY_TOMB_TTL)
@@ -623,33 +623,33 @@ void ck_mon_ready_action(ck_world *w, const xfer_ready_action *a)
     if (!t)
         return;
     switch ((xfer_ready_action_kind)a->kind) {
-    case XFER_RA_AVAILABLE:
+    case XFER_READY_ACT_AVAILABLE:
         ready_available(w, t, a);
         break;
-    case XFER_RA_UNAVAILABLE:
+    case XFER_READY_ACT_UNAVAILABLE:
         if (t->available && t->ready_attempt == a->attempt)
             ck_mon_fail(w, CK_I8, "id %llu reported UNAVAILABLE after "
                         "AVAILABLE (withdrawn)", (unsigned long long)a->id);
         t->unavailable = 1;
         break;
-    case XFER_RA_RELEASE:
-    case XFER_RA_CANCEL:
+    case XFER_READY_ACT_RELEASE:
+    case XFER_READY_ACT_CANCEL:
         if (t->available && a->shard < CK_MAX_S && t->cs[a->shard].taken &&
             t->ready_attempt == a->attempt)
             ck_mon_fail(w, CK_I8, "id %llu is AVAILABLE but the tracker "
                         "sent %s to shard %u (withdrawn)",
                         (unsigned long long)a->id,
-                        a->kind == XFER_RA_RELEASE ? "RELEASE" : "CANCEL",
+                        a->kind == XFER_READY_ACT_RELEASE ? "RELEASE" : "CANCEL",
                         a->shard);
         break;
-    case XFER_RA_TAKE:
+    case XFER_READY_ACT_TAKE:
         if (t->ready_mask_lo != (1u << w->cfg->S) - 1u)
             ck_mon_fail(w, CK_I8, "the tracker took id %llu on shard %u "
                         "before every shard reported ready (0x%x)",
                         (unsigned long long)a->id, a->shard,
                         t->ready_mask_lo);
         break;
-    case XFER_RA_COUNT_:
+    case XFER_READY_ACT_COUNT_:
         break;
     }
 }
@@ -690,11 +690,11 @@ static void global_shard(ck_world *w, unsigned k)
             continue;
         landing += c->len;
         xfer_resv_state rs = xfer_shard_state(w->sh[k], t + 1u);
-        if (rs != XFER_RS_WRITING && rs != XFER_RS_CANCEL_PENDING &&
-            rs != XFER_RS_EXPIRE_PENDING)
+        if (rs != XFER_RESV_STATE_WRITING && rs != XFER_RESV_STATE_CANCEL_PENDING &&
+            rs != XFER_RESV_STATE_EXPIRE_PENDING)
             ck_mon_fail(w, CK_I4, "a write into id %u's region on shard %u "
                         "is landing but the shard has it in %s", t + 1u, k,
-                        xfer_fsm_state_name(XFER_M_RESERVATION, rs));
+                        xfer_fsm_state_name(XFER_MACHINE_RESERVATION, rs));
     }
     if (st.bytes_in_use < landing)
         ck_mon_fail(w, CK_I4, "shard %u has %llu bytes in use but writes "
@@ -728,7 +728,7 @@ void ck_mon_shard_timer(ck_world *w, unsigned k)
             w->env.now < c->reserved_at + CK_LEASE_TTL)
             continue;
         xfer_resv_state rs = xfer_shard_state(w->sh[k], t + 1u);
-        if (rs == XFER_RS_RESERVED)
+        if (rs == XFER_RESV_STATE_RESERVED)
             ck_mon_fail(w, CK_I13, "shard %u still holds id %u (RESERVED "
                         "since %llu ns) at %llu ns, past its lease of %llu "
                         "ns", k, t + 1u,
@@ -762,11 +762,11 @@ void ck_mon_final(ck_world *w)
         xfer_shard_stats_get(w->sh[k], &st);
         for (unsigned t = 0; t < w->cfg->T; t++) {
             xfer_resv_state rs = xfer_shard_state(w->sh[k], t + 1u);
-            if (rs != XFER_RS_NONE)
+            if (rs != XFER_RESV_STATE_NONE)
                 ck_mon_fail(w, CK_I13, "shard %u still holds id %u in %s "
                             "after every message, lease and tombstone ran "
                             "out", k, t + 1u,
-                            xfer_fsm_state_name(XFER_M_RESERVATION, rs));
+                            xfer_fsm_state_name(XFER_MACHINE_RESERVATION, rs));
         }
         if (st.bytes_in_use)
             ck_mon_fail(w, CK_I13, "shard %u still has %llu bytes in use at "
@@ -774,9 +774,9 @@ void ck_mon_final(ck_world *w)
     }
     for (unsigned t = 0; t < w->cfg->T; t++) {
         xfer_ready_state ys = xfer_readiness_state(w->rd, t + 1u);
-        if (ys == XFER_YS_WAITING || ys == XFER_YS_TAKING)
+        if (ys == XFER_READY_STATE_WAITING || ys == XFER_READY_STATE_TAKING)
             ck_mon_fail(w, CK_LIVE, "the readiness record of id %u is "
                         "stuck in %s", t + 1u,
-                        xfer_fsm_state_name(XFER_M_READINESS, ys));
+                        xfer_fsm_state_name(XFER_MACHINE_READINESS, ys));
     }
 }

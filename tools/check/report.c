@@ -121,9 +121,9 @@ void ck_report_rec(FILE *f, const xfer_trace_rec *r, uint8_t src)
     else
         snprintf(who, sizeof who, "ready");
     switch (r->machine) {
-    case XFER_M_TRANSFER:
-    case XFER_M_RESERVATION:
-    case XFER_M_READINESS:
+    case XFER_MACHINE_TRANSFER:
+    case XFER_MACHINE_RESERVATION:
+    case XFER_MACHINE_READINESS:
         fprintf(f, "      %-6s id %" PRIu64 " att %" PRIu32 ": %s --%s--> %s "
                 "[%s]%s%s\n", who, r->id, r->attempt,
                 xfer_fsm_state_name(r->machine, r->old_state),
@@ -132,7 +132,7 @@ void ck_report_rec(FILE *f, const xfer_trace_rec *r, uint8_t src)
                 xfer_verdict_name(r->verdict), r->error ? " " : "",
                 r->error ? xfer_err_name(r->error) : "");
         break;
-    case XFER_M_ACTION: {
+    case XFER_MACHINE_ACTION: {
         static const char *const acts[] = {
             "RESERVE", "WRITE", "COMMIT", "CANCEL", "ABORT",
             "RELEASE_STAGING", "COMPLETE", "SHUTDOWN_DONE"};
@@ -146,7 +146,7 @@ void ck_report_rec(FILE *f, const xfer_trace_rec *r, uint8_t src)
         fprintf(f, "\n");
         break;
     }
-    case XFER_M_NOTE:
+    case XFER_MACHINE_NOTE:
         fprintf(f, "      %-6s note %s id %" PRIu64 "\n", who,
                 xfer_note_name(r->event), r->id);
         break;
@@ -201,7 +201,7 @@ static void pr_rec(void *ud, const xfer_trace_rec *r, uint8_t src)
 {
     printer *p = ud;
     tw_rec(&p->t, r, src);
-    if (r->machine != XFER_M_CONFIG && r->machine != XFER_M_INPUT)
+    if (r->machine != XFER_MACHINE_CONFIG && r->machine != XFER_MACHINE_INPUT)
         ck_report_rec(p->f, r, src);
 }
 

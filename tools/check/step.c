@@ -37,7 +37,7 @@ static bool retry_waiting(const ck_world *w)
     for (unsigned t = 0; t < w->cfg->T; t++) {
         xfer_transfer_view v;
         if (xfer_core_view(w->core, t + 1u, &v) &&
-            v.state == XFER_TS_CANCELLING && v.pending == 0)
+            v.state == XFER_TRANSFER_STATE_CANCELLING && v.pending == 0)
             return true;
     }
     return false;
@@ -60,9 +60,9 @@ static unsigned msg_moves(const ck_world *w, unsigned i, ck_move *out)
             out[n++] = (ck_move){MV_ABORT, (uint8_t)i};
     } else if (b && fault_on(w, CK_FB_DROP) &&
                (m->kind == MK_EV ||
-                (m->kind == MK_RACT && m->op != XFER_RA_RELEASE))) {
+                (m->kind == MK_RACT && m->op != XFER_READY_ACT_RELEASE))) {
         out[n++] = (ck_move){MV_FAIL, (uint8_t)i};
-        if (m->kind == MK_RACT && m->op == XFER_RA_TAKE)
+        if (m->kind == MK_RACT && m->op == XFER_READY_ACT_TAKE)
             out[n++] = (ck_move){MV_LOST, (uint8_t)i};
     }
     return n;

@@ -14,9 +14,9 @@ int xt_cmd_dot(int argc, char **argv)
     static const struct {
         const char *name;
         unsigned machine;
-    } names[] = {{"transfer", XFER_M_TRANSFER},
-                 {"reservation", XFER_M_RESERVATION},
-                 {"readiness", XFER_M_READINESS}};
+    } names[] = {{"transfer", XFER_MACHINE_TRANSFER},
+                 {"reservation", XFER_MACHINE_RESERVATION},
+                 {"readiness", XFER_MACHINE_READINESS}};
     if (argc > 1)
         return xt_usage("unexpected argument '%s'", argv[1]);
     const char *want = argc ? argv[0] : "transfer";

@@ -162,8 +162,8 @@ static void on_phase(exporter *x, const xfer_trace_rec *r, const xt_effect *e)
     const xt_xfer *t = e->x;
     if (!e->created)
         slice(x, 'E', t, 0, NULL, r->time_ns, NULL);
-    if (t->state != XFER_TS_TOMBSTONED)
-        slice(x, 'B', t, 0, xfer_fsm_state_name(XFER_M_TRANSFER, t->state),
+    if (t->state != XFER_TRANSFER_STATE_TOMBSTONED)
+        slice(x, 'B', t, 0, xfer_fsm_state_name(XFER_MACHINE_TRANSFER, t->state),
               r->time_ns, NULL);
 }
 
@@ -175,12 +175,12 @@ static void on_instant(exporter *x, const xfer_trace_rec *r)
         return;
     char name[96];
     unsigned tid = r->shard < t->nshards ? r->shard + 1u : 0;
-    if (r->machine == XFER_M_ACTION && r->event == XFER_ACT_ABORT)
+    if (r->machine == XFER_MACHINE_ACTION && r->event == XFER_ACT_ABORT)
         snprintf(name, sizeof name, "abort %s", xt_op_name(r->old_state));
-    else if (r->machine == XFER_M_NOTE)
+    else if (r->machine == XFER_MACHINE_NOTE)
         snprintf(name, sizeof name, "note %s", xfer_note_name(r->event));
-    else if (r->machine == XFER_M_RESERVATION ||
-             r->machine == XFER_M_READINESS)
+    else if (r->machine == XFER_MACHINE_RESERVATION ||
+             r->machine == XFER_MACHINE_READINESS)
         snprintf(name, sizeof name, "%s %s -> %s on %s",
                  xfer_machine_name(r->machine),
                  xfer_fsm_state_name(r->machine, r->old_state),
@@ -188,7 +188,7 @@ static void on_instant(exporter *x, const xfer_trace_rec *r)
                  xfer_fsm_event_name(r->machine, r->event));
     else
         return;
-    if (r->machine == XFER_M_READINESS)
+    if (r->machine == XFER_MACHINE_READINESS)
         tid = 0;
     slice(x, 'i', t, tid, name, r->time_ns, NULL);
 }

@@ -35,7 +35,7 @@ static int push_rec(xt_file *f, const xfer_trace_rec *r)
         f->cap = cap;
     }
     f->recs[f->n++] = *r;
-    if (r->machine != XFER_M_CONFIG) {
+    if (r->machine != XFER_MACHINE_CONFIG) {
         if (f->t_first == 0 || r->time_ns < f->t_first)
             f->t_first = r->time_ns;
         if (r->time_ns > f->t_last)
@@ -241,18 +241,18 @@ static xt_xfer *create(xt_model *m, const xfer_trace_rec *r)
  * COMPLETE do not show a live transfer. */
 static xt_xfer *adopt(xt_model *m, const xfer_trace_rec *r)
 {
-    bool live = r->machine == XFER_M_TRANSFER
-                    ? r->old_state != XFER_TS_NEW &&
-                          r->old_state != XFER_TS_TOMBSTONED &&
-                          r->new_state != XFER_TS_TOMBSTONED
+    bool live = r->machine == XFER_MACHINE_TRANSFER
+                    ? r->old_state != XFER_TRANSFER_STATE_NEW &&
+                          r->old_state != XFER_TRANSFER_STATE_TOMBSTONED &&
+                          r->new_state != XFER_TRANSFER_STATE_TOMBSTONED
                     : r->event <= XFER_ACT_ABORT;
     if (!live || r->attempt == 0)
         return NULL;
     xt_xfer *x = create(m, r);
     if (x) {
         x->partial = true;
-        x->state = r->machine == XFER_M_TRANSFER ? r->new_state
-                                                 : XFER_TS_RESERVING;
+        x->state = r->machine == XFER_MACHINE_TRANSFER ? r->new_state
+                                                 : XFER_TRANSFER_STATE_RESERVING;
     }
     return x;
 }
@@ -267,15 +267,15 @@ static void see_shard(xt_xfer *x, uint16_t shard)
 static void on_transfer(xt_model *m, const xfer_trace_rec *r, xt_effect *e)
 {
     xt_xfer *x = xt_model_find(m, r->id);
-    bool submit = r->old_state == XFER_TS_NEW &&
-                  r->event == XFER_TE_SUBMIT &&
-                  r->new_state == XFER_TS_RESERVING;
+    bool submit = r->old_state == XFER_TRANSFER_STATE_NEW &&
+                  r->event == XFER_TRANSFER_EVENT_SUBMIT &&
+                  r->new_state == XFER_TRANSFER_STATE_RESERVING;
     if (submit || !x || x->attempt != r->attempt) {
         x = submit ? create(m, r) : adopt(m, r);
         e->x = x;
         e->created = x != NULL;
         e->state_changed = x != NULL;
-        e->prev_state = XFER_TS_NEW;
+        e->prev_state = XFER_TRANSFER_STATE_NEW;
         if (x)
             see_shard(x, r->shard);
         return;
@@ -345,13 +345,13 @@ static void on_action(xt_model *m, const xfer_trace_rec *r, xt_effect *e)
 
 static void on_input(xt_model *m, const xfer_trace_rec *r, xt_effect *e)
 {
-    if (r->event == XFER_TE_SUBMIT) {
+    if (r->event == XFER_TRANSFER_EVENT_SUBMIT) {
         m->sub_id = r->id;
         m->sub_nshards = r->shard;
         m->sub_deadline = r->arg0;
         return;
     }
-    if (r->event > XFER_TE_CANCEL_FAIL)
+    if (r->event > XFER_TRANSFER_EVENT_CANCEL_FAIL)
         return; /* user cancel, timer, shutdown: no shard op */
     xt_xfer *x = xt_model_find(m, r->id);
     if (!x || x->attempt != r->attempt || r->shard >= x->nshards)
@@ -374,16 +374,16 @@ int xt_model_apply(xt_model *m, const xfer_trace_rec *r, xt_effect *eff)
     xt_effect *e = eff ? eff : &scratch;
     memset(e, 0, sizeof *e);
     switch (r->machine) {
-    case XFER_M_TRANSFER:
+    case XFER_MACHINE_TRANSFER:
         on_transfer(m, r, e);
-        if (r->old_state == XFER_TS_NEW && r->event == XFER_TE_SUBMIT &&
-            r->new_state == XFER_TS_RESERVING && !e->x)
+        if (r->old_state == XFER_TRANSFER_STATE_NEW && r->event == XFER_TRANSFER_EVENT_SUBMIT &&
+            r->new_state == XFER_TRANSFER_STATE_RESERVING && !e->x)
             return -1;
         return 0;
-    case XFER_M_ACTION:
+    case XFER_MACHINE_ACTION:
         on_action(m, r, e);
         return 0;
-    case XFER_M_INPUT:
+    case XFER_MACHINE_INPUT:
         on_input(m, r, e);
         return 0;
     default:

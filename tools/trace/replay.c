@@ -61,7 +61,7 @@ static int rbuf_push(rbuf *b, const xfer_trace_rec *r, size_t at)
 static void capture(void *ud, const xfer_trace_rec *r)
 {
     run *u = ud;
-    if (r->machine == XFER_M_TRANSFER || r->machine == XFER_M_NOTE)
+    if (r->machine == XFER_MACHINE_TRANSFER || r->machine == XFER_MACHINE_NOTE)
         if (rbuf_push(&u->got, r, 0))
             u->active = false;
 }
@@ -71,7 +71,7 @@ static void fmt_rec(const xfer_trace_rec *r, char *buf, size_t len)
     unsigned m = r->machine;
     char t[32];
     xt_fmt_dur(t, sizeof t, r->time_ns);
-    const char *ev = m == XFER_M_NOTE ? xfer_note_name(r->event)
+    const char *ev = m == XFER_MACHINE_NOTE ? xfer_note_name(r->event)
                                       : xfer_fsm_event_name(m, r->event);
     snprintf(buf, len,
              "seq %" PRIu64 " t %s id %" PRIu64 " attempt %" PRIu32
@@ -79,9 +79,9 @@ static void fmt_rec(const xfer_trace_rec *r, char *buf, size_t len)
              " %" PRIu64 " %" PRIu64,
              r->seq, t, r->id, r->attempt, (unsigned)r->shard,
              xfer_machine_name(m),
-             m == XFER_M_NOTE ? "-" : xfer_fsm_state_name(m, r->old_state),
-             m == XFER_M_NOTE ? "-" : xfer_fsm_state_name(m, r->new_state),
-             ev, m == XFER_M_NOTE ? "-" : xfer_verdict_name(r->verdict),
+             m == XFER_MACHINE_NOTE ? "-" : xfer_fsm_state_name(m, r->old_state),
+             m == XFER_MACHINE_NOTE ? "-" : xfer_fsm_state_name(m, r->new_state),
+             ev, m == XFER_MACHINE_NOTE ? "-" : xfer_verdict_name(r->verdict),
              xfer_err_name(r->error), r->arg0, r->arg1, r->arg2);
 }
 
@@ -163,19 +163,19 @@ static void feed(run *u, const xfer_trace_rec *r)
 {
     static const xfer_slice slices[XFER_MAX_SHARDS];
     u->inputs++;
-    if (r->event == XFER_TE_SUBMIT) {
+    if (r->event == XFER_TRANSFER_EVENT_SUBMIT) {
         xfer_submit_args a = {
             .id = r->id, .group = (uint32_t)(r->arg1 >> 32),
             .nshards = r->shard, .pool = (uint32_t)r->arg1,
             .slices = slices, .deadline_ns = r->arg0, .user_data = r->arg2};
         (void)xfer_core_submit(u->core, r->time_ns, &a);
-    } else if (r->event == XFER_TE_USER_CANCEL) {
+    } else if (r->event == XFER_TRANSFER_EVENT_USER_CANCEL) {
         (void)xfer_core_cancel(u->core, r->time_ns, r->id);
-    } else if (r->event == XFER_TE_DEADLINE && r->id == 0) {
+    } else if (r->event == XFER_TRANSFER_EVENT_DEADLINE && r->id == 0) {
         xfer_core_on_timer(u->core, r->time_ns);
-    } else if (r->event == XFER_TE_SHUTDOWN && r->id == 0) {
+    } else if (r->event == XFER_TRANSFER_EVENT_SHUTDOWN && r->id == 0) {
         xfer_core_shutdown(u->core, r->time_ns);
-    } else if (r->event <= XFER_TE_CANCEL_FAIL) {
+    } else if (r->event <= XFER_TRANSFER_EVENT_CANCEL_FAIL) {
         xfer_shard_result s = {
             .id = r->id, .attempt = r->attempt, .shard = r->shard,
             .op = r->old_state, .status = r->error, .resv_id = r->arg0,
@@ -187,14 +187,14 @@ static void feed(run *u, const xfer_trace_rec *r)
 
 static bool is_core_machine(unsigned m)
 {
-    return m == XFER_M_CONFIG || m == XFER_M_INPUT ||
-           m == XFER_M_TRANSFER || m == XFER_M_ACTION || m == XFER_M_NOTE;
+    return m == XFER_MACHINE_CONFIG || m == XFER_MACHINE_INPUT ||
+           m == XFER_MACHINE_TRANSFER || m == XFER_MACHINE_ACTION || m == XFER_MACHINE_NOTE;
 }
 
 static int step(replay *rp, const xfer_trace_rec *r, size_t at)
 {
     run *u = &rp->cur;
-    if (r->machine == XFER_M_CONFIG && r->event == 0 && r->seq == 0) {
+    if (r->machine == XFER_MACHINE_CONFIG && r->event == 0 && r->seq == 0) {
         end_run(rp);
         rp->runs++;
         config0(u, r);
@@ -209,13 +209,13 @@ static int step(replay *rp, const xfer_trace_rec *r, size_t at)
         return 0;
     }
     u->next_seq++;
-    if (r->machine == XFER_M_CONFIG && r->event == 1 && !u->core)
+    if (r->machine == XFER_MACHINE_CONFIG && r->event == 1 && !u->core)
         return config1(u, r);
     if (!u->core)
         return 0;
-    if (r->machine == XFER_M_INPUT)
+    if (r->machine == XFER_MACHINE_INPUT)
         feed(u, r);
-    else if (r->machine == XFER_M_TRANSFER || r->machine == XFER_M_NOTE)
+    else if (r->machine == XFER_MACHINE_TRANSFER || r->machine == XFER_MACHINE_NOTE)
         return rbuf_push(&u->want, r, at);
     return 0;
 }

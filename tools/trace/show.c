@@ -25,10 +25,10 @@ static void step_text(const xfer_trace_rec *r, char *buf, size_t len)
     else
         n = snprintf(buf, len, "%s on %s", old, ev);
     size_t at = n > 0 ? (size_t)n : 0;
-    if (r->verdict != XFER_V_TRANSITION && at < len)
+    if (r->verdict != XFER_VERDICT_TRANSITION && at < len)
         at += (size_t)snprintf(buf + at, len - at, " [%s]",
                                xfer_verdict_name(r->verdict));
-    if (m == XFER_M_TRANSFER && r->verdict == XFER_V_TRANSITION && at < len)
+    if (m == XFER_MACHINE_TRANSFER && r->verdict == XFER_VERDICT_TRANSITION && at < len)
         at += (size_t)snprintf(buf + at, len - at, ", pending %" PRIu64,
                                r->arg1);
     if (r->error && at < len)
@@ -68,15 +68,15 @@ static bool show_line(const xfer_trace_rec *r, uint64_t t0)
     char what[256], d[32], shard[8];
     const char *kind = xfer_machine_name(r->machine);
     switch (r->machine) {
-    case XFER_M_TRANSFER:
-    case XFER_M_RESERVATION:
-    case XFER_M_READINESS:
+    case XFER_MACHINE_TRANSFER:
+    case XFER_MACHINE_RESERVATION:
+    case XFER_MACHINE_READINESS:
         step_text(r, what, sizeof what);
         break;
-    case XFER_M_ACTION:
+    case XFER_MACHINE_ACTION:
         action_text(r, what, sizeof what);
         break;
-    case XFER_M_NOTE:
+    case XFER_MACHINE_NOTE:
         snprintf(what, sizeof what, "%s%s%s", xfer_note_name(r->event),
                  r->error ? ", error " : "",
                  r->error ? xfer_err_name(r->error) : "");
@@ -112,7 +112,7 @@ static void show_header(const xt_file *f, uint64_t id, uint64_t t0)
                    x->attempt, (unsigned)x->nshards,
                    x->ended ? (x->status ? "failed" : "ok") : "open in",
                    x->ended ? (x->status ? xfer_err_name(x->status) : "")
-                            : xfer_fsm_state_name(XFER_M_TRANSFER, x->state),
+                            : xfer_fsm_state_name(XFER_MACHINE_TRANSFER, x->state),
                    dur);
         }
     }
@@ -145,8 +145,8 @@ int xt_cmd_show(int argc, char **argv)
         return XT_BADINPUT;
     size_t first = f.n;
     for (size_t i = 0; i < f.n && first == f.n; i++)
-        if (f.recs[i].id == id && f.recs[i].machine != XFER_M_INPUT &&
-            f.recs[i].machine != XFER_M_CONFIG)
+        if (f.recs[i].id == id && f.recs[i].machine != XFER_MACHINE_INPUT &&
+            f.recs[i].machine != XFER_MACHINE_CONFIG)
             first = i;
     if (first == f.n) {
         fprintf(stderr, "xfer-trace: %s: no records of transfer %" PRIu64

@@ -104,7 +104,7 @@ static size_t describe_xfer(const xt_xfer *x, uint64_t now, char *buf,
                      ": %s for %s (deadline %s), waits on %u of %s%u "
                      "shards%s%s\n",
                      x->id, x->attempt,
-                     xfer_fsm_state_name(XFER_M_TRANSFER, x->state), age, dl,
+                     xfer_fsm_state_name(XFER_MACHINE_TRANSFER, x->state), age, dl,
                      waiting, x->partial ? "at least " : "",
                      (unsigned)x->nshards, waiting ? ": " : "",
                      waiting ? list : " (timer: deadline or cancel retry)");

@@ -20,10 +20,10 @@ typedef struct shard_counts {
 } shard_counts;
 
 typedef struct summary {
-    uint64_t per_machine[XFER_M_COUNT_ + 1];
+    uint64_t per_machine[XFER_MACHINE_COUNT_ + 1];
     uint64_t notes[XFER_NOTE_COUNT_];
     uint64_t illegal[3], ignored[3];
-    uint64_t resv_into[XFER_RS_COUNT_], ready_into[XFER_YS_COUNT_];
+    uint64_t resv_into[XFER_RESV_STATE_COUNT_], ready_into[XFER_READY_STATE_COUNT_];
     uint64_t op_errors[NERR];
     uint64_t rejected_submits;
     shard_counts shards[XFER_MAX_SHARDS];
@@ -37,37 +37,37 @@ static unsigned err_slot(int32_t err)
 static void count_step(summary *s, const xfer_trace_rec *r)
 {
     unsigned m = r->machine;
-    if (r->verdict == XFER_V_ILLEGAL)
+    if (r->verdict == XFER_VERDICT_ILLEGAL)
         s->illegal[m]++;
-    if (r->verdict == XFER_V_IGNORE)
+    if (r->verdict == XFER_VERDICT_IGNORE)
         s->ignored[m]++;
     if (r->old_state == r->new_state)
         return;
-    if (m == XFER_M_RESERVATION && r->new_state < XFER_RS_COUNT_)
+    if (m == XFER_MACHINE_RESERVATION && r->new_state < XFER_RESV_STATE_COUNT_)
         s->resv_into[r->new_state]++;
-    if (m == XFER_M_READINESS && r->new_state < XFER_YS_COUNT_)
+    if (m == XFER_MACHINE_READINESS && r->new_state < XFER_READY_STATE_COUNT_)
         s->ready_into[r->new_state]++;
 }
 
 static void count_rec(summary *s, const xfer_trace_rec *r)
 {
-    s->per_machine[r->machine < XFER_M_COUNT_ ? r->machine
-                                              : XFER_M_COUNT_]++;
-    if (r->machine <= XFER_M_READINESS)
+    s->per_machine[r->machine < XFER_MACHINE_COUNT_ ? r->machine
+                                              : XFER_MACHINE_COUNT_]++;
+    if (r->machine <= XFER_MACHINE_READINESS)
         count_step(s, r);
-    if (r->machine == XFER_M_TRANSFER && r->event == XFER_TE_SUBMIT &&
+    if (r->machine == XFER_MACHINE_TRANSFER && r->event == XFER_TRANSFER_EVENT_SUBMIT &&
         r->error != 0)
         s->rejected_submits++;
-    if (r->machine == XFER_M_NOTE && r->event < XFER_NOTE_COUNT_)
+    if (r->machine == XFER_MACHINE_NOTE && r->event < XFER_NOTE_COUNT_)
         s->notes[r->event]++;
     if (r->shard >= XFER_MAX_SHARDS)
         return;
     shard_counts *sc = &s->shards[r->shard];
-    if (r->machine == XFER_M_ACTION && r->event <= XFER_ACT_CANCEL)
+    if (r->machine == XFER_MACHINE_ACTION && r->event <= XFER_ACT_CANCEL)
         sc->sent[r->event]++;
-    if (r->machine == XFER_M_ACTION && r->event == XFER_ACT_ABORT)
+    if (r->machine == XFER_MACHINE_ACTION && r->event == XFER_ACT_ABORT)
         sc->aborts++;
-    if (r->machine == XFER_M_INPUT && r->event <= XFER_TE_CANCEL_FAIL &&
+    if (r->machine == XFER_MACHINE_INPUT && r->event <= XFER_TRANSFER_EVENT_CANCEL_FAIL &&
         r->error != 0 && r->old_state < XFER_OP_COUNT_) {
         sc->failed[r->old_state]++;
         s->op_errors[err_slot(r->error)]++;
@@ -87,10 +87,10 @@ static void print_header(const xt_file *f, const summary *s)
                ") .. %s\n",
                f->nfiles, f->path, f->nfiles - 1, f->first_index, f->path);
     printf("records: %zu over %s\n", f->n, span);
-    for (unsigned m = 0; m <= XFER_M_COUNT_; m++)
+    for (unsigned m = 0; m <= XFER_MACHINE_COUNT_; m++)
         if (s->per_machine[m])
             printf("  %-12s %" PRIu64 "\n",
-                   m < XFER_M_COUNT_ ? xfer_machine_name(m) : "unknown",
+                   m < XFER_MACHINE_COUNT_ ? xfer_machine_name(m) : "unknown",
                    s->per_machine[m]);
 }
 
@@ -100,7 +100,7 @@ static void final_label(const xt_xfer *x, char *buf, size_t len)
 {
     if (!x->ended)
         snprintf(buf, len, "open in %s",
-                 xfer_fsm_state_name(XFER_M_TRANSFER, x->state));
+                 xfer_fsm_state_name(XFER_MACHINE_TRANSFER, x->state));
     else if (x->status == 0)
         snprintf(buf, len, "ok");
     else
@@ -194,8 +194,8 @@ static void print_rest(const summary *s)
            s->notes[XFER_NOTE_UNKNOWN_REPLY], s->rejected_submits);
     printf("tombstones dropped: %" PRIu64 " (producer), %" PRIu64
            " (shards), %" PRIu64 " (readiness); cap hits %" PRIu64 "\n",
-           s->notes[XFER_NOTE_TOMB_EXPIRED], s->resv_into[XFER_RS_NONE],
-           s->ready_into[XFER_YS_NONE], s->notes[XFER_NOTE_TOMB_FULL]);
+           s->notes[XFER_NOTE_TOMB_EXPIRED], s->resv_into[XFER_RESV_STATE_NONE],
+           s->ready_into[XFER_READY_STATE_NONE], s->notes[XFER_NOTE_TOMB_FULL]);
     printf("pre-emptive cancels: %" PRIu64 ", cancels given up: %" PRIu64
            "\n",
            s->notes[XFER_NOTE_PREEMPTIVE], s->notes[XFER_NOTE_CANCEL_GAVE_UP]);
@@ -203,17 +203,17 @@ static void print_rest(const summary *s)
            ", readiness %" PRIu64 "; illegal steps: %" PRIu64 "\n",
            s->ignored[0], s->ignored[1], s->ignored[2],
            s->illegal[0] + s->illegal[1] + s->illegal[2]);
-    if (s->per_machine[XFER_M_RESERVATION]) {
+    if (s->per_machine[XFER_MACHINE_RESERVATION]) {
         printf("reservations reached:");
-        for (unsigned st = 1; st < XFER_RS_COUNT_; st++)
-            printf(" %s %" PRIu64, xfer_fsm_state_name(XFER_M_RESERVATION, st),
+        for (unsigned st = 1; st < XFER_RESV_STATE_COUNT_; st++)
+            printf(" %s %" PRIu64, xfer_fsm_state_name(XFER_MACHINE_RESERVATION, st),
                    s->resv_into[st]);
         printf("\n");
     }
-    if (s->per_machine[XFER_M_READINESS]) {
+    if (s->per_machine[XFER_MACHINE_READINESS]) {
         printf("readiness reached:");
-        for (unsigned st = 1; st < XFER_YS_COUNT_; st++)
-            printf(" %s %" PRIu64, xfer_fsm_state_name(XFER_M_READINESS, st),
+        for (unsigned st = 1; st < XFER_READY_STATE_COUNT_; st++)
+            printf(" %s %" PRIu64, xfer_fsm_state_name(XFER_MACHINE_READINESS, st),
                    s->ready_into[st]);
         printf("\n");
     }

@@ -741,8 +741,8 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd,
 
 static bool busy_state(xfer_resv_state st)
 {
-    return st == XFER_RS_RESERVED || st == XFER_RS_WRITING ||
-           st == XFER_RS_CANCEL_PENDING || st == XFER_RS_EXPIRE_PENDING;
+    return st == XFER_RESV_STATE_RESERVED || st == XFER_RESV_STATE_WRITING ||
+           st == XFER_RESV_STATE_CANCEL_PENDING || st == XFER_RESV_STATE_EXPIRE_PENDING;
 }
 
 static void count_busy(void *ud, uint64_t id, uint32_t attempt,
