@@ -64,12 +64,14 @@ typedef struct xfer_fabric_opts {
 void xfer_fabric_default_opts(xfer_fabric_opts *o);
 
 /* Parse "key=value,key=value" (the XFER_FABRIC_FAULTS syntax; keys are the
- * field names, mw2 for mw_type2) over *o.  Returns 0, or -1 with one line
- * in err (err may be NULL). */
+ * field names, mw2 for mw_type2) over *o.  spec (may be NULL) and err are
+ * borrowed; *o is changed only on success.  Returns 0, or -1 with one
+ * line in err (err may be NULL). */
 int xfer_fabric_parse_opts(const char *spec, xfer_fabric_opts *o, char *err,
                            size_t errlen);
 
-/* The options in force, and a new set (copied; restarts every Nth count).
+/* The options in force (copied out), and a new set (copied in; restarts
+ * every Nth count).
  * max_msg_sz and mw_type2 are read by each later query and alloc_mw. */
 void xfer_fabric_get_opts(xfer_fabric_opts *o);
 void xfer_fabric_set_opts(const xfer_fabric_opts *o);
@@ -116,13 +118,14 @@ typedef struct xfer_fabric_counters {
 #undef XFER_FABRIC_FIELD
 } xfer_fabric_counters;
 
-/* A consistent snapshot. */
+/* A consistent snapshot, copied into *c. */
 void xfer_fabric_counters_get(xfer_fabric_counters *c);
-/* "name value" lines; returns 0 or -1 (errno from stdio). */
+/* "name value" lines to f (borrowed); returns 0 or -1 (errno from
+ * stdio). */
 int xfer_fabric_counters_print(FILE *f, const xfer_fabric_counters *c);
 /* Read a file written by xfer_fabric_counters_print (a child's
- * XFER_FABRIC_COUNTERS file).  Returns 0, or -1 if it cannot be read or a
- * line is not a known counter. */
+ * XFER_FABRIC_COUNTERS file; path borrowed) into *c.  Returns 0, or -1 if
+ * it cannot be read or a line is not a known counter. */
 int xfer_fabric_counters_load(const char *path, xfer_fabric_counters *c);
 
 /* When nothing of the fabric is alive in this process: zero the counters
@@ -131,11 +134,13 @@ int xfer_fabric_counters_load(const char *path, xfer_fabric_counters *c);
  * which also proves the previous test cleaned up. */
 int xfer_fabric_reset(void);
 
-/* Cut the link under a connected id (NULL: every link of this process), as
- * a cable pull would: both ends see RDMA_CM_EVENT_DISCONNECTED, both QPs go
- * to error, WRs in flight complete with IBV_WC_RETRY_EXC_ERR and the rest
- * are flushed; a message already on the wire may still land.  Returns the
- * number of links cut. */
+/* Cut the link under a connected id (borrowed; NULL: every link of this
+ * process), as a cable pull would: both ends see
+ * RDMA_CM_EVENT_DISCONNECTED, both QPs go to error, the WR on the wire
+ * completes with IBV_WC_RETRY_EXC_ERR and the rest are flushed; a message
+ * already sent may still land.  The cut happens on the fabric's thread,
+ * just after this returns.  Returns the number of link ends of this
+ * process cut (a link between two ids of one process has two). */
 int xfer_fabric_cut(struct rdma_cm_id *id);
 
 #ifdef __cplusplus
