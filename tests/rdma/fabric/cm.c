@@ -360,10 +360,8 @@ FAB_API int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src,
         err = EINVAL;
     } else {
         if (f->state == FAB_CM_IDLE) {
-            if (src)
-                memcpy(&id->route.addr.src_storage, src, dlen);
-            else
-                id->route.addr.src_addr.sa_family = dst->sa_family;
+            /* one host: the local address that reaches dst is dst's */
+            memcpy(&id->route.addr.src_storage, src ? src : dst, dlen);
             /* The kernel would pick a source port; nothing binds it. */
             static uint16_t src_port = 40000;
             set_port(&id->route.addr.src_addr, src_port++);

@@ -94,12 +94,16 @@ static void failed(fab_cm_id *f, enum rdma_cm_event_type type, int status,
 
 /* ---- the calls -------------------------------------------------------- */
 
-FAB_API int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
+FAB_API int rdma_connect(struct rdma_cm_id *id,
+                         struct rdma_conn_param *param)
 {
+    static const struct rdma_conn_param none = {.retry_count = 7,
+                                                 .rnr_retry_count = 7};
     int err = 0;
     fab_enter();
     fab_cm_id *f = FAB_OF(id, fab_cm_id, id);
-    if (f->state != FAB_CM_ROUTE_RESOLVED || !id->qp || !p ||
+    const struct rdma_conn_param *p = param ? param : &none;
+    if (f->state != FAB_CM_ROUTE_RESOLVED || !id->qp ||
         p->private_data_len > FAB_REQ_PDATA) {
         err = EINVAL;
         goto out;

@@ -346,7 +346,9 @@ static void conn_read(fab_conn *c)
         }
         ssize_t n = recv(c->fd, c->in.p + c->in.len, c->in.cap - c->in.len,
                          0);
-        if (n > 0) {
+        if (n > 0 && c->closing) { /* going away: drain, never block */
+            c->in.off = c->in.len = 0;
+        } else if (n > 0) {
             c->in.len += (size_t)n;
             conn_process(c);
         } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
@@ -493,7 +495,7 @@ void fab_wire_turn(uint64_t due)
         if (l->fd >= 0 && l->id && l->listening)
             ok = poll_add(&n, l->fd, POLLIN, OBJ_LISTENER, l);
     for (fab_conn *c = fab_g.conns; c && ok == 0; c = c->next) {
-        short ev = c->closing ? 0 : POLLIN;
+        short ev = POLLIN;
         if (c->out.len > c->out.off)
             ev |= POLLOUT;
         ok = poll_add(&n, c->fd, ev, OBJ_CONN, c);
