@@ -47,6 +47,34 @@ static bool caps_ok(const struct ibv_qp_cap *c)
            c->max_inline_data <= FAB_MAX_INLINE;
 }
 
+/* A QP with its send and receive rings (each WR with its SGE slots). */
+static fab_qp *qp_alloc(const struct ibv_qp_cap *cap)
+{
+    fab_qp *q = calloc(1, sizeof *q);
+    uint32_t ssge = cap->max_send_sge ? cap->max_send_sge : 1;
+    uint32_t rsge = cap->max_recv_sge ? cap->max_recv_sge : 1;
+    uint32_t rwr = cap->max_recv_wr ? cap->max_recv_wr : 1;
+    if (!q || !(q->sq = calloc(cap->max_send_wr, sizeof *q->sq)) ||
+        !(q->sq_sge = calloc((size_t)cap->max_send_wr * ssge,
+                             sizeof *q->sq_sge)) ||
+        !(q->rq = calloc(rwr, sizeof *q->rq)) ||
+        !(q->rq_sge = calloc((size_t)rwr * rsge, sizeof *q->rq_sge)))
+        goto out_free;
+    for (uint32_t i = 0; i < cap->max_send_wr; i++)
+        q->sq[i].sge = &q->sq_sge[(size_t)i * ssge];
+    for (uint32_t i = 0; i < rwr; i++)
+        q->rq[i].sge = &q->rq_sge[(size_t)i * rsge];
+    return q;
+out_free:
+    if (q) {
+        free(q->sq);
+        free(q->sq_sge);
+        free(q->rq);
+    }
+    free(q);
+    return NULL;
+}
+
 fab_qp *fab_qp_create(fab_pd *pd, struct ibv_qp_init_attr *a, int *err)
 {
     *err = EINVAL;
@@ -58,29 +86,9 @@ fab_qp *fab_qp_create(fab_pd *pd, struct ibv_qp_init_attr *a, int *err)
     if (a->qp_type != IBV_QPT_RC || a->srq)
         return NULL;
     *err = ENOMEM;
-    if (fab_g.ctr.qps_live >= FAB_MAX_QP)
+    fab_qp *q = NULL;
+    if (fab_g.ctr.qps_live >= FAB_MAX_QP || !(q = qp_alloc(&a->cap)))
         return NULL;
-    fab_qp *q = calloc(1, sizeof *q);
-    uint32_t ssge = a->cap.max_send_sge ? a->cap.max_send_sge : 1;
-    uint32_t rsge = a->cap.max_recv_sge ? a->cap.max_recv_sge : 1;
-    uint32_t rwr = a->cap.max_recv_wr ? a->cap.max_recv_wr : 1;
-    if (!q || !(q->sq = calloc(a->cap.max_send_wr, sizeof *q->sq)) ||
-        !(q->sq_sge = calloc((size_t)a->cap.max_send_wr * ssge,
-                             sizeof *q->sq_sge)) ||
-        !(q->rq = calloc(rwr, sizeof *q->rq)) ||
-        !(q->rq_sge = calloc((size_t)rwr * rsge, sizeof *q->rq_sge))) {
-        if (q) {
-            free(q->sq);
-            free(q->sq_sge);
-            free(q->rq);
-        }
-        free(q);
-        return NULL;
-    }
-    for (uint32_t i = 0; i < a->cap.max_send_wr; i++)
-        q->sq[i].sge = &q->sq_sge[(size_t)i * ssge];
-    for (uint32_t i = 0; i < rwr; i++)
-        q->rq[i].sge = &q->rq_sge[(size_t)i * rsge];
     q->pd = pd;
     q->scq = fab_cq_of(a->send_cq);
     q->rcq = fab_cq_of(a->recv_cq);
