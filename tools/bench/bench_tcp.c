@@ -10,6 +10,9 @@
  * Parts (--only takes a comma list; default all):
  *   echo    the floor: a minimal C fan-out echo to 4 echo processes over
  *           loopback TCP (echo.h), 1 and 3 rounds per unit;
+ *   wire    the same minimal client speaking the wire protocol to the 4
+ *           xferd (reserve, write, commit): what the shard servers cost,
+ *           with the producer reduced to its sockets;
  *   xfer    0-byte transfers (reserve, write, commit on every shard) through
  *           the engine and the tcp transport to 4 xferd processes;
  *   python  the pure-Python reference of the same 3-round protocol
@@ -18,7 +21,7 @@
  *   data    iperf3 -l 1M (one stream, loopback) and 1 MiB blocks through
  *           xfer over 1 and over 4 shards;
  *   blocks  payload GB/s for 64 KiB, 256 KiB and 4 MiB blocks.
- * Each of echo, xfer and python runs at every --inflight level (default
+ * Each of echo, wire, xfer and python runs at every --inflight level (default
  * 1,64) and reports units/s, p50/p99 latency, and CPU per unit summed over
  * every process involved (/proc: the bench for the producer and the echo
  * client, the children for the rest), with the kernel's share and context
@@ -59,7 +62,10 @@
 #define XFER_BENCH_PYREF "pyref.py"
 #endif
 
-enum { P_ECHO = 1, P_XFER = 2, P_PYTHON = 4, P_DATA = 8, P_BLOCKS = 16 };
+enum { P_ECHO = 1, P_WIRE = 2, P_XFER = 4, P_PYTHON = 8, P_DATA = 16,
+       P_BLOCKS = 32 };
+#define PART_NAMES {"echo", "wire", "xfer", "python", "data", "blocks"}
+#define NPARTS 6
 
 typedef struct opts {
     unsigned parts;
@@ -74,7 +80,7 @@ typedef struct opts {
 /* Every figure of one run (and, after the runs, their medians). */
 typedef struct figs {
     bench_fig echo[2][MAX_LEVELS]; /* [0]: 1 round, [1]: 3 rounds */
-    bench_fig xfer[MAX_LEVELS], py[MAX_LEVELS];
+    bench_fig wire[MAX_LEVELS], xfer[MAX_LEVELS], py[MAX_LEVELS];
     bench_fig iperf, mib[2];       /* 1 MiB: [0] 1 shard, [1] 4 shards */
     bench_fig blocks[3][2];        /* 64 KiB, 256 KiB, 4 MiB x 1/4 shards */
 } figs;
@@ -85,7 +91,7 @@ static const uint32_t block_depth[3] = {32, 16, 4};
 
 /* The processes and connections every run uses. */
 typedef struct world {
-    bench_echo *echo;
+    bench_echo *echo, *wire;
     demo_tcp *group;
     bench_pump *pump;
     bench_pyref *py;
@@ -172,6 +178,22 @@ static int run_echo(world *w, const opts *o, figs *f)
     return 0;
 }
 
+static int run_wire(world *w, const opts *o, figs *f)
+{
+    char err[256];
+    for (int li = 0; li < o->nlevels; li++) {
+        bench_echo_params p = {.rounds = 3, .inflight = o->level[li],
+                               .ns = ns_of(o)};
+        bench_echo_counts c;
+        if (bench_echo_run(w->wire, &p, &f->wire[li], &c, err,
+                           sizeof err) != 0) {
+            fprintf(stderr, "xfer-bench-tcp: %s\n", err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int pump(world *w, bool one, uint32_t slice, uint32_t inflight,
                 uint64_t ns, bench_fig *f)
 {
@@ -236,6 +258,8 @@ static int run_once(world *w, const opts *o, figs *f)
     *f = (figs){0};
     if ((o->parts & P_ECHO) && run_echo(w, o, f))
         return -1;
+    if ((o->parts & P_WIRE) && run_wire(w, o, f))
+        return -1;
     if ((o->parts & P_XFER) && run_xfer(w, o, f))
         return -1;
     if ((o->parts & P_PYTHON) && run_python(w, o, f))
@@ -270,19 +294,22 @@ static void median_figs(const figs *runs, int n, figs *out)
 
 static void print_head(const char *unit)
 {
-    printf("  %-22s %10s %9s %9s %8s %9s %9s %7s %7s\n", "", unit, "p50 us",
-           "p99 us", "CPU us", "producer", "peers", "kernel", "ctxsw");
+    printf("  %-22s %10s %9s %9s %8s %9s %9s %7s\n", "", unit, "p50 us",
+           "p99 us", "CPU us", "driver", "peers", "kernel");
 }
 
 static void print_fig(const char *what, const bench_fig *f)
 {
-    printf("  %-22s %10.0f %9.1f %9.1f %8.2f %9.2f %9.2f %6.0f%% %7.2f",
-           what, f->per_s, f->p50_us, f->p99_us, f->cpu_us, f->driver_us,
-           f->peers_us, f->sys_pct, f->csw);
-    if (f->calls > 0)
-        printf("  %5.1f calls", f->calls);
+    printf("  %-22s %10.0f %9.1f %9.1f %8.2f %9.2f %9.2f %6.0f%%", what,
+           f->per_s, f->p50_us, f->p99_us, f->cpu_us, f->driver_us,
+           f->peers_us, f->sys_pct);
     if (f->failed > 0)
         printf("  (%.0f failed!)", f->failed);
+    printf("\n  %-22s per unit: %.2f context switches; read/write calls: "
+           "driver %.2f/%.2f, peers %.2f/%.2f", "", f->csw, f->driver_r,
+           f->driver_w, f->peers_r, f->peers_w);
+    if (f->calls > 0)
+        printf("; driver syscalls %.2f", f->calls);
     printf("\n");
 }
 
@@ -292,7 +319,9 @@ static void print_echo(const opts *o, const figs *f)
     printf("\nthe machine's floor: C fan-out echo to 4 echo processes, %u-byte "
            "frames,\none epoll_wait per turn, one read and one write per "
            "connection per turn\n", BENCH_ECHO_FRAME);
-    printf("  (CPU us per unit; \"calls\": the client's syscalls per unit)\n");
+    printf("  CPU us per unit: every process, the driver (the client or "
+           "producer), the peers;\n  kernel: the share of that CPU spent "
+           "in the kernel\n");
     print_head("units/s");
     for (int r = 0; r < 2; r++)
         for (int li = 0; li < o->nlevels; li++) {
@@ -327,10 +356,10 @@ static int level_index(const opts *o, uint32_t n)
 static void ratio(const char *what, double v, double target)
 {
     if (v <= 0) {
-        printf("  %-60s %9s\n", what, "-");
+        printf("  %-64s %9s\n", what, "-");
         return;
     }
-    printf("  %-60s %8.2fx", what, v);
+    printf("  %-64s %8.2fx", what, v);
     if (target > 0)
         printf("   target >= %4.2fx  %s", target,
                v >= target ? "met" : "MISSED");
@@ -349,6 +378,8 @@ static void print_ratios(const opts *o, const figs *f)
     const bench_fig *e1r1 = l1 >= 0 ? &f->echo[0][l1] : &none;
     const bench_fig *e1r3 = l1 >= 0 ? &f->echo[1][l1] : &none;
     const bench_fig *e64r3 = l64 >= 0 ? &f->echo[1][l64] : &none;
+    const bench_fig *w1 = l1 >= 0 ? &f->wire[l1] : &none;
+    const bench_fig *w64 = l64 >= 0 ? &f->wire[l64] : &none;
     const bench_fig *p1 = l1 >= 0 ? &f->py[l1] : &none;
     const bench_fig *p64 = l64 >= 0 ? &f->py[l64] : &none;
     printf("\nratios, each against a reference measured in this run\n");
@@ -358,6 +389,16 @@ static void print_ratios(const opts *o, const figs *f)
           bench_ratio(x1->p50_us, e1r1->p50_us), -1.5);
     ratio("1 in flight: p99 / 3-round echo p99",
           bench_ratio(x1->p99_us, e1r3->p99_us), 0);
+    ratio("1 in flight: p50, minimal C producer / 3-round echo (xferd)",
+          bench_ratio(w1->p50_us, e1r3->p50_us), 0);
+    ratio("1 in flight: p50, xfer / minimal C producer (the producer)",
+          bench_ratio(x1->p50_us, w1->p50_us), 0);
+    ratio("64 in flight: producer CPU per transfer / minimal C producer's",
+          bench_ratio(x64->driver_us, w64->driver_us), 0);
+    ratio("64 in flight: xferd CPU per transfer, under xfer / under it",
+          bench_ratio(x64->peers_us, w64->peers_us), 0);
+    ratio("64 in flight: xferd CPU per transfer / echo processes' per unit",
+          bench_ratio(w64->peers_us, e64r3->peers_us), 0);
     ratio("64 in flight: transfers/s / 3-round echo units/s",
           bench_ratio(x64->per_s, e64r3->per_s), 0);
     ratio("64 in flight: CPU per transfer / 3-round echo CPU per unit",
@@ -371,11 +412,11 @@ static void print_ratios(const opts *o, const figs *f)
     ratio("1 MiB blocks, 1 shard: GB/s / iperf3 -l 1M",
           bench_ratio(f->mib[0].gbps, f->iperf.gbps), 0.95);
     if (x64->per_s > 0)
-        printf("  %-60s %8.0f/s   target >= 150000/s  %s\n",
+        printf("  %-64s %8.0f/s   target >= 150000/s  %s\n",
                "64 in flight: transfers/s", x64->per_s,
                x64->per_s >= 150000 ? "met" : "MISSED");
     if (x64->cpu_us > 0)
-        printf("  %-60s %8.2f us  target <= 13 us  %s\n",
+        printf("  %-64s %8.2f us  target <= 13 us  %s\n",
                "64 in flight: CPU per transfer, every process", x64->cpu_us,
                x64->cpu_us <= 13 ? "met" : "MISSED");
 }
@@ -436,6 +477,10 @@ static void print_all(const opts *o, const world *w, const figs *f)
 {
     if (o->parts & P_ECHO)
         print_echo(o, f);
+    if (o->parts & P_WIRE)
+        print_levels("minimal C producer -> the same 4 xferd (epoll, the "
+                     "wire protocol, one write\nper connection per turn; "
+                     "no engine): what the shard servers cost", o, f->wire);
     if (o->parts & P_XFER)
         print_levels("xfer: engine + tcp transport -> 4 xferd processes "
                      "(reserve, write, commit on every shard)", o, f->xfer);
@@ -484,33 +529,42 @@ static int status_sum(const world *w, xfer_wire_status *sum)
     return 0;
 }
 
-static int smoke_echo(world *w)
+/* Units of `rounds` through e at 1 and at 64 in flight. */
+static int smoke_client(world *w, bench_echo *e, const char *name,
+                        uint32_t rounds)
 {
     static const uint32_t inflight[2] = {1, 64}, units[2] = {100, 300};
     char err[256], what[128];
     int bad = 0;
-    for (int r = 0; r < 2; r++)
-        for (int i = 0; i < 2; i++) {
-            bench_echo_params p = {.rounds = echo_rounds[r],
-                                   .inflight = inflight[i],
-                                   .ns = UINT64_MAX / 4,
-                                   .max_units = units[i]};
-            bench_echo_counts c;
-            bench_fig f;
-            int rc = bench_echo_run(w->echo, &p, &f, &c, err, sizeof err);
-            snprintf(what, sizeof what, "echo %u round(s), %u in flight: "
-                     "%" PRIu64 " of %u units", echo_rounds[r], inflight[i],
-                     c.done, units[i]);
-            bad += check(rc == 0 && c.done == units[i] &&
-                         c.started == units[i] && f.units == units[i],
-                         what);
-            bad += check(c.frames_sent == c.frames_received &&
-                         c.frames_sent == (uint64_t)units[i] * 4 *
-                                              echo_rounds[r],
-                         "  every frame echoed once, rounds x peers each");
-            bad += check(f.p50_us > 0 && f.p99_us >= f.p50_us &&
-                         f.cpu_us > 0, "  latency and CPU measured");
-        }
+    for (int i = 0; i < 2; i++) {
+        bench_echo_params p = {.rounds = rounds, .inflight = inflight[i],
+                               .ns = UINT64_MAX / 4, .max_units = units[i]};
+        bench_echo_counts c;
+        bench_fig f;
+        xfer_wire_status s0, s1;
+        int st = e == w->wire ? status_sum(w, &s0) : 0;
+        int rc = bench_echo_run(e, &p, &f, &c, err, sizeof err);
+        if (e == w->wire)
+            st |= status_sum(w, &s1);
+        snprintf(what, sizeof what, "%s %u round(s), %u in flight: "
+                 "%" PRIu64 " of %u units", name, rounds, inflight[i],
+                 c.done, units[i]);
+        bad += check(rc == 0 && c.done == units[i] &&
+                     c.started == units[i] && f.units == units[i], what);
+        bad += check(c.frames_sent == c.frames_received &&
+                     c.frames_sent == (uint64_t)units[i] * NSHARDS * rounds,
+                     "  every frame answered once, rounds x peers each");
+        if (e == w->wire)
+            bad += check(st == 0 &&
+                         s1.commits - s0.commits ==
+                             (uint64_t)units[i] * NSHARDS &&
+                         s1.bytes_in_use == 0,
+                         "  the shards counted one commit per shard each");
+        bad += check(f.p50_us > 0 && f.p99_us >= f.p50_us && f.cpu_us > 0,
+                     "  latency and CPU measured");
+        if (rc)
+            printf("  (%s)\n", err);
+    }
     return bad;
 }
 
@@ -574,7 +628,9 @@ static int smoke_python(world *w)
 static int smoke(world *w)
 {
     printf("xfer-bench tcp --smoke: counts that must add up\n");
-    int bad = smoke_echo(w);
+    int bad = smoke_client(w, w->echo, "echo", 1) +
+              smoke_client(w, w->echo, "echo", 3) +
+              smoke_client(w, w->wire, "wire", 3);
     bad += smoke_pump(w, false, 0, 1, 100);
     bad += smoke_pump(w, false, 0, 64, 300);
     bad += smoke_pump(w, true, MIB, 8, 16);
@@ -601,6 +657,17 @@ static void find_xferd(const char *argv0, char *buf, size_t cap)
         demo_tcp_find_xferd(argv0, buf, cap); /* for the message */
 }
 
+static int connect_wire(world *w, char *err, size_t cap)
+{
+    const char *addrs[NSHARDS];
+    pid_t pids[NSHARDS];
+    for (uint16_t k = 0; k < NSHARDS; k++) {
+        addrs[k] = demo_tcp_addr(w->group, k);
+        pids[k] = demo_tcp_pid(w->group, k);
+    }
+    return bench_echo_connect_wire(NSHARDS, addrs, pids, &w->wire, err, cap);
+}
+
 static int start_world(world *w, const opts *o, const char *argv0)
 {
     char err[256], xferd[PATH_MAX];
@@ -608,22 +675,26 @@ static int start_world(world *w, const opts *o, const char *argv0)
     if ((o->parts & P_ECHO) &&
         bench_echo_start(NSHARDS, &w->echo, err, sizeof err) != 0)
         goto out_err;
-    if (o->parts & (P_XFER | P_DATA | P_BLOCKS)) {
+    if (o->parts & (P_WIRE | P_XFER | P_DATA | P_BLOCKS)) {
         if (o->xferd)
             snprintf(xferd, sizeof xferd, "%s", o->xferd);
         else if (getenv("XFERD"))
             snprintf(xferd, sizeof xferd, "%s", getenv("XFERD"));
         else
             find_xferd(argv0, xferd, sizeof xferd);
+        /* Shard tombstones live 2 x the lease: a 1 s lease leaves room
+         * for 500 k transfers/s per shard in 1 M tombstones. */
         demo_tcp_config gc = {.xferd = xferd, .nshards = NSHARDS,
                               .pool_bytes = o->smoke ? 64u << 20
                                                      : 256u << 20,
                               .max_resv = 65536,
-                              .max_tombs = 1u << 20, .lease_ttl_ms = 2000};
+                              .max_tombs = 1u << 20, .lease_ttl_ms = 1000};
         if (demo_tcp_start(&gc, &w->group, err, sizeof err) != 0 ||
             bench_pump_new(w->group, NSHARDS, &w->pump, err, sizeof err))
             goto out_err;
     }
+    if ((o->parts & P_WIRE) && connect_wire(w, err, sizeof err) != 0)
+        goto out_err;
     if ((o->parts & P_PYTHON) &&
         bench_pyref_start(o->python, o->pyref, NSHARDS, o->py_stdlib, &w->py,
                           w->py_why, sizeof w->py_why) != 0)
@@ -644,6 +715,7 @@ static void stop_world(world *w)
 {
     bench_pyref_stop(w->py);
     bench_pump_del(w->pump);
+    bench_echo_stop(w->wire);
     demo_tcp_stop(w->group);
     bench_echo_stop(w->echo);
 }
@@ -657,8 +729,7 @@ static int bad_arg(const char *what, const char *arg)
 
 static int parse_parts(const char *s, unsigned *parts)
 {
-    static const char *const names[] = {"echo", "xfer", "python", "data",
-                                        "blocks"};
+    static const char *const names[] = PART_NAMES;
     char buf[128];
     *parts = 0;
     if (strlen(s) >= sizeof buf)
@@ -667,7 +738,7 @@ static int parse_parts(const char *s, unsigned *parts)
     for (char *save, *t = strtok_r(buf, ",", &save); t;
          t = strtok_r(NULL, ",", &save)) {
         unsigned bit = 0;
-        for (unsigned i = 0; i < 5; i++)
+        for (unsigned i = 0; i < NPARTS; i++)
             if (!strcmp(t, names[i]))
                 bit = 1u << i;
         if (!bit)
@@ -708,7 +779,8 @@ static int parse(int argc, char **argv, opts *o)
             return bad_arg("argument", a);
         else if (i++, !strcmp(a, "--only")) {
             if (parse_parts(v, &o->parts))
-                return bad_arg("part list (echo,xfer,python,data,blocks)", v);
+                return bad_arg("part list (echo,wire,xfer,python,data,"
+                               "blocks)", v);
         } else if (!strcmp(a, "--runs")) {
             long n = strtol(v, &end, 10);
             if (*end || n < 1 || n > MAX_RUNS)
@@ -735,14 +807,14 @@ static int parse(int argc, char **argv, opts *o)
 
 int main(int argc, char **argv)
 {
-    opts o = {.parts = P_ECHO | P_XFER | P_PYTHON | P_DATA | P_BLOCKS,
+    opts o = {.parts = (1u << NPARTS) - 1,
               .runs = 1, .seconds = 2, .level = {1, 64}, .nlevels = 2,
               .python = "/usr/bin/python3", .pyref = XFER_BENCH_PYREF};
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc;
     if (o.smoke)
-        o.parts = P_ECHO | P_XFER | P_PYTHON;
+        o.parts = P_ECHO | P_WIRE | P_XFER | P_PYTHON;
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
     atexit(bench_proc_kill_all);

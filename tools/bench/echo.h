@@ -53,18 +53,36 @@ typedef struct bench_echo_counts {
 int bench_echo_start(uint16_t npeers, bench_echo **out, char *err,
                      size_t cap);
 
-/* The echo processes' pids (for CPU samples); *n set to their count. */
+/*
+ * The same client, speaking the wire protocol to real shard servers
+ * instead: connect to addrs[k] ("a.b.c.d:port", borrowed until return;
+ * pids[k] its process, copied) for k < npeers and say HELLO for shard k of
+ * group 0.  Each unit is then one 0-byte transfer: RESERVE, WRITE, COMMIT
+ * on every shard, one round each (rounds must be 3), with ids from 2^40 up
+ * so that they never meet the engine's.  This is a producer with nothing
+ * but the sockets (no engine, no state machine, no libevent), so against
+ * the echo it shows what the shard servers add, and against xfer what the
+ * producer adds.  The servers are not stopped by bench_echo_stop.
+ * Returns 0, or -1 with one line in err.
+ */
+int bench_echo_connect_wire(uint16_t npeers, const char *const *addrs,
+                            const pid_t *pids, bench_echo **out, char *err,
+                            size_t cap);
+
+/* The peers' pids (for CPU samples); *n set to their count. */
 const pid_t *bench_echo_pids(const bench_echo *e, int *n);
 
 /*
- * Run one closed loop; fill *f (CPU of the client and every echo process)
- * and *c.  Returns 0, or -1 with one line in err when a peer broke, sent
- * a frame that matches no outstanding round, or went silent for 2 s.
+ * Run one closed loop; fill *f (CPU of the client and every peer) and *c.
+ * Returns 0, or -1 with one line in err when a peer broke, sent a frame
+ * that matches no outstanding round (or, over the wire protocol, refused
+ * an op), or went silent for 2 s.
  */
 int bench_echo_run(bench_echo *e, const bench_echo_params *p, bench_fig *f,
                    bench_echo_counts *c, char *err, size_t cap);
 
-/* Close every connection, kill the echo processes, free.  NULL ok. */
+/* Close every connection, kill the echo processes (if this module forked
+ * them), free.  NULL ok. */
 void bench_echo_stop(bench_echo *e);
 
 #endif /* XFER_BENCH_ECHO_H */

@@ -59,6 +59,10 @@ void bench_fig_make(bench_fig *f, const bench_sample *a,
     f->cpu_us = f->driver_us + f->peers_us;
     f->csw = (double)(b->driver.csw - a->driver.csw + b->peers.csw -
                       a->peers.csw) / (double)ok;
+    f->driver_r = (double)(b->driver.rcalls - a->driver.rcalls) / (double)ok;
+    f->driver_w = (double)(b->driver.wcalls - a->driver.wcalls) / (double)ok;
+    f->peers_r = (double)(b->peers.rcalls - a->peers.rcalls) / (double)ok;
+    f->peers_w = (double)(b->peers.wcalls - a->peers.wcalls) / (double)ok;
 }
 
 void bench_fig_median(const bench_fig *runs, int n, bench_fig *out)

@@ -30,6 +30,10 @@
     X(sys_pct, "share of that CPU spent in the kernel, %")                    \
     X(csw, "context switches per unit, driver + peers")                       \
     X(calls, "driver syscalls per unit, where the driver counts them")        \
+    X(driver_r, "read-type syscalls per unit, the driver")                    \
+    X(driver_w, "write-type syscalls per unit, the driver")                   \
+    X(peers_r, "read-type syscalls per unit, all peers")                      \
+    X(peers_w, "write-type syscalls per unit, all peers")                     \
     X(other_cpus, "CPUs busy with other processes meanwhile")
 
 typedef struct bench_fig {

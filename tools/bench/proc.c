@@ -6,7 +6,8 @@
  * each thread's time on a CPU in ns (user and kernel together, including
  * the softirq work of loopback TCP that runs in the process's context:
  * this kernel has no separate IRQ time accounting), stat gives the
- * user/kernel split in clock ticks, status the context switches.
+ * user/kernel split in clock ticks, status the context switches, io the
+ * read and write syscalls.
  *
  * What must stay true: no child outlives the bench (PR_SET_PDEATHSIG, set
  * before exec, and a check that the parent did not die before it), and
@@ -89,6 +90,17 @@ static void add_ticks(const char *dir, bench_cpu *acc)
     acc->sys_ticks += strtoull(end, NULL, 10);
 }
 
+/* Read and write syscalls of the whole process. */
+static void add_io(const char *dir, bench_cpu *acc)
+{
+    char path[300], buf[1024];
+    snprintf(path, sizeof path, "%s/io", dir);
+    if (!read_small(path, buf, sizeof buf))
+        return;
+    acc->rcalls += field_after(buf, "syscr:");
+    acc->wcalls += field_after(buf, "syscw:");
+}
+
 void bench_proc_cpu(pid_t pid, bench_cpu *acc)
 {
     char dir[64], tdir[340];
@@ -97,6 +109,7 @@ void bench_proc_cpu(pid_t pid, bench_cpu *acc)
     else
         snprintf(dir, sizeof dir, "/proc/self");
     add_ticks(dir, acc);
+    add_io(dir, acc);
     snprintf(tdir, sizeof tdir, "%s/task", dir);
     DIR *d = opendir(tdir);
     if (!d)

@@ -21,6 +21,9 @@ typedef struct bench_cpu {
     uint64_t sys_ticks;   /* /proc/PID/stat stime */
     uint64_t csw;         /* voluntary + involuntary context switches of
                              every thread, /proc/PID/task/TID/status */
+    uint64_t rcalls, wcalls; /* read- and write-type syscalls (read, readv,
+                                write, writev; not recv/send), /proc/PID/io
+                                syscr and syscw */
 } bench_cpu;
 
 /* A driver process (the producer, the echo client) and its peers (the
