@@ -4,8 +4,9 @@
  * figures and their ratios to references; asserts nothing about time.
  *
  *   xfer-bench-tcp [--only PARTS] [--runs N] [--seconds S]
- *                  [--inflight N[,N...]] [--xferd PATH] [--python PATH]
- *                  [--pyref PATH] [--py-stdlib] [--smoke] [--verbose]
+ *                  [--inflight N[,N...]] [--warmup S] [--xferd PATH]
+ *                  [--python PATH] [--pyref PATH] [--py-stdlib] [--smoke]
+ *                  [--verbose] [--pause-ms MS]
  *
  * Parts (--only takes a comma list; default all):
  *   echo    the floor: a minimal C fan-out echo to 4 echo processes over
@@ -29,6 +30,12 @@
  * field-by-field median.  --smoke runs a few hundred units of each part
  * instead of timed figures and checks that the counts add up (exit 1 if
  * not): the suite's test of this program.
+ *
+ * For profilers (tools/bench/profile.sh): --verbose prints the pids of
+ * the bench (the producer and the clients) and of every xferd, and each
+ * figure's unit count, on stderr; --pause-ms waits that long after the
+ * pids so that a profiler can attach; --warmup 0 drops the 64-in-flight
+ * warm-up (default --seconds / 4) before the xfer figures.
  *
  * Invariant: every child process is killed before exit, and dies with us
  * (PR_SET_PDEATHSIG) if we die first.
@@ -70,7 +77,8 @@ enum { P_ECHO = 1, P_WIRE = 2, P_XFER = 4, P_PYTHON = 8, P_DATA = 16,
 typedef struct opts {
     unsigned parts;
     int runs;
-    double seconds;
+    double seconds, warmup; /* warmup < 0: seconds / 4 */
+    int pause_ms;
     uint32_t level[MAX_LEVELS];
     int nlevels;
     const char *xferd, *python, *pyref;
@@ -160,6 +168,15 @@ static uint64_t ns_of(const opts *o)
     return (uint64_t)(o->seconds * 1e9);
 }
 
+static void say_units(const opts *o, const char *part, uint32_t inflight,
+                      const bench_fig *f)
+{
+    if (o->verbose)
+        fprintf(stderr, "figure %s %u in flight: %.0f units ok, %.0f "
+                "failed, %.3f s\n", part, inflight, f->units, f->failed,
+                f->secs);
+}
+
 static int run_echo(world *w, const opts *o, figs *f)
 {
     char err[256];
@@ -174,6 +191,8 @@ static int run_echo(world *w, const opts *o, figs *f)
                 fprintf(stderr, "xfer-bench-tcp: %s\n", err);
                 return -1;
             }
+            say_units(o, r ? "echo-3" : "echo-1", o->level[li],
+                      &f->echo[r][li]);
         }
     return 0;
 }
@@ -190,6 +209,7 @@ static int run_wire(world *w, const opts *o, figs *f)
             fprintf(stderr, "xfer-bench-tcp: %s\n", err);
             return -1;
         }
+        say_units(o, "wire", o->level[li], &f->wire[li]);
     }
     return 0;
 }
@@ -211,11 +231,15 @@ static int pump(world *w, bool one, uint32_t slice, uint32_t inflight,
 static int run_xfer(world *w, const opts *o, figs *f)
 {
     bench_fig warm;
-    if (pump(w, false, 0, 64, ns_of(o) / 4, &warm) != 0)
+    double wsecs = o->warmup < 0 ? o->seconds / 4 : o->warmup;
+    if (wsecs > 0 &&
+        pump(w, false, 0, 64, (uint64_t)(wsecs * 1e9), &warm) != 0)
         return -1;
-    for (int li = 0; li < o->nlevels; li++)
+    for (int li = 0; li < o->nlevels; li++) {
         if (pump(w, false, 0, o->level[li], ns_of(o), &f->xfer[li]) != 0)
             return -1;
+        say_units(o, "xfer", o->level[li], &f->xfer[li]);
+    }
     return 0;
 }
 
@@ -229,6 +253,8 @@ static int run_python(world *w, const opts *o, figs *f)
                             err, sizeof err) != 0) {
             fprintf(stderr, "xfer-bench-tcp: %s\n", err);
             return -1;
+        } else {
+            say_units(o, "python", o->level[li], &f->py[li]);
         }
     return 0;
 }
@@ -700,10 +726,15 @@ static int start_world(world *w, const opts *o, const char *argv0)
                           w->py_why, sizeof w->py_why) != 0)
         w->py = NULL; /* reported, not fatal */
     if (o->verbose) {
-        fprintf(stderr, "pids: bench (producer, echo client) %d", getpid());
+        fprintf(stderr, "pids: bench %d xferd", getpid());
         for (uint16_t k = 0; w->group && k < NSHARDS; k++)
-            fprintf(stderr, ", xferd %d", (int)demo_tcp_pid(w->group, k));
+            fprintf(stderr, " %d", (int)demo_tcp_pid(w->group, k));
         fprintf(stderr, "\n");
+    }
+    if (o->pause_ms > 0) {
+        struct timespec ts = {o->pause_ms / 1000,
+                              (long)(o->pause_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
     }
     return 0;
 out_err:
@@ -790,6 +821,15 @@ static int parse(int argc, char **argv, opts *o)
             o->seconds = strtod(v, &end);
             if (*end || !(o->seconds > 0 && o->seconds <= 3600))
                 return bad_arg("duration", v);
+        } else if (!strcmp(a, "--warmup")) {
+            o->warmup = strtod(v, &end);
+            if (*end || !(o->warmup >= 0 && o->warmup <= 3600))
+                return bad_arg("warm-up duration", v);
+        } else if (!strcmp(a, "--pause-ms")) {
+            long n = strtol(v, &end, 10);
+            if (*end || n < 0 || n > 600000)
+                return bad_arg("pause", v);
+            o->pause_ms = (int)n;
         } else if (!strcmp(a, "--inflight")) {
             if (parse_levels(v, o))
                 return bad_arg("in-flight list (1..256, at most 4)", v);
@@ -808,7 +848,8 @@ static int parse(int argc, char **argv, opts *o)
 int main(int argc, char **argv)
 {
     opts o = {.parts = (1u << NPARTS) - 1,
-              .runs = 1, .seconds = 2, .level = {1, 64}, .nlevels = 2,
+              .runs = 1, .seconds = 2, .warmup = -1, .level = {1, 64},
+              .nlevels = 2,
               .python = "/usr/bin/python3", .pyref = XFER_BENCH_PYREF};
     int rc = parse(argc, argv, &o);
     if (rc)
