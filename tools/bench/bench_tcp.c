@@ -336,6 +336,8 @@ static void print_fig(const char *what, const bench_fig *f)
            f->driver_w, f->peers_r, f->peers_w);
     if (f->calls > 0)
         printf("; driver syscalls %.2f", f->calls);
+    if (f->other_cpus > 0.1)
+        printf("; %.2f CPUs busy elsewhere", f->other_cpus);
     printf("\n");
 }
 
