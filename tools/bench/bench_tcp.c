@@ -177,40 +177,37 @@ static void say_units(const opts *o, const char *part, uint32_t inflight,
                 f->secs);
 }
 
-static int run_echo(world *w, const opts *o, figs *f)
+/* One closed loop of a fan-out client (the echo or the wire one). */
+static int client(const opts *o, bench_echo *e, const char *name,
+                  uint32_t rounds, uint32_t inflight, bench_fig *f)
 {
     char err[256];
+    bench_echo_params p = {.rounds = rounds, .inflight = inflight,
+                           .ns = ns_of(o)};
+    bench_echo_counts c;
+    if (bench_echo_run(e, &p, f, &c, err, sizeof err) != 0) {
+        fprintf(stderr, "xfer-bench-tcp: %s\n", err);
+        return -1;
+    }
+    say_units(o, name, inflight, f);
+    return 0;
+}
+
+static int run_echo(world *w, const opts *o, figs *f)
+{
     for (int r = 0; r < 2; r++)
-        for (int li = 0; li < o->nlevels; li++) {
-            bench_echo_params p = {.rounds = echo_rounds[r],
-                                   .inflight = o->level[li],
-                                   .ns = ns_of(o)};
-            bench_echo_counts c;
-            if (bench_echo_run(w->echo, &p, &f->echo[r][li], &c, err,
-                               sizeof err) != 0) {
-                fprintf(stderr, "xfer-bench-tcp: %s\n", err);
+        for (int li = 0; li < o->nlevels; li++)
+            if (client(o, w->echo, r ? "echo-3" : "echo-1", echo_rounds[r],
+                       o->level[li], &f->echo[r][li]) != 0)
                 return -1;
-            }
-            say_units(o, r ? "echo-3" : "echo-1", o->level[li],
-                      &f->echo[r][li]);
-        }
     return 0;
 }
 
 static int run_wire(world *w, const opts *o, figs *f)
 {
-    char err[256];
-    for (int li = 0; li < o->nlevels; li++) {
-        bench_echo_params p = {.rounds = 3, .inflight = o->level[li],
-                               .ns = ns_of(o)};
-        bench_echo_counts c;
-        if (bench_echo_run(w->wire, &p, &f->wire[li], &c, err,
-                           sizeof err) != 0) {
-            fprintf(stderr, "xfer-bench-tcp: %s\n", err);
+    for (int li = 0; li < o->nlevels; li++)
+        if (client(o, w->wire, "wire", 3, o->level[li], &f->wire[li]) != 0)
             return -1;
-        }
-        say_units(o, "wire", o->level[li], &f->wire[li]);
-    }
     return 0;
 }
 
@@ -248,14 +245,14 @@ static int run_python(world *w, const opts *o, figs *f)
     char err[256];
     if (!w->py)
         return 0;
-    for (int li = 0; li < o->nlevels; li++)
+    for (int li = 0; li < o->nlevels; li++) {
         if (bench_pyref_run(w->py, o->level[li], ns_of(o), 0, &f->py[li],
                             err, sizeof err) != 0) {
             fprintf(stderr, "xfer-bench-tcp: %s\n", err);
             return -1;
-        } else {
-            say_units(o, "python", o->level[li], &f->py[li]);
         }
+        say_units(o, "python", o->level[li], &f->py[li]);
+    }
     return 0;
 }
 
