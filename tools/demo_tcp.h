@@ -80,7 +80,8 @@ int demo_tcp_bytes_in_use(const demo_tcp *t, uint64_t *bytes);
  * Blocking, at most 1 s.  Returns 0, or XFER_ERR_IO when it did not answer
  * (*st then untouched).
  */
-int demo_tcp_status(const demo_tcp *t, uint16_t k, struct xfer_wire_status *st);
+int demo_tcp_status(const demo_tcp *t, uint16_t k,
+                    struct xfer_wire_status *st);
 
 /* Child k's pid (0 once reaped) and its "127.0.0.1:port" (borrowed: lives
  * as long as t), for k below the nshards of demo_tcp_start. */

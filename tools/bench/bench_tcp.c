@@ -341,9 +341,9 @@ static void print_fig(const char *what, const bench_fig *f)
 static void print_echo(const opts *o, const figs *f)
 {
     char what[64];
-    printf("\nthe machine's floor: C fan-out echo to 4 echo processes, %u-byte "
-           "frames,\none epoll_wait per turn, one read and one write per "
-           "connection per turn\n", BENCH_ECHO_FRAME);
+    printf("\nthe machine's floor: C fan-out echo to 4 echo processes, "
+           "%u-byte frames,\none epoll_wait per turn, one read and one "
+           "write per connection per turn\n", BENCH_ECHO_FRAME);
     printf("  CPU us per unit: every process, the driver (the client or "
            "producer), the peers;\n  kernel: the share of that CPU spent "
            "in the kernel\n");
