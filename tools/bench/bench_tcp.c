@@ -321,7 +321,8 @@ static void print_head(const char *unit)
            "p99 us", "CPU us", "driver", "peers", "kernel");
 }
 
-static void print_fig(const char *what, const bench_fig *f)
+/* One figure in two lines; rounds > 0 for the echo (CPU per round). */
+static void print_fig(const char *what, const bench_fig *f, uint32_t rounds)
 {
     printf("  %-22s %10.0f %9.1f %9.1f %8.2f %9.2f %9.2f %6.0f%%", what,
            f->per_s, f->p50_us, f->p99_us, f->cpu_us, f->driver_us,
@@ -333,6 +334,8 @@ static void print_fig(const char *what, const bench_fig *f)
            f->driver_w, f->peers_r, f->peers_w);
     if (f->calls > 0)
         printf("; driver syscalls %.2f", f->calls);
+    if (rounds > 0)
+        printf("; CPU per round %.2f us", f->cpu_us / rounds);
     if (f->other_cpus > 0.1)
         printf("; %.2f CPUs busy elsewhere", f->other_cpus);
     printf("\n");
@@ -353,7 +356,7 @@ static void print_echo(const opts *o, const figs *f)
             snprintf(what, sizeof what, "%u round%s, %3u in flight",
                      echo_rounds[r], echo_rounds[r] > 1 ? "s" : "",
                      o->level[li]);
-            print_fig(what, &f->echo[r][li]);
+            print_fig(what, &f->echo[r][li], echo_rounds[r]);
         }
 }
 
@@ -365,7 +368,7 @@ static void print_levels(const char *title, const opts *o,
     print_head("transfers/s");
     for (int li = 0; li < o->nlevels; li++) {
         snprintf(what, sizeof what, "%3u in flight", o->level[li]);
-        print_fig(what, &fig[li]);
+        print_fig(what, &fig[li], 0);
     }
 }
 
