@@ -450,13 +450,28 @@ out:
     return rc;
 }
 
+int demo_tcp_status(const demo_tcp *t, uint16_t k, xfer_wire_status *st)
+{
+    return k < t->n ? status_one(t->port[k], st) : XFER_ERR_IO;
+}
+
+pid_t demo_tcp_pid(const demo_tcp *t, uint16_t k)
+{
+    return k < t->n ? t->pid[k] : 0;
+}
+
+const char *demo_tcp_addr(const demo_tcp *t, uint16_t k)
+{
+    return k < t->n ? t->addrs[k] : NULL;
+}
+
 int demo_tcp_bytes_in_use(const demo_tcp *t, uint64_t *bytes)
 {
     int rc = 0;
     *bytes = 0;
     for (uint16_t k = 0; k < t->n; k++) {
         xfer_wire_status st;
-        if (status_one(t->port[k], &st) == 0)
+        if (demo_tcp_status(t, k, &st) == 0)
             *bytes += st.bytes_in_use;
         else
             rc = XFER_ERR_IO;

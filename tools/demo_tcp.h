@@ -12,10 +12,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "xfer/tcp.h"
 
 struct event_base;
+struct xfer_wire_status;
 typedef struct demo_tcp demo_tcp;
 
 typedef struct demo_tcp_config {
@@ -72,6 +74,19 @@ int demo_tcp_connect(const demo_tcp *t, struct event_base *base,
  * counts only those that did).
  */
 int demo_tcp_bytes_in_use(const demo_tcp *t, uint64_t *bytes);
+
+/*
+ * Ask child k for STATUS (every shard it hosts, summed) into *st.
+ * Blocking, at most 1 s.  Returns 0, or XFER_ERR_IO when it did not answer
+ * (*st then untouched).
+ */
+int demo_tcp_status(const demo_tcp *t, uint16_t k,
+                    struct xfer_wire_status *st);
+
+/* Child k's pid (0 once reaped) and its "127.0.0.1:port" (borrowed: lives
+ * as long as t), for k below the nshards of demo_tcp_start. */
+pid_t demo_tcp_pid(const demo_tcp *t, uint16_t k);
+const char *demo_tcp_addr(const demo_tcp *t, uint16_t k);
 
 /*
  * SIGTERM every child, reap it (xferd drains: bounded by lease TTL + 2 s,

@@ -1,23 +1,46 @@
 /*
- * tools/bench/bench_tcp.c - `xfer-bench tcp`: the tcp transport against 4
- * xferd shard processes on loopback, side by side with iperf3 measured in
- * the same run.  Prints figures and the targets of DESIGN.md section 8; it
- * asserts nothing about time.
+ * tools/bench/bench_tcp.c - `xfer-bench tcp`: xfer over TCP against the
+ * machine's own floor, all measured in one process and one run.  Prints
+ * figures and their ratios to references; asserts nothing about time.
  *
- *   xfer-bench-tcp [--xferd PATH] [--seconds S]
+ *   xfer-bench-tcp [--only PARTS] [--runs N] [--seconds S]
+ *                  [--inflight N[,N...]] [--warmup S] [--xferd PATH]
+ *                  [--python PATH] [--pyref PATH] [--py-stdlib] [--smoke]
+ *                  [--verbose] [--pause-ms MS]
  *
- * Phases: (1) iperf3 -l 1M, one stream, on 127.0.0.1 (the reference);
- * (2) transfers with no payload (0-byte slices: reserve, write, commit on
- * every shard) at 1 and 64 in flight, with p50/p99 latency from submit to
- * completion; (3) GB/s of payload for 64 KiB, 256 KiB, 1 MiB and 4 MiB
- * blocks per shard, over 1 shard and over 4 shards.
+ * Parts (--only takes a comma list; default all):
+ *   echo    the floor: a minimal C fan-out echo to 4 echo processes over
+ *           loopback TCP (echo.h), 1 and 3 rounds per unit;
+ *   wire    the same minimal client speaking the wire protocol to the 4
+ *           xferd (reserve, write, commit): what the shard servers cost,
+ *           with the producer reduced to its sockets;
+ *   xfer    0-byte transfers (reserve, write, commit on every shard) through
+ *           the engine and the tcp transport to 4 xferd processes;
+ *   python  the pure-Python reference of the same 3-round protocol
+ *           (pyref.py: uvloop + msgpack when importable, else asyncio +
+ *           json), 4 shard processes and a producer process;
+ *   data    iperf3 -l 1M (one stream, loopback) and 1 MiB blocks through
+ *           xfer over 1 and over 4 shards;
+ *   blocks  payload GB/s for 64 KiB, 256 KiB and 4 MiB blocks.
+ * Each of echo, wire, xfer and python runs at every --inflight level (default
+ * 1,64) and reports units/s, p50/p99 latency, and CPU per unit summed over
+ * every process involved (/proc: the bench for the producer and the echo
+ * client, the children for the rest), with the kernel's share and context
+ * switches per unit.  --runs N repeats every part N times and prints the
+ * field-by-field median.  --smoke runs a few hundred units of each part
+ * instead of timed figures and checks that the counts add up (exit 1 if
+ * not): the suite's test of this program.
  *
- * Invariant: every child process (xferd, iperf3) is killed before exit,
- * and dies with us (PR_SET_PDEATHSIG) if we die first.
+ * For profilers (tools/bench/profile.sh): --verbose prints the pids of
+ * the bench (the producer and the clients) and of every xferd, and each
+ * figure's unit count, on stderr; --pause-ms waits that long after the
+ * pids so that a profiler can attach; --warmup 0 drops the 64-in-flight
+ * warm-up (default --seconds / 4) before the xfer figures.
+ *
+ * Invariant: every child process is killed before exit, and dies with us
+ * (PR_SET_PDEATHSIG) if we die first.
  */
 #include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -25,95 +48,66 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
-#include <event2/event.h>
-
-#include "xfer/tcp.h"
-#include "xfer/xfer.h"
+#include "../demo_tcp.h"
+#include "echo.h"
+#include "figure.h"
+#include "proc.h"
+#include "pump.h"
+#include "pyref.h"
+#include "wire.h"
 
 #define NSHARDS 4
-#define STAGING (64u << 20)
+#define MAX_RUNS 32
+#define MAX_LEVELS 4
+#define MIB (1u << 20)
 
-static pid_t kids[8];
-static int nkids;
+#ifndef XFER_BENCH_PYREF
+#define XFER_BENCH_PYREF "pyref.py"
+#endif
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+enum { P_ECHO = 1, P_WIRE = 2, P_XFER = 4, P_PYTHON = 8, P_DATA = 16,
+       P_BLOCKS = 32 };
+#define PART_NAMES {"echo", "wire", "xfer", "python", "data", "blocks"}
+#define NPARTS 6
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
+typedef struct opts {
+    unsigned parts;
+    int runs;
+    double seconds, warmup; /* warmup < 0: seconds / 4 */
+    int pause_ms;
+    uint32_t level[MAX_LEVELS];
+    int nlevels;
+    const char *xferd, *python, *pyref;
+    bool py_stdlib, smoke, verbose;
+} opts;
 
-static void kill_kids(void)
-{
-    for (int i = 0; i < nkids; i++)
-        if (kids[i] > 0) {
-            kill(kids[i], SIGKILL);
-            waitpid(kids[i], NULL, 0);
-            kids[i] = 0;
-        }
-}
+/* Every figure of one run (and, after the runs, their medians). */
+typedef struct figs {
+    bench_fig echo[2][MAX_LEVELS]; /* [0]: 1 round, [1]: 3 rounds */
+    bench_fig wire[MAX_LEVELS], xfer[MAX_LEVELS], py[MAX_LEVELS];
+    bench_fig iperf, mib[2];       /* 1 MiB: [0] 1 shard, [1] 4 shards */
+    bench_fig blocks[3][2];        /* 64 KiB, 256 KiB, 4 MiB x 1/4 shards */
+} figs;
 
-static pid_t spawn(const char *const *argv, bool quiet)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open("/dev/null", O_WRONLY);
-        if (fd >= 0 && quiet) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    if (pid > 0 && nkids < 8)
-        kids[nkids++] = pid;
-    return pid;
-}
+static const uint32_t echo_rounds[2] = {1, 3};
+static const uint32_t block_bytes[3] = {64u << 10, 256u << 10, 4u << 20};
+static const uint32_t block_depth[3] = {32, 16, 4};
 
-/* Start xferd for shard k; returns its port, or 0. */
-static uint16_t start_xferd(const char *bin, int k)
-{
-    char shard[8], pf[128];
-    snprintf(shard, sizeof shard, "%d", k);
-    snprintf(pf, sizeof pf, "/tmp/xfer-bench-%d-%d.port", getpid(), k);
-    unlink(pf);
-    const char *argv[] = {bin, "--port", "0", "--port-file", pf, "--shards",
-                          shard, "--pool", "256M", "--max-resv", "65536",
-                          "--max-tombs", "1048576", "--lease-ttl", "2s", "--consume", "--quiet",
-                          NULL};
-    if (spawn(argv, true) < 0)
-        return 0;
-    for (int i = 0; i < 1000; i++) {
-        FILE *f = fopen(pf, "r");
-        unsigned port = 0;
-        if (f) {
-            int ok = fscanf(f, "%u", &port) == 1;
-            fclose(f);
-            if (ok && port) {
-                unlink(pf);
-                return (uint16_t)port;
-            }
-        }
-        sleep_ms(5);
-    }
-    return 0;
-}
+/* The processes and connections every run uses. */
+typedef struct world {
+    bench_echo *echo, *wire;
+    demo_tcp *group;
+    bench_pump *pump;
+    bench_pyref *py;
+    char py_why[256];
+} world;
 
 /* ---------------------------------------------------------------------- */
-/* iperf3 reference                                                        */
+/* iperf3                                                                  */
 /* ---------------------------------------------------------------------- */
 
 static uint16_t free_port(void)
@@ -138,10 +132,12 @@ static double iperf3_gbps(int seconds)
     snprintf(port, sizeof port, "%u", (unsigned)free_port());
     const char *srv[] = {"iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", port,
                          NULL};
-    pid_t pid = spawn(srv, true);
+    int to, from;
+    pid_t pid = bench_proc_spawn(srv, true, &to, &from);
     if (pid < 0)
         return 0;
-    sleep_ms(300);
+    struct timespec ts = {0, 300000000};
+    nanosleep(&ts, NULL);
     snprintf(cmd, sizeof cmd,
              "timeout %d iperf3 -c 127.0.0.1 -p %s -l 1M -P 1 -t %d -J "
              "2>/dev/null",
@@ -157,293 +153,736 @@ static double iperf3_gbps(int seconds)
     s = s ? strstr(s, "\"bits_per_second\":") : NULL;
     if (s)
         bps = strtod(s + strlen("\"bits_per_second\":"), NULL);
-    kill(pid, SIGKILL);
+    close(to);
+    close(from);
+    bench_proc_kill(pid);
     return bps / 8e9;
 }
 
 /* ---------------------------------------------------------------------- */
-/* A closed-loop transfer pump                                             */
+/* One run                                                                 */
 /* ---------------------------------------------------------------------- */
 
-typedef struct pump {
-    xfer_engine *e;
-    struct event_base *base;
-    uint32_t group, pool;
-    uint16_t nshards;
-    uint32_t slice, inflight, live;
-    uint64_t next_id, done, failed, bytes, stop_at;
-    uint64_t started[256];
-    uint32_t free_slots[256], nfree;
-    uint64_t *lat;
-    size_t nlat, caplat;
-} pump;
-
-static void submit(pump *u);
-
-static void on_done(void *ud, const xfer_result *res)
+static uint64_t ns_of(const opts *o)
 {
-    pump *u = ud;
-    uint32_t slot = (uint32_t)res->user_data;
-    uint64_t t = now_ns();
-    u->live--;
-    u->free_slots[u->nfree++] = slot;
-    if (res->status == 0) {
-        u->done++;
-        u->bytes += (uint64_t)u->slice * u->nshards;
-        if (u->nlat < u->caplat)
-            u->lat[u->nlat++] = t - u->started[slot];
-    } else {
-        if (u->failed++ == 0 && getenv("XFER_BENCH_DEBUG"))
-            fprintf(stderr, "first failure: %s phase %u shard %u\n",
-                    xfer_strerror(res->status), (unsigned)res->phase,
-                    (unsigned)res->first_failed_shard);
-    }
-    if (t < u->stop_at)
-        submit(u);
-    else if (u->live == 0)
-        event_base_loopbreak(u->base);
+    return (uint64_t)(o->seconds * 1e9);
 }
 
-static void submit(pump *u)
+static void say_units(const opts *o, const char *part, uint32_t inflight,
+                      const bench_fig *f)
 {
-    uint32_t slot = u->free_slots[--u->nfree];
-    xfer_slice sl[NSHARDS];
-    for (uint16_t k = 0; k < u->nshards; k++) {
-        sl[k].off = ((uint64_t)slot * u->nshards + k) * u->slice;
-        sl[k].len = u->slice;
+    if (o->verbose)
+        fprintf(stderr, "figure %s %u in flight: %.0f units ok, %.0f "
+                "failed, %.3f s\n", part, inflight, f->units, f->failed,
+                f->secs);
+}
+
+/* One closed loop of a fan-out client (the echo or the wire one). */
+static int client(const opts *o, bench_echo *e, const char *name,
+                  uint32_t rounds, uint32_t inflight, bench_fig *f)
+{
+    char err[256];
+    bench_echo_params p = {.rounds = rounds, .inflight = inflight,
+                           .ns = ns_of(o)};
+    bench_echo_counts c;
+    if (bench_echo_run(e, &p, f, &c, err, sizeof err) != 0) {
+        fprintf(stderr, "xfer-bench-tcp: %s\n", err);
+        return -1;
     }
-    xfer_transfer_desc d = {.id = ++u->next_id, .group = u->group,
-                            .pool = u->pool, .nslices = u->nshards,
-                            .slices = sl, .user_data = slot};
-    u->started[slot] = now_ns();
-    if (xfer_engine_submit(u->e, &d, on_done, u) != 0) {
-        u->failed++;
-        u->free_slots[u->nfree++] = slot;
-        if (u->live == 0)
-            event_base_loopbreak(u->base); /* nothing left to wait for */
+    say_units(o, name, inflight, f);
+    return 0;
+}
+
+static int run_echo(world *w, const opts *o, figs *f)
+{
+    for (int r = 0; r < 2; r++)
+        for (int li = 0; li < o->nlevels; li++)
+            if (client(o, w->echo, r ? "echo-3" : "echo-1", echo_rounds[r],
+                       o->level[li], &f->echo[r][li]) != 0)
+                return -1;
+    return 0;
+}
+
+static int run_wire(world *w, const opts *o, figs *f)
+{
+    for (int li = 0; li < o->nlevels; li++)
+        if (client(o, w->wire, "wire", 3, o->level[li], &f->wire[li]) != 0)
+            return -1;
+    return 0;
+}
+
+static int pump(world *w, bool one, uint32_t slice, uint32_t inflight,
+                uint64_t ns, bench_fig *f)
+{
+    char err[256];
+    bench_pump_params p = {.one_shard = one, .slice = slice,
+                           .inflight = inflight, .ns = ns};
+    bench_pump_counts c;
+    if (bench_pump_run(w->pump, &p, f, &c, err, sizeof err) != 0) {
+        fprintf(stderr, "xfer-bench-tcp: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int run_xfer(world *w, const opts *o, figs *f)
+{
+    bench_fig warm;
+    double wsecs = o->warmup < 0 ? o->seconds / 4 : o->warmup;
+    if (wsecs > 0 &&
+        pump(w, false, 0, 64, (uint64_t)(wsecs * 1e9), &warm) != 0)
+        return -1;
+    for (int li = 0; li < o->nlevels; li++) {
+        if (pump(w, false, 0, o->level[li], ns_of(o), &f->xfer[li]) != 0)
+            return -1;
+        say_units(o, "xfer", o->level[li], &f->xfer[li]);
+    }
+    return 0;
+}
+
+static int run_python(world *w, const opts *o, figs *f)
+{
+    char err[256];
+    if (!w->py)
+        return 0;
+    for (int li = 0; li < o->nlevels; li++) {
+        if (bench_pyref_run(w->py, o->level[li], ns_of(o), 0, &f->py[li],
+                            err, sizeof err) != 0) {
+            fprintf(stderr, "xfer-bench-tcp: %s\n", err);
+            return -1;
+        }
+        say_units(o, "python", o->level[li], &f->py[li]);
+    }
+    return 0;
+}
+
+static int run_data(world *w, const opts *o, figs *f)
+{
+    int secs = o->seconds < 1 ? 1 : (int)(o->seconds + 0.5);
+    f->iperf.gbps = iperf3_gbps(secs);
+    for (int j = 0; j < 2; j++)
+        if (pump(w, j == 0, MIB, 8, ns_of(o), &f->mib[j]) != 0)
+            return -1;
+    return 0;
+}
+
+static int run_blocks(world *w, const opts *o, figs *f)
+{
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++)
+            if (pump(w, j == 0, block_bytes[i], block_depth[i], ns_of(o),
+                     &f->blocks[i][j]) != 0)
+                return -1;
+    return 0;
+}
+
+static int run_once(world *w, const opts *o, figs *f)
+{
+    *f = (figs){0};
+    if ((o->parts & P_ECHO) && run_echo(w, o, f))
+        return -1;
+    if ((o->parts & P_WIRE) && run_wire(w, o, f))
+        return -1;
+    if ((o->parts & P_XFER) && run_xfer(w, o, f))
+        return -1;
+    if ((o->parts & P_PYTHON) && run_python(w, o, f))
+        return -1;
+    if ((o->parts & P_DATA) && run_data(w, o, f))
+        return -1;
+    if ((o->parts & P_BLOCKS) && run_blocks(w, o, f))
+        return -1;
+    return 0;
+}
+
+/* figs is an array of bench_fig in all but name. */
+enum { NF = sizeof(figs) / sizeof(bench_fig) };
+_Static_assert(sizeof(figs) == NF * sizeof(bench_fig),
+               "figs holds only bench_fig members");
+
+/* The median of every figure over n runs. */
+static void median_figs(const figs *runs, int n, figs *out)
+{
+    const bench_fig *in = (const bench_fig *)runs;
+    bench_fig col[MAX_RUNS];
+    for (size_t k = 0; k < NF; k++) {
+        for (int r = 0; r < n; r++)
+            col[r] = in[(size_t)r * NF + k];
+        bench_fig_median(col, n, &((bench_fig *)out)[k]);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Printing                                                                */
+/* ---------------------------------------------------------------------- */
+
+static void print_head(const char *unit)
+{
+    printf("  %-22s %10s %9s %9s %8s %9s %9s %7s\n", "", unit, "p50 us",
+           "p99 us", "CPU us", "driver", "peers", "kernel");
+}
+
+/* One figure in two lines; rounds > 0 for the echo (CPU per round). */
+static void print_fig(const char *what, const bench_fig *f, uint32_t rounds)
+{
+    printf("  %-22s %10.0f %9.1f %9.1f %8.2f %9.2f %9.2f %6.0f%%", what,
+           f->per_s, f->p50_us, f->p99_us, f->cpu_us, f->driver_us,
+           f->peers_us, f->sys_pct);
+    if (f->failed > 0)
+        printf("  (%.0f failed!)", f->failed);
+    printf("\n  %-22s per unit: %.2f context switches; read/write calls: "
+           "driver %.2f/%.2f, peers %.2f/%.2f", "", f->csw, f->driver_r,
+           f->driver_w, f->peers_r, f->peers_w);
+    if (f->calls > 0)
+        printf("; driver syscalls %.2f", f->calls);
+    if (rounds > 0)
+        printf("; CPU per round %.2f us", f->cpu_us / rounds);
+    if (f->other_cpus > 0.1)
+        printf("; %.2f CPUs busy elsewhere", f->other_cpus);
+    printf("\n");
+}
+
+static void print_echo(const opts *o, const figs *f)
+{
+    char what[64];
+    printf("\nthe machine's floor: C fan-out echo to 4 echo processes, "
+           "%u-byte frames,\none epoll_wait per turn, one read and one "
+           "write per connection per turn\n", BENCH_ECHO_FRAME);
+    printf("  CPU us per unit: every process, the driver (the client or "
+           "producer), the peers;\n  kernel: the share of that CPU spent "
+           "in the kernel\n");
+    print_head("units/s");
+    for (int r = 0; r < 2; r++)
+        for (int li = 0; li < o->nlevels; li++) {
+            snprintf(what, sizeof what, "%u round%s, %3u in flight",
+                     echo_rounds[r], echo_rounds[r] > 1 ? "s" : "",
+                     o->level[li]);
+            print_fig(what, &f->echo[r][li], echo_rounds[r]);
+        }
+}
+
+static void print_levels(const char *title, const opts *o,
+                         const bench_fig *fig)
+{
+    char what[64];
+    printf("\n%s\n", title);
+    print_head("transfers/s");
+    for (int li = 0; li < o->nlevels; li++) {
+        snprintf(what, sizeof what, "%3u in flight", o->level[li]);
+        print_fig(what, &fig[li], 0);
+    }
+}
+
+static int level_index(const opts *o, uint32_t n)
+{
+    for (int li = 0; li < o->nlevels; li++)
+        if (o->level[li] == n)
+            return li;
+    return -1;
+}
+
+/* One ratio line; target > 0: at least, < 0: at most -target. */
+static void ratio(const char *what, double v, double target)
+{
+    if (v <= 0) {
+        printf("  %-64s %9s\n", what, "-");
         return;
     }
-    u->live++;
+    printf("  %-64s %8.2fx", what, v);
+    if (target > 0)
+        printf("   target >= %4.2fx  %s", target,
+               v >= target ? "met" : "MISSED");
+    else if (target < 0)
+        printf("   target <= %4.2fx  %s", -target,
+               v <= -target ? "met" : "MISSED");
+    printf("\n");
 }
 
-static int cmp_u64(const void *a, const void *b)
+static void print_ratios(const opts *o, const figs *f)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+    int l1 = level_index(o, 1), l64 = level_index(o, 64);
+    const bench_fig none = {0};
+    const bench_fig *x1 = l1 >= 0 ? &f->xfer[l1] : &none;
+    const bench_fig *x64 = l64 >= 0 ? &f->xfer[l64] : &none;
+    const bench_fig *e1r1 = l1 >= 0 ? &f->echo[0][l1] : &none;
+    const bench_fig *e1r3 = l1 >= 0 ? &f->echo[1][l1] : &none;
+    const bench_fig *e64r3 = l64 >= 0 ? &f->echo[1][l64] : &none;
+    const bench_fig *w1 = l1 >= 0 ? &f->wire[l1] : &none;
+    const bench_fig *w64 = l64 >= 0 ? &f->wire[l64] : &none;
+    const bench_fig *p1 = l1 >= 0 ? &f->py[l1] : &none;
+    const bench_fig *p64 = l64 >= 0 ? &f->py[l64] : &none;
+    printf("\nratios, each against a reference measured in this run\n");
+    ratio("1 in flight: p50 / 3-round echo p50", bench_ratio(x1->p50_us,
+          e1r3->p50_us), -1.2);
+    ratio("1 in flight: p50 / 1-round echo p50 (the eager path)",
+          bench_ratio(x1->p50_us, e1r1->p50_us), -1.5);
+    ratio("1 in flight: p99 / 3-round echo p99",
+          bench_ratio(x1->p99_us, e1r3->p99_us), 0);
+    ratio("1 in flight: p50, minimal C producer / 3-round echo (xferd)",
+          bench_ratio(w1->p50_us, e1r3->p50_us), 0);
+    ratio("1 in flight: p50, xfer / minimal C producer (the producer)",
+          bench_ratio(x1->p50_us, w1->p50_us), 0);
+    ratio("64 in flight: producer CPU per transfer / minimal C producer's",
+          bench_ratio(x64->driver_us, w64->driver_us), 0);
+    ratio("64 in flight: xferd CPU per transfer, under xfer / under it",
+          bench_ratio(x64->peers_us, w64->peers_us), 0);
+    ratio("64 in flight: xferd CPU per transfer / echo processes' per unit",
+          bench_ratio(w64->peers_us, e64r3->peers_us), 0);
+    ratio("64 in flight: transfers/s / 3-round echo units/s",
+          bench_ratio(x64->per_s, e64r3->per_s), 0);
+    ratio("64 in flight: CPU per transfer / 3-round echo CPU per unit",
+          bench_ratio(x64->cpu_us, e64r3->cpu_us), 0);
+    ratio("64 in flight: transfers/s / Python's", bench_ratio(x64->per_s,
+          p64->per_s), 20);
+    ratio("1 in flight: transfers/s / Python's", bench_ratio(x1->per_s,
+          p1->per_s), 0);
+    ratio("64 in flight: Python's CPU per transfer / xfer's",
+          bench_ratio(p64->cpu_us, x64->cpu_us), 0);
+    ratio("1 MiB blocks, 1 shard: GB/s / iperf3 -l 1M",
+          bench_ratio(f->mib[0].gbps, f->iperf.gbps), 0.95);
+    if (x64->per_s > 0)
+        printf("  %-64s %8.0f/s   target >= 150000/s  %s\n",
+               "64 in flight: transfers/s", x64->per_s,
+               x64->per_s >= 150000 ? "met" : "MISSED");
+    if (x64->cpu_us > 0)
+        printf("  %-64s %8.2f us  target <= 13 us  %s\n",
+               "64 in flight: CPU per transfer, every process", x64->cpu_us,
+               x64->cpu_us <= 13 ? "met" : "MISSED");
 }
 
-typedef struct figures {
-    double per_s, gbps, p50_us, p99_us;
-    uint64_t failed;
-} figures;
-
-/* Run for `ns` with `inflight` transfers of `slice` bytes per shard. */
-static figures run(pump *u, uint32_t slice, uint32_t inflight, uint64_t ns)
+/* What CPU alone allows: every CPU of the machine busy with this. */
+static void print_ceiling(const opts *o, const figs *f)
 {
-    u->slice = slice;
-    u->inflight = inflight;
-    u->done = u->failed = u->bytes = 0;
-    u->nlat = 0;
-    u->nfree = 0;
-    for (uint32_t i = 0; i < inflight; i++)
-        u->free_slots[u->nfree++] = inflight - 1 - i;
-    uint64_t t0 = now_ns();
-    u->stop_at = t0 + ns;
-    for (uint32_t i = 0; i < inflight; i++)
-        submit(u);
-    event_base_dispatch(u->base);
-    double secs = (double)(now_ns() - t0) / 1e9;
-    figures f = {.per_s = (double)u->done / secs,
-                 .gbps = (double)u->bytes / secs / 1e9, .failed = u->failed};
-    if (u->nlat) {
-        qsort(u->lat, u->nlat, sizeof u->lat[0], cmp_u64);
-        f.p50_us = (double)u->lat[u->nlat / 2] / 1e3;
-        f.p99_us = (double)u->lat[u->nlat * 99 / 100] / 1e3;
+    int l64 = level_index(o, 64);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (l64 < 0 || ncpu <= 0)
+        return;
+    printf("\nCPU ceiling at 64 in flight (%ld CPUs / CPU per unit):", ncpu);
+    if (f->xfer[l64].cpu_us > 0)
+        printf(" xfer %.0f transfers/s;", 1e6 * (double)ncpu /
+               f->xfer[l64].cpu_us);
+    if (f->echo[1][l64].cpu_us > 0)
+        printf(" 3-round echo %.0f units/s;", 1e6 * (double)ncpu /
+               f->echo[1][l64].cpu_us);
+    if (f->py[l64].cpu_us > 0)
+        printf(" Python %.0f transfers/s", 1e6 * (double)ncpu /
+               f->py[l64].cpu_us);
+    printf("\n");
+}
+
+static double max_other(const figs *f)
+{
+    const bench_fig *all = (const bench_fig *)f;
+    double m = 0;
+    for (size_t k = 0; k < NF; k++)
+        if (all[k].other_cpus > m)
+            m = all[k].other_cpus;
+    return m;
+}
+
+static void print_data(const opts *o, const figs *f)
+{
+    printf("\npayload GB/s (block = bytes per shard per transfer)\n");
+    printf("  %-22s %12s %12s\n", "block", "1 shard", "4 shards");
+    if (o->parts & P_DATA) {
+        if (f->iperf.gbps > 0)
+            printf("  %-22s %7.2f GB/s\n", "iperf3 -l 1M (1 stream)",
+                   f->iperf.gbps);
+        else
+            printf("  iperf3 -l 1M: not available (apt-get install "
+                   "iperf3)\n");
+        printf("  %-22s %7.2f GB/s %7.2f GB/s\n", "1 MiB", f->mib[0].gbps,
+               f->mib[1].gbps);
     }
-    return f;
+    for (int i = 0; (o->parts & P_BLOCKS) && i < 3; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "%u KiB", block_bytes[i] >> 10);
+        printf("  %-22s %7.2f GB/s %7.2f GB/s\n", what, f->blocks[i][0].gbps,
+               f->blocks[i][1].gbps);
+    }
+}
+
+static void print_all(const opts *o, const world *w, const figs *f)
+{
+    if (o->parts & P_ECHO)
+        print_echo(o, f);
+    if (o->parts & P_WIRE)
+        print_levels("minimal C producer -> the same 4 xferd (epoll, the "
+                     "wire protocol, one write\nper connection per turn; "
+                     "no engine): what the shard servers cost", o, f->wire);
+    if (o->parts & P_XFER)
+        print_levels("xfer: engine + tcp transport -> 4 xferd processes "
+                     "(reserve, write, commit on every shard)", o, f->xfer);
+    if ((o->parts & P_PYTHON) && w->py) {
+        char title[160];
+        snprintf(title, sizeof title, "Python reference (%s, the same "
+                 "3-round protocol, 4 shard processes)",
+                 bench_pyref_kind(w->py));
+        print_levels(title, o, f->py);
+    } else if (o->parts & P_PYTHON) {
+        printf("\nPython reference: not run (%s)\n", w->py_why);
+    }
+    if (o->parts & (P_DATA | P_BLOCKS))
+        print_data(o, f);
+    print_ratios(o, f);
+    print_ceiling(o, f);
+    double other = max_other(f);
+    printf("\nother load: up to %.2f CPUs were busy with other processes "
+           "during a figure%s\n", other,
+           other > 0.1 ? " (the machine was not quiet: rerun)" : "");
 }
 
 /* ---------------------------------------------------------------------- */
-/* Setup                                                                   */
+/* Smoke: counts that must add up                                          */
 /* ---------------------------------------------------------------------- */
 
-typedef struct setup {
-    struct event_base *base;
-    xfer_engine *e;
-    xfer_tcp *tcp4, *tcp1;
-    uint32_t g4, g1, pool;
-    uint8_t *staging;
-} setup;
-
-static int make_tcp(setup *s, const uint16_t *ports, uint16_t n,
-                    xfer_tcp **tcp, uint32_t *group)
+static int check(bool ok, const char *what)
 {
-    static char buf[NSHARDS][32];
+    printf("  %-64s %s\n", what, ok ? "ok" : "FAILED");
+    return ok ? 0 : 1;
+}
+
+static int status_sum(const world *w, xfer_wire_status *sum)
+{
+    *sum = (xfer_wire_status){0};
+    for (uint16_t k = 0; k < NSHARDS; k++) {
+        xfer_wire_status st;
+        if (demo_tcp_status(w->group, k, &st) != 0)
+            return -1;
+        sum->reserves += st.reserves;
+        sum->commits += st.commits;
+        sum->writes += st.writes;
+        sum->write_bytes += st.write_bytes;
+        sum->bytes_in_use += st.bytes_in_use;
+    }
+    return 0;
+}
+
+/* Units of `rounds` through e at 1 and at 64 in flight. */
+static int smoke_client(world *w, bench_echo *e, const char *name,
+                        uint32_t rounds)
+{
+    static const uint32_t inflight[2] = {1, 64}, units[2] = {100, 300};
+    char err[256], what[128];
+    int bad = 0;
+    for (int i = 0; i < 2; i++) {
+        bench_echo_params p = {.rounds = rounds, .inflight = inflight[i],
+                               .ns = UINT64_MAX / 4, .max_units = units[i]};
+        bench_echo_counts c;
+        bench_fig f;
+        xfer_wire_status s0, s1;
+        int st = e == w->wire ? status_sum(w, &s0) : 0;
+        int rc = bench_echo_run(e, &p, &f, &c, err, sizeof err);
+        if (e == w->wire)
+            st |= status_sum(w, &s1);
+        snprintf(what, sizeof what, "%s %u round(s), %u in flight: "
+                 "%" PRIu64 " of %u units", name, rounds, inflight[i],
+                 c.done, units[i]);
+        bad += check(rc == 0 && c.done == units[i] &&
+                     c.started == units[i] && f.units == units[i], what);
+        bad += check(c.frames_sent == c.frames_received &&
+                     c.frames_sent == (uint64_t)units[i] * NSHARDS * rounds,
+                     "  every frame answered once, rounds x peers each");
+        if (e == w->wire)
+            bad += check(st == 0 &&
+                         s1.commits - s0.commits ==
+                             (uint64_t)units[i] * NSHARDS &&
+                         s1.bytes_in_use == 0,
+                         "  the shards counted one commit per shard each");
+        bad += check(f.p50_us > 0 && f.p99_us >= f.p50_us && f.cpu_us > 0,
+                     "  latency and CPU measured");
+        if (rc)
+            printf("  (%s)\n", err);
+    }
+    return bad;
+}
+
+static int smoke_pump(world *w, bool one, uint32_t slice, uint32_t inflight,
+                      uint32_t units)
+{
+    char err[256], what[128];
+    uint16_t shards = one ? 1 : NSHARDS;
+    xfer_wire_status s0, s1;
+    bench_pump_params p = {.one_shard = one, .slice = slice,
+                           .inflight = inflight, .ns = UINT64_MAX / 4,
+                           .max_units = units};
+    bench_pump_counts c;
+    bench_fig f;
+    int st0 = status_sum(w, &s0);
+    int rc = bench_pump_run(w->pump, &p, &f, &c, err, sizeof err);
+    int st1 = status_sum(w, &s1);
+    int bad = 0;
+    snprintf(what, sizeof what, "xfer %u B x %u shard(s), %u in flight: "
+             "%" PRIu64 " of %u ok", slice, shards, inflight, c.done, units);
+    bad += check(rc == 0 && c.done == units && c.submitted == units &&
+                 c.failed == 0 && c.refused == 0 && f.units == units, what);
+    bad += check(c.ops_sent == (uint64_t)units * shards * 3,
+                 "  3 frames (reserve, write, commit) per shard per transfer");
+    bad += check(st0 == 0 && st1 == 0 &&
+                 s1.reserves - s0.reserves == (uint64_t)units * shards &&
+                 s1.commits - s0.commits == (uint64_t)units * shards,
+                 "  the shards counted one reserve and one commit each");
+    bad += check(st1 == 0 && s1.write_bytes - s0.write_bytes ==
+                 (uint64_t)units * shards * slice &&
+                 s1.bytes_in_use == 0,
+                 "  every payload byte landed; nothing left reserved");
+    bad += check(f.p50_us > 0 && f.cpu_us > 0 && f.peers_us > 0,
+                 "  latency and CPU (producer and shards) measured");
+    return bad;
+}
+
+static int smoke_python(world *w)
+{
+    static const uint32_t inflight[2] = {1, 64}, units[2] = {50, 200};
+    char err[256], what[128];
+    int bad = 0;
+    if (!w->py) {
+        printf("  python reference: not run (%s)\n", w->py_why);
+        return 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        bench_fig f;
+        int rc = bench_pyref_run(w->py, inflight[i], 60000000000ull,
+                                 units[i], &f, err, sizeof err);
+        snprintf(what, sizeof what, "python (%s), %u in flight: %.0f of %u "
+                 "ok", bench_pyref_kind(w->py), inflight[i], f.units,
+                 units[i]);
+        bad += check(rc == 0 && f.units == units[i] && f.failed == 0, what);
+        bad += check(f.p50_us > 0 && f.cpu_us > 0,
+                     "  latency and CPU measured");
+    }
+    return bad;
+}
+
+static int smoke(world *w)
+{
+    printf("xfer-bench tcp --smoke: counts that must add up\n");
+    int bad = smoke_client(w, w->echo, "echo", 1) +
+              smoke_client(w, w->echo, "echo", 3) +
+              smoke_client(w, w->wire, "wire", 3);
+    bad += smoke_pump(w, false, 0, 1, 100);
+    bad += smoke_pump(w, false, 0, 64, 300);
+    bad += smoke_pump(w, true, MIB, 8, 16);
+    bad += smoke_python(w);
+    printf("%s\n", bad ? "smoke: FAILED" : "smoke: ok");
+    return bad ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Setup and main                                                          */
+/* ---------------------------------------------------------------------- */
+
+/* xferd next to us (an install), else in the build tree: we live in
+ * tools/bench/, xferd in tools/xferd/. */
+static void find_xferd(const char *argv0, char *buf, size_t cap)
+{
+    char up[PATH_MAX];
+    if (demo_tcp_find_xferd(argv0, buf, cap) == 0)
+        return;
+    const char *slash = strrchr(argv0, '/');
+    snprintf(up, sizeof up, "%.*s../xfer-bench-tcp",
+             slash ? (int)(slash + 1 - argv0) : 0, argv0);
+    if (demo_tcp_find_xferd(up, buf, cap) != 0)
+        demo_tcp_find_xferd(argv0, buf, cap); /* for the message */
+}
+
+static int connect_wire(world *w, char *err, size_t cap)
+{
     const char *addrs[NSHARDS];
-    for (uint16_t k = 0; k < n; k++) {
-        snprintf(buf[k], sizeof buf[k], "127.0.0.1:%u", (unsigned)ports[k]);
-        addrs[k] = buf[k];
+    pid_t pids[NSHARDS];
+    for (uint16_t k = 0; k < NSHARDS; k++) {
+        addrs[k] = demo_tcp_addr(w->group, k);
+        pids[k] = demo_tcp_pid(w->group, k);
     }
-    xfer_tcp_config tc = {.nshards = n, .addrs = addrs};
-    if (xfer_tcp_new(s->base, &tc, tcp) != 0)
-        return -1;
-    return xfer_engine_add_group(s->e, xfer_tcp_transport(*tcp), group);
+    return bench_echo_connect_wire(NSHARDS, addrs, pids, &w->wire, err, cap);
 }
 
-static bool connected(const setup *s)
+static int start_world(world *w, const opts *o, const char *argv0)
 {
-    for (uint16_t k = 0; k < NSHARDS; k++)
-        if (!xfer_tcp_connected(s->tcp4, k))
-            return false;
-    return xfer_tcp_connected(s->tcp1, 0);
-}
-
-static int make_setup(setup *s, const uint16_t *ports)
-{
-    s->base = event_base_new();
-    xfer_engine_config ec = {.base = s->base};
-    ec.core.default_deadline_ns = 30000000000ull;
-    /* At 100 k transfers/s the producer makes 100 k tombstones a second:
-     * keep them as long as the shards' leases (2 s) plus a margin, and
-     * room for that many. */
-    ec.core.tombstone_ttl_ns = 5000000000ull;
-    ec.core.max_tombstones = 1u << 22;
-    s->staging = malloc(STAGING);
-    if (!s->base || !s->staging || xfer_engine_new(&ec, &s->e) != 0)
-        return -1;
-    memset(s->staging, 0x5A, STAGING); /* touch every page once */
-    if (xfer_engine_register_pool(s->e, s->staging, STAGING, &s->pool) ||
-        make_tcp(s, ports, NSHARDS, &s->tcp4, &s->g4) ||
-        make_tcp(s, ports, 1, &s->tcp1, &s->g1))
-        return -1;
-    uint64_t end = now_ns() + 10000000000ull;
-    while (!connected(s) && now_ns() < end)
-        event_base_loop(s->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
-    return connected(s) ? 0 : -1;
-}
-
-static void on_shut(void *ud)
-{
-    event_base_loopbreak(ud);
-}
-
-static void free_setup(setup *s)
-{
-    if (s->e && xfer_engine_shutdown(s->e, on_shut, s->base) == 0)
-        event_base_dispatch(s->base);
-    xfer_engine_del(s->e);
-    xfer_tcp_del(s->tcp4);
-    xfer_tcp_del(s->tcp1);
-    if (s->base) {
-        event_base_loop(s->base, EVLOOP_NONBLOCK);
-        event_base_free(s->base);
+    char err[256], xferd[PATH_MAX];
+    /* The echo processes fork first: they inherit nothing else. */
+    if ((o->parts & P_ECHO) &&
+        bench_echo_start(NSHARDS, &w->echo, err, sizeof err) != 0)
+        goto out_err;
+    if (o->parts & (P_WIRE | P_XFER | P_DATA | P_BLOCKS)) {
+        if (o->xferd)
+            snprintf(xferd, sizeof xferd, "%s", o->xferd);
+        else if (getenv("XFERD"))
+            snprintf(xferd, sizeof xferd, "%s", getenv("XFERD"));
+        else
+            find_xferd(argv0, xferd, sizeof xferd);
+        /* Shard tombstones live 2 x the lease: a 1 s lease leaves room
+         * for 500 k transfers/s per shard in 1 M tombstones. */
+        demo_tcp_config gc = {.xferd = xferd, .nshards = NSHARDS,
+                              .pool_bytes = o->smoke ? 64u << 20
+                                                     : 256u << 20,
+                              .max_resv = 65536,
+                              .max_tombs = 1u << 20, .lease_ttl_ms = 1000};
+        if (demo_tcp_start(&gc, &w->group, err, sizeof err) != 0 ||
+            bench_pump_new(w->group, NSHARDS, &w->pump, err, sizeof err))
+            goto out_err;
     }
-    free(s->staging);
-}
-
-/* ---------------------------------------------------------------------- */
-/* Main                                                                    */
-/* ---------------------------------------------------------------------- */
-
-static const char *find_xferd(const char *arg)
-{
-    static char path[PATH_MAX];
-    if (arg)
-        return arg;
-    if (getenv("XFERD"))
-        return getenv("XFERD");
-    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
-    if (n <= 0)
-        return "xferd";
-    path[n] = '\0';
-    char *slash = strrchr(path, '/');
-    strcpy(slash ? slash + 1 : path, "../xferd/xferd");
-    return access(path, X_OK) == 0 ? path : "xferd";
-}
-
-static void print_latency(const char *what, figures f)
-{
-    printf("  %-34s %10.0f transfers/s   p50 %7.1f us   p99 %7.1f us%s\n",
-           what, f.per_s, f.p50_us, f.p99_us, f.failed ? "  (failures!)" : "");
-}
-
-static void data_phase(setup *s, pump *u, uint64_t ns, double iperf)
-{
-    static const uint32_t blocks[] = {64u << 10, 256u << 10, 1u << 20,
-                                      4u << 20};
-    static const uint32_t depth[] = {32, 16, 8, 4};
-    printf("\n  payload GB/s (block = bytes per shard per transfer)\n");
-    printf("  %-10s %12s %12s\n", "block", "1 shard", "4 shards");
-    double one_mib = 0;
-    for (int i = 0; i < 4; i++) {
-        double g[2];
-        for (int j = 0; j < 2; j++) {
-            u->group = j ? s->g4 : s->g1;
-            u->nshards = j ? NSHARDS : 1;
-            figures f = run(u, blocks[i], depth[i], ns);
-            g[j] = f.gbps;
-        }
-        if (blocks[i] == (1u << 20))
-            one_mib = g[0];
-        printf("  %-10u %9.2f GB/s %7.2f GB/s\n", blocks[i] >> 10 << 10 ==
-               blocks[i] ? blocks[i] : 0, g[0], g[1]);
+    if ((o->parts & P_WIRE) && connect_wire(w, err, sizeof err) != 0)
+        goto out_err;
+    if ((o->parts & P_PYTHON) &&
+        bench_pyref_start(o->python, o->pyref, NSHARDS, o->py_stdlib, &w->py,
+                          w->py_why, sizeof w->py_why) != 0)
+        w->py = NULL; /* reported, not fatal */
+    if (o->verbose) {
+        fprintf(stderr, "pids: bench %d xferd", getpid());
+        for (uint16_t k = 0; w->group && k < NSHARDS; k++)
+            fprintf(stderr, " %d", (int)demo_tcp_pid(w->group, k));
+        fprintf(stderr, "\n");
     }
-    if (iperf > 0)
-        printf("\n  1 MiB over 1 shard = %.0f %% of iperf3 -l 1M "
-               "(target >= 90 %%)\n", 100.0 * one_mib / iperf);
+    if (o->pause_ms > 0) {
+        struct timespec ts = {o->pause_ms / 1000,
+                              (long)(o->pause_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+out_err:
+    fprintf(stderr, "xfer-bench-tcp: %s\n", err);
+    return -1;
+}
+
+static void stop_world(world *w)
+{
+    bench_pyref_stop(w->py);
+    bench_pump_del(w->pump);
+    bench_echo_stop(w->wire);
+    demo_tcp_stop(w->group);
+    bench_echo_stop(w->echo);
+}
+
+static int bad_arg(const char *what, const char *arg)
+{
+    fprintf(stderr, "xfer-bench-tcp: bad %s '%s' (see the top of "
+            "tools/bench/bench_tcp.c)\n", what, arg);
+    return 2;
+}
+
+static int parse_parts(const char *s, unsigned *parts)
+{
+    static const char *const names[] = PART_NAMES;
+    char buf[128];
+    *parts = 0;
+    if (strlen(s) >= sizeof buf)
+        return -1;
+    strcpy(buf, s);
+    for (char *save, *t = strtok_r(buf, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        unsigned bit = 0;
+        for (unsigned i = 0; i < NPARTS; i++)
+            if (!strcmp(t, names[i]))
+                bit = 1u << i;
+        if (!bit)
+            return -1;
+        *parts |= bit;
+    }
+    return *parts ? 0 : -1;
+}
+
+static int parse_levels(const char *s, opts *o)
+{
+    char *end;
+    o->nlevels = 0;
+    do {
+        unsigned long v = strtoul(s, &end, 10);
+        if (end == s || v == 0 || v > BENCH_ECHO_MAX_INFLIGHT ||
+            v > BENCH_PUMP_MAX_INFLIGHT || o->nlevels == MAX_LEVELS ||
+            (*end && *end != ','))
+            return -1;
+        o->level[o->nlevels++] = (uint32_t)v;
+        s = end + 1;
+    } while (*end);
+    return 0;
+}
+
+static int parse(int argc, char **argv, opts *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end;
+        if (!strcmp(a, "--smoke"))
+            o->smoke = true;
+        else if (!strcmp(a, "--verbose"))
+            o->verbose = true;
+        else if (!strcmp(a, "--py-stdlib"))
+            o->py_stdlib = true;
+        else if (!v)
+            return bad_arg("argument", a);
+        else if (i++, !strcmp(a, "--only")) {
+            if (parse_parts(v, &o->parts))
+                return bad_arg("part list (echo,wire,xfer,python,data,"
+                               "blocks)", v);
+        } else if (!strcmp(a, "--runs")) {
+            long n = strtol(v, &end, 10);
+            if (*end || n < 1 || n > MAX_RUNS)
+                return bad_arg("run count (1..32)", v);
+            o->runs = (int)n;
+        } else if (!strcmp(a, "--seconds")) {
+            o->seconds = strtod(v, &end);
+            if (*end || !(o->seconds > 0 && o->seconds <= 3600))
+                return bad_arg("duration", v);
+        } else if (!strcmp(a, "--warmup")) {
+            o->warmup = strtod(v, &end);
+            if (*end || !(o->warmup >= 0 && o->warmup <= 3600))
+                return bad_arg("warm-up duration", v);
+        } else if (!strcmp(a, "--pause-ms")) {
+            long n = strtol(v, &end, 10);
+            if (*end || n < 0 || n > 600000)
+                return bad_arg("pause", v);
+            o->pause_ms = (int)n;
+        } else if (!strcmp(a, "--inflight")) {
+            if (parse_levels(v, o))
+                return bad_arg("in-flight list (1..256, at most 4)", v);
+        } else if (!strcmp(a, "--xferd"))
+            o->xferd = v;
+        else if (!strcmp(a, "--python"))
+            o->python = v;
+        else if (!strcmp(a, "--pyref"))
+            o->pyref = v;
+        else
+            return bad_arg("argument", a);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    const char *xferd_arg = NULL;
-    double seconds = 2;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--xferd") == 0 && i + 1 < argc)
-            xferd_arg = argv[++i];
-        else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc &&
-                 (seconds = atof(argv[++i])) > 0)
-            continue;
-        else {
-            fprintf(stderr, "xfer-bench-tcp: bad argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
+    opts o = {.parts = (1u << NPARTS) - 1,
+              .runs = 1, .seconds = 2, .warmup = -1, .level = {1, 64},
+              .nlevels = 2,
+              .python = "/usr/bin/python3", .pyref = XFER_BENCH_PYREF};
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc;
+    if (o.smoke)
+        o.parts = P_ECHO | P_WIRE | P_XFER | P_PYTHON;
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    atexit(kill_kids);
-    const char *xferd = find_xferd(xferd_arg);
-    uint16_t ports[NSHARDS];
-    for (int k = 0; k < NSHARDS; k++)
-        if (!(ports[k] = start_xferd(xferd, k))) {
-            fprintf(stderr, "xfer-bench-tcp: cannot start %s\n", xferd);
-            return 1;
-        }
-    printf("xfer-bench tcp: 4 xferd shard processes on 127.0.0.1, %.1f s "
-           "per figure\n", seconds);
-    double iperf = iperf3_gbps((int)(seconds + 0.5) < 1 ? 1
-                                                         : (int)(seconds + 0.5));
-    if (iperf > 0)
-        printf("  reference: iperf3 -l 1M, 1 stream:  %.2f GB/s\n", iperf);
-    else
-        printf("  reference: iperf3 not available\n");
-    setup s = {0};
-    if (make_setup(&s, ports) != 0) {
-        fprintf(stderr, "xfer-bench-tcp: cannot connect to the shards\n");
-        return 1;
+    atexit(bench_proc_kill_all);
+    world w = {0};
+    static figs runs[MAX_RUNS];
+    figs med;
+    rc = 1;
+    if (start_world(&w, &o, argv[0]) != 0)
+        goto out;
+    if (o.smoke) {
+        rc = smoke(&w);
+        goto out;
     }
-    static uint64_t lat[1 << 22];
-    pump u = {.e = s.e, .base = s.base, .group = s.g4, .pool = s.pool,
-              .nshards = NSHARDS, .lat = lat, .caplat = 1 << 22};
-    uint64_t ns = (uint64_t)(seconds * 1e9);
-    run(&u, 0, 64, ns / 4); /* warm-up */
-    printf("\n  no payload, 4 shards (reserve + write + commit on each)\n");
-    print_latency("1 in flight", run(&u, 0, 1, ns));
-    print_latency("64 in flight", run(&u, 0, 64, ns));
-    printf("  targets: >= 100 k transfers/s at 64 in flight; p50 < 150 us "
-           "at 1\n  (references: Python asyncio ~10 k/s, Mooncake TCP "
-           "~14 k/s)\n");
-    data_phase(&s, &u, ns, iperf);
-    free_setup(&s);
-    kill_kids();
-    return 0;
+    printf("xfer-bench tcp: 4 shard processes on 127.0.0.1, 0-byte "
+           "transfers, %.1f s per figure, %s%d run%s\n", o.seconds,
+           o.runs > 1 ? "median of " : "", o.runs, o.runs > 1 ? "s" : "");
+    for (int r = 0; r < o.runs; r++) {
+        fprintf(stderr, "xfer-bench-tcp: run %d of %d\n", r + 1, o.runs);
+        if (run_once(&w, &o, &runs[r]) != 0)
+            goto out;
+    }
+    median_figs(runs, o.runs, &med);
+    print_all(&o, &w, &med);
+    rc = 0;
+out:
+    stop_world(&w);
+    return rc;
 }
