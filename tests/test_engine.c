@@ -586,7 +586,7 @@ START_TEST(test_engine_refused_posts_complete_once_default_cap)
 END_TEST
 
 /* ---------------------------------------------------------------------- */
-/* Refusal codes, the deadline's names, the staging figure                 */
+/* Refusal codes, the deadline's names, the staging figure, idleness        */
 /* ---------------------------------------------------------------------- */
 
 /* After shutdown every submit says SHUTDOWN, even one whose pool the
@@ -725,6 +725,76 @@ START_TEST(test_engine_staging_figure_is_release)
 }
 END_TEST
 
+static int idle_calls, idle_seen_cb;
+static bool idle_seen_idle;
+static void on_idle_cb(void *ud)
+{
+    et_env *v = ud;
+    idle_calls++;
+    idle_seen_cb = v->total_cb;
+    idle_seen_idle = xfer_engine_idle(v->e);
+}
+
+static bool idled(et_env *v)
+{
+    return idle_calls > 0;
+}
+
+/* The idle signal: a query, and a one-shot callback from the loop once no
+ * transfer is live and nothing is queued (completions delivered first). */
+START_TEST(test_engine_idle_signal)
+{
+    et_init(&V, &(et_opts){.write_ns = 10 * MS});
+    ck_assert(xfer_engine_idle(V.e));
+    ck_assert_int_eq(xfer_engine_on_idle(V.e, on_idle_cb, &V), 0);
+    ck_assert_int_eq(idle_calls, 0); /* never from inside the call */
+    ck_assert(et_run(&V, idled, 1000));
+    ck_assert_int_eq(idle_calls, 1);
+
+    idle_calls = 0;
+    for (uint64_t id = 1; id <= 5; id++)
+        ck_assert_int_eq(et_submit(&V, id, 0), 0);
+    ck_assert(!xfer_engine_idle(V.e));
+    ck_assert_int_eq(xfer_engine_on_idle(V.e, on_idle_cb, &V), 0);
+    ck_assert(et_run(&V, idled, 5000));
+    ck_assert_int_eq(idle_seen_cb, 5); /* after every completion */
+    ck_assert(idle_seen_idle);
+    et_run_for(&V, 20);
+    ck_assert_int_eq(idle_calls, 1); /* one-shot */
+
+    /* A posted submit keeps the engine busy until its completion is
+     * delivered; a posted cancel until it is drained. */
+    idle_calls = 0;
+    xfer_slice sl[ET_S] = {{0, 8}, {8, 8}, {16, 8}, {24, 8}};
+    xfer_transfer_desc d = {.id = 6, .group = V.group, .pool = V.pool,
+                            .nslices = ET_S, .slices = sl};
+    ck_assert_int_eq(xfer_engine_post_submit(V.e, &d, et_mail_done, &V), 0);
+    ck_assert(!xfer_engine_idle(V.e));
+    ck_assert_int_eq(xfer_engine_on_idle(V.e, on_idle_cb, &V), 0);
+    ck_assert(et_run(&V, idled, 5000));
+    ck_assert_int_eq(V.ncb[6], 1);
+    idle_calls = 0;
+    ck_assert_int_eq(xfer_engine_post_cancel(V.e, 7), 0);
+    ck_assert(!xfer_engine_idle(V.e));
+    ck_assert_int_eq(xfer_engine_on_idle(V.e, on_idle_cb, &V), 0);
+    ck_assert(et_run(&V, idled, 5000));
+    ck_assert_int_eq(xfer_core_state(xfer_engine_core(V.e), 7),
+                     XFER_TRANSFER_STATE_TOMBSTONED);
+
+    /* Removed before it fires: never called. */
+    idle_calls = 0;
+    ck_assert_int_eq(et_submit(&V, 8, 0), 0);
+    ck_assert_int_eq(xfer_engine_on_idle(V.e, on_idle_cb, &V), 0);
+    ck_assert_int_eq(xfer_engine_on_idle(V.e, NULL, NULL), 0);
+    ck_assert(et_run(&V, et_all_done, 5000));
+    et_run_for(&V, 20);
+    ck_assert_int_eq(idle_calls, 0);
+    ck_assert_int_eq(xfer_engine_on_idle(NULL, on_idle_cb, &V),
+                     XFER_ERR_INVALID_ARG);
+    et_free(&V);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine");
@@ -747,6 +817,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_engine_submit_after_shutdown_says_shutdown);
     tcase_add_loop_test(tc, test_engine_deadline_names_waited_shards, 0, 3);
     tcase_add_test(tc, test_engine_staging_figure_is_release);
+    tcase_add_test(tc, test_engine_idle_signal);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -6,9 +6,10 @@
  * request) goes into the core, and then drain() performs the actions the
  * core produced: ops go to the group's transport, RELEASE_STAGING frees the
  * staging accounting, COMPLETE is queued for delivery.  Completions, results
- * a transport refused at start, and the shutdown callback are delivered
- * from one deferred event, so no user callback ever runs inside a call the
- * user just made (STYLE.md 6), and the core is never re-entered mid-step.
+ * a transport refused at start, the shutdown callback and the idle callback
+ * are delivered from one deferred event, so no user callback ever runs
+ * inside a call the user just made (STYLE.md 6), and the core is never
+ * re-entered mid-step.
  *
  * What must stay true (docs/design.md, section 3):
  *  - I1: each accepted submit has one callback record (slot), filled by
@@ -75,6 +76,8 @@ struct xfer_engine {
     xfer_mailbox *mailbox;
     xfer_shutdown_cb shutdown_cb;
     void *shutdown_ud;
+    xfer_idle_cb idle_cb;
+    void *idle_ud;
     uint8_t shutting_down, shutdown_done, shutdown_reported;
     xfer_engine_stats st;
 };
@@ -273,7 +276,16 @@ static void pop_done(xfer_engine *e, xfer_done *out)
     e->cb_free[e->ncb_free++] = d->slot;
 }
 
-/* Deliver refused-op results, completions, and the end of shutdown. */
+bool xfer_engine_idle(const xfer_engine *e)
+{
+    return e && e->ncb_free == e->cfg.core.max_transfers &&
+           !e->done_head && e->ref_n == 0 &&
+           (!e->shutting_down || e->shutdown_reported) &&
+           xfer_mailbox_pending(e->mailbox) == 0;
+}
+
+/* Deliver refused-op results, completions, the end of shutdown, and then
+ * tell a waiting idle callback. */
 static void on_deferred(evutil_socket_t fd, short what, void *arg)
 {
     xfer_engine *e = arg;
@@ -297,6 +309,11 @@ static void on_deferred(evutil_socket_t fd, short what, void *arg)
         unregister_all_pools(e);
         if (e->shutdown_cb)
             e->shutdown_cb(e->shutdown_ud);
+    }
+    if (e->idle_cb && xfer_engine_idle(e)) {
+        xfer_idle_cb cb = e->idle_cb;
+        e->idle_cb = NULL;
+        cb(e->idle_ud);
     }
 }
 
@@ -624,6 +641,8 @@ static void on_mail(void *ud, xfer_mail *m)
     xfer_engine *e = ud;
     if (m->kind == XFER_MAIL_CANCEL) {
         xfer_engine_cancel(e, m->id);
+        if (e->idle_cb)
+            kick(e); /* the last mail may leave the engine idle */
         return;
     }
     xfer_post *p = m->post;
@@ -662,6 +681,17 @@ int xfer_engine_post_cancel(xfer_engine *e, uint64_t id)
         return XFER_ERR_INVALID_ARG;
     xfer_mail m = {.kind = XFER_MAIL_CANCEL, .id = id};
     return xfer_mailbox_post(e->mailbox, &m);
+}
+
+int xfer_engine_on_idle(xfer_engine *e, xfer_idle_cb cb, void *ud)
+{
+    if (!e)
+        return XFER_ERR_INVALID_ARG;
+    e->idle_cb = cb;
+    e->idle_ud = ud;
+    if (cb)
+        kick(e);
+    return 0;
 }
 
 int xfer_engine_shutdown(xfer_engine *e, xfer_shutdown_cb cb, void *ud)

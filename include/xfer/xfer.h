@@ -16,6 +16,20 @@
  * writes is in flight (I3); shutdown refuses new submits, ends every
  * transfer, reports every completion, unregisters every staging pool, and
  * only then calls the shutdown callback (I9).
+ *
+ * A program's life (examples/hello.c):
+ *
+ *     xfer_engine_new -> xfer_loop_new on xfer_engine_base -> add_group,
+ *     register_pool -> submit ... -> event_base_dispatch
+ *       ... completions ...
+ *       xfer_engine_on_idle callback: xfer_engine_shutdown
+ *       shutdown callback: event_base_loopbreak
+ *     (dispatch returns) -> xfer_engine_del -> xfer_loop_del
+ *
+ * The engine keeps events armed on its base for its whole life (the
+ * mailbox's pipe, the core's timer, tombstone expiry), so
+ * event_base_dispatch() does not return by itself: break the loop from the
+ * shutdown callback.
  */
 #ifndef XFER_XFER_H
 #define XFER_XFER_H
@@ -42,6 +56,8 @@ typedef struct xfer_engine xfer_engine;
  * the callback may submit again. */
 typedef void (*xfer_complete_cb)(void *ud, const xfer_result *res);
 typedef void (*xfer_shutdown_cb)(void *ud);
+/* The engine became idle (xfer_engine_on_idle).  Loop thread. */
+typedef void (*xfer_idle_cb)(void *ud);
 /* A clock in nanoseconds; must not go backwards. */
 typedef uint64_t (*xfer_clock_fn)(void *ud);
 
@@ -150,6 +166,23 @@ XFER_API int xfer_engine_post_cancel(xfer_engine *e, uint64_t id);
  * Errors: XFER_ERR_STATE (already shutting down).
  */
 XFER_API int xfer_engine_shutdown(xfer_engine *e, xfer_shutdown_cb cb, void *ud);
+
+/*
+ * The idle signal.  The engine is idle when no transfer is live, no
+ * completion or refusal waits for delivery, no shutdown callback is
+ * pending, and the mailbox is empty.  Transports may still have timers of
+ * their own (leases, tombstones): idle is about the engine's work.
+ *
+ * xfer_engine_idle - true when idle now.  Loop thread.
+ *
+ * xfer_engine_on_idle - call cb(ud) once, from the loop, as soon as the
+ * engine is idle after this call (on the next loop iteration if it is idle
+ * already), after every completion delivered so far.  One-shot: register
+ * again to be told again.  A new registration replaces one not yet called;
+ * cb NULL removes it.  Loop thread.  Errors: XFER_ERR_INVALID_ARG.
+ */
+XFER_API bool xfer_engine_idle(const xfer_engine *e);
+XFER_API int xfer_engine_on_idle(xfer_engine *e, xfer_idle_cb cb, void *ud);
 
 XFER_API void xfer_engine_stats_get(const xfer_engine *e, xfer_engine_stats *st);
 /* The pure core (read-only use: views, stats). */
