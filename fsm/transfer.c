@@ -387,7 +387,7 @@ static void h_stop(xfer_transfer *t, xfer_tctx *c, uint64_t now, unsigned ev,
 }
 
 /* COMPLETING: a user cancel or shutdown starts nothing; if every commit is
- * acked the transfer still succeeds (DESIGN.md, transfer machine). */
+ * acked the transfer still succeeds (docs/design.md, section 2.1). */
 static void h_defer_stop(xfer_transfer *t, xfer_tctx *c, uint64_t now,
                          unsigned ev, const xfer_shard_result *r)
 {

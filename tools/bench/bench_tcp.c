@@ -1,8 +1,8 @@
 /*
  * tools/bench/bench_tcp.c - `xfer-bench tcp`: the tcp transport against 4
  * xferd shard processes on loopback, side by side with iperf3 measured in
- * the same run.  Prints figures and the targets of DESIGN.md section 8; it
- * asserts nothing about time.
+ * the same run.  Prints figures and the targets of docs/design.md section
+ * 8; it asserts nothing about time.
  *
  *   xfer-bench-tcp [--xferd PATH] [--seconds S]
  *
