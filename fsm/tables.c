@@ -50,9 +50,23 @@ typedef struct cell {
     const char *handler;
 } cell;
 
-/* Designated initialisers: a cell listed twice is a compile error with
- * -Woverride-init; a cell missing keeps handler NULL, which the table test
- * reports. */
+/* Every (state, event) pair exactly once: the static assertions below fail
+ * the build when a table has more or fewer cells than states x events, and
+ * -Woverride-init (in -Wextra) warns about a pair listed twice in these
+ * designated initialisers (which, with the count right, also means some
+ * pair is missing). */
+#define ONE_(s, e, v, h) +1
+_Static_assert(0 XFER_TRANSFER_TABLE(ONE_) ==
+                   XFER_TRANSFER_STATE_COUNT_ * XFER_TRANSFER_EVENT_COUNT_,
+               "transfer table: not one cell per (state, event)");
+_Static_assert(0 XFER_RESV_TABLE(ONE_) ==
+                   XFER_RESV_STATE_COUNT_ * XFER_RESV_EVENT_COUNT_,
+               "reservation table: not one cell per (state, event)");
+_Static_assert(0 XFER_READY_TABLE(ONE_) ==
+                   XFER_READY_STATE_COUNT_ * XFER_READY_EVENT_COUNT_,
+               "readiness table: not one cell per (state, event)");
+#undef ONE_
+
 static const cell transfer_cells[XFER_TRANSFER_STATE_COUNT_][XFER_TRANSFER_EVENT_COUNT_] = {
 #define C_(s, e, v, h)                                                        \
     [XFER_TRANSFER_STATE_##s][XFER_TRANSFER_EVENT_##e] = {XFER_VERDICT_##v, STR_(h)},

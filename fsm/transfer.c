@@ -16,6 +16,9 @@
  *    success path of commit_result(), and both leave the state TOMBSTONED.
  *  - A stop (user cancel, deadline, shutdown) starts nothing new and aborts
  *    what is in flight; the phase is still left only when every op answered.
+ *  - I12: the result names shards by the rule written at xfer_result in
+ *    xfer/core.h: failed ops, and after a deadline every shard it waited
+ *    on; first_failed_shard is NONE only when failed_shards is 0.
  *
  * The rows NEW and TOMBSTONED belong to the container (fsm/core.c), which
  * owns ids and tombstones; their handlers here are NULL except `submit`.
@@ -100,27 +103,49 @@ static void abort_op(xfer_tctx *c, const xfer_transfer *t, uint8_t op,
 }
 
 /*
- * Remember the first failure; every failed shard goes into the mask.  An op
- * we aborted ourselves is not the shard's failure, except after a deadline:
- * then the shards that had not answered are the ones that held the transfer
- * up, and the result names them.
+ * The result names the shards that failed or held the transfer up: bit k
+ * of failed_shards.  Only the mask lives in the record; which named shard
+ * the result calls the first is decided at the end (first_named()), so the
+ * record does not depend on shard numbers beyond the mask.
+ */
+static void name_shard(xfer_transfer *t, uint16_t k)
+{
+    if (k < t->nshards && k < 64)
+        t->failed_shards |= UINT64_C(1) << k;
+}
+
+/*
+ * A shard's op failed.  The first failure sets the status, the phase and
+ * first_failed; a later one (after another failure or a stop) only names
+ * its shard.  An ABORTED answer to our own stop is not the shard's failure:
+ * a user cancel or shutdown names nobody, and a deadline named every shard
+ * it waited on when it fired (h_stop), whatever the transport answers
+ * afterwards.
  */
 static void note_failure(xfer_transfer *t, uint16_t k, int32_t status,
                          uint8_t phase)
 {
-    if (status == XFER_ERR_ABORTED && t->stopping) {
-        if (t->status != XFER_ERR_TIMEOUT)
-            return;
-        if (t->first_failed == XFER_SHARD_NONE)
-            t->first_failed = k;
-    }
-    if (k != XFER_SHARD_NONE && k < 64)
-        t->failed_shards |= UINT64_C(1) << k;
+    if (status == XFER_ERR_ABORTED && t->stopping)
+        return;
     if (t->status == 0) {
         t->status = status ? status : XFER_ERR_REMOTE;
         t->fail_phase = phase;
         t->first_failed = k;
     }
+    name_shard(t, k);
+}
+
+/* first_failed_shard of a failed result: the shard whose failure set the
+ * status; when a stop set it, the lowest-numbered shard named (a deadline
+ * names all the shards it waited on at once), or NONE when none is named. */
+static uint16_t first_named(const xfer_transfer *t)
+{
+    if (t->first_failed != XFER_SHARD_NONE)
+        return t->first_failed;
+    for (uint16_t k = 0; k < t->nshards && k < 64; k++)
+        if (t->failed_shards >> k & 1)
+            return k;
+    return XFER_SHARD_NONE;
 }
 
 static void trace_note(xfer_tctx *c, uint64_t now, const xfer_transfer *t,
@@ -159,7 +184,7 @@ static void finish(xfer_transfer *t, xfer_tctx *c)
         .status = t->status,
         .phase = t->status ? t->fail_phase : XFER_PHASE_NONE,
         .consumer_may_hold = t->may_hold != 0,
-        .first_failed_shard = t->status ? t->first_failed : XFER_SHARD_NONE,
+        .first_failed_shard = t->status ? first_named(t) : XFER_SHARD_NONE,
         .failed_shards = t->failed_shards,
         .rollback_failed = t->rollback_failed,
         .user_data = t->user_data,
@@ -323,8 +348,23 @@ static uint8_t phase_of(uint8_t state)
     }
 }
 
+/* The op of shard k that the current phase waits for, or XFER_OP_COUNT_. */
+static uint8_t pending_op(const xfer_transfer *t, uint16_t k)
+{
+    const xfer_tshard *s = &t->shards[k];
+    if (t->state == XFER_TRANSFER_STATE_RESERVING && s->resv == XFER_SUB_PENDING)
+        return XFER_OP_RESERVE;
+    if (t->state == XFER_TRANSFER_STATE_WRITING && s->write == XFER_SUB_PENDING)
+        return XFER_OP_WRITE;
+    if (t->state == XFER_TRANSFER_STATE_COMPLETING &&
+        s->commit == XFER_SUB_PENDING)
+        return XFER_OP_COMMIT;
+    return XFER_OP_COUNT_;
+}
+
 /* User cancel, deadline or shutdown while ops of a phase are in flight:
- * start nothing new, abort what is in flight, leave when all answered. */
+ * start nothing new, abort what is in flight, leave when all answered.  A
+ * deadline names every shard it aborts: those held the transfer up. */
 static void h_stop(xfer_transfer *t, xfer_tctx *c, uint64_t now, unsigned ev,
                    const xfer_shard_result *r)
 {
@@ -336,20 +376,18 @@ static void h_stop(xfer_transfer *t, xfer_tctx *c, uint64_t now, unsigned ev,
         t->fail_phase = phase_of(t->state);
     }
     for (uint16_t k = 0; k < t->nshards; k++) {
-        const xfer_tshard *s = &t->shards[k];
-        if (t->state == XFER_TRANSFER_STATE_RESERVING && s->resv == XFER_SUB_PENDING)
-            abort_op(c, t, XFER_OP_RESERVE, k);
-        else if (t->state == XFER_TRANSFER_STATE_WRITING && s->write == XFER_SUB_PENDING)
-            abort_op(c, t, XFER_OP_WRITE, k);
-        else if (t->state == XFER_TRANSFER_STATE_COMPLETING &&
-                 s->commit == XFER_SUB_PENDING)
-            abort_op(c, t, XFER_OP_COMMIT, k);
+        uint8_t op = pending_op(t, k);
+        if (op == XFER_OP_COUNT_)
+            continue;
+        abort_op(c, t, op, k);
+        if (ev == XFER_TRANSFER_EVENT_DEADLINE)
+            name_shard(t, k);
     }
     set_timer(t, XFER_TIMER_NONE, 0);
 }
 
 /* COMPLETING: a user cancel or shutdown starts nothing; if every commit is
- * acked the transfer still succeeds (DESIGN.md, transfer machine). */
+ * acked the transfer still succeeds (docs/design.md, section 2.1). */
 static void h_defer_stop(xfer_transfer *t, xfer_tctx *c, uint64_t now,
                          unsigned ev, const xfer_shard_result *r)
 {

@@ -54,7 +54,12 @@ void et_init(et_env *v, const et_opts *o)
                  .tombstone_ttl_ns = 2000 * ET_MS,
                  .cancel_op_timeout_ns = 200 * ET_MS,
                  .cancel_backoff_ns = 2 * ET_MS, .cancel_max_attempts = 3,
-                 .alloc = o->core_alloc}};
+                 .alloc = o->core_alloc},
+        .mailbox_cap = o->mailbox_cap};
+    if (o->max_transfers == ET_DEFAULT)
+        ec.core.max_transfers = ec.core.max_tombstones = 0;
+    else if (o->max_transfers)
+        ec.core.max_transfers = o->max_transfers;
     ck_assert_int_eq(xfer_engine_new(&ec, &v->e), 0);
     xfer_loop_config lc = {
         .nshards = ET_S, .seed = o->seed, .write_ns = o->write_ns,

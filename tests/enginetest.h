@@ -46,7 +46,12 @@ typedef struct et_opts {
     size_t nrules;
     xfer_allocator core_alloc;
     xfer_loop_event_cb on_event; /* NULL: the take-check-release consumer */
+    uint32_t max_transfers; /* 0: 256; ET_DEFAULT: the engine's default */
+    uint32_t mailbox_cap;   /* 0: the engine's default */
 } et_opts;
+
+/* et_opts.max_transfers: leave the engine's limits at their defaults. */
+#define ET_DEFAULT UINT32_MAX
 
 /* Build the environment; fails the test on error. */
 void et_init(et_env *v, const et_opts *o);

@@ -5,8 +5,10 @@
  * assertion is about time.
  */
 #include <check.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "enginetest.h"
@@ -419,6 +421,381 @@ START_TEST(test_engine_mailbox_from_another_thread)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------- */
+/* Posted submits the loop refuses: exactly one callback each (I1)         */
+/* ---------------------------------------------------------------------- */
+
+/* What one post is, and so which completion it must get. */
+enum { FK_TOMB, FK_GROUP, FK_SHAPE, FK_VALID, FK_COUNT_ };
+
+typedef struct flood {
+    uint64_t nids;      /* ids 1..nids may be posted */
+    uint8_t *kind;      /* per id: FK_*; 0xff: never posted */
+    uint32_t *ncb;      /* per id: callbacks */
+    xfer_result *res;   /* per id: the last result */
+    uint64_t posted, delivered, refused_seen, busy, accepted;
+    bool after_shutdown;
+    uint64_t bad; /* callbacks with a wrong id, status or phase */
+} flood;
+
+static flood F;
+
+static void flood_cb(void *ud, const xfer_result *r)
+{
+    flood *f = ud;
+    if (r->id == 0 || r->id > f->nids || r->user_data != r->id) {
+        f->bad++;
+        return;
+    }
+    f->ncb[r->id]++;
+    f->res[r->id] = *r;
+    f->delivered++;
+    if (r->phase == XFER_PHASE_SUBMIT)
+        f->refused_seen++;
+}
+
+static bool flood_delivered(et_env *v)
+{
+    return F.delivered == F.posted;
+}
+
+static uint64_t refused_want;
+static bool flood_refusals_in(et_env *v)
+{
+    return F.refused_seen >= refused_want;
+}
+
+static void flood_post(uint64_t id, unsigned kind)
+{
+    static xfer_slice sl[ET_S] = {{0, 64}, {64, 64}, {128, 64}, {192, 64}};
+    xfer_transfer_desc d = {.id = id, .group = V.group, .pool = V.pool,
+                            .nslices = ET_S, .slices = sl, .user_data = id};
+    if (kind == FK_TOMB)
+        ck_assert_int_eq(xfer_engine_cancel(V.e, id), 0);
+    else if (kind == FK_GROUP)
+        d.group = 99;
+    else if (kind == FK_SHAPE)
+        d.nslices = 1;
+    F.kind[id] = (uint8_t)kind;
+    ck_assert_int_eq(xfer_engine_post_submit(V.e, &d, flood_cb, &F), 0);
+    F.posted++;
+}
+
+/* The completion a post must get. */
+static void flood_check(uint64_t id)
+{
+    const xfer_result *r = &F.res[id];
+    ck_assert_uint_eq(F.ncb[id], 1);
+    if (F.kind[id] == FK_VALID && r->phase != XFER_PHASE_SUBMIT) {
+        F.accepted++; /* a live transfer: it ended its own way */
+        ck_assert_uint_ne(r->attempt, 0);
+        return;
+    }
+    ck_assert_int_eq(r->phase, XFER_PHASE_SUBMIT);
+    ck_assert_uint_eq(r->attempt, 0);
+    ck_assert_uint_eq(r->failed_shards, 0);
+    ck_assert_uint_eq(r->first_failed_shard, XFER_SHARD_NONE);
+    static const int expect[FK_COUNT_] = {
+        XFER_ERR_CANCELLED, XFER_ERR_NOT_FOUND, XFER_ERR_INVALID_ARG,
+        XFER_ERR_BUSY};
+    ck_assert_int_eq(r->status, expect[F.kind[id]]);
+    F.busy += F.kind[id] == FK_VALID;
+}
+
+/*
+ * Flood the mailbox: `drains` batches of `per_drain` posts, each batch
+ * drained by one mailbox wake-up, three in four of them refused (a
+ * tombstoned id, an unknown group, a wrong slice count) and one in four
+ * valid (accepted while a slot is free, else refused BUSY).  Writes stay
+ * in flight for 20 ms, so live transfers of one batch complete while the
+ * refusals of the next are delivered.  Then shutdown, and one more batch:
+ * every one of those is refused SHUTDOWN, whatever its desc says.
+ */
+static void flood_run(uint32_t max_transfers, uint32_t per_drain,
+                      unsigned drains)
+{
+    et_init(&V, &(et_opts){.write_ns = 20 * MS,
+                           .max_transfers = max_transfers,
+                           .mailbox_cap = per_drain + 16});
+    memset(&F, 0, sizeof F);
+    F.nids = (uint64_t)per_drain * (drains + 1);
+    F.kind = malloc(F.nids + 1);
+    F.ncb = calloc(F.nids + 1, sizeof *F.ncb);
+    F.res = calloc(F.nids + 1, sizeof *F.res);
+    ck_assert(F.kind && F.ncb && F.res);
+    memset(F.kind, 0xff, F.nids + 1);
+    uint64_t id = 0;
+    for (unsigned b = 0; b < drains; b++) {
+        for (uint32_t i = 0; i < per_drain; i++, id++)
+            flood_post(id + 1, (unsigned)((id + 1) % FK_COUNT_));
+        /* One wake-up drains the batch; let some live transfers end
+         * before the next one. */
+        refused_want = F.refused_seen + per_drain / 4 * 3;
+        ck_assert(et_run(&V, flood_refusals_in, 10000));
+        et_run_for(&V, 8);
+    }
+    ck_assert(et_run(&V, flood_delivered, 30000));
+    ck_assert_int_eq(xfer_engine_shutdown(V.e, NULL, NULL), 0);
+    et_run_for(&V, 5);
+    for (uint32_t i = 0; i < per_drain; i++, id++)
+        flood_post(id + 1, (unsigned)((id + 1) % FK_COUNT_));
+    ck_assert(et_run(&V, flood_delivered, 30000));
+    et_run_for(&V, 30); /* nothing more may come */
+
+    ck_assert_uint_eq(F.bad, 0);
+    ck_assert_uint_eq(F.delivered, F.posted);
+    uint64_t before_shutdown = (uint64_t)per_drain * drains;
+    for (uint64_t i = 1; i <= before_shutdown; i++)
+        flood_check(i);
+    for (uint64_t i = before_shutdown + 1; i <= id; i++) {
+        ck_assert_uint_eq(F.ncb[i], 1);
+        ck_assert_int_eq(F.res[i].status, XFER_ERR_SHUTDOWN);
+        ck_assert_int_eq(F.res[i].phase, XFER_PHASE_SUBMIT);
+    }
+    xfer_engine_stats es;
+    xfer_engine_stats_get(V.e, &es);
+    ck_assert_uint_eq(es.completions_delivered, F.posted);
+    ck_assert_uint_eq(es.posts_refused, F.posted - F.accepted);
+    ck_assert_uint_eq(es.staging_bytes_in_use, 0);
+    ck_assert_uint_gt(F.accepted, 0);
+    if (max_transfers != ET_DEFAULT)
+        ck_assert_uint_gt(F.busy, 0); /* the cap was hit */
+    printf("flood max_transfers %s: %" PRIu64 " posts, %" PRIu64
+           " accepted, %" PRIu64 " refused BUSY, each completed once\n",
+           max_transfers == ET_DEFAULT ? "default" : "4", F.posted,
+           F.accepted, F.busy);
+    free(F.kind);
+    free(F.ncb);
+    free(F.res);
+    et_free(&V);
+}
+
+/* max_transfers 4: 12 posts per drain, 9 refused, more than the cap. */
+START_TEST(test_engine_refused_posts_complete_once_small_cap)
+{
+    flood_run(4, 12, 6);
+}
+END_TEST
+
+/* The default cap (65536): 90 000 posts in one drain, 67 500 refused, then
+ * a second drain, with thousands of live transfers among them. */
+START_TEST(test_engine_refused_posts_complete_once_default_cap)
+{
+    flood_run(ET_DEFAULT, 90000, 2);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* Refusal codes, the deadline's names, the staging figure, idleness        */
+/* ---------------------------------------------------------------------- */
+
+/* After shutdown every submit says SHUTDOWN, even one whose pool the
+ * shutdown already unregistered or whose group does not exist. */
+START_TEST(test_engine_submit_after_shutdown_says_shutdown)
+{
+    et_init(&V, &(et_opts){0});
+    ck_assert_int_eq(xfer_engine_shutdown(V.e, on_shutdown, &V), 0);
+    ck_assert(et_run(&V, shut, 5000));
+    ck_assert_uint_eq(V.pools_at_shutdown, 0);
+    xfer_slice sl[ET_S] = {{0, 8}, {8, 8}, {16, 8}, {24, 8}};
+    xfer_transfer_desc d = {.id = 3, .group = V.group, .pool = V.pool,
+                            .nslices = ET_S, .slices = sl};
+    ck_assert_int_eq(xfer_engine_submit(V.e, &d, et_mail_done, &V),
+                     XFER_ERR_SHUTDOWN);
+    d.group = 99;
+    ck_assert_int_eq(xfer_engine_submit(V.e, &d, et_mail_done, &V),
+                     XFER_ERR_SHUTDOWN);
+    ck_assert_int_eq(xfer_engine_submit(V.e, NULL, et_mail_done, &V),
+                     XFER_ERR_INVALID_ARG);
+    et_run_for(&V, 10);
+    ck_assert_int_eq(V.ncb[3], 0);
+    et_free(&V);
+}
+END_TEST
+
+/*
+ * The deadline fires in each phase while some shards have not answered;
+ * the loop transport answers the aborts its own way: ABORTED for an op
+ * still queued (shards 1 and 3 are delayed), the real result for a write
+ * that has begun (in WRITING, shard 0's write succeeds and shard 2's fails
+ * through an APPLIED_LOST rule, both after the deadline).  The result
+ * names exactly the shards that had not answered when it fired, whatever
+ * they answered.  _i: 0 RESERVING, 1 WRITING, 2 COMPLETING.
+ */
+START_TEST(test_engine_deadline_names_waited_shards)
+{
+    static const uint8_t ops[] = {XFER_OP_RESERVE, XFER_OP_WRITE,
+                                  XFER_OP_COMMIT};
+    uint8_t op = ops[_i];
+    xfer_fault_rule r[] = {
+        RULE(XFER_FAULT_DELAY, op, 1, 0, 0, 0, 1000 * MS, 0),
+        RULE(XFER_FAULT_DELAY, op, 3, 0, 0, 0, 1000 * MS, 0),
+        RULE(XFER_FAULT_APPLIED_LOST, XFER_OP_WRITE, 2, 0, 0, 0, 0,
+             XFER_ERR_IO),
+    };
+    /* WRITING: a begun write stays in flight well past the deadline (the
+     * margins are wide so that a loaded machine keeps the order). */
+    et_init(&V, &(et_opts){.rules = r, .nrules = _i == 1 ? 3 : 2,
+                           .write_ns = _i == 1 ? 1000 * MS : 0});
+    ck_assert_int_eq(et_submit(&V, 4, 60 * MS), 0);
+    run_to_end(4);
+    const xfer_result *res = &V.res[4];
+    ck_assert_int_eq(res->status, XFER_ERR_TIMEOUT);
+    ck_assert_int_eq(res->phase, XFER_PHASE_RESERVING + _i);
+    uint64_t waited = _i == 1 ? 0xf : (1u << 1) | (1u << 3);
+    ck_assert_uint_eq(res->failed_shards, waited);
+    ck_assert_uint_eq(res->first_failed_shard, _i == 1 ? 0 : 1);
+    ck_assert_int_eq(res->consumer_may_hold, _i == 2);
+    ck_assert(et_run(&V, shards_empty, 2000));
+    et_free(&V);
+}
+END_TEST
+
+/* The staging figure of the engine stats, sampled in every callback. */
+static uint64_t staging_in_cb[ET_MAXID];
+static int unreg_in_cb[ET_MAXID];
+static void cb_staging(void *ud, const xfer_result *r)
+{
+    et_env *v = ud;
+    xfer_engine_stats es;
+    xfer_engine_stats_get(v->e, &es);
+    v->ncb[r->id]++;
+    v->res[r->id] = *r;
+    staging_in_cb[r->id] = es.staging_bytes_in_use;
+    unreg_in_cb[r->id] = xfer_engine_unregister_pool(v->e, v->pool);
+    v->total_cb++;
+}
+
+static uint64_t staging_now(void)
+{
+    xfer_engine_stats es;
+    xfer_engine_stats_get(V.e, &es);
+    return es.staging_bytes_in_use;
+}
+
+static void submit_staging(uint64_t id, uint32_t len)
+{
+    xfer_slice sl[ET_S];
+    for (uint16_t k = 0; k < ET_S; k++)
+        sl[k] = (xfer_slice){(id * ET_S + k) * ET_BLK, len};
+    xfer_transfer_desc d = {.id = id, .group = V.group, .pool = V.pool,
+                            .nslices = ET_S, .slices = sl};
+    ck_assert_int_eq(xfer_engine_submit(V.e, &d, cb_staging, &V), 0);
+}
+
+static bool state_is_cancelling(et_env *v)
+{
+    return xfer_core_state(xfer_engine_core(v->e), want_id) ==
+           XFER_TRANSFER_STATE_CANCELLING;
+}
+
+/*
+ * staging_bytes_in_use counts a transfer's slices from its submit until
+ * its staging region is released, and only then: while writes are in
+ * flight, and while the roll-back of a failed write still runs, the bytes
+ * count and the pool is busy; in the completion callback they are gone
+ * and (with no other transfer) the pool can go.
+ */
+START_TEST(test_engine_staging_figure_is_release)
+{
+    xfer_fault_rule r[] = {
+        RULE(XFER_FAULT_FAIL, XFER_OP_WRITE, 1, 2, 0, 0, 0, XFER_ERR_IO),
+        RULE(XFER_FAULT_DELAY, XFER_OP_CANCEL, ANY, 2, 0, 0, 600 * MS, 0),
+    };
+    et_init(&V, &(et_opts){.rules = r, .nrules = 2, .write_ns = 30 * MS});
+    submit_staging(1, 100);
+    submit_staging(2, 50);
+    ck_assert_uint_eq(staging_now(), ET_S * 150);
+    want_id = 2;
+    ck_assert(et_run(&V, state_is_cancelling, 5000));
+    /* 2's writes drained, its region is not released: still counted. */
+    ck_assert_uint_ge(staging_now(), ET_S * 50);
+    ck_assert_int_eq(xfer_engine_unregister_pool(V.e, V.pool),
+                     XFER_ERR_BUSY);
+    want_id = 2;
+    ck_assert(et_run(&V, got_want, 5000));
+    ck_assert_int_eq(V.res[1].status, 0);
+    ck_assert_int_eq(V.res[2].status, XFER_ERR_IO);
+    /* 1 ended first (2's cancels were delayed): 2 still counted then. */
+    ck_assert_uint_eq(staging_in_cb[1], ET_S * 50);
+    ck_assert_int_eq(unreg_in_cb[1], XFER_ERR_BUSY);
+    ck_assert_uint_eq(staging_in_cb[2], 0);
+    ck_assert_int_eq(unreg_in_cb[2], 0);
+    ck_assert_uint_eq(staging_now(), 0);
+    et_free(&V);
+}
+END_TEST
+
+static int idle_calls, idle_seen_cb;
+static bool idle_seen_idle;
+static void on_idle_cb(void *ud)
+{
+    et_env *v = ud;
+    idle_calls++;
+    idle_seen_cb = v->total_cb;
+    idle_seen_idle = xfer_engine_idle(v->e);
+}
+
+static bool idled(et_env *v)
+{
+    return idle_calls > 0;
+}
+
+/* The idle signal: a query, and a one-shot callback from the loop once no
+ * transfer is live and nothing is queued (completions delivered first). */
+START_TEST(test_engine_idle_signal)
+{
+    et_init(&V, &(et_opts){.write_ns = 10 * MS});
+    ck_assert(xfer_engine_idle(V.e));
+    ck_assert_int_eq(xfer_engine_on_idle(V.e, on_idle_cb, &V), 0);
+    ck_assert_int_eq(idle_calls, 0); /* never from inside the call */
+    ck_assert(et_run(&V, idled, 1000));
+    ck_assert_int_eq(idle_calls, 1);
+
+    idle_calls = 0;
+    for (uint64_t id = 1; id <= 5; id++)
+        ck_assert_int_eq(et_submit(&V, id, 0), 0);
+    ck_assert(!xfer_engine_idle(V.e));
+    ck_assert_int_eq(xfer_engine_on_idle(V.e, on_idle_cb, &V), 0);
+    ck_assert(et_run(&V, idled, 5000));
+    ck_assert_int_eq(idle_seen_cb, 5); /* after every completion */
+    ck_assert(idle_seen_idle);
+    et_run_for(&V, 20);
+    ck_assert_int_eq(idle_calls, 1); /* one-shot */
+
+    /* A posted submit keeps the engine busy until its completion is
+     * delivered; a posted cancel until it is drained. */
+    idle_calls = 0;
+    xfer_slice sl[ET_S] = {{0, 8}, {8, 8}, {16, 8}, {24, 8}};
+    xfer_transfer_desc d = {.id = 6, .group = V.group, .pool = V.pool,
+                            .nslices = ET_S, .slices = sl};
+    ck_assert_int_eq(xfer_engine_post_submit(V.e, &d, et_mail_done, &V), 0);
+    ck_assert(!xfer_engine_idle(V.e));
+    ck_assert_int_eq(xfer_engine_on_idle(V.e, on_idle_cb, &V), 0);
+    ck_assert(et_run(&V, idled, 5000));
+    ck_assert_int_eq(V.ncb[6], 1);
+    idle_calls = 0;
+    ck_assert_int_eq(xfer_engine_post_cancel(V.e, 7), 0);
+    ck_assert(!xfer_engine_idle(V.e));
+    ck_assert_int_eq(xfer_engine_on_idle(V.e, on_idle_cb, &V), 0);
+    ck_assert(et_run(&V, idled, 5000));
+    ck_assert_int_eq(xfer_core_state(xfer_engine_core(V.e), 7),
+                     XFER_TRANSFER_STATE_TOMBSTONED);
+
+    /* Removed before it fires: never called. */
+    idle_calls = 0;
+    ck_assert_int_eq(et_submit(&V, 8, 0), 0);
+    ck_assert_int_eq(xfer_engine_on_idle(V.e, on_idle_cb, &V), 0);
+    ck_assert_int_eq(xfer_engine_on_idle(V.e, NULL, NULL), 0);
+    ck_assert(et_run(&V, et_all_done, 5000));
+    et_run_for(&V, 20);
+    ck_assert_int_eq(idle_calls, 0);
+    ck_assert_int_eq(xfer_engine_on_idle(NULL, on_idle_cb, &V),
+                     XFER_ERR_INVALID_ARG);
+    et_free(&V);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine");
@@ -436,6 +813,12 @@ static Suite *suite(void)
     tcase_add_test(tc, test_engine_shutdown_every_state);
     tcase_add_test(tc, test_engine_readiness_available_once);
     tcase_add_test(tc, test_engine_mailbox_from_another_thread);
+    tcase_add_test(tc, test_engine_refused_posts_complete_once_small_cap);
+    tcase_add_test(tc, test_engine_refused_posts_complete_once_default_cap);
+    tcase_add_test(tc, test_engine_submit_after_shutdown_says_shutdown);
+    tcase_add_loop_test(tc, test_engine_deadline_names_waited_shards, 0, 3);
+    tcase_add_test(tc, test_engine_staging_figure_is_release);
+    tcase_add_test(tc, test_engine_idle_signal);
     suite_add_tcase(s, tc);
     return s;
 }

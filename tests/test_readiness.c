@@ -1,7 +1,7 @@
 /*
  * tests/test_readiness.c - the readiness tracker (fsm/readiness.c) driven
- * directly: each rule of the readiness machine (DESIGN.md section 2, I8)
- * checked on the action stream, plus caps, peer-input rejection, a seeded
+ * directly: each rule of the readiness machine (docs/design.md section
+ * 2.3, I8) checked on the action stream, plus caps, peer-input rejection, a seeded
  * random walk with an independent I8 bookkeeping, allocation failure,
  * transition coverage and save/load.
  *

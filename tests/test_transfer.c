@@ -440,6 +440,129 @@ static void sc_deadline(void)
     done(c);
 }
 
+/* The naming rule of xfer/core.h: first_failed_shard is one of
+ * failed_shards, NONE only when none is named, and a TIMEOUT names the
+ * shards it waited on. */
+static void check_naming(const xfer_result *r)
+{
+    if (r->status == 0) {
+        ck_assert_uint_eq(r->failed_shards, 0);
+        ck_assert_uint_eq(r->first_failed_shard, XFER_SHARD_NONE);
+        return;
+    }
+    ck_assert_int_eq(r->first_failed_shard == XFER_SHARD_NONE,
+                     r->failed_shards == 0);
+    if (r->first_failed_shard != XFER_SHARD_NONE)
+        ck_assert(r->failed_shards >> r->first_failed_shard & 1);
+    if (r->status == XFER_ERR_TIMEOUT)
+        ck_assert_uint_ne(r->failed_shards, 0);
+}
+
+/* What a transport answers to the abort of an op the deadline stopped. */
+static const int32_t abort_answers[] = {XFER_ERR_ABORTED, 0, XFER_ERR_IO};
+static const uint8_t phase_ops[] = {XFER_OP_RESERVE, XFER_OP_WRITE,
+                                    XFER_OP_COMMIT};
+
+/*
+ * The deadline fires in phase `ph` (0 RESERVING, 1 WRITING, 2 COMPLETING)
+ * while shards 1 and 3 have not answered; their ops are aborted and answer
+ * `how` (ABORTED, their real success, or a failure).  The result names
+ * exactly shards 1 and 3, with shard 1 first, whatever they answered;
+ * the one exception is every commit acked, which is a success.
+ */
+static void sc_deadline_names(unsigned ph, unsigned how)
+{
+    xfer_core *c = mk(NULL);
+    uint64_t id = 80 + 3 * ph + how;
+    uint8_t op = phase_ops[ph];
+    uint32_t att;
+    if (ph == 0) {
+        ck_assert_int_eq(submit(c, 0, id), 0);
+        att = attempt_of(id);
+    } else {
+        att = ph == 1 ? to_writing(c, id) : to_completing(c, id);
+    }
+    answer(c, 3, id, att, 0, op, 0);
+    answer(c, 3, id, att, 2, op, 0);
+    reset();
+    ck_assert_uint_eq(xfer_core_next_deadline(c), 500 * MS);
+    xfer_core_on_timer(c, 500 * MS);
+    collect(c);
+    ck_assert_uint_eq(count(XFER_ACT_ABORT, -1), 2);
+    ck_assert_uint_eq(find(XFER_ACT_ABORT, 1)->op, op);
+    ck_assert_uint_eq(find(XFER_ACT_ABORT, 3)->op, op);
+    answer(c, 501 * MS, id, att, 3, op, abort_answers[how]);
+    answer(c, 501 * MS, id, att, 1, op, abort_answers[how]);
+    if (ph == 2 && abort_answers[how] == 0) {
+        /* Every commit acked: the data is ready everywhere. */
+        ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1), 0);
+        ck_assert_int_eq(result_of(id)->status, 0);
+        check_naming(result_of(id));
+        done(c);
+        return;
+    }
+    ck_assert_uint_eq(count(XFER_ACT_WRITE, -1), 0);
+    ck_assert_uint_eq(count(XFER_ACT_COMMIT, -1), 0);
+    ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1), S);
+    answer_all(c, 502 * MS, id, att, XFER_OP_CANCEL, 0);
+    const xfer_result *r = result_of(id);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->status, XFER_ERR_TIMEOUT);
+    ck_assert_int_eq(r->phase, XFER_PHASE_RESERVING + ph);
+    ck_assert_uint_eq(r->failed_shards, (1u << 1) | (1u << 3));
+    ck_assert_uint_eq(r->first_failed_shard, 1);
+    ck_assert_int_eq(r->consumer_may_hold, ph == 2);
+    check_naming(r);
+    done(c);
+}
+
+/* A failure before the deadline keeps its status and its shard first; the
+ * deadline adds the shards still outstanding.  A user cancel names nobody
+ * it aborted, but a write that then fails is named, and first. */
+static void sc_failure_then_stop_names(void)
+{
+    xfer_core *c = mk(NULL);
+    uint32_t att = to_writing(c, 90);
+    answer(c, 3, 90, att, 2, XFER_OP_WRITE, XFER_ERR_NO_SPACE);
+    answer(c, 3, 90, att, 0, XFER_OP_WRITE, 0);
+    xfer_core_on_timer(c, 500 * MS);
+    collect(c);
+    answer(c, 501 * MS, 90, att, 1, XFER_OP_WRITE, 0);
+    answer(c, 501 * MS, 90, att, 3, XFER_OP_WRITE, XFER_ERR_ABORTED);
+    answer_all(c, 502 * MS, 90, att, XFER_OP_CANCEL, 0);
+    const xfer_result *r = result_of(90);
+    ck_assert_int_eq(r->status, XFER_ERR_NO_SPACE);
+    ck_assert_int_eq(r->phase, XFER_PHASE_WRITING);
+    ck_assert_uint_eq(r->first_failed_shard, 2);
+    ck_assert_uint_eq(r->failed_shards, (1u << 1) | (1u << 2) | (1u << 3));
+    check_naming(r);
+
+    reset();
+    att = to_writing(c, 91);
+    ck_assert_int_eq(xfer_core_cancel(c, 3, 91), 0);
+    collect(c);
+    answer(c, 4, 91, att, 0, XFER_OP_WRITE, XFER_ERR_ABORTED);
+    answer(c, 4, 91, att, 1, XFER_OP_WRITE, 0);
+    answer(c, 4, 91, att, 3, XFER_OP_WRITE, XFER_ERR_CONN_LOST);
+    answer(c, 4, 91, att, 2, XFER_OP_WRITE, XFER_ERR_IO);
+    answer_all(c, 5, 91, att, XFER_OP_CANCEL, 0);
+    r = result_of(91);
+    ck_assert_int_eq(r->status, XFER_ERR_CANCELLED);
+    ck_assert_uint_eq(r->failed_shards, (1u << 2) | (1u << 3));
+    ck_assert_uint_eq(r->first_failed_shard, 2);
+    check_naming(r);
+
+    reset();
+    att = to_writing(c, 92);
+    ck_assert_int_eq(xfer_core_cancel(c, 3, 92), 0);
+    collect(c);
+    answer_all(c, 4, 92, att, XFER_OP_WRITE, XFER_ERR_ABORTED);
+    answer_all(c, 5, 92, att, XFER_OP_CANCEL, 0);
+    ck_assert_uint_eq(result_of(92)->failed_shards, 0);
+    ck_assert_uint_eq(result_of(92)->first_failed_shard, XFER_SHARD_NONE);
+    done(c);
+}
+
 /* A cancel that never answers is aborted after cancel_op_timeout, and the
  * abort result counts as a failed attempt. */
 static void sc_cancel_timeout(void)
@@ -620,8 +743,10 @@ static void random_run(uint64_t seed, int ntransfers, int *completions)
         }
         for (size_t i = before; i < O.n; i++) {
             track(&O.a[i]);
-            if (O.a[i].kind == XFER_ACT_COMPLETE)
+            if (O.a[i].kind == XFER_ACT_COMPLETE) {
                 completions[O.a[i].result.attempt]++;
+                check_naming(&O.a[i].result);
+            }
         }
         if (O.n > 7000)
             reset();
@@ -641,8 +766,10 @@ static void random_run(uint64_t seed, int ntransfers, int *completions)
         }
         for (size_t i = before; i < O.n; i++) {
             track(&O.a[i]);
-            if (O.a[i].kind == XFER_ACT_COMPLETE)
+            if (O.a[i].kind == XFER_ACT_COMPLETE) {
                 completions[O.a[i].result.attempt]++;
+                check_naming(&O.a[i].result);
+            }
         }
         if (O.n > 7000)
             reset();
@@ -701,6 +828,19 @@ START_TEST(test_transfer_deadline) { sc_deadline(); }
 END_TEST
 
 START_TEST(test_transfer_cancel_op_timeout) { sc_cancel_timeout(); }
+END_TEST
+
+/* _i: phase (0..2) x what the aborted ops answer (ABORTED, ok, failed). */
+START_TEST(test_transfer_deadline_names_waited_shards)
+{
+    sc_deadline_names((unsigned)_i / 3, (unsigned)_i % 3);
+}
+END_TEST
+
+START_TEST(test_transfer_failure_then_stop_names_shards)
+{
+    sc_failure_then_stop_names();
+}
 END_TEST
 
 START_TEST(test_transfer_shutdown_every_state) { sc_shutdown(); }
@@ -858,6 +998,8 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_transfer_user_cancel_completing, 0, 2);
     tcase_add_test(tc, test_transfer_deadline);
     tcase_add_test(tc, test_transfer_cancel_op_timeout);
+    tcase_add_loop_test(tc, test_transfer_deadline_names_waited_shards, 0, 9);
+    tcase_add_test(tc, test_transfer_failure_then_stop_names_shards);
     tcase_add_test(tc, test_transfer_shutdown_every_state);
     tcase_add_test(tc, test_transfer_sync_failure_never_completes);
     tcase_add_test(tc, test_transfer_absorbs_late_and_unknown_inputs);

@@ -1,6 +1,7 @@
 /*
- * tools/bench.c - xfer-bench: figures for DESIGN.md section 8, printed next
- * to a reference measured in the same process.  Asserts nothing about time.
+ * tools/bench.c - xfer-bench: figures for docs/design.md section 8,
+ * printed next to a reference measured in the same process.  Asserts
+ * nothing about time.
  *
  *   xfer-bench [core|engine|memory|all]   (default all)
  *   xfer-bench tcp [args]                 runs xfer-bench-tcp (TCP figures)

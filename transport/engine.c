@@ -6,13 +6,20 @@
  * request) goes into the core, and then drain() performs the actions the
  * core produced: ops go to the group's transport, RELEASE_STAGING frees the
  * staging accounting, COMPLETE is queued for delivery.  Completions, results
- * a transport refused at start, and the shutdown callback are delivered from
- * one deferred event, so no user callback ever runs inside a call the user
- * just made (STYLE.md 6), and the core is never re-entered mid-step.
+ * a transport refused at start, the shutdown callback and the idle callback
+ * are delivered from one deferred event, so no user callback ever runs
+ * inside a call the user just made (STYLE.md 6), and the core is never
+ * re-entered mid-step.
  *
- * What must stay true:
- *  - I1: each accepted submit has one callback record (slot), consumed by
- *    exactly one COMPLETE.
+ * What must stay true (docs/design.md, section 3):
+ *  - I1: each accepted submit has one callback record (slot), filled by
+ *    exactly one COMPLETE and freed when that completion is delivered, so
+ *    the FIFO of completions never holds more slots than there are.  A
+ *    posted submit carries its own completion record from the posting
+ *    thread (engine_int.h): a refusal by the loop queues that record, so
+ *    any number of refusals in one mailbox drain are each delivered once.
+ *  - I3: staging_bytes_in_use drops when RELEASE_STAGING is performed, the
+ *    moment the core says no write of the transfer is in flight.
  *  - I9: after SHUTDOWN_DONE, the deferred event first delivers every queued
  *    completion, then unregisters every pool (transport pool_removed), then
  *    calls the shutdown callback.
@@ -42,20 +49,15 @@ typedef struct group_rec {
     uint8_t used;
 } group_rec;
 
+/* One accepted submit, from submit until its completion is delivered. */
 typedef struct cb_rec {
-    xfer_complete_cb cb;
-    void *ud;
+    xfer_done done;     /* the callback, and the result once COMPLETE came */
     uint64_t user_data;
-    uint64_t bytes; /* staging bytes of the transfer */
+    uint64_t bytes;     /* staging bytes of the transfer */
     uint32_t pool;
-    uint8_t used, released;
+    uint8_t used;       /* from submit until delivery */
+    uint8_t released;   /* RELEASE_STAGING performed */
 } cb_rec;
-
-typedef struct done_rec {
-    xfer_result res;
-    xfer_complete_cb cb;
-    void *ud;
-} done_rec;
 
 struct xfer_engine {
     xfer_engine_config cfg;
@@ -68,13 +70,14 @@ struct xfer_engine {
     group_rec *groups;
     cb_rec *cbs;
     uint32_t *cb_free, ncb_free;
-    done_rec *done;      /* FIFO of completions to deliver */
-    uint32_t done_head, done_n, done_cap;
+    xfer_done *done_head, **done_tail; /* FIFO of completions to deliver */
     xfer_shard_result *refused; /* FIFO of results for refused starts */
     uint32_t ref_head, ref_n, ref_cap;
     xfer_mailbox *mailbox;
     xfer_shutdown_cb shutdown_cb;
     void *shutdown_ud;
+    xfer_idle_cb idle_cb;
+    void *idle_ud;
     uint8_t shutting_down, shutdown_done, shutdown_reported;
     xfer_engine_stats st;
 };
@@ -106,6 +109,14 @@ static void rearm(xfer_engine *e)
 static void kick(xfer_engine *e)
 {
     event_active(e->deferred, EV_TIMEOUT, 0);
+}
+
+static void enqueue_done(xfer_engine *e, xfer_done *d)
+{
+    d->next = NULL;
+    *e->done_tail = d;
+    e->done_tail = &d->next;
+    kick(e);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -140,34 +151,52 @@ static void start_op(xfer_engine *e, const xfer_action *a)
         refuse(e, a, rc);
 }
 
-static void release_staging(xfer_engine *e, const xfer_action *a)
+/* The staging region of slot c is released: no write of it is in flight,
+ * so its pool may go and its bytes stop counting as in use. */
+static void release_slot(xfer_engine *e, cb_rec *c)
 {
-    /* The COMPLETE that follows carries the callback slot; staging is
-     * accounted per pool here. */
-    pool_rec *p = &e->pools[a->pool];
+    if (c->released)
+        return;
+    c->released = 1;
+    pool_rec *p = &e->pools[c->pool];
     assert(p->users > 0);
     p->users--;
+    e->st.staging_bytes_in_use -= c->bytes;
 }
 
+/* RELEASE_STAGING carries no callback slot; the COMPLETE of the same
+ * transfer, which the core puts after it in the same list (core.h), does. */
+static void release_staging(xfer_engine *e, const xfer_action *acts,
+                            size_t n, size_t i)
+{
+    const xfer_action *a = &acts[i];
+    for (size_t j = i + 1; j < n; j++) {
+        const xfer_action *c = &acts[j];
+        if (c->kind == XFER_ACT_COMPLETE && c->id == a->id &&
+            c->attempt == a->attempt) {
+            release_slot(e, &e->cbs[(uint32_t)c->result.user_data]);
+            return;
+        }
+    }
+    assert(!"RELEASE_STAGING without its COMPLETE");
+}
+
+/* The slot stays taken until the completion is delivered (on_deferred). */
 static void complete(xfer_engine *e, const xfer_action *a)
 {
     uint32_t slot = (uint32_t)a->result.user_data;
     cb_rec *c = &e->cbs[slot];
     assert(c->used);
-    assert(e->done_n < e->done_cap);
-    done_rec *d = &e->done[(e->done_head + e->done_n++) % e->done_cap];
-    d->res = a->result;
-    d->res.user_data = c->user_data;
-    d->cb = c->cb;
-    d->ud = c->ud;
-    e->st.staging_bytes_in_use -= c->bytes;
-    c->used = 0;
-    e->cb_free[e->ncb_free++] = slot;
-    kick(e);
+    release_slot(e, c); /* the core released it just before */
+    c->done.res = a->result;
+    c->done.res.user_data = c->user_data;
+    enqueue_done(e, &c->done);
 }
 
-static void perform(xfer_engine *e, const xfer_action *a)
+static void perform(xfer_engine *e, const xfer_action *acts, size_t n,
+                    size_t i)
 {
+    const xfer_action *a = &acts[i];
     switch ((xfer_action_kind)a->kind) {
     case XFER_ACT_RESERVE:
     case XFER_ACT_WRITE:
@@ -183,7 +212,7 @@ static void perform(xfer_engine *e, const xfer_action *a)
         break;
     }
     case XFER_ACT_RELEASE_STAGING:
-        release_staging(e, a);
+        release_staging(e, acts, n, i);
         break;
     case XFER_ACT_COMPLETE:
         complete(e, a);
@@ -205,7 +234,7 @@ static void drain(xfer_engine *e)
     size_t n;
     const xfer_action *acts = xfer_core_actions(e->core, &n);
     for (size_t i = 0; i < n; i++)
-        perform(e, &acts[i]);
+        perform(e, acts, n, i);
     xfer_core_actions_clear(e->core);
     rearm(e);
 }
@@ -229,7 +258,34 @@ static void unregister_all_pools(xfer_engine *e)
             xfer_engine_unregister_pool(e, p);
 }
 
-/* Deliver refused-op results, completions, and the end of shutdown. */
+/* Take the oldest completion off the FIFO and free what held it: the
+ * callback slot (so a submit from inside the callback finds it free) or
+ * the post.  The result is copied out first. */
+static void pop_done(xfer_engine *e, xfer_done *out)
+{
+    xfer_done *d = e->done_head;
+    e->done_head = d->next;
+    if (!e->done_head)
+        e->done_tail = &e->done_head;
+    *out = *d;
+    if (d->slot == XFER_DONE_POST) {
+        free(d); /* the xfer_post it opens */
+        return;
+    }
+    e->cbs[d->slot].used = 0;
+    e->cb_free[e->ncb_free++] = d->slot;
+}
+
+bool xfer_engine_idle(const xfer_engine *e)
+{
+    return e && e->ncb_free == e->cfg.core.max_transfers &&
+           !e->done_head && e->ref_n == 0 &&
+           (!e->shutting_down || e->shutdown_reported) &&
+           xfer_mailbox_pending(e->mailbox) == 0;
+}
+
+/* Deliver refused-op results, completions, the end of shutdown, and then
+ * tell a waiting idle callback. */
 static void on_deferred(evutil_socket_t fd, short what, void *arg)
 {
     xfer_engine *e = arg;
@@ -240,19 +296,24 @@ static void on_deferred(evutil_socket_t fd, short what, void *arg)
         xfer_core_on_result(e->core, xfer_engine_now(e), &r);
         drain(e);
     }
-    while (e->done_n) {
-        done_rec d = e->done[e->done_head];
-        e->done_head = (e->done_head + 1) % e->done_cap;
-        e->done_n--;
+    while (e->done_head) {
+        xfer_done d;
+        pop_done(e, &d);
+        e->st.completions_delivered++;
         if (d.cb)
             d.cb(d.ud, &d.res);
     }
-    if (e->shutdown_done && !e->shutdown_reported && e->done_n == 0 &&
+    if (e->shutdown_done && !e->shutdown_reported && !e->done_head &&
         e->ref_n == 0) {
         e->shutdown_reported = 1;
         unregister_all_pools(e);
         if (e->shutdown_cb)
             e->shutdown_cb(e->shutdown_ud);
+    }
+    if (e->idle_cb && xfer_engine_idle(e)) {
+        xfer_idle_cb cb = e->idle_cb;
+        e->idle_cb = NULL;
+        cb(e->idle_ud);
     }
 }
 
@@ -277,16 +338,16 @@ static int alloc_tables(xfer_engine *e)
     e->groups = calloc(e->cfg.max_groups, sizeof *e->groups);
     e->cbs = calloc(nt, sizeof *e->cbs);
     e->cb_free = calloc(nt, sizeof *e->cb_free);
-    e->done_cap = nt;
-    e->done = calloc(nt, sizeof *e->done);
+    e->done_tail = &e->done_head;
     /* Grown by add_group: see grow_refused(). */
     e->ref_cap = 64;
     e->refused = calloc(e->ref_cap, sizeof *e->refused);
-    if (!e->pools || !e->groups || !e->cbs || !e->cb_free || !e->done ||
-        !e->refused)
+    if (!e->pools || !e->groups || !e->cbs || !e->cb_free || !e->refused)
         return XFER_ERR_NOMEM;
-    for (uint32_t i = 0; i < nt; i++)
+    for (uint32_t i = 0; i < nt; i++) {
         e->cb_free[i] = nt - 1 - i;
+        e->cbs[i].done.slot = i;
+    }
     e->ncb_free = nt;
     return 0;
 }
@@ -357,11 +418,15 @@ void xfer_engine_del(xfer_engine *e)
     if (e->own_base && e->base)
         event_base_free(e->base);
     xfer_core_del(e->core);
+    /* Refused posts not yet delivered own their memory. */
+    while (e->done_tail && e->done_head) {
+        xfer_done d;
+        pop_done(e, &d);
+    }
     free(e->pools);
     free(e->groups);
     free(e->cbs);
     free(e->cb_free);
-    free(e->done);
     free(e->refused);
     free(e);
 }
@@ -485,11 +550,10 @@ int xfer_engine_add_group(xfer_engine *e, xfer_transport tp, uint32_t *group)
 /* Submit, cancel, shutdown                                                */
 /* ---------------------------------------------------------------------- */
 
+/* The desc against the engine's groups and pools (its shape was checked). */
 static int check_desc(const xfer_engine *e, const xfer_transfer_desc *d,
                       uint64_t *bytes)
 {
-    if (!d || d->id == 0 || !d->slices)
-        return XFER_ERR_INVALID_ARG;
     if (d->group >= e->cfg.max_groups || !e->groups[d->group].used ||
         d->pool >= e->cfg.max_pools || !e->pools[d->pool].used)
         return XFER_ERR_NOT_FOUND;
@@ -507,19 +571,36 @@ static int check_desc(const xfer_engine *e, const xfer_transfer_desc *d,
     return 0;
 }
 
+/* No callback slot is free (every one is live or waits for delivery): the
+ * id's own state gives the truer refusal, as the core would give it. */
+static int refuse_full(const xfer_engine *e, uint64_t id)
+{
+    xfer_transfer_state st = xfer_core_state(e->core, id);
+    if (st == XFER_TRANSFER_STATE_TOMBSTONED)
+        return XFER_ERR_CANCELLED;
+    return st == XFER_TRANSFER_STATE_NEW ? XFER_ERR_BUSY : XFER_ERR_EXISTS;
+}
+
+/*
+ * Refusals come in this order, so each says what is really wrong: a
+ * malformed call (INVALID_ARG), then SHUTDOWN (nothing is accepted any
+ * more, whatever the desc names), then the desc against the engine
+ * (NOT_FOUND, INVALID_ARG), then the id and the caps (the core's order:
+ * EXISTS, CANCELLED, BUSY), then NOMEM.
+ */
 int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
                        xfer_complete_cb cb, void *ud)
 {
-    if (!e || !cb)
+    if (!e || !cb || !d || d->id == 0 || !d->slices)
         return XFER_ERR_INVALID_ARG;
+    if (e->shutting_down)
+        return XFER_ERR_SHUTDOWN;
     uint64_t bytes = 0;
     int rc = check_desc(e, d, &bytes);
     if (rc)
         return rc;
-    if (e->shutting_down)
-        return XFER_ERR_SHUTDOWN;
     if (e->ncb_free == 0)
-        return XFER_ERR_BUSY;
+        return refuse_full(e, d->id);
     uint32_t slot = e->cb_free[e->ncb_free - 1];
     uint64_t now = xfer_engine_now(e);
     xfer_submit_args a = {
@@ -531,8 +612,9 @@ int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
     if (rc)
         return rc;
     e->ncb_free--;
-    e->cbs[slot] = (cb_rec){.cb = cb, .ud = ud, .user_data = d->user_data,
-                            .bytes = bytes, .pool = d->pool, .used = 1};
+    e->cbs[slot] = (cb_rec){.done = {.cb = cb, .ud = ud, .slot = slot},
+                            .user_data = d->user_data, .bytes = bytes,
+                            .pool = d->pool, .used = 1};
     e->pools[d->pool].users++;
     e->st.staging_bytes_in_use += bytes;
     drain(e);
@@ -548,44 +630,68 @@ int xfer_engine_cancel(xfer_engine *e, uint64_t id)
     return rc;
 }
 
-/* A mailbox submit the loop refused still owes its callback (it was
- * accepted into the mailbox): deliver an error completion. */
+/*
+ * A mailbox submit the loop refused still owes its callback (it was
+ * accepted into the mailbox): its post becomes the error completion, with
+ * phase SUBMIT.  The post was allocated by the posting thread for exactly
+ * this, so no refusal is ever bounded by max_transfers or lost.
+ */
 static void on_mail(void *ud, xfer_mail *m)
 {
     xfer_engine *e = ud;
-    if (m->kind == 1) {
+    if (m->kind == XFER_MAIL_CANCEL) {
         xfer_engine_cancel(e, m->id);
+        if (e->idle_cb)
+            kick(e); /* the last mail may leave the engine idle */
         return;
     }
-    int rc = xfer_engine_submit(e, &m->desc, m->cb, m->ud);
-    if (rc == 0)
+    xfer_post *p = m->post;
+    int rc = xfer_engine_submit(e, &p->desc, p->done.cb, p->done.ud);
+    if (rc == 0) {
+        free(p);
         return;
-    assert(e->done_n < e->done_cap);
-    done_rec *d = &e->done[(e->done_head + e->done_n++) % e->done_cap];
-    d->res = (xfer_result){.id = m->desc.id, .status = rc,
-                           .phase = XFER_PHASE_NONE,
-                           .first_failed_shard = XFER_SHARD_NONE,
-                           .user_data = m->desc.user_data};
-    d->cb = m->cb;
-    d->ud = m->ud;
-    kick(e);
+    }
+    e->st.posts_refused++;
+    p->done.res = (xfer_result){.id = p->desc.id, .status = rc,
+                                .phase = XFER_PHASE_SUBMIT,
+                                .first_failed_shard = XFER_SHARD_NONE,
+                                .user_data = p->desc.user_data};
+    enqueue_done(e, &p->done);
 }
 
 int xfer_engine_post_submit(xfer_engine *e, const xfer_transfer_desc *d,
                             xfer_complete_cb cb, void *ud)
 {
-    if (!e || !d || !cb || (d->nslices && !d->slices))
+    if (!e || !d || !cb || d->id == 0 || d->nslices > XFER_MAX_SHARDS ||
+        (d->nslices && !d->slices))
         return XFER_ERR_INVALID_ARG;
-    xfer_mail m = {.kind = 0, .id = d->id, .desc = *d, .cb = cb, .ud = ud};
-    return xfer_mailbox_post(e->mailbox, &m);
+    xfer_post *p = xfer_mailbox_new_post(d, cb, ud);
+    if (!p)
+        return XFER_ERR_NOMEM;
+    xfer_mail m = {.kind = XFER_MAIL_SUBMIT, .id = d->id, .post = p};
+    int rc = xfer_mailbox_post(e->mailbox, &m);
+    if (rc)
+        free(p);
+    return rc;
 }
 
 int xfer_engine_post_cancel(xfer_engine *e, uint64_t id)
 {
     if (!e || id == 0)
         return XFER_ERR_INVALID_ARG;
-    xfer_mail m = {.kind = 1, .id = id};
+    xfer_mail m = {.kind = XFER_MAIL_CANCEL, .id = id};
     return xfer_mailbox_post(e->mailbox, &m);
+}
+
+int xfer_engine_on_idle(xfer_engine *e, xfer_idle_cb cb, void *ud)
+{
+    if (!e)
+        return XFER_ERR_INVALID_ARG;
+    e->idle_cb = cb;
+    e->idle_ud = ud;
+    if (cb)
+        kick(e);
+    return 0;
 }
 
 int xfer_engine_shutdown(xfer_engine *e, xfer_shutdown_cb cb, void *ud)

@@ -7,6 +7,11 @@
  * the trace records.  The queue is bounded (XFER_ERR_BUSY at the cap).
  * Posting never touches libevent state, so libevent needs no thread
  * support.
+ *
+ * A submit travels as one xfer_post allocated by the posting thread; the
+ * loop's handler takes it, and keeps it as the completion record if the
+ * submit is refused, so every accepted post owns the memory of its own
+ * completion.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -52,7 +57,6 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
         mb->n--;
         pthread_mutex_unlock(&mb->lock);
         mb->fn(mb->ud, &m);
-        free(m.slices);
     }
 }
 
@@ -96,7 +100,7 @@ void xfer_mailbox_del(xfer_mailbox *mb)
     if (mb->ev)
         event_free(mb->ev);
     for (uint32_t i = 0; i < mb->n; i++)
-        free(mb->q[(mb->head + i) % mb->cap].slices);
+        free(mb->q[(mb->head + i) % mb->cap].post);
     for (int i = 0; i < 2; i++)
         if (mb->fds[i] >= 0)
             close(mb->fds[i]);
@@ -105,26 +109,32 @@ void xfer_mailbox_del(xfer_mailbox *mb)
     free(mb);
 }
 
+xfer_post *xfer_mailbox_new_post(const xfer_transfer_desc *d,
+                                 xfer_complete_cb cb, void *ud)
+{
+    size_t n = d->nslices;
+    xfer_post *p = malloc(sizeof *p + n * sizeof p->slices[0]);
+    if (!p)
+        return NULL;
+    memset(&p->done, 0, sizeof p->done);
+    p->done.cb = cb;
+    p->done.ud = ud;
+    p->done.slot = XFER_DONE_POST;
+    p->desc = *d;
+    if (n)
+        memcpy(p->slices, d->slices, n * sizeof p->slices[0]);
+    p->desc.slices = p->slices;
+    return p;
+}
+
 int xfer_mailbox_post(xfer_mailbox *mb, const xfer_mail *m)
 {
-    xfer_mail copy = *m;
-    copy.slices = NULL;
-    if (m->kind == 0) {
-        size_t n = m->desc.nslices;
-        copy.slices = n ? malloc(n * sizeof *copy.slices) : NULL;
-        if (n && !copy.slices)
-            return XFER_ERR_NOMEM;
-        if (n)
-            memcpy(copy.slices, m->desc.slices, n * sizeof *copy.slices);
-        copy.desc.slices = copy.slices;
-    }
     pthread_mutex_lock(&mb->lock);
     if (mb->n == mb->cap) {
         pthread_mutex_unlock(&mb->lock);
-        free(copy.slices);
         return XFER_ERR_BUSY;
     }
-    mb->q[(mb->head + mb->n) % mb->cap] = copy;
+    mb->q[(mb->head + mb->n) % mb->cap] = *m;
     mb->n++;
     mb->posts++;
     int wake = !mb->wake_pending;
@@ -143,4 +153,14 @@ int xfer_mailbox_post(xfer_mailbox *mb, const xfer_mail *m)
 uint64_t xfer_mailbox_posts(const xfer_mailbox *mb)
 {
     return mb ? mb->posts : 0;
+}
+
+uint32_t xfer_mailbox_pending(xfer_mailbox *mb)
+{
+    if (!mb)
+        return 0;
+    pthread_mutex_lock(&mb->lock);
+    uint32_t n = mb->n;
+    pthread_mutex_unlock(&mb->lock);
+    return n;
 }

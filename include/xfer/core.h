@@ -40,24 +40,46 @@ extern "C" {
 
 typedef struct xfer_core xfer_core;
 
-/* Phases reported in a completion (the phase a transfer failed in). */
+/* Phases reported in a completion (the phase a transfer failed in).  Never
+ * renumbered. */
 typedef enum xfer_phase {
-    XFER_PHASE_NONE = 0, /* success */
+    XFER_PHASE_NONE = 0, /* success (status 0) */
     XFER_PHASE_RESERVING = 1,
     XFER_PHASE_WRITING = 2,
-    XFER_PHASE_COMPLETING = 3,
-    XFER_PHASE_CANCELLING = 4
+    XFER_PHASE_COMPLETING = 3, /* the consumer may hold the data */
+    XFER_PHASE_CANCELLING = 4,
+    XFER_PHASE_SUBMIT = 5  /* refused before it started: a posted submit
+                              the engine's loop refused (xfer.h); no shard
+                              was ever sent anything, no shard is named */
 } xfer_phase;
 
-/* The result of one transfer, delivered exactly once per accepted submit. */
+/*
+ * The result of one transfer, delivered exactly once per accepted submit.
+ *
+ * Which shards a failed result names (failed_shards, first_failed_shard):
+ *  - a shard whose reserve, write or commit failed is named, in any phase
+ *    and even after a stop;
+ *  - a deadline names every shard whose op of the phase it stopped had not
+ *    answered when it fired, whatever the transport answers afterwards
+ *    (XFER_ERR_ABORTED, the op's real success, or a failure): those shards
+ *    held the transfer up;
+ *  - a user cancel or shutdown names none of the shards it aborted;
+ *  - first_failed_shard is the shard whose failure set `status`; when a
+ *    stop set it, the lowest-numbered shard named.  It is XFER_SHARD_NONE
+ *    exactly when failed_shards is 0, and always on success;
+ *  - a transfer whose every commit was acked succeeds, even after a
+ *    deadline or a stop in COMPLETING, and names no shard.
+ * Cancels name no shard here: a cancel that never succeeded is in
+ * rollback_failed.
+ */
 typedef struct xfer_result {
     uint64_t id;
     uint32_t attempt;
     int32_t status;         /* 0, or the xfer_err that ended the transfer */
     uint8_t phase;          /* xfer_phase the failure happened in */
     bool consumer_may_hold; /* a commit may have been applied (COMPLETING) */
-    uint16_t first_failed_shard; /* XFER_SHARD_NONE on success */
-    uint64_t failed_shards;      /* bit k: shard k's op failed */
+    uint16_t first_failed_shard; /* see above; XFER_SHARD_NONE: none */
+    uint64_t failed_shards;      /* bit k: shard k failed or held it up */
     uint64_t rollback_failed;    /* bit k: shard k's cancel never succeeded */
     uint64_t user_data;          /* echoed from the submit */
 } xfer_result;
@@ -69,7 +91,9 @@ typedef enum xfer_action_kind {
     XFER_ACT_COMMIT = 2,     /* mark the data ready on shard */
     XFER_ACT_CANCEL = 3,     /* cancel (id, attempt[, resv_id]) on shard */
     XFER_ACT_ABORT = 4,      /* abort the op `op` in flight on shard */
-    XFER_ACT_RELEASE_STAGING = 5, /* no write of this transfer in flight */
+    XFER_ACT_RELEASE_STAGING = 5, /* no write of this transfer in flight;
+                                     the COMPLETE of the same transfer
+                                     follows in the same action list */
     XFER_ACT_COMPLETE = 6,   /* report `result` to the user */
     XFER_ACT_SHUTDOWN_DONE = 7, /* shutdown requested and no transfer left */
     XFER_ACT_COUNT_
@@ -149,7 +173,7 @@ typedef struct xfer_core_config {
     xfer_trace_sink trace;
 } xfer_core_config;
 
-/* Counters, read with xfer_core_stats(). */
+/* Counters, read with xfer_core_stats_get(). */
 typedef struct xfer_core_stats {
     uint64_t submitted, completed, succeeded, failed, cancelled;
     uint64_t late_submits, late_replies, unknown_replies;

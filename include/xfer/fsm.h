@@ -14,8 +14,11 @@
  * naming the static handler in fsm/<machine>.c (`none` where no handler runs;
  * IGNORE and DEFER cells may still run a handler that replies or records).
  *
- * Every (state, event) pair appears exactly once; tests/test_fsm_tables.c
- * checks that.  The header is pure C11, usable from C++.
+ * Every (state, event) pair appears exactly once: fsm/tables.c does not
+ * compile when a table has more or fewer cells than states x events, and
+ * -Woverride-init (part of -Wextra) flags a pair listed twice.  The header
+ * is pure C11, usable from C++.  The machines are described in
+ * docs/design.md, section 2.
  */
 #ifndef XFER_FSM_H
 #define XFER_FSM_H

@@ -8,6 +8,15 @@
  * FIFO per loop transport, ordered by (due time, sequence), so a seeded run
  * gives the same order every time.  Faults are rules matched in order;
  * probabilities draw from a seeded xorshift generator, never from rand().
+ *
+ * How rules combine: when an op starts, the rules are tried in the order
+ * they were added.  A matching DELAY rule adds its delay_ns to the op and
+ * matching goes on, so several DELAY rules add up.  The first matching
+ * rule of another kind (FAIL, APPLIED_LOST, DROP) decides the op's fate and
+ * ends the matching: rules after it are not tried, and their counts and
+ * probabilities are not used.  The op then arrives after the summed delay
+ * and meets that fate (a delayed FAIL, say).  A rule that matches counts a
+ * firing (`count`), including DELAY rules.
  */
 #ifndef XFER_LOOP_H
 #define XFER_LOOP_H

@@ -8,9 +8,10 @@
  * cancels, performs the actions it emits (take, release, cancel to shard k),
  * feeds back take results, and reads the AVAILABLE / UNAVAILABLE outcomes.
  *
- * What must stay true (I8): AVAILABLE is reported only when all S shards
- * reported ready for one attempt and every take succeeded, at most once per
- * record, never for a tombstoned id, and is never withdrawn.  A record that
+ * What must stay true (I8, docs/design.md section 3): AVAILABLE is
+ * reported only when all S shards reported ready for one attempt and every
+ * take succeeded, at most once per record, never for a tombstoned id, and
+ * is never withdrawn.  A record that
  * ends otherwise sends a cancel to every shard of the group and answers a
  * later ready for the id with a cancel to that shard.  A cancel for an
  * unknown id inserts a tombstone.  A deadline turns a waiting record

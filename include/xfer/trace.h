@@ -64,7 +64,10 @@ typedef struct xfer_trace_rec {
     uint8_t event;
     uint8_t new_state;
     uint8_t verdict; /* xfer_verdict (steps only) */
-    uint8_t flags;   /* reserved, 0 */
+    uint8_t flags;   /* the emitter tag: 0 from the machines; a tagged
+                        file sink (xfer_tracefile_sink_tagged) writes its
+                        tag here, so records of several emitters in one
+                        file can be told apart (the file's `src` byte) */
 } xfer_trace_rec;
 
 /* Notes (XFER_MACHINE_NOTE records): counted things that are not transitions. */

@@ -8,9 +8,11 @@
  * every started op exactly once, later, on the engine's loop thread, through
  * xfer_engine_deliver().  It never answers from inside `start` or `abort`.
  *
- * Contract on writes (I3): a WRITE result (ok or failed or aborted) is
- * delivered only when the transport no longer reads the staging bytes: the
- * DMA completion was polled, or libevent dropped its last reference.
+ * Contract on writes (I3, docs/design.md section 3): a WRITE result (ok or
+ * failed or aborted) is delivered only when the transport no longer reads
+ * the staging bytes: the DMA completion was polled, or libevent dropped its
+ * last reference.  A transport may answer an abort with the op's real
+ * result; the core's naming rule (xfer_result in core.h) holds either way.
  */
 #ifndef XFER_TRANSPORT_H
 #define XFER_TRANSPORT_H

@@ -10,11 +10,26 @@
  * a mailbox that wakes the loop; the order the loop drains it is the order
  * the trace records.
  *
- * What must stay true: every accepted submit completes exactly once (I1); a
- * staging pool is unregistered only when none of its writes is in flight
- * (I3); shutdown refuses new submits, ends every transfer, reports every
- * completion, unregisters every staging pool, and only then calls the
- * shutdown callback (I9).
+ * What must stay true (the invariants of docs/design.md): every accepted
+ * submit completes exactly once, posted or not, however many are refused
+ * at once (I1); a staging pool is unregistered only when none of its
+ * writes is in flight (I3); shutdown refuses new submits, ends every
+ * transfer, reports every completion, unregisters every staging pool, and
+ * only then calls the shutdown callback (I9).
+ *
+ * A program's life (examples/hello.c):
+ *
+ *     xfer_engine_new -> xfer_loop_new on xfer_engine_base -> add_group,
+ *     register_pool -> submit ... -> event_base_dispatch
+ *       ... completions ...
+ *       xfer_engine_on_idle callback: xfer_engine_shutdown
+ *       shutdown callback: event_base_loopbreak
+ *     (dispatch returns) -> xfer_engine_del -> xfer_loop_del
+ *
+ * The engine keeps events armed on its base for its whole life (the
+ * mailbox's pipe, the core's timer, tombstone expiry), so
+ * event_base_dispatch() does not return by itself: break the loop from the
+ * shutdown callback.
  */
 #ifndef XFER_XFER_H
 #define XFER_XFER_H
@@ -36,15 +51,22 @@ extern "C" {
 struct event_base;
 typedef struct xfer_engine xfer_engine;
 
-/* Completion: `res` is borrowed for the duration of the call.  Loop thread. */
+/* Completion: `res` is borrowed for the duration of the call.  Loop thread.
+ * The transfer no longer counts against max_transfers inside the call, so
+ * the callback may submit again. */
 typedef void (*xfer_complete_cb)(void *ud, const xfer_result *res);
 typedef void (*xfer_shutdown_cb)(void *ud);
+/* The engine became idle (xfer_engine_on_idle).  Loop thread. */
+typedef void (*xfer_idle_cb)(void *ud);
 /* A clock in nanoseconds; must not go backwards. */
 typedef uint64_t (*xfer_clock_fn)(void *ud);
 
 typedef struct xfer_engine_config {
     struct event_base *base; /* NULL: the engine makes and owns its own */
-    xfer_core_config core;   /* limits, timeouts, allocator, trace sink */
+    xfer_core_config core;   /* limits, timeouts, allocator, trace sink;
+                                core.max_transfers also bounds the engine:
+                                a transfer counts from its accepted submit
+                                until its callback is called */
     xfer_clock_fn clock;     /* NULL: CLOCK_MONOTONIC */
     void *clock_ud;
     uint32_t max_pools;      /* default 16 */
@@ -68,15 +90,24 @@ typedef struct xfer_engine_stats {
     uint64_t results_delivered, results_dropped;
     uint64_t ops_started, ops_start_failed, aborts;
     uint32_t pools, groups;
-    uint64_t staging_bytes_in_use; /* bytes of slices of live transfers */
+    /* Bytes of the staging slices of accepted transfers whose staging
+     * region is not yet released: from the submit until the core's
+     * RELEASE_STAGING, when no write of the transfer is in flight any more.
+     * At 0 no transfer reads staging memory (I3). */
+    uint64_t staging_bytes_in_use;
     uint64_t mailbox_posts;
+    uint64_t completions_delivered; /* callbacks called, refusals included */
+    uint64_t posts_refused; /* posted submits the loop refused (I1: each
+                               still completes, with phase SUBMIT) */
 } xfer_engine_stats;
 
 /* Create.  cfg copied (NULL: defaults).  *out untouched on failure.
  * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM, XFER_ERR_IO (libevent). */
 XFER_API int xfer_engine_new(const xfer_engine_config *cfg, xfer_engine **out);
-/* Free.  Accepts NULL.  Call after shutdown completed; transfers still live
- * are dropped without completion (a bug in the caller, counted). */
+/* Free.  Accepts NULL.  Call after shutdown completed, from outside the
+ * loop (after event_base_dispatch returned); transfers still live, posts
+ * still queued and completions not yet delivered are dropped without a
+ * callback (a bug in the caller).  Free the loop transport after this. */
 XFER_API void xfer_engine_del(xfer_engine *e);
 /* The loop the engine runs on. */
 XFER_API struct event_base *xfer_engine_base(const xfer_engine *e);
@@ -97,11 +128,15 @@ XFER_API int xfer_engine_add_group(xfer_engine *e, xfer_transport tp,
                           uint32_t *group);
 
 /*
- * Submit a transfer.  On 0, cb is called exactly once, later, from the loop.
- * On an error cb is never called.  Loop thread only.
- * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOT_FOUND (group or pool),
- * XFER_ERR_CANCELLED (tombstoned id), XFER_ERR_EXISTS, XFER_ERR_BUSY,
- * XFER_ERR_NOMEM, XFER_ERR_SHUTDOWN.
+ * Submit a transfer.  `d` and its slices are copied.  On 0, cb is called
+ * exactly once, later, from the loop.  On an error cb is never called.
+ * Loop thread only.
+ * Errors, checked in this order: XFER_ERR_INVALID_ARG (NULL d or cb, id 0,
+ * no slices), XFER_ERR_SHUTDOWN (after xfer_engine_shutdown, whatever the
+ * desc), XFER_ERR_NOT_FOUND (group or pool), XFER_ERR_INVALID_ARG (slice
+ * count or bounds), XFER_ERR_EXISTS (id live), XFER_ERR_CANCELLED (id
+ * tombstoned), XFER_ERR_BUSY (max_transfers, or the tombstone cap),
+ * XFER_ERR_NOMEM.
  */
 XFER_API int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
                        xfer_complete_cb cb, void *ud);
@@ -110,10 +145,16 @@ XFER_API int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
 XFER_API int xfer_engine_cancel(xfer_engine *e, uint64_t id);
 
 /*
- * Thread-safe mailbox versions.  On 0 the request is queued; a submit then
- * completes exactly once through cb (with an error status if the loop's
- * submit refused it).  Errors: XFER_ERR_BUSY (mailbox full),
- * XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM.
+ * Thread-safe mailbox versions; any thread.  `d` and its slices are copied
+ * before the call returns.  On 0 the request is queued; a posted submit
+ * then completes exactly once through cb, from the loop: as a transfer if
+ * the loop's xfer_engine_submit accepted it, or else at once with that
+ * refusal's status (the codes of xfer_engine_submit), phase
+ * XFER_PHASE_SUBMIT, attempt 0 and no shard named.  Any number of
+ * refusals may be pending at once: each post carries its own completion.
+ * Errors (then cb is never called): XFER_ERR_BUSY (mailbox_cap posts
+ * queued), XFER_ERR_INVALID_ARG (NULL d or cb, id 0, more than
+ * XFER_MAX_SHARDS slices, NULL slices), XFER_ERR_NOMEM.
  */
 XFER_API int xfer_engine_post_submit(xfer_engine *e, const xfer_transfer_desc *d,
                             xfer_complete_cb cb, void *ud);
@@ -125,6 +166,23 @@ XFER_API int xfer_engine_post_cancel(xfer_engine *e, uint64_t id);
  * Errors: XFER_ERR_STATE (already shutting down).
  */
 XFER_API int xfer_engine_shutdown(xfer_engine *e, xfer_shutdown_cb cb, void *ud);
+
+/*
+ * The idle signal.  The engine is idle when no transfer is live, no
+ * completion or refusal waits for delivery, no shutdown callback is
+ * pending, and the mailbox is empty.  Transports may still have timers of
+ * their own (leases, tombstones): idle is about the engine's work.
+ *
+ * xfer_engine_idle - true when idle now.  Loop thread.
+ *
+ * xfer_engine_on_idle - call cb(ud) once, from the loop, as soon as the
+ * engine is idle after this call (on the next loop iteration if it is idle
+ * already), after every completion delivered so far.  One-shot: register
+ * again to be told again.  A new registration replaces one not yet called;
+ * cb NULL removes it.  Loop thread.  Errors: XFER_ERR_INVALID_ARG.
+ */
+XFER_API bool xfer_engine_idle(const xfer_engine *e);
+XFER_API int xfer_engine_on_idle(xfer_engine *e, xfer_idle_cb cb, void *ud);
 
 XFER_API void xfer_engine_stats_get(const xfer_engine *e, xfer_engine_stats *st);
 /* The pure core (read-only use: views, stats). */

@@ -252,6 +252,18 @@ static void check_failure(ck_world *w, const mon_tr *t, const xfer_result *r)
                         "completion's failed_shards (0x%llx) omits it", id,
                         k, (unsigned long long)r->failed_shards);
     }
+    /* The naming rule of xfer/core.h: first_failed_shard is one of the named
+     * shards, NONE only when none is named; a deadline fires only while a
+     * phase waits on some shard, so a TIMEOUT always names one. */
+    if ((r->first_failed_shard == XFER_SHARD_NONE) != (r->failed_shards == 0) ||
+        (r->first_failed_shard < 64 &&
+         !(r->failed_shards >> r->first_failed_shard & 1)))
+        ck_mon_fail(w, CK_I12, "id %llu: first_failed_shard %u is not one of "
+                    "failed_shards (0x%llx)", id, r->first_failed_shard,
+                    (unsigned long long)r->failed_shards);
+    if (r->status == XFER_ERR_TIMEOUT && r->failed_shards == 0)
+        ck_mon_fail(w, CK_I12, "id %llu timed out but the completion names "
+                    "no shard it waited on", id);
     if (r->phase < XFER_PHASE_RESERVING || r->phase > XFER_PHASE_CANCELLING)
         ck_mon_fail(w, CK_I12, "id %llu failed (%s) without a phase", id,
                     xfer_err_name(r->status));
