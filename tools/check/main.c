@@ -32,7 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "path.h"
 #include "report.h"
+#include "search.h"
 #include "world.h"
 
 static const char *const fault_names[] = {
@@ -40,11 +42,6 @@ static const char *const fault_names[] = {
     CK_FAULTS(N_)
 #undef N_
 };
-
-const char *ck_fault_name(unsigned bit)
-{
-    return bit < CK_FB_COUNT_ ? fault_names[bit] : "?";
-}
 
 typedef struct opts {
     ck_config cfg;
@@ -297,7 +294,7 @@ static int run_bfs(const opts *o)
 {
     ck_outcome r;
     memset(&r, 0, sizeof r);
-    int inv = ck_bfs(&o->cfg, &r);
+    int inv = ck_search_bfs(&o->cfg, &r);
     double s = r.secs > 0 ? r.secs : 1e-9;
     printf("states %" PRIu64 " distinct, transitions %" PRIu64 ", depth %u, "
            "leaves %" PRIu64 "%s\n", r.states, r.transitions, r.depth,
@@ -326,7 +323,7 @@ static int run_random(const opts *o)
     memset(&r, 0, sizeof r);
     printf("seed %" PRIu64 " (XFER_SEED overrides), %" PRIu64 " runs\n",
            o->seed, o->runs);
-    int inv = ck_random(&o->cfg, o->seed, o->runs, o->mode == 2, &r);
+    int inv = ck_search_random(&o->cfg, o->seed, o->runs, o->mode == 2, &r);
     double s = r.secs > 0 ? r.secs : 1e-9;
     printf("runs %" PRIu64 ", steps %" PRIu64 ", time %.2f s: %.0f runs/s, "
            "%.0f steps/s\n", r.runs, r.steps, r.secs, r.runs / s,
@@ -342,7 +339,7 @@ static int run_random(const opts *o)
     fault_list(r.faults, f, sizeof f);
     printf("failing run: seed %" PRIu64 ", faults %s, %zu steps; "
            "shrinking\n", r.seed, f, r.path.n);
-    ck_shrink(&c, &r);
+    ck_search_shrink(&c, &r);
     int rc = violation(o, &r, &c);
     ck_path_free(&r.path);
     return rc;
@@ -370,9 +367,9 @@ static int run_bench(const opts *o)
         ck_outcome b, r;
         memset(&b, 0, sizeof b);
         memset(&r, 0, sizeof r);
-        if (ck_bfs(&c, &b) >= 0 || b.out_of_memory)
+        if (ck_search_bfs(&c, &b) >= 0 || b.out_of_memory)
             rc = 1;
-        if (ck_random(&c, o->seed, 20000, false, &r) >= 0)
+        if (ck_search_random(&c, o->seed, 20000, false, &r) >= 0)
             rc = 1;
         ck_path_free(&b.path);
         ck_path_free(&r.path);
@@ -396,7 +393,7 @@ static int run_replay(opts *o)
 {
     char args[1024], why[256];
     ck_path p = {0};
-    if (ck_read_choices(o->replay, args, sizeof args, &p, why, sizeof why))
+    if (ck_report_read_choices(o->replay, args, sizeof args, &p, why, sizeof why))
         return bad(why, NULL);
     char *argv[64] = {"xfer-check"};
     int argc = 1;
@@ -414,7 +411,7 @@ static int run_replay(opts *o)
     ck_violation v;
     uint64_t h;
     r.path = p;
-    r.inv = ck_run_path(&f.cfg, &p, NULL, &v, &h, false);
+    r.inv = ck_path_run(&f.cfg, &p, NULL, &v, &h, false);
     if (r.inv < 0) {
         printf("replay of %zu steps: every invariant held\n", p.n);
         ck_path_free(&p);
