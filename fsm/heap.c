@@ -7,6 +7,7 @@
 #include "heap.h"
 
 #include <assert.h>
+#include <string.h>
 
 #include "util.h"
 

@@ -8,6 +8,7 @@
 #include "idmap.h"
 
 #include <assert.h>
+#include <string.h>
 
 #include "util.h"
 

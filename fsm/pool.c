@@ -11,6 +11,7 @@
 #include "pool.h"
 
 #include <assert.h>
+#include <string.h>
 
 #include "util.h"
 

@@ -4,9 +4,10 @@
  *
  * Everything here is generated from the X-macro tables; the dispatchers in
  * transfer.c, shard.c and readiness.c expand the same tables, so what the
- * tools show is what the code does.
+ * tools show is what the code does.  The diagram is assembled by plain
+ * string appends (no stdio: fsm/ is pure), measuring the whole text as
+ * snprintf would so a caller can size its buffer.
  */
-#include <stdio.h>
 #include <string.h>
 
 #include "xfer/fsm.h"
@@ -154,14 +155,36 @@ const char *xfer_fsm_handler_name(unsigned machine, unsigned state,
     return c && c->handler ? c->handler : "(missing)";
 }
 
-/* Append to buf like snprintf, tracking the length the whole text needs. */
-static void put(char *buf, size_t len, size_t *at, const char *fmt,
-                const char *a, const char *b, const char *c)
+/* The text being built: buf holds at most len bytes; at counts every byte
+ * the whole text needs, written or not. */
+typedef struct text {
+    char *buf;
+    size_t len, at;
+} text;
+
+static void put(text *t, const char *s)
 {
-    size_t room = *at < len ? len - *at : 0;
-    int n = snprintf(room ? buf + *at : NULL, room, fmt, a, b, c);
-    if (n > 0)
-        *at += (size_t)n;
+    size_t n = strlen(s);
+    if (t->at < t->len) {
+        size_t room = t->len - t->at;
+        memcpy(t->buf + t->at, s, n < room ? n : room);
+    }
+    t->at += n;
+}
+
+/* One edge line: `  FROM -> TO [ATTRlabel="LABEL"];` */
+static void put_edge(text *t, const char *from, const char *to,
+                     const char *attr, const char *label)
+{
+    put(t, "  ");
+    put(t, from);
+    put(t, " -> ");
+    put(t, to);
+    put(t, " [");
+    put(t, attr);
+    put(t, "label=\"");
+    put(t, label);
+    put(t, "\"];\n");
 }
 
 typedef struct edge {
@@ -218,33 +241,35 @@ int xfer_fsm_dot(unsigned machine, char *buf, size_t len)
     const machine_desc *d = desc(machine);
     if (!d || (!buf && len))
         return XFER_ERR_INVALID_ARG;
-    size_t at = 0, ng;
+    text t = {buf, len, 0};
+    size_t ng;
     const edge *g = edges_of(machine, &ng);
-    put(buf, len, &at, "digraph %s {\n  rankdir=LR;\n  node [shape=box];\n",
-        d->name, "", "");
-    for (unsigned s = 0; s < d->nstates; s++)
-        put(buf, len, &at, "  %s;\n", d->states[s], "", "");
+    put(&t, "digraph ");
+    put(&t, d->name);
+    put(&t, " {\n  rankdir=LR;\n  node [shape=box];\n");
+    for (unsigned s = 0; s < d->nstates; s++) {
+        put(&t, "  ");
+        put(&t, d->states[s]);
+        put(&t, ";\n");
+    }
     /* Solid edges: declared state changes.  Dashed self-loops: events a
      * state absorbs or defers (IGNORE/DEFER) or handles without leaving. */
-    for (size_t i = 0; i < ng; i++) {
-        char label[64];
-        snprintf(label, sizeof label, "%s", d->events[g[i].event]);
-        put(buf, len, &at, "  %s -> %s [label=\"%s\"];\n",
-            d->states[g[i].from], d->states[g[i].to], label);
-    }
+    for (size_t i = 0; i < ng; i++)
+        put_edge(&t, d->states[g[i].from], d->states[g[i].to], "",
+                 d->events[g[i].event]);
     for (unsigned s = 0; s < d->nstates; s++) {
         for (unsigned e = 0; e < d->nevents; e++) {
             const cell *c = &d->cells[s * d->nevents + e];
             if (!c->handler || c->verdict == XFER_VERDICT_ILLEGAL)
                 continue;
-            put(buf, len, &at, "  %s -> %s [style=dashed,label=\"%s\"];\n",
-                d->states[s], d->states[s], d->events[e]);
+            put_edge(&t, d->states[s], d->states[s], "style=dashed,",
+                     d->events[e]);
         }
     }
-    put(buf, len, &at, "}\n", "", "", "");
+    put(&t, "}\n");
     if (len)
-        buf[at < len ? at : len - 1] = '\0';
-    return (int)at;
+        buf[t.at < len ? t.at : len - 1] = '\0';
+    return (int)t.at;
 }
 
 static const char *const machine_names[] = {

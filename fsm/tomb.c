@@ -10,6 +10,7 @@
 #include "tomb.h"
 
 #include <assert.h>
+#include <string.h>
 
 #include "util.h"
 

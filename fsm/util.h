@@ -1,45 +1,31 @@
 /*
  * fsm/util.h - small private helpers shared by the pure machines: the
- * injected allocator with its libc default, trace emission, and a seedable
- * splitmix64 for ids.  Nothing here reads a clock or draws randomness on its
+ * injected allocator with its libc default (util.c), trace emission, and a
+ * seedable splitmix64 for ids.  Nothing here reads a clock or draws randomness on its
  * own; everything comes in through arguments.
  */
 #ifndef XFER_FSM_UTIL_H
 #define XFER_FSM_UTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "xfer/fsm.h"
 #include "xfer/trace.h"
 
-/* Allocate through `a`, or libc when `a` has no alloc function. */
-static inline void *xfer_util_alloc(const xfer_allocator *a, size_t size)
-{
-    return a->alloc ? a->alloc(a->ud, size) : malloc(size);
-}
-
-static inline void *xfer_util_calloc(const xfer_allocator *a, size_t n,
-                                     size_t size)
-{
-    if (size != 0 && n > SIZE_MAX / size)
-        return NULL;
-    void *p = xfer_util_alloc(a, n * size);
-    if (p)
-        memset(p, 0, n * size);
-    return p;
-}
-
-static inline void xfer_util_free(const xfer_allocator *a, void *p)
-{
-    if (!p)
-        return;
-    if (a->free)
-        a->free(a->ud, p);
-    else
-        free(p);
-}
+/*
+ * The injected allocator, with the libc default a zeroed xfer_allocator
+ * means.  These live in util.c, the one file of fsm/ that may name malloc
+ * and free (the build's wall checks that every other object reaches memory
+ * only through these).
+ */
+/* Allocate size bytes through `a` (borrowed), or malloc when `a` has no
+ * alloc function.  NULL on failure. */
+void *xfer_util_alloc(const xfer_allocator *a, size_t size);
+/* n * size zeroed bytes through `a`; NULL on failure or overflow. */
+void *xfer_util_calloc(const xfer_allocator *a, size_t n, size_t size);
+/* Free p (NULL is fine) through `a`, or free() when `a` has no free. */
+void xfer_util_free(const xfer_allocator *a, void *p);
 
 /* Give a record its sequence number and pass it to the sink, if any. */
 static inline void xfer_util_emit(const xfer_trace_sink *sink, uint64_t *seq,

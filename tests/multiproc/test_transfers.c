@@ -7,13 +7,19 @@
  * failure names a shard of the group); at the end every shard pool is back
  * to full (asked through STATUS: no bytes in use, no live reservation) and
  * the producer staging is entirely free (engine accounting at 0, every
- * staging slot returned, the pool unregisters at shutdown).
+ * staging slot returned, the pool unregisters at shutdown).  Also: xferd's
+ * control socket lists an open reservation under its real shard index.
  */
 #include <check.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "mp.h"
 #include "testutil.h"
@@ -149,12 +155,78 @@ START_TEST(test_transfers_10k_faults)
 }
 END_TEST
 
+/* The whole reply of the control socket at path (malloc'ed), read with a
+ * blocking client until the server closes. */
+static char *ctl_read(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    ck_assert_ptr_nonnull(buf);
+    for (;;) {
+        if (cap - n < 1024) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            ck_assert_ptr_nonnull(buf);
+        }
+        ssize_t r = recv(fd, buf + n, cap - n - 1, 0);
+        ck_assert_int_ge(r, 0); /* no timeout: the server closes */
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    close(fd);
+    return buf;
+}
+
+/* xferd hosting shard 3 alone: its --ctl snapshot names an open
+ * reservation by the real shard index, with its state. */
+START_TEST(test_transfers_ctl_lists_open_reservation)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/tmp/xfer-test-ctl-%d.sock", (int)getpid());
+    unlink(path);
+    const char *args[] = {"--shards", "3", "--pool", "1M", "--ctl", path,
+                          "--quiet", NULL};
+    mp_proc d;
+    ck_assert_int_eq(mp_xferd(&d, 0, args), 0);
+    int fd = mp_connect(d.port);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(mp_hello(fd, 3), 0);
+    xfer_wire_msg m = {.type = XFER_WIRE_T_RESERVE, .id = 4242, .attempt = 1,
+                       .len = 4096};
+    ck_assert_int_eq(mp_send_msg(fd, &m, 7, NULL), 0);
+    xfer_wire_hdr h;
+    xfer_wire_msg ok;
+    ck_assert_int_eq(mp_recv_msg(fd, &h, &ok), 0);
+    ck_assert_uint_eq(h.type, XFER_WIRE_T_RESERVE_OK);
+    char *reply = ctl_read(path);
+    printf("ctl reply:\n%s", reply);
+    ck_assert_ptr_nonnull(strstr(reply, "\"kind\":\"reservation\",\"shard\":3,"
+                                        "\"id\":4242,\"attempt\":1,"
+                                        "\"state\":\"RESERVED\""));
+    free(reply);
+    close(fd);
+    mp_kill(&d, SIGKILL); /* SIGTERM would drain: wait out the lease */
+    unlink(path);
+    mp_kill_all();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("transfers");
     TCase *tc = tcase_create("tcp");
     tcase_set_timeout(tc, 280);
     tcase_add_test(tc, test_transfers_10k_faults);
+    tcase_add_test(tc, test_transfers_ctl_lists_open_reservation);
     suite_add_tcase(s, tc);
     int rc = tu_run(s);
     mp_kill_all();

@@ -24,7 +24,7 @@
  */
 #include <string.h>
 
-#include "world.h"
+#include "canon.h"
 
 __extension__ typedef unsigned __int128 u128;
 
@@ -34,7 +34,8 @@ static inline uint64_t mum(uint64_t a, uint64_t b)
     return (uint64_t)r ^ (uint64_t)(r >> 64);
 }
 
-void ck_hash128(const void *p, size_t n, uint64_t seed, uint64_t out[2])
+static void hash128(const void *p, size_t n, uint64_t seed,
+                    uint64_t out[2])
 {
     const uint8_t *b = p;
     uint64_t h1 = seed ^ 0xa0761d6478bd642full, h2 = ~seed ^ n;
@@ -121,7 +122,7 @@ static bool parts_core(ck_parts *p, const uint8_t *blob, size_t n, unsigned S)
             return false;
         core_record(p, tmp + at + 2, S);
     }
-    ck_hash128(tmp, n, 0xc03e, p->core);
+    hash128(tmp, n, 0xc03e, p->core);
     return true;
 }
 
@@ -178,7 +179,7 @@ static bool parts_rd(ck_parts *p, const uint8_t *blob, size_t n, unsigned S)
     p->nrd = 0;
     for (uint32_t i = 0; i < live; i++)
         rd_record(p, tmp + RD_HDR + (size_t)i * (RD_RESV + 8 * S), S);
-    ck_hash128(tmp, n, 0x4ead, p->rd);
+    hash128(tmp, n, 0x4ead, p->rd);
     return true;
 }
 
@@ -203,7 +204,7 @@ static void memo_hash(memo *m, const uint8_t *b, size_t n, uint64_t seed,
         out[1] = m->h[1];
         return;
     }
-    ck_hash128(b, n, seed, out);
+    hash128(b, n, seed, out);
     if (g_prime && n <= sizeof m->b) {
         memcpy(m->b, b, n);
         m->n = n;
@@ -319,7 +320,7 @@ void ck_canon_key(const ck_world *w, const ck_parts *p, const uint8_t *blob,
 {
     unsigned S = w->cfg->S;
     if (!w->cfg->symmetry || S == 1 || !p->ok_core || !p->ok_rd) {
-        ck_hash128(blob, len, 0x5eed, key);
+        hash128(blob, len, 0x5eed, key);
         return;
     }
     uint64_t sig[CK_MAX_S][2];
@@ -338,7 +339,7 @@ void ck_canon_key(const ck_world *w, const ck_parts *p, const uint8_t *blob,
     rest(w, p, &o);
     for (unsigned j = 0; j < S; j++)
         kput(&o, sig[perm[j]], 16);
-    ck_hash128(o.b, o.at, 0xc4a0, key);
+    hash128(o.b, o.at, 0xc4a0, key);
 }
 
 /* The parts of the state about to be expanded, remembered in the memo so

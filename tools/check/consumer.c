@@ -12,7 +12,11 @@
  */
 #include <string.h>
 
-#include "world.h"
+#include "consumer.h"
+
+#include "engine.h"
+#include "monitor.h"
+#include "net.h"
 
 static void reply(ck_world *w, const ck_msg *op, int32_t status,
                   const xfer_resv_info *info)

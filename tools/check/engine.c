@@ -14,7 +14,10 @@
  */
 #include <string.h>
 
-#include "world.h"
+#include "engine.h"
+
+#include "monitor.h"
+#include "net.h"
 
 void ck_engine_start(ck_world *w)
 {

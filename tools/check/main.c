@@ -1,12 +1,14 @@
 /*
  * tools/check/main.c - xfer-check: the model checker of xfer's machines.
+ * The command line (usage() below, printed by --help):
  *
  *   xfer-check [--mode bfs|random|swarm] [--shards S] [--transfers T]
- *              [--faults LIST|all|none] [--seed N] [--runs N] [--depth N]
- *              [--max-faults N] [--cancels N] [--lates N] [--ccancels N]
- *              [--expiries N] [--cancel-attempts N] [--liveness leaves|all]
- *              [--max-mem-mb N] [--no-symmetry] [--paranoid] [--out PREFIX]
- *              [--replay FILE] [--bench]
+ *              [--faults LIST|all|none] [--budget N] [--seed N] [--runs N]
+ *              [--depth N] [--max-faults N] [--cancels N] [--lates N]
+ *              [--ccancels N] [--expiries N] [--cancel-attempts N]
+ *              [--max-delay-ms N] [--liveness leaves|all] [--max-mem-mb N]
+ *              [--no-symmetry] [--paranoid] [--out PREFIX] [--replay FILE]
+ *              [--bench] [--help]
  *
  * --budget N: disturbances per path in all.  Its default depends on S: 3,
  * or less where a space that large cannot finish (default_budget() below;
@@ -19,12 +21,12 @@
  *
  * --bench: the benchmark of the exhaustive mode (printed, not asserted):
  * BFS for S = 1, 2, 3 (bench_budget below), each next to a reference
- * measured in the same process, random walks over the same world (the machines and
- * monitors stepping with no saving, hashing or visited set).
+ * measured in the same process, random walks over the same world (the
+ * machines and monitors stepping with no saving, hashing or visited set).
  *
- * Exit status: 0 every invariant held, 1 a violation (printed step by step,
- * with a trace file and a choices file), 2 bad arguments (one line saying
- * what was wrong).  XFER_SEED overrides --seed.
+ * Exit status: 0 every invariant held (or --help), 1 a violation (printed
+ * step by step, with a trace file and a choices file), 2 bad arguments
+ * (one line on stderr saying what was wrong).  XFER_SEED overrides --seed.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -32,7 +34,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "path.h"
 #include "report.h"
+#include "search.h"
 #include "world.h"
 
 static const char *const fault_names[] = {
@@ -41,26 +45,21 @@ static const char *const fault_names[] = {
 #undef N_
 };
 
-const char *ck_fault_name(unsigned bit)
-{
-    return bit < CK_FB_COUNT_ ? fault_names[bit] : "?";
-}
-
 typedef struct opts {
     ck_config cfg;
     int mode; /* 0 bfs, 1 random, 2 swarm */
     uint64_t seed, runs, delay_ms, mem_mb;
     const char *out, *replay;
-    bool bench;
+    bool bench, help;
 } opts;
 
 static int bad(const char *what, const char *arg)
 {
-    fprintf(stderr, "xfer-check: %s%s%s (see the usage at the top of "
-                    "tools/check/main.c)\n", what, arg ? ": " : "",
-            arg ? arg : "");
+    fprintf(stderr, "xfer-check: %s%s%s (xfer-check --help)\n", what,
+            arg ? ": " : "", arg ? arg : "");
     return 2;
 }
+
 
 static int num(const char *s, unsigned long long lo, unsigned long long hi,
                unsigned long long *out)
@@ -197,6 +196,70 @@ static void defaults(opts *o)
     o->out = "xfer-check-cex";
 }
 
+/* --help: the options, with the defaults defaults() sets. */
+static void usage(void)
+{
+    opts d;
+    defaults(&d);
+    const ck_config *c = &d.cfg;
+    printf("usage: xfer-check [options]\n"
+           "Explores every interleaving of the transfer core, S consumer "
+           "shards and the\nreadiness tracker (or random walks through "
+           "them) and checks I1-I14 after\nevery step and liveness at the "
+           "end of every path.\n\n");
+    printf("  --mode bfs|random|swarm  exhaustive BFS (default), seeded "
+           "random walks, or\n"
+           "                           swarm walks (each with a random set "
+           "of faults)\n"
+           "  --shards S               consumer shards, 1..%u (%u)\n"
+           "  --transfers T            transfers, 1..%u (%u)\n"
+           "  --faults LIST|all|none   fault classes (all), or a comma list "
+           "of:\n", (unsigned)CK_MAX_S, c->S, (unsigned)CK_MAX_T, c->T);
+#define U_(n, s, desc) printf("      %-9s %s\n", s, desc);
+    CK_FAULTS(U_)
+#undef U_
+    printf("  --budget N               disturbances per path in all (3 for "
+           "S <= 2, 2 for\n"
+           "                           S = 3, 1 beyond)\n"
+           "  --max-faults N           injected faults (fail/lost/drop) per "
+           "path (%u)\n"
+           "  --cancels N              producer cancels per path (%u)\n"
+           "  --lates N                late submits per path (%u)\n"
+           "  --ccancels N             consumer cancels per path (%u)\n"
+           "  --expiries N             timer fires that jump time, per path "
+           "(%u)\n"
+           "  --cancel-attempts N      cancel attempts per shard (%u)\n"
+           "  --max-delay-ms N         every message delivered within N ms "
+           "(%llu)\n"
+           "  --depth N                BFS depth bound / walk length (%u)\n",
+           c->max_faults, c->max_cancels, c->max_lates, c->max_ccancels,
+           c->max_expiries, c->cancel_max_attempts,
+           (unsigned long long)d.delay_ms, c->depth);
+    printf("  --liveness leaves|all    the liveness phase at leaves "
+           "(default) or from\n"
+           "                           every state\n"
+           "  --no-symmetry            no symmetry reduction over shards\n"
+           "  --max-mem-mb N           stop a BFS that outgrows N MB, "
+           "and say so (%llu;\n"
+           "                           0: no bound)\n"
+           "  --paranoid               check every incremental save against "
+           "a full one\n"
+           "  --seed N, --runs N       random and swarm walks (%llu, %llu; "
+           "XFER_SEED\n"
+           "                           overrides the seed)\n"
+           "  --out PREFIX             counterexample files PREFIX.trace, "
+           "PREFIX.choices\n"
+           "                           (%s)\n"
+           "  --replay FILE            run a choices file again\n"
+           "  --bench                  benchmark BFS for S = 1, 2, 3 with a "
+           "reference\n"
+           "  --help                   this text\n\n"
+           "Exit status: 0 every invariant held, 1 a violation (printed step "
+           "by step,\nwith a trace file and a choices file), 2 bad "
+           "arguments.\n", (unsigned long long)d.mem_mb,
+           (unsigned long long)d.seed, (unsigned long long)d.runs, d.out);
+}
+
 static int parse(opts *o, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -216,6 +279,9 @@ static int parse(opts *o, int argc, char **argv)
             continue;
         } else if (!strcmp(k, "--bench")) {
             o->bench = true;
+            continue;
+        } else if (!strcmp(k, "--help")) {
+            o->help = true;
             continue;
         } else if (!strcmp(k, "--mode") || !strcmp(k, "--faults") ||
                    !strcmp(k, "--liveness") || !strcmp(k, "--out") ||
@@ -297,7 +363,7 @@ static int run_bfs(const opts *o)
 {
     ck_outcome r;
     memset(&r, 0, sizeof r);
-    int inv = ck_bfs(&o->cfg, &r);
+    int inv = ck_search_bfs(&o->cfg, &r);
     double s = r.secs > 0 ? r.secs : 1e-9;
     printf("states %" PRIu64 " distinct, transitions %" PRIu64 ", depth %u, "
            "leaves %" PRIu64 "%s\n", r.states, r.transitions, r.depth,
@@ -326,7 +392,7 @@ static int run_random(const opts *o)
     memset(&r, 0, sizeof r);
     printf("seed %" PRIu64 " (XFER_SEED overrides), %" PRIu64 " runs\n",
            o->seed, o->runs);
-    int inv = ck_random(&o->cfg, o->seed, o->runs, o->mode == 2, &r);
+    int inv = ck_search_random(&o->cfg, o->seed, o->runs, o->mode == 2, &r);
     double s = r.secs > 0 ? r.secs : 1e-9;
     printf("runs %" PRIu64 ", steps %" PRIu64 ", time %.2f s: %.0f runs/s, "
            "%.0f steps/s\n", r.runs, r.steps, r.secs, r.runs / s,
@@ -342,7 +408,7 @@ static int run_random(const opts *o)
     fault_list(r.faults, f, sizeof f);
     printf("failing run: seed %" PRIu64 ", faults %s, %zu steps; "
            "shrinking\n", r.seed, f, r.path.n);
-    ck_shrink(&c, &r);
+    ck_search_shrink(&c, &r);
     int rc = violation(o, &r, &c);
     ck_path_free(&r.path);
     return rc;
@@ -370,9 +436,9 @@ static int run_bench(const opts *o)
         ck_outcome b, r;
         memset(&b, 0, sizeof b);
         memset(&r, 0, sizeof r);
-        if (ck_bfs(&c, &b) >= 0 || b.out_of_memory)
+        if (ck_search_bfs(&c, &b) >= 0 || b.out_of_memory)
             rc = 1;
-        if (ck_random(&c, o->seed, 20000, false, &r) >= 0)
+        if (ck_search_random(&c, o->seed, 20000, false, &r) >= 0)
             rc = 1;
         ck_path_free(&b.path);
         ck_path_free(&r.path);
@@ -396,7 +462,7 @@ static int run_replay(opts *o)
 {
     char args[1024], why[256];
     ck_path p = {0};
-    if (ck_read_choices(o->replay, args, sizeof args, &p, why, sizeof why))
+    if (ck_report_read_choices(o->replay, args, sizeof args, &p, why, sizeof why))
         return bad(why, NULL);
     char *argv[64] = {"xfer-check"};
     int argc = 1;
@@ -414,7 +480,7 @@ static int run_replay(opts *o)
     ck_violation v;
     uint64_t h;
     r.path = p;
-    r.inv = ck_run_path(&f.cfg, &p, NULL, &v, &h, false);
+    r.inv = ck_path_run(&f.cfg, &p, NULL, &v, &h, false);
     if (r.inv < 0) {
         printf("replay of %zu steps: every invariant held\n", p.n);
         ck_path_free(&p);
@@ -433,6 +499,10 @@ int main(int argc, char **argv)
     int rc = parse(&o, argc, argv);
     if (rc)
         return rc;
+    if (o.help) {
+        usage();
+        return 0;
+    }
     const char *env = getenv("XFER_SEED");
     unsigned long long s;
     if (env && *env) {

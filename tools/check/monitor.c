@@ -19,9 +19,9 @@
 #include <string.h>
 
 #include "core_int.h"
+#include "monitor.h"
 #include "readiness_int.h"
 #include "shard_int.h"
-#include "world.h"
 
 static const char *const inv_names[] = {
 #define N_(n, d) #n,
@@ -36,12 +36,12 @@ static const char *const inv_descs[] = {
 static const char *const op_names[] = {"RESERVE", "WRITE", "COMMIT",
                                        "CANCEL"};
 
-const char *ck_inv_name(unsigned inv)
+const char *ck_mon_inv_name(unsigned inv)
 {
     return inv < CK_INV_COUNT_ ? inv_names[inv] : "?";
 }
 
-const char *ck_inv_desc(unsigned inv)
+const char *ck_mon_inv_desc(unsigned inv)
 {
     return inv < CK_INV_COUNT_ ? inv_descs[inv] : "?";
 }

@@ -8,7 +8,9 @@
  */
 #include <string.h>
 
-#include "world.h"
+#include "net.h"
+
+#include "monitor.h"
 
 void ck_net_push(ck_world *w, const ck_msg *m)
 {

@@ -1,135 +1,38 @@
 /*
- * tools/check/search.c - the three ways of exploring the world: exhaustive
+ * tools/check/search.c - the ways of exploring the world: exhaustive
  * breadth-first search over canonical states, seeded random / swarm walks,
- * and running one recorded path; plus shrinking a failing walk.
+ * and shrinking a failing walk.
  *
  * What must stay true:
  *  - BFS visits states in order of depth and stops at the first violation,
  *    so its counterexample is a shortest one (up to the symmetry of shards);
  *  - a state is expanded from its saved encoding, and a counterexample is
- *    rebuilt by replaying move indices from the initial state, so what is
- *    printed is exactly what the machines do;
- *  - an assertion inside a machine is caught (SIGABRT) and reported as a
- *    violation of its own kind instead of killing the checker.
+ *    rebuilt by replaying move indices from the initial state (path.c), so
+ *    what is printed is exactly what the machines do;
+ *  - every move runs under the guard (guard.c): an assertion inside a
+ *    machine is reported as a violation of its own kind instead of killing
+ *    the checker.
  */
-#include <setjmp.h>
+#include "search.h"
+
 #include <stdio.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "canon.h"
+#include "guard.h"
 #include "level.h"
-#include "report.h"
+#include "monitor.h"
+#include "path.h"
+#include "step.h"
 #include "world.h"
-
-static sigjmp_buf g_jmp;
-static volatile sig_atomic_t g_armed;
-
-static void on_abort(int sig)
-{
-    (void)sig;
-    if (g_armed)
-        siglongjmp(g_jmp, 1);
-    signal(SIGABRT, SIG_DFL);
-    raise(SIGABRT);
-}
-
-static void guard_install(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_abort;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_NODEFER;
-    sigaction(SIGABRT, &sa, NULL);
-}
-
-/* Apply a move; a machine assertion becomes an ILLEGAL violation. */
-static void guarded_apply(ck_world *w, ck_move mv)
-{
-    if (sigsetjmp(g_jmp, 0) == 0) {
-        g_armed = 1;
-        ck_world_apply(w, mv);
-    } else {
-        ck_mon_fail(w, CK_ILLEGAL, "a machine assertion failed (see the "
-                    "message above)");
-    }
-    g_armed = 0;
-}
-
-static bool guarded_liveness(ck_world *w)
-{
-    bool ok = false;
-    if (sigsetjmp(g_jmp, 0) == 0) {
-        g_armed = 1;
-        ok = ck_world_liveness(w);
-    } else {
-        ck_mon_fail(w, CK_ILLEGAL, "a machine assertion failed in the "
-                    "liveness phase (see the message above)");
-    }
-    g_armed = 0;
-    return ok;
-}
 
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-void ck_path_push(ck_path *p, uint16_t c)
-{
-    if (p->n == p->cap) {
-        p->cap = p->cap ? 2 * p->cap : 64;
-        p->c = realloc(p->c, p->cap * sizeof *p->c);
-        if (!p->c)
-            abort();
-    }
-    p->c[p->n++] = c;
-}
-
-void ck_path_free(ck_path *p)
-{
-    free(p->c);
-    memset(p, 0, sizeof *p);
-}
-
-/* ---------------------------------------------------------------------- */
-/* Running one path                                                        */
-/* ---------------------------------------------------------------------- */
-
-int ck_run_path(const ck_config *cfg, const ck_path *p, const ck_tracer *tr,
-                ck_violation *v, uint64_t *out_hash, bool modulo)
-{
-    static ck_world w;
-    guard_install();
-    if (ck_world_init(&w, cfg, tr))
-        return CK_ILLEGAL;
-    ck_move mv[CK_MAX_MOVES];
-    bool ended = false;
-    for (size_t i = 0; i < p->n && w.v.inv < 0; i++) {
-        unsigned n = ck_world_moves(&w, mv);
-        unsigned c = p->c[i];
-        if (n == 0 || (!modulo && c >= n)) {
-            ended = true;
-            break;
-        }
-        c %= n;
-        if (tr && tr->action) {
-            char buf[256];
-            ck_world_describe(&w, mv[c], buf, sizeof buf);
-            tr->action(tr->ud, buf);
-        }
-        guarded_apply(&w, mv[c]);
-    }
-    if (w.v.inv < 0 && (p->liveness || ended))
-        guarded_liveness(&w);
-    *v = w.v;
-    *out_hash = w.out_hash;
-    ck_world_free(&w);
-    return v->inv;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -257,7 +160,7 @@ static void check_len(size_t len)
 }
 
 /* --paranoid: the delta save and the cached hashes must match a full
- * save and hashes computed from scratch (checks ck_world_touches). */
+ * save and hashes computed from scratch (checks ck_step_touches). */
 static void paranoid(bfs *b, size_t len, const uint64_t key[2])
 {
     ck_layout l = b->w.lay;
@@ -269,7 +172,7 @@ static void paranoid(bfs *b, size_t len, const uint64_t key[2])
     if (n != len || memcmp(b->tmp, b->tmp2, n) || k2[0] != key[0] ||
         k2[1] != key[1]) {
         fprintf(stderr, "xfer-check: --paranoid: a move touched a machine "
-                "ck_world_touches() did not name\n");
+                "ck_step_touches() did not name\n");
         abort();
     }
     b->w.lay = l;
@@ -298,7 +201,7 @@ static bool child(bfs *b, const uint8_t *blob, unsigned *dirty, uint32_t id,
     if (!b->cfg->liveness_all)
         return false;
     *dirty = CK_M_ALL;
-    return !guarded_liveness(&b->w) && found(b, c, UINT16_MAX, true);
+    return !ck_guard_liveness(&b->w) && found(b, c, UINT16_MAX, true);
 }
 
 /* Expand state i of the current level; true on a violation.  The state is
@@ -314,18 +217,18 @@ static bool expand(bfs *b, size_t i, uint16_t depth)
         abort();
     b->pl = b->w.lay;
     b->held = NULL; /* a leaf's liveness phase moves every machine */
-    unsigned n = ck_world_moves(&b->w, mv);
+    unsigned n = ck_step_moves(&b->w, mv);
     if (n == 0 || depth >= b->cfg->depth) {
         b->out->leaves++;
         b->out->bounded |= n > 0;
-        if (!guarded_liveness(&b->w))
+        if (!ck_guard_liveness(&b->w))
             return found(b, id, UINT16_MAX, true);
         return false;
     }
     ck_canon_prime(&b->pp, &b->w, blob);
     for (unsigned m = 0; m < n; m++) {
-        unsigned dirty = ck_world_touches(&b->w, mv[m]);
-        guarded_apply(&b->w, mv[m]);
+        unsigned dirty = ck_step_touches(&b->w, mv[m]);
+        ck_guard_apply(&b->w, mv[m]);
         b->out->transitions++;
         if (b->w.v.inv >= 0)
             return found(b, id, (uint16_t)m, false);
@@ -371,14 +274,14 @@ static bool bfs_level(bfs *b, uint16_t d)
     return false;
 }
 
-int ck_bfs(const ck_config *cfg, ck_outcome *out)
+int ck_search_bfs(const ck_config *cfg, ck_outcome *out)
 {
     static bfs b;
     memset(&b, 0, sizeof b);
     b.cfg = cfg;
     b.out = out;
     out->inv = -1;
-    guard_install();
+    ck_guard_install();
     if (ck_world_init(&b.w, cfg, NULL))
         return -1;
     b.tmp = malloc(CK_SAVE_MAX);
@@ -451,16 +354,16 @@ static void walk(walker *k, uint64_t *s, ck_path *p)
     unsigned stop = (rnd(s) & 3) == 0 ? (unsigned)(rnd(s) % k->rc.depth)
                                        : k->rc.depth;
     for (unsigned i = 0; i < stop && k->w.v.inv < 0; i++) {
-        unsigned n = ck_world_moves(&k->w, mv);
+        unsigned n = ck_step_moves(&k->w, mv);
         if (n == 0)
             break;
         unsigned c = (unsigned)(rnd(s) % n);
         ck_path_push(p, (uint16_t)c);
-        guarded_apply(&k->w, mv[c]);
+        ck_guard_apply(&k->w, mv[c]);
     }
     p->liveness = k->w.v.inv < 0;
     if (p->liveness)
-        guarded_liveness(&k->w);
+        ck_guard_liveness(&k->w);
 }
 
 /* I10: the same choices on a fresh copy give the same outputs and state. */
@@ -469,11 +372,11 @@ static void same_again(walker *k, const ck_path *p)
     ck_move mv[CK_MAX_MOVES];
     ck_world_load(&k->w2, k->blob0, k->len0);
     for (size_t i = 0; i < p->n && k->w2.v.inv < 0; i++) {
-        unsigned n = ck_world_moves(&k->w2, mv);
-        guarded_apply(&k->w2, mv[p->c[i] % (n ? n : 1)]);
+        unsigned n = ck_step_moves(&k->w2, mv);
+        ck_guard_apply(&k->w2, mv[p->c[i] % (n ? n : 1)]);
     }
     if (p->liveness)
-        guarded_liveness(&k->w2);
+        ck_guard_liveness(&k->w2);
     size_t l1 = ck_world_save(&k->w, k->b1, CK_SAVE_MAX);
     size_t l2 = ck_world_save(&k->w2, k->b2, CK_SAVE_MAX);
     if (k->w.out_hash != k->w2.out_hash || l1 != l2 ||
@@ -491,14 +394,14 @@ static void walker_free(walker *k)
     free(k->b2);
 }
 
-int ck_random(const ck_config *cfg, uint64_t seed, uint64_t runs, bool swarm,
-              ck_outcome *out)
+int ck_search_random(const ck_config *cfg, uint64_t seed, uint64_t runs,
+                     bool swarm, ck_outcome *out)
 {
     static walker k;
     memset(&k, 0, sizeof k);
     k.rc = *cfg;
     out->inv = -1;
-    guard_install();
+    ck_guard_install();
     if (ck_world_init(&k.w, &k.rc, NULL) || ck_world_init(&k.w2, &k.rc, NULL))
         return -1;
     k.blob0 = malloc(CK_SAVE_MAX);
@@ -545,22 +448,22 @@ static int normalize(const ck_config *cfg, ck_path *p, ck_violation *v)
         return -1;
     size_t i = 0;
     for (; i < p->n && w.v.inv < 0; i++) {
-        unsigned n = ck_world_moves(&w, mv);
+        unsigned n = ck_step_moves(&w, mv);
         if (n == 0)
             break;
         p->c[i] %= n;
-        guarded_apply(&w, mv[p->c[i]]);
+        ck_guard_apply(&w, mv[p->c[i]]);
     }
     p->n = i;
     p->liveness = w.v.inv < 0;
     if (p->liveness)
-        guarded_liveness(&w);
+        ck_guard_liveness(&w);
     *v = w.v;
     ck_world_free(&w);
     return v->inv;
 }
 
-void ck_shrink(const ck_config *cfg, ck_outcome *o)
+void ck_search_shrink(const ck_config *cfg, ck_outcome *o)
 {
     ck_violation v;
     uint64_t h;
@@ -573,7 +476,7 @@ void ck_shrink(const ck_config *cfg, ck_outcome *o)
                 if (j < i || j >= i + chunk)
                     ck_path_push(&cand, o->path.c[j]);
             cand.liveness = true;
-            if (ck_run_path(cfg, &cand, NULL, &v, &h, true) == o->inv) {
+            if (ck_path_run(cfg, &cand, NULL, &v, &h, true) == o->inv) {
                 ck_path t = o->path;
                 o->path = cand;
                 cand = t;

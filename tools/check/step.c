@@ -1,9 +1,9 @@
 /*
  * tools/check/step.c - the moves of the environment: which are enabled in a
- * state, what each does to the world, how it reads in a counterexample, and
- * the liveness phase that ends a path.
+ * state, what each does to the world, which machines it touches, and the
+ * liveness phase that ends a path.
  *
- * What must stay true: ck_world_moves() depends only on the state (message
+ * What must stay true: ck_step_moves() depends only on the state (message
  * order is canonical, see net.c), so a move index names the same move every
  * time the state is loaded; budgets (faults, cancels, late submits, shard
  * timer fires) are part of the state, which keeps every path finite.
@@ -11,7 +11,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "world.h"
+#include "step.h"
+
+#include "consumer.h"
+#include "describe.h"
+#include "engine.h"
+#include "monitor.h"
+#include "net.h"
 
 static bool fault_on(const ck_world *w, unsigned bit)
 {
@@ -116,7 +122,7 @@ static unsigned env_moves(const ck_world *w, ck_move *out)
     return n;
 }
 
-unsigned ck_world_moves(const ck_world *w, ck_move *out)
+unsigned ck_step_moves(const ck_world *w, ck_move *out)
 {
     unsigned n = 0;
     for (unsigned i = 0; i < w->env.nmsg; i++)
@@ -234,7 +240,14 @@ static void apply_env(ck_world *w, ck_move mv)
     }
 }
 
-void ck_world_apply(ck_world *w, ck_move mv)
+/* After every move: canonical message order, then the global monitors. */
+static void after_step(ck_world *w)
+{
+    ck_net_sort(w);
+    ck_mon_global(w);
+}
+
+void ck_step_apply(ck_world *w, ck_move mv)
 {
     static const int how[] = {HOW_DELIVER, HOW_FAIL, HOW_LOST, HOW_ABORT};
     if (mv.kind <= MV_ABORT) {
@@ -246,7 +259,7 @@ void ck_world_apply(ck_world *w, ck_move mv)
     } else {
         apply_env(w, mv);
     }
-    ck_world_after_step(w);
+    after_step(w);
 }
 
 /* The machines a move may call (anything but a const query): the search
@@ -258,7 +271,7 @@ void ck_world_apply(ck_world *w, ck_move mv)
  * producer's submit, cancel, shutdown and timer touch the core alone.
  * Messages produced go into the plain data of the world.  A new call path
  * must be added here; --paranoid compares against full saves. */
-unsigned ck_world_touches(const ck_world *w, ck_move mv)
+unsigned ck_step_touches(const ck_world *w, ck_move mv)
 {
     if (mv.kind <= MV_ABORT) {
         const ck_msg *m = &w->msg[mv.arg];
@@ -277,12 +290,6 @@ unsigned ck_world_touches(const ck_world *w, ck_move mv)
     default:
         return CK_M_CORE;
     }
-}
-
-void ck_world_after_step(ck_world *w)
-{
-    ck_net_sort(w);
-    ck_mon_global(w);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -318,17 +325,17 @@ static bool settle(ck_world *w, const ck_tracer *tr, unsigned *steps)
             return true;
         if (tr && tr->action) {
             char buf[256];
-            ck_world_describe(w, mv, buf, sizeof buf);
+            ck_describe_move(w, mv, buf, sizeof buf);
             tr->action(tr->ud, buf);
         }
-        ck_world_apply(w, mv);
+        ck_step_apply(w, mv);
         if (w->v.inv >= 0)
             return true;
     }
     return false;
 }
 
-bool ck_world_liveness(ck_world *w)
+bool ck_step_liveness(ck_world *w)
 {
     const ck_tracer *tr = w->tracer;
     unsigned steps = 0;
@@ -342,7 +349,7 @@ bool ck_world_liveness(ck_world *w)
             tr->action(tr->ud, "consumer application releases the data "
                                "it was handed");
         ck_cons_release_taken(w);
-        ck_world_after_step(w);
+        after_step(w);
         ok = w->v.inv >= 0 || settle(w, tr, &steps);
     }
     if (!ok)

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core_int.h"
+#include "engine.h"
 #include "readiness_int.h"
 #include "shard_int.h"
 #include "world.h"

@@ -6,6 +6,8 @@
  *
  * Every field that influences what can happen next is part of the encoded
  * state (ck_world_save); nothing here holds a pointer that is encoded.
+ * The functions declared here are world.c's; each other file of the
+ * checker has its own header.
  */
 #ifndef XFER_CHECK_WORLD_H
 #define XFER_CHECK_WORLD_H
@@ -72,10 +74,6 @@ enum {
 #undef CK_I_ENUM_
     CK_INV_COUNT_
 };
-
-const char *ck_inv_name(unsigned inv);
-const char *ck_inv_desc(unsigned inv);
-const char *ck_fault_name(unsigned bit);
 
 typedef struct ck_config {
     unsigned S, T;
@@ -261,89 +259,28 @@ typedef struct ck_world {
     ck_layout lay;
 } ck_world;
 
-/* world.c */
+/* Build the world in its initial state (cfg and tr borrowed for its
+ * life); 0 or an xfer_err. */
 int ck_world_init(ck_world *w, const ck_config *cfg, const ck_tracer *tr);
 void ck_world_free(ck_world *w);
+/* Encode the whole world into buf (len bytes): the bytes written, 0 when
+ * it does not fit.  w->lay says where each machine's blob went. */
 size_t ck_world_save(ck_world *w, uint8_t *buf, size_t len);
+/* Load a whole encoding; 0 or an xfer_err. */
 int ck_world_load(ck_world *w, const uint8_t *buf, size_t len);
+/* Save, taking the machines outside `which` (CK_M_* bits) from `prev`
+ * (laid out as pl), which must encode them as they are now.  prev NULL:
+ * save every machine. */
 size_t ck_world_save_some(ck_world *w, uint8_t *buf, size_t len,
                           const uint8_t *prev, const ck_layout *pl,
                           unsigned which);
+/* Load the plain data of an encoding and the machines in `which`; the
+ * others must already be in the state the encoding holds. */
 int ck_world_load_some(ck_world *w, const uint8_t *buf, size_t len,
                        unsigned which);
+/* Load an encoding into a world whose machines hold `prev` (laid out as
+ * pl): only the machines whose blobs differ are loaded. */
 int ck_world_load_diff(ck_world *w, const uint8_t *buf, size_t len,
                        const uint8_t *prev, const ck_layout *pl);
-unsigned ck_world_touches(const ck_world *w, ck_move mv);
-unsigned ck_world_moves(const ck_world *w, ck_move *out);
-void ck_world_apply(ck_world *w, ck_move mv);
-void ck_world_describe(const ck_world *w, ck_move mv, char *buf, size_t len);
-bool ck_world_liveness(ck_world *w);
-void ck_world_after_step(ck_world *w);
-
-/* net.c: messages */
-void ck_net_push(ck_world *w, const ck_msg *m);
-void ck_net_remove(ck_world *w, unsigned i);
-void ck_net_sort(ck_world *w);
-uint64_t ck_net_horizon(const ck_world *w);
-
-/* consumer.c: the shard / readiness side of a move */
-void ck_cons_deliver(ck_world *w, unsigned i, int how);
-void ck_cons_drain_shard(ck_world *w, unsigned k);
-void ck_cons_drain_ready(ck_world *w);
-void ck_cons_release_taken(ck_world *w);
-/* ways to handle an op message */
-enum { HOW_DELIVER = 0, HOW_FAIL = 1, HOW_LOST = 2, HOW_ABORT = 3 };
-
-/* engine.c: the engine model around the core */
-void ck_engine_start(ck_world *w);
-int ck_engine_submit(ck_world *w, unsigned tr);
-void ck_engine_drain(ck_world *w);
-
-/* monitor.c */
-void ck_mon_fail(ck_world *w, int inv, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-void ck_mon_batch(ck_world *w);
-void ck_mon_action(ck_world *w, const xfer_action *a);
-void ck_mon_submit(ck_world *w, unsigned tr, int rc, bool late);
-void ck_mon_cancel(ck_world *w, unsigned tr, int rc,
-                   xfer_transfer_state before);
-void ck_mon_core_timer(ck_world *w);
-void ck_mon_shutdown(ck_world *w);
-void ck_mon_ccancel(ck_world *w, unsigned tr);
-void ck_mon_result_in(ck_world *w, const ck_msg *m);
-void ck_mon_shard_op(ck_world *w, const ck_msg *m, int rc,
-                     const xfer_resv_info *info);
-void ck_mon_write_end(ck_world *w, const ck_msg *m, int rc);
-void ck_mon_shard_event(ck_world *w, const xfer_shard_event *e);
-void ck_mon_ready_action(ck_world *w, const xfer_ready_action *a);
-void ck_mon_take_result(ck_world *w, unsigned tr, unsigned k, int rc,
-                        uint64_t resv_id);
-void ck_mon_ready_event_in(ck_world *w, const ck_msg *m);
-void ck_mon_release(ck_world *w, unsigned tr, unsigned k, int rc);
-void ck_mon_consumer_cancel_applied(ck_world *w, const ck_msg *m, int rc);
-void ck_mon_staging(ck_world *w, unsigned tr, bool release);
-void ck_mon_pool_unregistered(ck_world *w);
-void ck_mon_shutdown_complete(ck_world *w);
-void ck_mon_global(ck_world *w);
-void ck_mon_shard_timer(ck_world *w, unsigned k);
-void ck_mon_final(ck_world *w);
-
-/* canon.c: cached hashes of the parts of one saved state */
-typedef struct ck_parts {
-    bool ok_core, ok_rd;           /* layouts understood: symmetry usable */
-    uint64_t sh[CK_MAX_S][2];      /* each shard blob */
-    uint64_t core[2], rd[2];       /* core / tracker minus per-shard data */
-    uint16_t ncore, nrd;           /* per-shard bytes of core / tracker */
-    uint8_t cps[CK_MAX_S][CK_MAX_T * 64];
-    uint8_t rps[CK_MAX_S][CK_MAX_T * 16];
-} ck_parts;
-
-void ck_canon_parts(ck_parts *p, const ck_world *w, const uint8_t *blob,
-                    unsigned which);
-void ck_canon_parts_copy(ck_parts *dst, const ck_parts *src, unsigned S);
-void ck_canon_prime(ck_parts *p, const ck_world *w, const uint8_t *blob);
-void ck_canon_key(const ck_world *w, const ck_parts *p, const uint8_t *blob,
-                  size_t len, uint64_t key[2]);
-void ck_hash128(const void *p, size_t n, uint64_t seed, uint64_t out[2]);
 
 #endif /* XFER_CHECK_WORLD_H */

@@ -886,30 +886,17 @@ out_fail:
     return rc;
 }
 
-typedef struct ctl_walk {
-    xfer_ctl_reply *rep;
-    uint16_t index;
-    uint64_t now;
-} ctl_walk;
-
-static void ctl_one(void *ud, uint64_t id, uint32_t attempt,
-                    xfer_resv_state st, uint64_t since_ns)
-{
-    ctl_walk *w = ud;
-    xfer_ctl_put_reservation(w->rep, w->index, id, attempt, st, since_ns,
-                             w->now);
-}
-
 /* The control socket's snapshot: open reservations, by real shard index
- * (tombstones are skipped by xfer_ctl_put_reservation). */
+ * (tombstones are skipped by xfer_ctl_put_reservation).  A reply that runs
+ * out of memory stops there, as xfer_ctl_shards_snapshot does. */
 static void ctl_snapshot(void *ud, xfer_ctl_reply *rep)
 {
     xd_server *s = ud;
-    ctl_walk w = {rep, 0, now_ns()};
-    for (uint16_t i = 0; i < s->cfg.nshards; i++) {
-        w.index = s->shards[i].index;
-        xfer_shard_foreach(s->shards[i].sh, ctl_one, &w);
-    }
+    uint64_t now = now_ns();
+    for (uint16_t i = 0; i < s->cfg.nshards; i++)
+        if (xfer_ctl_put_shard(rep, s->shards[i].sh, s->shards[i].index,
+                               now) != 0)
+            return;
 }
 
 int xd_server_ctl_open(xd_server *s, const char *path)

@@ -1,0 +1,152 @@
+/*
+ * tools/check/describe.c - how a move of the environment and a machine
+ * step read in a counterexample: one line each, in the words README's
+ * "Reading a counterexample" uses.
+ *
+ * What must stay true: describing reads the world and never changes it.
+ */
+#include "describe.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "xfer/core.h"
+#include "xfer/readiness.h"
+#include "xfer/shard.h"
+
+static const char *const op_names[] = {"RESERVE", "WRITE", "COMMIT",
+                                       "CANCEL"};
+static const char *const ev_names[] = {"ready", "cancelled", "expired"};
+static const char *const ract_names[] = {"TAKE", "RELEASE", "CANCEL"};
+
+static const char *st(int32_t s)
+{
+    return s == 0 ? "ok" : xfer_err_name(s);
+}
+
+static void describe_msg(const ck_msg *m, const char *verb, char *b,
+                         size_t n)
+{
+    unsigned id = m->tr + 1u;
+    switch (m->kind) {
+    case MK_OP:
+        if (m->op == XFER_OP_WRITE && (m->flags & MF_BEGUN))
+            snprintf(b, n, "%s end of the WRITE landing on shard %u (id %u "
+                     "att %" PRIu32 ")", verb, m->shard, id, m->attempt);
+        else
+            snprintf(b, n, "%s %s(id %u, att %" PRIu32 ", resv %" PRIu64
+                     ")%s producer -> shard %u", verb, op_names[m->op & 3], id,
+                     m->attempt, m->resv_id,
+                     (m->flags & MF_ABORT) ? " [abort asked]" : "", m->shard);
+        break;
+    case MK_RES:
+        snprintf(b, n, "%s %s result %s (id %u, att %" PRIu32 ", resv %"
+                 PRIu64 ") shard %u -> producer", verb, op_names[m->op & 3],
+                 st(m->status), id, m->attempt, m->resv_id, m->shard);
+        break;
+    case MK_EV:
+        snprintf(b, n, "%s event %s(id %u, att %" PRIu32 ") shard %u -> "
+                 "readiness", verb, ev_names[m->op % 3], id, m->attempt,
+                 m->shard);
+        break;
+    case MK_RACT:
+        snprintf(b, n, "%s %s(id %u, resv %" PRIu64 ") readiness -> shard "
+                 "%u", verb, ract_names[m->op % 3], id, m->resv_id, m->shard);
+        break;
+    default:
+        snprintf(b, n, "%s take result %s (id %u) shard %u -> readiness",
+                 verb, st(m->status), id, m->shard);
+        break;
+    }
+}
+
+void ck_describe_move(const ck_world *w, ck_move mv, char *b, size_t n)
+{
+    static const char *const verbs[] = {
+        "deliver", "FAIL (not applied)", "LOSE REPLY (applied)", "ABORT"};
+    if (mv.kind <= MV_ABORT) {
+        const ck_msg *m = &w->msg[mv.arg];
+        const char *verb = verbs[mv.kind];
+        if (m->kind != MK_OP && mv.kind == MV_FAIL)
+            verb = "DROP";
+        describe_msg(m, verb, b, n);
+        return;
+    }
+    switch (mv.kind) {
+    case MV_SUBMIT:
+        snprintf(b, n, "scheduler submits id %u", mv.arg + 1u);
+        break;
+    case MV_LATE:
+        snprintf(b, n, "scheduler submits id %u again (late ready)",
+                 mv.arg + 1u);
+        break;
+    case MV_CANCEL:
+        snprintf(b, n, "scheduler cancels id %u", mv.arg + 1u);
+        break;
+    case MV_SHUTDOWN:
+        snprintf(b, n, "engine shutdown");
+        break;
+    case MV_CCANCEL:
+        snprintf(b, n, "consumer scheduler cancels id %u", mv.arg + 1u);
+        break;
+    case MV_FIRE_CORE:
+        snprintf(b, n, "core timer fires at %" PRIu64 " ns",
+                 xfer_core_next_deadline(w->core));
+        break;
+    case MV_FIRE_SHARD:
+        snprintf(b, n, "shard %u timer fires at %" PRIu64 " ns (lease / "
+                 "tombstone)", mv.arg, xfer_shard_next_deadline(w->sh[mv.arg]));
+        break;
+    case MV_FIRE_READY:
+        snprintf(b, n, "readiness timer fires at %" PRIu64 " ns",
+                 xfer_readiness_next_deadline(w->rd));
+        break;
+    default:
+        snprintf(b, n, "the producer crashes");
+        break;
+    }
+}
+
+void ck_describe_rec(FILE *f, const xfer_trace_rec *r, uint8_t src)
+{
+    char who[16];
+    if (src == 0)
+        snprintf(who, sizeof who, "core");
+    else if (src <= CK_MAX_S)
+        snprintf(who, sizeof who, "shard%u", src - 1u);
+    else
+        snprintf(who, sizeof who, "ready");
+    switch (r->machine) {
+    case XFER_MACHINE_TRANSFER:
+    case XFER_MACHINE_RESERVATION:
+    case XFER_MACHINE_READINESS:
+        fprintf(f, "      %-6s id %" PRIu64 " att %" PRIu32 ": %s --%s--> %s "
+                "[%s]%s%s\n", who, r->id, r->attempt,
+                xfer_fsm_state_name(r->machine, r->old_state),
+                xfer_fsm_event_name(r->machine, r->event),
+                xfer_fsm_state_name(r->machine, r->new_state),
+                xfer_verdict_name(r->verdict), r->error ? " " : "",
+                r->error ? xfer_err_name(r->error) : "");
+        break;
+    case XFER_MACHINE_ACTION: {
+        static const char *const acts[] = {
+            "RESERVE", "WRITE", "COMMIT", "CANCEL", "ABORT",
+            "RELEASE_STAGING", "COMPLETE", "SHUTDOWN_DONE"};
+        fprintf(f, "      %-6s action %s id %" PRIu64 " att %" PRIu32, who,
+                r->event < 8 ? acts[r->event] : "?", r->id, r->attempt);
+        if (r->shard != XFER_SHARD_NONE)
+            fprintf(f, " shard %u", r->shard);
+        if (r->event == XFER_ACT_COMPLETE)
+            fprintf(f, " status %s phase %u failed_shards 0x%" PRIx64,
+                    st(r->error), r->new_state, r->arg2);
+        fprintf(f, "\n");
+        break;
+    }
+    case XFER_MACHINE_NOTE:
+        fprintf(f, "      %-6s note %s id %" PRIu64 "\n", who,
+                xfer_note_name(r->event), r->id);
+        break;
+    default:
+        break;
+    }
+}

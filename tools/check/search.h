@@ -1,0 +1,41 @@
+/*
+ * tools/check/search.h - the ways of exploring the world (search.c):
+ * exhaustive breadth-first search over canonical states, seeded random and
+ * swarm walks, and shrinking a failing walk.
+ */
+#ifndef XFER_CHECK_SEARCH_H
+#define XFER_CHECK_SEARCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "path.h"
+#include "world.h"
+
+/* What a search found. */
+typedef struct ck_outcome {
+    int inv;             /* -1: every invariant held */
+    char what[256];
+    ck_path path;        /* the counterexample */
+    uint64_t states, transitions, leaves, runs, steps;
+    unsigned depth;
+    bool bounded;        /* the depth bound cut some paths */
+    bool out_of_memory;  /* BFS stopped at the memory bound */
+    uint64_t mem_bytes;  /* BFS: peak memory of the search structures */
+    double secs;
+    uint64_t seed;       /* random: the seed of the failing run */
+    uint32_t faults;     /* the fault classes of the failing run */
+} ck_outcome;
+
+/* Exhaustive BFS; the violated invariant (shortest counterexample in
+ * out->path) or -1. */
+int ck_search_bfs(const ck_config *cfg, ck_outcome *out);
+/* `runs` seeded random walks (swarm: each with a random subset of the
+ * fault classes); the violated invariant or -1. */
+int ck_search_random(const ck_config *cfg, uint64_t seed, uint64_t runs,
+                     bool swarm, ck_outcome *out);
+/* Shrink the failing path of o to a shorter one with the same
+ * violation. */
+void ck_search_shrink(const ck_config *cfg, ck_outcome *o);
+
+#endif /* XFER_CHECK_SEARCH_H */
