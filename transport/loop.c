@@ -16,7 +16,8 @@
  *    the engine may release staging once the result came (I3);
  *  - a write that began on a shard always gets its write_end on that shard,
  *    even if the producer already got a failure (connection lost), so the
- *    shard never frees memory under it (I4).
+ *    shard never frees memory under it (I4);
+ *  - running out of memory delays a reply but never loses one.
  */
 #include <assert.h>
 #include <stdlib.h>
@@ -50,6 +51,8 @@ struct loop_op {
     loop_op *prev, *next;
     loop_op *retry_next; /* on the retry list: REPLY not yet queued */
     uint8_t state, fault, replied;
+    uint8_t lost; /* its shard went down mid-write, and there was no memory
+                     to answer at once: WRITE_END answers CONN_LOST */
     int32_t fault_err;
 };
 
@@ -374,7 +377,9 @@ static void on_write_end(xfer_loop *l, loop_op *op, uint64_t now)
         free(op);
         return;
     }
-    if (rc == 0 && op->fault == XFER_FAULT_APPLIED_LOST) {
+    if (op->lost)
+        rc = XFER_ERR_CONN_LOST;
+    else if (rc == 0 && op->fault == XFER_FAULT_APPLIED_LOST) {
         l->st.applied_lost++;
         rc = op->fault_err;
     }
@@ -676,6 +681,28 @@ void xfer_loop_clear_rules(xfer_loop *l)
     l->nrules = 0;
 }
 
+/* A write in flight on a shard that went down.  The shard still ends it
+ * (WRITE_END stays queued); the producer hears of the loss now, through a
+ * reply op of its own, or, when there is no memory for one, as soon as the
+ * write ends (never not at all). */
+static void lose_write(xfer_loop *l, loop_op *op)
+{
+    loop_op *rep = calloc(1, sizeof *rep);
+    if (!rep) {
+        op->lost = 1;
+        return;
+    }
+    op->replied = 1;
+    rep->a = op->a;
+    rep->res = op->res;
+    rep->res.status = XFER_ERR_CONN_LOST;
+    rep->prev = l->ops_tail;
+    l->ops_tail ? (void)(l->ops_tail->next = rep) : (void)(l->ops = rep);
+    l->ops_tail = rep;
+    l->nops++;
+    reply(l, rep, XFER_ERR_CONN_LOST);
+}
+
 void xfer_loop_set_down(xfer_loop *l, uint16_t shard, bool down)
 {
     if (!l || shard >= l->cfg.nshards)
@@ -685,25 +712,11 @@ void xfer_loop_set_down(xfer_loop *l, uint16_t shard, bool down)
         return;
     /* Every op outstanding on the shard fails now, as results. */
     for (loop_op *op = l->ops; op; op = op->next) {
-        if (op->a.shard != shard || op->replied)
+        if (op->a.shard != shard || op->replied || op->lost)
             continue;
         l->st.down_failed++;
         if (op->state == OP_WRITING) {
-            /* The shard still ends the write (WRITE_END stays queued); the
-             * producer hears of the loss now. */
-            op->replied = 1;
-            xfer_shard_result r = op->res;
-            r.status = XFER_ERR_CONN_LOST;
-            loop_op *rep = calloc(1, sizeof *rep);
-            if (!rep)
-                continue;
-            rep->a = op->a;
-            rep->res = r;
-            rep->prev = l->ops_tail;
-            l->ops_tail ? (void)(l->ops_tail->next = rep) : (void)(l->ops = rep);
-            l->ops_tail = rep;
-            l->nops++;
-            reply(l, rep, XFER_ERR_CONN_LOST);
+            lose_write(l, op);
             continue;
         }
         if (op->state == OP_REPLYING && op->res.status == 0)
