@@ -74,8 +74,10 @@ int main(void)
     int rc = xfer_engine_new(NULL, &e); /* with its own event_base */
     if (rc)
         goto out;
-    xfer_loop_config lc = {.nshards = NSHARDS,
-                           .shard = {.pool_bytes = 1 << 20}};
+    xfer_loop_config lc;
+    xfer_loop_config_default(&lc); /* then set what differs */
+    lc.nshards = NSHARDS;
+    lc.shard.pool_bytes = 1 << 20;
     rc = xfer_loop_new(xfer_engine_base(e), &lc, &shards);
     if (rc)
         goto out;

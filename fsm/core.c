@@ -52,6 +52,28 @@ struct xfer_core {
 /* Creation                                                                */
 /* ---------------------------------------------------------------------- */
 
+/* The bytes each version of the config, stats and view holds (util.h). */
+static const size_t config_lens[] = {sizeof(xfer_core_config)};
+static const size_t stats_lens[] = {sizeof(xfer_core_stats)};
+static const size_t view_lens[] = {sizeof(xfer_transfer_view)};
+
+void xfer_core_config_default(xfer_core_config *cfg)
+{
+    if (!cfg)
+        return;
+    *cfg = (xfer_core_config){
+        .version = XFER_CORE_CONFIG_VERSION,
+        .max_transfers = 65536,
+        .tombstone_ttl_ns = 60ull * 1000000000ull,
+        .default_deadline_ns = 30ull * 1000000000ull,
+        .cancel_op_timeout_ns = 5ull * 1000000000ull,
+        .cancel_backoff_ns = 10000000ull,
+        .cancel_max_attempts = 5,
+        .max_shards = XFER_MAX_SHARDS};
+}
+
+/* Zero fields take their defaults (those of xfer_core_config_default, and
+ * the derived max_tombstones). */
 static void set_defaults(xfer_core_config *c)
 {
     if (!c->max_transfers)
@@ -123,9 +145,11 @@ int xfer_core_new(const xfer_core_config *cfg, xfer_core **out)
 {
     if (!out)
         return XFER_ERR_INVALID_ARG;
-    xfer_core_config c = {0};
-    if (cfg)
-        c = *cfg;
+    xfer_core_config c;
+    xfer_core_config_default(&c);
+    if (cfg && xfer_util_versioned_copy(&c, cfg, cfg->version, config_lens,
+                                        XFER_UTIL_NVERSIONS(config_lens)))
+        return XFER_ERR_INVALID_ARG;
     set_defaults(&c);
     if (!config_ok(&c))
         return XFER_ERR_INVALID_ARG;
@@ -535,15 +559,28 @@ void xfer_core_actions_clear(xfer_core *core)
         core->ctx.nacts = 0;
 }
 
-void xfer_core_stats_get(const xfer_core *core, xfer_core_stats *st)
+int xfer_core_stats_get_versioned(const xfer_core *core, uint32_t version,
+                                  xfer_core_stats *st)
 {
-    *st = core->st;
-    st->illegal = core->ctx.illegal;
-    st->cancel_retries = core->ctx.cancel_retries;
-    st->cancel_gave_up = core->ctx.cancel_gave_up;
-    st->live = core->live.n;
-    st->tombstones = xfer_tomb_live(&core->tombs);
-    memcpy(st->cells_hit, core->ctx.cells_hit, sizeof st->cells_hit);
+    if (!core || !st)
+        return XFER_ERR_INVALID_ARG;
+    xfer_core_stats cur = core->st;
+    cur.illegal = core->ctx.illegal;
+    cur.cancel_retries = core->ctx.cancel_retries;
+    cur.cancel_gave_up = core->ctx.cancel_gave_up;
+    cur.live = core->live.n;
+    cur.tombstones = xfer_tomb_live(&core->tombs);
+    return xfer_util_versioned_copy(st, &cur, version, stats_lens,
+                                    XFER_UTIL_NVERSIONS(stats_lens));
+}
+
+uint64_t xfer_core_cell_hits(const xfer_core *core, unsigned state,
+                             unsigned event)
+{
+    if (!core || state >= XFER_TRANSFER_STATE_COUNT_ ||
+        event >= XFER_TRANSFER_EVENT_COUNT_)
+        return 0;
+    return core->ctx.cells_hit[state][event];
 }
 
 xfer_transfer_state xfer_core_state(const xfer_core *core, uint64_t id)
@@ -555,26 +592,28 @@ xfer_transfer_state xfer_core_state(const xfer_core *core, uint64_t id)
                                             : XFER_TRANSFER_STATE_NEW;
 }
 
-bool xfer_core_view(const xfer_core *core, uint64_t id,
-                    xfer_transfer_view *out)
+bool xfer_core_view_versioned(const xfer_core *core, uint64_t id,
+                              uint32_t version, xfer_transfer_view *out)
 {
-    const xfer_transfer *t = find_live(core, id);
+    const xfer_transfer *t = core ? find_live(core, id) : NULL;
     if (!t || !out)
         return false;
-    memset(out, 0, sizeof *out);
-    out->id = t->id;
-    out->attempt = t->attempt;
-    out->state = t->state;
-    out->nshards = t->nshards;
-    out->started_ns = t->started_ns;
-    out->deadline_ns = t->deadline_ns;
-    out->pending = t->pending;
+    xfer_transfer_view v;
+    memset(&v, 0, sizeof v);
+    v.id = t->id;
+    v.attempt = t->attempt;
+    v.state = t->state;
+    v.nshards = t->nshards;
+    v.started_ns = t->started_ns;
+    v.deadline_ns = t->deadline_ns;
+    v.pending = t->pending;
     for (unsigned k = 0; k < t->nshards; k++) {
         const xfer_tshard *s = &t->shards[k];
-        out->shards[k] = (xfer_shard_view){s->resv, s->write, s->commit,
-                                           s->cancel, s->cancel_attempts};
+        v.shards[k] = (xfer_shard_view){s->resv, s->write, s->commit,
+                                        s->cancel, s->cancel_attempts};
     }
-    return true;
+    return xfer_util_versioned_copy(out, &v, version, view_lens,
+                                    XFER_UTIL_NVERSIONS(view_lens)) == 0;
 }
 
 void xfer_core_foreach(const xfer_core *core,

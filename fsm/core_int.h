@@ -28,8 +28,8 @@ size_t xfer_core_save(const xfer_core *core, uint8_t *buf, size_t len);
  */
 int xfer_core_load(xfer_core *core, const uint8_t *buf, size_t len);
 
-/* The figures the model checker reads after every step, without the copy
- * of cells_hit that xfer_core_stats_get() makes. */
+/* The figures the model checker reads after every step, without copying
+ * every counter as xfer_core_stats_get() does. */
 typedef struct xfer_core_health {
     uint64_t illegal;
     uint32_t live, tombstones;

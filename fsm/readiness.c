@@ -447,7 +447,7 @@ static int dispatch(xfer_readiness *r, yev *e)
     unsigned old = e->state;
     assert(old < XFER_READY_STATE_COUNT_ && e->event < XFER_READY_EVENT_COUNT_);
     const cell *c = &table[old][e->event];
-    r->st.cells_hit[old][e->event]++;
+    r->cells_hit[old][e->event]++;
     int rc = 0;
     if (c->verdict == XFER_VERDICT_ILLEGAL) {
         /* Peer input is filtered before dispatch: this is a bug. */
@@ -496,6 +496,24 @@ static int tomb_room(xfer_readiness *r, uint64_t now, uint64_t id)
 /* Creation                                                                */
 /* ---------------------------------------------------------------------- */
 
+/* The bytes each version of xfer_readiness_config and _stats holds
+ * (util.h). */
+static const size_t config_lens[] = {sizeof(xfer_readiness_config)};
+static const size_t stats_lens[] = {sizeof(xfer_readiness_stats)};
+
+void xfer_readiness_config_default(xfer_readiness_config *cfg)
+{
+    if (!cfg)
+        return;
+    *cfg = (xfer_readiness_config){
+        .version = XFER_READINESS_CONFIG_VERSION,
+        .max_records = 65536,
+        .deadline_ns = 30ull * 1000000000ull,
+        .tombstone_ttl_ns = 60ull * 1000000000ull};
+}
+
+/* Zero fields take their defaults (those of the function above, and the
+ * derived max_tombstones). */
 static void set_defaults(xfer_readiness_config *c)
 {
     if (!c->max_records)
@@ -543,9 +561,13 @@ static int alloc_tables(xfer_readiness *r)
 
 int xfer_readiness_new(const xfer_readiness_config *cfg, xfer_readiness **out)
 {
-    if (!cfg || !out)
+    if (!out)
         return XFER_ERR_INVALID_ARG;
-    xfer_readiness_config c = *cfg;
+    xfer_readiness_config c;
+    xfer_readiness_config_default(&c);
+    if (cfg && xfer_util_versioned_copy(&c, cfg, cfg->version, config_lens,
+                                        XFER_UTIL_NVERSIONS(config_lens)))
+        return XFER_ERR_INVALID_ARG;
     set_defaults(&c);
     if (!config_ok(&c))
         return XFER_ERR_INVALID_ARG;
@@ -747,14 +769,26 @@ void xfer_readiness_actions_clear(xfer_readiness *r)
         r->nacts = 0;
 }
 
-void xfer_readiness_stats_get(const xfer_readiness *r,
-                              xfer_readiness_stats *st)
+int xfer_readiness_stats_get_versioned(const xfer_readiness *r,
+                                       uint32_t version,
+                                       xfer_readiness_stats *st)
 {
     if (!r || !st)
-        return;
-    *st = r->st;
-    st->live = r->live.n;
-    st->tombstones = xfer_tomb_live(&r->tombs);
+        return XFER_ERR_INVALID_ARG;
+    xfer_readiness_stats cur = r->st;
+    cur.live = r->live.n;
+    cur.tombstones = xfer_tomb_live(&r->tombs);
+    return xfer_util_versioned_copy(st, &cur, version, stats_lens,
+                                    XFER_UTIL_NVERSIONS(stats_lens));
+}
+
+uint64_t xfer_readiness_cell_hits(const xfer_readiness *r, unsigned state,
+                                  unsigned event)
+{
+    if (!r || state >= XFER_READY_STATE_COUNT_ ||
+        event >= XFER_READY_EVENT_COUNT_)
+        return 0;
+    return r->cells_hit[state][event];
 }
 
 xfer_ready_state xfer_readiness_state(const xfer_readiness *r, uint64_t id)

@@ -56,6 +56,7 @@ struct xfer_readiness {
     xfer_readiness_sortkey *scratch; /* max_records entries */
     uint64_t seq;
     xfer_readiness_stats st;
+    uint64_t cells_hit[XFER_READY_STATE_COUNT_][XFER_READY_EVENT_COUNT_];
 };
 
 /* The reservation ids of a slot's record, one per shard.  r is borrowed;

@@ -43,6 +43,10 @@
 #include "util.h"
 #include "xfer/core.h"
 
+/* The bytes each version of xfer_shard_config and _stats holds (util.h). */
+static const size_t config_lens[] = {sizeof(xfer_shard_config)};
+static const size_t stats_lens[] = {sizeof(xfer_shard_stats)};
+
 #define MAX_RECORDS (1u << 24)
 #define MAX_TOMBS (1u << 30)
 #define MAX_TTL (1ull << 62) /* now + ttl never wraps in practice */
@@ -430,7 +434,7 @@ static int dispatch(xfer_shard *s, op *o)
     const cell *c = &table[o->from][o->event];
     int rc = 0;
     o->to = o->from;
-    s->st.cells_hit[o->from][o->event]++;
+    s->cells_hit[o->from][o->event]++;
     if (c->verdict == XFER_VERDICT_ILLEGAL) {
         /* A bug here or in a transport: peer input is filtered before. */
         s->st.illegal++;
@@ -645,15 +649,27 @@ void xfer_shard_events_clear(xfer_shard *s)
         s->nev = 0;
 }
 
-void xfer_shard_stats_get(const xfer_shard *s, xfer_shard_stats *st)
+int xfer_shard_stats_get_versioned(const xfer_shard *s, uint32_t version,
+                                   xfer_shard_stats *st)
 {
     if (!s || !st)
-        return;
-    *st = s->st;
-    st->pool_bytes = s->cfg.pool_bytes;
-    st->bytes_in_use = s->pool.in_use;
-    st->live = s->live;
-    st->tombstones = s->tombs.n;
+        return XFER_ERR_INVALID_ARG;
+    xfer_shard_stats cur = s->st;
+    cur.pool_bytes = s->cfg.pool_bytes;
+    cur.bytes_in_use = s->pool.in_use;
+    cur.live = s->live;
+    cur.tombstones = s->tombs.n;
+    return xfer_util_versioned_copy(st, &cur, version, stats_lens,
+                                    XFER_UTIL_NVERSIONS(stats_lens));
+}
+
+uint64_t xfer_shard_cell_hits(const xfer_shard *s, unsigned state,
+                              unsigned event)
+{
+    if (!s || state >= XFER_RESV_STATE_COUNT_ ||
+        event >= XFER_RESV_EVENT_COUNT_)
+        return 0;
+    return s->cells_hit[state][event];
 }
 
 xfer_resv_state xfer_shard_state(const xfer_shard *s, uint64_t id)
@@ -751,9 +767,24 @@ void xfer_shard_foreach(const xfer_shard *s,
 /* Creation                                                                */
 /* ---------------------------------------------------------------------- */
 
+void xfer_shard_config_default(xfer_shard_config *cfg)
+{
+    if (!cfg)
+        return;
+    *cfg = (xfer_shard_config){.version = XFER_SHARD_CONFIG_VERSION,
+                               .max_reservations = 4096,
+                               .lease_ttl_ns = 10ull * 1000000000ull,
+                               .align = 64};
+}
+
+/* The caller's config (NULL: the defaults) in the latest layout, its zero
+ * fields given their defaults, then checked. */
 static int apply_defaults(const xfer_shard_config *in, xfer_shard_config *c)
 {
-    *c = *in;
+    xfer_shard_config_default(c);
+    if (in && xfer_util_versioned_copy(c, in, in->version, config_lens,
+                                       XFER_UTIL_NVERSIONS(config_lens)))
+        return XFER_ERR_INVALID_ARG;
     if (!c->max_reservations)
         c->max_reservations = 4096;
     if (!c->max_tombstones && c->max_reservations <= MAX_TOMBS / 4)
@@ -837,7 +868,7 @@ static int build(xfer_shard *s)
 int xfer_shard_new(const xfer_shard_config *cfg, xfer_shard **out)
 {
     xfer_shard_config c;
-    if (!cfg || !out)
+    if (!out)
         return XFER_ERR_INVALID_ARG;
     int rc = apply_defaults(cfg, &c);
     if (rc)

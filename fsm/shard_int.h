@@ -42,8 +42,8 @@ size_t xfer_shard_save(const xfer_shard *s, uint8_t *buf, size_t len);
  */
 int xfer_shard_load(xfer_shard *s, const uint8_t *buf, size_t len);
 
-/* The figures the model checker reads after every step, without the copy
- * of cells_hit that xfer_shard_stats_get() makes. */
+/* The figures the model checker reads after every step, without copying
+ * every counter as xfer_shard_stats_get() does. */
 typedef struct xfer_shard_health {
     uint64_t illegal, pool_bytes, bytes_in_use;
     uint32_t live;

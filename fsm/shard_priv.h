@@ -51,7 +51,8 @@ struct xfer_shard {
     uint32_t nev, ev_cap, ev_reserved;
     uint64_t rng_state;      /* internal splitmix64 when no rng injected */
     uint64_t seq;            /* trace sequence */
-    xfer_shard_stats st;     /* counters and cells_hit */
+    xfer_shard_stats st;     /* counters */
+    uint64_t cells_hit[XFER_RESV_STATE_COUNT_][XFER_RESV_EVENT_COUNT_];
 };
 
 /* A state only a tombstone holds: the record has ended. */

@@ -1,6 +1,7 @@
 /*
  * fsm/util.c - the injected allocator of the pure machines, and its libc
- * default: a zeroed xfer_allocator means malloc/free (xfer/fsm.h).
+ * default: a zeroed xfer_allocator means malloc/free (xfer/fsm.h); and the
+ * copy of versioned structs (util.h).
  *
  * What must stay true: this is the only object of fsm/ that refers to
  * malloc or free; every other one allocates through these three calls, so
@@ -36,4 +37,13 @@ void xfer_util_free(const xfer_allocator *a, void *p)
         a->free(a->ud, p);
     else
         free(p);
+}
+
+int xfer_util_versioned_copy(void *dst, const void *src, uint32_t version,
+                             const size_t *lens, uint32_t nversions)
+{
+    if (version == 0 || version > nversions)
+        return XFER_ERR_INVALID_ARG;
+    memcpy(dst, src, lens[version - 1]);
+    return 0;
 }

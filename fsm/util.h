@@ -1,8 +1,9 @@
 /*
- * fsm/util.h - small private helpers shared by the pure machines: the
- * injected allocator with its libc default (util.c), trace emission, and a
- * seedable splitmix64 for ids.  Nothing here reads a clock or draws randomness on its
- * own; everything comes in through arguments.
+ * fsm/util.h - small private helpers shared by the pure machines (and,
+ * through fsm_private_dep, by the drivers of transport/): the injected
+ * allocator with its libc default (util.c), versioned structs, trace
+ * emission, and a seedable splitmix64 for ids.  Nothing here reads a clock
+ * or draws randomness on its own; everything comes in through arguments.
  */
 #ifndef XFER_FSM_UTIL_H
 #define XFER_FSM_UTIL_H
@@ -26,6 +27,24 @@ void *xfer_util_alloc(const xfer_allocator *a, size_t size);
 void *xfer_util_calloc(const xfer_allocator *a, size_t n, size_t size);
 /* Free p (NULL is fine) through `a`, or free() when `a` has no free. */
 void xfer_util_free(const xfer_allocator *a, void *p);
+
+/*
+ * Versioned public structs (configs and stats, docs/design.md section
+ * 4.1).  Version v of a struct is the first lens[v - 1] bytes of its latest
+ * layout: a version only ever appends fields.  Copy the bytes `version`
+ * defines from src to dst (at most the latest size; both borrowed).
+ * Returns 0, or XFER_ERR_INVALID_ARG (nothing copied) when `version` is not
+ * one of the nversions known.  A config is read with dst = the defaults
+ * and src = the caller's struct, so the fields its version lacks keep their
+ * defaults and nothing past its end is read; stats go out with src = the
+ * latest figures and dst = the caller's struct, so nothing past its end is
+ * written.
+ */
+int xfer_util_versioned_copy(void *dst, const void *src, uint32_t version,
+                             const size_t *lens, uint32_t nversions);
+/* The number of versions in a `lens` array. */
+#define XFER_UTIL_NVERSIONS(lens)                                           \
+    ((uint32_t)(sizeof(lens) / sizeof((lens)[0])))
 
 /* Give a record its sequence number and pass it to the sink, if any. */
 static inline void xfer_util_emit(const xfer_trace_sink *sink, uint64_t *seq,

@@ -49,25 +49,32 @@ void et_init(et_env *v, const et_opts *o)
     memset(v, 0, sizeof *v);
     outstanding_submits = 0;
     v->consumer_takes = 1;
-    xfer_engine_config ec = {
-        .core = {.max_transfers = 256, .max_tombstones = 4096,
-                 .tombstone_ttl_ns = 2000 * ET_MS,
-                 .cancel_op_timeout_ns = 200 * ET_MS,
-                 .cancel_backoff_ns = 2 * ET_MS, .cancel_max_attempts = 3,
-                 .alloc = o->core_alloc},
-        .mailbox_cap = o->mailbox_cap};
+    xfer_engine_config ec;
+    xfer_engine_config_default(&ec);
+    ec.core.max_transfers = 256;
+    ec.core.max_tombstones = 4096;
+    ec.core.tombstone_ttl_ns = 2000 * ET_MS;
+    ec.core.cancel_op_timeout_ns = 200 * ET_MS;
+    ec.core.cancel_backoff_ns = 2 * ET_MS;
+    ec.core.cancel_max_attempts = 3;
+    ec.core.alloc = o->core_alloc;
+    ec.mailbox_cap = o->mailbox_cap;
     if (o->max_transfers == ET_DEFAULT)
         ec.core.max_transfers = ec.core.max_tombstones = 0;
     else if (o->max_transfers)
         ec.core.max_transfers = o->max_transfers;
     ck_assert_int_eq(xfer_engine_new(&ec, &v->e), 0);
-    xfer_loop_config lc = {
-        .nshards = ET_S, .seed = o->seed, .write_ns = o->write_ns,
-        .on_event = o->on_event ? o->on_event : on_event, .on_event_ud = v,
-        .shard = {.pool_bytes = ET_SLOTS * ET_BLK * 4,
-                  .max_reservations = 512,
-                  .lease_ttl_ns = o->lease_ns ? o->lease_ns : 1000 * ET_MS,
-                  .tombstone_ttl_ns = 2000 * ET_MS}};
+    xfer_loop_config lc;
+    xfer_loop_config_default(&lc);
+    lc.nshards = ET_S;
+    lc.seed = o->seed;
+    lc.write_ns = o->write_ns;
+    lc.on_event = o->on_event ? o->on_event : on_event;
+    lc.on_event_ud = v;
+    lc.shard.pool_bytes = ET_SLOTS * ET_BLK * 4;
+    lc.shard.max_reservations = 512;
+    lc.shard.lease_ttl_ns = o->lease_ns ? o->lease_ns : 1000 * ET_MS;
+    lc.shard.tombstone_ttl_ns = 2000 * ET_MS;
     ck_assert_int_eq(xfer_loop_new(xfer_engine_base(v->e), &lc, &v->l), 0);
     for (size_t i = 0; i < o->nrules; i++)
         ck_assert_int_eq(xfer_loop_add_rule(v->l, &o->rules[i]), 0);

@@ -29,13 +29,16 @@ static const xfer_slice slices[S] = {{0, 16}, {16, 16}, {32, 16}, {48, 16}};
 
 static void core_run(uint64_t seed, tu_trace *tr)
 {
-    xfer_core_config cfg = {.max_transfers = 32, .max_tombstones = 256,
-                            .cancel_max_attempts = 3,
-                            .default_deadline_ns = 50000,
-                            .cancel_op_timeout_ns = 20000,
-                            .cancel_backoff_ns = 1000,
-                            .tombstone_ttl_ns = 1000000,
-                            .trace = tu_trace_sink(tr)};
+    xfer_core_config cfg;
+    xfer_core_config_default(&cfg);
+    cfg.max_transfers = 32;
+    cfg.max_tombstones = 256;
+    cfg.cancel_max_attempts = 3;
+    cfg.default_deadline_ns = 50000;
+    cfg.cancel_op_timeout_ns = 20000;
+    cfg.cancel_backoff_ns = 1000;
+    cfg.tombstone_ttl_ns = 1000000;
+    cfg.trace = tu_trace_sink(tr);
     xfer_core *c;
     ck_assert_int_eq(xfer_core_new(&cfg, &c), 0);
     xfer_action fl[2048];
@@ -158,15 +161,22 @@ static void engine_run(uint64_t seed, tu_trace *tr)
 {
     ticks = 0;
     run r = {.total = 300, .next = 1, .rng = seed};
-    xfer_engine_config ec = {.clock = counter_clock,
-                             .core = {.max_transfers = 64,
-                                      .trace = tu_trace_sink(tr)}};
+    xfer_engine_config ec;
+    xfer_engine_config_default(&ec);
+    ec.clock = counter_clock;
+    ec.core.max_transfers = 64;
+    ec.core.trace = tu_trace_sink(tr);
     ck_assert_int_eq(xfer_engine_new(&ec, &r.e), 0);
     static xfer_loop *l;
-    xfer_loop_config lc = {.nshards = S, .seed = seed, .clock = counter_clock,
-                           .on_event = on_event, .on_event_ud = &l,
-                           .shard = {.pool_bytes = 1 << 16,
-                                     .trace = tu_trace_sink(tr)}};
+    xfer_loop_config lc;
+    xfer_loop_config_default(&lc);
+    lc.nshards = S;
+    lc.seed = seed;
+    lc.clock = counter_clock;
+    lc.on_event = on_event;
+    lc.on_event_ud = &l;
+    lc.shard.pool_bytes = 1 << 16;
+    lc.shard.trace = tu_trace_sink(tr);
     ck_assert_int_eq(xfer_loop_new(xfer_engine_base(r.e), &lc, &l), 0);
     const xfer_fault_rule rules[] = {
         {XFER_FAULT_FAIL, XFER_OP_RESERVE, -1, 0, 50000, 0, 0, 0},

@@ -363,7 +363,9 @@ static void ready_event(void *ud, const xfer_shard_event *ev)
 
 START_TEST(test_engine_readiness_available_once)
 {
-    xfer_readiness_config rc = {.nshards = ET_S};
+    xfer_readiness_config rc;
+    xfer_readiness_config_default(&rc);
+    rc.nshards = ET_S;
     ck_assert_int_eq(xfer_readiness_new(&rc, &RT), 0);
     et_init(&V, &(et_opts){.on_event = ready_event});
     ck_assert_int_eq(et_submit(&V, 2, 0), 0);

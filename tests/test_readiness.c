@@ -79,6 +79,15 @@ static uint64_t rid(uint64_t id, uint32_t attempt, unsigned k)
     return (id << 20) ^ ((uint64_t)attempt << 8) ^ (k + 1u);
 }
 
+/* The defaults for a group of nshards. */
+static xfer_readiness_config rcfg(uint16_t nshards)
+{
+    xfer_readiness_config c;
+    xfer_readiness_config_default(&c);
+    c.nshards = nshards;
+    return c;
+}
+
 static xfer_readiness *mk_cfg(const xfer_readiness_config *c)
 {
     xfer_readiness *r = NULL;
@@ -90,10 +99,11 @@ static xfer_readiness *mk_cfg(const xfer_readiness_config *c)
 
 static xfer_readiness *mk(uint16_t s)
 {
-    xfer_readiness_config c = {.nshards = s, .max_records = 64,
-                               .max_tombstones = 256,
-                               .deadline_ns = DEADLINE,
-                               .tombstone_ttl_ns = TTL};
+    xfer_readiness_config c = rcfg(s);
+    c.max_records = 64;
+    c.max_tombstones = 256;
+    c.deadline_ns = DEADLINE;
+    c.tombstone_ttl_ns = TTL;
     return mk_cfg(&c);
 }
 
@@ -364,7 +374,8 @@ START_TEST(test_readiness_give_up_during_taking_deferred)
     ck_assert_int_eq(xfer_readiness_state(r, 8), XFER_READY_STATE_UNAVAILABLE);
     static const unsigned events[] = {XFER_READY_EVENT_CANCEL, XFER_READY_EVENT_SHARD_ENDED,
                                       XFER_READY_EVENT_DEADLINE};
-    ck_assert_uint_eq(stats(r).cells_hit[XFER_READY_STATE_TAKING][events[_i]], 1);
+    ck_assert_uint_eq(
+        xfer_readiness_cell_hits(r, XFER_READY_STATE_TAKING, events[_i]), 1);
     xfer_readiness_del(r);
 }
 END_TEST
@@ -509,9 +520,11 @@ END_TEST
 
 START_TEST(test_readiness_caps_busy_and_ttl)
 {
-    xfer_readiness_config c = {.nshards = 2, .max_records = 2,
-                               .max_tombstones = 3, .deadline_ns = DEADLINE,
-                               .tombstone_ttl_ns = TTL};
+    xfer_readiness_config c = rcfg(2);
+    c.max_records = 2;
+    c.max_tombstones = 3;
+    c.deadline_ns = DEADLINE;
+    c.tombstone_ttl_ns = TTL;
     xfer_readiness *r = mk_cfg(&c);
     ready(r, 0, 1, 1, 0);
     ready(r, 0, 2, 1, 0);
@@ -540,8 +553,8 @@ START_TEST(test_readiness_caps_busy_and_ttl)
     ck_assert_int_eq(xfer_readiness_cancel(r, 1 + TTL, 11), 0);
     collect(r);
     ck_assert_int_eq(xfer_readiness_state(r, 10), XFER_READY_STATE_NONE);
-    ck_assert_uint_eq(stats(r).cells_hit[XFER_READY_STATE_UNAVAILABLE]
-                                        [XFER_READY_EVENT_TOMB_EXPIRE],
+    ck_assert_uint_eq(xfer_readiness_cell_hits(r, XFER_READY_STATE_UNAVAILABLE,
+                                               XFER_READY_EVENT_TOMB_EXPIRE),
                       1);
     /* on_timer drops the rest; the ids are NONE again. */
     xfer_readiness_on_timer(r, 3 + TTL);
@@ -628,9 +641,10 @@ END_TEST
 
 START_TEST(test_readiness_timer_work_bounded)
 {
-    xfer_readiness_config c = {.nshards = 2, .max_records = 100,
-                               .deadline_ns = DEADLINE,
-                               .tombstone_ttl_ns = TTL};
+    xfer_readiness_config c = rcfg(2);
+    c.max_records = 100;
+    c.deadline_ns = DEADLINE;
+    c.tombstone_ttl_ns = TTL;
     xfer_readiness *r = mk_cfg(&c);
     for (uint64_t id = 1; id <= 100; id++)
         ready(r, 0, id, 1, 0);
@@ -655,9 +669,10 @@ END_TEST
 START_TEST(test_readiness_trace_records_steps)
 {
     tu_trace tr = {0};
-    xfer_readiness_config c = {.nshards = 2, .deadline_ns = DEADLINE,
-                               .tombstone_ttl_ns = TTL,
-                               .trace = tu_trace_sink(&tr)};
+    xfer_readiness_config c = rcfg(2);
+    c.deadline_ns = DEADLINE;
+    c.tombstone_ttl_ns = TTL;
+    c.trace = tu_trace_sink(&tr);
     xfer_readiness *r = mk_cfg(&c);
     ready(r, 5, 21, 4, 1);
     ready(r, 6, 21, 4, 0);
@@ -689,7 +704,7 @@ END_TEST
 START_TEST(test_readiness_invalid_config)
 {
     xfer_readiness *r = (xfer_readiness *)&O;
-    xfer_readiness_config c = {.nshards = 0};
+    xfer_readiness_config c = rcfg(0);
     ck_assert_int_eq(xfer_readiness_new(&c, &r), XFER_ERR_INVALID_ARG);
     c.nshards = XFER_MAX_SHARDS + 1;
     ck_assert_int_eq(xfer_readiness_new(&c, &r), XFER_ERR_INVALID_ARG);
@@ -873,10 +888,11 @@ START_TEST(test_readiness_random_walk_keeps_i8)
                            0x5eed0001u + (uint64_t)_i);
     walk w;
     memset(&w, 0, sizeof w);
-    xfer_readiness_config c = {.nshards = RS, .max_records = 12,
-                               .max_tombstones = 20,
-                               .deadline_ns = DEADLINE,
-                               .tombstone_ttl_ns = DEADLINE};
+    xfer_readiness_config c = rcfg(RS);
+    c.max_records = 12;
+    c.max_tombstones = 20;
+    c.deadline_ns = DEADLINE;
+    c.tombstone_ttl_ns = DEADLINE;
     w.r = mk_cfg(&c);
     for (unsigned i = 0; i < 20000; i++)
         walk_step(&w, &rng);
@@ -917,8 +933,9 @@ START_TEST(test_readiness_alloc_failure_each_allocation)
     for (n = 0; n < 100; n++) {
         tu_alloc ta;
         tu_alloc_init(&ta, n);
-        xfer_readiness_config c = {.nshards = 4, .max_records = 16,
-                                   .alloc = tu_allocator(&ta)};
+        xfer_readiness_config c = rcfg(4);
+        c.max_records = 16;
+        c.alloc = tu_allocator(&ta);
         xfer_readiness *r = (xfer_readiness *)&O;
         int rc = xfer_readiness_new(&c, &r);
         if (rc == 0) {
@@ -988,10 +1005,10 @@ START_TEST(test_readiness_transition_coverage)
         for (unsigned e = 0; e < XFER_READY_EVENT_COUNT_; e++) {
             unsigned v = xfer_fsm_verdict(XFER_MACHINE_READINESS, s, e);
             if (v == XFER_VERDICT_ILLEGAL) {
-                ck_assert_uint_eq(st.cells_hit[s][e], 0);
+                ck_assert_uint_eq(xfer_readiness_cell_hits(r, s, e), 0);
                 continue;
             }
-            if (st.cells_hit[s][e])
+            if (xfer_readiness_cell_hits(r, s, e))
                 continue;
             printf("readiness cell not covered: %s x %s (%s)\n",
                    xfer_fsm_state_name(XFER_MACHINE_READINESS, s),

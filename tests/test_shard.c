@@ -31,13 +31,16 @@
 
 static xfer_shard_config base_cfg(void)
 {
-    return (xfer_shard_config){.pool_bytes = 64 * 1024,
-                               .max_reservations = 16,
-                               .max_tombstones = 64,
-                               .lease_ttl_ns = LEASE,
-                               .tombstone_ttl_ns = TTTL,
-                               .align = ALIGN,
-                               .shard_index = 3};
+    xfer_shard_config c;
+    xfer_shard_config_default(&c);
+    c.pool_bytes = 64 * 1024;
+    c.max_reservations = 16;
+    c.max_tombstones = 64;
+    c.lease_ttl_ns = LEASE;
+    c.tombstone_ttl_ns = TTTL;
+    c.align = ALIGN;
+    c.shard_index = 3;
+    return c;
 }
 
 static xfer_shard *mk_cfg(xfer_shard_config c)
@@ -1501,10 +1504,10 @@ START_TEST(test_shard_transition_coverage)
         for (unsigned e = 0; e < XFER_RESV_EVENT_COUNT_; e++) {
             unsigned v = xfer_fsm_verdict(XFER_MACHINE_RESERVATION, i, e);
             if (v == XFER_VERDICT_ILLEGAL) {
-                ck_assert_uint_eq(st.cells_hit[i][e], 0);
+                ck_assert_uint_eq(xfer_shard_cell_hits(s, i, e), 0);
                 continue;
             }
-            if (st.cells_hit[i][e] == 0) {
+            if (xfer_shard_cell_hits(s, i, e) == 0) {
                 printf("cell not hit: %s x %s (%s)\n",
                        xfer_fsm_state_name(XFER_MACHINE_RESERVATION, i),
                        xfer_fsm_event_name(XFER_MACHINE_RESERVATION, e),

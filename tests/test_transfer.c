@@ -73,14 +73,24 @@ static ssize_t index_of(uint8_t kind)
     return -1;
 }
 
+/* The defaults with the given limits (the other fields as the default). */
+static xfer_core_config limits(uint32_t transfers, uint32_t tombstones)
+{
+    xfer_core_config cfg;
+    xfer_core_config_default(&cfg);
+    cfg.max_transfers = transfers;
+    cfg.max_tombstones = tombstones;
+    return cfg;
+}
+
 static xfer_core *mk(const xfer_core_config *over)
 {
-    xfer_core_config cfg = {.max_transfers = 64, .max_tombstones = 256,
-                            .tombstone_ttl_ns = 1000 * MS,
-                            .default_deadline_ns = 500 * MS,
-                            .cancel_op_timeout_ns = 100 * MS,
-                            .cancel_backoff_ns = 10 * MS,
-                            .cancel_max_attempts = 3};
+    xfer_core_config cfg = limits(64, 256);
+    cfg.tombstone_ttl_ns = 1000 * MS;
+    cfg.default_deadline_ns = 500 * MS;
+    cfg.cancel_op_timeout_ns = 100 * MS;
+    cfg.cancel_backoff_ns = 10 * MS;
+    cfg.cancel_max_attempts = 3;
     if (over)
         cfg = *over;
     xfer_core *c = NULL;
@@ -96,7 +106,7 @@ static void done(xfer_core *c)
     xfer_core_stats_get(c, &st);
     for (int s = 0; s < XFER_TRANSFER_STATE_COUNT_; s++)
         for (int e = 0; e < XFER_TRANSFER_EVENT_COUNT_; e++)
-            cells_total[s][e] += st.cells_hit[s][e];
+            cells_total[s][e] += xfer_core_cell_hits(c, s, e);
     ck_assert_uint_eq(st.illegal, 0);
     xfer_core_del(c);
 }
@@ -624,8 +634,8 @@ static void sc_shutdown(void)
 
 static void sc_sync_failures(void)
 {
-    xfer_core_config cfg = {.max_transfers = 2, .max_tombstones = 3,
-                            .tombstone_ttl_ns = 100 * MS};
+    xfer_core_config cfg = limits(2, 3);
+    cfg.tombstone_ttl_ns = 100 * MS;
     xfer_core *c = mk(&cfg);
     xfer_submit_args bad = {.id = 0, .nshards = S, .slices = slices};
     ck_assert_int_eq(xfer_core_submit(c, 0, &bad), XFER_ERR_INVALID_ARG);
@@ -875,7 +885,8 @@ START_TEST(test_transfer_alloc_failure_each_allocation)
     for (long n = 0;; n++) {
         tu_alloc ta;
         tu_alloc_init(&ta, n);
-        xfer_core_config cfg = {.max_transfers = 8, .alloc = tu_allocator(&ta)};
+        xfer_core_config cfg = limits(8, 0);
+        cfg.alloc = tu_allocator(&ta);
         xfer_core *c = (xfer_core *)&ta; /* must stay untouched */
         int rc = xfer_core_new(&cfg, &c);
         if (rc) {
@@ -903,8 +914,8 @@ END_TEST
  * expired tombstone is never mistaken for a live one. */
 START_TEST(test_transfer_repeated_cancel_extends_tombstone)
 {
-    xfer_core_config cfg = {.max_transfers = 4, .max_tombstones = 8,
-                            .tombstone_ttl_ns = 100 * MS};
+    xfer_core_config cfg = limits(4, 8);
+    cfg.tombstone_ttl_ns = 100 * MS;
     xfer_core *c = mk(&cfg);
     ck_assert_int_eq(xfer_core_cancel(c, 0, 5), 0);
     ck_assert_int_eq(xfer_core_cancel(c, 60 * MS, 5), 0);
@@ -917,7 +928,7 @@ END_TEST
 
 START_TEST(test_transfer_save_load_roundtrip)
 {
-    xfer_core_config cfg = {.max_transfers = 8, .max_tombstones = 16};
+    xfer_core_config cfg = limits(8, 16);
     xfer_core *a = mk(&cfg), *b = mk(&cfg);
     uint32_t att = to_writing(a, 3);
     ck_assert_int_eq(submit(a, 0, 4), 0);

@@ -104,9 +104,11 @@ static void core_submit(xfer_core *c, uint64_t id)
 /* Keep `inflight` transfers going; return shard events per second. */
 static double bench_core(uint32_t inflight, uint64_t events_target)
 {
-    xfer_core_config cfg = {.max_transfers = inflight,
-                            .max_tombstones = inflight * 2,
-                            .tombstone_ttl_ns = 1};
+    xfer_core_config cfg;
+    xfer_core_config_default(&cfg);
+    cfg.max_transfers = inflight;
+    cfg.max_tombstones = inflight * 2;
+    cfg.tombstone_ttl_ns = 1;
     xfer_core *c;
     if (xfer_core_new(&cfg, &c) != 0)
         return 0;
@@ -237,17 +239,22 @@ static void eng_event(void *ud, const xfer_shard_event *ev)
 static double bench_engine(uint32_t inflight, uint64_t target)
 {
     /* Tombstones live 100 ms: 64 k of them cover 640 k transfers/s. */
-    xfer_engine_config ec = {.core = {.max_transfers = inflight * 2,
-                                      .max_tombstones = 1u << 16,
-                                      .tombstone_ttl_ns = 100000000}};
+    xfer_engine_config ec;
+    xfer_engine_config_default(&ec);
+    ec.core.max_transfers = inflight * 2;
+    ec.core.max_tombstones = 1u << 16;
+    ec.core.tombstone_ttl_ns = 100000000;
     eng_run r = {.target = target, .next_id = 1};
     xfer_engine_new(&ec, &r.e);
     xfer_loop *l;
-    xfer_loop_config lc = {.nshards = NS, .on_event = eng_event,
-                           .shard = {.pool_bytes = 64u << 20,
-                                     .max_reservations = 8192,
-                                     .max_tombstones = 1u << 16,
-                                     .tombstone_ttl_ns = 100000000}};
+    xfer_loop_config lc;
+    xfer_loop_config_default(&lc);
+    lc.nshards = NS;
+    lc.on_event = eng_event;
+    lc.shard.pool_bytes = 64u << 20;
+    lc.shard.max_reservations = 8192;
+    lc.shard.max_tombstones = 1u << 16;
+    lc.shard.tombstone_ttl_ns = 100000000;
     if (xfer_loop_new(xfer_engine_base(r.e), &lc, &l) != 0)
         return 0;
     bench_loop = l;

@@ -510,20 +510,22 @@ static int setup_producer(demo *d)
         return XFER_ERR_NOMEM;
     for (uint32_t i = 0; i < o->inflight; i++)
         d->free_slots[d->nfree++] = o->inflight - 1 - i;
-    xfer_tracefile_opts topts = {.format = XFER_TRACEFILE_BINARY,
-                                 .label = "xfer-demo"};
+    xfer_tracefile_opts topts;
+    xfer_tracefile_opts_default(&topts);
+    topts.label = "xfer-demo";
     int rc = xfer_tracefile_open(o->trace, &topts, &d->tf);
     if (rc)
         return rc;
-    xfer_engine_config ec = {
-        .base = d->own_base,
-        .core = {.max_transfers = o->inflight * 2,
-                 .max_tombstones = o->transfers * 2 + 1024,
-                 .tombstone_ttl_ns = 2000 * MS,
-                 .cancel_op_timeout_ns = 100 * MS,
-                 .cancel_backoff_ns = 5 * MS,
-                 .cancel_max_attempts = 4,
-                 .trace = xfer_tracefile_sink(d->tf)}};
+    xfer_engine_config ec;
+    xfer_engine_config_default(&ec);
+    ec.base = d->own_base;
+    ec.core.max_transfers = o->inflight * 2;
+    ec.core.max_tombstones = o->transfers * 2 + 1024;
+    ec.core.tombstone_ttl_ns = 2000 * MS;
+    ec.core.cancel_op_timeout_ns = 100 * MS;
+    ec.core.cancel_backoff_ns = 5 * MS;
+    ec.core.cancel_max_attempts = 4;
+    ec.core.trace = xfer_tracefile_sink(d->tf);
     rc = xfer_engine_new(&ec, &d->engine);
     if (rc)
         return rc;
@@ -537,25 +539,31 @@ static int setup_producer(demo *d)
 static int setup_loop(demo *d)
 {
     const opts *o = &d->o;
-    xfer_loop_config lc = {
-        .nshards = o->shards, .seed = o->seed, .on_event = on_shard_event,
-        .on_event_ud = d,
-        .shard = {.pool_bytes = (uint64_t)o->inflight * o->block * 4,
-                  .max_reservations = o->inflight * 4,
-                  /* every id leaves a tombstone on every shard for 1.5 s */
-                  .max_tombstones = o->transfers + 4096,
-                  .lease_ttl_ns = 400 * MS,
-                  .tombstone_ttl_ns = 1500 * MS,
-                  .trace = xfer_tracefile_sink_tagged(d->tf, 1)}};
+    xfer_loop_config lc;
+    xfer_loop_config_default(&lc);
+    lc.nshards = o->shards;
+    lc.seed = o->seed;
+    lc.on_event = on_shard_event;
+    lc.on_event_ud = d;
+    lc.shard.pool_bytes = (uint64_t)o->inflight * o->block * 4;
+    lc.shard.max_reservations = o->inflight * 4;
+    /* every id leaves a tombstone on every shard for 1.5 s */
+    lc.shard.max_tombstones = o->transfers + 4096;
+    lc.shard.lease_ttl_ns = 400 * MS;
+    lc.shard.tombstone_ttl_ns = 1500 * MS;
+    lc.shard.trace = xfer_tracefile_sink_tagged(d->tf, 1);
     int rc = xfer_loop_new(d->base, &lc, &d->loop);
     if (rc)
         return rc;
     add_faults(d);
-    xfer_readiness_config rcfg = {
-        .nshards = o->shards, .max_records = o->inflight * 8,
-        .max_tombstones = o->transfers * 2 + 1024, .deadline_ns = 300 * MS,
-        .tombstone_ttl_ns = 2000 * MS,
-        .trace = xfer_tracefile_sink_tagged(d->tf, 2)};
+    xfer_readiness_config rcfg;
+    xfer_readiness_config_default(&rcfg);
+    rcfg.nshards = o->shards;
+    rcfg.max_records = o->inflight * 8;
+    rcfg.max_tombstones = o->transfers * 2 + 1024;
+    rcfg.deadline_ns = 300 * MS;
+    rcfg.tombstone_ttl_ns = 2000 * MS;
+    rcfg.trace = xfer_tracefile_sink_tagged(d->tf, 2);
     rc = xfer_readiness_new(&rcfg, &d->ready);
     if (!rc)
         rc = xfer_engine_add_group(d->engine, xfer_loop_transport(d->loop),

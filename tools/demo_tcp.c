@@ -337,8 +337,11 @@ int demo_tcp_connect(const demo_tcp *t, struct event_base *base,
                      uint64_t timeout_ms, xfer_tcp **out, char *err,
                      size_t cap)
 {
-    xfer_tcp_config tc = {.nshards = t->n, .addrs = t->addrs,
-                          .reconnect_max_ns = 200000000ull};
+    xfer_tcp_config tc;
+    xfer_tcp_config_default(&tc);
+    tc.nshards = t->n;
+    tc.addrs = t->addrs;
+    tc.reconnect_max_ns = 200000000ull;
     xfer_tcp *tcp = NULL;
     int rc = xfer_tcp_new(base, &tc, &tcp);
     if (rc) {

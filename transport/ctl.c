@@ -12,7 +12,9 @@
  *    EV_WRITE) or pile up memory without bound (at most MAX_CONNS replies
  *    in flight; more connections are closed at once);
  *  - nothing here prints; close frees every connection and removes the
- *    socket file.
+ *    socket file;
+ *  - the ctl and its connections are allocated through cfg.alloc
+ *    (libevent's own allocations, the reply buffers among them, excepted).
  */
 #include "xfer/ctl.h"
 
@@ -32,6 +34,10 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+/* fsm_private_dep: the injected allocator with its libc default, and the
+ * copy of versioned configs, shared with the pure machines. */
+#include "util.h"
+
 #define MAX_CONNS 32
 
 typedef struct conn {
@@ -42,6 +48,7 @@ typedef struct conn {
 } conn;
 
 struct xfer_ctl {
+    xfer_ctl_config cfg;
     struct event_base *base;
     struct evconnlistener *lis;
     char *path;
@@ -121,10 +128,18 @@ static void put_shards(xfer_ctl_reply *rep, const xfer_transfer_view *v)
     add(rep, "]}\n");
 }
 
-int xfer_ctl_put_transfer(xfer_ctl_reply *rep, const xfer_transfer_view *v,
-                          uint64_t now_ns)
+/* The bytes each version of xfer_transfer_view holds (util.h). */
+static const size_t view_lens[] = {sizeof(xfer_transfer_view)};
+
+int xfer_ctl_put_transfer_versioned(xfer_ctl_reply *rep, uint32_t version,
+                                    const xfer_transfer_view *view,
+                                    uint64_t now_ns)
 {
-    if (!rep || !v)
+    xfer_transfer_view latest, *v = &latest;
+    memset(&latest, 0, sizeof latest);
+    if (!rep || !view ||
+        xfer_util_versioned_copy(&latest, view, version, view_lens,
+                                 XFER_UTIL_NVERSIONS(view_lens)))
         return XFER_ERR_INVALID_ARG;
     uint64_t age = now_ns > v->started_ns ? now_ns - v->started_ns : 0;
     int64_t dl = (int64_t)(v->deadline_ns - now_ns);
@@ -199,7 +214,7 @@ static void conn_free(conn *c)
     if (c->out)
         evbuffer_free(c->out);
     evutil_closesocket(c->fd);
-    free(c);
+    xfer_util_free(&ctl->cfg.alloc, c);
 }
 
 /* Send what the socket takes now; free the connection when all is sent
@@ -241,7 +256,9 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd,
     unsigned slot = 0;
     while (slot < MAX_CONNS && ctl->conns[slot])
         slot++;
-    conn *c = slot < MAX_CONNS ? calloc(1, sizeof *c) : NULL;
+    conn *c = NULL;
+    if (slot < MAX_CONNS)
+        c = xfer_util_calloc(&ctl->cfg.alloc, 1, sizeof *c);
     if (!c) {
         evutil_closesocket(fd);
         return;
@@ -294,20 +311,46 @@ static int listen_on(xfer_ctl *ctl, const char *path)
     return 0;
 }
 
-int xfer_ctl_open(struct event_base *base, const char *path,
-                  xfer_ctl_snapshot_fn fn, void *ud, xfer_ctl **out)
+/* The bytes each version of xfer_ctl_config holds (util.h). */
+static const size_t config_lens[] = {sizeof(xfer_ctl_config)};
+
+void xfer_ctl_config_default(xfer_ctl_config *cfg)
+{
+    if (cfg)
+        *cfg = (xfer_ctl_config){.version = XFER_CTL_CONFIG_VERSION};
+}
+
+/* Free a ctl whose listener is gone (or never came). */
+static void free_ctl(xfer_ctl *ctl)
+{
+    xfer_allocator a = ctl->cfg.alloc;
+    xfer_util_free(&a, ctl->path);
+    xfer_util_free(&a, ctl);
+}
+
+int xfer_ctl_open_config(struct event_base *base, const char *path,
+                         xfer_ctl_snapshot_fn fn, void *ud,
+                         const xfer_ctl_config *cfg, xfer_ctl **out)
 {
     struct sockaddr_un sa;
+    xfer_ctl_config c;
+    xfer_ctl_config_default(&c);
     if (!base || !path || !*path || !fn || !out ||
-        strlen(path) >= sizeof sa.sun_path)
+        strlen(path) >= sizeof sa.sun_path ||
+        (cfg && xfer_util_versioned_copy(&c, cfg, cfg->version, config_lens,
+                                         XFER_UTIL_NVERSIONS(config_lens))))
         return XFER_ERR_INVALID_ARG;
-    xfer_ctl *ctl = calloc(1, sizeof *ctl);
+    xfer_ctl *ctl = xfer_util_calloc(&c.alloc, 1, sizeof *ctl);
     if (!ctl)
         return XFER_ERR_NOMEM;
+    ctl->cfg = c;
     ctl->base = base;
     ctl->fn = fn;
     ctl->ud = ud;
-    ctl->path = strdup(path);
+    size_t n = strlen(path) + 1;
+    ctl->path = xfer_util_alloc(&c.alloc, n);
+    if (ctl->path)
+        memcpy(ctl->path, path, n);
     int rc = ctl->path ? listen_on(ctl, path) : XFER_ERR_NOMEM;
     if (rc) {
         bool bound = ctl->lis != NULL;
@@ -315,12 +358,17 @@ int xfer_ctl_open(struct event_base *base, const char *path,
             evconnlistener_free(ctl->lis);
         if (bound)
             unlink(path);
-        free(ctl->path);
-        free(ctl);
+        free_ctl(ctl);
         return rc;
     }
     *out = ctl;
     return 0;
+}
+
+int xfer_ctl_open(struct event_base *base, const char *path,
+                  xfer_ctl_snapshot_fn fn, void *ud, xfer_ctl **out)
+{
+    return xfer_ctl_open_config(base, path, fn, ud, NULL, out);
 }
 
 void xfer_ctl_close(xfer_ctl *ctl)
@@ -334,8 +382,7 @@ void xfer_ctl_close(xfer_ctl *ctl)
         evconnlistener_free(ctl->lis);
         unlink(ctl->path);
     }
-    free(ctl->path);
-    free(ctl);
+    free_ctl(ctl);
 }
 
 uint64_t xfer_ctl_served(const xfer_ctl *ctl)

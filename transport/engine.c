@@ -26,14 +26,19 @@
  *  - I10: callback slots, queues and timers are FIFO or index ordered; no
  *    pointer value reaches the core or the trace (user_data given to the core
  *    is the callback slot index).
+ *  - Every allocation of the engine, its core and its mailbox goes through
+ *    cfg.core.alloc (posts included, from the posting thread), so an
+ *    injected allocator sees all of them.
  */
 #include <assert.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <event2/event.h>
 
 #include "engine_int.h"
+/* fsm_private_dep: the injected allocator with its libc default, and the
+ * copy of versioned configs, shared with the pure machines. */
+#include "util.h"
 #include "xfer/xfer.h"
 
 typedef struct pool_rec {
@@ -269,7 +274,7 @@ static void pop_done(xfer_engine *e, xfer_done *out)
         e->done_tail = &e->done_head;
     *out = *d;
     if (d->slot == XFER_DONE_POST) {
-        free(d); /* the xfer_post it opens */
+        xfer_util_free(&e->cfg.core.alloc, d); /* the xfer_post it opens */
         return;
     }
     e->cbs[d->slot].used = 0;
@@ -333,15 +338,16 @@ static void on_mail(void *ud, xfer_mail *m);
 
 static int alloc_tables(xfer_engine *e)
 {
+    const xfer_allocator *a = &e->cfg.core.alloc;
     uint32_t nt = e->cfg.core.max_transfers;
-    e->pools = calloc(e->cfg.max_pools, sizeof *e->pools);
-    e->groups = calloc(e->cfg.max_groups, sizeof *e->groups);
-    e->cbs = calloc(nt, sizeof *e->cbs);
-    e->cb_free = calloc(nt, sizeof *e->cb_free);
+    e->pools = xfer_util_calloc(a, e->cfg.max_pools, sizeof *e->pools);
+    e->groups = xfer_util_calloc(a, e->cfg.max_groups, sizeof *e->groups);
+    e->cbs = xfer_util_calloc(a, nt, sizeof *e->cbs);
+    e->cb_free = xfer_util_calloc(a, nt, sizeof *e->cb_free);
     e->done_tail = &e->done_head;
     /* Grown by add_group: see grow_refused(). */
     e->ref_cap = 64;
-    e->refused = calloc(e->ref_cap, sizeof *e->refused);
+    e->refused = xfer_util_calloc(a, e->ref_cap, sizeof *e->refused);
     if (!e->pools || !e->groups || !e->cbs || !e->cb_free || !e->refused)
         return XFER_ERR_NOMEM;
     for (uint32_t i = 0; i < nt; i++) {
@@ -366,19 +372,37 @@ static int make_loop(xfer_engine *e)
     e->deferred = event_new(e->base, -1, 0, on_deferred, e);
     if (!e->timer || !e->deferred)
         return XFER_ERR_IO;
-    return xfer_mailbox_new(e->base, e->cfg.mailbox_cap, on_mail, e,
-                            &e->mailbox);
+    return xfer_mailbox_new(e->base, e->cfg.mailbox_cap, &e->cfg.core.alloc,
+                            on_mail, e, &e->mailbox);
+}
+
+/* The bytes each version of xfer_engine_config and _stats holds (util.h). */
+static const size_t config_lens[] = {sizeof(xfer_engine_config)};
+static const size_t stats_lens[] = {sizeof(xfer_engine_stats)};
+
+void xfer_engine_config_default(xfer_engine_config *cfg)
+{
+    if (!cfg)
+        return;
+    *cfg = (xfer_engine_config){.version = XFER_ENGINE_CONFIG_VERSION,
+                                .max_pools = 16, .max_groups = 16,
+                                .mailbox_cap = 65536};
+    xfer_core_config_default(&cfg->core);
 }
 
 int xfer_engine_new(const xfer_engine_config *cfg, xfer_engine **out)
 {
     if (!out)
         return XFER_ERR_INVALID_ARG;
-    xfer_engine *e = calloc(1, sizeof *e);
+    xfer_engine_config c;
+    xfer_engine_config_default(&c);
+    if (cfg && xfer_util_versioned_copy(&c, cfg, cfg->version, config_lens,
+                                        XFER_UTIL_NVERSIONS(config_lens)))
+        return XFER_ERR_INVALID_ARG;
+    xfer_engine *e = xfer_util_calloc(&c.core.alloc, 1, sizeof *e);
     if (!e)
         return XFER_ERR_NOMEM;
-    if (cfg)
-        e->cfg = *cfg;
+    e->cfg = c;
     if (!e->cfg.clock)
         e->cfg.clock = xfer_clock_monotonic;
     if (!e->cfg.max_pools)
@@ -423,12 +447,18 @@ void xfer_engine_del(xfer_engine *e)
         xfer_done d;
         pop_done(e, &d);
     }
-    free(e->pools);
-    free(e->groups);
-    free(e->cbs);
-    free(e->cb_free);
-    free(e->refused);
-    free(e);
+    const xfer_allocator a = e->cfg.core.alloc;
+    xfer_util_free(&a, e->pools);
+    xfer_util_free(&a, e->groups);
+    xfer_util_free(&a, e->cbs);
+    xfer_util_free(&a, e->cb_free);
+    xfer_util_free(&a, e->refused);
+    xfer_util_free(&a, e);
+}
+
+const xfer_allocator *xfer_engine_alloc(const xfer_engine *e)
+{
+    return &e->cfg.core.alloc;
 }
 
 struct event_base *xfer_engine_base(const xfer_engine *e)
@@ -503,12 +533,13 @@ static int grow_refused(xfer_engine *e, uint16_t nshards)
     size_t need = (size_t)e->cfg.core.max_transfers * nshards + 64;
     if (need <= e->ref_cap)
         return 0;
-    xfer_shard_result *r = calloc(need, sizeof *r);
+    xfer_shard_result *r = xfer_util_calloc(&e->cfg.core.alloc, need,
+                                            sizeof *r);
     if (!r)
         return XFER_ERR_NOMEM;
     for (uint32_t i = 0; i < e->ref_n; i++)
         r[i] = e->refused[(e->ref_head + i) % e->ref_cap];
-    free(e->refused);
+    xfer_util_free(&e->cfg.core.alloc, e->refused);
     e->refused = r;
     e->ref_head = 0;
     e->ref_cap = (uint32_t)need;
@@ -517,8 +548,9 @@ static int grow_refused(xfer_engine *e, uint16_t nshards)
 
 int xfer_engine_add_group(xfer_engine *e, xfer_transport tp, uint32_t *group)
 {
-    if (!e || !tp.ops || !tp.ops->start || !tp.ops->abort ||
-        !tp.ops->nshards || !group)
+    if (!e || !tp.ops || tp.ops->version < 1 ||
+        tp.ops->version > XFER_TRANSPORT_OPS_VERSION || !tp.ops->start ||
+        !tp.ops->abort || !tp.ops->nshards || !group)
         return XFER_ERR_INVALID_ARG;
     if (e->shutting_down)
         return XFER_ERR_SHUTDOWN;
@@ -648,7 +680,7 @@ static void on_mail(void *ud, xfer_mail *m)
     xfer_post *p = m->post;
     int rc = xfer_engine_submit(e, &p->desc, p->done.cb, p->done.ud);
     if (rc == 0) {
-        free(p);
+        xfer_util_free(&e->cfg.core.alloc, p);
         return;
     }
     e->st.posts_refused++;
@@ -665,13 +697,13 @@ int xfer_engine_post_submit(xfer_engine *e, const xfer_transfer_desc *d,
     if (!e || !d || !cb || d->id == 0 || d->nslices > XFER_MAX_SHARDS ||
         (d->nslices && !d->slices))
         return XFER_ERR_INVALID_ARG;
-    xfer_post *p = xfer_mailbox_new_post(d, cb, ud);
+    xfer_post *p = xfer_mailbox_new_post(&e->cfg.core.alloc, d, cb, ud);
     if (!p)
         return XFER_ERR_NOMEM;
     xfer_mail m = {.kind = XFER_MAIL_SUBMIT, .id = d->id, .post = p};
     int rc = xfer_mailbox_post(e->mailbox, &m);
     if (rc)
-        free(p);
+        xfer_util_free(&e->cfg.core.alloc, p);
     return rc;
 }
 
@@ -708,9 +740,14 @@ int xfer_engine_shutdown(xfer_engine *e, xfer_shutdown_cb cb, void *ud)
     return 0;
 }
 
-void xfer_engine_stats_get(const xfer_engine *e, xfer_engine_stats *st)
+int xfer_engine_stats_get_versioned(const xfer_engine *e, uint32_t version,
+                                    xfer_engine_stats *st)
 {
-    *st = e->st;
-    xfer_core_stats_get(e->core, &st->core);
-    st->mailbox_posts = xfer_mailbox_posts(e->mailbox);
+    if (!e || !st)
+        return XFER_ERR_INVALID_ARG;
+    xfer_engine_stats cur = e->st;
+    xfer_core_stats_get(e->core, &cur.core);
+    cur.mailbox_posts = xfer_mailbox_posts(e->mailbox);
+    return xfer_util_versioned_copy(st, &cur, version, stats_lens,
+                                    XFER_UTIL_NVERSIONS(stats_lens));
 }

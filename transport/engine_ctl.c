@@ -6,8 +6,10 @@
  * xfer_core_view, xfer_engine_now), so it sees exactly what a tool could,
  * and it runs on the engine's loop, so the snapshot is one consistent cut:
  * no transfer changes state while it is written.  Transfers come in the
- * core's slot order (deterministic, never pointer order).
+ * core's slot order (deterministic, never pointer order).  The socket
+ * allocates through the engine's allocator (engine_int.h).
  */
+#include "engine_int.h"
 #include "xfer/ctl.h"
 
 typedef struct visit_ctx {
@@ -36,5 +38,9 @@ int xfer_engine_ctl_open(xfer_engine *e, const char *path, xfer_ctl **out)
 {
     if (!e)
         return XFER_ERR_INVALID_ARG;
-    return xfer_ctl_open(xfer_engine_base(e), path, engine_snapshot, e, out);
+    xfer_ctl_config cfg;
+    xfer_ctl_config_default(&cfg);
+    cfg.alloc = *xfer_engine_alloc(e);
+    return xfer_ctl_open_config(xfer_engine_base(e), path, engine_snapshot, e,
+                                &cfg, out);
 }

@@ -41,17 +41,24 @@ typedef struct xfer_done {
 } xfer_done;
 
 /* A posted submit: its completion record first, then the copied desc and
- * slices (desc.slices points at `slices`).  One allocation, freed by one
- * free() of the post (or of its `done`, the same address). */
+ * slices (desc.slices points at `slices`).  One allocation through the
+ * engine's allocator, freed by one free of the post (or of its `done`, the
+ * same address). */
 typedef struct xfer_post {
     xfer_done done;
     xfer_transfer_desc desc;
     xfer_slice slices[];
 } xfer_post;
 
-/* Copy a desc (and its slices) into a new post.  Any thread.  NULL when
- * out of memory. */
-xfer_post *xfer_mailbox_new_post(const xfer_transfer_desc *d,
+/* The engine's allocator (cfg.core.alloc), for the objects it hands out
+ * (engine_ctl.c).  Borrowed: valid while e lives. */
+const xfer_allocator *xfer_engine_alloc(const xfer_engine *e);
+
+/* Copy a desc (and its slices) into a new post allocated through `a` (the
+ * engine's allocator, borrowed; freed through it too).  Any thread.  NULL
+ * when out of memory. */
+xfer_post *xfer_mailbox_new_post(const xfer_allocator *a,
+                                 const xfer_transfer_desc *d,
                                  xfer_complete_cb cb, void *ud);
 
 /* The thread-safe mailbox (mailbox.c): other threads post, the loop
@@ -69,8 +76,13 @@ typedef struct xfer_mail {
 /* Called on the loop for each mail in FIFO order; takes m->post. */
 typedef void (*xfer_mailbox_fn)(void *ud, xfer_mail *m);
 
+/* `a` (the engine's allocator) is retained until xfer_mailbox_del: the
+ * mailbox, its queue and the posts of mails never drained are allocated
+ * and freed through it.  *out untouched on failure.
+ * Errors: XFER_ERR_NOMEM, XFER_ERR_IO (pipe, libevent). */
 int xfer_mailbox_new(struct event_base *base, uint32_t cap,
-                     xfer_mailbox_fn fn, void *ud, xfer_mailbox **out);
+                     const xfer_allocator *a, xfer_mailbox_fn fn, void *ud,
+                     xfer_mailbox **out);
 /* Frees the posts of mails never drained. */
 void xfer_mailbox_del(xfer_mailbox *mb);
 /* Any thread.  On 0 the mailbox takes m->post; on an error the caller

@@ -16,15 +16,20 @@
  *    the engine may release staging once the result came (I3);
  *  - a write that began on a shard always gets its write_end on that shard,
  *    even if the producer already got a failure (connection lost), so the
- *    shard never frees memory under it (I4).
+ *    shard never frees memory under it (I4);
+ *  - every allocation goes through cfg.alloc (the shards' through theirs,
+ *    which defaults to it), and running out of memory delays a reply but
+ *    never loses one.
  */
 #include <assert.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <event2/event.h>
 
 #include "engine_int.h"
+/* fsm_private_dep: the injected allocator with its libc default, and the
+ * copy of versioned configs, shared with the pure machines. */
+#include "util.h"
 #include "xfer/loop.h"
 
 #define LOOP_MAX_RULES 64
@@ -50,6 +55,8 @@ struct loop_op {
     loop_op *prev, *next;
     loop_op *retry_next; /* on the retry list: REPLY not yet queued */
     uint8_t state, fault, replied;
+    uint8_t lost; /* its shard went down mid-write, and there was no memory
+                     to answer at once: WRITE_END answers CONN_LOST */
     int32_t fault_err;
 };
 
@@ -106,9 +113,12 @@ static int heap_push(xfer_loop *l, loop_msg *m)
 {
     if (l->nheap == l->capheap) {
         size_t cap = l->capheap ? 2 * l->capheap : 256;
-        loop_msg **h = realloc(l->heap, cap * sizeof *h);
+        loop_msg **h = xfer_util_calloc(&l->cfg.alloc, cap, sizeof *h);
         if (!h)
             return XFER_ERR_NOMEM;
+        if (l->nheap)
+            memcpy(h, l->heap, l->nheap * sizeof *h);
+        xfer_util_free(&l->cfg.alloc, l->heap);
         l->heap = h;
         l->capheap = cap;
     }
@@ -144,12 +154,12 @@ static int fifo_push(xfer_loop *l, loop_msg *m)
 {
     if (l->nfifo == l->capfifo) {
         size_t cap = l->capfifo ? 2 * l->capfifo : 256;
-        loop_msg **q = malloc(cap * sizeof *q);
+        loop_msg **q = xfer_util_calloc(&l->cfg.alloc, cap, sizeof *q);
         if (!q)
             return XFER_ERR_NOMEM;
         for (size_t i = 0; i < l->nfifo; i++)
             q[i] = l->fifo[(l->fhead + i) % l->capfifo];
-        free(l->fifo);
+        xfer_util_free(&l->cfg.alloc, l->fifo);
         l->fifo = q;
         l->fhead = 0;
         l->capfifo = cap;
@@ -204,7 +214,7 @@ static int post(xfer_loop *l, loop_op *op, uint8_t kind, uint64_t delay)
     loop_msg *m = l->spare;
     if (m)
         l->spare = m->spare_next;
-    else if (!(m = malloc(sizeof *m)))
+    else if (!(m = xfer_util_alloc(&l->cfg.alloc, sizeof *m)))
         return XFER_ERR_NOMEM;
     /* A message due at once needs no clock reading: it runs after every
      * message already queued, at the latest time seen. */
@@ -371,10 +381,12 @@ static void on_write_end(xfer_loop *l, loop_op *op, uint64_t now)
         /* The producer already heard "connection lost"; the shard side of
          * the write is now over too. */
         unlink_op(l, op);
-        free(op);
+        xfer_util_free(&l->cfg.alloc, op);
         return;
     }
-    if (rc == 0 && op->fault == XFER_FAULT_APPLIED_LOST) {
+    if (op->lost)
+        rc = XFER_ERR_CONN_LOST;
+    else if (rc == 0 && op->fault == XFER_FAULT_APPLIED_LOST) {
         l->st.applied_lost++;
         rc = op->fault_err;
     }
@@ -386,7 +398,7 @@ static void on_reply(xfer_loop *l, loop_op *op)
     op->msg = NULL;
     xfer_shard_result r = op->res;
     unlink_op(l, op);
-    free(op);
+    xfer_util_free(&l->cfg.alloc, op);
     if (l->engine)
         xfer_engine_deliver(l->engine, &r);
 }
@@ -520,7 +532,7 @@ static int t_start(void *self, const xfer_action *a, const void *src)
     xfer_loop *l = self;
     if (a->shard >= l->cfg.nshards || a->kind > XFER_ACT_CANCEL)
         return XFER_ERR_INVALID_ARG;
-    loop_op *op = calloc(1, sizeof *op);
+    loop_op *op = xfer_util_calloc(&l->cfg.alloc, 1, sizeof *op);
     if (!op)
         return XFER_ERR_NOMEM;
     op->a = *a;
@@ -530,7 +542,7 @@ static int t_start(void *self, const xfer_action *a, const void *src)
                                   .shard = a->shard, .op = (uint8_t)a->kind};
     uint64_t delay = decide(l, op);
     if (post(l, op, MSG_ARRIVE, delay) != 0) {
-        free(op);
+        xfer_util_free(&l->cfg.alloc, op);
         return XFER_ERR_NOMEM;
     }
     op->prev = l->ops_tail;
@@ -578,6 +590,7 @@ static void t_detach(void *self)
 }
 
 static const xfer_transport_ops loop_ops = {
+    .version = XFER_TRANSPORT_OPS_VERSION,
     .name = "loop",
     .nshards = t_nshards,
     .attach = t_attach,
@@ -595,28 +608,46 @@ xfer_transport xfer_loop_transport(xfer_loop *l)
 /* Public API                                                              */
 /* ---------------------------------------------------------------------- */
 
+/* The bytes each version of xfer_loop_config and _stats holds (util.h). */
+static const size_t config_lens[] = {sizeof(xfer_loop_config)};
+static const size_t stats_lens[] = {sizeof(xfer_loop_stats)};
+
+void xfer_loop_config_default(xfer_loop_config *cfg)
+{
+    if (!cfg)
+        return;
+    *cfg = (xfer_loop_config){.version = XFER_LOOP_CONFIG_VERSION};
+    xfer_shard_config_default(&cfg->shard);
+}
+
 int xfer_loop_new(struct event_base *base, const xfer_loop_config *cfg,
                   xfer_loop **out)
 {
-    if (!base || !cfg || !out || cfg->nshards == 0 ||
-        cfg->nshards > XFER_MAX_SHARDS)
+    xfer_loop_config c;
+    xfer_loop_config_default(&c);
+    if (!base || !out ||
+        (cfg && xfer_util_versioned_copy(&c, cfg, cfg->version, config_lens,
+                                         XFER_UTIL_NVERSIONS(config_lens))) ||
+        c.nshards == 0 || c.nshards > XFER_MAX_SHARDS)
         return XFER_ERR_INVALID_ARG;
-    xfer_loop *l = calloc(1, sizeof *l);
+    xfer_loop *l = xfer_util_calloc(&c.alloc, 1, sizeof *l);
     if (!l)
         return XFER_ERR_NOMEM;
     l->base = base;
-    l->cfg = *cfg;
+    l->cfg = c;
     if (!l->cfg.clock)
         l->cfg.clock = xfer_clock_monotonic;
-    l->rng = cfg->seed ? cfg->seed : 0x9e3779b97f4a7c15ull;
+    if (!l->cfg.shard.alloc.alloc && !l->cfg.shard.alloc.free)
+        l->cfg.shard.alloc = l->cfg.alloc;
+    l->rng = c.seed ? c.seed : 0x9e3779b97f4a7c15ull;
     l->shard_armed = UINT64_MAX;
     int rc = XFER_ERR_IO;
     l->run_ev = event_new(base, -1, 0, on_run, l);
     l->shard_timer = evtimer_new(base, on_shard_timer, l);
     if (!l->run_ev || !l->shard_timer)
         goto out_fail;
-    for (uint16_t k = 0; k < cfg->nshards; k++) {
-        xfer_shard_config sc = cfg->shard;
+    for (uint16_t k = 0; k < l->cfg.nshards; k++) {
+        xfer_shard_config sc = l->cfg.shard;
         sc.shard_index = k;
         rc = xfer_shard_new(&sc, &l->shards[k]);
         if (rc)
@@ -633,21 +664,22 @@ void xfer_loop_del(xfer_loop *l)
 {
     if (!l)
         return;
+    const xfer_allocator *a = &l->cfg.alloc;
     while (l->nheap)
-        free(heap_pop(l));
-    free(l->heap);
+        xfer_util_free(a, heap_pop(l));
+    xfer_util_free(a, l->heap);
     for (size_t i = 0; i < l->nfifo; i++)
-        free(l->fifo[(l->fhead + i) % l->capfifo]);
-    free(l->fifo);
+        xfer_util_free(a, l->fifo[(l->fhead + i) % l->capfifo]);
+    xfer_util_free(a, l->fifo);
     while (l->spare) {
         loop_msg *m = l->spare;
         l->spare = m->spare_next;
-        free(m);
+        xfer_util_free(a, m);
     }
     while (l->ops) {
         loop_op *op = l->ops;
         l->ops = op->next;
-        free(op);
+        xfer_util_free(a, op);
     }
     if (l->run_ev)
         event_free(l->run_ev);
@@ -655,7 +687,8 @@ void xfer_loop_del(xfer_loop *l)
         event_free(l->shard_timer);
     for (uint16_t k = 0; k < l->cfg.nshards; k++)
         xfer_shard_del(l->shards[k]);
-    free(l);
+    xfer_allocator la = l->cfg.alloc;
+    xfer_util_free(&la, l);
 }
 
 int xfer_loop_add_rule(xfer_loop *l, const xfer_fault_rule *rule)
@@ -676,6 +709,28 @@ void xfer_loop_clear_rules(xfer_loop *l)
     l->nrules = 0;
 }
 
+/* A write in flight on a shard that went down.  The shard still ends it
+ * (WRITE_END stays queued); the producer hears of the loss now, through a
+ * reply op of its own, or, when there is no memory for one, as soon as the
+ * write ends (never not at all). */
+static void lose_write(xfer_loop *l, loop_op *op)
+{
+    loop_op *rep = xfer_util_calloc(&l->cfg.alloc, 1, sizeof *rep);
+    if (!rep) {
+        op->lost = 1;
+        return;
+    }
+    op->replied = 1;
+    rep->a = op->a;
+    rep->res = op->res;
+    rep->res.status = XFER_ERR_CONN_LOST;
+    rep->prev = l->ops_tail;
+    l->ops_tail ? (void)(l->ops_tail->next = rep) : (void)(l->ops = rep);
+    l->ops_tail = rep;
+    l->nops++;
+    reply(l, rep, XFER_ERR_CONN_LOST);
+}
+
 void xfer_loop_set_down(xfer_loop *l, uint16_t shard, bool down)
 {
     if (!l || shard >= l->cfg.nshards)
@@ -685,25 +740,11 @@ void xfer_loop_set_down(xfer_loop *l, uint16_t shard, bool down)
         return;
     /* Every op outstanding on the shard fails now, as results. */
     for (loop_op *op = l->ops; op; op = op->next) {
-        if (op->a.shard != shard || op->replied)
+        if (op->a.shard != shard || op->replied || op->lost)
             continue;
         l->st.down_failed++;
         if (op->state == OP_WRITING) {
-            /* The shard still ends the write (WRITE_END stays queued); the
-             * producer hears of the loss now. */
-            op->replied = 1;
-            xfer_shard_result r = op->res;
-            r.status = XFER_ERR_CONN_LOST;
-            loop_op *rep = calloc(1, sizeof *rep);
-            if (!rep)
-                continue;
-            rep->a = op->a;
-            rep->res = r;
-            rep->prev = l->ops_tail;
-            l->ops_tail ? (void)(l->ops_tail->next = rep) : (void)(l->ops = rep);
-            l->ops_tail = rep;
-            l->nops++;
-            reply(l, rep, XFER_ERR_CONN_LOST);
+            lose_write(l, op);
             continue;
         }
         if (op->state == OP_REPLYING && op->res.status == 0)
@@ -718,9 +759,13 @@ xfer_shard *xfer_loop_shard(xfer_loop *l, uint16_t shard)
     return l && shard < l->cfg.nshards ? l->shards[shard] : NULL;
 }
 
-void xfer_loop_stats_get(const xfer_loop *l, xfer_loop_stats *st)
+int xfer_loop_stats_get_versioned(const xfer_loop *l, uint32_t version,
+                                  xfer_loop_stats *st)
 {
-    *st = l->st;
+    if (!l || !st)
+        return XFER_ERR_INVALID_ARG;
+    return xfer_util_versioned_copy(st, &l->st, version, stats_lens,
+                                    XFER_UTIL_NVERSIONS(stats_lens));
 }
 
 uint32_t xfer_loop_outstanding(const xfer_loop *l)

@@ -11,20 +11,22 @@
  * A submit travels as one xfer_post allocated by the posting thread; the
  * loop's handler takes it, and keeps it as the completion record if the
  * submit is refused, so every accepted post owns the memory of its own
- * completion.
+ * completion.  The mailbox and the posts use the engine's allocator.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
 #include "engine_int.h"
+/* fsm_private_dep: the injected allocator with its libc default. */
+#include "util.h"
 
 struct xfer_mailbox {
+    const xfer_allocator *alloc; /* the engine's */
     pthread_mutex_t lock;
     xfer_mail *q;     /* ring */
     uint32_t head, n, cap;
@@ -61,16 +63,18 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
 }
 
 int xfer_mailbox_new(struct event_base *base, uint32_t cap,
-                     xfer_mailbox_fn fn, void *ud, xfer_mailbox **out)
+                     const xfer_allocator *a, xfer_mailbox_fn fn, void *ud,
+                     xfer_mailbox **out)
 {
-    xfer_mailbox *mb = calloc(1, sizeof *mb);
+    xfer_mailbox *mb = xfer_util_calloc(a, 1, sizeof *mb);
     if (!mb)
         return XFER_ERR_NOMEM;
+    mb->alloc = a;
     mb->fds[0] = mb->fds[1] = -1;
-    mb->q = calloc(cap ? cap : 1, sizeof *mb->q);
+    mb->q = xfer_util_calloc(a, cap ? cap : 1, sizeof *mb->q);
     if (!mb->q || pthread_mutex_init(&mb->lock, NULL) != 0) {
-        free(mb->q);
-        free(mb);
+        xfer_util_free(a, mb->q);
+        xfer_util_free(a, mb);
         return XFER_ERR_NOMEM;
     }
     mb->cap = cap ? cap : 1;
@@ -100,20 +104,21 @@ void xfer_mailbox_del(xfer_mailbox *mb)
     if (mb->ev)
         event_free(mb->ev);
     for (uint32_t i = 0; i < mb->n; i++)
-        free(mb->q[(mb->head + i) % mb->cap].post);
+        xfer_util_free(mb->alloc, mb->q[(mb->head + i) % mb->cap].post);
     for (int i = 0; i < 2; i++)
         if (mb->fds[i] >= 0)
             close(mb->fds[i]);
     pthread_mutex_destroy(&mb->lock);
-    free(mb->q);
-    free(mb);
+    xfer_util_free(mb->alloc, mb->q);
+    xfer_util_free(mb->alloc, mb);
 }
 
-xfer_post *xfer_mailbox_new_post(const xfer_transfer_desc *d,
+xfer_post *xfer_mailbox_new_post(const xfer_allocator *a,
+                                 const xfer_transfer_desc *d,
                                  xfer_complete_cb cb, void *ud)
 {
     size_t n = d->nslices;
-    xfer_post *p = malloc(sizeof *p + n * sizeof p->slices[0]);
+    xfer_post *p = xfer_util_alloc(a, sizeof *p + n * sizeof p->slices[0]);
     if (!p)
         return NULL;
     memset(&p->done, 0, sizeof p->done);

@@ -24,9 +24,10 @@
  *    connect fails;
  *  - peer input is checked: a frame the decoder refuses, a reply that
  *    matches no request or not its request's kind, closes the connection
- *    (counted as bad_frames) exactly like a loss.
+ *    (counted as bad_frames) exactly like a loss;
+ *  - every allocation goes through cfg.alloc; an orphan carries a copy of
+ *    it, since its cleanup runs after the transport is gone.
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include <event2/buffer.h>
@@ -38,6 +39,9 @@
 #include <sys/socket.h>
 
 #include "engine_int.h"
+/* fsm_private_dep: the injected allocator with its libc default, and the
+ * copy of versioned configs, shared with the pure machines. */
+#include "util.h"
 #include "wire.h"
 #include "xfer/tcp.h"
 
@@ -62,6 +66,7 @@ struct tcp_op {
     bool orphan;       /* the transport is gone: cleanup frees */
     tcp_conn *conn;
     xfer_shard_result res;
+    xfer_allocator orphan_alloc; /* the transport's, once it is gone */
 };
 
 typedef struct op_list {
@@ -139,12 +144,12 @@ static int q_reserve(xfer_tcp *t, size_t need)
     size_t cap = t->qcap ? 2 * t->qcap : 256;
     while (cap < need)
         cap *= 2;
-    xfer_shard_result *q = malloc(cap * sizeof *q);
+    xfer_shard_result *q = xfer_util_calloc(&t->cfg.alloc, cap, sizeof *q);
     if (!q)
         return XFER_ERR_NOMEM;
     for (size_t i = 0; i < t->qn; i++)
         q[i] = t->q[(t->qhead + i) % t->qcap];
-    free(t->q);
+    xfer_util_free(&t->cfg.alloc, t->q);
     t->q = q;
     t->qhead = 0;
     t->qcap = cap;
@@ -160,7 +165,7 @@ static void q_push(xfer_tcp *t, const xfer_shard_result *r)
 static void maybe_free(tcp_op *op)
 {
     if (op->list == L_NONE && !op->ref_held && op->queued)
-        free(op);
+        xfer_util_free(&op->conn->t->cfg.alloc, op);
 }
 
 /* Queue op's result if its outcome is known and its staging bytes are no
@@ -205,7 +210,8 @@ static void on_ref_done(const void *data, size_t len, void *extra)
     tcp_op *op = extra;
     op->ref_held = false;
     if (op->orphan) {
-        free(op);
+        xfer_allocator a = op->orphan_alloc;
+        xfer_util_free(&a, op);
         return;
     }
     xfer_tcp *t = op->conn->t;
@@ -551,7 +557,7 @@ static int t_start(void *self, const xfer_action *a, const void *src)
         return XFER_ERR_INVALID_ARG;
     if (q_reserve(t, t->qn + t->outstanding + 1) != 0)
         return XFER_ERR_NOMEM;
-    tcp_op *op = calloc(1, sizeof *op);
+    tcp_op *op = xfer_util_calloc(&t->cfg.alloc, 1, sizeof *op);
     if (!op)
         return XFER_ERR_NOMEM;
     tcp_conn *c = &t->conns[a->shard];
@@ -612,6 +618,7 @@ static void t_abort(void *self, const xfer_action *a)
 }
 
 static const xfer_transport_ops tcp_ops = {
+    .version = XFER_TRANSPORT_OPS_VERSION,
     .name = "tcp",
     .nshards = t_nshards,
     .attach = t_attach,
@@ -629,6 +636,24 @@ xfer_transport xfer_tcp_transport(xfer_tcp *t)
 /* Public API                                                              */
 /* ---------------------------------------------------------------------- */
 
+/* The bytes each version of xfer_tcp_config and _stats holds (util.h). */
+static const size_t config_lens[] = {sizeof(xfer_tcp_config)};
+static const size_t stats_lens[] = {sizeof(xfer_tcp_stats)};
+
+void xfer_tcp_config_default(xfer_tcp_config *cfg)
+{
+    if (!cfg)
+        return;
+    *cfg = (xfer_tcp_config){.version = XFER_TCP_CONFIG_VERSION,
+                             .connect_timeout_ns = 2000000000ull,
+                             .reconnect_min_ns = 10000000ull,
+                             .reconnect_max_ns = 1000000000ull,
+                             .high_watermark = 32u << 20,
+                             .abort_grace_ns = 1000000000ull};
+}
+
+/* Zero fields take their defaults (those of the function above, and the
+ * derived low watermark). */
 static void set_defaults(xfer_tcp_config *c)
 {
     if (!c->connect_timeout_ns)
@@ -666,25 +691,29 @@ static int init_conn(xfer_tcp *t, uint16_t k, const char *addr)
 int xfer_tcp_new(struct event_base *base, const xfer_tcp_config *cfg,
                  xfer_tcp **out)
 {
-    if (!base || !cfg || !out || !cfg->addrs || cfg->nshards == 0 ||
-        cfg->nshards > XFER_MAX_SHARDS)
+    xfer_tcp_config c;
+    xfer_tcp_config_default(&c);
+    if (!base || !out ||
+        (cfg && xfer_util_versioned_copy(&c, cfg, cfg->version, config_lens,
+                                         XFER_UTIL_NVERSIONS(config_lens))) ||
+        !c.addrs || c.nshards == 0 || c.nshards > XFER_MAX_SHARDS)
         return XFER_ERR_INVALID_ARG;
-    xfer_tcp *t = calloc(1, sizeof *t);
+    xfer_tcp *t = xfer_util_calloc(&c.alloc, 1, sizeof *t);
     if (!t)
         return XFER_ERR_NOMEM;
     t->base = base;
-    t->cfg = *cfg;
+    t->cfg = c;
     set_defaults(&t->cfg);
     int rc = XFER_ERR_IO;
     t->deliver_ev = event_new(base, -1, 0, on_deliver, t);
     if (!t->deliver_ev)
         goto out_fail;
-    for (uint16_t k = 0; k < cfg->nshards; k++) {
-        rc = init_conn(t, k, cfg->addrs[k]);
+    for (uint16_t k = 0; k < c.nshards; k++) {
+        rc = init_conn(t, k, c.addrs[k]);
         if (rc)
             goto out_fail;
     }
-    for (uint16_t k = 0; k < cfg->nshards; k++)
+    for (uint16_t k = 0; k < c.nshards; k++)
         start_connect(&t->conns[k]);
     *out = t;
     return 0;
@@ -694,16 +723,19 @@ out_fail:
 }
 
 /* Ops still alive at del: those holding a reference become orphans that
- * their cleanup frees; the rest are freed now. */
-static void drop_list(op_list *l)
+ * their cleanup frees (with a copy of the allocator: `a` goes with the
+ * transport); the rest are freed now. */
+static void drop_list(op_list *l, const xfer_allocator *a)
 {
     while (l->head) {
         tcp_op *op = l->head;
         list_unlink(l, op);
-        if (op->ref_held)
+        if (op->ref_held) {
             op->orphan = true;
-        else
-            free(op);
+            op->orphan_alloc = *a;
+        } else {
+            xfer_util_free(a, op);
+        }
     }
 }
 
@@ -713,8 +745,8 @@ void xfer_tcp_del(xfer_tcp *t)
         return;
     for (uint16_t k = 0; k < t->cfg.nshards; k++) {
         tcp_conn *c = &t->conns[k];
-        drop_list(&c->wait);
-        drop_list(&c->sent);
+        drop_list(&c->wait, &t->cfg.alloc);
+        drop_list(&c->sent, &t->cfg.alloc);
         if (c->bev)
             bufferevent_free(c->bev);
         if (c->retry_ev)
@@ -724,13 +756,18 @@ void xfer_tcp_del(xfer_tcp *t)
     }
     if (t->deliver_ev)
         event_free(t->deliver_ev);
-    free(t->q);
-    free(t);
+    xfer_allocator a = t->cfg.alloc;
+    xfer_util_free(&a, t->q);
+    xfer_util_free(&a, t);
 }
 
-void xfer_tcp_stats_get(const xfer_tcp *t, xfer_tcp_stats *st)
+int xfer_tcp_stats_get_versioned(const xfer_tcp *t, uint32_t version,
+                                 xfer_tcp_stats *st)
 {
-    *st = t->st;
+    if (!t || !st)
+        return XFER_ERR_INVALID_ARG;
+    return xfer_util_versioned_copy(st, &t->st, version, stats_lens,
+                                    XFER_UTIL_NVERSIONS(stats_lens));
 }
 
 bool xfer_tcp_connected(const xfer_tcp *t, uint16_t shard)

@@ -14,12 +14,15 @@
  *  - the reader never trusts the file: a short header, a foreign magic,
  *    another version or record size, or a partial record is
  *    XFER_ERR_FORMAT with a one-line reason, never a crash;
+ *  - writer and reader allocate only through their configured allocator
+ *    (stdio's own buffers excepted);
  *  - nothing here prints.
  */
 #include "xfer/tracefile.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +30,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* fsm_private_dep: the injected allocator with its libc default, and the
+ * copy of versioned configs, shared with the pure machines. */
+#include "util.h"
 #include "xfer/fsm.h"
 
 typedef struct tag_slot {
@@ -196,33 +202,59 @@ static uint64_t wall_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The bytes each version of the options and reader config holds
+ * (util.h). */
+static const size_t opts_lens[] = {sizeof(xfer_tracefile_opts)};
+static const size_t reader_lens[] = {sizeof(xfer_tracefile_reader_config)};
+
+void xfer_tracefile_opts_default(xfer_tracefile_opts *opts)
+{
+    if (opts)
+        *opts = (xfer_tracefile_opts){.version = XFER_TRACEFILE_OPTS_VERSION,
+                                      .format = XFER_TRACEFILE_BINARY,
+                                      .keep = 1};
+}
+
+/* A copy of s through `a`, or NULL. */
+static char *copy_str(const xfer_allocator *a, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *c = xfer_util_alloc(a, n);
+    if (c)
+        memcpy(c, s, n);
+    return c;
+}
+
 int xfer_tracefile_open(const char *path, const xfer_tracefile_opts *opts,
                         xfer_tracefile **out)
 {
+    xfer_tracefile_opts o;
+    xfer_tracefile_opts_default(&o);
     if (!path || !*path || !out ||
-        (opts && opts->format > XFER_TRACEFILE_JSONL))
+        (opts && xfer_util_versioned_copy(&o, opts, opts->version, opts_lens,
+                                          XFER_UTIL_NVERSIONS(opts_lens))) ||
+        o.format > XFER_TRACEFILE_JSONL)
         return XFER_ERR_INVALID_ARG;
-    xfer_tracefile *tf = calloc(1, sizeof *tf);
+    xfer_tracefile *tf = xfer_util_calloc(&o.alloc, 1, sizeof *tf);
     if (!tf)
         return XFER_ERR_NOMEM;
-    if (opts)
-        tf->opts = *opts;
+    tf->opts = o;
     tf->opts.label = NULL;
     if (tf->opts.keep == 0)
         tf->opts.keep = 1;
-    set_label(tf, opts ? opts->label : NULL);
+    set_label(tf, o.label);
     tf->created_ns = tf->opts.created_ns ? tf->opts.created_ns : wall_ns();
     for (unsigned i = 0; i < 256; i++)
         tf->tags[i] = (tag_slot){tf, (uint8_t)i};
-    tf->path = strdup(path);
+    tf->path = copy_str(&o.alloc, path);
     if (!tf->path) {
-        free(tf);
+        xfer_util_free(&o.alloc, tf);
         return XFER_ERR_NOMEM;
     }
     tf->fp = fopen(path, "wb");
     if (!tf->fp) {
-        free(tf->path);
-        free(tf);
+        xfer_util_free(&o.alloc, tf->path);
+        xfer_util_free(&o.alloc, tf);
         return XFER_ERR_IO;
     }
     write_header(tf);
@@ -235,29 +267,30 @@ int xfer_tracefile_open(const char *path, const xfer_tracefile_opts *opts,
     return 0;
 }
 
-/* path.i, for rotation. */
-static char *numbered(const char *path, uint32_t i)
+/* path.i, for rotation, through `a`. */
+static char *numbered(const xfer_allocator *a, const char *path, uint32_t i)
 {
     size_t n = strlen(path) + 16;
-    char *s = malloc(n);
+    char *s = xfer_util_alloc(a, n);
     if (s)
         snprintf(s, n, "%s.%" PRIu32, path, i);
     return s;
 }
 
 /* Shift path.i -> path.(i+1), drop the oldest, path -> path.1. */
-static int shift_files(const char *path, uint32_t keep)
+static int shift_files(const xfer_allocator *a, const char *path,
+                       uint32_t keep)
 {
     for (uint32_t i = keep; i >= 1; i--) {
-        char *from = i == 1 ? NULL : numbered(path, i - 1);
-        char *to = numbered(path, i);
+        char *from = i == 1 ? NULL : numbered(a, path, i - 1);
+        char *to = numbered(a, path, i);
         int rc = 0;
         if (!to || (i > 1 && !from))
             rc = XFER_ERR_NOMEM;
         else if (rename(from ? from : path, to) != 0 && errno != ENOENT)
             rc = XFER_ERR_IO;
-        free(from);
-        free(to);
+        xfer_util_free(a, from);
+        xfer_util_free(a, to);
         if (rc)
             return rc;
     }
@@ -270,7 +303,7 @@ static void rotate(xfer_tracefile *tf)
         tf->err = XFER_ERR_IO;
     tf->fp = NULL;
     if (!tf->err)
-        tf->err = shift_files(tf->path, tf->opts.keep);
+        tf->err = shift_files(&tf->opts.alloc, tf->path, tf->opts.keep);
     if (!tf->err) {
         tf->fp = fopen(tf->path, "wb");
         if (!tf->fp)
@@ -388,8 +421,9 @@ int xfer_tracefile_close(xfer_tracefile *tf)
     int rc = tf->err;
     if (tf->fp && fclose(tf->fp) != 0 && !rc)
         rc = XFER_ERR_IO;
-    free(tf->path);
-    free(tf);
+    xfer_allocator a = tf->opts.alloc;
+    xfer_util_free(&a, tf->path);
+    xfer_util_free(&a, tf);
     return rc;
 }
 
@@ -399,11 +433,12 @@ int xfer_tracefile_close(xfer_tracefile *tf)
 
 struct xfer_tracefile_reader {
     FILE *fp;
+    xfer_tracefile_reader_config cfg;
     xfer_tracefile_info info;
     uint64_t offset; /* binary: byte offset; JSONL: line number */
     int err;
     char why[192];
-    char *line;
+    char *line;      /* through cfg.alloc */
     size_t linecap;
 };
 
@@ -477,11 +512,38 @@ static bool json_u64(const char *line, const char *key, uint64_t *v)
     return json_num(line, key, &s, v);
 }
 
+/* Double the line buffer (through the reader's allocator), keeping its
+ * first `used` bytes; fgets takes an int, so a line stays below 2 GiB. */
+static int grow_line(xfer_tracefile_reader *r, size_t used)
+{
+    size_t cap = r->linecap ? 2 * r->linecap : 256;
+    char *l = cap <= INT_MAX ? xfer_util_alloc(&r->cfg.alloc, cap) : NULL;
+    if (!l)
+        return XFER_ERR_NOMEM;
+    if (used)
+        memcpy(l, r->line, used);
+    xfer_util_free(&r->cfg.alloc, r->line);
+    r->line = l;
+    r->linecap = cap;
+    return 0;
+}
+
+/* The next line into r->line, its '\n' kept: 1, 0 at the end of the file,
+ * or an error. */
 static int read_line(xfer_tracefile_reader *r)
 {
-    errno = 0;
-    ssize_t n = getline(&r->line, &r->linecap, r->fp);
-    if (n < 0)
+    size_t n = 0;
+    for (;;) {
+        if (r->linecap - n < 2 && grow_line(r, n) != 0)
+            return fail(r, XFER_ERR_NOMEM, "out of memory at line %" PRIu64
+                        "%.0" PRIu64, r->offset + 1, 0);
+        if (!fgets(r->line + n, (int)(r->linecap - n), r->fp))
+            break;
+        n += strlen(r->line + n);
+        if (n && r->line[n - 1] == '\n')
+            break;
+    }
+    if (n == 0)
         return ferror(r->fp) ? fail(r, XFER_ERR_IO, "read error", 0, 0) : 0;
     r->offset++;
     if (r->line[n - 1] != '\n')
@@ -532,18 +594,39 @@ static void reader_free(xfer_tracefile_reader *r)
 {
     if (r->fp)
         fclose(r->fp);
-    free(r->line);
-    free(r);
+    xfer_allocator a = r->cfg.alloc;
+    xfer_util_free(&a, r->line);
+    xfer_util_free(&a, r);
+}
+
+void xfer_tracefile_reader_config_default(xfer_tracefile_reader_config *cfg)
+{
+    if (cfg)
+        *cfg = (xfer_tracefile_reader_config){
+            .version = XFER_TRACEFILE_READER_CONFIG_VERSION};
 }
 
 int xfer_tracefile_reader_open(const char *path, xfer_tracefile_reader **out,
                                char *why, size_t whylen)
 {
-    if (!path || !out)
+    return xfer_tracefile_reader_open_config(path, NULL, out, why, whylen);
+}
+
+int xfer_tracefile_reader_open_config(const char *path,
+                                      const xfer_tracefile_reader_config *cfg,
+                                      xfer_tracefile_reader **out, char *why,
+                                      size_t whylen)
+{
+    xfer_tracefile_reader_config conf;
+    xfer_tracefile_reader_config_default(&conf);
+    if (!path || !out ||
+        (cfg && xfer_util_versioned_copy(&conf, cfg, cfg->version, reader_lens,
+                                         XFER_UTIL_NVERSIONS(reader_lens))))
         return XFER_ERR_INVALID_ARG;
-    xfer_tracefile_reader *r = calloc(1, sizeof *r);
+    xfer_tracefile_reader *r = xfer_util_calloc(&conf.alloc, 1, sizeof *r);
     if (!r)
         return XFER_ERR_NOMEM;
+    r->cfg = conf;
     int rc;
     r->fp = fopen(path, "rb");
     if (!r->fp) {

@@ -157,11 +157,19 @@ typedef struct xfer_shard_result {
     uint32_t rkey;        /* RESERVE ok: rdma rkey, 0 otherwise */
 } xfer_shard_result;
 
-/* Configuration; copied at creation.  Zero fields take defaults. */
+/*
+ * Configuration; copied at creation.  Start from xfer_core_config_default()
+ * and set what differs.  `version` says which layout the caller was built
+ * with (docs/design.md section 4.1): xfer_core_new() reads only the fields
+ * of that version and gives the rest their defaults.  Zero fields take
+ * defaults too.
+ */
+#define XFER_CORE_CONFIG_VERSION 1
 typedef struct xfer_core_config {
+    uint32_t version;         /* XFER_CORE_CONFIG_VERSION */
     uint32_t max_transfers;   /* live transfers; default 65536 */
     uint32_t max_tombstones;  /* tombstones incl. slots held by live ones;
-                                 default 4 * max_transfers */
+                                 0 (the default): 4 * max_transfers */
     uint64_t tombstone_ttl_ns;    /* >= lease TTL + margin; default 60 s */
     uint64_t default_deadline_ns; /* relative; default 30 s */
     uint64_t cancel_op_timeout_ns; /* abort a cancel not answered; 5 s */
@@ -169,11 +177,22 @@ typedef struct xfer_core_config {
     uint32_t cancel_max_attempts; /* per shard, incl. the first; 5 */
     uint32_t attempt_base;        /* first attempt number - 1; default 0 */
     uint16_t max_shards;          /* largest group; default XFER_MAX_SHARDS */
-    xfer_allocator alloc;
-    xfer_trace_sink trace;
+    xfer_allocator alloc;         /* every allocation of the core; zeroed
+                                     (the default): libc */
+    xfer_trace_sink trace;        /* zeroed (the default): no trace */
 } xfer_core_config;
 
-/* Counters, read with xfer_core_stats_get(). */
+/* Write version 1 and every default above into *cfg (a derived default,
+ * max_tombstones, as 0).  `cfg` borrowed; NULL is ignored. */
+XFER_API void xfer_core_config_default(xfer_core_config *cfg);
+
+/*
+ * Counters, read with xfer_core_stats_get().  Versioned like the config:
+ * the macro passes the XFER_CORE_STATS_VERSION this header has, and the
+ * library writes only the fields of that version.  The per-cell coverage
+ * is not here: xfer_core_cell_hits().
+ */
+#define XFER_CORE_STATS_VERSION 1
 typedef struct xfer_core_stats {
     uint64_t submitted, completed, succeeded, failed, cancelled;
     uint64_t late_submits, late_replies, unknown_replies;
@@ -181,13 +200,13 @@ typedef struct xfer_core_stats {
     uint64_t cancel_retries, cancel_gave_up;
     uint64_t illegal;
     uint32_t live, tombstones;
-    uint64_t cells_hit[XFER_TRANSFER_STATE_COUNT_][XFER_TRANSFER_EVENT_COUNT_];
 } xfer_core_stats;
 
 /*
  * xfer_core_new - create a core.  `cfg` is copied; NULL means all defaults.
  * On success writes *out and returns 0; on failure *out is untouched.
- * Errors: XFER_ERR_INVALID_ARG (out NULL, bad config), XFER_ERR_NOMEM.
+ * Errors: XFER_ERR_INVALID_ARG (out NULL, a version this library does not
+ * know, bad config), XFER_ERR_NOMEM.
  */
 XFER_API int xfer_core_new(const xfer_core_config *cfg, xfer_core **out);
 
@@ -238,8 +257,22 @@ XFER_API void xfer_core_shutdown(xfer_core *core, uint64_t now_ns);
 XFER_API const xfer_action *xfer_core_actions(const xfer_core *core, size_t *n);
 XFER_API void xfer_core_actions_clear(xfer_core *core);
 
-/* Counters (copied into *st). */
-XFER_API void xfer_core_stats_get(const xfer_core *core, xfer_core_stats *st);
+/*
+ * Counters: the fields of stats version `version` are copied into *st
+ * (borrowed), nothing past them is written.  Call it through the macro.
+ * Errors: XFER_ERR_INVALID_ARG (NULL argument, unknown version; *st
+ * untouched).
+ */
+XFER_API int xfer_core_stats_get_versioned(const xfer_core *core,
+                                           uint32_t version,
+                                           xfer_core_stats *st);
+#define xfer_core_stats_get(core, st)                                       \
+    xfer_core_stats_get_versioned((core), XFER_CORE_STATS_VERSION, (st))
+
+/* How many times the transfer table's cell (state, event) was dispatched
+ * (the transition coverage tests check); 0 outside the table. */
+XFER_API uint64_t xfer_core_cell_hits(const xfer_core *core, unsigned state,
+                                      unsigned event);
 
 /* The state of an id: a transfer state, XFER_TRANSFER_STATE_TOMBSTONED, or XFER_TRANSFER_STATE_NEW
  * when unknown. */
@@ -247,8 +280,11 @@ XFER_API xfer_transfer_state xfer_core_state(const xfer_core *core, uint64_t id)
 
 /*
  * Introspection for tools (stuck transfers) and the model checker: a read-only
- * view of one live transfer.  Returns false when the id is not live.
+ * view of one live transfer.  Versioned like the stats: the macro passes the
+ * XFER_TRANSFER_VIEW_VERSION this header has, and the library writes only
+ * the fields of that version.
  */
+#define XFER_TRANSFER_VIEW_VERSION 1
 typedef struct xfer_shard_view {
     uint8_t resv;   /* 0 none, 1 pending, 2 ok, 3 failed */
     uint8_t write;  /* 0 not started, 1 in flight, 2 done, 3 failed */
@@ -267,8 +303,15 @@ typedef struct xfer_transfer_view {
     xfer_shard_view shards[XFER_MAX_SHARDS];
 } xfer_transfer_view;
 
-XFER_API bool xfer_core_view(const xfer_core *core, uint64_t id,
-                    xfer_transfer_view *out);
+/* Copy the view (the fields of version `version`) of live transfer `id`
+ * into *out (borrowed).  Returns false, with *out untouched, when the id is
+ * not live, an argument is NULL or the version is unknown.  Call it
+ * through the macro. */
+XFER_API bool xfer_core_view_versioned(const xfer_core *core, uint64_t id,
+                                       uint32_t version,
+                                       xfer_transfer_view *out);
+#define xfer_core_view(core, id, out)                                       \
+    xfer_core_view_versioned((core), (id), XFER_TRANSFER_VIEW_VERSION, (out))
 
 /* Visit every live transfer id in a deterministic order (slot order). */
 XFER_API void xfer_core_foreach(const xfer_core *core,

@@ -38,6 +38,7 @@
 
 #include "xfer/core.h"
 #include "xfer/errors.h"
+#include "xfer/fsm.h"
 #include "xfer/shard.h"
 #include "xfer/xfer.h"
 
@@ -55,15 +56,41 @@ typedef struct xfer_ctl_reply xfer_ctl_reply;
 typedef void (*xfer_ctl_snapshot_fn)(void *ud, xfer_ctl_reply *rep);
 
 /*
- * xfer_ctl_open - listen on the Unix socket `path` (copied) on `base`
- * (borrowed: must outlive the ctl).  `fn` and `ud` are retained until
- * xfer_ctl_close.  On success writes *out and returns 0; on failure *out is
- * untouched.  Loop thread only.
- * Errors: XFER_ERR_INVALID_ARG (NULL argument, path too long for a Unix
- * socket), XFER_ERR_EXISTS (a file that is not a socket is at path),
- * XFER_ERR_IO (socket, bind or listen failed; errno tells why),
- * XFER_ERR_NOMEM.
+ * Configuration of a control socket; copied at open.  Start from
+ * xfer_ctl_config_default().  `version` says which layout the caller was
+ * built with (docs/design.md section 4.1): xfer_ctl_open_config() reads
+ * only the fields of that version.
  */
+#define XFER_CTL_CONFIG_VERSION 1
+typedef struct xfer_ctl_config {
+    uint32_t version;     /* XFER_CTL_CONFIG_VERSION */
+    xfer_allocator alloc; /* every allocation of the ctl and its
+                             connections (libevent's own, the reply
+                             buffers among them, excepted); zeroed (the
+                             default): libc */
+} xfer_ctl_config;
+
+/* Write version 1 and every default above into *cfg.  `cfg` borrowed;
+ * NULL is ignored. */
+XFER_API void xfer_ctl_config_default(xfer_ctl_config *cfg);
+
+/*
+ * xfer_ctl_open_config - listen on the Unix socket `path` (copied) on
+ * `base` (borrowed: must outlive the ctl).  `fn` and `ud` are retained
+ * until xfer_ctl_close; `cfg` is copied (NULL: the defaults).  On success
+ * writes *out and returns 0; on failure *out is untouched.  Loop thread
+ * only.
+ * Errors: XFER_ERR_INVALID_ARG (NULL argument, a config version this
+ * library does not know, path too long for a Unix socket),
+ * XFER_ERR_EXISTS (a file that is not a socket is at path), XFER_ERR_IO
+ * (socket, bind or listen failed; errno tells why), XFER_ERR_NOMEM.
+ *
+ * xfer_ctl_open - the same with the default config.
+ */
+XFER_API int xfer_ctl_open_config(struct event_base *base, const char *path,
+                                  xfer_ctl_snapshot_fn fn, void *ud,
+                                  const xfer_ctl_config *cfg,
+                                  xfer_ctl **out);
 XFER_API int xfer_ctl_open(struct event_base *base, const char *path,
                            xfer_ctl_snapshot_fn fn, void *ud,
                            xfer_ctl **out);
@@ -76,12 +103,19 @@ XFER_API void xfer_ctl_close(xfer_ctl *ctl);
 XFER_API uint64_t xfer_ctl_served(const xfer_ctl *ctl);
 
 /*
- * Append one open transfer (`v` borrowed) as seen at now_ns.
- * Returns 0, XFER_ERR_INVALID_ARG, or XFER_ERR_NOMEM.
+ * Append one open transfer (`v` borrowed, a view of version `version`: only
+ * its fields are read) as seen at now_ns.  Call it through the macro, with
+ * a view from xfer_core_view().
+ * Returns 0, XFER_ERR_INVALID_ARG (NULL argument, unknown version), or
+ * XFER_ERR_NOMEM.
  */
-XFER_API int xfer_ctl_put_transfer(xfer_ctl_reply *rep,
-                                   const xfer_transfer_view *v,
-                                   uint64_t now_ns);
+XFER_API int xfer_ctl_put_transfer_versioned(xfer_ctl_reply *rep,
+                                             uint32_t version,
+                                             const xfer_transfer_view *v,
+                                             uint64_t now_ns);
+#define xfer_ctl_put_transfer(rep, v, now_ns)                               \
+    xfer_ctl_put_transfer_versioned((rep), XFER_TRANSFER_VIEW_VERSION, (v), \
+                                    (now_ns))
 
 /*
  * Append one reservation of shard `shard`, in state `st` since since_ns.
@@ -95,8 +129,9 @@ XFER_API int xfer_ctl_put_reservation(xfer_ctl_reply *rep, uint16_t shard,
 
 /*
  * xfer_engine_ctl_open - a control socket answering with every live
- * transfer of engine `e` (borrowed: close the ctl before xfer_engine_del).
- * Same errors as xfer_ctl_open.  Loop thread of the engine.
+ * transfer of engine `e` (borrowed: close the ctl before xfer_engine_del),
+ * allocating through the engine's allocator (core.alloc).  Same errors as
+ * xfer_ctl_open.  Loop thread of the engine.
  */
 XFER_API int xfer_engine_ctl_open(xfer_engine *e, const char *path,
                                   xfer_ctl **out);

@@ -62,24 +62,51 @@ typedef struct xfer_fault_rule {
  * Called from the loop; `ev` borrowed. */
 typedef void (*xfer_loop_event_cb)(void *ud, const xfer_shard_event *ev);
 
+/*
+ * Configuration; copied at creation.  Start from xfer_loop_config_default()
+ * and set what differs (nshards, shard.pool_bytes at least).  `version`
+ * says which layout the caller was built with (docs/design.md section
+ * 4.1): xfer_loop_new() reads only the fields of that version.  The
+ * embedded shard template carries its own version (the default sets it)
+ * and grows only with a new loop version.
+ */
+#define XFER_LOOP_CONFIG_VERSION 1
 typedef struct xfer_loop_config {
-    uint16_t nshards;          /* 1..XFER_MAX_SHARDS */
-    xfer_shard_config shard;   /* template for every shard (index set) */
-    uint64_t seed;             /* fault RNG; printed by tests */
-    uint64_t write_ns;         /* time a write stays in flight; 0: a tick */
-    xfer_loop_event_cb on_event;
+    uint32_t version;          /* XFER_LOOP_CONFIG_VERSION */
+    uint16_t nshards;          /* 1..XFER_MAX_SHARDS; required (default 0) */
+    xfer_shard_config shard;   /* template for every shard (index set;
+                                  defaults: xfer_shard_config_default); a
+                                  zeroed shard.alloc means `alloc` below */
+    uint64_t seed;             /* fault RNG; printed by tests; 0 (the
+                                  default): a fixed seed */
+    uint64_t write_ns;         /* time a write stays in flight; 0 (the
+                                  default): a tick */
+    xfer_loop_event_cb on_event; /* NULL (the default): events dropped */
     void *on_event_ud;
-    xfer_clock_fn clock;       /* NULL: CLOCK_MONOTONIC */
+    xfer_clock_fn clock;       /* NULL (the default): CLOCK_MONOTONIC */
     void *clock_ud;
+    xfer_allocator alloc;      /* every allocation of the loop transport
+                                  (and of its shards, unless shard.alloc
+                                  is set); zeroed (the default): libc */
 } xfer_loop_config;
 
+/* Write version 1 and every default above into *cfg (shard through
+ * xfer_shard_config_default).  `cfg` borrowed; NULL is ignored. */
+XFER_API void xfer_loop_config_default(xfer_loop_config *cfg);
+
+/* Counters, read with xfer_loop_stats_get(); versioned like the config
+ * (the macro passes XFER_LOOP_STATS_VERSION). */
+#define XFER_LOOP_STATS_VERSION 1
 typedef struct xfer_loop_stats {
     uint64_t messages, faults_fired, dropped, aborted, down_failed;
     uint64_t applied_lost;
 } xfer_loop_stats;
 
-/* Create on `base` (borrowed; must outlive the loop transport).
- * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM, XFER_ERR_IO. */
+/* Create on `base` (borrowed; must outlive the loop transport).  cfg
+ * copied; NULL means all defaults (and so fails: nshards is required).
+ * *out untouched on failure.  Errors: XFER_ERR_INVALID_ARG (a version of
+ * the config or of its shard template this library does not know, bad
+ * config), XFER_ERR_NOMEM, XFER_ERR_IO. */
 XFER_API int xfer_loop_new(struct event_base *base, const xfer_loop_config *cfg,
                   xfer_loop **out);
 /* Free: the shards and every queued message.  NULL ok.  Call after the
@@ -102,7 +129,15 @@ XFER_API void xfer_loop_set_down(xfer_loop *l, uint16_t shard, bool down);
 
 /* The shard objects (for take/release by a consumer scheduler, stats). */
 XFER_API xfer_shard *xfer_loop_shard(xfer_loop *l, uint16_t shard);
-XFER_API void xfer_loop_stats_get(const xfer_loop *l, xfer_loop_stats *st);
+/* Counters: the fields of stats version `version` are copied into *st
+ * (borrowed), nothing past them is written.  Call it through the macro.
+ * Errors: XFER_ERR_INVALID_ARG (NULL argument, unknown version; *st
+ * untouched). */
+XFER_API int xfer_loop_stats_get_versioned(const xfer_loop *l,
+                                           uint32_t version,
+                                           xfer_loop_stats *st);
+#define xfer_loop_stats_get(l, st)                                          \
+    xfer_loop_stats_get_versioned((l), XFER_LOOP_STATS_VERSION, (st))
 /* Ops started and not yet answered. */
 XFER_API uint32_t xfer_loop_outstanding(const xfer_loop *l);
 

@@ -36,15 +36,30 @@ extern "C" {
 
 typedef struct xfer_readiness xfer_readiness;
 
+/*
+ * Configuration; copied at creation.  Start from
+ * xfer_readiness_config_default() and set what differs (nshards at least).
+ * `version` says which layout the caller was built with (docs/design.md
+ * section 4.1): xfer_readiness_new() reads only the fields of that
+ * version.  Zero fields take defaults too.
+ */
+#define XFER_READINESS_CONFIG_VERSION 1
 typedef struct xfer_readiness_config {
-    uint16_t nshards;          /* S, 1..XFER_MAX_SHARDS; required */
+    uint32_t version;          /* XFER_READINESS_CONFIG_VERSION */
+    uint16_t nshards;          /* S, 1..XFER_MAX_SHARDS; required
+                                  (default 0) */
     uint32_t max_records;      /* live records; default 65536 */
-    uint32_t max_tombstones;   /* default 4 * max_records */
+    uint32_t max_tombstones;   /* 0 (the default): 4 * max_records */
     uint64_t deadline_ns;      /* from the first ready; default 30 s */
     uint64_t tombstone_ttl_ns; /* default 60 s */
-    xfer_allocator alloc;
-    xfer_trace_sink trace;
+    xfer_allocator alloc;      /* every allocation of the tracker; zeroed
+                                  (the default): libc */
+    xfer_trace_sink trace;     /* zeroed (the default): no trace */
 } xfer_readiness_config;
+
+/* Write version 1 and every default above into *cfg (the derived one as
+ * 0).  `cfg` borrowed; NULL is ignored. */
+XFER_API void xfer_readiness_config_default(xfer_readiness_config *cfg);
 
 /* Kinds of readiness actions. Never renumbered. */
 typedef enum xfer_ready_action_kind {
@@ -68,15 +83,20 @@ typedef struct xfer_ready_action {
     uint64_t missing; /* UNAVAILABLE: bit k = shard k never reported */
 } xfer_ready_action;
 
+/* Counters, read with xfer_readiness_stats_get(); versioned like the
+ * config (the macro passes XFER_READINESS_STATS_VERSION).  The per-cell
+ * coverage is not here: xfer_readiness_cell_hits(). */
+#define XFER_READINESS_STATS_VERSION 1
 typedef struct xfer_readiness_stats {
     uint64_t available, unavailable, late_ready, duplicate_ready;
     uint64_t preemptive, take_failed, illegal;
     uint32_t live, tombstones;
-    uint64_t cells_hit[XFER_READY_STATE_COUNT_][XFER_READY_EVENT_COUNT_];
 } xfer_readiness_stats;
 
-/* Create / free (NULL ok).  *out untouched on failure.
- * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM. */
+/* Create (cfg copied; NULL means all defaults, and so fails: nshards is
+ * required) / free (NULL ok).  *out untouched on failure.
+ * Errors: XFER_ERR_INVALID_ARG (a version this library does not know, bad
+ * config), XFER_ERR_NOMEM. */
 XFER_API int xfer_readiness_new(const xfer_readiness_config *cfg,
                        xfer_readiness **out);
 XFER_API void xfer_readiness_del(xfer_readiness *r);
@@ -128,8 +148,20 @@ XFER_API const xfer_ready_action *xfer_readiness_actions(const xfer_readiness *r
                                                 size_t *n);
 XFER_API void xfer_readiness_actions_clear(xfer_readiness *r);
 
-XFER_API void xfer_readiness_stats_get(const xfer_readiness *r,
-                              xfer_readiness_stats *st);
+/* Counters: the fields of stats version `version` are copied into *st
+ * (borrowed), nothing past them is written.  Call it through the macro.
+ * Errors: XFER_ERR_INVALID_ARG (NULL argument, unknown version; *st
+ * untouched). */
+XFER_API int xfer_readiness_stats_get_versioned(const xfer_readiness *r,
+                                                uint32_t version,
+                                                xfer_readiness_stats *st);
+#define xfer_readiness_stats_get(r, st)                                     \
+    xfer_readiness_stats_get_versioned((r), XFER_READINESS_STATS_VERSION,   \
+                                       (st))
+/* How many times the readiness table's cell (state, event) was
+ * dispatched; 0 outside the table. */
+XFER_API uint64_t xfer_readiness_cell_hits(const xfer_readiness *r,
+                                           unsigned state, unsigned event);
 XFER_API xfer_ready_state xfer_readiness_state(const xfer_readiness *r, uint64_t id);
 
 #ifdef __cplusplus

@@ -36,19 +36,35 @@ extern "C" {
 
 typedef struct xfer_shard xfer_shard;
 
+/*
+ * Configuration; copied at creation.  Start from
+ * xfer_shard_config_default() and set what differs (pool_bytes at least).
+ * `version` says which layout the caller was built with (docs/design.md
+ * section 4.1): xfer_shard_new() reads only the fields of that version.
+ * Zero fields take defaults too.
+ */
+#define XFER_SHARD_CONFIG_VERSION 1
 typedef struct xfer_shard_config {
-    uint64_t pool_bytes;        /* size of the pool; required */
+    uint32_t version;           /* XFER_SHARD_CONFIG_VERSION */
+    uint64_t pool_bytes;        /* size of the pool; required (default 0) */
     uint32_t max_reservations;  /* live reservations; default 4096 */
-    uint32_t max_tombstones;    /* default 4 * max_reservations */
+    uint32_t max_tombstones;    /* 0 (the default): 4 * max_reservations */
     uint64_t lease_ttl_ns;      /* default 10 s */
-    uint64_t tombstone_ttl_ns;  /* default 2 * lease_ttl_ns */
+    uint64_t tombstone_ttl_ns;  /* 0 (the default): 2 * lease_ttl_ns */
     uint32_t align;             /* allocation alignment, power of 2; 64 */
-    uint16_t shard_index;       /* echoed in events and traces */
-    void *pool_memory;          /* NULL: the shard allocates pool_bytes */
-    xfer_allocator alloc;
-    xfer_rng rng;               /* zeroed: a fixed-seed internal generator */
-    xfer_trace_sink trace;
+    uint16_t shard_index;       /* echoed in events and traces; default 0 */
+    void *pool_memory;          /* NULL (the default): the shard allocates
+                                   pool_bytes */
+    xfer_allocator alloc;       /* every allocation of the shard (the pool
+                                   included); zeroed (the default): libc */
+    xfer_rng rng;               /* zeroed (the default): a fixed-seed
+                                   internal generator */
+    xfer_trace_sink trace;      /* zeroed (the default): no trace */
 } xfer_shard_config;
+
+/* Write version 1 and every default above into *cfg (the derived ones as
+ * 0).  `cfg` borrowed; NULL is ignored. */
+XFER_API void xfer_shard_config_default(xfer_shard_config *cfg);
 
 /* Events a shard emits for the consumer scheduler. Never renumbered. */
 typedef enum xfer_shard_event_kind {
@@ -74,16 +90,21 @@ typedef struct xfer_resv_info {
     uint32_t len;
 } xfer_resv_info;
 
+/* Counters, read with xfer_shard_stats_get(); versioned like the config
+ * (the macro passes XFER_SHARD_STATS_VERSION).  The per-cell coverage is
+ * not here: xfer_shard_cell_hits(). */
+#define XFER_SHARD_STATS_VERSION 1
 typedef struct xfer_shard_stats {
     uint64_t pool_bytes, bytes_in_use;
     uint32_t live, tombstones;
     uint64_t reserves, refused, writes, commits, cancels, expiries;
     uint64_t deferred_frees, takes, releases, stale, illegal;
-    uint64_t cells_hit[XFER_RESV_STATE_COUNT_][XFER_RESV_EVENT_COUNT_];
 } xfer_shard_stats;
 
-/* Create.  cfg copied.  *out untouched on failure.
- * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM. */
+/* Create.  cfg copied; NULL means all defaults (and so fails: pool_bytes
+ * is required).  *out untouched on failure.
+ * Errors: XFER_ERR_INVALID_ARG (a version this library does not know, bad
+ * config), XFER_ERR_NOMEM. */
 XFER_API int xfer_shard_new(const xfer_shard_config *cfg, xfer_shard **out);
 /* Free everything (pool memory only if the shard allocated it).  NULL ok. */
 XFER_API void xfer_shard_del(xfer_shard *s);
@@ -168,7 +189,19 @@ XFER_API uint64_t xfer_shard_next_deadline(const xfer_shard *s);
 XFER_API const xfer_shard_event *xfer_shard_events(const xfer_shard *s, size_t *n);
 XFER_API void xfer_shard_events_clear(xfer_shard *s);
 
-XFER_API void xfer_shard_stats_get(const xfer_shard *s, xfer_shard_stats *st);
+/* Counters: the fields of stats version `version` are copied into *st
+ * (borrowed), nothing past them is written.  Call it through the macro.
+ * Errors: XFER_ERR_INVALID_ARG (NULL argument, unknown version; *st
+ * untouched). */
+XFER_API int xfer_shard_stats_get_versioned(const xfer_shard *s,
+                                            uint32_t version,
+                                            xfer_shard_stats *st);
+#define xfer_shard_stats_get(s, st)                                         \
+    xfer_shard_stats_get_versioned((s), XFER_SHARD_STATS_VERSION, (st))
+/* How many times the reservation table's cell (state, event) was
+ * dispatched; 0 outside the table. */
+XFER_API uint64_t xfer_shard_cell_hits(const xfer_shard *s, unsigned state,
+                                       unsigned event);
 /* The reservation state of id (XFER_RESV_STATE_NONE when unknown). */
 XFER_API xfer_resv_state xfer_shard_state(const xfer_shard *s, uint64_t id);
 /* The pool's base pointer (for transports that write into it). */

@@ -39,24 +39,44 @@ extern "C" {
 struct event_base;
 typedef struct xfer_tcp xfer_tcp;
 
+/*
+ * Configuration; copied at creation.  Start from xfer_tcp_config_default()
+ * and set what differs (nshards and addrs at least).  `version` says which
+ * layout the caller was built with (docs/design.md section 4.1):
+ * xfer_tcp_new() reads only the fields of that version.  Zero fields take
+ * defaults too.
+ */
+#define XFER_TCP_CONFIG_VERSION 1
 typedef struct xfer_tcp_config {
-    uint16_t nshards;          /* 1..XFER_MAX_SHARDS */
+    uint32_t version;          /* XFER_TCP_CONFIG_VERSION */
+    uint16_t nshards;          /* 1..XFER_MAX_SHARDS; required (default 0) */
     /* nshards addresses "a.b.c.d:port" or "[v6]:port", numeric only;
      * shard k is served at addrs[k] (an xferd hosting shard k).  The
-     * array and strings are copied. */
+     * array and strings are copied.  Required (default NULL). */
     const char *const *addrs;
-    uint32_t group;            /* sent in HELLO; xferd --group must match */
+    uint32_t group;            /* sent in HELLO; xferd --group must match;
+                                  default 0 */
     uint64_t connect_timeout_ns; /* default 2 s */
     uint64_t reconnect_min_ns;   /* first retry after a failed connect;
                                     default 10 ms, doubled per failure */
     uint64_t reconnect_max_ns;   /* default 1 s */
     size_t high_watermark;     /* queued output bytes per connection above
                                   which new ops wait; default 32 MiB */
-    size_t low_watermark;      /* waiting ops go out below this; default
-                                  high / 4 */
+    size_t low_watermark;      /* waiting ops go out below this; 0 (the
+                                  default): high / 4 */
     uint64_t abort_grace_ns;   /* default 1 s (see above) */
+    xfer_allocator alloc;      /* every allocation of the transport
+                                  (libevent's own excepted); zeroed (the
+                                  default): libc */
 } xfer_tcp_config;
 
+/* Write version 1 and every default above into *cfg (the derived one as
+ * 0).  `cfg` borrowed; NULL is ignored. */
+XFER_API void xfer_tcp_config_default(xfer_tcp_config *cfg);
+
+/* Counters, read with xfer_tcp_stats_get(); versioned like the config
+ * (the macro passes XFER_TCP_STATS_VERSION). */
+#define XFER_TCP_STATS_VERSION 1
 typedef struct xfer_tcp_stats {
     uint64_t connects, connect_failures, losses, hello_refused;
     uint64_t ops_started, ops_sent, ops_waited; /* waited: watermark/connect */
@@ -67,9 +87,10 @@ typedef struct xfer_tcp_stats {
 
 /*
  * Create on `base` (borrowed; must outlive the transport) and start
- * connecting to every shard.  cfg copied.  *out untouched on failure.
- * Errors: XFER_ERR_INVALID_ARG (a bad address, counts), XFER_ERR_NOMEM,
- * XFER_ERR_IO (libevent).
+ * connecting to every shard.  cfg copied; NULL means all defaults (and so
+ * fails: nshards and addrs are required).  *out untouched on failure.
+ * Errors: XFER_ERR_INVALID_ARG (a version this library does not know, a
+ * bad address, counts), XFER_ERR_NOMEM, XFER_ERR_IO (libevent).
  */
 XFER_API int xfer_tcp_new(struct event_base *base, const xfer_tcp_config *cfg,
                  xfer_tcp **out);
@@ -83,7 +104,14 @@ XFER_API void xfer_tcp_del(xfer_tcp *t);
  * free the transport; call xfer_tcp_del after xfer_engine_del. */
 XFER_API xfer_transport xfer_tcp_transport(xfer_tcp *t);
 
-XFER_API void xfer_tcp_stats_get(const xfer_tcp *t, xfer_tcp_stats *st);
+/* Counters: the fields of stats version `version` are copied into *st
+ * (borrowed), nothing past them is written.  Call it through the macro.
+ * Errors: XFER_ERR_INVALID_ARG (NULL argument, unknown version; *st
+ * untouched). */
+XFER_API int xfer_tcp_stats_get_versioned(const xfer_tcp *t, uint32_t version,
+                                          xfer_tcp_stats *st);
+#define xfer_tcp_stats_get(t, st)                                           \
+    xfer_tcp_stats_get_versioned((t), XFER_TCP_STATS_VERSION, (st))
 /* True when shard's connection is up (HELLO answered). */
 XFER_API bool xfer_tcp_connected(const xfer_tcp *t, uint16_t shard);
 /* Ops started and not yet answered (every shard). */

@@ -58,6 +58,7 @@
 #include <stdint.h>
 
 #include "xfer/errors.h"
+#include "xfer/fsm.h"
 #include "xfer/trace.h"
 
 #ifdef __cplusplus
@@ -76,16 +77,36 @@ typedef enum xfer_tracefile_format {
     XFER_TRACEFILE_JSONL = 1
 } xfer_tracefile_format;
 
+/*
+ * Options of a trace file sink; copied at open.  Start from
+ * xfer_tracefile_opts_default() and set what differs.  `version` says
+ * which layout the caller was built with (docs/design.md section 4.1; it
+ * is not the file format's XFER_TRACEFILE_VERSION): xfer_tracefile_open()
+ * reads only the fields of that version.  Zero fields take defaults too.
+ */
+#define XFER_TRACEFILE_OPTS_VERSION 1
 typedef struct xfer_tracefile_opts {
-    uint8_t format;      /* xfer_tracefile_format */
-    uint64_t max_bytes;  /* rotate before a file would pass this; 0: never */
-    uint32_t keep;       /* rotated files kept (path.1..path.keep); 0: 1 */
-    uint32_t flush_every; /* flush after this many records; 0: when the
-                             buffer fills, and at flush/close */
-    uint64_t created_ns; /* header creation time; 0: CLOCK_REALTIME now */
+    uint32_t version;    /* XFER_TRACEFILE_OPTS_VERSION */
+    uint8_t format;      /* xfer_tracefile_format; default BINARY */
+    uint64_t max_bytes;  /* rotate before a file would pass this; 0 (the
+                            default): never */
+    uint32_t keep;       /* rotated files kept (path.1..path.keep);
+                            default 1 (0 means 1) */
+    uint32_t flush_every; /* flush after this many records; 0 (the
+                             default): when the buffer fills, and at
+                             flush/close */
+    uint64_t created_ns; /* header creation time; 0 (the default):
+                            CLOCK_REALTIME now */
     const char *label;   /* header label (copied, at most 31 bytes kept);
-                            NULL: "xfer" */
+                            NULL (the default): "xfer" */
+    xfer_allocator alloc; /* every allocation of the sink (stdio's own
+                             buffers excepted); zeroed (the default):
+                             libc */
 } xfer_tracefile_opts;
+
+/* Write version 1 and every default above into *opts.  `opts` borrowed;
+ * NULL is ignored. */
+XFER_API void xfer_tracefile_opts_default(xfer_tracefile_opts *opts);
 
 typedef struct xfer_tracefile xfer_tracefile;
 
@@ -100,10 +121,12 @@ typedef struct xfer_tracefile_info {
 
 /*
  * xfer_tracefile_open - create (truncate) `path` and write its header.
- * `path` is copied; `opts` is copied (NULL: binary, unbounded).
- * On success writes *out and returns 0; on failure *out is untouched.
- * Errors: XFER_ERR_INVALID_ARG (NULL path/out, bad format), XFER_ERR_NOMEM,
- * XFER_ERR_IO (cannot create or write the file; errno tells why).
+ * `path` is copied; `opts` is copied (NULL: the defaults, binary and
+ * unbounded).  On success writes *out and returns 0; on failure *out is
+ * untouched.
+ * Errors: XFER_ERR_INVALID_ARG (NULL path/out, an opts version this
+ * library does not know, bad format), XFER_ERR_NOMEM, XFER_ERR_IO (cannot
+ * create or write the file; errno tells why).
  */
 XFER_API int xfer_tracefile_open(const char *path,
                                  const xfer_tracefile_opts *opts,
@@ -151,14 +174,40 @@ XFER_API int xfer_tracefile_close(xfer_tracefile *tf);
 typedef struct xfer_tracefile_reader xfer_tracefile_reader;
 
 /*
- * xfer_tracefile_reader_open - open a trace file of either format (told
- * apart by its first byte) and check its header.  `path` borrowed.  When
- * `why` is not NULL, a one-line reason for a failure is written there (at
- * most whylen bytes, NUL-terminated).  *out untouched on failure.
- * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_IO (missing or unreadable file),
+ * Configuration of a reader; copied at open.  Versioned like the options
+ * above.
+ */
+#define XFER_TRACEFILE_READER_CONFIG_VERSION 1
+typedef struct xfer_tracefile_reader_config {
+    uint32_t version;     /* XFER_TRACEFILE_READER_CONFIG_VERSION */
+    xfer_allocator alloc; /* every allocation of the reader (stdio's own
+                             buffers excepted); zeroed (the default):
+                             libc */
+} xfer_tracefile_reader_config;
+
+/* Write version 1 and every default above into *cfg.  `cfg` borrowed;
+ * NULL is ignored. */
+XFER_API void
+xfer_tracefile_reader_config_default(xfer_tracefile_reader_config *cfg);
+
+/*
+ * xfer_tracefile_reader_open_config - open a trace file of either format
+ * (told apart by its first byte) and check its header.  `path` borrowed;
+ * `cfg` copied (NULL: the defaults).  When `why` is not NULL, a one-line
+ * reason for a failure is written there (at most whylen bytes,
+ * NUL-terminated).  *out untouched on failure.
+ * Errors: XFER_ERR_INVALID_ARG (NULL path/out, a config version this
+ * library does not know), XFER_ERR_IO (missing or unreadable file),
  * XFER_ERR_FORMAT (empty, short or bad header, bad magic, another version
  * or record size), XFER_ERR_NOMEM.
+ *
+ * xfer_tracefile_reader_open - the same with the default config.
  */
+XFER_API int
+xfer_tracefile_reader_open_config(const char *path,
+                                  const xfer_tracefile_reader_config *cfg,
+                                  xfer_tracefile_reader **out, char *why,
+                                  size_t whylen);
 XFER_API int xfer_tracefile_reader_open(const char *path,
                                         xfer_tracefile_reader **out,
                                         char *why, size_t whylen);
@@ -171,8 +220,9 @@ xfer_tracefile_reader_info(const xfer_tracefile_reader *r);
  * xfer_tracefile_reader_next - read the next record into *rec (the emitter
  * tag in rec->flags).  Returns 1 when a record was read, 0 at the end of
  * the file, XFER_ERR_FORMAT for a truncated or malformed record (the
- * records before it were good), XFER_ERR_IO for a read error.  After an
- * error every further call returns the same error.
+ * records before it were good), XFER_ERR_IO for a read error,
+ * XFER_ERR_NOMEM when a JSON line does not fit in memory.  After an error
+ * every further call returns the same error.
  */
 XFER_API int xfer_tracefile_reader_next(xfer_tracefile_reader *r,
                                         xfer_trace_rec *rec);

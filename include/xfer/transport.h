@@ -29,7 +29,15 @@ extern "C" {
 
 struct xfer_engine;
 
+/*
+ * The ops table, versioned like the configs (docs/design.md section 4.1):
+ * `version` says which layout the transport was built with, and
+ * xfer_engine_add_group() refuses a version it does not know.  A later
+ * version only appends ops.
+ */
+#define XFER_TRANSPORT_OPS_VERSION 1
 typedef struct xfer_transport_ops {
+    uint32_t version; /* XFER_TRANSPORT_OPS_VERSION */
     const char *name;
     /* Number of shards in the group this transport carries. */
     uint16_t (*nshards)(void *self);

@@ -61,18 +61,40 @@ typedef void (*xfer_idle_cb)(void *ud);
 /* A clock in nanoseconds; must not go backwards. */
 typedef uint64_t (*xfer_clock_fn)(void *ud);
 
+/*
+ * Configuration; copied at creation.  Start from
+ * xfer_engine_config_default() and set what differs.  `version` says which
+ * layout the caller was built with (docs/design.md section 4.1):
+ * xfer_engine_new() reads only the fields of that version.  The embedded
+ * `core` carries its own version (the default sets it), and grows only
+ * with a new engine version.  Zero fields take defaults too.
+ *
+ * core.alloc is the engine's allocator: the engine, its core and its
+ * mailbox allocate through it and nothing else (libevent's own
+ * allocations excepted).  xfer_engine_post_submit() calls it from the
+ * posting thread, so an engine that takes posts from other threads needs
+ * a thread-safe allocator (libc's is).
+ */
+#define XFER_ENGINE_CONFIG_VERSION 1
 typedef struct xfer_engine_config {
-    struct event_base *base; /* NULL: the engine makes and owns its own */
-    xfer_core_config core;   /* limits, timeouts, allocator, trace sink;
+    uint32_t version;        /* XFER_ENGINE_CONFIG_VERSION */
+    struct event_base *base; /* NULL (the default): the engine makes and
+                                owns its own */
+    xfer_core_config core;   /* limits, timeouts, allocator, trace sink
+                                (defaults: xfer_core_config_default);
                                 core.max_transfers also bounds the engine:
                                 a transfer counts from its accepted submit
                                 until its callback is called */
-    xfer_clock_fn clock;     /* NULL: CLOCK_MONOTONIC */
+    xfer_clock_fn clock;     /* NULL (the default): CLOCK_MONOTONIC */
     void *clock_ud;
     uint32_t max_pools;      /* default 16 */
     uint32_t max_groups;     /* default 16 */
     uint32_t mailbox_cap;    /* default 65536 */
 } xfer_engine_config;
+
+/* Write version 1 and every default above into *cfg (core through
+ * xfer_core_config_default).  `cfg` borrowed; NULL is ignored. */
+XFER_API void xfer_engine_config_default(xfer_engine_config *cfg);
 
 /* A transfer request.  Copied by submit. */
 typedef struct xfer_transfer_desc {
@@ -85,6 +107,10 @@ typedef struct xfer_transfer_desc {
     uint64_t user_data;  /* echoed in the result */
 } xfer_transfer_desc;
 
+/* Counters, read with xfer_engine_stats_get(); versioned like the config
+ * (the macro passes XFER_ENGINE_STATS_VERSION; the embedded core stats
+ * grow only with a new engine stats version). */
+#define XFER_ENGINE_STATS_VERSION 1
 typedef struct xfer_engine_stats {
     xfer_core_stats core;
     uint64_t results_delivered, results_dropped;
@@ -102,7 +128,9 @@ typedef struct xfer_engine_stats {
 } xfer_engine_stats;
 
 /* Create.  cfg copied (NULL: defaults).  *out untouched on failure.
- * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM, XFER_ERR_IO (libevent). */
+ * Errors: XFER_ERR_INVALID_ARG (a version of the config or of its core
+ * this library does not know, bad config), XFER_ERR_NOMEM, XFER_ERR_IO
+ * (libevent). */
 XFER_API int xfer_engine_new(const xfer_engine_config *cfg, xfer_engine **out);
 /* Free.  Accepts NULL.  Call after shutdown completed, from outside the
  * loop (after event_base_dispatch returned); transfers still live, posts
@@ -122,8 +150,10 @@ XFER_API int xfer_engine_register_pool(xfer_engine *e, void *base, size_t len,
 XFER_API int xfer_engine_unregister_pool(xfer_engine *e, uint32_t pool);
 
 /* Add a consumer group carried by `tp`; the engine takes the transport and
- * detaches it at xfer_engine_del.  Errors: XFER_ERR_INVALID_ARG,
- * XFER_ERR_BUSY, XFER_ERR_SHUTDOWN, or what attach returned. */
+ * detaches it at xfer_engine_del.  Errors: XFER_ERR_INVALID_ARG (a missing
+ * op, an ops table version this library does not know, a shard count
+ * outside 1..XFER_MAX_SHARDS), XFER_ERR_BUSY, XFER_ERR_SHUTDOWN,
+ * XFER_ERR_NOMEM, or what attach returned. */
 XFER_API int xfer_engine_add_group(xfer_engine *e, xfer_transport tp,
                           uint32_t *group);
 
@@ -184,7 +214,15 @@ XFER_API int xfer_engine_shutdown(xfer_engine *e, xfer_shutdown_cb cb, void *ud)
 XFER_API bool xfer_engine_idle(const xfer_engine *e);
 XFER_API int xfer_engine_on_idle(xfer_engine *e, xfer_idle_cb cb, void *ud);
 
-XFER_API void xfer_engine_stats_get(const xfer_engine *e, xfer_engine_stats *st);
+/* Counters: the fields of stats version `version` are copied into *st
+ * (borrowed), nothing past them is written.  Call it through the macro.
+ * Loop thread.  Errors: XFER_ERR_INVALID_ARG (NULL argument, unknown
+ * version; *st untouched). */
+XFER_API int xfer_engine_stats_get_versioned(const xfer_engine *e,
+                                             uint32_t version,
+                                             xfer_engine_stats *st);
+#define xfer_engine_stats_get(e, st)                                        \
+    xfer_engine_stats_get_versioned((e), XFER_ENGINE_STATS_VERSION, (st))
 /* The pure core (read-only use: views, stats). */
 XFER_API const xfer_core *xfer_engine_core(const xfer_engine *e);
 /* The engine's current time (its clock). */

@@ -373,10 +373,15 @@ int mp_producer_new_addrs(mp_producer *p, const char *const *addrs,
     signal(SIGPIPE, SIG_IGN);
     p->nshards = n;
     p->base = event_base_new();
-    xfer_engine_config ec = {.base = p->base};
+    xfer_engine_config ec;
+    xfer_engine_config_default(&ec);
+    ec.base = p->base;
     ec.core.default_deadline_ns = deadline_ns;
-    xfer_tcp_config tc = {.nshards = n, .addrs = addrs,
-                          .reconnect_max_ns = 200000000ull};
+    xfer_tcp_config tc;
+    xfer_tcp_config_default(&tc);
+    tc.nshards = n;
+    tc.addrs = addrs;
+    tc.reconnect_max_ns = 200000000ull;
     p->staging_len = staging_len;
     p->staging = calloc(1, staging_len);
     if (!p->base || !p->staging || xfer_engine_new(&ec, &p->e) != 0 ||

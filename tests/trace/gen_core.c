@@ -229,9 +229,10 @@ static void run(sim *s, uint64_t end)
 int main(int argc, char **argv)
 {
     uint64_t seed = 42;
-    xfer_tracefile_opts o = {.format = XFER_TRACEFILE_BINARY,
-                             .created_ns = 1700000000000000000ull,
-                             .label = "gen_core"};
+    xfer_tracefile_opts o;
+    xfer_tracefile_opts_default(&o);
+    o.created_ns = 1700000000000000000ull;
+    o.label = "gen_core";
     int i = 1;
     for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
         if (strcmp(argv[i], "--seed") == 0)
@@ -255,13 +256,15 @@ int main(int argc, char **argv)
         return 1;
     static sim s;
     s.rng = seed ? seed : 1;
-    xfer_core_config cfg = {.max_transfers = 64,
-                            .tombstone_ttl_ns = 2000000000ull,
-                            .default_deadline_ns = 1000000000ull,
-                            .cancel_op_timeout_ns = 100000000ull,
-                            .cancel_backoff_ns = 10000000ull,
-                            .cancel_max_attempts = 3,
-                            .trace = xfer_tracefile_sink(tf)};
+    xfer_core_config cfg;
+    xfer_core_config_default(&cfg);
+    cfg.max_transfers = 64;
+    cfg.tombstone_ttl_ns = 2000000000ull;
+    cfg.default_deadline_ns = 1000000000ull;
+    cfg.cancel_op_timeout_ns = 100000000ull;
+    cfg.cancel_backoff_ns = 10000000ull;
+    cfg.cancel_max_attempts = 3;
+    cfg.trace = xfer_tracefile_sink(tf);
     if (xfer_core_new(&cfg, &s.core))
         return 1;
     run(&s, T0 + 3500000000ull);

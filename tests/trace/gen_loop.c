@@ -73,17 +73,23 @@ static const xfer_fault_rule rules[] = {
 static int setup(xfer_tracefile *tf, uint64_t seed, uint32_t *group,
                  uint32_t *pool, struct event_base *base, void *mem)
 {
-    xfer_engine_config ec = {
-        .base = base, .clock = tick_clock,
-        .core = {.max_transfers = 64, .default_deadline_ns = 60000000000ull,
-                 .trace = xfer_tracefile_sink(tf)}};
+    xfer_engine_config ec;
+    xfer_engine_config_default(&ec);
+    ec.base = base;
+    ec.clock = tick_clock;
+    ec.core.max_transfers = 64;
+    ec.core.default_deadline_ns = 60000000000ull;
+    ec.core.trace = xfer_tracefile_sink(tf);
     if (xfer_engine_new(&ec, &eng))
         return -1;
-    xfer_loop_config lc = {
-        .nshards = NS, .seed = seed, .clock = tick_clock,
-        .on_event = on_event,
-        .shard = {.pool_bytes = 1 << 20,
-                  .trace = xfer_tracefile_sink_tagged(tf, 1)}};
+    xfer_loop_config lc;
+    xfer_loop_config_default(&lc);
+    lc.nshards = NS;
+    lc.seed = seed;
+    lc.clock = tick_clock;
+    lc.on_event = on_event;
+    lc.shard.pool_bytes = 1 << 20;
+    lc.shard.trace = xfer_tracefile_sink_tagged(tf, 1);
     if (xfer_loop_new(base, &lc, &loop))
         return -1;
     for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
@@ -115,8 +121,10 @@ static int submit_all(uint32_t group, uint32_t pool)
 int main(int argc, char **argv)
 {
     uint64_t seed = 42;
-    xfer_tracefile_opts o = {.created_ns = 1700000000000000000ull,
-                             .label = "gen_loop"};
+    xfer_tracefile_opts o;
+    xfer_tracefile_opts_default(&o);
+    o.created_ns = 1700000000000000000ull;
+    o.label = "gen_loop";
     int i = 1;
     for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
         if (strcmp(argv[i], "--seed") == 0)

@@ -317,8 +317,8 @@ static void mute_pool_removed(void *self, uint32_t pool) {}
 static void mute_detach(void *self) {}
 
 static const xfer_transport_ops mute_ops = {
-    "mute",      mute_nshards,    mute_attach,       mute_start,
-    mute_abort, mute_pool_added, mute_pool_removed, mute_detach};
+    XFER_TRANSPORT_OPS_VERSION, "mute", mute_nshards, mute_attach,
+    mute_start, mute_abort, mute_pool_added, mute_pool_removed, mute_detach};
 
 static uint64_t fake_now;
 static uint64_t fake_clock(void *ud)
@@ -340,7 +340,10 @@ START_TEST(test_ctl_engine_live_snapshot)
 {
     struct event_base *base = event_base_new();
     fake_now = 1000000000ull;
-    xfer_engine_config cfg = {.base = base, .clock = fake_clock};
+    xfer_engine_config cfg;
+    xfer_engine_config_default(&cfg);
+    cfg.base = base;
+    cfg.clock = fake_clock;
     xfer_engine *e;
     ck_assert_int_eq(xfer_engine_new(&cfg, &e), 0);
     static uint8_t mem[8192];

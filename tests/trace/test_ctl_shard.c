@@ -31,7 +31,10 @@ START_TEST(test_ctl_shard_snapshot)
 {
     xfer_shard *sh[2];
     for (uint16_t k = 0; k < 2; k++) {
-        xfer_shard_config c = {.pool_bytes = 1 << 16, .shard_index = k};
+        xfer_shard_config c;
+        xfer_shard_config_default(&c);
+        c.pool_bytes = 1 << 16;
+        c.shard_index = k;
         ck_assert_int_eq(xfer_shard_new(&c, &sh[k]), 0);
     }
     xfer_resv_info a, b, c;
@@ -93,11 +96,17 @@ START_TEST(test_ctl_shard_engine_with_dropped_write)
 {
     fake_now = 1000000000ull;
     struct event_base *base = event_base_new();
-    xfer_engine_config ec = {.base = base, .clock = tick_clock};
+    xfer_engine_config ec;
+    xfer_engine_config_default(&ec);
+    ec.base = base;
+    ec.clock = tick_clock;
     xfer_engine *e;
     ck_assert_int_eq(xfer_engine_new(&ec, &e), 0);
-    xfer_loop_config lc = {.nshards = 2, .clock = tick_clock,
-                           .shard = {.pool_bytes = 1 << 16}};
+    xfer_loop_config lc;
+    xfer_loop_config_default(&lc);
+    lc.nshards = 2;
+    lc.clock = tick_clock;
+    lc.shard.pool_bytes = 1 << 16;
     xfer_loop *l;
     ck_assert_int_eq(xfer_loop_new(base, &lc, &l), 0);
     xfer_fault_rule drop = {.kind = XFER_FAULT_DROP, .op = XFER_OP_WRITE,

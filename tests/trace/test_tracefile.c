@@ -45,13 +45,23 @@ static xfer_trace_rec random_rec(uint64_t *rng, uint64_t seq)
     return r;
 }
 
+/* The default options in `format`. */
+static xfer_tracefile_opts opts_in(uint8_t format)
+{
+    xfer_tracefile_opts o;
+    xfer_tracefile_opts_default(&o);
+    o.format = format;
+    return o;
+}
+
 /* Write n random records with `opts`, read them back, compare. */
 static void round_trip(uint8_t format)
 {
     uint64_t rng = tu_seed("test_tracefile_round_trip", 7);
     char p[128];
     path_of(p, sizeof p, "rt.trace");
-    xfer_tracefile_opts o = {.format = format, .label = "rt"};
+    xfer_tracefile_opts o = opts_in(format);
+    o.label = "rt";
     xfer_tracefile *tf;
     ck_assert_int_eq(xfer_tracefile_open(p, &o, &tf), 0);
     xfer_trace_sink sink = xfer_tracefile_sink_tagged(tf, 5);
@@ -108,7 +118,8 @@ START_TEST(test_tracefile_layout_is_little_endian)
     ck_assert_uint_eq(b[63], 9);
     char p[128];
     path_of(p, sizeof p, "hdr.trace");
-    xfer_tracefile_opts o = {.created_ns = 0x1122334455667788ull};
+    xfer_tracefile_opts o = opts_in(XFER_TRACEFILE_BINARY);
+    o.created_ns = 0x1122334455667788ull;
     xfer_tracefile *tf;
     ck_assert_int_eq(xfer_tracefile_open(p, &o, &tf), 0);
     ck_assert_int_eq(xfer_tracefile_close(tf), 0);
@@ -154,7 +165,9 @@ START_TEST(test_tracefile_rotation_keeps_order)
     snprintf(p2, sizeof p2, "%s.2", p);
     snprintf(p3, sizeof p3, "%s.3", p);
     /* header + 10 records per file */
-    xfer_tracefile_opts o = {.max_bytes = 64 + 10 * 64, .keep = 2};
+    xfer_tracefile_opts o = opts_in(XFER_TRACEFILE_BINARY);
+    o.max_bytes = 64 + 10 * 64;
+    o.keep = 2;
     xfer_tracefile *tf;
     ck_assert_int_eq(xfer_tracefile_open(p, &o, &tf), 0);
     for (uint64_t i = 0; i < 45; i++) {
@@ -192,7 +205,7 @@ static void expect_open_error(const char *p, int err, const char *part)
 
 static void write_good(const char *p, uint8_t format, int nrec)
 {
-    xfer_tracefile_opts o = {.format = format};
+    xfer_tracefile_opts o = opts_in(format);
     xfer_tracefile *tf;
     ck_assert_int_eq(xfer_tracefile_open(p, &o, &tf), 0);
     for (int i = 0; i < nrec; i++) {
@@ -280,7 +293,7 @@ START_TEST(test_tracefile_bad_args_and_io_error)
     xfer_tracefile *tf = (xfer_tracefile *)&tf;
     ck_assert_int_eq(xfer_tracefile_open(NULL, NULL, &tf),
                      XFER_ERR_INVALID_ARG);
-    xfer_tracefile_opts bad = {.format = 7};
+    xfer_tracefile_opts bad = opts_in(7);
     ck_assert_int_eq(xfer_tracefile_open("/tmp/x", &bad, &tf),
                      XFER_ERR_INVALID_ARG);
     ck_assert_int_eq(xfer_tracefile_open("/nonexistent/dir/x", NULL, &tf),

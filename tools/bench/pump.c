@@ -152,7 +152,10 @@ static int make_tcp(bench_pump *u, uint16_t n, xfer_tcp **tcp,
     const char *addrs[XFER_MAX_SHARDS];
     for (uint16_t k = 0; k < n; k++)
         addrs[k] = demo_tcp_addr(u->g, k);
-    xfer_tcp_config tc = {.nshards = n, .addrs = addrs};
+    xfer_tcp_config tc;
+    xfer_tcp_config_default(&tc);
+    tc.nshards = n;
+    tc.addrs = addrs;
     if (xfer_tcp_new(u->base, &tc, tcp) != 0)
         return -1;
     return xfer_engine_add_group(u->e, xfer_tcp_transport(*tcp), group);
@@ -187,7 +190,9 @@ int bench_pump_new(const demo_tcp *g, uint16_t nshards, bench_pump **out,
     /* At 100 k transfers/s the producer makes 100 k tombstones a second:
      * keep them as long as the shards' leases plus a margin, and room for
      * that many. */
-    xfer_engine_config ec = {.base = u->base};
+    xfer_engine_config ec;
+    xfer_engine_config_default(&ec);
+    ec.base = u->base;
     ec.core.default_deadline_ns = 30000000000ull;
     ec.core.tombstone_ttl_ns = 5000000000ull;
     ec.core.max_tombstones = 1u << 22;

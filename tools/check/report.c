@@ -30,9 +30,10 @@ typedef struct tw {
 static bool tw_open(tw *t, const char *path)
 {
     memset(t, 0, sizeof *t);
-    xfer_tracefile_opts o = {.format = XFER_TRACEFILE_BINARY,
-                             .created_ns = 1,
-                             .label = "xfer-check"};
+    xfer_tracefile_opts o;
+    xfer_tracefile_opts_default(&o);
+    o.created_ns = 1;
+    o.label = "xfer-check";
     return xfer_tracefile_open(path, &o, &t->tf) == 0;
 }
 

@@ -56,29 +56,29 @@ static int make_consumer(ck_world *w)
 {
     const ck_config *c = w->cfg;
     for (unsigned k = 0; k < c->S; k++) {
-        xfer_shard_config sc = {
-            .pool_bytes = CK_POOL_BYTES,
-            .max_reservations = c->T,
-            .max_tombstones = c->T,
-            .lease_ttl_ns = CK_LEASE_TTL,
-            .tombstone_ttl_ns = CK_SHARD_TOMB_TTL,
-            .align = 64,
-            .shard_index = (uint16_t)k,
-            .rng = {counter_rng, &w->env.rng[k]},
-            .trace = sink(w, 1 + k),
-        };
+        xfer_shard_config sc;
+        xfer_shard_config_default(&sc);
+        sc.pool_bytes = CK_POOL_BYTES;
+        sc.max_reservations = c->T;
+        sc.max_tombstones = c->T;
+        sc.lease_ttl_ns = CK_LEASE_TTL;
+        sc.tombstone_ttl_ns = CK_SHARD_TOMB_TTL;
+        sc.align = 64;
+        sc.shard_index = (uint16_t)k;
+        sc.rng = (xfer_rng){counter_rng, &w->env.rng[k]};
+        sc.trace = sink(w, 1 + k);
         int rc = xfer_shard_new(&sc, &w->sh[k]);
         if (rc)
             return rc;
     }
-    xfer_readiness_config rc = {
-        .nshards = (uint16_t)c->S,
-        .max_records = c->T,
-        .max_tombstones = c->T,
-        .deadline_ns = CK_READY_DEADLINE,
-        .tombstone_ttl_ns = CK_READY_TOMB_TTL,
-        .trace = sink(w, CK_MAX_S + 1),
-    };
+    xfer_readiness_config rc;
+    xfer_readiness_config_default(&rc);
+    rc.nshards = (uint16_t)c->S;
+    rc.max_records = c->T;
+    rc.max_tombstones = c->T;
+    rc.deadline_ns = CK_READY_DEADLINE;
+    rc.tombstone_ttl_ns = CK_READY_TOMB_TTL;
+    rc.trace = sink(w, CK_MAX_S + 1);
     return xfer_readiness_new(&rc, &w->rd);
 }
 
@@ -88,17 +88,17 @@ int ck_world_init(ck_world *w, const ck_config *cfg, const ck_tracer *tr)
     w->cfg = cfg;
     w->tracer = tr;
     w->v.inv = -1;
-    w->core_cfg = (xfer_core_config){
-        .max_transfers = cfg->T,
-        .max_tombstones = cfg->T,
-        .tombstone_ttl_ns = CK_CORE_TOMB_TTL,
-        .default_deadline_ns = CK_DEADLINE,
-        .cancel_op_timeout_ns = CK_CANCEL_TIMEOUT,
-        .cancel_backoff_ns = CK_BACKOFF,
-        .cancel_max_attempts = cfg->cancel_max_attempts,
-        .max_shards = (uint16_t)cfg->S,
-        .trace = sink(w, 0),
-    };
+    xfer_core_config *cc = &w->core_cfg;
+    xfer_core_config_default(cc);
+    cc->max_transfers = cfg->T;
+    cc->max_tombstones = cfg->T;
+    cc->tombstone_ttl_ns = CK_CORE_TOMB_TTL;
+    cc->default_deadline_ns = CK_DEADLINE;
+    cc->cancel_op_timeout_ns = CK_CANCEL_TIMEOUT;
+    cc->cancel_backoff_ns = CK_BACKOFF;
+    cc->cancel_max_attempts = cfg->cancel_max_attempts;
+    cc->max_shards = (uint16_t)cfg->S;
+    cc->trace = sink(w, 0);
     int rc = xfer_core_new(&w->core_cfg, &w->core);
     if (!rc)
         rc = make_consumer(w);

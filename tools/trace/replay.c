@@ -139,6 +139,7 @@ static void end_run(replay *rp)
 
 static void config0(run *u, const xfer_trace_rec *r)
 {
+    xfer_core_config_default(&u->cfg);
     u->cfg.max_shards = r->shard;
     u->cfg.max_transfers = (uint32_t)r->arg0;
     u->cfg.max_tombstones = (uint32_t)(r->arg0 >> 32);
@@ -148,6 +149,8 @@ static void config0(run *u, const xfer_trace_rec *r)
 
 static int config1(run *u, const xfer_trace_rec *r)
 {
+    if (!u->cfg.version) /* no first config record: the defaults */
+        xfer_core_config_default(&u->cfg);
     u->cfg.cancel_op_timeout_ns = r->arg0;
     u->cfg.cancel_backoff_ns = r->arg1;
     u->cfg.cancel_max_attempts = (uint32_t)r->arg2;

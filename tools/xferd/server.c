@@ -838,6 +838,7 @@ static int make_shards(xd_server *s)
 {
     for (uint16_t i = 0; i < s->cfg.nshards; i++) {
         xfer_shard_config sc = {
+            .version = XFER_SHARD_CONFIG_VERSION,
             .pool_bytes = s->cfg.pool_bytes,
             .max_reservations = s->cfg.max_resv,
             .max_tombstones = s->cfg.max_tombs,
