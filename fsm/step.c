@@ -1,7 +1,7 @@
 /*
  * fsm/step.c - the parts of a machine step that the three dispatchers
- * share (see step.h): entering a cell, checking the edge a handler took,
- * and tracing the step and its notes.
+ * share (see step.h) and that are not inline there: tracing the step and
+ * its notes.
  *
  * What must stay true: the order of records is the order of calls (a
  * step's record, then the note it asked for), and each record takes the
@@ -9,33 +9,7 @@
  */
 #include "step.h"
 
-#include <assert.h>
-
 #include "util.h"
-
-bool xfer_step_enter(xfer_step *st, unsigned verdict, uint64_t *hit,
-                     uint64_t *illegal)
-{
-    st->verdict = (uint8_t)verdict;
-    st->to = st->from;
-    (*hit)++;
-    if (verdict != XFER_VERDICT_ILLEGAL)
-        return true;
-    /* A bug in a machine, its container or a transport: peer input is
-     * filtered before it reaches a table. */
-    (*illegal)++;
-    assert(!"illegal cell");
-    return false;
-}
-
-void xfer_step_leave(const xfer_step *st, uint64_t *illegal)
-{
-    if (st->to == st->from ||
-        xfer_fsm_edge_ok(st->machine, st->from, st->event, st->to))
-        return;
-    (*illegal)++;
-    assert(!"undeclared edge");
-}
 
 void xfer_step_note(const xfer_trace_sink *sink, uint64_t *seq,
                     uint64_t now_ns, unsigned note, uint64_t id,

@@ -33,6 +33,7 @@
 #ifndef XFER_FSM_STEP_H
 #define XFER_FSM_STEP_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -66,14 +67,34 @@ static inline xfer_step xfer_step_make(unsigned machine, uint64_t now_ns,
  * Enter the cell (st->from, st->event) whose verdict is `verdict`: count
  * it in *hit, set st->to to st->from.  Returns true when the cell's
  * handler must run; false for an ILLEGAL cell, counted in *illegal (and
- * asserted in a debug build: peer input never reaches one).
+ * asserted in a debug build: peer input never reaches one).  Inline: it
+ * runs on every event of every machine.
  */
-bool xfer_step_enter(xfer_step *st, unsigned verdict, uint64_t *hit,
-                     uint64_t *illegal);
+static inline bool xfer_step_enter(xfer_step *st, unsigned verdict,
+                                   uint64_t *hit, uint64_t *illegal)
+{
+    st->verdict = (uint8_t)verdict;
+    st->to = st->from;
+    (*hit)++;
+    if (verdict != XFER_VERDICT_ILLEGAL)
+        return true;
+    /* A bug in a machine, its container or a transport: peer input is
+     * filtered before it reaches a table. */
+    (*illegal)++;
+    assert(!"illegal cell");
+    return false;
+}
 
 /* After the handler: a change of state must be a declared edge of the
  * machine (xfer_fsm_edge_ok), else it counts in *illegal and asserts. */
-void xfer_step_leave(const xfer_step *st, uint64_t *illegal);
+static inline void xfer_step_leave(const xfer_step *st, uint64_t *illegal)
+{
+    if (st->to == st->from ||
+        xfer_fsm_edge_ok(st->machine, st->from, st->event, st->to))
+        return;
+    (*illegal)++;
+    assert(!"undeclared edge");
+}
 
 /* Ask for a note of kind `note` (xfer_note) with error `err` right after
  * the step's own record, naming the same id, attempt and shard. */

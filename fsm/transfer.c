@@ -603,11 +603,11 @@ unsigned xfer_transfer_timer_event(const xfer_transfer *t)
 void xfer_transfer_step_init(xfer_transfer_step *e, uint64_t now_ns,
                              unsigned event, uint64_t id)
 {
-    memset(e, 0, sizeof *e);
-    e->step = xfer_step_make(XFER_MACHINE_TRANSFER, now_ns,
-                             XFER_TRANSFER_STATE_NEW, event);
-    e->id = id;
-    e->shard = XFER_SHARD_NONE;
+    *e = (xfer_transfer_step){
+        .step = xfer_step_make(XFER_MACHINE_TRANSFER, now_ns,
+                               XFER_TRANSFER_STATE_NEW, event),
+        .id = id,
+        .shard = XFER_SHARD_NONE};
 }
 
 /* The step's record: a record's step shows its pending count and failed
