@@ -67,7 +67,6 @@ _Static_assert(0 XFER_READY_TABLE(ONE_) ==
 #undef ONE_
 
 typedef struct machine_desc {
-    const char *name;
     unsigned nstates, nevents;
     const char *const *states;
     const char *const *events;
@@ -76,13 +75,13 @@ typedef struct machine_desc {
 } machine_desc;
 
 static const machine_desc machines[] = {
-    [XFER_MACHINE_TRANSFER] = {"transfer", XFER_TRANSFER_STATE_COUNT_,
+    [XFER_MACHINE_TRANSFER] = {XFER_TRANSFER_STATE_COUNT_,
                                XFER_TRANSFER_EVENT_COUNT_, transfer_states,
                                transfer_events, xfer_transfer_cell},
-    [XFER_MACHINE_RESERVATION] = {"reservation", XFER_RESV_STATE_COUNT_,
+    [XFER_MACHINE_RESERVATION] = {XFER_RESV_STATE_COUNT_,
                                   XFER_RESV_EVENT_COUNT_, resv_states,
                                   resv_events, xfer_shard_cell},
-    [XFER_MACHINE_READINESS] = {"readiness", XFER_READY_STATE_COUNT_,
+    [XFER_MACHINE_READINESS] = {XFER_READY_STATE_COUNT_,
                                 XFER_READY_EVENT_COUNT_, ready_states,
                                 ready_events, xfer_readiness_cell},
 };
@@ -230,7 +229,7 @@ int xfer_fsm_dot(unsigned machine, char *buf, size_t len)
     size_t ng;
     const edge *g = edges_of(machine, &ng);
     put(&t, "digraph ");
-    put(&t, d->name);
+    put(&t, xfer_machine_name(machine));
     put(&t, " {\n  rankdir=LR;\n  node [shape=box];\n");
     for (unsigned s = 0; s < d->nstates; s++) {
         put(&t, "  ");
@@ -256,28 +255,4 @@ int xfer_fsm_dot(unsigned machine, char *buf, size_t len)
     if (len)
         buf[t.at < len ? t.at : len - 1] = '\0';
     return (int)t.at;
-}
-
-static const char *const machine_names[] = {
-    "transfer", "reservation", "readiness", "input", "action", "note",
-    "config"};
-static const char *const verdict_names[] = {"TRANSITION", "IGNORE", "DEFER",
-                                            "ILLEGAL"};
-static const char *const note_names[] = {
-    "LATE_SUBMIT",     "LATE_REPLY",  "TOMB_EXPIRED",   "TOMB_FULL",
-    "CANCEL_GAVE_UP",  "PREEMPTIVE",  "UNKNOWN_REPLY"};
-
-const char *xfer_machine_name(unsigned m)
-{
-    return m < XFER_MACHINE_COUNT_ ? machine_names[m] : "?";
-}
-
-const char *xfer_verdict_name(unsigned v)
-{
-    return v < XFER_VERDICT_COUNT_ ? verdict_names[v] : "?";
-}
-
-const char *xfer_note_name(unsigned n)
-{
-    return n < XFER_NOTE_COUNT_ ? note_names[n] : "?";
 }

@@ -24,10 +24,6 @@
 #include "xfer/fsm.h"
 #include "xfer/trace.h"
 
-/* Per-shard sub-states (also the values of xfer_shard_view). */
-enum { XFER_SUB_NONE = 0, XFER_SUB_PENDING = 1, XFER_SUB_OK = 2,
-       XFER_SUB_FAILED = 3, XFER_SUB_GAVE_UP = 4 };
-
 /* What the record's single timer means when it fires. */
 enum { XFER_TIMER_NONE = 0, XFER_TIMER_DEADLINE = 1, XFER_TIMER_RETRY = 2 };
 
@@ -38,7 +34,7 @@ typedef struct xfer_transfer_shard {
     uint64_t staging_off;
     uint32_t len;
     uint32_t rkey;
-    uint8_t resv, write, commit, cancel; /* XFER_SUB_* */
+    uint8_t resv, write, commit, cancel; /* xfer_sub_state (shard_op.h) */
     uint8_t cancel_attempts;
     uint8_t pad_[3];
 } xfer_transfer_shard;
