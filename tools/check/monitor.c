@@ -33,8 +33,6 @@ static const char *const inv_descs[] = {
     CK_INVARIANTS(D_)
 #undef D_
 };
-static const char *const op_names[] = {"RESERVE", "WRITE", "COMMIT",
-                                       "CANCEL"};
 
 const char *ck_mon_inv_name(unsigned inv)
 {
@@ -186,7 +184,7 @@ static void act_op(ck_world *w, mon_tr *t, const xfer_action *a, unsigned op)
     mon_ps *p = &t->ps[a->shard < CK_MAX_S ? a->shard : 0];
     if (!t->open)
         ck_mon_fail(w, CK_I1, "%s to shard %u for id %llu, which has no "
-                    "accepted submit open", op_names[op], a->shard,
+                    "accepted submit open", xfer_op_name(op), a->shard,
                     (unsigned long long)a->id);
     if (op == XFER_OP_RESERVE && t->attempt == 0) {
         if (a->attempt <= t->last_attempt)
@@ -195,8 +193,8 @@ static void act_op(ck_world *w, mon_tr *t, const xfer_action *a, unsigned op)
         t->attempt = t->last_attempt = a->attempt;
     } else if (a->attempt != t->attempt) {
         ck_mon_fail(w, CK_I14, "%s for id %llu carries attempt %u, the open "
-                    "attempt is %u", op_names[op], (unsigned long long)a->id,
-                    a->attempt, t->attempt);
+                    "attempt is %u", xfer_op_name(op),
+                    (unsigned long long)a->id, a->attempt, t->attempt);
     }
     unsigned before = op == XFER_OP_WRITE ? 1u << XFER_OP_RESERVE
                       : op == XFER_OP_COMMIT
@@ -204,8 +202,8 @@ static void act_op(ck_world *w, mon_tr *t, const xfer_action *a, unsigned op)
                       : op == XFER_OP_CANCEL ? 0xfu : 0u;
     if (before && outstanding(w, t, before, op == XFER_OP_CANCEL, &o, &k))
         ck_mon_fail(w, CK_I2, "%s sent to shard %u of id %llu while its "
-                    "%s to shard %u is still unanswered", op_names[op],
-                    a->shard, (unsigned long long)a->id, op_names[o], k);
+                    "%s to shard %u is still unanswered", xfer_op_name(op),
+                    a->shard, (unsigned long long)a->id, xfer_op_name(o), k);
     if (op == XFER_OP_WRITE && !w->env.staging[a->id - 1])
         ck_mon_fail(w, CK_I3, "WRITE to shard %u of id %llu reads a staging "
                     "region that was already released", a->shard,
@@ -298,7 +296,7 @@ static void act_complete(ck_world *w, mon_tr *t, const xfer_action *a)
     if (outstanding(w, t, 0xf, false, &o, &k))
         ck_mon_fail(w, CK_I2, "id %llu completed while its %s to shard %u "
                     "is still unanswered", (unsigned long long)a->id,
-                    op_names[o], k);
+                    xfer_op_name(o), k);
     if (r->status == 0) {
         for (unsigned j = 0; j < w->cfg->S; j++)
             if (!t->ps[j].commit_ok)
@@ -609,8 +607,11 @@ static void ready_available(ck_world *w, mon_tr *t, const xfer_ready_action *a)
     unsigned long long id = (unsigned long long)a->id;
     if (t->available || t->unavailable)
         ck_mon_fail(w, CK_I8, "id %llu reported %s after it already "
-                    "reported %s", id, "AVAILABLE",
-                    t->available ? "AVAILABLE" : "UNAVAILABLE");
+                    "reported %s", id,
+                    xfer_ready_action_name(XFER_READY_ACT_AVAILABLE),
+                    xfer_ready_action_name(t->available
+                                               ? XFER_READY_ACT_AVAILABLE
+                                               : XFER_READY_ACT_UNAVAILABLE));
     if (t->ready_mask_lo != full || t->ready_attempt != a->attempt)
         ck_mon_fail(w, CK_I8, "id %llu AVAILABLE with ready from shards "
                     "0x%x of attempt %u only", id, t->ready_mask_lo,
@@ -651,7 +652,7 @@ void ck_mon_ready_action(ck_world *w, const xfer_ready_action *a)
             ck_mon_fail(w, CK_I8, "id %llu is AVAILABLE but the tracker "
                         "sent %s to shard %u (withdrawn)",
                         (unsigned long long)a->id,
-                        a->kind == XFER_READY_ACT_RELEASE ? "RELEASE" : "CANCEL",
+                        xfer_ready_action_name(a->kind),
                         a->shard);
         break;
     case XFER_READY_ACT_TAKE:
