@@ -6,7 +6,8 @@
  *
  * What must stay true: every function returns a static string, never
  * NULL, "?" for a value outside its list; values never change (they are
- * in trace files and on the wire), so the lists only grow.
+ * in trace files and on the wire), so the lists only grow.  Each table is
+ * indexed by the values the list writes out.
  */
 #include <stddef.h>
 
@@ -16,115 +17,79 @@
 #include "xfer/shard_op.h"
 #include "xfer/trace.h"
 
-/* case VALUE: return "NAME"; for an X(NAME, value, ...) list */
-#define NAME_CASE_(prefix, name, value)                                       \
-    case prefix##name:                                                        \
-        return #name;
+#define NAME_AT_(name, value) [value] = #name,
+#define STRING_AT_(name, value, str) [value] = str,
+#define NELEM_(a) (sizeof(a) / sizeof((a)[0]))
+
+static const char *const machine_names[] = {XFER_MACHINES(STRING_AT_)};
+static const char *const verdict_names[] = {XFER_VERDICTS(NAME_AT_)};
+static const char *const note_names[] = {XFER_NOTES(NAME_AT_)};
+static const char *const phase_names[] = {XFER_PHASES(NAME_AT_)};
+static const char *const action_names[] = {XFER_ACTION_KINDS(NAME_AT_)};
+static const char *const op_names[] = {XFER_OP_KINDS(NAME_AT_)};
+static const char *const ready_action_names[] = {
+    XFER_READY_ACTION_KINDS(NAME_AT_)};
+static const char *const shard_event_names[] = {
+    XFER_SHARD_EVENT_KINDS(NAME_AT_)};
+
+/* The words of each op's column, in sub-state order (NULL: not a state of
+ * that op). */
+static const char *const sub_words[XFER_OP_COUNT_][XFER_SUB_COUNT_] = {
+#define SUB_AT_(name, value, r, w, c, x)                                      \
+    [XFER_OP_RESERVE][value] = r, [XFER_OP_WRITE][value] = w,                 \
+    [XFER_OP_COMMIT][value] = c, [XFER_OP_CANCEL][value] = x,
+    XFER_SUB_STATES(SUB_AT_)
+#undef SUB_AT_
+};
+
+/* names[v] of a table of n, or "?" past it or in a gap. */
+static const char *pick(const char *const *names, size_t n, unsigned v)
+{
+    return v < n && names[v] ? names[v] : "?";
+}
 
 const char *xfer_machine_name(unsigned m)
 {
-    switch (m) {
-#define X_(name, value, str)                                                  \
-    case XFER_MACHINE_##name:                                                 \
-        return str;
-        XFER_MACHINES(X_)
-#undef X_
-    default:
-        return "?";
-    }
+    return pick(machine_names, NELEM_(machine_names), m);
 }
 
 const char *xfer_verdict_name(unsigned v)
 {
-    switch (v) {
-#define X_(name, value) NAME_CASE_(XFER_VERDICT_, name, value)
-        XFER_VERDICTS(X_)
-#undef X_
-    default:
-        return "?";
-    }
+    return pick(verdict_names, NELEM_(verdict_names), v);
 }
 
 const char *xfer_note_name(unsigned n)
 {
-    switch (n) {
-#define X_(name, value) NAME_CASE_(XFER_NOTE_, name, value)
-        XFER_NOTES(X_)
-#undef X_
-    default:
-        return "?";
-    }
+    return pick(note_names, NELEM_(note_names), n);
 }
 
 const char *xfer_phase_name(unsigned phase)
 {
-    switch (phase) {
-#define X_(name, value) NAME_CASE_(XFER_PHASE_, name, value)
-        XFER_PHASES(X_)
-#undef X_
-    default:
-        return "?";
-    }
+    return pick(phase_names, NELEM_(phase_names), phase);
 }
 
 const char *xfer_action_name(unsigned kind)
 {
-    switch (kind) {
-#define X_(name, value) NAME_CASE_(XFER_ACT_, name, value)
-        XFER_ACTION_KINDS(X_)
-#undef X_
-    default:
-        return "?";
-    }
+    return pick(action_names, NELEM_(action_names), kind);
 }
 
 const char *xfer_op_name(unsigned op)
 {
-    switch (op) {
-#define X_(name, value) NAME_CASE_(XFER_OP_, name, value)
-        XFER_OP_KINDS(X_)
-#undef X_
-    default:
-        return "?";
-    }
+    return pick(op_names, NELEM_(op_names), op);
 }
 
 const char *xfer_ready_action_name(unsigned kind)
 {
-    switch (kind) {
-#define X_(name, value) NAME_CASE_(XFER_READY_ACT_, name, value)
-        XFER_READY_ACTION_KINDS(X_)
-#undef X_
-    default:
-        return "?";
-    }
+    return pick(ready_action_names, NELEM_(ready_action_names), kind);
 }
 
 const char *xfer_shard_event_name(unsigned kind)
 {
-    switch (kind) {
-#define X_(name, value) NAME_CASE_(XFER_SHARD_EV_, name, value)
-        XFER_SHARD_EVENT_KINDS(X_)
-#undef X_
-    default:
-        return "?";
-    }
+    return pick(shard_event_names, NELEM_(shard_event_names), kind);
 }
-
-/* The words of one op's column, in sub-state order (NULL: not a state of
- * that op). */
-static const char *const sub_words[XFER_OP_COUNT_][XFER_SUB_COUNT_] = {
-#define X_(name, value, r, w, c, x)                                           \
-    [XFER_OP_RESERVE][value] = r, [XFER_OP_WRITE][value] = w,                 \
-    [XFER_OP_COMMIT][value] = c, [XFER_OP_CANCEL][value] = x,
-    XFER_SUB_STATES(X_)
-#undef X_
-};
 
 const char *xfer_sub_name(unsigned op, unsigned sub)
 {
-    const char *w = op < XFER_OP_COUNT_ && sub < XFER_SUB_COUNT_
-                        ? sub_words[op][sub]
-                        : NULL;
-    return w ? w : "?";
+    return op < XFER_OP_COUNT_ ? pick(sub_words[op], XFER_SUB_COUNT_, sub)
+                               : "?";
 }
