@@ -283,15 +283,10 @@ static int step(xfer_core *core, xfer_transfer_step *e)
 static void step_record(xfer_core *core, xfer_transfer *t, uint64_t now,
                         unsigned event, const xfer_shard_result *r)
 {
-    xfer_transfer_step e;
-    xfer_transfer_step_init(&e, now, event, t->id);
+    xfer_transfer_step e = xfer_transfer_step_make(now, event, t->id);
     e.t = t;
+    e.r = r;
     e.attempt = t->attempt;
-    if (r) {
-        e.r = r;
-        e.shard = r->shard;
-        e.status = r->status;
-    }
     step(core, &e);
 }
 
@@ -317,7 +312,8 @@ static xfer_transfer *find_live(const xfer_core *core, uint64_t id)
  * caller decides whether the step acts on it), TOMBSTONED with the
  * tombstone's attempt and reason, or NEW.
  */
-static xfer_transfer *locate(const xfer_core *core, xfer_transfer_step *e)
+static inline xfer_transfer *locate(const xfer_core *core,
+                                    xfer_transfer_step *e)
 {
     xfer_transfer *t = find_live(core, e->id);
     if (t) {
@@ -388,8 +384,8 @@ int xfer_core_submit(xfer_core *core, uint64_t now_ns,
         return XFER_ERR_INVALID_ARG;
     if (core->shutting_down)
         return XFER_ERR_SHUTDOWN;
-    xfer_transfer_step e;
-    xfer_transfer_step_init(&e, now_ns, XFER_TRANSFER_EVENT_SUBMIT, a->id);
+    xfer_transfer_step e =
+        xfer_transfer_step_make(now_ns, XFER_TRANSFER_EVENT_SUBMIT, a->id);
     /* A live id's record is not the submit's: the step gets none. */
     (void)locate(core, &e);
     if (e.step.from != XFER_TRANSFER_STATE_NEW)
@@ -410,8 +406,8 @@ int xfer_core_cancel(xfer_core *core, uint64_t now_ns, uint64_t id)
         return XFER_ERR_BUSY;
     trace_input(core, now_ns, XFER_TRANSFER_EVENT_USER_CANCEL, id, XFER_SHARD_NONE, NULL,
                 0, 0, 0);
-    xfer_transfer_step e;
-    xfer_transfer_step_init(&e, now_ns, XFER_TRANSFER_EVENT_USER_CANCEL, id);
+    xfer_transfer_step e =
+        xfer_transfer_step_make(now_ns, XFER_TRANSFER_EVENT_USER_CANCEL, id);
     e.t = locate(core, &e);
     if (e.step.from == XFER_TRANSFER_STATE_NEW &&
         xfer_tomb_hold(&core->tombs, now_ns)) {
@@ -436,8 +432,7 @@ int xfer_core_on_result(xfer_core *core, uint64_t now_ns,
     unsigned ev = xfer_transfer_result_event(r);
     trace_input(core, now_ns, ev, r->id, r->shard, r, r->resv_id,
                 r->remote_addr, r->rkey);
-    xfer_transfer_step e;
-    xfer_transfer_step_init(&e, now_ns, ev, r->id);
+    xfer_transfer_step e = xfer_transfer_step_make(now_ns, ev, r->id);
     xfer_transfer *t = locate(core, &e);
     if (t && !xfer_transfer_expects(t, r)) {
         /* An older attempt's reply for a reused id, or a duplicate: not
@@ -450,8 +445,6 @@ int xfer_core_on_result(xfer_core *core, uint64_t now_ns,
     e.t = t;
     e.r = r;
     e.attempt = r->attempt;
-    e.shard = r->shard;
-    e.status = r->status;
     step(core, &e);
     return 0;
 }

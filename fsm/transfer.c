@@ -482,7 +482,7 @@ static int h_none(xfer_transfer_ctx *c, xfer_transfer_step *e)
 static int h_unknown_reply(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
     c->unknown_replies++;
-    xfer_step_note_after(&e->step, XFER_NOTE_UNKNOWN_REPLY, e->status);
+    xfer_step_note_after(&e->step, XFER_NOTE_UNKNOWN_REPLY, e->r->status);
     return 0;
 }
 
@@ -490,7 +490,7 @@ static int h_unknown_reply(xfer_transfer_ctx *c, xfer_transfer_step *e)
 static int h_late_reply(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
     c->late_replies++;
-    xfer_step_note_after(&e->step, XFER_NOTE_LATE_REPLY, e->status);
+    xfer_step_note_after(&e->step, XFER_NOTE_LATE_REPLY, e->r->status);
     return 0;
 }
 
@@ -600,16 +600,6 @@ unsigned xfer_transfer_timer_event(const xfer_transfer *t)
                                              : XFER_TRANSFER_EVENT_DEADLINE;
 }
 
-void xfer_transfer_step_init(xfer_transfer_step *e, uint64_t now_ns,
-                             unsigned event, uint64_t id)
-{
-    *e = (xfer_transfer_step){
-        .step = xfer_step_make(XFER_MACHINE_TRANSFER, now_ns,
-                               XFER_TRANSFER_STATE_NEW, event),
-        .id = id,
-        .shard = XFER_SHARD_NONE};
-}
-
 /* The step's record: a record's step shows its pending count and failed
  * mask after the handler; a row without a record shows only the event. */
 static void trace_step(xfer_transfer_ctx *c, const xfer_transfer_step *e,
@@ -617,14 +607,15 @@ static void trace_step(xfer_transfer_ctx *c, const xfer_transfer_step *e,
 {
     if (!c->trace.fn)
         return;
+    const xfer_shard_result *r = e->r;
     xfer_trace_rec rec = {
         .id = e->id,
         .attempt = e->attempt,
-        .error = rc ? rc : e->status, /* the event's own status */
-        .shard = e->shard,
+        .error = rc ? rc : r ? r->status : 0, /* the event's own status */
+        .shard = r ? r->shard : XFER_SHARD_NONE,
     };
     if (e->t) {
-        rec.arg0 = e->r ? e->r->resv_id : 0;
+        rec.arg0 = r ? r->resv_id : 0;
         rec.arg1 = e->t->pending;
         rec.arg2 = e->t->failed_shards;
     }

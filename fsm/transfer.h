@@ -84,17 +84,16 @@ typedef struct xfer_transfer_ctx {
 
 /*
  * One event for one id on its way through the table.  The container fills
- * it (xfer_transfer_step_init, then what the row needs) and passes it to
+ * it (xfer_transfer_step_make, then what the row needs) and passes it to
  * xfer_transfer_dispatch.
  */
 typedef struct xfer_transfer_step {
     xfer_step step; /* now, event, from, to (step.h) */
     xfer_transfer *t; /* the live record the event acts on, or NULL */
-    const xfer_shard_result *r; /* result events; NULL otherwise */
+    const xfer_shard_result *r; /* result events (their shard and status);
+                                   NULL otherwise */
     uint64_t id;
     uint32_t attempt; /* the record's, the tombstone's or the result's */
-    uint16_t shard;   /* the result's shard, else XFER_SHARD_NONE */
-    int32_t status;   /* the event's own status (a result's), else 0 */
     uint8_t tomb_reason; /* TOMBSTONED row: the tombstone's reason */
 } xfer_transfer_step;
 
@@ -118,9 +117,17 @@ bool xfer_transfer_expects(const xfer_transfer *t, const xfer_shard_result *r);
 unsigned xfer_transfer_timer_event(const xfer_transfer *t);
 
 /* A step of `event` at now_ns for `id`, from state NEW, with no record,
- * no result, no shard and no attempt yet: the container sets the rest. */
-void xfer_transfer_step_init(xfer_transfer_step *e, uint64_t now_ns,
-                             unsigned event, uint64_t id);
+ * no result and no attempt yet: the container sets the rest. */
+static inline xfer_transfer_step xfer_transfer_step_make(uint64_t now_ns,
+                                                         unsigned event,
+                                                         uint64_t id)
+{
+    xfer_transfer_step e = {
+        .step = xfer_step_make(XFER_MACHINE_TRANSFER, now_ns,
+                               XFER_TRANSFER_STATE_NEW, event),
+        .id = id};
+    return e;
+}
 
 /*
  * Run one event through the table (step.h): count the cell, run its
