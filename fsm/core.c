@@ -373,13 +373,13 @@ int xfer_core_submit(xfer_core *core, uint64_t now_ns,
     if (!core)
         return XFER_ERR_INVALID_ARG;
     now_ns = clamp_now(core, now_ns);
-    uint64_t deadline = a && a->deadline_ns ? a->deadline_ns
-                                            : now_ns +
-                                                  core->cfg.default_deadline_ns;
+    uint64_t deadline = a && a->deadline_ns
+                            ? a->deadline_ns
+                            : now_ns + core->cfg.default_deadline_ns;
     if (a)
-        trace_input(core, now_ns, XFER_TRANSFER_EVENT_SUBMIT, a->id, a->nshards, NULL,
-                    deadline, (uint64_t)a->group << 32 | a->pool,
-                    a->user_data);
+        trace_input(core, now_ns, XFER_TRANSFER_EVENT_SUBMIT, a->id,
+                    a->nshards, NULL, deadline,
+                    (uint64_t)a->group << 32 | a->pool, a->user_data);
     if (!submit_args_ok(core, a))
         return XFER_ERR_INVALID_ARG;
     if (core->shutting_down)

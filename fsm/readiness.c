@@ -98,7 +98,8 @@ static xfer_readiness_rec *rec_of(xfer_readiness *r, const ready_step *e)
     return &r->recs[e->slot];
 }
 
-static void snap(const xfer_readiness *r, ready_step *e, const xfer_readiness_rec *rec)
+static void snap(const xfer_readiness *r, ready_step *e,
+                 const xfer_readiness_rec *rec)
 {
     e->shown_attempt = rec->attempt;
     e->shown_ready = rec->ready;
@@ -181,7 +182,8 @@ static void end_record(xfer_readiness *r, ready_step *e, uint8_t state)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
     snap(r, e, rec);
-    xfer_tomb_insert_held(&r->tombs, e->step.now_ns, rec->id, rec->attempt, state);
+    xfer_tomb_insert_held(&r->tombs, e->step.now_ns, rec->id, rec->attempt,
+                          state);
     xfer_heap_remove(&r->deadlines, e->slot);
     xfer_idmap_del(&r->live, rec->id);
     memset(rec, 0, sizeof *rec);
@@ -203,7 +205,8 @@ static void cancel_all(xfer_readiness *r, uint64_t id, uint32_t attempt,
                                                      : XFER_RESV_NONE);
 }
 
-static void report_unavailable(xfer_readiness *r, ready_step *e, int32_t reason)
+static void report_unavailable(xfer_readiness *r, ready_step *e,
+                               int32_t reason)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
     xfer_ready_action *a = push(r, XFER_READY_ACT_UNAVAILABLE, XFER_SHARD_NONE,
@@ -238,7 +241,8 @@ static void roll_back(xfer_readiness *r, ready_step *e)
 }
 
 /* Record a ready of the record's attempt; all S in: take every shard. */
-static void mark_ready(xfer_readiness *r, ready_step *e, xfer_readiness_rec *rec)
+static void mark_ready(xfer_readiness *r, ready_step *e,
+                       xfer_readiness_rec *rec)
 {
     uint64_t *resv = xfer_readiness_resv_of(r, e->slot);
     rec->ready |= xfer_readiness_bit(e->shard);
@@ -637,14 +641,15 @@ int xfer_readiness_on_ready(xfer_readiness *r, uint64_t now_ns, uint64_t id,
 static int take_expected(xfer_readiness *r, const ready_step *e)
 {
     if (e->step.from == XFER_READY_STATE_NONE) {
-        note(r, e->step.now_ns, XFER_NOTE_UNKNOWN_REPLY, e->id, 0, e->shard, e->err);
+        note(r, e->step.now_ns, XFER_NOTE_UNKNOWN_REPLY, e->id, 0, e->shard,
+             e->err);
         return XFER_ERR_NOT_FOUND;
     }
     if (e->step.from != XFER_READY_STATE_TAKING ||
         ((r->recs[e->slot].take_ok | r->recs[e->slot].take_fail) &
          xfer_readiness_bit(e->shard))) {
-        note(r, e->step.now_ns, XFER_NOTE_LATE_REPLY, e->id, e->shown_attempt, e->shard,
-             e->err);
+        note(r, e->step.now_ns, XFER_NOTE_LATE_REPLY, e->id, e->shown_attempt,
+             e->shard, e->err);
         return XFER_ERR_STATE;
     }
     return 0;

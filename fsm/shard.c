@@ -54,7 +54,7 @@
  * call carried and what it returns. */
 typedef struct resv_step {
     xfer_step step; /* now, event, from, to (step.h) */
-    uint64_t id, resv_id, off;      /* off: write offset or region addr */
+    uint64_t id, resv_id, off; /* off: write offset or region addr */
     uint32_t attempt, len;
     bool has_attempt, has_resv, has_region;
     xfer_shard_resv *rec; /* the live record, or NULL */
@@ -152,7 +152,8 @@ static void end_record(xfer_shard *s, resv_step *o, uint8_t reason, int kind)
     xfer_pool_free(&s->pool, r->off, r->len);
     xfer_heap_remove(&s->leases, o->slot);
     xfer_idmap_del(&s->ids, r->id);
-    xfer_tomb_insert_held(&s->tombs, o->step.now_ns, r->id, r->attempt, reason);
+    xfer_tomb_insert_held(&s->tombs, o->step.now_ns, r->id, r->attempt,
+                          reason);
     memset(r, 0, sizeof *r);
     s->free_slots[s->nfree++] = o->slot;
     s->live--;
@@ -208,9 +209,10 @@ static int h_refuse(xfer_shard *s, resv_step *o)
 {
     if (mismatch(o))
         return XFER_ERR_STALE;
-    if (o->step.event == XFER_RESV_EVENT_RESERVE) /* held, or tombstoned in any way */
+    /* A reserve of an id held, or tombstoned in any way. */
+    if (o->step.event == XFER_RESV_EVENT_RESERVE)
         return xfer_shard_is_tomb(o->step.from) ? XFER_ERR_CANCELLED
-                                           : XFER_ERR_STATE;
+                                                : XFER_ERR_STATE;
     switch ((xfer_resv_state)o->step.from) {
     case XFER_RESV_STATE_NONE:
         return XFER_ERR_NOT_FOUND;

@@ -19,7 +19,8 @@ void xfer_step_note(const xfer_trace_sink *sink, uint64_t *seq,
         return;
     xfer_trace_rec rec = {.time_ns = now_ns, .id = id, .attempt = attempt,
                           .shard = shard, .error = err,
-                          .machine = XFER_MACHINE_NOTE, .event = (uint8_t)note};
+                          .machine = XFER_MACHINE_NOTE,
+                          .event = (uint8_t)note};
     xfer_util_emit(sink, seq, &rec);
 }
 

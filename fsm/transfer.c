@@ -40,7 +40,8 @@ typedef int (*handler_fn)(xfer_transfer_ctx *c, xfer_transfer_step *e);
 
 size_t xfer_transfer_size(unsigned nshards)
 {
-    return sizeof(xfer_transfer) + (size_t)nshards * sizeof(xfer_transfer_shard);
+    return sizeof(xfer_transfer) +
+           (size_t)nshards * sizeof(xfer_transfer_shard);
 }
 
 void xfer_transfer_init(xfer_transfer *t, const xfer_submit_args *a,
@@ -65,8 +66,8 @@ void xfer_transfer_init(xfer_transfer *t, const xfer_submit_args *a,
     }
 }
 
-static xfer_action *push(xfer_transfer_ctx *c, const xfer_transfer *t, uint8_t kind,
-                         uint16_t shard)
+static xfer_action *push(xfer_transfer_ctx *c, const xfer_transfer *t,
+                         uint8_t kind, uint16_t shard)
 {
     assert(c->nacts < c->cap);
     xfer_action *a = &c->acts[c->nacts++];
@@ -192,7 +193,8 @@ static void finish(xfer_transfer *t, xfer_transfer_ctx *c)
 }
 
 /* Send the cancels of one round to every shard whose cancel is `from`. */
-static uint16_t send_cancels(xfer_transfer *t, xfer_transfer_ctx *c, uint8_t from)
+static uint16_t send_cancels(xfer_transfer *t, xfer_transfer_ctx *c,
+                             uint8_t from)
 {
     uint16_t n = 0;
     for (uint16_t k = 0; k < t->nshards; k++) {
@@ -207,7 +209,8 @@ static uint16_t send_cancels(xfer_transfer *t, xfer_transfer_ctx *c, uint8_t fro
     return n;
 }
 
-static void enter_cancelling(xfer_transfer *t, xfer_transfer_ctx *c, uint64_t now)
+static void enter_cancelling(xfer_transfer *t, xfer_transfer_ctx *c,
+                             uint64_t now)
 {
     assert(t->pending == 0);
     t->state = XFER_TRANSFER_STATE_CANCELLING;
@@ -650,7 +653,8 @@ int xfer_transfer_dispatch(xfer_transfer_ctx *c, xfer_transfer_step *e)
     if (e->t)
         e->step.from = e->t->state;
     unsigned from = e->step.from, ev = e->step.event;
-    assert(from < XFER_TRANSFER_STATE_COUNT_ && ev < XFER_TRANSFER_EVENT_COUNT_);
+    assert(from < XFER_TRANSFER_STATE_COUNT_ &&
+           ev < XFER_TRANSFER_EVENT_COUNT_);
     const cell *cl = &table[from][ev];
     size_t first_action = c->nacts;
     int rc = XFER_ERR_STATE;
