@@ -36,11 +36,6 @@ static int failures;
 /* Exactly once per accepted submit, from the loop. */
 static void done(void *ud, const xfer_result *r)
 {
-    static const char *const phases[] = {"none", "reserving", "writing",
-                                          "completing", "cancelling",
-                                          "submit"};
-    const char *phase = r->phase <= XFER_PHASE_SUBMIT ? phases[r->phase]
-                                                      : "?";
     (void)ud;
     if (r->status == 0) {
         printf("transfer %llu done: %d shards hold the data\n",
@@ -49,8 +44,8 @@ static void done(void *ud, const xfer_result *r)
     }
     failures++;
     printf("transfer %llu failed in phase %s, first shard %u: %s\n",
-           (unsigned long long)r->id, phase, r->first_failed_shard,
-           xfer_strerror(r->status));
+           (unsigned long long)r->id, xfer_phase_name(r->phase),
+           r->first_failed_shard, xfer_strerror(r->status));
 }
 
 /* Every completion reported, every pool unregistered: leave the loop. */

@@ -2,8 +2,11 @@
  * fsm/core.c - the transfer core: the container of transfer machines.
  *
  * It owns ids (live records and tombstones), the deadline heap, attempt
- * numbers and the action buffer, and runs the NEW and TOMBSTONED rows of the
- * transfer table itself; fsm/transfer.c runs the rest.
+ * numbers and the action buffer.  Every event goes through the transfer
+ * table's dispatcher (fsm/transfer.c); the core finds the id's state and
+ * hands the cell what it needs: the live record, or for the NEW and
+ * TOMBSTONED rows the id, the attempt and the tombstone (and for a
+ * pre-emptive cancel a tombstone hold it took first).
  *
  * What must stay true here:
  *  - I6/I11: every live transfer holds a tombstone slot from submit on, so
@@ -41,7 +44,7 @@ struct xfer_core {
     xfer_idmap live;      /* id -> slot */
     xfer_heap timers;     /* slot -> timer_ns */
     xfer_tomb tombs;
-    xfer_tctx ctx;        /* action buffer, trace, counters */
+    xfer_transfer_ctx ctx; /* action buffer, trace, counters */
     uint64_t last_now;
     uint32_t next_attempt;
     uint8_t shutting_down, shutdown_done;
@@ -159,6 +162,7 @@ int xfer_core_new(const xfer_core_config *cfg, xfer_core **out)
     core->cfg = c;
     core->ctx.cfg = &core->cfg;
     core->ctx.trace = c.trace;
+    core->ctx.tombs = &core->tombs;
     core->next_attempt = c.attempt_base;
     int rc = alloc_tables(core);
     if (rc) {
@@ -212,12 +216,8 @@ static void trace_input(xfer_core *core, uint64_t now, unsigned ev,
 static void note(xfer_core *core, uint64_t now, unsigned what, uint64_t id,
                  uint32_t attempt, uint16_t shard, int32_t err)
 {
-    if (!core->ctx.trace.fn)
-        return;
-    xfer_trace_rec rec = {.time_ns = now, .id = id, .attempt = attempt,
-                          .shard = shard, .error = err,
-                          .machine = XFER_MACHINE_NOTE, .event = (uint8_t)what};
-    xfer_util_emit(&core->ctx.trace, &core->ctx.seq, &rec);
+    xfer_step_note(&core->ctx.trace, &core->ctx.seq, now, what, id, attempt,
+                   shard, err);
 }
 
 static void drop_tomb(void *ud, const xfer_tomb_entry *e)
@@ -293,12 +293,25 @@ static void settle(xfer_core *core, xfer_transfer *t, uint64_t now,
     }
 }
 
-static void step(xfer_core *core, xfer_transfer *t, uint64_t now,
-                 unsigned ev, const xfer_shard_result *r)
+/* Run a step through the table; a step of a record then settles it. */
+static int step(xfer_core *core, xfer_transfer_step *e)
 {
     size_t first = core->ctx.nacts;
-    xfer_transfer_step(t, &core->ctx, now, ev, r);
-    settle(core, t, now, first);
+    int rc = xfer_transfer_dispatch(&core->ctx, e);
+    if (e->t)
+        settle(core, e->t, e->step.now_ns, first);
+    return rc;
+}
+
+/* A step of `event` on the live record t. */
+static void step_record(xfer_core *core, xfer_transfer *t, uint64_t now,
+                        unsigned event, const xfer_shard_result *r)
+{
+    xfer_transfer_step e = xfer_transfer_step_make(now, event, t->id);
+    e.t = t;
+    e.r = r;
+    e.attempt = t->attempt;
+    step(core, &e);
 }
 
 /* Room for one more step's actions (a fan-out of S ops, RELEASE_STAGING,
@@ -318,57 +331,46 @@ static xfer_transfer *find_live(const xfer_core *core, uint64_t id)
     return core->recs[slot];
 }
 
-static int submit_check(xfer_core *core, uint64_t now,
-                        const xfer_submit_args *a)
+/*
+ * The state of e->id for the step: its live record's (returned; the
+ * caller decides whether the step acts on it), TOMBSTONED with the
+ * tombstone's attempt and reason, or NEW.
+ */
+static inline xfer_transfer *locate(const xfer_core *core,
+                                    xfer_transfer_step *e)
 {
-    if (!a || a->id == 0 || a->nshards == 0 ||
-        a->nshards > core->cfg.max_shards || !a->slices)
-        return XFER_ERR_INVALID_ARG;
-    if (core->shutting_down)
-        return XFER_ERR_SHUTDOWN;
-    xfer_transfer *t = find_live(core, a->id);
+    xfer_transfer *t = find_live(core, e->id);
     if (t) {
-        xfer_transfer_trace_cell(&core->ctx, now, a->id, t->attempt,
-                                 XFER_SHARD_NONE, t->state, XFER_TRANSFER_EVENT_SUBMIT,
-                                 XFER_ERR_EXISTS);
-        return XFER_ERR_EXISTS;
+        e->step.from = t->state;
+        e->attempt = t->attempt;
+        return t;
     }
-    const xfer_tomb_entry *e = xfer_tomb_find(&core->tombs, a->id);
-    if (e) {
-        xfer_transfer_trace_cell(&core->ctx, now, a->id, e->attempt,
-                                 XFER_SHARD_NONE, XFER_TRANSFER_STATE_TOMBSTONED,
-                                 XFER_TRANSFER_EVENT_SUBMIT, XFER_ERR_CANCELLED);
-        note(core, now, XFER_NOTE_LATE_SUBMIT, a->id, e->attempt,
-             XFER_SHARD_NONE, XFER_ERR_CANCELLED);
-        core->st.late_submits++;
-        return XFER_ERR_CANCELLED;
+    const xfer_tomb_entry *te = xfer_tomb_find(&core->tombs, e->id);
+    if (te) {
+        e->step.from = XFER_TRANSFER_STATE_TOMBSTONED;
+        e->attempt = te->attempt;
+        e->tomb_reason = te->reason;
     }
-    if (core->live.n >= core->cfg.max_transfers)
-        return XFER_ERR_BUSY;
-    return 0;
+    return NULL;
 }
 
-int xfer_core_submit(xfer_core *core, uint64_t now_ns,
-                     const xfer_submit_args *a)
+static bool submit_args_ok(const xfer_core *core, const xfer_submit_args *a)
 {
-    if (!core)
-        return XFER_ERR_INVALID_ARG;
-    now_ns = clamp_now(core, now_ns);
-    uint64_t deadline = a && a->deadline_ns ? a->deadline_ns
-                                            : now_ns +
-                                                  core->cfg.default_deadline_ns;
-    if (a)
-        trace_input(core, now_ns, XFER_TRANSFER_EVENT_SUBMIT, a->id, a->nshards, NULL,
-                    deadline, (uint64_t)a->group << 32 | a->pool,
-                    a->user_data);
-    int rc = submit_check(core, now_ns, a);
-    if (rc)
-        return rc;
-    if (!room(core))
+    return a && a->id != 0 && a->nshards != 0 &&
+           a->nshards <= core->cfg.max_shards && a->slices;
+}
+
+/* NEW + SUBMIT: the record the submit creates, with its tombstone hold,
+ * or the error that refuses it (nothing recorded, nothing emitted but a
+ * TOMB_FULL note). */
+static int new_record(xfer_core *core, uint64_t now, const xfer_submit_args *a,
+                      uint64_t deadline, xfer_transfer **out)
+{
+    if (core->live.n >= core->cfg.max_transfers || !room(core))
         return XFER_ERR_BUSY;
-    if (xfer_tomb_hold(&core->tombs, now_ns)) {
+    if (xfer_tomb_hold(&core->tombs, now)) {
         core->st.tombstone_busy++;
-        note(core, now_ns, XFER_NOTE_TOMB_FULL, a->id, 0, XFER_SHARD_NONE,
+        note(core, now, XFER_NOTE_TOMB_FULL, a->id, 0, XFER_SHARD_NONE,
              XFER_ERR_BUSY);
         return XFER_ERR_BUSY;
     }
@@ -380,13 +382,43 @@ int xfer_core_submit(xfer_core *core, uint64_t now_ns,
     }
     if (++core->next_attempt == 0)
         core->next_attempt = 1;
-    xfer_transfer_init(t, a, core->next_attempt, now_ns, deadline);
+    xfer_transfer_init(t, a, core->next_attempt, now, deadline);
     t->slot = core->free_slots[--core->nfree];
     core->recs[t->slot] = t;
     xfer_idmap_put(&core->live, t->id, t->slot);
     core->st.submitted++;
-    step(core, t, now_ns, XFER_TRANSFER_EVENT_SUBMIT, NULL);
+    *out = t;
     return 0;
+}
+
+int xfer_core_submit(xfer_core *core, uint64_t now_ns,
+                     const xfer_submit_args *a)
+{
+    if (!core)
+        return XFER_ERR_INVALID_ARG;
+    now_ns = clamp_now(core, now_ns);
+    uint64_t deadline = a && a->deadline_ns
+                            ? a->deadline_ns
+                            : now_ns + core->cfg.default_deadline_ns;
+    if (a)
+        trace_input(core, now_ns, XFER_TRANSFER_EVENT_SUBMIT, a->id,
+                    a->nshards, NULL, deadline,
+                    (uint64_t)a->group << 32 | a->pool, a->user_data);
+    if (!submit_args_ok(core, a))
+        return XFER_ERR_INVALID_ARG;
+    if (core->shutting_down)
+        return XFER_ERR_SHUTDOWN;
+    xfer_transfer_step e =
+        xfer_transfer_step_make(now_ns, XFER_TRANSFER_EVENT_SUBMIT, a->id);
+    /* A live id's record is not the submit's: the step gets none. */
+    (void)locate(core, &e);
+    if (e.step.from != XFER_TRANSFER_STATE_NEW)
+        return step(core, &e); /* EXISTS, or CANCELLED (tombstoned) */
+    int rc = new_record(core, now_ns, a, deadline, &e.t);
+    if (rc)
+        return rc;
+    e.attempt = e.t->attempt;
+    return step(core, &e);
 }
 
 int xfer_core_cancel(xfer_core *core, uint64_t now_ns, uint64_t id)
@@ -398,51 +430,19 @@ int xfer_core_cancel(xfer_core *core, uint64_t now_ns, uint64_t id)
         return XFER_ERR_BUSY;
     trace_input(core, now_ns, XFER_TRANSFER_EVENT_USER_CANCEL, id, XFER_SHARD_NONE, NULL,
                 0, 0, 0);
-    xfer_transfer *t = find_live(core, id);
-    if (t) {
-        step(core, t, now_ns, XFER_TRANSFER_EVENT_USER_CANCEL, NULL);
-        return 0;
-    }
-    const xfer_tomb_entry *e = xfer_tomb_find(&core->tombs, id);
-    if (e) {
-        /* A repeated cancel gives the tombstone a full TTL from now. */
-        uint32_t att = e->attempt;
-        int rc = xfer_tomb_refresh(&core->tombs, now_ns, id, att, e->reason);
-        xfer_transfer_trace_cell(&core->ctx, now_ns, id, att,
-                                 XFER_SHARD_NONE, XFER_TRANSFER_STATE_TOMBSTONED,
-                                 XFER_TRANSFER_EVENT_USER_CANCEL, rc);
-        return rc;
-    }
-    if (xfer_tomb_insert(&core->tombs, now_ns, id, 0, XFER_PHASE_NONE)) {
+    xfer_transfer_step e =
+        xfer_transfer_step_make(now_ns, XFER_TRANSFER_EVENT_USER_CANCEL, id);
+    e.t = locate(core, &e);
+    if (e.step.from == XFER_TRANSFER_STATE_NEW &&
+        xfer_tomb_hold(&core->tombs, now_ns)) {
+        /* The pre-emptive tombstone has no room: refused before the
+         * table, so nothing of the id changes. */
         core->st.tombstone_busy++;
         note(core, now_ns, XFER_NOTE_TOMB_FULL, id, 0, XFER_SHARD_NONE,
              XFER_ERR_BUSY);
         return XFER_ERR_BUSY;
     }
-    xfer_transfer_trace_cell(&core->ctx, now_ns, id, 0, XFER_SHARD_NONE,
-                             XFER_TRANSFER_STATE_NEW, XFER_TRANSFER_EVENT_USER_CANCEL, 0);
-    note(core, now_ns, XFER_NOTE_PREEMPTIVE, id, 0, XFER_SHARD_NONE, 0);
-    return 0;
-}
-
-/* A result for an id that has no live record. */
-static void result_without_record(xfer_core *core, uint64_t now,
-                                  const xfer_shard_result *r, unsigned ev)
-{
-    const xfer_tomb_entry *e = xfer_tomb_find(&core->tombs, r->id);
-    unsigned state = e ? XFER_TRANSFER_STATE_TOMBSTONED : XFER_TRANSFER_STATE_NEW;
-    xfer_transfer_trace_cell(&core->ctx, now, r->id, r->attempt, r->shard,
-                             state, ev, r->status);
-    assert(xfer_fsm_verdict(XFER_MACHINE_TRANSFER, state, ev) != XFER_VERDICT_ILLEGAL);
-    if (e) {
-        core->st.late_replies++;
-        note(core, now, XFER_NOTE_LATE_REPLY, r->id, r->attempt, r->shard,
-             r->status);
-    } else {
-        core->st.unknown_replies++;
-        note(core, now, XFER_NOTE_UNKNOWN_REPLY, r->id, r->attempt,
-             r->shard, r->status);
-    }
+    return step(core, &e);
 }
 
 int xfer_core_on_result(xfer_core *core, uint64_t now_ns,
@@ -456,19 +456,20 @@ int xfer_core_on_result(xfer_core *core, uint64_t now_ns,
     unsigned ev = xfer_transfer_result_event(r);
     trace_input(core, now_ns, ev, r->id, r->shard, r, r->resv_id,
                 r->remote_addr, r->rkey);
-    xfer_transfer *t = find_live(core, r->id);
-    if (!t) {
-        result_without_record(core, now_ns, r, ev);
-        return 0;
-    }
-    if (!xfer_transfer_expects(t, r)) {
-        /* An older attempt's reply for a reused id, or a duplicate. */
-        core->st.late_replies++;
+    xfer_transfer_step e = xfer_transfer_step_make(now_ns, ev, r->id);
+    xfer_transfer *t = locate(core, &e);
+    if (t && !xfer_transfer_expects(t, r)) {
+        /* An older attempt's reply for a reused id, or a duplicate: not
+         * an event of the record, so it does not reach the table. */
+        core->ctx.late_replies++;
         note(core, now_ns, XFER_NOTE_LATE_REPLY, r->id, r->attempt,
              r->shard, r->status);
         return 0;
     }
-    step(core, t, now_ns, ev, r);
+    e.t = t;
+    e.r = r;
+    e.attempt = r->attempt;
+    step(core, &e);
     return 0;
 }
 
@@ -494,7 +495,7 @@ void xfer_core_on_timer(xfer_core *core, uint64_t now_ns)
                           : xfer_transfer_timer_event(t);
         t->timer_kind = XFER_TIMER_NONE;
         t->timer_ns = UINT64_MAX;
-        step(core, t, now_ns, ev, NULL);
+        step_record(core, t, now_ns, ev, NULL);
     }
 }
 
@@ -519,7 +520,7 @@ static void shutdown_one(xfer_core *core, xfer_transfer *t, uint64_t now)
         return;
     }
     /* COMPLETING defers, CANCELLING ignores: neither emits anything. */
-    step(core, t, now, XFER_TRANSFER_EVENT_SHUTDOWN, NULL);
+    step_record(core, t, now, XFER_TRANSFER_EVENT_SHUTDOWN, NULL);
 }
 
 void xfer_core_shutdown(xfer_core *core, uint64_t now_ns)
@@ -565,6 +566,9 @@ int xfer_core_stats_get_versioned(const xfer_core *core, uint32_t version,
     if (!core || !st)
         return XFER_ERR_INVALID_ARG;
     xfer_core_stats cur = core->st;
+    cur.late_submits = core->ctx.late_submits;
+    cur.late_replies = core->ctx.late_replies;
+    cur.unknown_replies = core->ctx.unknown_replies;
     cur.illegal = core->ctx.illegal;
     cur.cancel_retries = core->ctx.cancel_retries;
     cur.cancel_gave_up = core->ctx.cancel_gave_up;
@@ -608,7 +612,7 @@ bool xfer_core_view_versioned(const xfer_core *core, uint64_t id,
     v.deadline_ns = t->deadline_ns;
     v.pending = t->pending;
     for (unsigned k = 0; k < t->nshards; k++) {
-        const xfer_tshard *s = &t->shards[k];
+        const xfer_transfer_shard *s = &t->shards[k];
         v.shards[k] = (xfer_shard_view){s->resv, s->write, s->commit,
                                         s->cancel, s->cancel_attempts};
     }

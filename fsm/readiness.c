@@ -63,6 +63,7 @@
 #include <assert.h>
 #include <string.h>
 
+#include "step.h"
 #include "util.h"
 #include "xfer/core.h" /* XFER_RESV_NONE */
 
@@ -70,45 +71,47 @@
 #define TOMB_BATCH 256u  /* tombstones dropped per on_timer call */
 #define NO_SLOT UINT32_MAX
 
-/* One event on its way through the table. */
-typedef struct yev {
-    uint64_t now, id, resv_id;
+/* One event on its way through the table: a step of the readiness
+ * machine. */
+typedef struct ready_step {
+    xfer_step step; /* now, event, from, to (step.h) */
+    uint64_t id, resv_id;
     uint32_t attempt; /* the event's attempt (ready, ended); 0 if none */
     int32_t err;      /* take status, ended / give-up reason */
     uint16_t shard;
-    uint8_t event, state;
     uint32_t slot;         /* live record, or NO_SLOT */
     uint32_t tomb_attempt; /* the tombstone's attempt (tombstone states) */
     /* What the trace record shows (the record before it is freed). */
-    uint32_t t_attempt;
-    uint64_t t_ready, t_missing;
-} yev;
+    uint32_t shown_attempt;
+    uint64_t shown_ready, shown_missing;
+} ready_step;
 
-typedef void (*handler_fn)(xfer_readiness *r, yev *e);
+typedef int (*handler_fn)(xfer_readiness *r, ready_step *e);
 
 /* ---------------------------------------------------------------------- */
 /* Small helpers                                                           */
 /* ---------------------------------------------------------------------- */
 
-static xfer_readiness_rec *rec_of(xfer_readiness *r, const yev *e)
+static xfer_readiness_rec *rec_of(xfer_readiness *r, const ready_step *e)
 {
     assert(e->slot != NO_SLOT);
     return &r->recs[e->slot];
 }
 
-static void snap(const xfer_readiness *r, yev *e, const xfer_readiness_rec *rec)
+static void snap(const xfer_readiness *r, ready_step *e,
+                 const xfer_readiness_rec *rec)
 {
-    e->t_attempt = rec->attempt;
-    e->t_ready = rec->ready;
-    e->t_missing = r->full & ~rec->ready;
+    e->shown_attempt = rec->attempt;
+    e->shown_ready = rec->ready;
+    e->shown_missing = r->full & ~rec->ready;
 }
 
-static void ev_init(yev *e, uint64_t now, uint64_t id, unsigned event)
+static void ev_init(ready_step *e, uint64_t now, uint64_t id, unsigned event)
 {
     memset(e, 0, sizeof *e);
-    e->now = now;
+    e->step = xfer_step_make(XFER_MACHINE_READINESS, now,
+                             XFER_READY_STATE_NONE, event);
     e->id = id;
-    e->event = (uint8_t)event;
     e->shard = XFER_SHARD_NONE;
     e->slot = NO_SLOT;
 }
@@ -116,27 +119,27 @@ static void ev_init(yev *e, uint64_t now, uint64_t id, unsigned event)
 static void drop_tomb(void *ud, const xfer_tomb_entry *t);
 
 /* Find the id: a live record, a tombstone, or nothing (NONE). */
-static void find_state(const xfer_readiness *r, yev *e)
+static void find_state(const xfer_readiness *r, ready_step *e)
 {
     uint32_t slot;
     if (xfer_idmap_get(&r->live, e->id, &slot)) {
         e->slot = slot;
-        e->state = r->recs[slot].state;
+        e->step.from = r->recs[slot].state;
         snap(r, e, &r->recs[slot]);
         return;
     }
     const xfer_tomb_entry *t = xfer_tomb_find(&r->tombs, e->id);
-    e->state = t ? t->reason : XFER_READY_STATE_NONE;
+    e->step.from = t ? t->reason : XFER_READY_STATE_NONE;
     e->tomb_attempt = t ? t->attempt : 0;
-    e->t_attempt = t ? t->attempt : e->attempt;
+    e->shown_attempt = t ? t->attempt : e->attempt;
 }
 
 /* find_state() after dropping the tombstones due by now, so an expired
  * entry is never mistaken for a live one (xfer-check finding F1). */
-static void locate(xfer_readiness *r, yev *e)
+static void locate(xfer_readiness *r, ready_step *e)
 {
-    if (xfer_tomb_next_expiry(&r->tombs) <= e->now)
-        xfer_tomb_expire(&r->tombs, e->now, 0, drop_tomb, r);
+    if (xfer_tomb_next_expiry(&r->tombs) <= e->step.now_ns)
+        xfer_tomb_expire(&r->tombs, e->step.now_ns, 0, drop_tomb, r);
     find_state(r, e);
 }
 
@@ -165,14 +168,8 @@ static bool room_ok(const xfer_readiness *r)
 static void note(xfer_readiness *r, uint64_t now, unsigned what, uint64_t id,
                  uint32_t attempt, uint16_t shard, int32_t err)
 {
-    xfer_trace_rec rec = {.time_ns = now,
-                          .id = id,
-                          .attempt = attempt,
-                          .error = err,
-                          .shard = shard,
-                          .machine = XFER_MACHINE_NOTE,
-                          .event = (uint8_t)what};
-    xfer_util_emit(&r->cfg.trace, &r->seq, &rec);
+    xfer_step_note(&r->cfg.trace, &r->seq, now, what, id, attempt, shard,
+                   err);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -181,11 +178,12 @@ static void note(xfer_readiness *r, uint64_t now, unsigned what, uint64_t id,
 
 /* Turn the record into a tombstone of `state` (its hold becomes the
  * entry, so this never fails) and free its slot. */
-static void end_record(xfer_readiness *r, yev *e, uint8_t state)
+static void end_record(xfer_readiness *r, ready_step *e, uint8_t state)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
     snap(r, e, rec);
-    xfer_tomb_insert_held(&r->tombs, e->now, rec->id, rec->attempt, state);
+    xfer_tomb_insert_held(&r->tombs, e->step.now_ns, rec->id, rec->attempt,
+                          state);
     xfer_heap_remove(&r->deadlines, e->slot);
     xfer_idmap_del(&r->live, rec->id);
     memset(rec, 0, sizeof *rec);
@@ -193,7 +191,7 @@ static void end_record(xfer_readiness *r, yev *e, uint8_t state)
            r->cfg.nshards * sizeof(uint64_t));
     r->free_slots[r->nfree++] = e->slot;
     e->slot = NO_SLOT;
-    e->state = state;
+    e->step.to = state;
 }
 
 /* CANCEL to every shard of the group, with the reservation id where the
@@ -207,7 +205,8 @@ static void cancel_all(xfer_readiness *r, uint64_t id, uint32_t attempt,
                                                      : XFER_RESV_NONE);
 }
 
-static void report_unavailable(xfer_readiness *r, yev *e, int32_t reason)
+static void report_unavailable(xfer_readiness *r, ready_step *e,
+                               int32_t reason)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
     xfer_ready_action *a = push(r, XFER_READY_ACT_UNAVAILABLE, XFER_SHARD_NONE,
@@ -218,7 +217,7 @@ static void report_unavailable(xfer_readiness *r, yev *e, int32_t reason)
     end_record(r, e, XFER_READY_STATE_UNAVAILABLE);
 }
 
-static void report_available(xfer_readiness *r, yev *e)
+static void report_available(xfer_readiness *r, ready_step *e)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
     push(r, XFER_READY_ACT_AVAILABLE, XFER_SHARD_NONE, rec->attempt, rec->id,
@@ -229,7 +228,7 @@ static void report_available(xfer_readiness *r, yev *e)
 
 /* Every take answered but the record cannot be AVAILABLE: give back what
  * was taken (or may have been), cancel every shard, report UNAVAILABLE. */
-static void roll_back(xfer_readiness *r, yev *e)
+static void roll_back(xfer_readiness *r, ready_step *e)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
     const uint64_t *resv = xfer_readiness_resv_of(r, e->slot);
@@ -242,7 +241,8 @@ static void roll_back(xfer_readiness *r, yev *e)
 }
 
 /* Record a ready of the record's attempt; all S in: take every shard. */
-static void mark_ready(xfer_readiness *r, yev *e, xfer_readiness_rec *rec)
+static void mark_ready(xfer_readiness *r, ready_step *e,
+                       xfer_readiness_rec *rec)
 {
     uint64_t *resv = xfer_readiness_resv_of(r, e->slot);
     rec->ready |= xfer_readiness_bit(e->shard);
@@ -250,13 +250,13 @@ static void mark_ready(xfer_readiness *r, yev *e, xfer_readiness_rec *rec)
     if (rec->ready != r->full)
         return;
     rec->state = XFER_READY_STATE_TAKING;
-    e->state = XFER_READY_STATE_TAKING;
+    e->step.to = XFER_READY_STATE_TAKING;
     for (uint16_t k = 0; k < r->cfg.nshards; k++)
         push(r, XFER_READY_ACT_TAKE, k, rec->attempt, rec->id, resv[k]);
 }
 
 /* A ready the record cannot use: cancel that attempt's data on the shard. */
-static void answer_stale(xfer_readiness *r, const yev *e)
+static void answer_stale(xfer_readiness *r, const ready_step *e)
 {
     push(r, XFER_READY_ACT_CANCEL, e->shard, e->attempt, e->id, e->resv_id);
     r->st.late_ready++;
@@ -264,9 +264,9 @@ static void answer_stale(xfer_readiness *r, const yev *e)
 
 /* Does a give-up event concern the record?  A shard-ended event of another
  * attempt does not (I14). */
-static bool applies(const yev *e, const xfer_readiness_rec *rec)
+static bool applies(const ready_step *e, const xfer_readiness_rec *rec)
 {
-    return e->event != XFER_READY_EVENT_SHARD_ENDED || e->attempt == 0 ||
+    return e->step.event != XFER_READY_EVENT_SHARD_ENDED || e->attempt == 0 ||
            e->attempt == rec->attempt;
 }
 
@@ -275,24 +275,25 @@ static bool applies(const yev *e, const xfer_readiness_rec *rec)
 /* ---------------------------------------------------------------------- */
 
 /* NONE + READY.  The caller reserved e->slot and a tombstone hold. */
-static void h_first_ready(xfer_readiness *r, yev *e)
+static int h_first_ready(xfer_readiness *r, ready_step *e)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
     memset(rec, 0, sizeof *rec);
     rec->id = e->id;
     rec->attempt = e->attempt;
     rec->state = XFER_READY_STATE_WAITING;
-    rec->deadline_ns = e->now + r->cfg.deadline_ns < e->now
+    rec->deadline_ns = e->step.now_ns + r->cfg.deadline_ns < e->step.now_ns
                            ? UINT64_MAX - 1
-                           : e->now + r->cfg.deadline_ns;
+                           : e->step.now_ns + r->cfg.deadline_ns;
     xfer_idmap_put(&r->live, e->id, e->slot);
     xfer_heap_set(&r->deadlines, e->slot, rec->deadline_ns);
-    e->state = XFER_READY_STATE_WAITING;
+    e->step.to = XFER_READY_STATE_WAITING;
     mark_ready(r, e, rec);
+    return 0;
 }
 
 /* WAITING + READY. */
-static void h_ready(xfer_readiness *r, yev *e)
+static int h_ready(xfer_readiness *r, ready_step *e)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
     if (e->attempt != rec->attempt)
@@ -301,11 +302,12 @@ static void h_ready(xfer_readiness *r, yev *e)
         r->st.duplicate_ready++;
     else
         mark_ready(r, e, rec);
+    return 0;
 }
 
 /* TAKING / AVAILABLE + READY: nothing changes; another attempt's data is
  * cancelled on that shard. */
-static void h_stale_ready(xfer_readiness *r, yev *e)
+static int h_stale_ready(xfer_readiness *r, ready_step *e)
 {
     uint32_t attempt = e->slot != NO_SLOT ? rec_of(r, e)->attempt
                                           : e->tomb_attempt;
@@ -313,54 +315,62 @@ static void h_stale_ready(xfer_readiness *r, yev *e)
         answer_stale(r, e);
     else
         r->st.duplicate_ready++;
+    return 0;
 }
 
 /* UNAVAILABLE + READY: the id is over; cancel whatever the shard holds. */
-static void h_late_ready(xfer_readiness *r, yev *e)
+static int h_late_ready(xfer_readiness *r, ready_step *e)
 {
     answer_stale(r, e);
+    return 0;
 }
 
 /* UNAVAILABLE + CANCEL / SHARD_ENDED: the id is still wanted gone, so its
  * tombstone gets a full TTL from now (xfer-check finding F1: a repeated
  * consumer cancel must protect the id for a TTL after the last cancel).
  * At the cap the old entry keeps its expiry and the miss is noted. */
-static void h_refresh(xfer_readiness *r, yev *e)
+static int h_refresh(xfer_readiness *r, ready_step *e)
 {
-    if (xfer_tomb_refresh(&r->tombs, e->now, e->id, e->tomb_attempt,
+    if (xfer_tomb_refresh(&r->tombs, e->step.now_ns, e->id, e->tomb_attempt,
                           XFER_READY_STATE_UNAVAILABLE) != 0)
-        note(r, e->now, XFER_NOTE_TOMB_FULL, e->id, e->tomb_attempt,
+        note(r, e->step.now_ns, XFER_NOTE_TOMB_FULL, e->id, e->tomb_attempt,
              XFER_SHARD_NONE, XFER_ERR_BUSY);
+    return 0;
 }
 
-/* NONE + CANCEL / SHARD_ENDED.  The caller reserved a tombstone hold. */
-static void h_preempt(xfer_readiness *r, yev *e)
+/* NONE + CANCEL / SHARD_ENDED.  The caller reserved a tombstone hold.
+ * The PREEMPTIVE note follows the step's record. */
+static int h_preempt(xfer_readiness *r, ready_step *e)
 {
-    xfer_tomb_insert_held(&r->tombs, e->now, e->id, e->attempt,
+    xfer_tomb_insert_held(&r->tombs, e->step.now_ns, e->id, e->attempt,
                           XFER_READY_STATE_UNAVAILABLE);
     cancel_all(r, e->id, e->attempt, 0, NULL);
     r->st.preemptive++;
-    e->state = XFER_READY_STATE_UNAVAILABLE;
+    e->step.to = XFER_READY_STATE_UNAVAILABLE;
+    xfer_step_note_after(&e->step, XFER_NOTE_PREEMPTIVE, e->err);
+    return 0;
 }
 
 /* WAITING + CANCEL / SHARD_ENDED / DEADLINE. */
-static void h_give_up(xfer_readiness *r, yev *e)
+static int h_give_up(xfer_readiness *r, ready_step *e)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
     if (!applies(e, rec))
-        return;
+        return 0;
     cancel_all(r, rec->id, rec->attempt, rec->ready,
                xfer_readiness_resv_of(r, e->slot));
     report_unavailable(r, e, e->err);
+    return 0;
 }
 
 /* TAKING + CANCEL / SHARD_ENDED / DEADLINE: acted on when every take
  * answered. */
-static void h_defer_give_up(xfer_readiness *r, yev *e)
+static int h_defer_give_up(xfer_readiness *r, ready_step *e)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
     if (applies(e, rec) && rec->deferred == 0)
         rec->deferred = e->err;
+    return 0;
 }
 
 /* Did a failed take surely leave the shard's data unpinned?  Only the
@@ -376,10 +386,10 @@ static bool take_surely_refused(int32_t status)
 
 /* TAKING + TAKE_OK / TAKE_FAIL.  The caller checked the take is
  * outstanding. */
-static void h_take_result(xfer_readiness *r, yev *e)
+static int h_take_result(xfer_readiness *r, ready_step *e)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
-    if (e->event == XFER_READY_EVENT_TAKE_OK) {
+    if (e->step.event == XFER_READY_EVENT_TAKE_OK) {
         rec->take_ok |= xfer_readiness_bit(e->shard);
     } else {
         rec->take_fail |= xfer_readiness_bit(e->shard);
@@ -388,83 +398,90 @@ static void h_take_result(xfer_readiness *r, yev *e)
         r->st.take_failed++;
     }
     if ((rec->take_ok | rec->take_fail) != r->full)
-        return;
+        return 0;
     if (rec->take_fail == 0 && rec->deferred == 0)
         report_available(r, e);
     else
         roll_back(r, e);
+    return 0;
 }
 
 /* AVAILABLE / UNAVAILABLE + TOMB_EXPIRE: the tombstone table already
  * dropped the entry. */
-static void h_drop(xfer_readiness *r, yev *e)
+static int h_drop(xfer_readiness *r, ready_step *e)
 {
-    e->state = XFER_READY_STATE_NONE;
+    e->step.to = XFER_READY_STATE_NONE;
+    return 0;
 }
 
-#define h_none NULL
+/* Cells that absorb an event without acting on it, and ILLEGAL ones
+ * (whose handler the dispatcher never calls). */
+static int h_none(xfer_readiness *r, ready_step *e)
+{
+    return 0;
+}
 
 typedef struct cell {
     uint8_t verdict;
     handler_fn fn;
+    const char *name;
 } cell;
 
 static const cell table[XFER_READY_STATE_COUNT_][XFER_READY_EVENT_COUNT_] = {
-#define C_(s, e, v, h) [XFER_READY_STATE_##s][XFER_READY_EVENT_##e] = {XFER_VERDICT_##v, h_##h},
+#define C_(s, e, v, h)                                                        \
+    [XFER_READY_STATE_##s][XFER_READY_EVENT_##e] = {XFER_VERDICT_##v, h_##h,  \
+                                                    #h},
     XFER_READY_TABLE(C_)
 #undef C_
 };
+
+bool xfer_readiness_cell(unsigned state, unsigned event, xfer_step_cell *out)
+{
+    if (state >= XFER_READY_STATE_COUNT_ || event >= XFER_READY_EVENT_COUNT_)
+        return false;
+    const cell *c = &table[state][event];
+    *out = (xfer_step_cell){c->verdict, c->fn ? c->name : NULL};
+    return true;
+}
 
 /* ---------------------------------------------------------------------- */
 /* Dispatch                                                                */
 /* ---------------------------------------------------------------------- */
 
-static void trace_step(xfer_readiness *r, const yev *e, unsigned old,
-                       unsigned verdict, int32_t err)
+/* The step's record shows the record as the step left it (or as it was
+ * before the step freed it: snap()). */
+static void trace_step(xfer_readiness *r, const ready_step *e, int rc)
 {
+    if (!r->cfg.trace.fn)
+        return;
     xfer_trace_rec rec = {
-        .time_ns = e->now,
         .id = e->id,
         .arg0 = e->resv_id,
-        .arg1 = e->t_ready,
-        .arg2 = e->t_missing,
-        .attempt = e->t_attempt,
-        .error = err,
+        .arg1 = e->shown_ready,
+        .arg2 = e->shown_missing,
+        .attempt = e->shown_attempt,
+        .error = rc ? rc : e->err,
         .shard = e->shard,
-        .machine = XFER_MACHINE_READINESS,
-        .old_state = (uint8_t)old,
-        .event = e->event,
-        .new_state = e->state,
-        .verdict = (uint8_t)verdict,
     };
-    xfer_util_emit(&r->cfg.trace, &r->seq, &rec);
+    xfer_step_emit(&r->cfg.trace, &r->seq, &e->step, &rec);
 }
 
-/* Run one event through the table: count the cell, run its handler, check
- * the edge, trace the step.  0, or XFER_ERR_STATE for an ILLEGAL cell. */
-static int dispatch(xfer_readiness *r, yev *e)
+/* Run one event through the table (step.h): count the cell, run its
+ * handler, check the edge, trace the step.  0, or XFER_ERR_STATE for an
+ * ILLEGAL cell. */
+static int dispatch(xfer_readiness *r, ready_step *e)
 {
-    unsigned old = e->state;
-    assert(old < XFER_READY_STATE_COUNT_ && e->event < XFER_READY_EVENT_COUNT_);
-    const cell *c = &table[old][e->event];
-    r->cells_hit[old][e->event]++;
-    int rc = 0;
-    if (c->verdict == XFER_VERDICT_ILLEGAL) {
-        /* Peer input is filtered before dispatch: this is a bug. */
-        r->st.illegal++;
-        assert(!"illegal readiness transition");
-        rc = XFER_ERR_STATE;
-    } else if (c->fn) {
-        c->fn(r, e);
-    }
+    unsigned from = e->step.from, ev = e->step.event;
+    assert(from < XFER_READY_STATE_COUNT_ && ev < XFER_READY_EVENT_COUNT_);
+    const cell *c = &table[from][ev];
+    int rc = XFER_ERR_STATE;
+    if (xfer_step_enter(&e->step, c->verdict, &r->cells_hit[from][ev],
+                        &r->st.illegal))
+        rc = c->fn(r, e);
     if (e->slot != NO_SLOT)
         snap(r, e, &r->recs[e->slot]);
-    if (e->state != old &&
-        !xfer_fsm_edge_ok(XFER_MACHINE_READINESS, old, e->event, e->state)) {
-        r->st.illegal++;
-        assert(!"undeclared readiness edge");
-    }
-    trace_step(r, e, old, c->verdict, rc ? rc : e->err);
+    xfer_step_leave(&e->step, &r->st.illegal);
+    trace_step(r, e, rc);
     return rc;
 }
 
@@ -472,10 +489,10 @@ static int dispatch(xfer_readiness *r, yev *e)
 static void drop_tomb(void *ud, const xfer_tomb_entry *t)
 {
     xfer_readiness *r = ud;
-    yev e;
+    ready_step e;
     ev_init(&e, r->tombs.last_now, t->id, XFER_READY_EVENT_TOMB_EXPIRE);
-    e.state = t->reason;
-    e.attempt = e.tomb_attempt = e.t_attempt = t->attempt;
+    e.step.from = t->reason;
+    e.attempt = e.tomb_attempt = e.shown_attempt = t->attempt;
     dispatch(r, &e);
 }
 
@@ -607,11 +624,11 @@ void xfer_readiness_del(xfer_readiness *r)
 
 /* A ready for an id with neither record nor tombstone: find a slot and a
  * tombstone hold for the record it will create. */
-static int new_record_room(xfer_readiness *r, yev *e)
+static int new_record_room(xfer_readiness *r, ready_step *e)
 {
     if (r->nfree == 0)
         return XFER_ERR_BUSY;
-    int rc = tomb_room(r, e->now, e->id);
+    int rc = tomb_room(r, e->step.now_ns, e->id);
     if (rc)
         return rc;
     e->slot = r->free_slots[--r->nfree];
@@ -627,13 +644,13 @@ int xfer_readiness_on_ready(xfer_readiness *r, uint64_t now_ns, uint64_t id,
         return XFER_ERR_INVALID_ARG;
     if (!room_ok(r))
         return XFER_ERR_BUSY;
-    yev e;
+    ready_step e;
     ev_init(&e, now_ns, id, XFER_READY_EVENT_READY);
     e.attempt = attempt;
     e.shard = shard;
     e.resv_id = resv_id;
     locate(r, &e);
-    if (e.state == XFER_READY_STATE_NONE) {
+    if (e.step.from == XFER_READY_STATE_NONE) {
         int rc = new_record_room(r, &e);
         if (rc)
             return rc;
@@ -643,17 +660,18 @@ int xfer_readiness_on_ready(xfer_readiness *r, uint64_t now_ns, uint64_t id,
 
 /* Is this take result one the record waits for?  Peer input: an answer,
  * never an assert. */
-static int take_expected(xfer_readiness *r, const yev *e)
+static int take_expected(xfer_readiness *r, const ready_step *e)
 {
-    if (e->state == XFER_READY_STATE_NONE) {
-        note(r, e->now, XFER_NOTE_UNKNOWN_REPLY, e->id, 0, e->shard, e->err);
+    if (e->step.from == XFER_READY_STATE_NONE) {
+        note(r, e->step.now_ns, XFER_NOTE_UNKNOWN_REPLY, e->id, 0, e->shard,
+             e->err);
         return XFER_ERR_NOT_FOUND;
     }
-    if (e->state != XFER_READY_STATE_TAKING ||
+    if (e->step.from != XFER_READY_STATE_TAKING ||
         ((r->recs[e->slot].take_ok | r->recs[e->slot].take_fail) &
          xfer_readiness_bit(e->shard))) {
-        note(r, e->now, XFER_NOTE_LATE_REPLY, e->id, e->t_attempt, e->shard,
-             e->err);
+        note(r, e->step.now_ns, XFER_NOTE_LATE_REPLY, e->id, e->shown_attempt,
+             e->shard, e->err);
         return XFER_ERR_STATE;
     }
     return 0;
@@ -666,7 +684,7 @@ int xfer_readiness_on_take_result(xfer_readiness *r, uint64_t now_ns,
         return XFER_ERR_INVALID_ARG;
     if (!room_ok(r))
         return XFER_ERR_BUSY;
-    yev e;
+    ready_step e;
     ev_init(&e, now_ns, id,
             status == 0 ? XFER_READY_EVENT_TAKE_OK : XFER_READY_EVENT_TAKE_FAIL);
     e.shard = shard;
@@ -680,17 +698,14 @@ int xfer_readiness_on_take_result(xfer_readiness *r, uint64_t now_ns,
 }
 
 /* CANCEL or SHARD_ENDED: an unknown id needs a tombstone slot first. */
-static int give_up_input(xfer_readiness *r, yev *e)
+static int give_up_input(xfer_readiness *r, ready_step *e)
 {
     locate(r, e);
-    if (e->state != XFER_READY_STATE_NONE)
+    if (e->step.from != XFER_READY_STATE_NONE)
         return dispatch(r, e);
-    int rc = tomb_room(r, e->now, e->id);
+    int rc = tomb_room(r, e->step.now_ns, e->id);
     if (!rc)
         rc = dispatch(r, e);
-    if (!rc)
-        note(r, e->now, XFER_NOTE_PREEMPTIVE, e->id, e->attempt, e->shard,
-             e->err);
     return rc;
 }
 
@@ -703,7 +718,7 @@ int xfer_readiness_on_shard_ended(xfer_readiness *r, uint64_t now_ns,
         return XFER_ERR_INVALID_ARG;
     if (!room_ok(r))
         return XFER_ERR_BUSY;
-    yev e;
+    ready_step e;
     ev_init(&e, now_ns, id, XFER_READY_EVENT_SHARD_ENDED);
     e.attempt = attempt;
     e.shard = shard;
@@ -717,7 +732,7 @@ int xfer_readiness_cancel(xfer_readiness *r, uint64_t now_ns, uint64_t id)
         return XFER_ERR_INVALID_ARG;
     if (!room_ok(r))
         return XFER_ERR_BUSY;
-    yev e;
+    ready_step e;
     ev_init(&e, now_ns, id, XFER_READY_EVENT_CANCEL);
     e.err = XFER_ERR_CANCELLED;
     return give_up_input(r, &e);
@@ -734,7 +749,7 @@ void xfer_readiness_on_timer(xfer_readiness *r, uint64_t now_ns)
         if (!xfer_heap_peek(&r->deadlines, &slot, &due) || due > now_ns)
             break;
         xfer_heap_remove(&r->deadlines, slot);
-        yev e;
+        ready_step e;
         ev_init(&e, now_ns, r->recs[slot].id, XFER_READY_EVENT_DEADLINE);
         e.err = XFER_ERR_TIMEOUT;
         locate(r, &e);
@@ -795,8 +810,8 @@ xfer_ready_state xfer_readiness_state(const xfer_readiness *r, uint64_t id)
 {
     if (!r || id == 0)
         return XFER_READY_STATE_NONE;
-    yev e;
+    ready_step e;
     ev_init(&e, 0, id, XFER_READY_EVENT_READY);
     find_state(r, &e);
-    return (xfer_ready_state)e.state;
+    return (xfer_ready_state)e.step.from;
 }

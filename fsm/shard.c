@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "step.h"
 #include "util.h"
 #include "xfer/core.h"
 
@@ -53,11 +54,12 @@ static const size_t stats_lens[] = {sizeof(xfer_shard_stats)};
 #define EVENT_SLACK 16u
 #define RNG_SEED 0x7866657273686172ull /* "xfershar" */
 
-/* One event on one id, with what the call carried and what it returns. */
-typedef struct op {
-    uint64_t now, id, resv_id, off; /* off: write offset or region addr */
+/* One event on one id (a step of the reservation machine), with what the
+ * call carried and what it returns. */
+typedef struct resv_step {
+    xfer_step step; /* now, event, from, to (step.h) */
+    uint64_t id, resv_id, off; /* off: write offset or region addr */
     uint32_t attempt, len;
-    uint8_t event, from, to;
     bool has_attempt, has_resv, has_region;
     xfer_shard_resv *rec; /* the live record, or NULL */
     uint32_t slot;
@@ -65,14 +67,22 @@ typedef struct op {
     uint8_t **dst;
     const uint8_t **data;
     uint32_t *data_len;
-} op;
+} resv_step;
+
+/* A step of `event` at now on the reservation machine; lookup() finds the
+ * state it starts from. */
+static xfer_step step_of(uint64_t now, unsigned event)
+{
+    return xfer_step_make(XFER_MACHINE_RESERVATION, now, XFER_RESV_STATE_NONE,
+                          event);
+}
 
 /* ---------------------------------------------------------------------- */
 /* Small helpers                                                           */
 /* ---------------------------------------------------------------------- */
 
 /* The call names another attempt or reservation than the record's. */
-static bool mismatch(const op *o)
+static bool mismatch(const resv_step *o)
 {
     return o->rec && ((o->has_attempt && o->attempt != o->rec->attempt) ||
                       (o->has_resv && o->resv_id != o->rec->resv_id));
@@ -113,14 +123,14 @@ static uint64_t lease_deadline(const xfer_shard *s, uint64_t now)
 }
 
 /* Find the state of o->id and fill what the call did not carry. */
-static void lookup(xfer_shard *s, op *o)
+static void lookup(xfer_shard *s, resv_step *o)
 {
     uint32_t slot;
     o->rec = NULL;
     if (xfer_idmap_get(&s->ids, o->id, &slot)) {
         o->rec = &s->recs[slot];
         o->slot = slot;
-        o->from = o->rec->state;
+        o->step.from = o->rec->state;
         if (!o->has_attempt)
             o->attempt = o->rec->attempt;
         if (!o->has_region) {
@@ -130,14 +140,14 @@ static void lookup(xfer_shard *s, op *o)
         return;
     }
     const xfer_tomb_entry *e = xfer_tomb_find(&s->tombs, o->id);
-    o->from = e ? e->reason : XFER_RESV_STATE_NONE;
+    o->step.from = e ? e->reason : XFER_RESV_STATE_NONE;
     if (e && !o->has_attempt)
         o->attempt = e->attempt;
 }
 
 /* End a live record: free its region, stop its lease, tombstone it with
  * `reason`, and emit `kind` unless it is negative. */
-static void end_record(xfer_shard *s, op *o, uint8_t reason, int kind)
+static void end_record(xfer_shard *s, resv_step *o, uint8_t reason, int kind)
 {
     xfer_shard_resv *r = o->rec;
     assert(r && r->writes == 0);
@@ -146,21 +156,22 @@ static void end_record(xfer_shard *s, op *o, uint8_t reason, int kind)
     xfer_pool_free(&s->pool, r->off, r->len);
     xfer_heap_remove(&s->leases, o->slot);
     xfer_idmap_del(&s->ids, r->id);
-    xfer_tomb_insert_held(&s->tombs, o->now, r->id, r->attempt, reason);
+    xfer_tomb_insert_held(&s->tombs, o->step.now_ns, r->id, r->attempt,
+                          reason);
     memset(r, 0, sizeof *r);
     s->free_slots[s->nfree++] = o->slot;
     s->live--;
     o->rec = NULL;
-    o->to = reason;
+    o->step.to = reason;
 }
 
 /* ---------------------------------------------------------------------- */
 /* Handlers, one per handler token of XFER_RESV_TABLE                      */
 /* ---------------------------------------------------------------------- */
 
-typedef int (*handler_fn)(xfer_shard *s, op *o);
+typedef int (*handler_fn)(xfer_shard *s, resv_step *o);
 
-static void give_info(op *o, const xfer_shard_resv *r)
+static void give_info(resv_step *o, const xfer_shard_resv *r)
 {
     *o->info = (xfer_resv_info){.resv_id = r->resv_id, .addr = r->off,
                                 .len = r->len};
@@ -169,11 +180,11 @@ static void give_info(op *o, const xfer_shard_resv *r)
 }
 
 /* NONE + RESERVE: a tombstone hold, a region and a lease, or nothing. */
-static int h_reserve(xfer_shard *s, op *o)
+static int h_reserve(xfer_shard *s, resv_step *o)
 {
     uint64_t off;
     if (s->live >= s->cfg.max_reservations ||
-        xfer_tomb_hold(&s->tombs, o->now) != 0)
+        xfer_tomb_hold(&s->tombs, o->step.now_ns) != 0)
         return XFER_ERR_BUSY;
     if (xfer_pool_alloc(&s->pool, o->len, &off) != 0) {
         xfer_tomb_unhold(&s->tombs);
@@ -182,30 +193,31 @@ static int h_reserve(xfer_shard *s, op *o)
     uint32_t slot = s->free_slots[--s->nfree];
     xfer_shard_resv *r = &s->recs[slot];
     *r = (xfer_shard_resv){.id = o->id, .resv_id = draw_resv_id(s),
-                           .off = off, .created_ns = o->now,
+                           .off = off, .created_ns = o->step.now_ns,
                            .attempt = o->attempt, .len = o->len,
                            .state = XFER_RESV_STATE_RESERVED};
     xfer_idmap_put(&s->ids, r->id, slot);
-    xfer_heap_set(&s->leases, slot, lease_deadline(s, o->now));
+    xfer_heap_set(&s->leases, slot, lease_deadline(s, o->step.now_ns));
     s->live++;
     s->st.reserves++;
     o->rec = r;
     o->slot = slot;
-    o->to = XFER_RESV_STATE_RESERVED;
+    o->step.to = XFER_RESV_STATE_RESERVED;
     give_info(o, r);
     return 0;
 }
 
 /* Refusals: the error says why (stale, unknown, cancelled, expired, or not
  * in a state that allows it). */
-static int h_refuse(xfer_shard *s, op *o)
+static int h_refuse(xfer_shard *s, resv_step *o)
 {
     if (mismatch(o))
         return XFER_ERR_STALE;
-    if (o->event == XFER_RESV_EVENT_RESERVE) /* held, or tombstoned in any way */
-        return xfer_shard_is_tomb(o->from) ? XFER_ERR_CANCELLED
-                                           : XFER_ERR_STATE;
-    switch ((xfer_resv_state)o->from) {
+    /* A reserve of an id held, or tombstoned in any way. */
+    if (o->step.event == XFER_RESV_EVENT_RESERVE)
+        return xfer_shard_is_tomb(o->step.from) ? XFER_ERR_CANCELLED
+                                                : XFER_ERR_STATE;
+    switch ((xfer_resv_state)o->step.from) {
     case XFER_RESV_STATE_NONE:
         return XFER_ERR_NOT_FOUND;
     case XFER_RESV_STATE_CANCEL_PENDING:
@@ -227,19 +239,19 @@ static int h_refuse(xfer_shard *s, op *o)
 
 /* NONE + CANCEL: a pre-emptive (id, attempt) tombstone, so a later reserve
  * for the id is refused (I7). */
-static int h_preempt(xfer_shard *s, op *o)
+static int h_preempt(xfer_shard *s, resv_step *o)
 {
-    if (xfer_tomb_insert(&s->tombs, o->now, o->id, o->attempt,
+    if (xfer_tomb_insert(&s->tombs, o->step.now_ns, o->id, o->attempt,
                          XFER_RESV_STATE_CANCELLED) != 0)
         return XFER_ERR_BUSY;
     s->st.cancels++;
-    o->to = XFER_RESV_STATE_CANCELLED;
+    o->step.to = XFER_RESV_STATE_CANCELLED;
     return 0;
 }
 
 /* RESERVED/WRITING + RESERVE: the same request again gets the same answer;
  * another attempt, or another length, is not the same request. */
-static int h_reserve_again(xfer_shard *s, op *o)
+static int h_reserve_again(xfer_shard *s, resv_step *o)
 {
     if (mismatch(o))
         return XFER_ERR_STALE;
@@ -249,7 +261,7 @@ static int h_reserve_again(xfer_shard *s, op *o)
     return 0;
 }
 
-static int h_write_begin(xfer_shard *s, op *o)
+static int h_write_begin(xfer_shard *s, resv_step *o)
 {
     xfer_shard_resv *r = o->rec;
     if (mismatch(o))
@@ -260,27 +272,27 @@ static int h_write_begin(xfer_shard *s, op *o)
         return XFER_ERR_BUSY;
     r->writes++;
     r->state = XFER_RESV_STATE_WRITING;
-    o->to = XFER_RESV_STATE_WRITING;
+    o->step.to = XFER_RESV_STATE_WRITING;
     *o->dst = s->mem + r->off + o->off;
     s->st.writes++;
     return 0;
 }
 
-static int h_commit(xfer_shard *s, op *o)
+static int h_commit(xfer_shard *s, resv_step *o)
 {
     if (mismatch(o))
         return XFER_ERR_STALE;
     if (!ev_room(s))
         return XFER_ERR_BUSY;
     o->rec->state = XFER_RESV_STATE_READY;
-    o->to = XFER_RESV_STATE_READY;
+    o->step.to = XFER_RESV_STATE_READY;
     push_event(s, XFER_SHARD_EV_READY, o->rec);
     s->st.commits++;
     return 0;
 }
 
 /* RESERVED/READY + CANCEL: nothing can land, free now. */
-static int h_free_cancelled(xfer_shard *s, op *o)
+static int h_free_cancelled(xfer_shard *s, resv_step *o)
 {
     if (mismatch(o))
         return XFER_ERR_STALE;
@@ -292,27 +304,27 @@ static int h_free_cancelled(xfer_shard *s, op *o)
 }
 
 /* RESERVED/READY + LEASE_EXPIRE (the caller made room for the event). */
-static int h_free_expired(xfer_shard *s, op *o)
+static int h_free_expired(xfer_shard *s, resv_step *o)
 {
     end_record(s, o, XFER_RESV_STATE_EXPIRED, XFER_SHARD_EV_EXPIRED);
     s->st.expiries++;
     return 0;
 }
 
-static int h_write_end(xfer_shard *s, op *o)
+static int h_write_end(xfer_shard *s, resv_step *o)
 {
     xfer_shard_resv *r = o->rec;
     assert(r->writes > 0);
     if (--r->writes == 0) {
         r->state = XFER_RESV_STATE_RESERVED;
-        o->to = XFER_RESV_STATE_RESERVED;
+        o->step.to = XFER_RESV_STATE_RESERVED;
     }
     return 0;
 }
 
 /* WRITING + CANCEL: a write may still land, so free when the last one
  * ends; keep an event slot for that moment. */
-static int h_defer_cancel(xfer_shard *s, op *o)
+static int h_defer_cancel(xfer_shard *s, resv_step *o)
 {
     if (mismatch(o))
         return XFER_ERR_STALE;
@@ -320,42 +332,42 @@ static int h_defer_cancel(xfer_shard *s, op *o)
         return XFER_ERR_BUSY;
     s->ev_reserved++;
     o->rec->state = XFER_RESV_STATE_CANCEL_PENDING;
-    o->to = XFER_RESV_STATE_CANCEL_PENDING;
+    o->step.to = XFER_RESV_STATE_CANCEL_PENDING;
     s->st.cancels++;
     return 0;
 }
 
-static int h_defer_expire(xfer_shard *s, op *o)
+static int h_defer_expire(xfer_shard *s, resv_step *o)
 {
     s->ev_reserved++;
     o->rec->state = XFER_RESV_STATE_EXPIRE_PENDING;
-    o->to = XFER_RESV_STATE_EXPIRE_PENDING;
+    o->step.to = XFER_RESV_STATE_EXPIRE_PENDING;
     s->st.expiries++;
     return 0;
 }
 
 /* A repeat of something already done (commit in READY/TAKEN, cancel of a
  * record already cancelled or expiring). */
-static int h_ack(xfer_shard *s, op *o)
+static int h_ack(xfer_shard *s, resv_step *o)
 {
     return mismatch(o) ? XFER_ERR_STALE : 0;
 }
 
-static int h_take(xfer_shard *s, op *o)
+static int h_take(xfer_shard *s, resv_step *o)
 {
     xfer_shard_resv *r = o->rec;
     if (mismatch(o))
         return XFER_ERR_STALE;
     xfer_heap_remove(&s->leases, o->slot); /* TAKEN has no lease */
     r->state = XFER_RESV_STATE_TAKEN;
-    o->to = XFER_RESV_STATE_TAKEN;
+    o->step.to = XFER_RESV_STATE_TAKEN;
     *o->data = s->mem + r->off;
     *o->data_len = r->len;
     s->st.takes++;
     return 0;
 }
 
-static int h_release(xfer_shard *s, op *o)
+static int h_release(xfer_shard *s, resv_step *o)
 {
     if (mismatch(o))
         return XFER_ERR_STALE;
@@ -365,10 +377,10 @@ static int h_release(xfer_shard *s, op *o)
 }
 
 /* A write ends in CANCEL_PENDING / EXPIRE_PENDING: the last one frees. */
-static int h_write_end_pending(xfer_shard *s, op *o)
+static int h_write_end_pending(xfer_shard *s, resv_step *o)
 {
     xfer_shard_resv *r = o->rec;
-    bool cancelled = o->from == XFER_RESV_STATE_CANCEL_PENDING;
+    bool cancelled = o->step.from == XFER_RESV_STATE_CANCEL_PENDING;
     assert(r->writes > 0 && s->ev_reserved > 0);
     if (--r->writes == 0) {
         s->ev_reserved--;
@@ -381,37 +393,51 @@ static int h_write_end_pending(xfer_shard *s, op *o)
 }
 
 /* A tombstone outlived its TTL (the tomb table already dropped it). */
-static int h_drop(xfer_shard *s, op *o)
+static int h_drop(xfer_shard *s, resv_step *o)
 {
-    o->to = XFER_RESV_STATE_NONE;
+    o->step.to = XFER_RESV_STATE_NONE;
     return 0;
 }
 
-#define h_none NULL
+/* Cells that absorb an event without acting on it, and ILLEGAL ones
+ * (whose handler the dispatcher never calls). */
+static int h_none(xfer_shard *s, resv_step *o)
+{
+    return 0;
+}
 
 typedef struct cell {
     uint8_t verdict;
     handler_fn fn;
+    const char *name;
 } cell;
 
 static const cell table[XFER_RESV_STATE_COUNT_][XFER_RESV_EVENT_COUNT_] = {
-#define C_(st, ev, v, h) [XFER_RESV_STATE_##st][XFER_RESV_EVENT_##ev] = {XFER_VERDICT_##v, h_##h},
+#define C_(st, ev, v, h)                                                      \
+    [XFER_RESV_STATE_##st][XFER_RESV_EVENT_##ev] = {XFER_VERDICT_##v, h_##h, \
+                                                    #h},
     XFER_RESV_TABLE(C_)
 #undef C_
 };
+
+bool xfer_shard_cell(unsigned state, unsigned event, xfer_step_cell *out)
+{
+    if (state >= XFER_RESV_STATE_COUNT_ || event >= XFER_RESV_EVENT_COUNT_)
+        return false;
+    const cell *c = &table[state][event];
+    *out = (xfer_step_cell){c->verdict, c->fn ? c->name : NULL};
+    return true;
+}
 
 /* ---------------------------------------------------------------------- */
 /* Dispatch                                                                */
 /* ---------------------------------------------------------------------- */
 
-static void trace_step(xfer_shard *s, const op *o, unsigned verdict, int rc)
+static void trace_step(xfer_shard *s, const resv_step *o, int rc)
 {
-    if (!s->cfg.trace.fn) {
-        s->seq++;
+    if (!s->cfg.trace.fn)
         return;
-    }
     xfer_trace_rec rec = {
-        .time_ns = o->now,
         .id = o->id,
         .arg0 = o->resv_id,
         .arg1 = o->off,
@@ -419,36 +445,24 @@ static void trace_step(xfer_shard *s, const op *o, unsigned verdict, int rc)
         .attempt = o->attempt,
         .error = rc,
         .shard = s->cfg.shard_index,
-        .machine = XFER_MACHINE_RESERVATION,
-        .old_state = o->from,
-        .event = o->event,
-        .new_state = o->to,
-        .verdict = (uint8_t)verdict,
     };
-    xfer_util_emit(&s->cfg.trace, &s->seq, &rec);
+    xfer_step_emit(&s->cfg.trace, &s->seq, &o->step, &rec);
 }
 
-static int dispatch(xfer_shard *s, op *o)
+/* Run one event through the table (step.h): count the cell, run its
+ * handler, check the edge, trace the step.  Returns the handler's answer,
+ * or XFER_ERR_STATE for an ILLEGAL cell. */
+static int dispatch(xfer_shard *s, resv_step *o)
 {
-    assert(o->from < XFER_RESV_STATE_COUNT_ && o->event < XFER_RESV_EVENT_COUNT_);
-    const cell *c = &table[o->from][o->event];
-    int rc = 0;
-    o->to = o->from;
-    s->cells_hit[o->from][o->event]++;
-    if (c->verdict == XFER_VERDICT_ILLEGAL) {
-        /* A bug here or in a transport: peer input is filtered before. */
-        s->st.illegal++;
-        assert(!"illegal reservation cell");
-        rc = XFER_ERR_STATE;
-    } else if (c->fn) {
+    unsigned from = o->step.from, ev = o->step.event;
+    assert(from < XFER_RESV_STATE_COUNT_ && ev < XFER_RESV_EVENT_COUNT_);
+    const cell *c = &table[from][ev];
+    int rc = XFER_ERR_STATE;
+    if (xfer_step_enter(&o->step, c->verdict, &s->cells_hit[from][ev],
+                        &s->st.illegal))
         rc = c->fn(s, o);
-    }
-    if (o->to != o->from &&
-        !xfer_fsm_edge_ok(XFER_MACHINE_RESERVATION, o->from, o->event, o->to)) {
-        s->st.illegal++;
-        assert(!"undeclared reservation edge");
-    }
-    trace_step(s, o, c->verdict, rc);
+    xfer_step_leave(&o->step, &s->st.illegal);
+    trace_step(s, o, rc);
     return rc;
 }
 
@@ -462,7 +476,7 @@ static int counted(xfer_shard *s, int rc)
     return rc;
 }
 
-static int run(xfer_shard *s, op *o)
+static int run(xfer_shard *s, resv_step *o)
 {
     lookup(s, o);
     return counted(s, dispatch(s, o));
@@ -476,8 +490,10 @@ typedef struct drop_ctx {
 static void on_tomb_drop(void *ud, const xfer_tomb_entry *e)
 {
     drop_ctx *d = ud;
-    op o = {.now = d->now, .id = e->id, .attempt = e->attempt,
-            .event = XFER_RESV_EVENT_TOMB_EXPIRE, .from = e->reason};
+    resv_step o = {.step = xfer_step_make(XFER_MACHINE_RESERVATION, d->now,
+                                        e->reason,
+                                        XFER_RESV_EVENT_TOMB_EXPIRE),
+                   .id = e->id, .attempt = e->attempt};
     dispatch(d->s, &o);
 }
 
@@ -504,8 +520,8 @@ static void fire_leases(xfer_shard *s, uint64_t now)
     while (ev_room(s) && xfer_heap_peek(&s->leases, &slot, &dl) &&
            dl <= now) {
         xfer_heap_remove(&s->leases, slot);
-        op o = {.now = now, .id = s->recs[slot].id,
-                .event = XFER_RESV_EVENT_LEASE_EXPIRE};
+        resv_step o = {.step = step_of(now, XFER_RESV_EVENT_LEASE_EXPIRE),
+                       .id = s->recs[slot].id};
         lookup(s, &o);
         dispatch(s, &o);
     }
@@ -521,9 +537,9 @@ int xfer_shard_reserve(xfer_shard *s, uint64_t now_ns, uint64_t id,
     if (!s || id == 0 || !info)
         return XFER_ERR_INVALID_ARG;
     make_tomb_room(s, now_ns);
-    op o = {.now = now_ns, .id = id, .attempt = attempt, .len = len,
-            .event = XFER_RESV_EVENT_RESERVE, .has_attempt = true,
-            .has_region = true, .info = info};
+    resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_RESERVE), .id = id,
+                   .attempt = attempt, .len = len, .has_attempt = true,
+                   .has_region = true, .info = info};
     return run(s, &o);
 }
 
@@ -533,10 +549,10 @@ int xfer_shard_write_begin(xfer_shard *s, uint64_t now_ns, uint64_t id,
 {
     if (!s || id == 0 || !dst)
         return XFER_ERR_INVALID_ARG;
-    op o = {.now = now_ns, .id = id, .resv_id = resv_id, .off = off,
-            .attempt = attempt, .len = len, .event = XFER_RESV_EVENT_WRITE_BEGIN,
-            .has_attempt = true, .has_resv = true, .has_region = true,
-            .dst = dst};
+    resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_WRITE_BEGIN),
+                   .id = id, .resv_id = resv_id, .off = off,
+                   .attempt = attempt, .len = len, .has_attempt = true,
+                   .has_resv = true, .has_region = true, .dst = dst};
     return run(s, &o);
 }
 
@@ -545,8 +561,9 @@ int xfer_shard_write_end(xfer_shard *s, uint64_t now_ns, uint64_t id,
 {
     if (!s || id == 0)
         return XFER_ERR_INVALID_ARG;
-    op o = {.now = now_ns, .id = id, .resv_id = resv_id, .has_resv = true,
-            .event = ok ? XFER_RESV_EVENT_WRITE_END_OK : XFER_RESV_EVENT_WRITE_END_FAIL};
+    resv_step o = {.step = step_of(now_ns, ok ? XFER_RESV_EVENT_WRITE_END_OK
+                                            : XFER_RESV_EVENT_WRITE_END_FAIL),
+                   .id = id, .resv_id = resv_id, .has_resv = true};
     lookup(s, &o);
     /* Only a write actually in flight may reach the table: the
      * write-end cells of states without writes are ILLEGAL. */
@@ -579,8 +596,9 @@ int xfer_shard_commit(xfer_shard *s, uint64_t now_ns, uint64_t id,
 {
     if (!s || id == 0)
         return XFER_ERR_INVALID_ARG;
-    op o = {.now = now_ns, .id = id, .resv_id = resv_id, .attempt = attempt,
-            .event = XFER_RESV_EVENT_COMMIT, .has_attempt = true, .has_resv = true};
+    resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_COMMIT), .id = id,
+                   .resv_id = resv_id, .attempt = attempt,
+                   .has_attempt = true, .has_resv = true};
     return run(s, &o);
 }
 
@@ -592,9 +610,10 @@ int xfer_shard_cancel(xfer_shard *s, uint64_t now_ns, uint64_t id,
     make_tomb_room(s, now_ns);
     /* Attempt 0 is never a producer attempt: it is the consumer
      * scheduler's cancel of the id, whatever attempt holds it. */
-    op o = {.now = now_ns, .id = id, .resv_id = resv_id, .attempt = attempt,
-            .event = XFER_RESV_EVENT_CANCEL, .has_attempt = attempt != 0,
-            .has_resv = resv_id != XFER_RESV_NONE};
+    resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_CANCEL), .id = id,
+                   .resv_id = resv_id, .attempt = attempt,
+                   .has_attempt = attempt != 0,
+                   .has_resv = resv_id != XFER_RESV_NONE};
     return run(s, &o);
 }
 
@@ -603,9 +622,9 @@ int xfer_shard_take(xfer_shard *s, uint64_t now_ns, uint64_t id,
 {
     if (!s || id == 0 || !data || !len)
         return XFER_ERR_INVALID_ARG;
-    op o = {.now = now_ns, .id = id, .resv_id = resv_id,
-            .event = XFER_RESV_EVENT_TAKE, .has_resv = true, .data = data,
-            .data_len = len};
+    resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_TAKE), .id = id,
+                   .resv_id = resv_id, .has_resv = true, .data = data,
+                   .data_len = len};
     return run(s, &o);
 }
 
@@ -614,8 +633,8 @@ int xfer_shard_release(xfer_shard *s, uint64_t now_ns, uint64_t id,
 {
     if (!s || id == 0)
         return XFER_ERR_INVALID_ARG;
-    op o = {.now = now_ns, .id = id, .resv_id = resv_id,
-            .event = XFER_RESV_EVENT_RELEASE, .has_resv = true};
+    resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_RELEASE), .id = id,
+                   .resv_id = resv_id, .has_resv = true};
     return run(s, &o);
 }
 

@@ -2,14 +2,17 @@
  * fsm/tables.c - read-only views of the three machine tables of
  * xfer/fsm.h: names, verdicts, handler names and the Graphviz diagram.
  *
- * Everything here is generated from the X-macro tables; the dispatchers in
- * transfer.c, shard.c and readiness.c expand the same tables, so what the
- * tools show is what the code does.  The diagram is assembled by plain
- * string appends (no stdio: fsm/ is pure), measuring the whole text as
- * snprintf would so a caller can size its buffer.
+ * Names and edges are generated from the X-macro lists; verdicts and
+ * handler names are read from the dispatch tables that transfer.c,
+ * shard.c and readiness.c run (step.h), so what the tools show is what
+ * the code does, and a cell whose dispatcher holds no function shows
+ * "(missing)".  The diagram is assembled by plain string appends (no
+ * stdio: fsm/ is pure), measuring the whole text as snprintf would so a
+ * caller can size its buffer.
  */
 #include <string.h>
 
+#include "step.h"
 #include "xfer/fsm.h"
 #include "xfer/trace.h"
 
@@ -46,11 +49,6 @@ static const char *const ready_events[] = {
 #undef E_
 };
 
-typedef struct cell {
-    unsigned char verdict;
-    const char *handler;
-} cell;
-
 /* Every (state, event) pair exactly once: the static assertions below fail
  * the build when a table has more or fewer cells than states x events, and
  * -Woverride-init (in -Wextra) warns about a pair listed twice in these
@@ -68,41 +66,24 @@ _Static_assert(0 XFER_READY_TABLE(ONE_) ==
                "readiness table: not one cell per (state, event)");
 #undef ONE_
 
-static const cell transfer_cells[XFER_TRANSFER_STATE_COUNT_][XFER_TRANSFER_EVENT_COUNT_] = {
-#define C_(s, e, v, h)                                                        \
-    [XFER_TRANSFER_STATE_##s][XFER_TRANSFER_EVENT_##e] = {XFER_VERDICT_##v, STR_(h)},
-    XFER_TRANSFER_TABLE(C_)
-#undef C_
-};
-static const cell resv_cells[XFER_RESV_STATE_COUNT_][XFER_RESV_EVENT_COUNT_] = {
-#define C_(s, e, v, h)                                                        \
-    [XFER_RESV_STATE_##s][XFER_RESV_EVENT_##e] = {XFER_VERDICT_##v, STR_(h)},
-    XFER_RESV_TABLE(C_)
-#undef C_
-};
-static const cell ready_cells[XFER_READY_STATE_COUNT_][XFER_READY_EVENT_COUNT_] = {
-#define C_(s, e, v, h)                                                        \
-    [XFER_READY_STATE_##s][XFER_READY_EVENT_##e] = {XFER_VERDICT_##v, STR_(h)},
-    XFER_READY_TABLE(C_)
-#undef C_
-};
-
 typedef struct machine_desc {
-    const char *name;
     unsigned nstates, nevents;
     const char *const *states;
     const char *const *events;
-    const cell *cells; /* nstates x nevents, row-major */
+    /* the machine's dispatch table (step.h) */
+    bool (*cell)(unsigned state, unsigned event, xfer_step_cell *out);
 } machine_desc;
 
 static const machine_desc machines[] = {
-    [XFER_MACHINE_TRANSFER] = {"transfer", XFER_TRANSFER_STATE_COUNT_, XFER_TRANSFER_EVENT_COUNT_,
-                         transfer_states, transfer_events,
-                         &transfer_cells[0][0]},
-    [XFER_MACHINE_RESERVATION] = {"reservation", XFER_RESV_STATE_COUNT_, XFER_RESV_EVENT_COUNT_,
-                            resv_states, resv_events, &resv_cells[0][0]},
-    [XFER_MACHINE_READINESS] = {"readiness", XFER_READY_STATE_COUNT_, XFER_READY_EVENT_COUNT_,
-                          ready_states, ready_events, &ready_cells[0][0]},
+    [XFER_MACHINE_TRANSFER] = {XFER_TRANSFER_STATE_COUNT_,
+                               XFER_TRANSFER_EVENT_COUNT_, transfer_states,
+                               transfer_events, xfer_transfer_cell},
+    [XFER_MACHINE_RESERVATION] = {XFER_RESV_STATE_COUNT_,
+                                  XFER_RESV_EVENT_COUNT_, resv_states,
+                                  resv_events, xfer_shard_cell},
+    [XFER_MACHINE_READINESS] = {XFER_READY_STATE_COUNT_,
+                                XFER_READY_EVENT_COUNT_, ready_states,
+                                ready_events, xfer_readiness_cell},
 };
 
 static const machine_desc *desc(unsigned machine)
@@ -134,25 +115,28 @@ const char *xfer_fsm_event_name(unsigned machine, unsigned event)
     return d && event < d->nevents ? d->events[event] : "?";
 }
 
-static const cell *cell_at(unsigned machine, unsigned state, unsigned event)
+/* The cell as the machine's dispatcher holds it; false out of range. */
+static bool cell_at(unsigned machine, unsigned state, unsigned event,
+                    xfer_step_cell *out)
 {
     const machine_desc *d = desc(machine);
-    if (!d || state >= d->nstates || event >= d->nevents)
-        return NULL;
-    return &d->cells[state * d->nevents + event];
+    return d && d->cell(state, event, out);
 }
 
 unsigned xfer_fsm_verdict(unsigned machine, unsigned state, unsigned event)
 {
-    const cell *c = cell_at(machine, state, event);
-    return c && c->handler ? c->verdict : XFER_VERDICT_ILLEGAL;
+    xfer_step_cell c;
+    return cell_at(machine, state, event, &c) && c.handler
+               ? c.verdict
+               : XFER_VERDICT_ILLEGAL;
 }
 
 const char *xfer_fsm_handler_name(unsigned machine, unsigned state,
                                   unsigned event)
 {
-    const cell *c = cell_at(machine, state, event);
-    return c && c->handler ? c->handler : "(missing)";
+    xfer_step_cell c;
+    return cell_at(machine, state, event, &c) && c.handler ? c.handler
+                                                           : "(missing)";
 }
 
 /* The text being built: buf holds at most len bytes; at counts every byte
@@ -245,7 +229,7 @@ int xfer_fsm_dot(unsigned machine, char *buf, size_t len)
     size_t ng;
     const edge *g = edges_of(machine, &ng);
     put(&t, "digraph ");
-    put(&t, d->name);
+    put(&t, xfer_machine_name(machine));
     put(&t, " {\n  rankdir=LR;\n  node [shape=box];\n");
     for (unsigned s = 0; s < d->nstates; s++) {
         put(&t, "  ");
@@ -259,8 +243,9 @@ int xfer_fsm_dot(unsigned machine, char *buf, size_t len)
                  d->events[g[i].event]);
     for (unsigned s = 0; s < d->nstates; s++) {
         for (unsigned e = 0; e < d->nevents; e++) {
-            const cell *c = &d->cells[s * d->nevents + e];
-            if (!c->handler || c->verdict == XFER_VERDICT_ILLEGAL)
+            xfer_step_cell c;
+            if (!d->cell(s, e, &c) || !c.handler ||
+                c.verdict == XFER_VERDICT_ILLEGAL)
                 continue;
             put_edge(&t, d->states[s], d->states[s], "style=dashed,",
                      d->events[e]);
@@ -270,28 +255,4 @@ int xfer_fsm_dot(unsigned machine, char *buf, size_t len)
     if (len)
         buf[t.at < len ? t.at : len - 1] = '\0';
     return (int)t.at;
-}
-
-static const char *const machine_names[] = {
-    "transfer", "reservation", "readiness", "input", "action", "note",
-    "config"};
-static const char *const verdict_names[] = {"TRANSITION", "IGNORE", "DEFER",
-                                            "ILLEGAL"};
-static const char *const note_names[] = {
-    "LATE_SUBMIT",     "LATE_REPLY",  "TOMB_EXPIRED",   "TOMB_FULL",
-    "CANCEL_GAVE_UP",  "PREEMPTIVE",  "UNKNOWN_REPLY"};
-
-const char *xfer_machine_name(unsigned m)
-{
-    return m < XFER_MACHINE_COUNT_ ? machine_names[m] : "?";
-}
-
-const char *xfer_verdict_name(unsigned v)
-{
-    return v < XFER_VERDICT_COUNT_ ? verdict_names[v] : "?";
-}
-
-const char *xfer_note_name(unsigned n)
-{
-    return n < XFER_NOTE_COUNT_ ? note_names[n] : "?";
 }

@@ -19,9 +19,11 @@
  *  - I12: the result names shards by the rule written at xfer_result in
  *    xfer/core.h: failed ops, and after a deadline every shard it waited
  *    on; first_failed_shard is NONE only when failed_shards is 0.
- *
- * The rows NEW and TOMBSTONED belong to the container (fsm/core.c), which
- * owns ids and tombstones; their handlers here are NULL except `submit`.
+ *  - Every cell runs through xfer_transfer_dispatch() and a handler named
+ *    by its token (step.h), the rows NEW and TOMBSTONED included: the
+ *    container (fsm/core.c) owns ids and tombstones and hands those rows
+ *    the id, the attempt and the tombstone instead of a record; their
+ *    handlers count, note, refuse, or make and refresh the tombstone.
  */
 #include "transfer.h"
 
@@ -30,8 +32,7 @@
 
 #include "util.h"
 
-typedef void (*handler_fn)(xfer_transfer *t, xfer_tctx *c, uint64_t now,
-                           unsigned ev, const xfer_shard_result *r);
+typedef int (*handler_fn)(xfer_transfer_ctx *c, xfer_transfer_step *e);
 
 /* ---------------------------------------------------------------------- */
 /* Small helpers                                                           */
@@ -39,7 +40,8 @@ typedef void (*handler_fn)(xfer_transfer *t, xfer_tctx *c, uint64_t now,
 
 size_t xfer_transfer_size(unsigned nshards)
 {
-    return sizeof(xfer_transfer) + (size_t)nshards * sizeof(xfer_tshard);
+    return sizeof(xfer_transfer) +
+           (size_t)nshards * sizeof(xfer_transfer_shard);
 }
 
 void xfer_transfer_init(xfer_transfer *t, const xfer_submit_args *a,
@@ -64,8 +66,8 @@ void xfer_transfer_init(xfer_transfer *t, const xfer_submit_args *a,
     }
 }
 
-static xfer_action *push(xfer_tctx *c, const xfer_transfer *t, uint8_t kind,
-                         uint16_t shard)
+static xfer_action *push(xfer_transfer_ctx *c, const xfer_transfer *t,
+                         uint8_t kind, uint16_t shard)
 {
     assert(c->nacts < c->cap);
     xfer_action *a = &c->acts[c->nacts++];
@@ -79,10 +81,10 @@ static xfer_action *push(xfer_tctx *c, const xfer_transfer *t, uint8_t kind,
     return a;
 }
 
-static void send_op(xfer_tctx *c, const xfer_transfer *t, uint8_t kind,
+static void send_op(xfer_transfer_ctx *c, const xfer_transfer *t, uint8_t kind,
                     uint16_t k)
 {
-    const xfer_tshard *s = &t->shards[k];
+    const xfer_transfer_shard *s = &t->shards[k];
     xfer_action *a = push(c, t, kind, k);
     a->len = s->len;
     a->resv_id = s->resv == XFER_SUB_OK ? s->resv_id : XFER_RESV_NONE;
@@ -93,7 +95,7 @@ static void send_op(xfer_tctx *c, const xfer_transfer *t, uint8_t kind,
     }
 }
 
-static void abort_op(xfer_tctx *c, const xfer_transfer *t, uint8_t op,
+static void abort_op(xfer_transfer_ctx *c, const xfer_transfer *t, uint8_t op,
                      uint16_t k)
 {
     xfer_action *a = push(c, t, XFER_ACT_ABORT, k);
@@ -148,15 +150,12 @@ static uint16_t first_named(const xfer_transfer *t)
     return XFER_SHARD_NONE;
 }
 
-static void trace_note(xfer_tctx *c, uint64_t now, const xfer_transfer *t,
-                       uint16_t shard, unsigned what, int32_t err)
+static void trace_note(xfer_transfer_ctx *c, uint64_t now,
+                       const xfer_transfer *t, uint16_t shard, unsigned what,
+                       int32_t err)
 {
-    if (!c->trace.fn)
-        return;
-    xfer_trace_rec rec = {.time_ns = now, .id = t->id, .attempt = t->attempt,
-                          .shard = shard, .error = err,
-                          .machine = XFER_MACHINE_NOTE, .event = (uint8_t)what};
-    xfer_util_emit(&c->trace, &c->seq, &rec);
+    xfer_step_note(&c->trace, &c->seq, now, what, t->id, t->attempt, shard,
+                   err);
 }
 
 static void set_timer(xfer_transfer *t, uint8_t kind, uint64_t at)
@@ -174,7 +173,7 @@ static bool failed(const xfer_transfer *t)
 /* Phase entries                                                           */
 /* ---------------------------------------------------------------------- */
 
-static void finish(xfer_transfer *t, xfer_tctx *c)
+static void finish(xfer_transfer *t, xfer_transfer_ctx *c)
 {
     push(c, t, XFER_ACT_RELEASE_STAGING, XFER_SHARD_NONE);
     xfer_action *a = push(c, t, XFER_ACT_COMPLETE, XFER_SHARD_NONE);
@@ -194,11 +193,12 @@ static void finish(xfer_transfer *t, xfer_tctx *c)
 }
 
 /* Send the cancels of one round to every shard whose cancel is `from`. */
-static uint16_t send_cancels(xfer_transfer *t, xfer_tctx *c, uint8_t from)
+static uint16_t send_cancels(xfer_transfer *t, xfer_transfer_ctx *c,
+                             uint8_t from)
 {
     uint16_t n = 0;
     for (uint16_t k = 0; k < t->nshards; k++) {
-        xfer_tshard *s = &t->shards[k];
+        xfer_transfer_shard *s = &t->shards[k];
         if (s->resv == XFER_SUB_NONE || s->cancel != from)
             continue;
         s->cancel = XFER_SUB_PENDING;
@@ -209,7 +209,8 @@ static uint16_t send_cancels(xfer_transfer *t, xfer_tctx *c, uint8_t from)
     return n;
 }
 
-static void enter_cancelling(xfer_transfer *t, xfer_tctx *c, uint64_t now)
+static void enter_cancelling(xfer_transfer *t, xfer_transfer_ctx *c,
+                             uint64_t now)
 {
     assert(t->pending == 0);
     t->state = XFER_TRANSFER_STATE_CANCELLING;
@@ -221,7 +222,7 @@ static void enter_cancelling(xfer_transfer *t, xfer_tctx *c, uint64_t now)
     set_timer(t, XFER_TIMER_DEADLINE, now + c->cfg->cancel_op_timeout_ns);
 }
 
-static void enter_phase(xfer_transfer *t, xfer_tctx *c, uint8_t state,
+static void enter_phase(xfer_transfer *t, xfer_transfer_ctx *c, uint8_t state,
                         uint8_t kind)
 {
     t->state = state;
@@ -236,7 +237,7 @@ static void enter_phase(xfer_transfer *t, xfer_tctx *c, uint8_t state,
 }
 
 /* Called when the last op of RESERVING or WRITING answered. */
-static void phase_drained(xfer_transfer *t, xfer_tctx *c, uint64_t now)
+static void phase_drained(xfer_transfer *t, xfer_transfer_ctx *c, uint64_t now)
 {
     if (failed(t) || t->stopping) {
         enter_cancelling(t, c, now);
@@ -249,12 +250,13 @@ static void phase_drained(xfer_transfer *t, xfer_tctx *c, uint64_t now)
 }
 
 /* ---------------------------------------------------------------------- */
-/* Handlers, one per handler token of XFER_TRANSFER_TABLE                  */
+/* Handlers of the record rows, one per handler token                      */
 /* ---------------------------------------------------------------------- */
 
-static void h_submit(xfer_transfer *t, xfer_tctx *c, uint64_t now,
-                     unsigned ev, const xfer_shard_result *r)
+/* NEW + SUBMIT: the container made the record; send every reserve. */
+static int h_submit(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
+    xfer_transfer *t = e->t;
     t->state = XFER_TRANSFER_STATE_RESERVING;
     for (uint16_t k = 0; k < t->nshards; k++) {
         t->shards[k].resv = XFER_SUB_PENDING;
@@ -262,13 +264,15 @@ static void h_submit(xfer_transfer *t, xfer_tctx *c, uint64_t now,
     }
     t->pending = t->nshards;
     set_timer(t, XFER_TIMER_DEADLINE, t->deadline_ns);
+    return 0;
 }
 
-static void h_reserve_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
-                             unsigned ev, const xfer_shard_result *r)
+static int h_reserve_result(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
-    xfer_tshard *s = &t->shards[r->shard];
-    if (ev == XFER_TRANSFER_EVENT_RESERVE_OK) {
+    xfer_transfer *t = e->t;
+    const xfer_shard_result *r = e->r;
+    xfer_transfer_shard *s = &t->shards[r->shard];
+    if (e->step.event == XFER_TRANSFER_EVENT_RESERVE_OK) {
         s->resv = XFER_SUB_OK;
         s->resv_id = r->resv_id;
         s->remote_addr = r->remote_addr;
@@ -278,28 +282,32 @@ static void h_reserve_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
         note_failure(t, r->shard, r->status, XFER_PHASE_RESERVING);
     }
     if (--t->pending == 0)
-        phase_drained(t, c, now);
+        phase_drained(t, c, e->step.now_ns);
+    return 0;
 }
 
-static void h_write_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
-                           unsigned ev, const xfer_shard_result *r)
+static int h_write_result(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
-    xfer_tshard *s = &t->shards[r->shard];
-    if (ev == XFER_TRANSFER_EVENT_WRITE_OK) {
+    xfer_transfer *t = e->t;
+    const xfer_shard_result *r = e->r;
+    xfer_transfer_shard *s = &t->shards[r->shard];
+    if (e->step.event == XFER_TRANSFER_EVENT_WRITE_OK) {
         s->write = XFER_SUB_OK;
     } else {
         s->write = XFER_SUB_FAILED;
         note_failure(t, r->shard, r->status, XFER_PHASE_WRITING);
     }
     if (--t->pending == 0)
-        phase_drained(t, c, now);
+        phase_drained(t, c, e->step.now_ns);
+    return 0;
 }
 
-static void h_commit_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
-                            unsigned ev, const xfer_shard_result *r)
+static int h_commit_result(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
-    xfer_tshard *s = &t->shards[r->shard];
-    if (ev == XFER_TRANSFER_EVENT_COMMIT_OK) {
+    xfer_transfer *t = e->t;
+    const xfer_shard_result *r = e->r;
+    xfer_transfer_shard *s = &t->shards[r->shard];
+    if (e->step.event == XFER_TRANSFER_EVENT_COMMIT_OK) {
         s->commit = XFER_SUB_OK;
     } else {
         /* A commit whose reply failed may still have been applied. */
@@ -308,7 +316,7 @@ static void h_commit_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
         note_failure(t, r->shard, r->status, XFER_PHASE_COMPLETING);
     }
     if (--t->pending != 0)
-        return;
+        return 0;
     bool all_acked = true;
     for (uint16_t k = 0; k < t->nshards; k++)
         all_acked = all_acked && t->shards[k].commit == XFER_SUB_OK;
@@ -317,9 +325,10 @@ static void h_commit_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
         t->status = 0;
         t->failed_shards = 0;
         finish(t, c);
-        return;
+        return 0;
     }
-    enter_cancelling(t, c, now);
+    enter_cancelling(t, c, e->step.now_ns);
+    return 0;
 }
 
 static int32_t stop_status(unsigned ev)
@@ -351,7 +360,7 @@ static uint8_t phase_of(uint8_t state)
 /* The op of shard k that the current phase waits for, or XFER_OP_COUNT_. */
 static uint8_t pending_op(const xfer_transfer *t, uint16_t k)
 {
-    const xfer_tshard *s = &t->shards[k];
+    const xfer_transfer_shard *s = &t->shards[k];
     if (t->state == XFER_TRANSFER_STATE_RESERVING && s->resv == XFER_SUB_PENDING)
         return XFER_OP_RESERVE;
     if (t->state == XFER_TRANSFER_STATE_WRITING && s->write == XFER_SUB_PENDING)
@@ -365,11 +374,12 @@ static uint8_t pending_op(const xfer_transfer *t, uint16_t k)
 /* User cancel, deadline or shutdown while ops of a phase are in flight:
  * start nothing new, abort what is in flight, leave when all answered.  A
  * deadline names every shard it aborts: those held the transfer up. */
-static void h_stop(xfer_transfer *t, xfer_tctx *c, uint64_t now, unsigned ev,
-                   const xfer_shard_result *r)
+static int h_stop(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
+    xfer_transfer *t = e->t;
+    unsigned ev = e->step.event;
     if (t->stopping)
-        return;
+        return 0;
     t->stopping = 1;
     if (!failed(t)) {
         t->status = stop_status(ev);
@@ -384,21 +394,25 @@ static void h_stop(xfer_transfer *t, xfer_tctx *c, uint64_t now, unsigned ev,
             name_shard(t, k);
     }
     set_timer(t, XFER_TIMER_NONE, 0);
+    return 0;
 }
 
 /* COMPLETING: a user cancel or shutdown starts nothing; if every commit is
  * acked the transfer still succeeds (docs/design.md, section 2.1). */
-static void h_defer_stop(xfer_transfer *t, xfer_tctx *c, uint64_t now,
-                         unsigned ev, const xfer_shard_result *r)
+static int h_defer_stop(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
-    t->stop_deferred = 1;
+    e->t->stop_deferred = 1;
+    return 0;
 }
 
-static void h_cancel_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
-                            unsigned ev, const xfer_shard_result *r)
+static int h_cancel_result(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
-    xfer_tshard *s = &t->shards[r->shard];
-    bool done = ev == XFER_TRANSFER_EVENT_CANCEL_OK || r->status == XFER_ERR_CANCELLED ||
+    xfer_transfer *t = e->t;
+    const xfer_shard_result *r = e->r;
+    uint64_t now = e->step.now_ns;
+    xfer_transfer_shard *s = &t->shards[r->shard];
+    bool done = e->step.event == XFER_TRANSFER_EVENT_CANCEL_OK ||
+                r->status == XFER_ERR_CANCELLED ||
                 r->status == XFER_ERR_STALE || r->status == XFER_ERR_STATE;
     if (done) {
         /* CANCELLED: already tombstoned there; STALE: the shard holds only
@@ -416,59 +430,132 @@ static void h_cancel_result(xfer_transfer *t, xfer_tctx *c, uint64_t now,
         trace_note(c, now, t, r->shard, XFER_NOTE_CANCEL_GAVE_UP, r->status);
     }
     if (--t->pending != 0)
-        return;
+        return 0;
     bool retry = false;
     for (uint16_t k = 0; k < t->nshards; k++)
         retry = retry || t->shards[k].cancel == XFER_SUB_FAILED;
     if (!retry) {
         finish(t, c);
-        return;
+        return 0;
     }
     uint64_t backoff = c->cfg->cancel_backoff_ns << (t->cancel_round < 20
                                                          ? t->cancel_round
                                                          : 20);
     t->cancel_round++;
     set_timer(t, XFER_TIMER_RETRY, now + backoff);
+    return 0;
 }
 
-static void h_cancel_retry(xfer_transfer *t, xfer_tctx *c, uint64_t now,
-                           unsigned ev, const xfer_shard_result *r)
+static int h_cancel_retry(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
+    xfer_transfer *t = e->t;
     t->pending = send_cancels(t, c, XFER_SUB_FAILED);
     c->cancel_retries += t->pending;
     assert(t->pending > 0);
-    set_timer(t, XFER_TIMER_DEADLINE, now + c->cfg->cancel_op_timeout_ns);
+    set_timer(t, XFER_TIMER_DEADLINE,
+              e->step.now_ns + c->cfg->cancel_op_timeout_ns);
+    return 0;
 }
 
 /* A cancel round took too long: abort the cancels still in flight; their
  * results (ABORTED) then count as failed attempts. */
-static void h_cancel_timeout(xfer_transfer *t, xfer_tctx *c, uint64_t now,
-                             unsigned ev, const xfer_shard_result *r)
+static int h_cancel_timeout(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
+    xfer_transfer *t = e->t;
     for (uint16_t k = 0; k < t->nshards; k++)
         if (t->shards[k].cancel == XFER_SUB_PENDING)
             abort_op(c, t, XFER_OP_CANCEL, k);
     set_timer(t, XFER_TIMER_NONE, 0);
+    return 0;
 }
 
-/* Container rows (fsm/core.c) and cells without a handler. */
-#define h_none NULL
-#define h_unknown_reply NULL
-#define h_preempt NULL
-#define h_live_submit NULL
-#define h_late_submit NULL
-#define h_late_reply NULL
+/* ---------------------------------------------------------------------- */
+/* Handlers of the rows without a record (the container's ids)             */
+/* ---------------------------------------------------------------------- */
+
+/* Cells that absorb an event without acting on it, and ILLEGAL ones
+ * (whose handler the dispatcher never calls). */
+static int h_none(xfer_transfer_ctx *c, xfer_transfer_step *e)
+{
+    return 0;
+}
+
+/* NEW + a shard result: a reply for an id this core does not know (never
+ * seen, or its tombstone has expired).  Absorbed, counted, noted. */
+static int h_unknown_reply(xfer_transfer_ctx *c, xfer_transfer_step *e)
+{
+    c->unknown_replies++;
+    xfer_step_note_after(&e->step, XFER_NOTE_UNKNOWN_REPLY, e->r->status);
+    return 0;
+}
+
+/* TOMBSTONED + a reserve or cancel result: a late reply, absorbed. */
+static int h_late_reply(xfer_transfer_ctx *c, xfer_transfer_step *e)
+{
+    c->late_replies++;
+    xfer_step_note_after(&e->step, XFER_NOTE_LATE_REPLY, e->r->status);
+    return 0;
+}
+
+/* A live state + SUBMIT: the id is in use.  The submit is refused and the
+ * record is not touched (the container passes none). */
+static int h_live_submit(xfer_transfer_ctx *c, xfer_transfer_step *e)
+{
+    return XFER_ERR_EXISTS;
+}
+
+/* TOMBSTONED + SUBMIT: nothing recreates a tombstoned id (I6); the submit
+ * fails at once and no completion follows. */
+static int h_late_submit(xfer_transfer_ctx *c, xfer_transfer_step *e)
+{
+    c->late_submits++;
+    xfer_step_note_after(&e->step, XFER_NOTE_LATE_SUBMIT, XFER_ERR_CANCELLED);
+    return XFER_ERR_CANCELLED;
+}
+
+/* NEW + USER_CANCEL: a cancel of an unknown id leaves a tombstone (I7),
+ * made from the hold the container took (at the cap it refused the cancel
+ * before the table). */
+static int h_preempt(xfer_transfer_ctx *c, xfer_transfer_step *e)
+{
+    xfer_tomb_insert_held(c->tombs, e->step.now_ns, e->id, 0,
+                          XFER_PHASE_NONE);
+    e->step.to = XFER_TRANSFER_STATE_TOMBSTONED;
+    xfer_step_note_after(&e->step, XFER_NOTE_PREEMPTIVE, 0);
+    return 0;
+}
+
+/* TOMBSTONED + USER_CANCEL: a repeated cancel gives the tombstone a full
+ * TTL from now; at the cap the old entry keeps its expiry (BUSY). */
+static int h_refresh(xfer_transfer_ctx *c, xfer_transfer_step *e)
+{
+    return xfer_tomb_refresh(c->tombs, e->step.now_ns, e->id, e->attempt,
+                             e->tomb_reason);
+}
 
 typedef struct cell {
     uint8_t verdict;
     handler_fn fn;
+    const char *name;
 } cell;
 
 static const cell table[XFER_TRANSFER_STATE_COUNT_][XFER_TRANSFER_EVENT_COUNT_] = {
-#define C_(s, e, v, h) [XFER_TRANSFER_STATE_##s][XFER_TRANSFER_EVENT_##e] = {XFER_VERDICT_##v, h_##h},
+#define C_(s, e, v, h)                                                        \
+    [XFER_TRANSFER_STATE_##s][XFER_TRANSFER_EVENT_##e] = {XFER_VERDICT_##v,   \
+                                                          h_##h, #h},
     XFER_TRANSFER_TABLE(C_)
 #undef C_
 };
+
+bool xfer_transfer_cell(unsigned state, unsigned event, xfer_step_cell *out)
+{
+    if (state >= XFER_TRANSFER_STATE_COUNT_ ||
+        event >= XFER_TRANSFER_EVENT_COUNT_)
+        return false;
+    const cell *c = &table[state][event];
+    *out = (xfer_step_cell){c->verdict, c->fn ? c->name : NULL};
+    return true;
+}
 
 /* ---------------------------------------------------------------------- */
 /* Dispatch                                                                */
@@ -493,7 +580,7 @@ bool xfer_transfer_expects(const xfer_transfer *t, const xfer_shard_result *r)
 {
     if (r->shard >= t->nshards || r->attempt != t->attempt)
         return false;
-    const xfer_tshard *s = &t->shards[r->shard];
+    const xfer_transfer_shard *s = &t->shards[r->shard];
     switch (r->op) {
     case XFER_OP_RESERVE:
         return t->state == XFER_TRANSFER_STATE_RESERVING && s->resv == XFER_SUB_PENDING;
@@ -516,59 +603,29 @@ unsigned xfer_transfer_timer_event(const xfer_transfer *t)
                                              : XFER_TRANSFER_EVENT_DEADLINE;
 }
 
-static void trace_step(xfer_tctx *c, uint64_t now, const xfer_transfer *t,
-                       uint16_t shard, unsigned old, unsigned ev,
-                       unsigned verdict, const xfer_shard_result *r)
+/* The step's record: a record's step shows its pending count and failed
+ * mask after the handler; a row without a record shows only the event. */
+static void trace_step(xfer_transfer_ctx *c, const xfer_transfer_step *e,
+                       int rc)
 {
     if (!c->trace.fn)
         return;
+    const xfer_shard_result *r = e->r;
     xfer_trace_rec rec = {
-        .time_ns = now,
-        .id = t->id,
-        .arg0 = r ? r->resv_id : 0,
-        .arg1 = t->pending,
-        .arg2 = t->failed_shards,
-        .attempt = t->attempt,
-        .error = r ? r->status : 0, /* the event's own status */
-        .shard = shard,
-        .machine = XFER_MACHINE_TRANSFER,
-        .old_state = (uint8_t)old,
-        .event = (uint8_t)ev,
-        .new_state = t->state,
-        .verdict = (uint8_t)verdict,
+        .id = e->id,
+        .attempt = e->attempt,
+        .error = rc ? rc : r ? r->status : 0, /* the event's own status */
+        .shard = r ? r->shard : XFER_SHARD_NONE,
     };
-    xfer_util_emit(&c->trace, &c->seq, &rec);
+    if (e->t) {
+        rec.arg0 = r ? r->resv_id : 0;
+        rec.arg1 = e->t->pending;
+        rec.arg2 = e->t->failed_shards;
+    }
+    xfer_step_emit(&c->trace, &c->seq, &e->step, &rec);
 }
 
-void xfer_transfer_trace_cell(xfer_tctx *c, uint64_t now_ns, uint64_t id,
-                              uint32_t attempt, uint16_t shard,
-                              unsigned state, unsigned event, int32_t error)
-{
-    assert(state < XFER_TRANSFER_STATE_COUNT_ && event < XFER_TRANSFER_EVENT_COUNT_);
-    c->cells_hit[state][event]++;
-    unsigned verdict = table[state][event].verdict;
-    if (verdict == XFER_VERDICT_ILLEGAL)
-        c->illegal++;
-    if (!c->trace.fn)
-        return;
-    xfer_trace_rec rec = {
-        .time_ns = now_ns,
-        .id = id,
-        .attempt = attempt,
-        .error = error,
-        .shard = shard,
-        .machine = XFER_MACHINE_TRANSFER,
-        .old_state = (uint8_t)state,
-        .event = (uint8_t)event,
-        .new_state = (uint8_t)state,
-        .verdict = (uint8_t)verdict,
-    };
-    if (state == XFER_TRANSFER_STATE_NEW && event == XFER_TRANSFER_EVENT_USER_CANCEL)
-        rec.new_state = XFER_TRANSFER_STATE_TOMBSTONED;
-    xfer_util_emit(&c->trace, &c->seq, &rec);
-}
-
-void xfer_transfer_trace_action(xfer_tctx *c, uint64_t now_ns,
+void xfer_transfer_trace_action(xfer_transfer_ctx *c, uint64_t now_ns,
                                 const xfer_action *a)
 {
     if (!c->trace.fn)
@@ -591,30 +648,24 @@ void xfer_transfer_trace_action(xfer_tctx *c, uint64_t now_ns,
     xfer_util_emit(&c->trace, &c->seq, &rec);
 }
 
-unsigned xfer_transfer_step(xfer_transfer *t, xfer_tctx *c, uint64_t now_ns,
-                            unsigned event, const xfer_shard_result *r)
+int xfer_transfer_dispatch(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
-    assert(t->state < XFER_TRANSFER_STATE_COUNT_ && event < XFER_TRANSFER_EVENT_COUNT_);
-    unsigned old = t->state;
-    const cell *cl = &table[old][event];
-    c->cells_hit[old][event]++;
+    if (e->t)
+        e->step.from = e->t->state;
+    unsigned from = e->step.from, ev = e->step.event;
+    assert(from < XFER_TRANSFER_STATE_COUNT_ &&
+           ev < XFER_TRANSFER_EVENT_COUNT_);
+    const cell *cl = &table[from][ev];
     size_t first_action = c->nacts;
-    if (cl->verdict == XFER_VERDICT_ILLEGAL) {
-        /* A bug in a transport or the container: never peer input, which
-         * the container filters with xfer_transfer_expects(). */
-        c->illegal++;
-        assert(!"illegal transfer transition");
-    } else if (cl->fn) {
-        cl->fn(t, c, now_ns, event, r);
-    }
-    if (t->state != old && !xfer_fsm_edge_ok(XFER_MACHINE_TRANSFER, old, event,
-                                             t->state)) {
-        c->illegal++;
-        assert(!"undeclared transfer edge");
-    }
-    trace_step(c, now_ns, t, r ? r->shard : XFER_SHARD_NONE, old, event,
-               cl->verdict, r);
+    int rc = XFER_ERR_STATE;
+    if (xfer_step_enter(&e->step, cl->verdict, &c->cells_hit[from][ev],
+                        &c->illegal))
+        rc = cl->fn(c, e);
+    if (e->t)
+        e->step.to = e->t->state;
+    xfer_step_leave(&e->step, &c->illegal);
+    trace_step(c, e, rc);
     for (size_t i = first_action; i < c->nacts; i++)
-        xfer_transfer_trace_action(c, now_ns, &c->acts[i]);
-    return cl->verdict;
+        xfer_transfer_trace_action(c, e->step.now_ns, &c->acts[i]);
+    return rc;
 }

@@ -1,11 +1,15 @@
 /*
- * fsm/transfer.h - one transfer machine (producer side) as a plain record
- * and a step function, without any container.
+ * fsm/transfer.h - the transfer machine (producer side): its record, its
+ * step, and the dispatcher that runs every cell of XFER_TRANSFER_TABLE.
  *
- * xfer_core (fsm/core.c) keeps these records in a table with tombstones and
- * deadlines; the model checker steps them directly.  A record never
- * allocates, never reads a clock and never calls out except through the
- * action buffer and the trace sink of its context.
+ * xfer_core (fsm/core.c) is the container: it keeps the records in a table
+ * with tombstones and deadlines, and for every event builds a step with
+ * what the cell's handler needs (step.h): the live record, or for the rows
+ * without one (NEW, TOMBSTONED, and a SUBMIT of a live id, which must not
+ * touch the record it is refused for) the id, the attempt and the
+ * tombstone.  A handler never allocates, never reads a clock and never
+ * calls out except through the action buffer, the trace sink and the
+ * tombstone table of its context.
  */
 #ifndef XFER_FSM_TRANSFER_H
 #define XFER_FSM_TRANSFER_H
@@ -14,27 +18,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "step.h"
+#include "tomb.h"
 #include "xfer/core.h"
 #include "xfer/fsm.h"
 #include "xfer/trace.h"
 
-/* Per-shard sub-states (also the values of xfer_shard_view). */
-enum { XFER_SUB_NONE = 0, XFER_SUB_PENDING = 1, XFER_SUB_OK = 2,
-       XFER_SUB_FAILED = 3, XFER_SUB_GAVE_UP = 4 };
-
 /* What the record's single timer means when it fires. */
 enum { XFER_TIMER_NONE = 0, XFER_TIMER_DEADLINE = 1, XFER_TIMER_RETRY = 2 };
 
-typedef struct xfer_tshard {
+/* The record's part for one shard of the group. */
+typedef struct xfer_transfer_shard {
     uint64_t resv_id;     /* from the reserve reply, XFER_RESV_NONE before */
     uint64_t remote_addr;
     uint64_t staging_off;
     uint32_t len;
     uint32_t rkey;
-    uint8_t resv, write, commit, cancel; /* XFER_SUB_* */
+    uint8_t resv, write, commit, cancel; /* xfer_sub_state (shard_op.h) */
     uint8_t cancel_attempts;
     uint8_t pad_[3];
-} xfer_tshard;
+} xfer_transfer_shard;
 
 typedef struct xfer_transfer {
     uint64_t id;
@@ -57,23 +60,42 @@ typedef struct xfer_transfer {
     uint8_t stop_deferred;    /* user cancel / shutdown seen in COMPLETING */
     uint8_t cancel_round;     /* retry rounds so far */
     uint8_t pad_[5];
-    xfer_tshard shards[];
+    xfer_transfer_shard shards[];
 } xfer_transfer;
 
 /*
  * The context a step runs in: configuration, where actions go, the trace
- * sink and counters.  Owned by the container.  The action buffer must have
- * room for nshards + 3 more actions on every step (the container sizes it).
+ * sink, the container's tombstone table (the NEW and TOMBSTONED rows make
+ * and refresh tombstones) and counters.  Owned by the container.  The
+ * action buffer must have room for nshards + 3 more actions on every step
+ * (the container sizes it).
  */
-typedef struct xfer_tctx {
+typedef struct xfer_transfer_ctx {
     const xfer_core_config *cfg;
     xfer_action *acts;
     size_t nacts, cap;
     xfer_trace_sink trace;
     uint64_t seq;
+    xfer_tomb *tombs; /* borrowed from the container */
     uint64_t illegal, cancel_retries, cancel_gave_up;
+    uint64_t late_submits, late_replies, unknown_replies;
     uint64_t cells_hit[XFER_TRANSFER_STATE_COUNT_][XFER_TRANSFER_EVENT_COUNT_];
-} xfer_tctx;
+} xfer_transfer_ctx;
+
+/*
+ * One event for one id on its way through the table.  The container fills
+ * it (xfer_transfer_step_make, then what the row needs) and passes it to
+ * xfer_transfer_dispatch.
+ */
+typedef struct xfer_transfer_step {
+    xfer_step step; /* now, event, from, to (step.h) */
+    xfer_transfer *t; /* the live record the event acts on, or NULL */
+    const xfer_shard_result *r; /* result events (their shard and status);
+                                   NULL otherwise */
+    uint64_t id;
+    uint32_t attempt; /* the record's, the tombstone's or the result's */
+    uint8_t tomb_reason; /* TOMBSTONED row: the tombstone's reason */
+} xfer_transfer_step;
 
 /* Bytes of a record with n shards. */
 size_t xfer_transfer_size(unsigned nshards);
@@ -94,23 +116,34 @@ bool xfer_transfer_expects(const xfer_transfer *t, const xfer_shard_result *r);
 /* The event the record's timer stands for (DEADLINE or RETRY). */
 unsigned xfer_transfer_timer_event(const xfer_transfer *t);
 
-/*
- * Run one event through the table.  `r` is the shard result for result
- * events, NULL otherwise.  Emits the trace record and appends actions.
- * Returns the verdict of the cell.  On return, t->state may be
- * XFER_TRANSFER_STATE_TOMBSTONED: the container then tombstones the id and frees t.
- */
-unsigned xfer_transfer_step(xfer_transfer *t, xfer_tctx *c, uint64_t now_ns,
-                            unsigned event, const xfer_shard_result *r);
+/* A step of `event` at now_ns for `id`, from state NEW, with no record,
+ * no result and no attempt yet: the container sets the rest. */
+static inline xfer_transfer_step xfer_transfer_step_make(uint64_t now_ns,
+                                                         unsigned event,
+                                                         uint64_t id)
+{
+    xfer_transfer_step e = {
+        .step = xfer_step_make(XFER_MACHINE_TRANSFER, now_ns,
+                               XFER_TRANSFER_STATE_NEW, event),
+        .id = id};
+    return e;
+}
 
-/* Trace one step of a row the container handles itself (NEW, TOMBSTONED),
- * counting the cell. */
-void xfer_transfer_trace_cell(xfer_tctx *c, uint64_t now_ns, uint64_t id,
-                              uint32_t attempt, uint16_t shard,
-                              unsigned state, unsigned event, int32_t error);
+/*
+ * Run one event through the table (step.h): count the cell, run its
+ * handler, check the edge it took, and trace the step, its note and the
+ * actions it appended.  When e->t is set the step starts from e->t->state.
+ * Returns the handler's answer: 0, or the error the public call returns
+ * (XFER_ERR_EXISTS, XFER_ERR_CANCELLED, XFER_ERR_BUSY from a tombstone
+ * refresh), XFER_ERR_STATE for an ILLEGAL cell.  On return, e->t->state
+ * may be XFER_TRANSFER_STATE_TOMBSTONED: the container then tombstones
+ * the id and frees the record.  The NEW + USER_CANCEL handler turns a
+ * tombstone hold the container took into the id's tombstone.
+ */
+int xfer_transfer_dispatch(xfer_transfer_ctx *c, xfer_transfer_step *e);
 
 /* A trace record of an action (machine XFER_MACHINE_ACTION). */
-void xfer_transfer_trace_action(xfer_tctx *c, uint64_t now_ns,
+void xfer_transfer_trace_action(xfer_transfer_ctx *c, uint64_t now_ns,
                                 const xfer_action *a);
 
 #endif /* XFER_FSM_TRANSFER_H */

@@ -9,6 +9,12 @@
  *
  * The test expands the same X-macro tables itself, so it checks the lists
  * as written, not only what tables.c made of them.  Public API only.
+ *
+ * Handlers: each machine's dispatcher builds its table from the same
+ * X-macro with h_##token, so a token that names no function does not
+ * compile; tables.c reports each cell's handler from that dispatch table,
+ * so a cell whose dispatcher holds no function (a NULL stand-in) reads
+ * "(missing)" here and fails test_fsm_tables_every_cell_has_a_handler.
  */
 #include <check.h>
 #include <limits.h>
@@ -204,6 +210,43 @@ START_TEST(test_fsm_tables_every_cell_once)
             }
         ck_assert_uint_eq(m->ncells, (size_t)m->nstates * m->nevents);
     }
+}
+END_TEST
+
+/* Every cell of every machine, ILLEGAL ones included, is run by a real
+ * function of its dispatcher, the one its token names; a token stands for
+ * one handler per machine (cells sharing a token share the function). */
+START_TEST(test_fsm_tables_every_cell_has_a_handler)
+{
+    for (size_t k = 0; k < NELEM(M); k++) {
+        const tmachine *m = &M[k];
+        unsigned running = 0;
+        for (size_t i = 0; i < m->ncells; i++) {
+            const tcell *c = &m->cells[i];
+            const char *h = xfer_fsm_handler_name(m->id, c->state, c->event);
+            if (strcmp(h, "(missing)") == 0)
+                ck_abort_msg("%s: cell (%s, %s) has no handler function "
+                             "(token %s)", m->name, m->states[c->state],
+                             m->events[c->event], c->handler);
+            ck_assert_str_eq(h, c->handler);
+            /* a token is a C identifier: h_<token> is the function */
+            ck_assert(strspn(h, "abcdefghijklmnopqrstuvwxyz_") == strlen(h));
+            if (strcmp(h, "none") != 0)
+                running++;
+        }
+        /* the machine acts somewhere: not every cell is a no-op */
+        ck_assert_uint_gt(running, 0);
+    }
+    /* the transfer machine's rows without a record (NEW, TOMBSTONED) run
+     * handlers of their own, not the container inline */
+    ck_assert_str_eq(xfer_fsm_handler_name(XFER_MACHINE_TRANSFER,
+                                           XFER_TRANSFER_STATE_TOMBSTONED,
+                                           XFER_TRANSFER_EVENT_USER_CANCEL),
+                     "refresh");
+    ck_assert_str_eq(xfer_fsm_handler_name(XFER_MACHINE_TRANSFER,
+                                           XFER_TRANSFER_STATE_NEW,
+                                           XFER_TRANSFER_EVENT_USER_CANCEL),
+                     "preempt");
 }
 END_TEST
 
@@ -408,6 +451,7 @@ int main(void)
     TCase *tc = tcase_create("fsm_tables");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_fsm_tables_every_cell_once);
+    tcase_add_test(tc, test_fsm_tables_every_cell_has_a_handler);
     tcase_add_test(tc, test_fsm_tables_edges_between_real_states);
     tcase_add_test(tc, test_fsm_tables_every_state_reachable);
     tcase_add_test(tc, test_fsm_tables_names_round_trip);

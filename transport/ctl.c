@@ -79,52 +79,86 @@ static void add(xfer_ctl_reply *rep, const char *fmt, ...)
     va_end(ap);
 }
 
-static const char *sub_name(unsigned which, unsigned v)
+/* A name of xfer/ in the lower case the snapshot's JSON uses ("pending",
+ * "reserve"), into buf (len bytes, NUL-terminated). */
+static const char *lower(char *buf, size_t len, const char *name)
 {
-    static const char *const names[4][5] = {
-        {"none", "pending", "ok", "failed", "?"},
-        {"none", "pending", "done", "failed", "?"},
-        {"none", "pending", "acked", "failed", "?"},
-        {"none", "pending", "ok", "failed", "gave_up"}};
-    return v < 5 ? names[which][v] : "?";
+    size_t i = 0;
+    for (; name[i] && i + 1 < len; i++)
+        buf[i] = name[i] >= 'A' && name[i] <= 'Z' ? (char)(name[i] + 32)
+                                                  : name[i];
+    buf[i] = '\0';
+    return buf;
 }
 
-/* What shard view `s` of a transfer in `state` waits for, or "". */
-static const char *shard_waits(const xfer_shard_view *s, unsigned state)
+/* The op each sub-state of a shard view belongs to, in view order. */
+static const uint8_t view_ops[4] = {XFER_OP_RESERVE, XFER_OP_WRITE,
+                                    XFER_OP_COMMIT, XFER_OP_CANCEL};
+
+static void view_subs(const xfer_shard_view *s, uint8_t sub[4])
 {
-    if (s->resv == 1)
-        return "reserve";
-    if (s->write == 1)
-        return "write";
-    if (s->commit == 1)
-        return "commit";
-    if (s->cancel == 1)
-        return "cancel";
-    if (s->cancel == 3 && state == XFER_TRANSFER_STATE_CANCELLING)
-        return "cancel retry";
+    sub[0] = s->resv;
+    sub[1] = s->write;
+    sub[2] = s->commit;
+    sub[3] = s->cancel;
+}
+
+/* The op that shard view `s` has in flight, or XFER_OP_COUNT_. */
+static unsigned op_in_flight(const xfer_shard_view *s)
+{
+    uint8_t sub[4];
+    view_subs(s, sub);
+    for (unsigned i = 0; i < 4; i++)
+        if (sub[i] == XFER_SUB_PENDING)
+            return view_ops[i];
+    return XFER_OP_COUNT_;
+}
+
+/* What shard view `s` of a transfer in `state` waits for ("reserve", ...,
+ * "cancel retry"), or "", into buf. */
+static const char *shard_waits(const xfer_shard_view *s, unsigned state,
+                               char *buf, size_t len)
+{
+    unsigned op = op_in_flight(s);
+    if (op != XFER_OP_COUNT_)
+        return lower(buf, len, xfer_op_name(op));
+    if (s->cancel == XFER_SUB_FAILED &&
+        state == XFER_TRANSFER_STATE_CANCELLING) {
+        lower(buf, len, xfer_op_name(XFER_OP_CANCEL));
+        size_t n = strlen(buf);
+        snprintf(buf + n, len - n, " retry");
+        return buf;
+    }
     return "";
+}
+
+static void put_shard(xfer_ctl_reply *rep, const xfer_shard_view *s,
+                      unsigned k, unsigned state)
+{
+    uint8_t sub[4];
+    char w[4][16], waits[32];
+    view_subs(s, sub);
+    for (unsigned i = 0; i < 4; i++)
+        lower(w[i], sizeof w[i], xfer_sub_name(view_ops[i], sub[i]));
+    add(rep,
+        "%s{\"shard\":%u,\"resv\":\"%s\",\"write\":\"%s\","
+        "\"commit\":\"%s\",\"cancel\":\"%s\",\"cancel_attempts\":%u,"
+        "\"waits\":\"%s\"}",
+        k ? "," : "", k, w[0], w[1], w[2], w[3],
+        (unsigned)s->cancel_attempts,
+        shard_waits(s, state, waits, sizeof waits));
 }
 
 static void put_shards(xfer_ctl_reply *rep, const xfer_transfer_view *v)
 {
     add(rep, ",\"waiting\":\"");
     unsigned nw = 0;
-    for (unsigned k = 0; k < v->nshards && k < XFER_MAX_SHARDS; k++) {
-        const xfer_shard_view *s = &v->shards[k];
-        if (s->resv == 1 || s->write == 1 || s->commit == 1 || s->cancel == 1)
+    for (unsigned k = 0; k < v->nshards && k < XFER_MAX_SHARDS; k++)
+        if (op_in_flight(&v->shards[k]) != XFER_OP_COUNT_)
             add(rep, "%s%u", nw++ ? "," : "", k);
-    }
     add(rep, "\",\"shards\":[");
-    for (unsigned k = 0; k < v->nshards && k < XFER_MAX_SHARDS; k++) {
-        const xfer_shard_view *s = &v->shards[k];
-        add(rep,
-            "%s{\"shard\":%u,\"resv\":\"%s\",\"write\":\"%s\","
-            "\"commit\":\"%s\",\"cancel\":\"%s\",\"cancel_attempts\":%u,"
-            "\"waits\":\"%s\"}",
-            k ? "," : "", k, sub_name(0, s->resv), sub_name(1, s->write),
-            sub_name(2, s->commit), sub_name(3, s->cancel),
-            (unsigned)s->cancel_attempts, shard_waits(s, v->state));
-    }
+    for (unsigned k = 0; k < v->nshards && k < XFER_MAX_SHARDS; k++)
+        put_shard(rep, &v->shards[k], k, v->state);
     add(rep, "]}\n");
 }
 

@@ -44,7 +44,7 @@ void xfer_ctl_shards_snapshot(void *ud, xfer_ctl_reply *rep)
         return;
     xfer_clock_fn clock = cs->clock ? cs->clock : xfer_clock_monotonic;
     uint64_t now = clock(cs->clock_ud);
-    for (uint16_t k = 0; k < cs->n; k++)
+    for (uint16_t k = 0; k < cs->nshards; k++)
         if (cs->shards[k] &&
             xfer_ctl_put_shard(rep, cs->shards[k], k, now) != 0)
             return;

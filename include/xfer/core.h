@@ -32,6 +32,7 @@
 
 #include "xfer/errors.h"
 #include "xfer/fsm.h"
+#include "xfer/shard_op.h"
 #include "xfer/trace.h"
 
 #ifdef __cplusplus
@@ -40,18 +41,28 @@ extern "C" {
 
 typedef struct xfer_core xfer_core;
 
-/* Phases reported in a completion (the phase a transfer failed in).  Never
- * renumbered. */
+/* X(NAME, value): the phases reported in a completion (the phase a
+ * transfer failed in).  Never renumbered. */
+#define XFER_PHASES(X)                                                        \
+    X(NONE, 0)       /* success (status 0) */                                \
+    X(RESERVING, 1)                                                           \
+    X(WRITING, 2)                                                             \
+    X(COMPLETING, 3) /* the consumer may hold the data */                    \
+    X(CANCELLING, 4)                                                          \
+    X(SUBMIT, 5)     /* refused before it started: a posted submit the       \
+                        engine's loop refused (xfer.h); no shard was ever    \
+                        sent anything, no shard is named */
+
 typedef enum xfer_phase {
-    XFER_PHASE_NONE = 0, /* success (status 0) */
-    XFER_PHASE_RESERVING = 1,
-    XFER_PHASE_WRITING = 2,
-    XFER_PHASE_COMPLETING = 3, /* the consumer may hold the data */
-    XFER_PHASE_CANCELLING = 4,
-    XFER_PHASE_SUBMIT = 5  /* refused before it started: a posted submit
-                              the engine's loop refused (xfer.h); no shard
-                              was ever sent anything, no shard is named */
+#define XFER_PHASE_ENUM_(name, value) XFER_PHASE_##name = (value),
+    XFER_PHASES(XFER_PHASE_ENUM_)
+#undef XFER_PHASE_ENUM_
+    XFER_PHASE_COUNT_
 } xfer_phase;
+
+/* The phase's name ("RESERVING"), or "?" out of range.  Never NULL; any
+ * thread. */
+XFER_API const char *xfer_phase_name(unsigned phase);
 
 /*
  * The result of one transfer, delivered exactly once per accepted submit.
@@ -84,29 +95,31 @@ typedef struct xfer_result {
     uint64_t user_data;          /* echoed from the submit */
 } xfer_result;
 
-/* Kinds of actions the core asks its driver to perform. Never renumbered. */
+/* X(NAME, value): kinds of actions the core asks its driver to perform.
+ * Never renumbered.  The first four have the values of the xfer_op_kind
+ * they send. */
+#define XFER_ACTION_KINDS(X)                                                  \
+    X(RESERVE, 0)         /* reserve `len` bytes on shard */                 \
+    X(WRITE, 1)           /* write staging[off, len) to remote region */     \
+    X(COMMIT, 2)          /* mark the data ready on shard */                 \
+    X(CANCEL, 3)          /* cancel (id, attempt[, resv_id]) on shard */     \
+    X(ABORT, 4)           /* abort the op `op` in flight on shard */         \
+    X(RELEASE_STAGING, 5) /* no write of this transfer in flight; the        \
+                             COMPLETE of the same transfer follows in the    \
+                             same action list */                             \
+    X(COMPLETE, 6)        /* report `result` to the user */                  \
+    X(SHUTDOWN_DONE, 7)   /* shutdown requested and no transfer left */
+
 typedef enum xfer_action_kind {
-    XFER_ACT_RESERVE = 0,    /* reserve `len` bytes on shard */
-    XFER_ACT_WRITE = 1,      /* write staging[off, len) to remote region */
-    XFER_ACT_COMMIT = 2,     /* mark the data ready on shard */
-    XFER_ACT_CANCEL = 3,     /* cancel (id, attempt[, resv_id]) on shard */
-    XFER_ACT_ABORT = 4,      /* abort the op `op` in flight on shard */
-    XFER_ACT_RELEASE_STAGING = 5, /* no write of this transfer in flight;
-                                     the COMPLETE of the same transfer
-                                     follows in the same action list */
-    XFER_ACT_COMPLETE = 6,   /* report `result` to the user */
-    XFER_ACT_SHUTDOWN_DONE = 7, /* shutdown requested and no transfer left */
+#define XFER_ACT_ENUM_(name, value) XFER_ACT_##name = (value),
+    XFER_ACTION_KINDS(XFER_ACT_ENUM_)
+#undef XFER_ACT_ENUM_
     XFER_ACT_COUNT_
 } xfer_action_kind;
 
-/* The op kinds a shard result refers to (also ABORT's `op`). */
-typedef enum xfer_op_kind {
-    XFER_OP_RESERVE = 0,
-    XFER_OP_WRITE = 1,
-    XFER_OP_COMMIT = 2,
-    XFER_OP_CANCEL = 3,
-    XFER_OP_COUNT_
-} xfer_op_kind;
+/* The action kind's name ("RELEASE_STAGING"), or "?" out of range.  Never
+ * NULL; any thread. */
+XFER_API const char *xfer_action_name(unsigned kind);
 
 /*
  * One action.  Fields not used by a kind are 0.  Pointers: none, so an action
@@ -144,18 +157,6 @@ typedef struct xfer_submit_args {
     uint64_t deadline_ns; /* absolute; 0: now + config default */
     uint64_t user_data;   /* echoed in the result */
 } xfer_submit_args;
-
-/* A shard's answer to one op, fed by the transport through the driver. */
-typedef struct xfer_shard_result {
-    uint64_t id;
-    uint32_t attempt;
-    uint16_t shard;
-    uint8_t op;      /* xfer_op_kind */
-    int32_t status;  /* 0 or a negative xfer_err */
-    uint64_t resv_id;     /* RESERVE ok: consumer-issued reservation id */
-    uint64_t remote_addr; /* RESERVE ok: region address/offset on shard */
-    uint32_t rkey;        /* RESERVE ok: rdma rkey, 0 otherwise */
-} xfer_shard_result;
 
 /*
  * Configuration; copied at creation.  Start from xfer_core_config_default()
@@ -280,19 +281,11 @@ XFER_API xfer_transfer_state xfer_core_state(const xfer_core *core, uint64_t id)
 
 /*
  * Introspection for tools (stuck transfers) and the model checker: a read-only
- * view of one live transfer.  Versioned like the stats: the macro passes the
- * XFER_TRANSFER_VIEW_VERSION this header has, and the library writes only
- * the fields of that version.
+ * view of one live transfer (per shard: xfer_shard_view, xfer/shard_op.h).
+ * Versioned like the stats: the macro passes the XFER_TRANSFER_VIEW_VERSION
+ * this header has, and the library writes only the fields of that version.
  */
 #define XFER_TRANSFER_VIEW_VERSION 1
-typedef struct xfer_shard_view {
-    uint8_t resv;   /* 0 none, 1 pending, 2 ok, 3 failed */
-    uint8_t write;  /* 0 not started, 1 in flight, 2 done, 3 failed */
-    uint8_t commit; /* 0 none, 1 pending, 2 acked, 3 failed */
-    uint8_t cancel; /* 0 none, 1 pending, 2 ok, 3 failed, 4 gave up */
-    uint8_t cancel_attempts;
-} xfer_shard_view;
-
 typedef struct xfer_transfer_view {
     uint64_t id;
     uint32_t attempt;

@@ -138,14 +138,14 @@ XFER_API int xfer_engine_ctl_open(xfer_engine *e, const char *path,
 
 /*
  * Shards (for xferd): a ready-made snapshot callback answering with every
- * open reservation of `n` shards.  Pass xfer_ctl_shards_snapshot as `fn`
- * and a pointer to an xfer_ctl_shards (retained until xfer_ctl_close) as
- * `ud` to xfer_ctl_open.  `clock` NULL means CLOCK_MONOTONIC; it must be
+ * open reservation of `nshards` shards.  Pass xfer_ctl_shards_snapshot as
+ * `fn` and a pointer to an xfer_ctl_shards (retained until xfer_ctl_close)
+ * as `ud` to xfer_ctl_open.  `clock` NULL means CLOCK_MONOTONIC; it must be
  * the clock the shards are driven with.
  */
 typedef struct xfer_ctl_shards {
-    xfer_shard *const *shards; /* n shards; shard k answers as index k */
-    uint16_t n;
+    xfer_shard *const *shards; /* nshards shards; k answers as index k */
+    uint16_t nshards;
     xfer_clock_fn clock;
     void *clock_ud;
 } xfer_ctl_shards;

@@ -11,8 +11,11 @@
  * where VERDICT is TRANSITION (the named handler runs), IGNORE (absorbed,
  * traced, counted), DEFER (remembered until the state allows it) or ILLEGAL
  * (a bug: assert in debug, an error trace in release).  `handler` is a token
- * naming the static handler in fsm/<machine>.c (`none` where no handler runs;
- * IGNORE and DEFER cells may still run a handler that replies or records).
+ * naming the static handler h_<token> in fsm/<machine>.c that the machine's
+ * dispatcher runs for the cell (`none` does nothing; ILLEGAL cells name it
+ * and never run it; IGNORE and DEFER cells may still run a handler that
+ * replies, counts or records).  Every cell of every machine goes through
+ * its dispatcher, the transfer machine's NEW and TOMBSTONED rows included.
  *
  * Every (state, event) pair appears exactly once: fsm/tables.c does not
  * compile when a table has more or fewer cells than states x events, and
@@ -168,7 +171,7 @@ typedef struct xfer_rng {
     X(TOMBSTONED, COMMIT_FAIL, ILLEGAL,    none)                              \
     X(TOMBSTONED, CANCEL_OK,   IGNORE,     late_reply)                        \
     X(TOMBSTONED, CANCEL_FAIL, IGNORE,     late_reply)                        \
-    X(TOMBSTONED, USER_CANCEL, IGNORE,     none)                              \
+    X(TOMBSTONED, USER_CANCEL, IGNORE,     refresh)                           \
     X(TOMBSTONED, DEADLINE,    ILLEGAL,    none)                              \
     X(TOMBSTONED, RETRY,       ILLEGAL,    none)                              \
     X(TOMBSTONED, SHUTDOWN,    ILLEGAL,    none)

@@ -61,16 +61,25 @@ typedef struct xfer_readiness_config {
  * 0).  `cfg` borrowed; NULL is ignored. */
 XFER_API void xfer_readiness_config_default(xfer_readiness_config *cfg);
 
-/* Kinds of readiness actions. Never renumbered. */
+/* X(NAME, value): kinds of readiness actions.  Never renumbered. */
+#define XFER_READY_ACTION_KINDS(X)                                            \
+    X(TAKE, 0)        /* take (pin) (id, resv_id) on shard */                \
+    X(RELEASE, 1)     /* release a take made on shard */                     \
+    X(CANCEL, 2)      /* cancel (id, attempt, resv_id) on shard; attempt 0:  \
+                         unknown (a pre-emptive cancel) */                   \
+    X(AVAILABLE, 3)   /* every shard taken: the data is usable */            \
+    X(UNAVAILABLE, 4) /* the record ended without data */
+
 typedef enum xfer_ready_action_kind {
-    XFER_READY_ACT_TAKE = 0,        /* take (pin) (id, resv_id) on shard */
-    XFER_READY_ACT_RELEASE = 1,     /* release a take made on shard */
-    XFER_READY_ACT_CANCEL = 2,      /* cancel (id, attempt, resv_id) on shard;
-                                attempt 0: unknown (a pre-emptive cancel) */
-    XFER_READY_ACT_AVAILABLE = 3,   /* every shard taken: the data is usable */
-    XFER_READY_ACT_UNAVAILABLE = 4, /* the record ended without data */
+#define XFER_READY_ACT_ENUM_(name, value) XFER_READY_ACT_##name = (value),
+    XFER_READY_ACTION_KINDS(XFER_READY_ACT_ENUM_)
+#undef XFER_READY_ACT_ENUM_
     XFER_READY_ACT_COUNT_
 } xfer_ready_action_kind;
+
+/* The action kind's name ("TAKE"), or "?" out of range.  Never NULL; any
+ * thread. */
+XFER_API const char *xfer_ready_action_name(unsigned kind);
 
 typedef struct xfer_ready_action {
     uint8_t kind;    /* xfer_ready_action_kind */

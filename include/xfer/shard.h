@@ -66,13 +66,23 @@ typedef struct xfer_shard_config {
  * 0).  `cfg` borrowed; NULL is ignored. */
 XFER_API void xfer_shard_config_default(xfer_shard_config *cfg);
 
-/* Events a shard emits for the consumer scheduler. Never renumbered. */
+/* X(NAME, value): events a shard emits for the consumer scheduler.  Never
+ * renumbered (they are on the wire). */
+#define XFER_SHARD_EVENT_KINDS(X)                                             \
+    X(READY, 0)     /* committed: data ready to take */                      \
+    X(CANCELLED, 1) /* ended by cancel, never taken */                       \
+    X(EXPIRED, 2)   /* ended by lease expiry, never taken */
+
 typedef enum xfer_shard_event_kind {
-    XFER_SHARD_EV_READY = 0,     /* committed: data ready to take */
-    XFER_SHARD_EV_CANCELLED = 1, /* ended by cancel, never taken */
-    XFER_SHARD_EV_EXPIRED = 2,   /* ended by lease expiry, never taken */
+#define XFER_SHARD_EV_ENUM_(name, value) XFER_SHARD_EV_##name = (value),
+    XFER_SHARD_EVENT_KINDS(XFER_SHARD_EV_ENUM_)
+#undef XFER_SHARD_EV_ENUM_
     XFER_SHARD_EV_COUNT_
 } xfer_shard_event_kind;
+
+/* The event kind's name ("READY"), or "?" out of range.  Never NULL; any
+ * thread. */
+XFER_API const char *xfer_shard_event_name(unsigned kind);
 
 typedef struct xfer_shard_event {
     uint8_t kind; /* xfer_shard_event_kind */

@@ -19,24 +19,41 @@
 extern "C" {
 #endif
 
-/* Which machine (or record kind) a record belongs to. Never renumbered. */
+/*
+ * The lists below are X-macros with their values written out; the enums
+ * and the name functions at the end of this header come from them.  Values
+ * are in trace files: never renumbered, a new entry takes the next value.
+ */
+
+/* X(NAME, value, name): which machine (or record kind) a record belongs
+ * to, and the name tools print for it. */
+#define XFER_MACHINES(X)                                                      \
+    X(TRANSFER, 0, "transfer")       /* producer transfer machine: a step */ \
+    X(RESERVATION, 1, "reservation") /* consumer reservation machine */      \
+    X(READINESS, 2, "readiness")     /* consumer readiness machine */        \
+    X(INPUT, 3, "input")   /* an input to the transfer core (for replay) */  \
+    X(ACTION, 4, "action") /* an action the transfer core produced */        \
+    X(NOTE, 5, "note")     /* a counted note: late event, eviction, ... */   \
+    X(CONFIG, 6, "config") /* the transfer core's configuration */
+
 typedef enum xfer_machine {
-    XFER_MACHINE_TRANSFER = 0,    /* producer transfer machine: a step */
-    XFER_MACHINE_RESERVATION = 1, /* consumer reservation machine: a step */
-    XFER_MACHINE_READINESS = 2,   /* consumer readiness machine: a step */
-    XFER_MACHINE_INPUT = 3,       /* an input to the transfer core (for replay) */
-    XFER_MACHINE_ACTION = 4,      /* an action the transfer core produced */
-    XFER_MACHINE_NOTE = 5,        /* a counted note: late event, eviction, ... */
-    XFER_MACHINE_CONFIG = 6,      /* the transfer core's configuration */
+#define XFER_MACHINE_ENUM_(name, value, str) XFER_MACHINE_##name = (value),
+    XFER_MACHINES(XFER_MACHINE_ENUM_)
+#undef XFER_MACHINE_ENUM_
     XFER_MACHINE_COUNT_
 } xfer_machine;
 
-/* The verdict of a table cell.  Never renumbered. */
+/* X(NAME, value): the verdict of a table cell. */
+#define XFER_VERDICTS(X)                                                      \
+    X(TRANSITION, 0) /* a handler ran; the state may have changed */         \
+    X(IGNORE, 1)     /* absorbed: traced and counted, nothing else */        \
+    X(DEFER, 2)      /* remembered, acted on when the state allows */        \
+    X(ILLEGAL, 3)    /* a bug: asserted in debug, traced in release */
+
 typedef enum xfer_verdict {
-    XFER_VERDICT_TRANSITION = 0, /* a handler ran; the state may have changed */
-    XFER_VERDICT_IGNORE = 1,     /* absorbed: traced and counted, nothing else */
-    XFER_VERDICT_DEFER = 2,      /* remembered, acted on when the state allows */
-    XFER_VERDICT_ILLEGAL = 3,    /* a bug: asserted in debug, traced in release */
+#define XFER_VERDICT_ENUM_(name, value) XFER_VERDICT_##name = (value),
+    XFER_VERDICTS(XFER_VERDICT_ENUM_)
+#undef XFER_VERDICT_ENUM_
     XFER_VERDICT_COUNT_
 } xfer_verdict;
 
@@ -70,15 +87,21 @@ typedef struct xfer_trace_rec {
                         file can be told apart (the file's `src` byte) */
 } xfer_trace_rec;
 
-/* Notes (XFER_MACHINE_NOTE records): counted things that are not transitions. */
+/* X(NAME, value): notes (XFER_MACHINE_NOTE records), counted things that
+ * are not transitions. */
+#define XFER_NOTES(X)                                                         \
+    X(LATE_SUBMIT, 0)    /* submit for a tombstoned id rejected */           \
+    X(LATE_REPLY, 1)     /* reply for a tombstoned id absorbed */            \
+    X(TOMB_EXPIRED, 2)   /* a tombstone outlived its TTL, dropped */         \
+    X(TOMB_FULL, 3)      /* tombstone table at cap: BUSY returned */         \
+    X(CANCEL_GAVE_UP, 4) /* cancel retries exhausted on a shard */           \
+    X(PREEMPTIVE, 5)     /* cancel of an unknown id tombstoned it */         \
+    X(UNKNOWN_REPLY, 6)  /* reply for an id never seen: absorbed */
+
 typedef enum xfer_note {
-    XFER_NOTE_LATE_SUBMIT = 0,    /* submit for a tombstoned id rejected */
-    XFER_NOTE_LATE_REPLY = 1,     /* reply for a tombstoned id absorbed */
-    XFER_NOTE_TOMB_EXPIRED = 2,   /* a tombstone outlived its TTL, dropped */
-    XFER_NOTE_TOMB_FULL = 3,      /* tombstone table at cap: BUSY returned */
-    XFER_NOTE_CANCEL_GAVE_UP = 4, /* cancel retries exhausted on a shard */
-    XFER_NOTE_PREEMPTIVE = 5,     /* cancel of an unknown id tombstoned it */
-    XFER_NOTE_UNKNOWN_REPLY = 6,  /* reply for an id never seen: absorbed */
+#define XFER_NOTE_ENUM_(name, value) XFER_NOTE_##name = (value),
+    XFER_NOTES(XFER_NOTE_ENUM_)
+#undef XFER_NOTE_ENUM_
     XFER_NOTE_COUNT_
 } xfer_note;
 
@@ -93,7 +116,8 @@ typedef struct xfer_trace_sink {
     void *ud;
 } xfer_trace_sink;
 
-/* Names for the enums above; never NULL ("?" when out of range). */
+/* Names for the enums above, from their lists ("transfer", "IGNORE",
+ * "LATE_REPLY"); never NULL ("?" when out of range).  Any thread. */
 XFER_API const char *xfer_machine_name(unsigned machine);
 XFER_API const char *xfer_verdict_name(unsigned verdict);
 XFER_API const char *xfer_note_name(unsigned note);

@@ -43,8 +43,8 @@ MUTANTS = {
     # The user-cancel exit path returns before reporting completion.
     'skip_complete': (
         'transfer.c',
-        'static void finish(xfer_transfer *t, xfer_tctx *c)\n{\n',
-        'static void finish(xfer_transfer *t, xfer_tctx *c)\n{\n'
+        'static void finish(xfer_transfer *t, xfer_transfer_ctx *c)\n{\n',
+        'static void finish(xfer_transfer *t, xfer_transfer_ctx *c)\n{\n'
         '    if (t->status == XFER_ERR_CANCELLED) {\n'
         '        push(c, t, XFER_ACT_RELEASE_STAGING, XFER_SHARD_NONE);\n'
         '        t->state = XFER_TRANSFER_STATE_TOMBSTONED;\n'

@@ -50,8 +50,9 @@ static xfer_transfer_view fake_view(uint64_t id, uint8_t state)
                             .started_ns = 1000, .deadline_ns = 5000,
                             .pending = 1};
     for (unsigned k = 0; k < 3; k++)
-        v.shards[k] = (xfer_shard_view){.resv = 2, .write = 2};
-    v.shards[1].write = 1;
+        v.shards[k] = (xfer_shard_view){.resv = XFER_SUB_OK,
+                                        .write = XFER_SUB_OK};
+    v.shards[1].write = XFER_SUB_PENDING;
     return v;
 }
 

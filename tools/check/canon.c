@@ -70,7 +70,7 @@ static void hash128(const void *p, size_t n, uint64_t seed,
 #include "transfer.h"
 
 #define CORE_HDR (6 * 4 + 2 * 8)
-#define TSH (sizeof(xfer_tshard))
+#define TSH (sizeof(xfer_transfer_shard))
 #define CPS (TSH + 3) /* per-shard bytes of one core record */
 
 static uint64_t low_bits(unsigned S)

@@ -40,12 +40,12 @@ static void reply(ck_world *w, const ck_msg *op, int32_t status,
 }
 
 /* Shard events go to the readiness tracker. */
-void ck_cons_drain_shard(ck_world *w, unsigned k)
+void ck_consumer_drain_shard(ck_world *w, unsigned k)
 {
     size_t n;
     const xfer_shard_event *ev = xfer_shard_events(w->sh[k], &n);
     for (size_t i = 0; i < n; i++) {
-        ck_mon_shard_event(w, &ev[i]);
+        ck_monitor_shard_event(w, &ev[i]);
         if (ev[i].id < 1 || ev[i].id > w->cfg->T)
             continue;
         ck_msg m;
@@ -65,12 +65,12 @@ void ck_cons_drain_shard(ck_world *w, unsigned k)
 
 /* Readiness actions go to the shards (take/release/cancel) or are the
  * outcome the consumer application sees (available/unavailable). */
-void ck_cons_drain_ready(ck_world *w)
+void ck_consumer_drain_ready(ck_world *w)
 {
     size_t n;
     const xfer_ready_action *a = xfer_readiness_actions(w->rd, &n);
     for (size_t i = 0; i < n; i++) {
-        ck_mon_ready_action(w, &a[i]);
+        ck_monitor_ready_action(w, &a[i]);
         w->out_hash = w->out_hash * 0x100000001b3ull ^ (a[i].kind + 1u) ^
                       a[i].id << 8 ^ (uint64_t)a[i].shard << 20;
         if (a[i].kind > XFER_READY_ACT_CANCEL || a[i].id < 1 ||
@@ -112,7 +112,7 @@ static int32_t end_write(ck_world *w, const ck_msg *m, bool ok)
 {
     int rc = xfer_shard_write_end(w->sh[m->shard], w->env.now, m->tr + 1u,
                                   m->resv_id, ok);
-    ck_mon_write_end(w, m, rc);
+    ck_monitor_write_end(w, m, rc);
     return rc;
 }
 
@@ -143,7 +143,7 @@ static void op_arrives(ck_world *w, ck_msg m, int how)
     xfer_resv_info info;
     memset(&info, 0, sizeof info);
     int32_t rc = apply_op(w, &m, &info);
-    ck_mon_shard_op(w, &m, rc, &info);
+    ck_monitor_shard_op(w, &m, rc, &info);
     if (m.op == XFER_OP_WRITE && rc == 0) {
         if (how == HOW_LOST) {
             end_write(w, &m, true);
@@ -168,7 +168,7 @@ static void ract_arrives(ck_world *w, const ck_msg *m, int how)
             uint32_t len;
             int trc = xfer_shard_take(s, w->env.now, id, m->resv_id, &data,
                                       &len);
-            ck_mon_take_result(w, m->tr, m->shard, trc, m->resv_id);
+            ck_monitor_take_result(w, m->tr, m->shard, trc, m->resv_id);
             rc = how == HOW_LOST ? XFER_ERR_CONN_LOST : trc;
         }
         ck_msg r = *m;
@@ -179,13 +179,13 @@ static void ract_arrives(ck_world *w, const ck_msg *m, int how)
         /* lost on the way: the lease is the backstop */
     } else if (m->op == XFER_READY_ACT_RELEASE) {
         int rc = xfer_shard_release(s, w->env.now, id, m->resv_id);
-        ck_mon_release(w, m->tr, m->shard, rc);
+        ck_monitor_release(w, m->tr, m->shard, rc);
     } else {
         int rc = xfer_shard_cancel(s, w->env.now, id, m->attempt,
                                    m->resv_id);
-        ck_mon_consumer_cancel_applied(w, m, rc);
+        ck_monitor_consumer_cancel_applied(w, m, rc);
     }
-    ck_cons_drain_shard(w, m->shard);
+    ck_consumer_drain_shard(w, m->shard);
 }
 
 static void to_readiness(ck_world *w, const ck_msg *m, int how)
@@ -197,7 +197,7 @@ static void to_readiness(ck_world *w, const ck_msg *m, int how)
         xfer_readiness_on_take_result(w->rd, w->env.now, id, m->shard,
                                       m->status);
     } else if (m->op == XFER_SHARD_EV_READY) {
-        ck_mon_ready_event_in(w, m);
+        ck_monitor_ready_event_in(w, m);
         xfer_readiness_on_ready(w->rd, w->env.now, id, m->attempt, m->shard,
                                 m->resv_id);
     } else {
@@ -207,7 +207,7 @@ static void to_readiness(ck_world *w, const ck_msg *m, int how)
                                           ? XFER_ERR_CANCELLED
                                           : XFER_ERR_EXPIRED);
     }
-    ck_cons_drain_ready(w);
+    ck_consumer_drain_ready(w);
 }
 
 static void to_producer(ck_world *w, const ck_msg *m)
@@ -223,20 +223,20 @@ static void to_producer(ck_world *w, const ck_msg *m)
         .resv_id = m->resv_id,
         .remote_addr = m->addr,
     };
-    ck_mon_result_in(w, m);
+    ck_monitor_result_in(w, m);
     xfer_core_on_result(w->core, w->env.now, &r);
     ck_engine_drain(w);
 }
 
 /* Deliver (or fail, lose, abort) message i. */
-void ck_cons_deliver(ck_world *w, unsigned i, int how)
+void ck_consumer_deliver(ck_world *w, unsigned i, int how)
 {
     ck_msg m = w->msg[i];
     ck_net_remove(w, i);
     switch (m.kind) {
     case MK_OP:
         op_arrives(w, m, how);
-        ck_cons_drain_shard(w, m.shard);
+        ck_consumer_drain_shard(w, m.shard);
         break;
     case MK_RES:
         to_producer(w, &m);
@@ -252,7 +252,7 @@ void ck_cons_deliver(ck_world *w, unsigned i, int how)
 
 /* The consumer application is done with data it was handed: release every
  * shard the tracker took for an available record. */
-void ck_cons_release_taken(ck_world *w)
+void ck_consumer_release_taken(ck_world *w)
 {
     for (unsigned t = 0; t < w->cfg->T; t++) {
         mon_tr *m = &w->mon.tr[t];
@@ -263,8 +263,8 @@ void ck_cons_release_taken(ck_world *w)
                 continue;
             int rc = xfer_shard_release(w->sh[k], w->env.now, t + 1u,
                                         m->cs[k].take_resv);
-            ck_mon_release(w, t, k, rc);
-            ck_cons_drain_shard(w, k);
+            ck_monitor_release(w, t, k, rc);
+            ck_consumer_drain_shard(w, k);
         }
     }
 }

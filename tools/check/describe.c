@@ -7,6 +7,7 @@
  */
 #include "describe.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 
@@ -14,10 +15,17 @@
 #include "xfer/readiness.h"
 #include "xfer/shard.h"
 
-static const char *const op_names[] = {"RESERVE", "WRITE", "COMMIT",
-                                       "CANCEL"};
-static const char *const ev_names[] = {"ready", "cancelled", "expired"};
-static const char *const ract_names[] = {"TAKE", "RELEASE", "CANCEL"};
+/* A shard event's name in the lower case a counterexample reads
+ * ("ready"), into buf. */
+static const char *event_word(unsigned kind, char *buf, size_t len)
+{
+    const char *n = xfer_shard_event_name(kind);
+    size_t i = 0;
+    for (; n[i] && i + 1 < len; i++)
+        buf[i] = (char)tolower((unsigned char)n[i]);
+    buf[i] = '\0';
+    return buf;
+}
 
 static const char *st(int32_t s)
 {
@@ -28,6 +36,7 @@ static void describe_msg(const ck_msg *m, const char *verb, char *b,
                          size_t n)
 {
     unsigned id = m->tr + 1u;
+    char word[16];
     switch (m->kind) {
     case MK_OP:
         if (m->op == XFER_OP_WRITE && (m->flags & MF_BEGUN))
@@ -35,23 +44,24 @@ static void describe_msg(const ck_msg *m, const char *verb, char *b,
                      "att %" PRIu32 ")", verb, m->shard, id, m->attempt);
         else
             snprintf(b, n, "%s %s(id %u, att %" PRIu32 ", resv %" PRIu64
-                     ")%s producer -> shard %u", verb, op_names[m->op & 3], id,
+                     ")%s producer -> shard %u", verb, xfer_op_name(m->op), id,
                      m->attempt, m->resv_id,
                      (m->flags & MF_ABORT) ? " [abort asked]" : "", m->shard);
         break;
     case MK_RES:
         snprintf(b, n, "%s %s result %s (id %u, att %" PRIu32 ", resv %"
-                 PRIu64 ") shard %u -> producer", verb, op_names[m->op & 3],
+                 PRIu64 ") shard %u -> producer", verb, xfer_op_name(m->op),
                  st(m->status), id, m->attempt, m->resv_id, m->shard);
         break;
     case MK_EV:
         snprintf(b, n, "%s event %s(id %u, att %" PRIu32 ") shard %u -> "
-                 "readiness", verb, ev_names[m->op % 3], id, m->attempt,
-                 m->shard);
+                 "readiness", verb, event_word(m->op, word, sizeof word), id,
+                 m->attempt, m->shard);
         break;
     case MK_RACT:
         snprintf(b, n, "%s %s(id %u, resv %" PRIu64 ") readiness -> shard "
-                 "%u", verb, ract_names[m->op % 3], id, m->resv_id, m->shard);
+                 "%u", verb, xfer_ready_action_name(m->op), id, m->resv_id,
+                 m->shard);
         break;
     default:
         snprintf(b, n, "%s take result %s (id %u) shard %u -> readiness",
@@ -129,11 +139,8 @@ void ck_describe_rec(FILE *f, const xfer_trace_rec *r, uint8_t src)
                 r->error ? xfer_err_name(r->error) : "");
         break;
     case XFER_MACHINE_ACTION: {
-        static const char *const acts[] = {
-            "RESERVE", "WRITE", "COMMIT", "CANCEL", "ABORT",
-            "RELEASE_STAGING", "COMPLETE", "SHUTDOWN_DONE"};
         fprintf(f, "      %-6s action %s id %" PRIu64 " att %" PRIu32, who,
-                r->event < 8 ? acts[r->event] : "?", r->id, r->attempt);
+                xfer_action_name(r->event), r->id, r->attempt);
         if (r->shard != XFER_SHARD_NONE)
             fprintf(f, " shard %u", r->shard);
         if (r->event == XFER_ACT_COMPLETE)

@@ -92,8 +92,8 @@ static void shutdown_done(ck_world *w)
     /* Every completion has been reported: unregister the staging pool,
      * then report shutdown complete. */
     w->env.pool_registered = 0;
-    ck_mon_pool_unregistered(w);
-    ck_mon_shutdown_complete(w);
+    ck_monitor_pool_unregistered(w);
+    ck_monitor_shutdown_complete(w);
 }
 
 static void act(ck_world *w, const xfer_action *a)
@@ -127,9 +127,9 @@ void ck_engine_drain(ck_world *w)
 {
     size_t n;
     const xfer_action *acts = xfer_core_actions(w->core, &n);
-    ck_mon_batch(w);
+    ck_monitor_batch(w);
     for (size_t i = 0; i < n; i++) {
-        ck_mon_action(w, &acts[i]);
+        ck_monitor_action(w, &acts[i]);
         act(w, &acts[i]);
     }
     xfer_core_actions_clear(w->core);

@@ -46,8 +46,8 @@ void ck_guard_apply(ck_world *w, ck_move mv)
         g_armed = 1;
         ck_step_apply(w, mv);
     } else {
-        ck_mon_fail(w, CK_ILLEGAL, "a machine assertion failed (see the "
-                    "message above)");
+        ck_monitor_fail(w, CK_ILLEGAL, "a machine assertion failed (see the "
+                        "message above)");
     }
     g_armed = 0;
 }
@@ -59,8 +59,8 @@ bool ck_guard_liveness(ck_world *w)
         g_armed = 1;
         ok = ck_step_liveness(w);
     } else {
-        ck_mon_fail(w, CK_ILLEGAL, "a machine assertion failed in the "
-                    "liveness phase (see the message above)");
+        ck_monitor_fail(w, CK_ILLEGAL, "a machine assertion failed in the "
+                        "liveness phase (see the message above)");
     }
     g_armed = 0;
     return ok;

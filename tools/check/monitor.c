@@ -11,7 +11,7 @@
  * machine anything it is through its public query API, and only to compare
  * with their own view.
  *
- * The first violation wins: ck_mon_fail() records it and later ones on the
+ * The first violation wins: ck_monitor_fail() records it and later ones on the
  * same path are ignored.
  */
 #include <stdarg.h>
@@ -33,20 +33,18 @@ static const char *const inv_descs[] = {
     CK_INVARIANTS(D_)
 #undef D_
 };
-static const char *const op_names[] = {"RESERVE", "WRITE", "COMMIT",
-                                       "CANCEL"};
 
-const char *ck_mon_inv_name(unsigned inv)
+const char *ck_monitor_inv_name(unsigned inv)
 {
     return inv < CK_INV_COUNT_ ? inv_names[inv] : "?";
 }
 
-const char *ck_mon_inv_desc(unsigned inv)
+const char *ck_monitor_inv_desc(unsigned inv)
 {
     return inv < CK_INV_COUNT_ ? inv_descs[inv] : "?";
 }
 
-void ck_mon_fail(ck_world *w, int inv, const char *fmt, ...)
+void ck_monitor_fail(ck_world *w, int inv, const char *fmt, ...)
 {
     if (w->v.inv >= 0)
         return;
@@ -71,36 +69,40 @@ static bool tomb_alive(const ck_world *w, const mon_tr *t)
 /* Producer side: submits, cancels, the action stream                      */
 /* ---------------------------------------------------------------------- */
 
-void ck_mon_submit(ck_world *w, unsigned tr, int rc, bool late)
+void ck_monitor_submit(ck_world *w, unsigned tr, int rc, bool late)
 {
     mon_tr *t = &w->mon.tr[tr];
     uint64_t id = tr + 1u;
     if (rc != 0) {
         if (rc != XFER_ERR_EXISTS && rc != XFER_ERR_CANCELLED &&
             rc != XFER_ERR_SHUTDOWN && rc != XFER_ERR_BUSY)
-            ck_mon_fail(w, CK_I11, "submit of id %llu failed with %s, not "
-                        "a documented refusal", (unsigned long long)id,
-                        xfer_err_name(rc));
+            ck_monitor_fail(w, CK_I11, "submit of id %llu failed with %s, not "
+                            "a documented refusal", (unsigned long long)id,
+                            xfer_err_name(rc));
         if (rc == XFER_ERR_EXISTS && !t->open)
-            ck_mon_fail(w, CK_I1, "submit of id %llu refused as EXISTS "
-                        "but no transfer of it is open",
-                        (unsigned long long)id);
+            ck_monitor_fail(w, CK_I1, "submit of id %llu refused as EXISTS "
+                            "but no transfer of it is open",
+                            (unsigned long long)id);
         return;
     }
     if (w->mon.shutdown_req)
-        ck_mon_fail(w, CK_I9, "%ssubmit of id %llu accepted after "
-                    "shutdown", late ? "late " : "", (unsigned long long)id);
+        ck_monitor_fail(w, CK_I9,
+                        "%ssubmit of id %llu accepted after "
+                        "shutdown",
+                        late ? "late " : "", (unsigned long long)id);
     else if (t->open)
-        ck_mon_fail(w, CK_I1, "%ssubmit of id %llu accepted while the id "
-                    "is open", late ? "late " : "", (unsigned long long)id);
+        ck_monitor_fail(w, CK_I1,
+                        "%ssubmit of id %llu accepted while the id "
+                        "is open",
+                        late ? "late " : "", (unsigned long long)id);
     else if (tomb_alive(w, t))
-        ck_mon_fail(w, t->tomb == 2 ? CK_I7 : CK_I6,
-                    "%ssubmit of id %llu accepted %llu ns after it was %s "
-                    "(tombstone TTL %llu ns): the transfer is recreated",
-                    late ? "late " : "", (unsigned long long)id,
-                    (unsigned long long)(w->env.now - t->tomb_at),
-                    t->tomb == 2 ? "cancelled pre-emptively" : "ended",
-                    (unsigned long long)CK_CORE_TOMB_TTL);
+        ck_monitor_fail(w, t->tomb == 2 ? CK_I7 : CK_I6,
+                        "%ssubmit of id %llu accepted %llu ns after it was %s "
+                        "(tombstone TTL %llu ns): the transfer is recreated",
+                        late ? "late " : "", (unsigned long long)id,
+                        (unsigned long long)(w->env.now - t->tomb_at),
+                        t->tomb == 2 ? "cancelled pre-emptively" : "ended",
+                        (unsigned long long)CK_CORE_TOMB_TTL);
     t->open = 1;
     t->completions = 0;
     t->attempt = 0;
@@ -112,14 +114,14 @@ void ck_mon_submit(ck_world *w, unsigned tr, int rc, bool late)
         t->open = 0;
 }
 
-void ck_mon_cancel(ck_world *w, unsigned tr, int rc,
-                   xfer_transfer_state before)
+void ck_monitor_cancel(ck_world *w, unsigned tr, int rc,
+                       xfer_transfer_state before)
 {
     mon_tr *t = &w->mon.tr[tr];
     if (rc != 0) {
         if (rc != XFER_ERR_BUSY)
-            ck_mon_fail(w, CK_I11, "cancel of id %u failed with %s",
-                        tr + 1u, xfer_err_name(rc));
+            ck_monitor_fail(w, CK_I11, "cancel of id %u failed with %s",
+                            tr + 1u, xfer_err_name(rc));
         return;
     }
     if (t->open) {
@@ -129,15 +131,15 @@ void ck_mon_cancel(ck_world *w, unsigned tr, int rc,
     }
     xfer_transfer_state after = xfer_core_state(w->core, tr + 1u);
     if (after != XFER_TRANSFER_STATE_TOMBSTONED)
-        ck_mon_fail(w, CK_I7, "cancel of id %u (not open) returned 0 but "
-                    "left no tombstone", tr + 1u);
+        ck_monitor_fail(w, CK_I7, "cancel of id %u (not open) returned 0 but "
+                        "left no tombstone", tr + 1u);
     if (before == XFER_TRANSFER_STATE_NEW && !tomb_alive(w, t)) {
         t->tomb = 2;
         t->tomb_at = w->env.now;
     }
 }
 
-void ck_mon_core_timer(ck_world *w)
+void ck_monitor_core_timer(ck_world *w)
 {
     for (unsigned i = 0; i < w->cfg->T; i++) {
         mon_tr *t = &w->mon.tr[i];
@@ -147,7 +149,7 @@ void ck_mon_core_timer(ck_world *w)
     }
 }
 
-void ck_mon_shutdown(ck_world *w)
+void ck_monitor_shutdown(ck_world *w)
 {
     w->mon.shutdown_req = 1;
     for (unsigned i = 0; i < w->cfg->T; i++)
@@ -155,7 +157,7 @@ void ck_mon_shutdown(ck_world *w)
             w->mon.tr[i].stopped = 1;
 }
 
-void ck_mon_batch(ck_world *w)
+void ck_monitor_batch(ck_world *w)
 {
     for (unsigned i = 0; i < w->cfg->T; i++)
         for (unsigned k = 0; k < w->cfg->S; k++)
@@ -185,31 +187,38 @@ static void act_op(ck_world *w, mon_tr *t, const xfer_action *a, unsigned op)
     unsigned o, k;
     mon_ps *p = &t->ps[a->shard < CK_MAX_S ? a->shard : 0];
     if (!t->open)
-        ck_mon_fail(w, CK_I1, "%s to shard %u for id %llu, which has no "
-                    "accepted submit open", op_names[op], a->shard,
-                    (unsigned long long)a->id);
+        ck_monitor_fail(w, CK_I1, "%s to shard %u for id %llu, which has no "
+                        "accepted submit open", xfer_op_name(op), a->shard,
+                        (unsigned long long)a->id);
     if (op == XFER_OP_RESERVE && t->attempt == 0) {
         if (a->attempt <= t->last_attempt)
-            ck_mon_fail(w, CK_I14, "a new submit of id %llu reuses attempt "
-                        "%u", (unsigned long long)a->id, a->attempt);
+            ck_monitor_fail(w, CK_I14,
+                            "a new submit of id %llu reuses attempt "
+                            "%u",
+                            (unsigned long long)a->id, a->attempt);
         t->attempt = t->last_attempt = a->attempt;
     } else if (a->attempt != t->attempt) {
-        ck_mon_fail(w, CK_I14, "%s for id %llu carries attempt %u, the open "
-                    "attempt is %u", op_names[op], (unsigned long long)a->id,
-                    a->attempt, t->attempt);
+        ck_monitor_fail(w, CK_I14,
+                        "%s for id %llu carries attempt %u, the open "
+                        "attempt is %u",
+                        xfer_op_name(op), (unsigned long long)a->id,
+                        a->attempt, t->attempt);
     }
     unsigned before = op == XFER_OP_WRITE ? 1u << XFER_OP_RESERVE
                       : op == XFER_OP_COMMIT
                           ? (1u << XFER_OP_RESERVE) | (1u << XFER_OP_WRITE)
                       : op == XFER_OP_CANCEL ? 0xfu : 0u;
     if (before && outstanding(w, t, before, op == XFER_OP_CANCEL, &o, &k))
-        ck_mon_fail(w, CK_I2, "%s sent to shard %u of id %llu while its "
-                    "%s to shard %u is still unanswered", op_names[op],
-                    a->shard, (unsigned long long)a->id, op_names[o], k);
+        ck_monitor_fail(w, CK_I2,
+                        "%s sent to shard %u of id %llu while its "
+                        "%s to shard %u is still unanswered",
+                        xfer_op_name(op), a->shard, (unsigned long long)a->id,
+                        xfer_op_name(o), k);
     if (op == XFER_OP_WRITE && !w->env.staging[a->id - 1])
-        ck_mon_fail(w, CK_I3, "WRITE to shard %u of id %llu reads a staging "
-                    "region that was already released", a->shard,
-                    (unsigned long long)a->id);
+        ck_monitor_fail(w, CK_I3,
+                        "WRITE to shard %u of id %llu reads a staging "
+                        "region that was already released",
+                        a->shard, (unsigned long long)a->id);
     p->out[op]++;
     if (op == XFER_OP_RESERVE)
         p->resv_sent = 1;
@@ -228,14 +237,14 @@ static void check_rollback(ck_world *w, const mon_tr *t, uint64_t id)
         if (!p->resv_sent || p->cancel_done || p->cancel_gaveup_ok)
             continue;
         if (p->cancels == 0)
-            ck_mon_fail(w, CK_I5, "id %llu failed but shard %u, which was "
-                        "sent a reserve, was never sent a cancel",
-                        (unsigned long long)id, k);
+            ck_monitor_fail(w, CK_I5, "id %llu failed but shard %u, which was "
+                            "sent a reserve, was never sent a cancel",
+                            (unsigned long long)id, k);
         else if (p->cancels < w->cfg->cancel_max_attempts)
-            ck_mon_fail(w, CK_I5, "id %llu ended its rollback with shard "
-                        "%u's cancel failed after %u of %u attempts",
-                        (unsigned long long)id, k, p->cancels,
-                        w->cfg->cancel_max_attempts);
+            ck_monitor_fail(w, CK_I5, "id %llu ended its rollback with shard "
+                            "%u's cancel failed after %u of %u attempts",
+                            (unsigned long long)id, k, p->cancels,
+                            w->cfg->cancel_max_attempts);
     }
 }
 
@@ -248,39 +257,48 @@ static void check_failure(ck_world *w, const mon_tr *t, const xfer_result *r)
         commits = commits || t->ps[k].commit_sent;
         held = held || (t->cs[k].ready && t->cs[k].attempt == t->attempt);
         if (t->ps[k].op_failed && !(r->failed_shards & (1ull << k)))
-            ck_mon_fail(w, CK_I12, "id %llu: shard %u's op failed but the "
-                        "completion's failed_shards (0x%llx) omits it", id,
-                        k, (unsigned long long)r->failed_shards);
+            ck_monitor_fail(w, CK_I12, "id %llu: shard %u's op failed but the "
+                            "completion's failed_shards (0x%llx) omits it", id,
+                            k, (unsigned long long)r->failed_shards);
     }
     /* The naming rule of xfer/core.h: first_failed_shard is one of the named
      * shards, NONE only when none is named; a deadline fires only while a
      * phase waits on some shard, so a TIMEOUT always names one. */
-    if ((r->first_failed_shard == XFER_SHARD_NONE) != (r->failed_shards == 0) ||
+    if ((r->first_failed_shard == XFER_SHARD_NONE) !=
+            (r->failed_shards == 0) ||
         (r->first_failed_shard < 64 &&
          !(r->failed_shards >> r->first_failed_shard & 1)))
-        ck_mon_fail(w, CK_I12, "id %llu: first_failed_shard %u is not one of "
-                    "failed_shards (0x%llx)", id, r->first_failed_shard,
-                    (unsigned long long)r->failed_shards);
+        ck_monitor_fail(w, CK_I12,
+                        "id %llu: first_failed_shard %u is not one of "
+                        "failed_shards (0x%llx)",
+                        id, r->first_failed_shard,
+                        (unsigned long long)r->failed_shards);
     if (r->status == XFER_ERR_TIMEOUT && r->failed_shards == 0)
-        ck_mon_fail(w, CK_I12, "id %llu timed out but the completion names "
-                    "no shard it waited on", id);
+        ck_monitor_fail(w, CK_I12,
+                        "id %llu timed out but the completion names "
+                        "no shard it waited on",
+                        id);
     if (r->phase < XFER_PHASE_RESERVING || r->phase > XFER_PHASE_CANCELLING)
-        ck_mon_fail(w, CK_I12, "id %llu failed (%s) without a phase", id,
-                    xfer_err_name(r->status));
+        ck_monitor_fail(w, CK_I12, "id %llu failed (%s) without a phase", id,
+                        xfer_err_name(r->status));
     if (t->failed && (r->first_failed_shard != t->fail_shard ||
                       r->phase != t->fail_phase))
-        ck_mon_fail(w, CK_I12, "id %llu: the first failure was shard %u in "
-                    "phase %u, the completion says shard %u phase %u", id,
-                    t->fail_shard, t->fail_phase, r->first_failed_shard,
-                    r->phase);
+        ck_monitor_fail(w, CK_I12,
+                        "id %llu: the first failure was shard %u in "
+                        "phase %u, the completion says shard %u phase %u",
+                        id, t->fail_shard, t->fail_phase,
+                        r->first_failed_shard, r->phase);
     if ((commits || held) && !r->consumer_may_hold)
-        ck_mon_fail(w, CK_I12, "id %llu failed after a commit was sent but "
-                    "the completion says the consumer cannot hold the "
-                    "data", id);
+        ck_monitor_fail(w, CK_I12,
+                        "id %llu failed after a commit was sent but "
+                        "the completion says the consumer cannot hold the "
+                        "data",
+                        id);
     if (held && r->phase != XFER_PHASE_COMPLETING)
-        ck_mon_fail(w, CK_I12, "id %llu: a shard committed the data but the "
-                    "completion reports phase %u, not COMPLETING", id,
-                    r->phase);
+        ck_monitor_fail(w, CK_I12,
+                        "id %llu: a shard committed the data but the "
+                        "completion reports phase %u, not COMPLETING",
+                        id, r->phase);
 }
 
 static void act_complete(ck_world *w, mon_tr *t, const xfer_action *a)
@@ -288,23 +306,25 @@ static void act_complete(ck_world *w, mon_tr *t, const xfer_action *a)
     const xfer_result *r = &a->result;
     unsigned o, k;
     if (!t->open || t->completions > 0)
-        ck_mon_fail(w, CK_I1, "%s completion of id %llu (attempt %u)",
-                    t->completions ? "a second" : "an unexpected",
-                    (unsigned long long)a->id, r->attempt);
+        ck_monitor_fail(w, CK_I1, "%s completion of id %llu (attempt %u)",
+                        t->completions ? "a second" : "an unexpected",
+                        (unsigned long long)a->id, r->attempt);
     else if (r->attempt != t->attempt)
-        ck_mon_fail(w, CK_I1, "completion of id %llu names attempt %u, the "
-                    "open one is %u", (unsigned long long)a->id, r->attempt,
-                    t->attempt);
+        ck_monitor_fail(w, CK_I1,
+                        "completion of id %llu names attempt %u, the "
+                        "open one is %u",
+                        (unsigned long long)a->id, r->attempt, t->attempt);
     if (outstanding(w, t, 0xf, false, &o, &k))
-        ck_mon_fail(w, CK_I2, "id %llu completed while its %s to shard %u "
-                    "is still unanswered", (unsigned long long)a->id,
-                    op_names[o], k);
+        ck_monitor_fail(w, CK_I2, "id %llu completed while its %s to shard %u "
+                        "is still unanswered", (unsigned long long)a->id,
+                        xfer_op_name(o), k);
     if (r->status == 0) {
         for (unsigned j = 0; j < w->cfg->S; j++)
             if (!t->ps[j].commit_ok)
-                ck_mon_fail(w, CK_I12, "id %llu reported success but shard "
-                            "%u never acked its commit",
-                            (unsigned long long)a->id, j);
+                ck_monitor_fail(w, CK_I12,
+                                "id %llu reported success but shard "
+                                "%u never acked its commit",
+                                (unsigned long long)a->id, j);
     } else {
         check_rollback(w, t, a->id);
         check_failure(w, t, r);
@@ -316,7 +336,7 @@ static void act_complete(ck_world *w, mon_tr *t, const xfer_action *a)
     t->tomb_at = w->env.now;
 }
 
-void ck_mon_action(ck_world *w, const xfer_action *a)
+void ck_monitor_action(ck_world *w, const xfer_action *a)
 {
     w->out_hash = (w->out_hash ^ a->kind ^ a->id << 8 ^
                    (uint64_t)a->shard << 24 ^ (uint64_t)a->attempt << 40 ^
@@ -338,12 +358,12 @@ void ck_mon_action(ck_world *w, const xfer_action *a)
     case XFER_ACT_RELEASE_STAGING: {
         unsigned o, k;
         if (t && outstanding(w, t, 1u << XFER_OP_WRITE, false, &o, &k))
-            ck_mon_fail(w, CK_I3, "staging of id %llu released while its "
-                        "WRITE to shard %u is in flight",
-                        (unsigned long long)a->id, k);
+            ck_monitor_fail(w, CK_I3, "staging of id %llu released while its "
+                            "WRITE to shard %u is in flight",
+                            (unsigned long long)a->id, k);
         else if (t && !w->env.staging[a->id - 1])
-            ck_mon_fail(w, CK_I3, "staging of id %llu released twice",
-                        (unsigned long long)a->id);
+            ck_monitor_fail(w, CK_I3, "staging of id %llu released twice",
+                            (unsigned long long)a->id);
         break;
     }
     case XFER_ACT_COMPLETE:
@@ -353,8 +373,8 @@ void ck_mon_action(ck_world *w, const xfer_action *a)
     case XFER_ACT_SHUTDOWN_DONE:
         for (unsigned i = 0; i < w->cfg->T; i++)
             if (w->mon.tr[i].open)
-                ck_mon_fail(w, CK_I9, "SHUTDOWN_DONE while id %u has not "
-                            "completed", i + 1u);
+                ck_monitor_fail(w, CK_I9, "SHUTDOWN_DONE while id %u has not "
+                                "completed", i + 1u);
         w->mon.shutdown_done = 1;
         break;
     case XFER_ACT_COUNT_:
@@ -363,7 +383,7 @@ void ck_mon_action(ck_world *w, const xfer_action *a)
 }
 
 /* A result reaches the core. */
-void ck_mon_result_in(ck_world *w, const ck_msg *m)
+void ck_monitor_result_in(ck_world *w, const ck_msg *m)
 {
     mon_tr *t = &w->mon.tr[m->tr];
     if (!t->open || m->attempt != t->attempt)
@@ -394,34 +414,35 @@ void ck_mon_result_in(ck_world *w, const ck_msg *m)
     }
 }
 
-void ck_mon_staging(ck_world *w, unsigned tr, bool release)
+void ck_monitor_staging(ck_world *w, unsigned tr, bool release)
 {
     (void)w;
     (void)tr;
     (void)release;
 }
 
-void ck_mon_pool_unregistered(ck_world *w)
+void ck_monitor_pool_unregistered(ck_world *w)
 {
     for (unsigned i = 0; i < w->cfg->T; i++) {
         if (w->mon.tr[i].open)
-            ck_mon_fail(w, CK_I9, "staging pool unregistered before id %u "
-                        "completed", i + 1u);
+            ck_monitor_fail(w, CK_I9, "staging pool unregistered before id %u "
+                            "completed", i + 1u);
         if (w->env.staging[i])
-            ck_mon_fail(w, CK_I9, "staging pool unregistered while id %u "
-                        "still holds a staging region", i + 1u);
+            ck_monitor_fail(w, CK_I9, "staging pool unregistered while id %u "
+                            "still holds a staging region", i + 1u);
     }
     w->mon.pool_unreg = 1;
 }
 
-void ck_mon_shutdown_complete(ck_world *w)
+void ck_monitor_shutdown_complete(ck_world *w)
 {
     if (!w->mon.shutdown_done)
-        ck_mon_fail(w, CK_I9, "shutdown complete reported before the core "
-                    "said SHUTDOWN_DONE");
+        ck_monitor_fail(w, CK_I9, "shutdown complete reported before the core "
+                        "said SHUTDOWN_DONE");
     if (w->env.pool_registered)
-        ck_mon_fail(w, CK_I9, "shutdown complete reported while the staging "
-                    "pool is still registered");
+        ck_monitor_fail(w, CK_I9,
+                        "shutdown complete reported while the staging "
+                        "pool is still registered");
     w->mon.shutdown_complete = 1;
 }
 
@@ -444,22 +465,24 @@ static void new_region(ck_world *w, const ck_msg *m,
         return; /* idempotent repeat */
     if (c->cancelled_attempt == m->attempt &&
         w->env.now < c->cancelled_at + CK_SHARD_TOMB_TTL)
-        ck_mon_fail(w, CK_I6, "shard %u created a reservation for id %llu "
-                    "attempt %u after cancelling that attempt", m->shard, id,
-                    m->attempt);
+        ck_monitor_fail(w, CK_I6,
+                        "shard %u created a reservation for id %llu "
+                        "attempt %u after cancelling that attempt",
+                        m->shard, id, m->attempt);
     if (c->live)
-        ck_mon_fail(w, CK_I14, "shard %u reserved id %llu for attempt %u "
-                    "while attempt %u still holds a reservation", m->shard,
-                    id, m->attempt, c->attempt);
+        ck_monitor_fail(w, CK_I14, "shard %u reserved id %llu for attempt %u "
+                        "while attempt %u still holds a reservation", m->shard,
+                        id, m->attempt, c->attempt);
     for (unsigned t = 0; t < w->cfg->T; t++) {
         const mon_cs *o = &w->mon.tr[t].cs[m->shard];
         if (o->live && t != m->tr &&
             overlaps(info->addr, m->len, o->addr, o->len))
-            ck_mon_fail(w, CK_I4, "shard %u handed out [%llu,+%u) for id "
-                        "%llu while id %u still holds [%llu,+%u)%s",
-                        m->shard, (unsigned long long)info->addr, m->len, id,
-                        t + 1u, (unsigned long long)o->addr, o->len,
-                        o->writes ? " with a write landing" : "");
+            ck_monitor_fail(w, CK_I4,
+                            "shard %u handed out [%llu,+%u) for id "
+                            "%llu while id %u still holds [%llu,+%u)%s",
+                            m->shard, (unsigned long long)info->addr, m->len,
+                            id, t + 1u, (unsigned long long)o->addr, o->len,
+                            o->writes ? " with a write landing" : "");
     }
     c->live = 1;
     c->attempt = m->attempt;
@@ -470,16 +493,16 @@ static void new_region(ck_world *w, const ck_msg *m,
     c->writes = c->taken = c->ready = 0;
 }
 
-void ck_mon_shard_op(ck_world *w, const ck_msg *m, int rc,
-                     const xfer_resv_info *info)
+void ck_monitor_shard_op(ck_world *w, const ck_msg *m, int rc,
+                         const xfer_resv_info *info)
 {
     mon_cs *c = &w->mon.tr[m->tr].cs[m->shard];
     unsigned long long id = m->tr + 1ull;
     if (rc != 0) {
         if (m->op == XFER_OP_CANCEL && rc != XFER_ERR_STATE &&
             rc != XFER_ERR_STALE && rc != XFER_ERR_BUSY)
-            ck_mon_fail(w, CK_I12, "cancel on shard %u returned %s, not a "
-                        "documented answer", m->shard, xfer_err_name(rc));
+            ck_monitor_fail(w, CK_I12, "cancel on shard %u returned %s, not a "
+                            "documented answer", m->shard, xfer_err_name(rc));
         return;
     }
     switch (m->op) {
@@ -489,22 +512,27 @@ void ck_mon_shard_op(ck_world *w, const ck_msg *m, int rc,
     case XFER_OP_WRITE:
         if (!c->live || c->attempt != m->attempt ||
             c->resv_id != m->resv_id)
-            ck_mon_fail(w, CK_I14, "a write of id %llu attempt %u (resv "
-                        "%llu) landed on shard %u, which holds %s attempt %u "
-                        "resv %llu", id, m->attempt,
-                        (unsigned long long)m->resv_id, m->shard,
-                        c->live ? "" : "no live reservation; last", c->attempt,
-                        (unsigned long long)c->resv_id);
+            ck_monitor_fail(
+                w, CK_I14,
+                "a write of id %llu attempt %u (resv "
+                "%llu) landed on shard %u, which holds %s attempt %u "
+                "resv %llu",
+                id, m->attempt, (unsigned long long)m->resv_id, m->shard,
+                c->live ? "" : "no live reservation; last", c->attempt,
+                (unsigned long long)c->resv_id);
         if (!w->env.staging[m->tr])
-            ck_mon_fail(w, CK_I3, "a write of id %llu began on shard %u after "
-                        "its staging region was released", id, m->shard);
+            ck_monitor_fail(w, CK_I3,
+                            "a write of id %llu began on shard %u after "
+                            "its staging region was released",
+                            id, m->shard);
         c->writes++;
         break;
     case XFER_OP_COMMIT:
         if (!c->live || c->attempt != m->attempt)
-            ck_mon_fail(w, CK_I14, "shard %u committed id %llu attempt %u "
-                        "without a reservation of that attempt", m->shard, id,
-                        m->attempt);
+            ck_monitor_fail(w, CK_I14,
+                            "shard %u committed id %llu attempt %u "
+                            "without a reservation of that attempt",
+                            m->shard, id, m->attempt);
         c->ready = 1;
         break;
     default:
@@ -514,21 +542,21 @@ void ck_mon_shard_op(ck_world *w, const ck_msg *m, int rc,
     }
 }
 
-void ck_mon_write_end(ck_world *w, const ck_msg *m, int rc)
+void ck_monitor_write_end(ck_world *w, const ck_msg *m, int rc)
 {
     mon_cs *c = &w->mon.tr[m->tr].cs[m->shard];
     if (c->writes)
         c->writes--;
     if (!w->env.staging[m->tr])
-        ck_mon_fail(w, CK_I3, "a write of id %u to shard %u was still "
-                    "reading staging after it was released", m->tr + 1u,
-                    m->shard);
+        ck_monitor_fail(w, CK_I3, "a write of id %u to shard %u was still "
+                        "reading staging after it was released", m->tr + 1u,
+                        m->shard);
     (void)rc;
 }
 
 /* The shard says a reservation ended without being taken: its memory is
  * free from now on. */
-void ck_mon_shard_event(ck_world *w, const xfer_shard_event *e)
+void ck_monitor_shard_event(ck_world *w, const xfer_shard_event *e)
 {
     mon_tr *t = tr_of(w, e->id);
     if (!t || e->shard >= w->cfg->S)
@@ -539,20 +567,20 @@ void ck_mon_shard_event(ck_world *w, const xfer_shard_event *e)
     if (!c->live || c->attempt != e->attempt)
         return; /* a tombstone for an attempt that never reserved here */
     if (c->writes)
-        ck_mon_fail(w, CK_I4, "shard %u freed id %llu's region (%s) while "
-                    "a write into it is still landing", e->shard,
-                    (unsigned long long)e->id,
-                    e->kind == XFER_SHARD_EV_CANCELLED ? "cancelled"
+        ck_monitor_fail(w, CK_I4, "shard %u freed id %llu's region (%s) while "
+                        "a write into it is still landing", e->shard,
+                        (unsigned long long)e->id,
+                        e->kind == XFER_SHARD_EV_CANCELLED ? "cancelled"
                                                        : "expired");
     if (c->taken)
-        ck_mon_fail(w, CK_I8, "shard %u freed id %llu's region, which the "
-                    "consumer had taken", e->shard,
-                    (unsigned long long)e->id);
+        ck_monitor_fail(w, CK_I8, "shard %u freed id %llu's region, which the "
+                        "consumer had taken", e->shard,
+                        (unsigned long long)e->id);
     c->live = 0;
     c->ready = 0;
 }
 
-void ck_mon_consumer_cancel_applied(ck_world *w, const ck_msg *m, int rc)
+void ck_monitor_consumer_cancel_applied(ck_world *w, const ck_msg *m, int rc)
 {
     mon_cs *c = &w->mon.tr[m->tr].cs[m->shard];
     if (rc == 0 && m->attempt) {
@@ -561,7 +589,7 @@ void ck_mon_consumer_cancel_applied(ck_world *w, const ck_msg *m, int rc)
     }
 }
 
-void ck_mon_ready_event_in(ck_world *w, const ck_msg *m)
+void ck_monitor_ready_event_in(ck_world *w, const ck_msg *m)
 {
     mon_tr *t = &w->mon.tr[m->tr];
     if (t->ready_attempt != m->attempt) {
@@ -572,8 +600,8 @@ void ck_mon_ready_event_in(ck_world *w, const ck_msg *m)
     t->ready_mask_lo |= (uint8_t)(1u << m->shard);
 }
 
-void ck_mon_take_result(ck_world *w, unsigned tr, unsigned k, int rc,
-                        uint64_t resv_id)
+void ck_monitor_take_result(ck_world *w, unsigned tr, unsigned k, int rc,
+                            uint64_t resv_id)
 {
     mon_tr *t = &w->mon.tr[tr];
     if (rc != 0)
@@ -583,7 +611,7 @@ void ck_mon_take_result(ck_world *w, unsigned tr, unsigned k, int rc,
     t->cs[k].take_resv = resv_id;
 }
 
-void ck_mon_release(ck_world *w, unsigned tr, unsigned k, int rc)
+void ck_monitor_release(ck_world *w, unsigned tr, unsigned k, int rc)
 {
     mon_cs *c = &w->mon.tr[tr].cs[k];
     if (rc == 0 && c->taken) {
@@ -592,12 +620,12 @@ void ck_mon_release(ck_world *w, unsigned tr, unsigned k, int rc)
         c->ready = 0;
         w->mon.tr[tr].take_mask_lo &= (uint8_t)~(1u << k);
     } else if (rc != 0 && w->in_liveness && w->mon.tr[tr].available) {
-        ck_mon_fail(w, CK_I8, "the consumer could not release id %u on "
-                    "shard %u: %s", tr + 1u, k, xfer_err_name(rc));
+        ck_monitor_fail(w, CK_I8, "the consumer could not release id %u on "
+                        "shard %u: %s", tr + 1u, k, xfer_err_name(rc));
     }
 }
 
-void ck_mon_ccancel(ck_world *w, unsigned tr)
+void ck_monitor_ccancel(ck_world *w, unsigned tr)
 {
     w->mon.tr[tr].ccancelled = 1;
     w->mon.tr[tr].ccancel_at = w->env.now;
@@ -608,28 +636,31 @@ static void ready_available(ck_world *w, mon_tr *t, const xfer_ready_action *a)
     unsigned full = (1u << w->cfg->S) - 1u;
     unsigned long long id = (unsigned long long)a->id;
     if (t->available || t->unavailable)
-        ck_mon_fail(w, CK_I8, "id %llu reported %s after it already "
-                    "reported %s", id, "AVAILABLE",
-                    t->available ? "AVAILABLE" : "UNAVAILABLE");
+        ck_monitor_fail(w, CK_I8, "id %llu reported %s after it already "
+                        "reported %s", id,
+                        xfer_ready_action_name(XFER_READY_ACT_AVAILABLE),
+                        xfer_ready_action_name(t->available
+                                               ? XFER_READY_ACT_AVAILABLE
+                                               : XFER_READY_ACT_UNAVAILABLE));
     if (t->ready_mask_lo != full || t->ready_attempt != a->attempt)
-        ck_mon_fail(w, CK_I8, "id %llu AVAILABLE with ready from shards "
-                    "0x%x of attempt %u only", id, t->ready_mask_lo,
-                    t->ready_attempt);
+        ck_monitor_fail(w, CK_I8, "id %llu AVAILABLE with ready from shards "
+                        "0x%x of attempt %u only", id, t->ready_mask_lo,
+                        t->ready_attempt);
     for (unsigned k = 0; k < w->cfg->S; k++)
         if (!t->cs[k].taken ||
             xfer_shard_state(w->sh[k], a->id) != XFER_RESV_STATE_TAKEN)
-            ck_mon_fail(w, CK_I8, "id %llu AVAILABLE but shard %u's data "
-                        "is not taken (%s)", id, k,
-                        xfer_fsm_state_name(XFER_MACHINE_RESERVATION,
+            ck_monitor_fail(w, CK_I8, "id %llu AVAILABLE but shard %u's data "
+                            "is not taken (%s)", id, k,
+                            xfer_fsm_state_name(XFER_MACHINE_RESERVATION,
                                             xfer_shard_state(w->sh[k],
                                                              a->id)));
     if (t->ccancelled && w->env.now < t->ccancel_at + CK_READY_TOMB_TTL)
-        ck_mon_fail(w, CK_I8, "id %llu AVAILABLE after the consumer "
-                    "cancelled it", id);
+        ck_monitor_fail(w, CK_I8, "id %llu AVAILABLE after the consumer "
+                        "cancelled it", id);
     t->available = 1;
 }
 
-void ck_mon_ready_action(ck_world *w, const xfer_ready_action *a)
+void ck_monitor_ready_action(ck_world *w, const xfer_ready_action *a)
 {
     mon_tr *t = tr_of(w, a->id);
     if (!t)
@@ -640,26 +671,28 @@ void ck_mon_ready_action(ck_world *w, const xfer_ready_action *a)
         break;
     case XFER_READY_ACT_UNAVAILABLE:
         if (t->available && t->ready_attempt == a->attempt)
-            ck_mon_fail(w, CK_I8, "id %llu reported UNAVAILABLE after "
-                        "AVAILABLE (withdrawn)", (unsigned long long)a->id);
+            ck_monitor_fail(w, CK_I8,
+                            "id %llu reported UNAVAILABLE after "
+                            "AVAILABLE (withdrawn)",
+                            (unsigned long long)a->id);
         t->unavailable = 1;
         break;
     case XFER_READY_ACT_RELEASE:
     case XFER_READY_ACT_CANCEL:
         if (t->available && a->shard < CK_MAX_S && t->cs[a->shard].taken &&
             t->ready_attempt == a->attempt)
-            ck_mon_fail(w, CK_I8, "id %llu is AVAILABLE but the tracker "
-                        "sent %s to shard %u (withdrawn)",
-                        (unsigned long long)a->id,
-                        a->kind == XFER_READY_ACT_RELEASE ? "RELEASE" : "CANCEL",
-                        a->shard);
+            ck_monitor_fail(w, CK_I8, "id %llu is AVAILABLE but the tracker "
+                            "sent %s to shard %u (withdrawn)",
+                            (unsigned long long)a->id,
+                            xfer_ready_action_name(a->kind),
+                            a->shard);
         break;
     case XFER_READY_ACT_TAKE:
         if (t->ready_mask_lo != (1u << w->cfg->S) - 1u)
-            ck_mon_fail(w, CK_I8, "the tracker took id %llu on shard %u "
-                        "before every shard reported ready (0x%x)",
-                        (unsigned long long)a->id, a->shard,
-                        t->ready_mask_lo);
+            ck_monitor_fail(w, CK_I8, "the tracker took id %llu on shard %u "
+                            "before every shard reported ready (0x%x)",
+                            (unsigned long long)a->id, a->shard,
+                            t->ready_mask_lo);
         break;
     case XFER_READY_ACT_COUNT_:
         break;
@@ -675,13 +708,13 @@ static void global_core(ck_world *w)
     xfer_core_health st;
     xfer_core_health_get(w->core, &st);
     if (st.illegal)
-        ck_mon_fail(w, CK_ILLEGAL, "the transfer core hit %llu ILLEGAL "
-                    "cell(s)", (unsigned long long)st.illegal);
+        ck_monitor_fail(w, CK_ILLEGAL, "the transfer core hit %llu ILLEGAL "
+                        "cell(s)", (unsigned long long)st.illegal);
     if (st.live > w->core_cfg.max_transfers ||
         st.tombstones > w->core_cfg.max_tombstones)
-        ck_mon_fail(w, CK_I11, "core holds %u transfers / %u tombstones, "
-                    "caps %u / %u", st.live, st.tombstones,
-                    w->core_cfg.max_transfers, w->core_cfg.max_tombstones);
+        ck_monitor_fail(w, CK_I11, "core holds %u transfers / %u tombstones, "
+                        "caps %u / %u", st.live, st.tombstones,
+                        w->core_cfg.max_transfers, w->core_cfg.max_tombstones);
 }
 
 static void global_shard(ck_world *w, unsigned k)
@@ -689,12 +722,12 @@ static void global_shard(ck_world *w, unsigned k)
     xfer_shard_health st;
     xfer_shard_health_get(w->sh[k], &st);
     if (st.illegal)
-        ck_mon_fail(w, CK_ILLEGAL, "shard %u hit %llu ILLEGAL cell(s)", k,
-                    (unsigned long long)st.illegal);
+        ck_monitor_fail(w, CK_ILLEGAL, "shard %u hit %llu ILLEGAL cell(s)", k,
+                        (unsigned long long)st.illegal);
     if (st.live > w->cfg->T || st.bytes_in_use > st.pool_bytes)
-        ck_mon_fail(w, CK_I11, "shard %u holds %u reservations / %llu "
-                    "bytes", k, st.live,
-                    (unsigned long long)st.bytes_in_use);
+        ck_monitor_fail(w, CK_I11, "shard %u holds %u reservations / %llu "
+                        "bytes", k, st.live,
+                        (unsigned long long)st.bytes_in_use);
     uint64_t landing = 0;
     for (unsigned t = 0; t < w->cfg->T; t++) {
         const mon_cs *c = &w->mon.tr[t].cs[k];
@@ -702,20 +735,23 @@ static void global_shard(ck_world *w, unsigned k)
             continue;
         landing += c->len;
         xfer_resv_state rs = xfer_shard_state(w->sh[k], t + 1u);
-        if (rs != XFER_RESV_STATE_WRITING && rs != XFER_RESV_STATE_CANCEL_PENDING &&
+        if (rs != XFER_RESV_STATE_WRITING &&
+            rs != XFER_RESV_STATE_CANCEL_PENDING &&
             rs != XFER_RESV_STATE_EXPIRE_PENDING)
-            ck_mon_fail(w, CK_I4, "a write into id %u's region on shard %u "
-                        "is landing but the shard has it in %s", t + 1u, k,
-                        xfer_fsm_state_name(XFER_MACHINE_RESERVATION, rs));
+            ck_monitor_fail(w, CK_I4,
+                            "a write into id %u's region on shard %u "
+                            "is landing but the shard has it in %s",
+                            t + 1u, k,
+                            xfer_fsm_state_name(XFER_MACHINE_RESERVATION, rs));
     }
     if (st.bytes_in_use < landing)
-        ck_mon_fail(w, CK_I4, "shard %u has %llu bytes in use but writes "
-                    "are landing in %llu", k,
-                    (unsigned long long)st.bytes_in_use,
-                    (unsigned long long)landing);
+        ck_monitor_fail(w, CK_I4, "shard %u has %llu bytes in use but writes "
+                        "are landing in %llu", k,
+                        (unsigned long long)st.bytes_in_use,
+                        (unsigned long long)landing);
 }
 
-void ck_mon_global(ck_world *w)
+void ck_monitor_global(ck_world *w)
 {
     global_core(w);
     for (unsigned k = 0; k < w->cfg->S; k++)
@@ -723,16 +759,18 @@ void ck_mon_global(ck_world *w)
     xfer_readiness_health rs;
     xfer_readiness_health_get(w->rd, &rs);
     if (rs.illegal)
-        ck_mon_fail(w, CK_ILLEGAL, "the readiness tracker hit %llu ILLEGAL "
-                    "cell(s)", (unsigned long long)rs.illegal);
+        ck_monitor_fail(w, CK_ILLEGAL,
+                        "the readiness tracker hit %llu ILLEGAL "
+                        "cell(s)",
+                        (unsigned long long)rs.illegal);
     if (rs.live > w->cfg->T)
-        ck_mon_fail(w, CK_I11, "the readiness tracker holds %u records",
-                    rs.live);
+        ck_monitor_fail(w, CK_I11, "the readiness tracker holds %u records",
+                        rs.live);
 }
 
 /* I13: once a shard's timer ran past a lease, a reservation nobody writes
  * into and nobody committed is gone. */
-void ck_mon_shard_timer(ck_world *w, unsigned k)
+void ck_monitor_shard_timer(ck_world *w, unsigned k)
 {
     for (unsigned t = 0; t < w->cfg->T; t++) {
         const mon_cs *c = &w->mon.tr[t].cs[k];
@@ -741,12 +779,14 @@ void ck_mon_shard_timer(ck_world *w, unsigned k)
             continue;
         xfer_resv_state rs = xfer_shard_state(w->sh[k], t + 1u);
         if (rs == XFER_RESV_STATE_RESERVED)
-            ck_mon_fail(w, CK_I13, "shard %u still holds id %u (RESERVED "
-                        "since %llu ns) at %llu ns, past its lease of %llu "
-                        "ns", k, t + 1u,
-                        (unsigned long long)c->reserved_at,
-                        (unsigned long long)w->env.now,
-                        (unsigned long long)CK_LEASE_TTL);
+            ck_monitor_fail(
+                w, CK_I13,
+                "shard %u still holds id %u (RESERVED "
+                "since %llu ns) at %llu ns, past its lease of %llu "
+                "ns",
+                k, t + 1u, (unsigned long long)c->reserved_at,
+                (unsigned long long)w->env.now,
+                (unsigned long long)CK_LEASE_TTL);
     }
 }
 
@@ -754,18 +794,18 @@ static void final_producer(ck_world *w)
 {
     for (unsigned t = 0; t < w->cfg->T; t++) {
         if (w->mon.tr[t].open)
-            ck_mon_fail(w, CK_I1, "id %u was accepted but never completed",
-                        t + 1u);
+            ck_monitor_fail(w, CK_I1, "id %u was accepted but never completed",
+                            t + 1u);
         if (w->env.staging[t])
-            ck_mon_fail(w, CK_I3, "id %u's staging region was never "
-                        "released", t + 1u);
+            ck_monitor_fail(w, CK_I3, "id %u's staging region was never "
+                            "released", t + 1u);
     }
     if (w->mon.shutdown_req && !w->mon.shutdown_complete)
-        ck_mon_fail(w, CK_I9, "shutdown was requested but never "
-                    "completed");
+        ck_monitor_fail(w, CK_I9, "shutdown was requested but never "
+                        "completed");
 }
 
-void ck_mon_final(ck_world *w)
+void ck_monitor_final(ck_world *w)
 {
     if (!w->env.crashed)
         final_producer(w);
@@ -775,20 +815,25 @@ void ck_mon_final(ck_world *w)
         for (unsigned t = 0; t < w->cfg->T; t++) {
             xfer_resv_state rs = xfer_shard_state(w->sh[k], t + 1u);
             if (rs != XFER_RESV_STATE_NONE)
-                ck_mon_fail(w, CK_I13, "shard %u still holds id %u in %s "
-                            "after every message, lease and tombstone ran "
-                            "out", k, t + 1u,
-                            xfer_fsm_state_name(XFER_MACHINE_RESERVATION, rs));
+                ck_monitor_fail(
+                    w, CK_I13,
+                    "shard %u still holds id %u in %s "
+                    "after every message, lease and tombstone ran "
+                    "out",
+                    k, t + 1u,
+                    xfer_fsm_state_name(XFER_MACHINE_RESERVATION, rs));
         }
         if (st.bytes_in_use)
-            ck_mon_fail(w, CK_I13, "shard %u still has %llu bytes in use at "
-                        "the end", k, (unsigned long long)st.bytes_in_use);
+            ck_monitor_fail(w, CK_I13,
+                            "shard %u still has %llu bytes in use at "
+                            "the end",
+                            k, (unsigned long long)st.bytes_in_use);
     }
     for (unsigned t = 0; t < w->cfg->T; t++) {
         xfer_ready_state ys = xfer_readiness_state(w->rd, t + 1u);
         if (ys == XFER_READY_STATE_WAITING || ys == XFER_READY_STATE_TAKING)
-            ck_mon_fail(w, CK_LIVE, "the readiness record of id %u is "
-                        "stuck in %s", t + 1u,
-                        xfer_fsm_state_name(XFER_MACHINE_READINESS, ys));
+            ck_monitor_fail(w, CK_LIVE, "the readiness record of id %u is "
+                            "stuck in %s", t + 1u,
+                            xfer_fsm_state_name(XFER_MACHINE_READINESS, ys));
     }
 }

@@ -15,8 +15,8 @@
 void ck_net_push(ck_world *w, const ck_msg *m)
 {
     if (w->env.nmsg >= CK_MAX_MSG) {
-        ck_mon_fail(w, CK_I11, "more than %u messages in flight",
-                    (unsigned)CK_MAX_MSG);
+        ck_monitor_fail(w, CK_I11, "more than %u messages in flight",
+                        (unsigned)CK_MAX_MSG);
         return;
     }
     w->msg[w->env.nmsg] = *m;

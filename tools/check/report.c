@@ -100,8 +100,8 @@ void ck_report_cex(const ck_config *cfg, const ck_outcome *o,
     printer p = {stdout, {0}, 0};
     snprintf(path, sizeof path, "%s.trace", prefix);
     bool traced = tw_open(&p.t, path);
-    printf("VIOLATION %s (%s): %s\n", ck_mon_inv_name((unsigned)o->inv),
-           ck_mon_inv_desc((unsigned)o->inv), o->what);
+    printf("VIOLATION %s (%s): %s\n", ck_monitor_inv_name((unsigned)o->inv),
+           ck_monitor_inv_desc((unsigned)o->inv), o->what);
     printf("counterexample: %zu steps%s\n", o->path.n,
            o->path.liveness ? ", then the liveness phase" : "");
     ck_tracer tr = {pr_rec, pr_action, &p};
@@ -109,7 +109,7 @@ void ck_report_cex(const ck_config *cfg, const ck_outcome *o,
     uint64_t h;
     int inv = ck_path_run(cfg, &o->path, &tr, &v, &h, false);
     if (inv >= 0)
-        printf("  => %s: %s\n", ck_mon_inv_name((unsigned)inv), v.what);
+        printf("  => %s: %s\n", ck_monitor_inv_name((unsigned)inv), v.what);
     else
         printf("  (the replay did not reproduce the violation)\n");
     int rc = traced ? tw_close(&p.t) : XFER_ERR_IO;

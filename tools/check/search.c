@@ -381,8 +381,8 @@ static void same_again(walker *k, const ck_path *p)
     size_t l2 = ck_world_save(&k->w2, k->b2, CK_SAVE_MAX);
     if (k->w.out_hash != k->w2.out_hash || l1 != l2 ||
         memcmp(k->b1, k->b2, l1) != 0)
-        ck_mon_fail(&k->w, CK_I10, "the same %zu choices gave different "
-                    "outputs or states on a second run", p->n);
+        ck_monitor_fail(&k->w, CK_I10, "the same %zu choices gave different "
+                        "outputs or states on a second run", p->n);
 }
 
 static void walker_free(walker *k)

@@ -148,7 +148,7 @@ static void fire_core(ck_world *w)
         w->env.disturb++;
     }
     advance(w, d);
-    ck_mon_core_timer(w);
+    ck_monitor_core_timer(w);
     xfer_core_on_timer(w->core, w->env.now);
     ck_engine_drain(w);
 }
@@ -157,21 +157,21 @@ static void fire_shard(ck_world *w, unsigned k)
 {
     advance(w, xfer_shard_next_deadline(w->sh[k]));
     xfer_shard_on_timer(w->sh[k], w->env.now);
-    ck_cons_drain_shard(w, k);
-    ck_mon_shard_timer(w, k);
+    ck_consumer_drain_shard(w, k);
+    ck_monitor_shard_timer(w, k);
 }
 
 static void fire_ready(ck_world *w)
 {
     advance(w, xfer_readiness_next_deadline(w->rd));
     xfer_readiness_on_timer(w->rd, w->env.now);
-    ck_cons_drain_ready(w);
+    ck_consumer_drain_ready(w);
 }
 
 static void submit(ck_world *w, unsigned t, bool late)
 {
     int rc = ck_engine_submit(w, t);
-    ck_mon_submit(w, t, rc, late);
+    ck_monitor_submit(w, t, rc, late);
     ck_engine_drain(w);
 }
 
@@ -179,7 +179,7 @@ static void cancel(ck_world *w, unsigned t)
 {
     xfer_transfer_state before = xfer_core_state(w->core, t + 1u);
     int rc = xfer_core_cancel(w->core, w->env.now, t + 1u);
-    ck_mon_cancel(w, t, rc, before);
+    ck_monitor_cancel(w, t, rc, before);
     ck_engine_drain(w);
 }
 
@@ -211,15 +211,15 @@ static void apply_env(ck_world *w, ck_move mv)
         break;
     case MV_SHUTDOWN:
         w->env.shutdown = 1;
-        ck_mon_shutdown(w);
+        ck_monitor_shutdown(w);
         xfer_core_shutdown(w->core, w->env.now);
         ck_engine_drain(w);
         break;
     case MV_CCANCEL:
         w->env.ccancels++;
-        ck_mon_ccancel(w, mv.arg);
+        ck_monitor_ccancel(w, mv.arg);
         xfer_readiness_cancel(w->rd, w->env.now, mv.arg + 1u);
-        ck_cons_drain_ready(w);
+        ck_consumer_drain_ready(w);
         break;
     case MV_FIRE_CORE:
         fire_core(w);
@@ -244,7 +244,7 @@ static void apply_env(ck_world *w, ck_move mv)
 static void after_step(ck_world *w)
 {
     ck_net_sort(w);
-    ck_mon_global(w);
+    ck_monitor_global(w);
 }
 
 void ck_step_apply(ck_world *w, ck_move mv)
@@ -255,7 +255,7 @@ void ck_step_apply(ck_world *w, ck_move mv)
             w->env.faults++;
             w->env.disturb++;
         }
-        ck_cons_deliver(w, mv.arg, how[mv.kind]);
+        ck_consumer_deliver(w, mv.arg, how[mv.kind]);
     } else {
         apply_env(w, mv);
     }
@@ -348,14 +348,15 @@ bool ck_step_liveness(ck_world *w)
         if (tr && tr->action)
             tr->action(tr->ud, "consumer application releases the data "
                                "it was handed");
-        ck_cons_release_taken(w);
+        ck_consumer_release_taken(w);
         after_step(w);
         ok = w->v.inv >= 0 || settle(w, tr, &steps);
     }
     if (!ok)
-        ck_mon_fail(w, CK_LIVE, "still busy after %u liveness steps", steps);
+        ck_monitor_fail(w, CK_LIVE, "still busy after %u liveness steps",
+                        steps);
     else if (w->v.inv < 0)
-        ck_mon_final(w);
+        ck_monitor_final(w);
     w->in_liveness = false;
     return w->v.inv < 0;
 }

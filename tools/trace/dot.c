@@ -11,25 +11,21 @@
 
 int xt_cmd_dot(int argc, char **argv)
 {
-    static const struct {
-        const char *name;
-        unsigned machine;
-    } names[] = {{"transfer", XFER_MACHINE_TRANSFER},
-                 {"reservation", XFER_MACHINE_RESERVATION},
-                 {"readiness", XFER_MACHINE_READINESS}};
     if (argc > 1)
         return xt_usage("unexpected argument '%s'", argv[1]);
-    const char *want = argc ? argv[0] : "transfer";
-    size_t i = 0;
-    while (i < 3 && strcmp(want, names[i].name) != 0)
-        i++;
-    if (i == 3)
+    const char *want = argc ? argv[0]
+                            : xfer_machine_name(XFER_MACHINE_TRANSFER);
+    /* the machines with a table are the first ones of xfer_machine */
+    unsigned m = XFER_MACHINE_TRANSFER;
+    while (m <= XFER_MACHINE_READINESS && strcmp(want, xfer_machine_name(m)))
+        m++;
+    if (m > XFER_MACHINE_READINESS)
         return want[0] == '-' ? xt_usage("unknown flag '%s'", want)
                               : xt_usage("unknown machine '%s' (transfer, "
                                          "reservation or readiness)", want);
-    int need = xfer_fsm_dot(names[i].machine, NULL, 0);
+    int need = xfer_fsm_dot(m, NULL, 0);
     char *buf = need > 0 ? malloc((size_t)need + 1) : NULL;
-    if (!buf || xfer_fsm_dot(names[i].machine, buf, (size_t)need + 1) != need) {
+    if (!buf || xfer_fsm_dot(m, buf, (size_t)need + 1) != need) {
         fprintf(stderr, "xfer-trace: cannot draw %s\n", want);
         free(buf);
         return XT_BADINPUT;

@@ -209,7 +209,7 @@ static int export_rec(exporter *x, const xfer_trace_rec *r)
     if (e.ended) {
         char args[96];
         snprintf(args, sizeof args, "\"status\":\"%s\",\"phase\":\"%s\"",
-                 xfer_err_name(r->error), xt_phase_name(r->new_state));
+                 xfer_err_name(r->error), xfer_phase_name(r->new_state));
         slice(x, 'E', e.x, 0, NULL, r->time_ns, args);
     }
     on_instant(x, r);

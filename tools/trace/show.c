@@ -54,11 +54,11 @@ static void action_text(const xfer_trace_rec *r, char *buf, size_t len)
         else
             snprintf(buf, len,
                      "complete %s in %s, failed shards 0x%" PRIx64,
-                     xfer_err_name(r->error), xt_phase_name(r->new_state),
+                     xfer_err_name(r->error), xfer_phase_name(r->new_state),
                      r->arg2);
         return;
     default:
-        snprintf(buf, len, "%s", xt_action_name(r->event));
+        snprintf(buf, len, "%s", xfer_action_name(r->event));
         return;
     }
 }

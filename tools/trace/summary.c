@@ -105,7 +105,7 @@ static void final_label(const xt_xfer *x, char *buf, size_t len)
         snprintf(buf, len, "ok");
     else
         snprintf(buf, len, "%s in %s", xfer_err_name(x->status),
-                 xt_phase_name(x->phase));
+                 xfer_phase_name(x->phase));
 }
 
 static int cmp_str(const void *a, const void *b)

@@ -1,12 +1,14 @@
 /*
  * tools/trace/util.c - small helpers of xfer-trace: durations in and out,
- * names, usage errors, and key lookup in the JSON lines xfer writes (trace
- * files in JSONL form, control-socket snapshots).
+ * op names in the lower case its prose uses, usage errors, and key lookup
+ * in the JSON lines xfer writes (trace files in JSONL form, control-socket
+ * snapshots).
  *
  * The JSON helpers read only the flat, self-written form: "key":value with
  * no spaces, strings without escapes.  They never trust the input: a
  * missing key or a malformed number is "absent", never a crash.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -23,24 +25,20 @@ void xt_fmt_dur(char *buf, size_t len, uint64_t ns)
 
 const char *xt_op_name(unsigned op)
 {
-    static const char *const names[] = {"reserve", "write", "commit",
-                                        "cancel"};
-    return op < XFER_OP_COUNT_ ? names[op] : "?";
-}
-
-const char *xt_action_name(unsigned kind)
-{
-    static const char *const names[] = {
-        "RESERVE", "WRITE", "COMMIT", "CANCEL", "ABORT", "RELEASE_STAGING",
-        "COMPLETE", "SHUTDOWN_DONE"};
-    return kind < XFER_ACT_COUNT_ ? names[kind] : "?";
-}
-
-const char *xt_phase_name(unsigned phase)
-{
-    static const char *const names[] = {"NONE", "RESERVING", "WRITING",
-                                        "COMPLETING", "CANCELLING"};
-    return phase <= XFER_PHASE_CANCELLING ? names[phase] : "?";
+    /* xfer_op_name() in lower case, made once per op (the tool is one
+     * thread); each op has its own buffer, so two names in one printf
+     * stay apart. */
+    static char names[XFER_OP_COUNT_][16];
+    if (op >= XFER_OP_COUNT_)
+        return "?";
+    if (!names[op][0]) {
+        const char *n = xfer_op_name(op);
+        size_t i = 0;
+        for (; n[i] && i + 1 < sizeof names[op]; i++)
+            names[op][i] = (char)tolower((unsigned char)n[i]);
+        names[op][i] = '\0';
+    }
+    return names[op];
 }
 
 static bool unit_scale(const char *u, uint64_t *scale)

@@ -105,9 +105,9 @@ int xt_model_build(xt_model *m, const xt_file *f);
 
 /* Formatting helpers. */
 void xt_fmt_dur(char *buf, size_t len, uint64_t ns);   /* "12.345678s" */
-const char *xt_op_name(unsigned op);      /* "reserve", ... */
-const char *xt_action_name(unsigned kind); /* "RESERVE", ... */
-const char *xt_phase_name(unsigned phase);
+/* xfer_op_name() in lower case ("reserve", ...), "?" out of range;
+ * action and phase names are xfer_action_name() and xfer_phase_name(). */
+const char *xt_op_name(unsigned op);
 /* Parse "2s", "500ms", "10us", "7ns", "1.5s", "2m"; false when bad. */
 bool xt_parse_dur(const char *s, uint64_t *ns);
 
