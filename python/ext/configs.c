@@ -13,10 +13,11 @@
 
 #include <string.h>
 
-void pyx_config_engine(const pyx_engine_opts *o, xfer_engine_config *cfg)
+void pyx_config_engine(const pyx_engine_opts *o, struct event_base *base,
+                       xfer_engine_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->base = NULL; /* the engine makes its own; its thread runs it */
+    cfg->base = base; /* the core's: it outlives the transports */
     cfg->core.max_transfers = o->max_transfers;
     cfg->core.max_tombstones = o->max_tombstones;
     cfg->core.default_deadline_ns = o->default_timeout_ns;

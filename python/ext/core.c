@@ -28,7 +28,25 @@
 
 #include <event2/event.h>
 
-int pyx_core_new(const xfer_engine_config *cfg, pyx_core **out)
+/* The engine, then its transports (the engine detached them), then the
+ * base, after one last turn that lets libevent finish closing TCP
+ * connections and drop its references to staging bytes. */
+static void free_c_side(pyx_core *c)
+{
+    xfer_engine_del(c->e);
+    c->e = NULL;
+    for (uint32_t g = 0; g < c->ngroups; g++)
+        if (c->tps[g].del)
+            c->tps[g].del(c->tps[g].obj);
+    memset(c->tps, 0, sizeof c->tps);
+    if (c->base) {
+        event_base_loop(c->base, EVLOOP_NONBLOCK);
+        event_base_free(c->base);
+        c->base = NULL;
+    }
+}
+
+int pyx_core_new(const pyx_engine_opts *o, pyx_core **out)
 {
     pyx_core *c = calloc(1, sizeof *c);
     if (!c)
@@ -47,8 +65,13 @@ int pyx_core_new(const xfer_engine_config *cfg, pyx_core **out)
         free(c);
         return XFER_ERR_NOMEM;
     }
-    int rc = xfer_engine_new(cfg, &c->e);
+    c->base = event_base_new();
+    xfer_engine_config cfg;
+    pyx_config_engine(o, c->base, &cfg);
+    int rc = c->base ? xfer_engine_new(&cfg, &c->e) : XFER_ERR_IO;
     if (rc) {
+        if (c->base)
+            event_base_free(c->base);
         pthread_cond_destroy(&c->cond);
         pthread_mutex_destroy(&c->lock);
         free(c);
@@ -71,12 +94,8 @@ void pyx_core_unref(pyx_core *c)
         return;
     /* The Engine frees the engine before it lets go of the core; a core
      * whose engine never started its thread is freed here. */
-    if (c->state != PYX_FREED) {
-        xfer_engine_del(c->e);
-        for (uint32_t g = 0; g < c->ngroups; g++)
-            if (c->tps[g].del)
-                c->tps[g].del(c->tps[g].obj);
-    }
+    if (c->state != PYX_FREED)
+        free_c_side(c);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -100,7 +119,7 @@ static void on_shutdown_done(void *ud)
 {
     pyx_core *c = ud;
     xfer_engine_stats_get(c->e, &c->final);
-    event_base_loopbreak(xfer_engine_base(c->e));
+    event_base_loopbreak(c->base);
 }
 
 static void start_shutdown(void *ud)
@@ -112,7 +131,7 @@ static void start_shutdown(void *ud)
 static void *loop_main(void *arg)
 {
     pyx_core *c = arg;
-    event_base_dispatch(xfer_engine_base(c->e));
+    event_base_dispatch(c->base);
     pthread_mutex_lock(&c->lock);
     c->state = PYX_STOPPED;
     pyx_ticket *closers = c->closers;
@@ -317,7 +336,6 @@ void pyx_core_wait_stopped(pyx_core *c)
     Py_END_ALLOW_THREADS
 }
 
-/* The engine goes first: it detaches the transports, which go next. */
 void pyx_core_free_engine(pyx_core *c)
 {
     if (c->thread_started) {
@@ -326,12 +344,7 @@ void pyx_core_free_engine(pyx_core *c)
         Py_END_ALLOW_THREADS
         c->thread_started = false;
     }
-    xfer_engine_del(c->e);
-    c->e = NULL;
-    for (uint32_t g = 0; g < c->ngroups; g++)
-        if (c->tps[g].del)
-            c->tps[g].del(c->tps[g].obj);
-    memset(c->tps, 0, sizeof c->tps);
+    free_c_side(c);
     pthread_mutex_lock(&c->lock);
     c->state = PYX_FREED;
     pthread_mutex_unlock(&c->lock);

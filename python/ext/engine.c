@@ -124,10 +124,8 @@ static int engine_init(PyObject *obj, PyObject *args, PyObject *kw)
     }
     if (parse_opts(t, &o))
         return -1;
-    xfer_engine_config cfg;
-    pyx_config_engine(&o, &cfg);
     pyx_core *c;
-    int rc = pyx_core_new(&cfg, &c);
+    int rc = pyx_core_new(&o, &c);
     if (rc) {
         pyx_raise(rc);
         return -1;

@@ -118,6 +118,14 @@ bool pyx_channel_serves(const pyx_channel *c, PyObject *loop, int notify);
 /* core.c: the engine's C side and its loop thread                         */
 /* ---------------------------------------------------------------------- */
 
+/* The engine config of Engine(...)'s keywords (ns, counts; 0: default). */
+typedef struct pyx_engine_opts {
+    uint32_t max_transfers, max_tombstones, max_pools, mailbox_cap;
+    uint64_t default_timeout_ns, tombstone_ttl_ns;
+    uint64_t cancel_op_timeout_ns, cancel_backoff_ns;
+    uint32_t cancel_max_attempts;
+} pyx_engine_opts;
+
 enum {
     PYX_OPEN = 0,     /* the loop runs; posts go through */
     PYX_CLOSING = 1,  /* shutdown posted; posts refused with SHUTDOWN */
@@ -138,6 +146,8 @@ struct pyx_core {
     pthread_mutex_t lock;     /* state, posts, waits, tickets' done */
     pthread_cond_t cond;
     int state;                /* PYX_*; written under lock */
+    struct event_base *base;  /* the core's own; freed after the
+                                 transports (TCP closes on it) */
     xfer_engine *e;
     pthread_t thread;
     bool thread_started;
@@ -152,9 +162,9 @@ struct pyx_core {
 /* The loop's work for pyx_core_call: runs on the loop, returns an rc. */
 typedef int (*pyx_loop_fn)(pyx_core *c, void *arg);
 
-/* Create the engine (config from configs.c), not yet running (GIL
- * released inside: none).  Returns 0 or an xfer error. */
-int pyx_core_new(const xfer_engine_config *cfg, pyx_core **out);
+/* Create the event base and the engine on it (config from configs.c),
+ * not yet running.  Returns 0 or an xfer error. */
+int pyx_core_new(const pyx_engine_opts *o, pyx_core **out);
 void pyx_core_ref(pyx_core *c);   /* GIL */
 void pyx_core_unref(pyx_core *c); /* GIL; frees at 0 (after close) */
 /* Start the loop thread.  Returns 0 or XFER_ERR_IO. */
@@ -191,15 +201,8 @@ int pyx_core_state(pyx_core *c);
 /* configs.c: every C config and stats struct, in one place                */
 /* ---------------------------------------------------------------------- */
 
-/* The engine config of Engine(...)'s keywords (ns, counts; 0: default). */
-typedef struct pyx_engine_opts {
-    uint32_t max_transfers, max_tombstones, max_pools, mailbox_cap;
-    uint64_t default_timeout_ns, tombstone_ttl_ns;
-    uint64_t cancel_op_timeout_ns, cancel_backoff_ns;
-    uint32_t cancel_max_attempts;
-} pyx_engine_opts;
-
-void pyx_config_engine(const pyx_engine_opts *o, xfer_engine_config *cfg);
+void pyx_config_engine(const pyx_engine_opts *o, struct event_base *base,
+                       xfer_engine_config *cfg);
 /* The loop transport's config (shard template included). */
 void pyx_config_loop(uint16_t nshards, uint64_t pool_bytes,
                      uint32_t max_reservations, uint64_t lease_ttl_ns,
