@@ -2,6 +2,7 @@
 await, the blocking and callback variants, results, errors, pools and
 groups, the GIL, and which loop a completion reaches."""
 import asyncio
+import os
 import threading
 import time
 import zlib
@@ -260,4 +261,27 @@ def test_engine_unregister_waits_for_no_live_transfer():
         e.unregister_pool(p)
     run(go())
     assert not p.registered
+    e.shutdown()
+
+
+@pytest.mark.skipif(os.environ.get("XFER_SANITIZED") == "1",
+                    reason="uvloop never frees its module state, which "
+                           "LeakSanitizer reports at exit")
+def test_engine_on_uvloop():
+    uvloop = pytest.importorskip("uvloop")
+    e, tp = loop_engine()
+    pool = e.register_pool(bytearray(S * SLICE))
+
+    async def go():
+        assert type(asyncio.get_running_loop()).__module__.startswith(
+            "uvloop")
+        ts = [e.submit(i, pool, xfer.split(0, S * SLICE, S))
+              for i in range(1, 101)]
+        return await asyncio.gather(*ts)
+    loop = uvloop.new_event_loop()
+    try:
+        rs = loop.run_until_complete(asyncio.wait_for(go(), 60))
+    finally:
+        loop.close()
+    assert [r.id for r in rs] == list(range(1, 101)) and all(r.ok for r in rs)
     e.shutdown()
