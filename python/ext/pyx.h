@@ -2,7 +2,7 @@
  * python/ext/pyx.h - the private declarations shared by the files of the
  * extension module xfer._xfer (the Python binding's producer side).
  *
- * How the pieces fit (python/README in docs/design.md section 11):
+ * How the pieces fit (docs/design.md, section 11):
  *  - pyx_core (core.c) is the C side of one xfer.Engine: the xfer_engine,
  *    the thread its libevent loop runs on, and the lock that orders every
  *    post into its mailbox against shutdown.  It holds no Python object,
