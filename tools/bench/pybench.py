@@ -6,8 +6,8 @@ measured in the same run.
 
 Each figure is a closed loop of N workers (N in flight), each running
 0-byte transfers (reserve, write, commit on every shard) back to back for
---seconds, on the same kind of asyncio loop for both sides (uvloop when
-importable).  The binding is measured twice: completions woken through an
+--seconds: one driver for both sides (awaiting Engine.submit, or pyref's
+transfer()), on the same kind of asyncio loop (uvloop when importable).  The binding is measured twice: completions woken through an
 eventfd the asyncio loop watches (notify="fd", the default) and through
 call_soon_threadsafe from the engine's loop thread (notify="call_soon"),
 which says which of the two is faster.
@@ -54,19 +54,17 @@ def busy_line():
 
 
 # --------------------------------------------------------------------------
-# The binding's closed loop
+# The closed loop, the same for both sides
 # --------------------------------------------------------------------------
 
-async def xfer_closed_loop(engine, pool, inflight, seconds, max_units,
-                           first_id):
-    """inflight workers, each awaiting transfers back to back.  Returns
+async def closed_loop(start, inflight, seconds, max_units, first_id):
+    """inflight workers, each awaiting start(id) back to back (a transfer
+    succeeded unless it returned False or raised xfer.Error).  Returns
     (done, failed, secs, sorted latencies in ns, next id)."""
     state = {"id": first_id, "started": 0, "done": 0, "failed": 0}
     lat = []
-    slices = [(0, 0)] * NSHARDS
     now = time.monotonic_ns
     stop = now() + int(seconds * 1e9)
-    submit = engine.submit
 
     async def worker():
         while now() < stop and (not max_units or
@@ -76,11 +74,14 @@ async def xfer_closed_loop(engine, pool, inflight, seconds, max_units,
             state["id"] += 1
             t0 = now()
             try:
-                await submit(tid, pool, slices)
+                ok = await start(tid)
+            except xfer.Error:
+                ok = False
+            if ok is False:
+                state["failed"] += 1
+            else:
                 state["done"] += 1
                 lat.append(now() - t0)
-            except xfer.Error:
-                state["failed"] += 1
 
     t0 = now()
     await asyncio.gather(*[worker() for _ in range(inflight)])
@@ -102,9 +103,11 @@ class XferSide:
         self.next_id = first_id   # the shards are shared: ids must differ
 
     def run(self, loop, inflight, seconds, max_units):
+        submit, pool, slices = (self.engine.submit, self.pool,
+                               [(0, 0)] * NSHARDS)
         done, failed, secs, lat, self.next_id = loop.run_until_complete(
-            xfer_closed_loop(self.engine, self.pool, inflight, seconds,
-                             max_units, self.next_id))
+            closed_loop(lambda tid: submit(tid, pool, slices), inflight,
+                        seconds, max_units, self.next_id))
         return done, failed, secs, lat
 
     def close(self):
@@ -112,7 +115,8 @@ class XferSide:
 
 
 class RefSide:
-    """pyref's producer on this process's loop, to pyref's own shards."""
+    """pyref's producer (its 3-round transfer) on this process's loop, to
+    pyref's own 4 shard processes."""
 
     def __init__(self, loop, stdlib):
         _, self.pack, self.unpack, self.loop_name, self.codec = \
@@ -126,9 +130,10 @@ class RefSide:
         return [p.pid for p in self.procs]
 
     def run(self, loop, inflight, seconds, max_units):
+        conns, transfer = self.conns, pyref.transfer
         done, failed, secs, lat, self.next_id = loop.run_until_complete(
-            pyref.closed_loop(self.conns, inflight, seconds, max_units, 0,
-                              self.next_id))
+            closed_loop(lambda tid: transfer(conns, tid, b""), inflight,
+                        seconds, max_units, self.next_id))
         return done, failed, secs, lat
 
     def close(self):
