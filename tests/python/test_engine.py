@@ -138,6 +138,26 @@ def test_engine_blocking_variant_waits_without_the_gil():
     e.shutdown()
 
 
+def test_engine_blocking_wait_interrupted_cancels_its_transfer():
+    """A KeyboardInterrupt while blocked in submit_wait leaves the wait:
+    the transfer is cancelled, its ticket freed by the loop when it ends
+    (ASan checks that), and the engine goes on."""
+    import _thread
+    e, tp = loop_engine(faults=[xfer.Fault("delay", op="reserve", id=1,
+                                           delay=0.5)])
+    pool = e.register_pool(bytearray(S * SLICE))
+    timer = threading.Timer(0.05, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        e.submit_wait(1, pool, xfer.split(0, S * SLICE, S))
+    timer.join()
+    assert wait_for(lambda: e.stats()["live"] == 0)
+    st = e.stats()
+    assert st["py_wait_abandoned"] == 1 and st["cancelled"] == 1
+    assert e.submit_wait(2, pool, xfer.split(0, S * SLICE, S)).ok
+    e.shutdown()
+
+
 def test_engine_callback_variant_runs_on_its_thread():
     e, tp = loop_engine()
     pool = e.register_pool(bytearray(S * SLICE))
