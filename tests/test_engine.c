@@ -798,6 +798,138 @@ START_TEST(test_engine_idle_signal)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------- */
+/* Calls posted to the loop (xfer_engine_post_call)                        */
+/* ---------------------------------------------------------------------- */
+
+/* What each posted call saw when it ran. */
+typedef struct call_rec {
+    int runs;
+    int on_loop;           /* ran on the thread that runs the loop */
+    uint8_t state_of_id;   /* xfer_core_state of id 300 when it ran */
+    int order;             /* its rank among the calls that ran */
+} call_rec;
+
+static pthread_t loop_thread;
+static int calls_ran, shut_done;
+static call_rec calls[3];
+static xfer_result call_res;
+
+static void call_submit_done(void *ud, const xfer_result *r)
+{
+    et_env *v = ud;
+    v->ncb[r->id]++;
+    call_res = *r;
+}
+
+static void posted_call(void *ud)
+{
+    call_rec *c = ud;
+    c->runs++;
+    c->on_loop = pthread_equal(pthread_self(), loop_thread);
+    c->state_of_id = (uint8_t)xfer_core_state(xfer_engine_core(V.e), 300);
+    c->order = calls_ran++;
+}
+
+/* Posts call, submit 300, call, cancel 300, call from another thread. */
+static void *call_poster(void *arg)
+{
+    et_env *v = arg;
+    static xfer_slice sl[ET_S] = {{0, 8}, {8, 8}, {16, 8}, {24, 8}};
+    xfer_transfer_desc d = {.id = 300, .group = v->group, .pool = v->pool,
+                            .nslices = ET_S, .slices = sl};
+    ck_assert_int_eq(xfer_engine_post_call(v->e, posted_call, &calls[0]), 0);
+    ck_assert_int_eq(xfer_engine_post_submit(v->e, &d, call_submit_done, v),
+                     0);
+    ck_assert_int_eq(xfer_engine_post_call(v->e, posted_call, &calls[1]), 0);
+    ck_assert_int_eq(xfer_engine_post_cancel(v->e, 300), 0);
+    ck_assert_int_eq(xfer_engine_post_call(v->e, posted_call, &calls[2]), 0);
+    return NULL;
+}
+
+static bool calls_done(et_env *v)
+{
+    return calls_ran == 3 && v->ncb[300] == 1;
+}
+
+static void call_shut_done(void *ud)
+{
+    shut_done++;
+}
+
+static void shutdown_from_call(void *ud)
+{
+    et_env *v = ud;
+    ck_assert_int_eq(xfer_engine_shutdown(v->e, call_shut_done, v), 0);
+}
+
+static bool call_shut(et_env *v)
+{
+    return shut_done > 0;
+}
+
+static void never_runs(void *ud)
+{
+    (*(int *)ud)++;
+}
+
+/* A posted call runs once, on the loop, in mailbox order with posted
+ * submits and cancels; it may call loop-thread functions (shutdown); it
+ * keeps the engine busy until it ran; refusals never call it. */
+START_TEST(test_engine_post_call_runs_once_on_loop_in_order)
+{
+    et_init(&V, &(et_opts){.write_ns = 20 * MS});
+    loop_thread = pthread_self();
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, call_poster, &V), 0);
+    pthread_join(th, NULL);
+    ck_assert_int_eq(calls_ran, 0); /* nothing runs until the loop does */
+    ck_assert(!xfer_engine_idle(V.e));
+    ck_assert(et_run(&V, calls_done, 5000));
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(calls[i].runs, 1);
+        ck_assert(calls[i].on_loop);
+        ck_assert_int_eq(calls[i].order, i);
+    }
+    ck_assert_uint_eq(calls[0].state_of_id, XFER_TRANSFER_STATE_NEW);
+    ck_assert_uint_eq(calls[1].state_of_id, XFER_TRANSFER_STATE_RESERVING);
+    ck_assert_uint_ne(calls[2].state_of_id, XFER_TRANSFER_STATE_NEW);
+    ck_assert_int_eq(call_res.status, XFER_ERR_CANCELLED);
+
+    int ran = 0;
+    ck_assert_int_eq(xfer_engine_post_call(NULL, never_runs, &ran),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_engine_post_call(V.e, NULL, &ran),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_engine_post_call(V.e, shutdown_from_call, &V), 0);
+    ck_assert(et_run(&V, call_shut, 5000));
+    et_run_for(&V, 20);
+    ck_assert_int_eq(shut_done, 1);
+    ck_assert_int_eq(V.ncb[300], 1);
+    ck_assert_int_eq(ran, 0);
+    et_free(&V);
+}
+END_TEST
+
+/* A full mailbox refuses a call (BUSY, never called); a call still queued
+ * when the engine is deleted is dropped without being called (and without
+ * a leak, under ASan). */
+START_TEST(test_engine_post_call_full_and_dropped)
+{
+    et_init(&V, &(et_opts){.mailbox_cap = 2});
+    int ran = 0;
+    ck_assert_int_eq(xfer_engine_post_call(V.e, never_runs, &ran), 0);
+    ck_assert_int_eq(xfer_engine_post_cancel(V.e, 9), 0);
+    ck_assert_int_eq(xfer_engine_post_call(V.e, never_runs, &ran),
+                     XFER_ERR_BUSY);
+    et_run_for(&V, 20);
+    ck_assert_int_eq(ran, 1);
+    ck_assert_int_eq(xfer_engine_post_call(V.e, never_runs, &ran), 0);
+    et_free(&V); /* still queued: dropped */
+    ck_assert_int_eq(ran, 1);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine");
@@ -821,6 +953,8 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_engine_deadline_names_waited_shards, 0, 3);
     tcase_add_test(tc, test_engine_staging_figure_is_release);
     tcase_add_test(tc, test_engine_idle_signal);
+    tcase_add_test(tc, test_engine_post_call_runs_once_on_loop_in_order);
+    tcase_add_test(tc, test_engine_post_call_full_and_dropped);
     suite_add_tcase(s, tc);
     return s;
 }

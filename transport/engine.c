@@ -671,8 +671,11 @@ int xfer_engine_cancel(xfer_engine *e, uint64_t id)
 static void on_mail(void *ud, xfer_mail *m)
 {
     xfer_engine *e = ud;
-    if (m->kind == XFER_MAIL_CANCEL) {
-        xfer_engine_cancel(e, m->id);
+    if (m->kind == XFER_MAIL_CANCEL || m->kind == XFER_MAIL_CALL) {
+        if (m->kind == XFER_MAIL_CANCEL)
+            xfer_engine_cancel(e, m->id);
+        else
+            m->fn(m->ud);
         if (e->idle_cb)
             kick(e); /* the last mail may leave the engine idle */
         return;
@@ -712,6 +715,14 @@ int xfer_engine_post_cancel(xfer_engine *e, uint64_t id)
     if (!e || id == 0)
         return XFER_ERR_INVALID_ARG;
     xfer_mail m = {.kind = XFER_MAIL_CANCEL, .id = id};
+    return xfer_mailbox_post(e->mailbox, &m);
+}
+
+int xfer_engine_post_call(xfer_engine *e, xfer_call_fn fn, void *ud)
+{
+    if (!e || !fn)
+        return XFER_ERR_INVALID_ARG;
+    xfer_mail m = {.kind = XFER_MAIL_CALL, .fn = fn, .ud = ud};
     return xfer_mailbox_post(e->mailbox, &m);
 }
 

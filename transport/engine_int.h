@@ -65,12 +65,14 @@ xfer_post *xfer_mailbox_new_post(const xfer_allocator *a,
  * drains.  A pipe wakes the loop. */
 typedef struct xfer_mailbox xfer_mailbox;
 
-enum { XFER_MAIL_SUBMIT = 0, XFER_MAIL_CANCEL = 1 };
+enum { XFER_MAIL_SUBMIT = 0, XFER_MAIL_CANCEL = 1, XFER_MAIL_CALL = 2 };
 
 typedef struct xfer_mail {
     uint8_t kind;    /* XFER_MAIL_* */
     uint64_t id;     /* CANCEL */
-    xfer_post *post; /* SUBMIT: owned by the mail */
+    xfer_post *post; /* SUBMIT: owned by the mail; NULL otherwise */
+    xfer_call_fn fn; /* CALL: fn(ud) on the loop */
+    void *ud;
 } xfer_mail;
 
 /* Called on the loop for each mail in FIFO order; takes m->post. */

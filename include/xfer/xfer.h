@@ -7,8 +7,9 @@
  * Shard results arrive from transports on the same loop; completions are
  * delivered from the loop, never from inside a call the user just made.
  * Other threads submit through xfer_engine_post_submit()/_post_cancel(),
- * a mailbox that wakes the loop; the order the loop drains it is the order
- * the trace records.
+ * a mailbox that wakes the loop, and run anything else on the loop through
+ * xfer_engine_post_call(); the order the loop drains it is the order the
+ * trace records.
  *
  * What must stay true (the invariants of docs/design.md): every accepted
  * submit completes exactly once, posted or not, however many are refused
@@ -189,6 +190,23 @@ XFER_API int xfer_engine_cancel(xfer_engine *e, uint64_t id);
 XFER_API int xfer_engine_post_submit(xfer_engine *e, const xfer_transfer_desc *d,
                             xfer_complete_cb cb, void *ud);
 XFER_API int xfer_engine_post_cancel(xfer_engine *e, uint64_t id);
+
+/*
+ * Run fn(ud) on the loop; any thread.  The call takes its turn in the
+ * mailbox, in order with posted submits and cancels, and runs from the
+ * loop as a mailbox request does, so fn may call every loop-thread
+ * function of the engine (register or unregister a pool, shutdown, stats,
+ * xfer_engine_idle) and of its transports: it is how a program whose loop
+ * runs on a thread of its own does everything but submit and cancel.
+ * On 0, fn is called exactly once, from the loop, unless the engine is
+ * deleted first (calls still queued at xfer_engine_del are dropped, fn not
+ * called; the same rule as for posted submits).  `ud` is retained until fn
+ * runs.  A queued call keeps the engine from being idle until it ran.
+ * Errors (then fn is never called): XFER_ERR_INVALID_ARG (NULL e or fn),
+ * XFER_ERR_BUSY (mailbox_cap posts queued).
+ */
+typedef void (*xfer_call_fn)(void *ud);
+XFER_API int xfer_engine_post_call(xfer_engine *e, xfer_call_fn fn, void *ud);
 
 /*
  * Shut down: refuse new submits, end every transfer (completions reported),

@@ -1,0 +1,130 @@
+/*
+ * python/ext/configs.c - every C config the binding builds and every C
+ * stats struct it reads, in this one file.
+ *
+ * The library's configs and stats are about to become versioned (issue
+ * 10: a version field first, xfer_<thing>_config_default() initialisers):
+ * when that lands, the change here is to start each config from its
+ * _default() and to ask for stats by version, and nothing else in the
+ * binding changes.  Today a zeroed field means "the default", which is
+ * what a keyword left out of Engine(...), Loop(...) or Tcp(...) gives.
+ */
+#include "pyx.h"
+
+#include <string.h>
+
+void pyx_config_engine(const pyx_engine_opts *o, struct event_base *base,
+                       xfer_engine_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->base = base; /* the core's: it outlives the transports */
+    cfg->core.max_transfers = o->max_transfers;
+    cfg->core.max_tombstones = o->max_tombstones;
+    cfg->core.default_deadline_ns = o->default_timeout_ns;
+    cfg->core.tombstone_ttl_ns = o->tombstone_ttl_ns;
+    cfg->core.cancel_op_timeout_ns = o->cancel_op_timeout_ns;
+    cfg->core.cancel_backoff_ns = o->cancel_backoff_ns;
+    cfg->core.cancel_max_attempts = o->cancel_max_attempts;
+    cfg->max_pools = o->max_pools;
+    cfg->mailbox_cap = o->mailbox_cap;
+}
+
+void pyx_config_loop(uint16_t nshards, uint64_t pool_bytes,
+                     uint32_t max_reservations, uint64_t lease_ttl_ns,
+                     uint64_t seed, uint64_t write_ns, xfer_loop_event_cb ev,
+                     void *ev_ud, xfer_loop_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->nshards = nshards;
+    cfg->seed = seed;
+    cfg->write_ns = write_ns;
+    cfg->on_event = ev;
+    cfg->on_event_ud = ev_ud;
+    cfg->shard.pool_bytes = pool_bytes;
+    cfg->shard.max_reservations = max_reservations;
+    cfg->shard.lease_ttl_ns = lease_ttl_ns;
+}
+
+void pyx_config_tcp(uint16_t nshards, const char *const *addrs,
+                    uint32_t group, uint64_t connect_timeout_ns,
+                    xfer_tcp_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->nshards = nshards;
+    cfg->addrs = addrs;
+    cfg->group = group;
+    cfg->connect_timeout_ns = connect_timeout_ns;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Stats                                                                   */
+/* ---------------------------------------------------------------------- */
+
+typedef struct field {
+    const char *name;
+    uint64_t v;
+} field;
+
+static PyObject *dict_of(const field *f, size_t n)
+{
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(f[i].v);
+        if (!v || PyDict_SetItemString(d, f[i].name, v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+#define F(s, name) {#name, (uint64_t)(s)->name}
+#define NF(f) (sizeof(f) / sizeof((f)[0]))
+
+PyObject *pyx_stats_engine(const xfer_engine_stats *st)
+{
+    const xfer_core_stats *c = &st->core;
+    field f[] = {
+        F(c, submitted), F(c, completed), F(c, succeeded), F(c, failed),
+        F(c, cancelled), F(c, late_submits), F(c, late_replies),
+        F(c, unknown_replies), F(c, tombstones_expired), F(c, tombstone_busy),
+        F(c, cancel_retries), F(c, cancel_gave_up), F(c, illegal), F(c, live),
+        F(c, tombstones), F(st, results_delivered), F(st, results_dropped),
+        F(st, ops_started), F(st, ops_start_failed), F(st, aborts),
+        F(st, pools), F(st, groups), F(st, staging_bytes_in_use),
+        F(st, mailbox_posts), F(st, completions_delivered),
+        F(st, posts_refused)};
+    return dict_of(f, NF(f));
+}
+
+void pyx_loop_shard_totals(xfer_loop *l, uint16_t nshards, uint64_t *bytes,
+                           uint64_t *resv)
+{
+    *bytes = *resv = 0;
+    for (uint16_t k = 0; k < nshards; k++) {
+        xfer_shard_stats ss;
+        xfer_shard_stats_get(xfer_loop_shard(l, k), &ss);
+        *bytes += ss.bytes_in_use;
+        *resv += ss.live;
+    }
+}
+
+PyObject *pyx_stats_loop(const xfer_loop_stats *st, uint32_t outstanding,
+                         uint64_t shard_bytes, uint64_t shard_resv)
+{
+    field f[] = {F(st, messages), F(st, faults_fired), F(st, dropped),
+                 F(st, aborted), F(st, down_failed), F(st, applied_lost),
+                 {"outstanding", outstanding},
+                 {"shard_bytes_in_use", shard_bytes},
+                 {"shard_reservations", shard_resv}};
+    return dict_of(f, NF(f));
+}
+
+PyObject *pyx_stats_tcp(const xfer_tcp_stats *st)
+{
+    field f[] = {F(st, connects), F(st, connect_failures), F(st, losses),
+                 F(st, hello_refused), F(st, ops_started), F(st, ops_sent),
+                 F(st, ops_waited), F(st, results), F(st, failed_conn_lost),
+                 F(st, failed_down), F(st, aborted), F(st, refs_outstanding),
+                 F(st, bytes_referenced), F(st, bad_frames), F(st, resets)};
+    return dict_of(f, NF(f));
+}

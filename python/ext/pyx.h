@@ -1,0 +1,256 @@
+/*
+ * python/ext/pyx.h - the private declarations shared by the files of the
+ * extension module xfer._xfer (the Python binding's producer side).
+ *
+ * How the pieces fit (docs/design.md, section 11):
+ *  - pyx_core (core.c) is the C side of one xfer.Engine: the xfer_engine,
+ *    the thread its libevent loop runs on, and the lock that orders every
+ *    post into its mailbox against shutdown.  It holds no Python object,
+ *    and the loop thread never touches one (except to call
+ *    call_soon_threadsafe in the "call_soon" delivery mode, with the GIL).
+ *  - a pyx_ticket is one completion owed to Python: the loop thread fills
+ *    it and hands it to its channel (channel.c), or wakes a blocking
+ *    waiter; the thread that consumes it holds the GIL.
+ *  - channels deliver tickets to an asyncio loop (an eventfd the loop
+ *    watches, or call_soon_threadsafe) or to the engine's callback thread.
+ *  - every C config and stats struct the binding reads or fills is touched
+ *    in configs.c only, so a change of those structs is one file's edit.
+ *
+ * Threads: functions marked "GIL" need the caller to hold it; "loop" run
+ * on the engine's loop thread without it; "any" need nothing.
+ */
+#ifndef PYX_H
+#define PYX_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "xfer/loop.h"
+#include "xfer/tcp.h"
+#include "xfer/xfer.h"
+
+/* ---------------------------------------------------------------------- */
+/* module.c: exception classes, the Transfer class, shared helpers         */
+/* ---------------------------------------------------------------------- */
+
+/* Raise the xfer.Error subclass of code (GIL).  Returns NULL. */
+PyObject *pyx_raise(int code);
+/* A new exception instance for a failed result (GIL). */
+PyObject *pyx_error_for(PyObject *result, int code);
+/* A new xfer.Transfer (an asyncio.Future subclass) bound to the running
+ * loop, or NULL with an exception (GIL). */
+PyObject *pyx_new_transfer(void);
+/* The running asyncio loop (new ref), or NULL with RuntimeError (GIL). */
+PyObject *pyx_running_loop(void);
+/* Seconds (float or int, None: 0) to nanoseconds; -1 with an error. */
+int pyx_ns_of(PyObject *secs, uint64_t *ns);
+
+/* ---------------------------------------------------------------------- */
+/* result.c                                                                */
+/* ---------------------------------------------------------------------- */
+
+extern PyTypeObject pyx_result_type;
+/* A new xfer.Result (GIL). */
+PyObject *pyx_result_new(const xfer_result *r);
+/* The name of a phase ("reserving", ...); "?" when unknown.  Any. */
+const char *pyx_phase_name(unsigned phase);
+
+/* ---------------------------------------------------------------------- */
+/* Tickets and channels (channel.c)                                        */
+/* ---------------------------------------------------------------------- */
+
+typedef struct pyx_channel pyx_channel;
+typedef struct pyx_core pyx_core;
+
+enum {
+    PYX_T_FUTURE = 0,   /* resolve target, an asyncio future */
+    PYX_T_CALLBACK = 1, /* call target(result) on the callback thread */
+    PYX_T_WAIT = 2,     /* wake a thread blocked in submit_wait */
+    PYX_T_CLOSED = 3    /* resolve target (a future) with None: the engine
+                           stopped (Engine.aclose) */
+};
+
+typedef struct pyx_ticket {
+    struct pyx_ticket *next;
+    xfer_result res;
+    uint8_t kind;       /* PYX_T_* */
+    uint8_t done;       /* WAIT: the result is in; guarded by core lock */
+    uint8_t abandoned;  /* WAIT: the waiter left; the loop frees it */
+    pyx_channel *chan;  /* FUTURE, CALLBACK, CLOSED: a strong reference */
+    PyObject *target;   /* FUTURE, CLOSED: the future; CALLBACK: callable;
+                           a strong reference, dropped by the channel */
+    pyx_core *core;     /* WAIT: whose lock and condition to use */
+} pyx_ticket;
+
+/* Delivery modes of an asyncio channel. */
+enum { PYX_NOTIFY_FD = 0, PYX_NOTIFY_CALL_SOON = 1 };
+
+extern PyTypeObject pyx_channel_type;
+/* A channel for the asyncio loop `loop` (GIL): an eventfd watched by
+ * loop.add_reader, or call_soon_threadsafe from the loop thread. */
+pyx_channel *pyx_channel_for_loop(PyObject *loop, int notify);
+/* A channel drained by a thread of its own that calls the callbacks of
+ * PYX_T_CALLBACK tickets (GIL). */
+pyx_channel *pyx_channel_thread(void);
+/* Hand a filled ticket over (loop, or any thread).  The channel delivers
+ * it with the GIL, in push order, exactly once. */
+void pyx_channel_push(pyx_channel *c, pyx_ticket *t);
+/* The engine is done with the channel (GIL): no ticket will be pushed any
+ * more.  An asyncio channel stops watching its fd once every ticket it
+ * was given is delivered; a thread channel lets its thread end after the
+ * last one, and joins it unless called from that thread. */
+void pyx_channel_retire(pyx_channel *c);
+/* A ticket was made for c (+1), or was not posted after all (-1) (GIL):
+ * retire waits until every expected ticket was delivered. */
+void pyx_channel_expect(pyx_channel *c, int delta);
+/* Counters of a channel (GIL). */
+void pyx_channel_counts(const pyx_channel *c, uint64_t *delivered,
+                        uint64_t *unclaimed, uint64_t *errors);
+/* True when the channel serves `loop` with delivery mode `notify` and
+ * can still take tickets (GIL). */
+bool pyx_channel_serves(const pyx_channel *c, PyObject *loop, int notify);
+
+/* ---------------------------------------------------------------------- */
+/* core.c: the engine's C side and its loop thread                         */
+/* ---------------------------------------------------------------------- */
+
+/* The engine config of Engine(...)'s keywords (ns, counts; 0: default). */
+typedef struct pyx_engine_opts {
+    uint32_t max_transfers, max_tombstones, max_pools, mailbox_cap;
+    uint64_t default_timeout_ns, tombstone_ttl_ns;
+    uint64_t cancel_op_timeout_ns, cancel_backoff_ns;
+    uint32_t cancel_max_attempts;
+} pyx_engine_opts;
+
+enum {
+    PYX_OPEN = 0,     /* the loop runs; posts go through */
+    PYX_CLOSING = 1,  /* shutdown posted; posts refused with SHUTDOWN */
+    PYX_STOPPED = 2,  /* the loop returned: every completion handed over */
+    PYX_FREED = 3     /* engine and transports freed */
+};
+
+#define PYX_MAX_GROUPS 16
+
+/* A transport the core deletes after the engine (transport.c fills it). */
+typedef struct pyx_tp_slot {
+    void *obj;
+    void (*del)(void *obj);
+} pyx_tp_slot;
+
+struct pyx_core {
+    unsigned refs;            /* GIL: Engine, pools and transports */
+    pthread_mutex_t lock;     /* state, posts, waits, tickets' done */
+    pthread_cond_t cond;
+    int state;                /* PYX_*; written under lock */
+    struct event_base *base;  /* the core's own; freed after the
+                                 transports (TCP closes on it) */
+    xfer_engine *e;
+    pthread_t thread;
+    bool thread_started;
+    pyx_tp_slot tps[PYX_MAX_GROUPS];
+    uint16_t nshards[PYX_MAX_GROUPS];
+    uint32_t ngroups;
+    pyx_ticket *closers;      /* PYX_T_CLOSED tickets, under lock */
+    xfer_engine_stats final;  /* the stats when shutdown completed */
+    uint64_t posted, wait_abandoned;
+};
+
+/* The loop's work for pyx_core_call: runs on the loop, returns an rc. */
+typedef int (*pyx_loop_fn)(pyx_core *c, void *arg);
+
+/* Create the event base and the engine on it (config from configs.c),
+ * not yet running.  Returns 0 or an xfer error. */
+int pyx_core_new(const pyx_engine_opts *o, pyx_core **out);
+void pyx_core_ref(pyx_core *c);   /* GIL */
+void pyx_core_unref(pyx_core *c); /* GIL; frees at 0 (after close) */
+/* Start the loop thread.  Returns 0 or XFER_ERR_IO. */
+int pyx_core_start(pyx_core *c);
+/* Run fn(c, arg) on the loop and wait for it (GIL held on entry; released
+ * while waiting).  Returns fn's rc, or XFER_ERR_SHUTDOWN when the loop no
+ * longer takes work. */
+int pyx_core_call(pyx_core *c, pyx_loop_fn fn, void *arg);
+/* Post a submit whose completion fills t (GIL held on entry; released
+ * around the post).  Returns 0 (t belongs to the loop until it is
+ * completed) or an xfer error (t untouched). */
+int pyx_core_submit(pyx_core *c, const xfer_transfer_desc *d,
+                    pyx_ticket *t);
+/* Post a cancel (GIL held on entry, released around the post). */
+int pyx_core_cancel(pyx_core *c, uint64_t id);
+/* Wait for a PYX_T_WAIT ticket (GIL held on entry; released while it
+ * waits; signals are checked every 100 ms).  Returns 0 with the result in
+ * t->res (t is then the caller's to free), or -1 with a Python exception
+ * (t then belongs to the loop, which frees it). */
+int pyx_core_wait(pyx_core *c, pyx_ticket *t);
+/* Begin shutdown if not begun (GIL held; released inside).  closer, when
+ * given, is a PYX_T_CLOSED ticket pushed once the loop stopped (or at
+ * once if it has).  Returns 0 or an xfer error. */
+int pyx_core_begin_close(pyx_core *c, pyx_ticket *closer);
+/* Wait until the loop stopped (GIL held; released while waiting). */
+void pyx_core_wait_stopped(pyx_core *c);
+/* Join the loop thread and free the engine and transports (GIL held;
+ * released while joining).  Only once, after the loop stopped. */
+void pyx_core_free_engine(pyx_core *c);
+/* The state now (any). */
+int pyx_core_state(pyx_core *c);
+
+/* ---------------------------------------------------------------------- */
+/* configs.c: every C config and stats struct, in one place                */
+/* ---------------------------------------------------------------------- */
+
+void pyx_config_engine(const pyx_engine_opts *o, struct event_base *base,
+                       xfer_engine_config *cfg);
+/* The loop transport's config (shard template included). */
+void pyx_config_loop(uint16_t nshards, uint64_t pool_bytes,
+                     uint32_t max_reservations, uint64_t lease_ttl_ns,
+                     uint64_t seed, uint64_t write_ns, xfer_loop_event_cb ev,
+                     void *ev_ud, xfer_loop_config *cfg);
+void pyx_config_tcp(uint16_t nshards, const char *const *addrs,
+                    uint32_t group, uint64_t connect_timeout_ns,
+                    xfer_tcp_config *cfg);
+/* Stats as dicts (GIL). */
+PyObject *pyx_stats_engine(const xfer_engine_stats *st);
+PyObject *pyx_stats_loop(const xfer_loop_stats *st, uint32_t outstanding,
+                         uint64_t shard_bytes, uint64_t shard_resv);
+/* Bytes in use and reservations summed over the loop's shards (loop). */
+void pyx_loop_shard_totals(xfer_loop *l, uint16_t nshards, uint64_t *bytes,
+                           uint64_t *resv);
+PyObject *pyx_stats_tcp(const xfer_tcp_stats *st);
+
+/* ---------------------------------------------------------------------- */
+/* pool.c, transport.c, engine.c                                           */
+/* ---------------------------------------------------------------------- */
+
+typedef struct pyx_pool {
+    PyObject_HEAD
+    pyx_core *core;     /* a reference; NULL once released */
+    Py_buffer view;     /* held from register until unregister succeeded
+                           or the engine stopped (I3) */
+    uint32_t id;
+    bool registered;
+} pyx_pool;
+
+extern PyTypeObject pyx_pool_type;
+/* Register obj's buffer on c (GIL).  New reference, or NULL. */
+pyx_pool *pyx_pool_register(pyx_core *c, PyObject *obj);
+/* The engine stopped and unregistered every pool: let go of the buffer
+ * (GIL). */
+void pyx_pool_released(pyx_pool *p);
+
+extern PyTypeObject pyx_loop_type;
+extern PyTypeObject pyx_tcp_type;
+/* Create the C transport of a Loop or Tcp object on c's base and add its
+ * group.  Before the loop thread starts (on_loop false) this runs on the
+ * calling thread; after, inside a pyx_core_call.  Returns 0 or an xfer
+ * error; *group is the group index (GIL held, for the config). */
+int pyx_transport_attach(PyObject *tp, pyx_core *c, uint32_t *group,
+                         bool on_loop);
+/* True when tp is a Loop or a Tcp object. */
+bool pyx_transport_check(PyObject *tp);
+
+extern PyTypeObject pyx_engine_type;
+
+#endif /* PYX_H */

@@ -1,0 +1,299 @@
+"""xfer - the Python binding of the xfer engine: the producer side.
+
+    import asyncio, xfer
+
+    async def main():
+        async with xfer.Engine(xfer.Loop(4)) as engine:
+            staging = bytearray(4 * 4096)
+            pool = engine.register_pool(staging)       # no copy
+            result = await engine.submit(1, pool, xfer.split(0, len(staging), 4))
+            print(result)                              # <xfer.Result id=1 ... ok>
+
+    asyncio.run(main())
+
+The engine's libevent loop runs on a thread the Engine owns; every call
+from Python goes through the engine's thread-safe mailbox, and no call
+holds the GIL while it waits.  Completions come back to the asyncio loop
+that awaited them (an eventfd that loop watches), to a thread blocked in
+submit_wait(), or to the engine's callback thread (submit_callback()).
+
+Outcomes: an awaited transfer resolves to an xfer.Result when it succeeds
+and raises the xfer.Error subclass of its status when it fails; the
+exception's .result is the full Result (phase, shards, flags).  A submit
+the engine refuses at once raises from submit() itself and never
+completes.  Transfer.cancel() cancels the transfer in the engine and the
+awaitable still resolves with the engine's one outcome (I1), so a task
+cancelled while awaiting a transfer resumes only once that transfer has
+ended and no write reads its staging memory.
+
+The C half is xfer._xfer; the consumer side (xfer.Server, xfer.Consumer)
+will come with the server and consumer libraries.
+"""
+import asyncio
+import atexit
+import builtins
+import weakref
+from typing import NamedTuple, Optional
+
+from . import _xfer
+from ._xfer import (MAX_SHARDS, PHASE_CANCELLING, PHASE_COMPLETING,
+                    PHASE_NONE, PHASE_RESERVING, PHASE_SUBMIT, PHASE_WRITING,
+                    Pool, Result)
+
+__all__ = ["Engine", "Loop", "Tcp", "Pool", "Result", "Transfer", "Fault",
+           "Error", "split", "strerror", "MAX_SHARDS", "PHASE_NONE",
+           "PHASE_RESERVING", "PHASE_WRITING", "PHASE_COMPLETING",
+           "PHASE_CANCELLING", "PHASE_SUBMIT"]
+
+
+# --------------------------------------------------------------------------
+# Errors: one class per code of include/xfer/errors.h
+# --------------------------------------------------------------------------
+
+class Error(Exception):
+    """An xfer error.  .code is the (negative) xfer error code, .name its
+    enum name ("BUSY"), .result the Result of a transfer that failed (None
+    for a call refused at once), .phase that result's phase (or None)."""
+
+    code = None
+
+    def __init__(self, what, message=None):
+        if isinstance(what, Result):
+            self.result, code = what, what.status
+        else:
+            self.result, code = None, int(what)
+        self.code = code
+        self.name = _xfer.err_name(code)
+        self.phase = self.result.phase if self.result is not None else None
+        text = message or _xfer.strerror(code)
+        r = self.result
+        if r is not None:
+            text = "transfer %d: %s in %s" % (r.id, text, r.phase_name)
+            if r.shards:
+                text += ", shards %s" % ",".join(map(str, r.shards))
+            if r.consumer_may_hold:
+                text += " (the consumer may hold the data)"
+        super().__init__(text)
+
+
+# Codes that also read as a builtin exception.  xfer.CancelledError is not
+# asyncio's: it is a transfer that was cancelled (or an id tombstoned).
+_ALSO = {"INVALID_ARG": ValueError, "NOMEM": MemoryError,
+         "TIMEOUT": builtins.TimeoutError, "CONN_LOST": ConnectionError,
+         "NOT_FOUND": LookupError}
+
+errors = {}
+"""code -> the Error subclass raised for it."""
+
+
+def _class_name(name):
+    return "".join(w.capitalize() for w in name.split("_")) + "Error"
+
+
+for _code, _name, _msg in _xfer.error_codes():
+    _bases = (Error,) + ((_ALSO[_name],) if _name in _ALSO else ())
+    _cls = type(_class_name(_name), _bases,
+                {"code": _code, "__doc__": _msg + ".", "__module__": __name__})
+    globals()[_cls.__name__] = _cls
+    errors[_code] = _cls
+    __all__.append(_cls.__name__)
+del _code, _name, _msg, _bases, _cls
+
+
+def strerror(code):
+    """The message of an xfer error code."""
+    return _xfer.strerror(code)
+
+
+# --------------------------------------------------------------------------
+# The awaitable of a submit
+# --------------------------------------------------------------------------
+
+class Transfer(asyncio.Future):
+    """What Engine.submit returns: an asyncio future of the running loop,
+    resolved exactly once with the engine's outcome.  .id is the transfer
+    id."""
+
+    __slots__ = ("id", "_engine")
+
+    def cancel(self, msg=None):
+        """Cancel the transfer in the engine (idempotent).  The future is
+        not cancelled: it resolves with the engine's outcome once every
+        shard has answered (usually xfer.CancelledError, or the Result if
+        every commit was already acknowledged).  Returns False, as for a
+        future that cannot be cancelled, so a task awaiting this one is
+        cancelled only once the transfer has ended."""
+        if not self.done():
+            try:
+                self._engine.cancel(self.id)
+            except Error:
+                pass  # the engine stopped: the outcome is on its way
+        return False
+
+    def __repr__(self):
+        state = "pending" if not self.done() else "done"
+        return "<xfer.Transfer id=%s %s>" % (getattr(self, "id", "?"),
+                                             state)
+
+
+_xfer._setup(Transfer, Error, errors)
+
+
+# --------------------------------------------------------------------------
+# Transports
+# --------------------------------------------------------------------------
+
+_KINDS = {"fail": _xfer.FAULT_FAIL, "applied_lost": _xfer.FAULT_APPLIED_LOST,
+          "drop": _xfer.FAULT_DROP, "delay": _xfer.FAULT_DELAY}
+_OPS = {None: _xfer.OP_ANY, "any": _xfer.OP_ANY,
+        "reserve": _xfer.OP_RESERVE, "write": _xfer.OP_WRITE,
+        "commit": _xfer.OP_COMMIT, "cancel": _xfer.OP_CANCEL}
+
+
+class Fault(NamedTuple):
+    """A fault rule of the loop transport (see xfer/loop.h).
+
+    kind: "fail" (refused, not applied), "applied_lost" (applied, the reply
+    says failed), "drop" (never answered until aborted), "delay".
+    op: "reserve", "write", "commit", "cancel" or None (any).
+    shard: an index or None (any); id: a transfer id or 0 (any).
+    prob: the chance per op, 0 < prob <= 1, or 0 for always.
+    count: fire at most this many times (0: no limit).
+    delay: seconds (delay rules).  error: the status of a failure, an
+    error code or an Error subclass (None: RemoteError)."""
+
+    kind: str
+    op: Optional[str] = None
+    shard: Optional[int] = None
+    id: int = 0
+    prob: float = 0.0
+    count: int = 0
+    delay: float = 0.0
+    error: object = None
+
+
+def _error_code(error):
+    if error is None:
+        return 0
+    if isinstance(error, type) and issubclass(error, Error):
+        return error.code
+    return int(error)
+
+
+class Loop(_xfer.Loop):
+    """nshards in-process shards on the engine's loop, with seeded fault
+    rules: the test workhorse.  The shards' consumer takes every ready
+    transfer and releases it at once (consume=True), recording what it
+    received (received(id): per shard (length, zlib.crc32 of the data))."""
+
+    def __init__(self, nshards, *, pool_bytes=16 << 20, max_reservations=0,
+                 lease_ttl=None, seed=0, write_time=None, consume=True,
+                 faults=()):
+        super().__init__(nshards, pool_bytes=pool_bytes,
+                         max_reservations=max_reservations,
+                         lease_ttl=lease_ttl, seed=seed,
+                         write_time=write_time, consume=consume)
+        for f in faults:
+            self.add_fault(f)
+
+    def add_fault(self, fault, **kw):
+        """Append a rule: a Fault, or a kind and Fault's keywords."""
+        if not isinstance(fault, Fault):
+            fault = Fault(fault, **kw)
+        elif kw:
+            fault = fault._replace(**kw)
+        try:
+            kind, op = _KINDS[fault.kind], _OPS[fault.op]
+        except KeyError as e:
+            raise ValueError("unknown fault kind or op %s" % e) from None
+        super().add_fault(kind, op=op,
+                          shard=-1 if fault.shard is None else fault.shard,
+                          id=fault.id, prob=float(fault.prob),
+                          count=fault.count, delay=fault.delay,
+                          error=_error_code(fault.error))
+
+
+class Tcp(_xfer.Tcp):
+    """Shards served by xferd over TCP: addrs[k] ("ip:port", numeric) serves
+    shard k; a "host:port,host:port" string works too.  group is the group
+    number sent in HELLO (xferd --group)."""
+
+    def __init__(self, addrs, *, group=0, connect_timeout=None):
+        if isinstance(addrs, str):
+            addrs = [a.strip() for a in addrs.split(",") if a.strip()]
+        super().__init__(list(addrs), group=group,
+                         connect_timeout=connect_timeout)
+
+    def wait_connected(self, timeout=5.0):
+        """Block (a few ms per poll) until every shard connection is up.
+        Returns True when it is, False after timeout seconds."""
+        import time
+        end = time.monotonic() + timeout
+        while not self.connected():
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.005)
+        return True
+
+
+# --------------------------------------------------------------------------
+# The engine
+# --------------------------------------------------------------------------
+
+_NOTIFY = {"fd": _xfer.NOTIFY_FD, "call_soon": _xfer.NOTIFY_CALL_SOON}
+_live = weakref.WeakSet()
+
+
+class Engine(_xfer.Engine):
+    """The producer engine over one consumer group (transport: Loop or
+    Tcp); more groups with add_group().  Keywords (0 or None: the
+    library's default): max_transfers, max_tombstones, max_pools,
+    mailbox_cap, default_timeout, tombstone_ttl, cancel_op_timeout,
+    cancel_backoff (seconds), cancel_max_attempts, and notify: "fd" (an
+    eventfd the asyncio loop watches; the default) or "call_soon" (the
+    loop thread calls call_soon_threadsafe)."""
+
+    def __init__(self, transport, *, notify="fd", **kw):
+        super().__init__(transport, notify=_NOTIFY[notify], **kw)
+        _live.add(self)
+
+    async def aclose(self):
+        """Shut down without blocking the running loop: every transfer
+        ends, every completion is delivered, every pool let go."""
+        if not self.closed:
+            await self._begin_aclose()
+            self._finish_close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.aclose()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+    def __repr__(self):
+        return "<xfer.Engine %s, %d group(s)>" % (
+            "closed" if self.closed else "running", len(self.transports))
+
+
+@atexit.register
+def _shutdown_live_engines():
+    """An engine's thread must not outlive the interpreter."""
+    for e in list(_live):
+        e.shutdown()
+
+
+def split(offset, length, nshards):
+    """One (offset, length) slice per shard: length bytes from offset cut
+    into nshards equal parts (the last takes what does not divide)."""
+    if nshards < 1 or length < 0:
+        raise ValueError("nshards >= 1 and length >= 0")
+    part = length // nshards
+    return [(offset + k * part,
+             part if k < nshards - 1 else length - part * (nshards - 1))
+            for k in range(nshards)]
