@@ -2,12 +2,11 @@
  * python/ext/configs.c - every C config the binding builds and every C
  * stats struct it reads, in this one file.
  *
- * The library's configs and stats are about to become versioned (issue
- * 10: a version field first, xfer_<thing>_config_default() initialisers):
- * when that lands, the change here is to start each config from its
- * _default() and to ask for stats by version, and nothing else in the
- * binding changes.  Today a zeroed field means "the default", which is
- * what a keyword left out of Engine(...), Loop(...) or Tcp(...) gives.
+ * The library's configs are versioned (docs/design.md section 4.1): each
+ * starts from its xfer_<thing>_config_default() and then takes the
+ * keywords given; a zero field still means "the default", which is what a
+ * keyword left out of Engine(...), Loop(...) or Tcp(...) gives.  The stats
+ * getters are the header's macros, so they ask for this header's version.
  */
 #include "pyx.h"
 
@@ -16,7 +15,7 @@
 void pyx_config_engine(const pyx_engine_opts *o, struct event_base *base,
                        xfer_engine_config *cfg)
 {
-    memset(cfg, 0, sizeof *cfg);
+    xfer_engine_config_default(cfg);
     cfg->base = base; /* the core's: it outlives the transports */
     cfg->core.max_transfers = o->max_transfers;
     cfg->core.max_tombstones = o->max_tombstones;
@@ -34,7 +33,7 @@ void pyx_config_loop(uint16_t nshards, uint64_t pool_bytes,
                      uint64_t seed, uint64_t write_ns, xfer_loop_event_cb ev,
                      void *ev_ud, xfer_loop_config *cfg)
 {
-    memset(cfg, 0, sizeof *cfg);
+    xfer_loop_config_default(cfg);
     cfg->nshards = nshards;
     cfg->seed = seed;
     cfg->write_ns = write_ns;
@@ -49,7 +48,7 @@ void pyx_config_tcp(uint16_t nshards, const char *const *addrs,
                     uint32_t group, uint64_t connect_timeout_ns,
                     xfer_tcp_config *cfg)
 {
-    memset(cfg, 0, sizeof *cfg);
+    xfer_tcp_config_default(cfg);
     cfg->nshards = nshards;
     cfg->addrs = addrs;
     cfg->group = group;
