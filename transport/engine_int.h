@@ -58,11 +58,15 @@ xfer_post *xfer_mailbox_new_post(const xfer_transfer_desc *d,
  * drains.  A pipe wakes the loop. */
 typedef struct xfer_mailbox xfer_mailbox;
 
-enum { XFER_MAIL_SUBMIT = 0, XFER_MAIL_CANCEL = 1 };
+/* The consumer client (consumer.c) posts through the same mailbox:
+ * CANCEL, EXPECT (arg: the deadline) and RELEASE, with no post. */
+enum { XFER_MAIL_SUBMIT = 0, XFER_MAIL_CANCEL = 1, XFER_MAIL_EXPECT = 2,
+       XFER_MAIL_RELEASE = 3 };
 
 typedef struct xfer_mail {
     uint8_t kind;    /* XFER_MAIL_* */
-    uint64_t id;     /* CANCEL */
+    uint64_t id;     /* CANCEL, EXPECT, RELEASE */
+    uint64_t arg;    /* EXPECT: the deadline */
     xfer_post *post; /* SUBMIT: owned by the mail */
 } xfer_mail;
 
