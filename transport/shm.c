@@ -105,8 +105,7 @@ static bool held_by_live(const char *path)
     bool live = false;
     if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof h &&
         pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h &&
-        header_ok(&h, (size_t)st.st_size) && h.pid != 0 &&
-        (pid_t)h.pid != getpid())
+        header_ok(&h, (size_t)st.st_size) && h.pid != 0)
         live = running((pid_t)h.pid);
     close(fd);
     return live;
