@@ -8,7 +8,16 @@
 #include <stdint.h>
 #include <sys/time.h>
 
+#include "xfer/hist.h"
 #include "xfer/xfer.h"
+
+/* What the engine keeps for metrics (transport/metrics.c): the latency
+ * from an accepted submit to its completion, by outcome (0 ok, 1 failed,
+ * 2 cancelled or shut down), and the failures by the phase they happened
+ * in (xfer_phase).  Loop thread. */
+#define XFER_ENGINE_OUTCOMES 3
+const xfer_hist *xfer_engine_latency(const xfer_engine *e, unsigned outcome);
+uint64_t xfer_engine_failed_in_phase(const xfer_engine *e, unsigned phase);
 
 /* CLOCK_MONOTONIC in nanoseconds (clock.c).  `ud` unused. */
 uint64_t xfer_clock_monotonic(void *ud);

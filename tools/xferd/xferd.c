@@ -18,6 +18,8 @@
  * every hosted shard, tagged as that shard (xfer-trace merges it with the
  * producer's and the consumer's files).  --take-grace DUR: how long taken
  * data of a consumer whose connection closed stays taken (default 30s).
+ * --metrics ADDR:PORT serves the Prometheus exposition of the shards on
+ * http://ADDR:PORT/metrics (port 0: a free one, printed on stdout).
  *
  * --faults and --drop inject seeded faults for tests: per op, a refusal or
  * an "applied but reported failed" (PPM in a million, half each), and a
@@ -47,6 +49,7 @@
 
 #include "xfer/ctl.h"
 #include "xfer/errors.h"
+#include "xfer/metrics.h"
 #include "xfer/server.h"
 #include "xfer/shm.h"
 #include "xfer/tracefile.h"
@@ -75,6 +78,8 @@ typedef struct opts {
     const char *ctl_path;
     const char *shm;           /* --shm NAME: pools in /NAME.<shard> */
     const char *trace;         /* --trace FILE */
+    const char *metrics_addr;  /* --metrics ADDR:PORT */
+    uint16_t metrics_port;
 } opts;
 
 static int bad(const char *what, const char *arg)
@@ -183,6 +188,32 @@ static int parse_faults(const char *s, xd_config *cfg)
     return 0;
 }
 
+/* "127.0.0.1:9100" or "[::1]:9100"; the address must be numeric. */
+static int parse_metrics(const char *s, opts *o)
+{
+    static char addr[64];
+    const char *colon = s ? strrchr(s, ':') : NULL;
+    uint64_t port;
+    if (!colon || colon == s || (size_t)(colon - s) >= sizeof addr ||
+        parse_u64(colon + 1, &port, 65535))
+        return -1;
+    const char *a = s;
+    size_t n = (size_t)(colon - s);
+    if (s[0] == '[' && colon[-1] == ']') {
+        a++;
+        n -= 2;
+    }
+    memcpy(addr, a, n);
+    addr[n] = '\0';
+    unsigned char probe[16];
+    if (evutil_inet_pton(AF_INET, addr, probe) != 1 &&
+        evutil_inet_pton(AF_INET6, addr, probe) != 1)
+        return -1;
+    o->metrics_addr = addr;
+    o->metrics_port = (uint16_t)port;
+    return 0;
+}
+
 static void usage(void)
 {
     printf("usage: xferd [--addr A] [--port P] [--group G] [--shards LIST]\n"
@@ -191,7 +222,7 @@ static void usage(void)
            "             [--consume] [--faults PPM[:SEED]] [--drop PPM]\n"
            "             [--drain-timeout DUR] [--port-file PATH] [--quiet]\n"
            "             [--ctl PATH] [--shm NAME] [--trace FILE]\n"
-           "             [--take-grace DUR]\n"
+           "             [--take-grace DUR] [--metrics ADDR:PORT]\n"
            "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
            "          --lease-ttl 10s --max-resv 4096\n");
 }
@@ -258,6 +289,9 @@ static int parse_one(int c, const char *arg, opts *o)
         return 0;
     }
     case 'T': o->trace = arg; return 0;
+    case 'M': return parse_metrics(arg, o) ? bad("metrics address "
+                                                 "(ADDR:PORT)", arg)
+                                           : 0;
     case 'G':
         if (parse_dur(arg, &o->cfg.take_grace_ns) || !o->cfg.take_grace_ns)
             return bad("take grace", arg);
@@ -279,7 +313,7 @@ static int parse(int argc, char **argv, opts *o)
         {"drop", 1, 0, 'D'},      {"max-tombs", 1, 0, 't'},
         {"ctl", 1, 0, 'C'},      {"help", 0, 0, 'h'},
         {"shm", 1, 0, 'S'},      {"trace", 1, 0, 'T'},
-        {"take-grace", 1, 0, 'G'},
+        {"take-grace", 1, 0, 'G'},  {"metrics", 1, 0, 'M'},
         {0, 0, 0, 0}};
     opterr = 0;
     int c;
@@ -306,6 +340,7 @@ typedef struct xferd {
     void *mem[XFER_MAX_SHARDS];     /* the pools, one per shard */
     xfer_shm *shm[XFER_MAX_SHARDS]; /* --shm: the objects holding them */
     xfer_tracefile *tf;             /* --trace */
+    xfer_metrics *metrics;          /* --metrics */
     struct event *flush_ev;         /* flushes the trace 10 times a second */
     int terms;
 } xferd;
@@ -483,6 +518,29 @@ static int start_server(xferd *d)
     return xfer_server_new(&sc, &d->srv);
 }
 
+/* --metrics ADDR:PORT: the server's Prometheus exposition on /metrics. */
+static int start_metrics(xferd *d)
+{
+    xfer_metrics_config mc;
+    xfer_metrics_config_default(&mc);
+    mc.base = d->base;
+    int rc = xfer_metrics_new(&mc, &d->metrics);
+    if (!rc)
+        rc = xfer_metrics_add_server(d->metrics, d->srv);
+    if (!rc)
+        rc = xfer_metrics_listen(d->metrics, d->o->metrics_addr,
+                                 d->o->metrics_port);
+    if (rc) {
+        fprintf(stderr, "xferd: cannot serve metrics on %s:%u: %s\n",
+                d->o->metrics_addr, (unsigned)d->o->metrics_port,
+                xfer_strerror(rc));
+        return rc;
+    }
+    printf("xferd: metrics on http://%s:%u/metrics\n", d->o->metrics_addr,
+           (unsigned)xfer_metrics_port(d->metrics));
+    return 0;
+}
+
 static int setup(xferd *d)
 {
     const opts *o = d->o;
@@ -506,11 +564,12 @@ static int setup(xferd *d)
                 o->ctl_path, xfer_strerror(rc));
         return rc;
     }
-    return 0;
+    return o->metrics_addr ? start_metrics(d) : 0;
 }
 
 static void teardown(xferd *d)
 {
+    xfer_metrics_del(d->metrics);
     xfer_ctl_close(d->ctl);
     xfer_server_del(d->srv);
     if (d->flush_ev)
