@@ -110,7 +110,8 @@ static void sweep(xfer_server_hosted *hs)
 }
 
 void xfer_server_track_reserved(xfer_server *s, xfer_server_hosted *hs,
-                                uint64_t id, uint64_t resv_id)
+                                uint64_t id, uint32_t attempt,
+                                uint64_t resv_id, uint32_t len)
 {
     xfer_server_track *t = &hs->track;
     if (entry(t, id, NULL))
@@ -121,6 +122,7 @@ void xfer_server_track_reserved(xfer_server *s, xfer_server_hosted *hs,
         return; /* cannot happen: one entry per live reservation */
     uint32_t slot = t->free_slots[--t->nfree];
     t->e[slot] = (xfer_server_resv){.id = id, .resv_id = resv_id,
+                                    .attempt = attempt, .len = len,
                                     .t_reserved = xfer_server_now(s)};
     xfer_idmap_put(&t->map, id, slot);
 }
@@ -209,6 +211,22 @@ static void publish(xfer_server *s, xfer_server_hosted *hs,
             xfer_server_conn_doom(c);
             continue;
         }
+        xfer_server_conn_send(c, &m, 0);
+        hs->events_sent++;
+    }
+}
+
+void xfer_server_replay_ready(xfer_server_conn *c, xfer_server_hosted *hs)
+{
+    const xfer_server_track *t = &hs->track;
+    for (uint32_t k = 0; k < t->cap; k++) {
+        const xfer_server_resv *r = &t->e[k];
+        if (!r->id || xfer_shard_state(hs->sh, r->id) != XFER_RESV_STATE_READY)
+            continue;
+        xfer_wire_msg m = {.type = XFER_WIRE_T_EVENT,
+                           .kind = XFER_SHARD_EV_READY, .shard = hs->index,
+                           .attempt = r->attempt, .id = r->id,
+                           .resv_id = r->resv_id, .len = r->len};
         xfer_server_conn_send(c, &m, 0);
         hs->events_sent++;
     }

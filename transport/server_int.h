@@ -67,6 +67,7 @@ enum { XFER_SERVER_F_NONE, XFER_SERVER_F_FAIL, XFER_SERVER_F_APPLIED_LOST,
  * when its phases happened, and who took it. */
 typedef struct xfer_server_resv {
     uint64_t id, resv_id;
+    uint32_t attempt, len;
     uint64_t t_reserved, t_ready, t_taken;
     uint64_t taker;    /* serial of the taking connection; 0: none */
     bool orphaned;     /* TAKEN and its taker's connection is gone */
@@ -137,13 +138,17 @@ void xfer_server_track_clear(xfer_server *s, xfer_server_hosted *hs);
 /* A reserve of (id, resv_id) succeeded / a take by connection `serial`
  * succeeded / a release of id succeeded. */
 void xfer_server_track_reserved(xfer_server *s, xfer_server_hosted *hs,
-                                uint64_t id, uint64_t resv_id);
+                                uint64_t id, uint32_t attempt,
+                                uint64_t resv_id, uint32_t len);
 void xfer_server_track_taken(xfer_server *s, xfer_server_hosted *hs,
                              uint64_t id, uint64_t serial);
 void xfer_server_track_released(xfer_server *s, xfer_server_hosted *hs,
                                 uint64_t id);
 /* Connection `serial` is gone: its takes start their grace period. */
 void xfer_server_track_orphan(xfer_server *s, uint64_t serial);
+/* A new subscriber of hs: a READY event for every reservation already
+ * READY there, so one that (re)subscribes misses none. */
+void xfer_server_replay_ready(xfer_server_conn *c, xfer_server_hosted *hs);
 /* Publish every pending shard event, then re-arm the lease timer. */
 void xfer_server_flush_all(xfer_server *s);
 void xfer_server_on_timer(evutil_socket_t fd, short what, void *arg);

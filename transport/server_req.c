@@ -16,7 +16,10 @@
  *    producer-side ops (a connection whose HELLO did not say consumer), so
  *    a consumer connection is never dropped by the fault mix;
  *  - a take is recorded with its taker (server_events.c), and a release
- *    clears it, whichever connection sends it.
+ *    clears it, whichever connection sends it;
+ *  - a SUBSCRIBE is answered first, then followed by a READY event for
+ *    every reservation already READY on the shard, so a consumer that
+ *    (re)connects misses no data that is waiting for it.
  */
 #include "server_int.h"
 
@@ -188,7 +191,8 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
         a->resv_id = rc ? 0 : info.resv_id;
         a->addr = rc ? 0 : info.addr;
         if (rc == 0)
-            xfer_server_track_reserved(c->srv, hs, m->id, info.resv_id);
+            xfer_server_track_reserved(c->srv, hs, m->id, m->attempt,
+                                       info.resv_id, m->len);
         return rc;
     }
     case XFER_WIRE_T_COMMIT:
@@ -314,9 +318,11 @@ bool xfer_server_req_handle(xfer_server_conn *c, const xfer_wire_hdr *h,
         on_status(c, h->req, m);
         return true;
     case XFER_WIRE_T_SUBSCRIBE: {
-        c->subscribed = true;
         xfer_wire_msg a = {.type = XFER_WIRE_T_SUBSCRIBE_ACK};
         xfer_server_conn_send(c, &a, h->req);
+        if (!c->subscribed)
+            xfer_server_replay_ready(c, &c->srv->shards[c->hosted]);
+        c->subscribed = true;
         return true;
     }
     case XFER_WIRE_T_WRITE:

@@ -23,6 +23,10 @@
  *    connection closes, the data stays TAKEN for take_grace_ns (any
  *    connection may still RELEASE it meanwhile); then the server releases
  *    it itself, so a consumer killed with kill -9 leaks nothing for good;
+ *  - a subscriber misses nothing that waits for it: after SUBSCRIBE_ACK
+ *    the server sends a READY event for every reservation already READY
+ *    on the shard (a consumer that reconnects sees them again; its
+ *    readiness machine absorbs a repeat);
  *  - a connection whose unread replies pass 8 MiB stops being read until
  *    they drain, and a subscriber that falls that far behind is dropped.
  *

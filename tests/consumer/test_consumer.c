@@ -377,6 +377,35 @@ START_TEST(test_consumer_mailbox_from_another_thread)
 }
 END_TEST
 
+/* Data that became READY while no consumer was subscribed (a consumer
+ * that starts late, or reconnects) is not missed: a SUBSCRIBE is followed
+ * by a READY event for every reservation already READY. */
+START_TEST(test_consumer_late_subscriber_sees_ready)
+{
+    stack s;
+    xfer_server_config sc;
+    xfer_server_config_default(&sc);
+    ck_assert_int_eq(st_start_servers(&s, 2, 1 << 20, 8, &sc), 0);
+    s.slice = 2048;
+    int fd[2];
+    uint64_t resv;
+    for (uint16_t k = 0; k < 2; k++) {
+        fd[k] = st_raw_connect(&s, k);
+        ck_assert_int_eq(st_raw_put(&s, fd[k], k, 3, 1, true, &resv), 0);
+    }
+    ck_assert_int_eq(st_start_consumer(&s, NULL), 0);
+    wait_n w = {&s, 3};
+    ck_assert(st_run(&s, has_outcome, &w, 5000));
+    ck_assert(s.out[3].available);
+    ck_assert(s.out[3].bytes_ok);
+    ck_assert_int_eq(xfer_consumer_release(s.cons, 3), 0);
+    ck_assert(st_run(&s, bytes_free, &s, 3000));
+    for (uint16_t k = 0; k < 2; k++)
+        close(fd[k]);
+    st_stop(&s);
+}
+END_TEST
+
 /* Configs: an unknown version and missing callbacks are refused. */
 START_TEST(test_consumer_config_checked)
 {
@@ -414,6 +443,7 @@ int main(void)
     tcase_add_test(tc, test_consumer_lost_link_names_shard);
     tcase_add_test(tc, test_consumer_gone_take_grace_releases);
     tcase_add_test(tc, test_consumer_mailbox_from_another_thread);
+    tcase_add_test(tc, test_consumer_late_subscriber_sees_ready);
     tcase_add_test(tc, test_consumer_config_checked);
     suite_add_tcase(su, tc);
     return tu_run(su);
