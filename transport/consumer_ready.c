@@ -352,8 +352,12 @@ void xfer_consumer_on_ready(xfer_consumer *c, uint16_t k, uint64_t id,
             return;
         }
     }
-    if (r && r->state == XFER_CREC_PENDING)
-        r->ready |= bit(k);
+    if (r && r->state == XFER_CREC_PENDING) {
+        if (!r->attempt)
+            r->attempt = attempt; /* the tracker's record belongs to it */
+        if (attempt == r->attempt)
+            r->ready |= bit(k);
+    }
     uint64_t now = xfer_consumer_now(c);
     if (xfer_readiness_on_ready(c->rd, now, id, attempt, k, resv_id) != 0)
         c->st.dropped_events++;

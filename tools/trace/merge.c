@@ -16,6 +16,22 @@
 
 #include "xtrace.h"
 
+/* The shards an xferd trace serves, from its label "xferd shards 0,1". */
+static uint64_t label_shards(const char *label)
+{
+    const char *p = strncmp(label, "xferd shards ", 13) == 0 ? label + 13
+                                                              : NULL;
+    uint64_t mask = 0;
+    while (p && *p >= '0' && *p <= '9') {
+        char *end;
+        unsigned long k = strtoul(p, &end, 10);
+        if (k < 64)
+            mask |= UINT64_C(1) << k;
+        p = *end == ',' ? end + 1 : NULL;
+    }
+    return mask;
+}
+
 int xt_load_many(int n, char **paths, xt_file *out)
 {
     if (n == 1)
@@ -49,6 +65,7 @@ int xt_load_many(int n, char **paths, xt_file *out)
         out->cap = total;
         for (int i = 0; i < n; i++) {
             out->nfiles += fs[i].nfiles;
+            out->shards_given |= label_shards(fs[i].info.label);
             if (fs[i].t_first &&
                 (out->t_first == 0 || fs[i].t_first < out->t_first))
                 out->t_first = fs[i].t_first;

@@ -196,6 +196,7 @@ static int byid_build(byid *b, const xt_file *f)
 {
     memset(b, 0, sizeof *b);
     b->f = f;
+    b->shards_seen = f->shards_given;
     b->pos = malloc((f->n ? f->n : 1) * sizeof *b->pos);
     if (!b->pos)
         return -1;
@@ -367,8 +368,7 @@ static int merged_consumer(const xt_model *m, const byid *b, uint64_t now,
             !x ? "no record of this id"
                : x->status ? "ended, failed" : "ended, ok");
         for (uint16_t k = 0; k < s && at < sizeof buf; k++)
-            if (missing & (UINT64_C(1) << k))
-                at += shard_side(b, id, k, now, buf + at, sizeof buf - at);
+            at += shard_side(b, id, k, now, buf + at, sizeof buf - at);
         if (add_item(it, now - t0, id, buf))
             return -1;
     }

@@ -32,6 +32,8 @@ typedef struct xt_file {
     xfer_trace_rec *recs;
     size_t n, cap;
     uint64_t t_first, t_last; /* over records with a time (not CONFIG) */
+    uint64_t shards_given;    /* merged: shards whose server's trace is in
+                                 (from labels "xferd shards 0,1") */
 } xt_file;
 
 /* Load FILE and the rotated files before it (FILE.k, k = 1.. while their

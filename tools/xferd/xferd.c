@@ -466,11 +466,16 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 }
 
 /* --trace FILE: one file for every hosted shard, each tagged as its shard
- * (XFER_TRACE_SRC_SHARD), flushed often so a kill -9 loses little. */
+ * (XFER_TRACE_SRC_SHARD), flushed often so a kill -9 loses little.  The
+ * label names the shards ("xferd shards 0,1"), so xfer-trace knows whose
+ * trace it is even when nothing reached them. */
 static int open_trace(xferd *d)
 {
     char label[32];
-    snprintf(label, sizeof label, "xferd %u", (unsigned)getpid());
+    size_t at = (size_t)snprintf(label, sizeof label, "xferd shards ");
+    for (uint16_t i = 0; i < d->o->cfg.nshards && at < sizeof label; i++)
+        at += (size_t)snprintf(label + at, sizeof label - at, "%s%u",
+                               i ? "," : "", (unsigned)d->o->cfg.shards[i]);
     xfer_tracefile_opts to = {.format = XFER_TRACEFILE_BINARY,
                               .label = label};
     int rc = xfer_tracefile_open(d->o->trace, &to, &d->tf);
