@@ -142,12 +142,23 @@ static void make_args(const demo_tcp *t, uint16_t k, child_args *a)
                        "--port-file", a->portfile, "--shards", a->shard,
                        "--pool", a->pool, "--max-resv", a->resv,
                        "--max-tombs", a->tombs, "--lease-ttl", a->lease,
-                       "--shm", t->shm, "--take-grace", a->grace,
-                       "--faults", a->faults, "--drop", a->drop,
-                       "--quiet", t->trace[0] ? "--trace" : NULL, a->trace,
-                       NULL};
-    _Static_assert(sizeof v <= sizeof a->argv, "child_args.argv too small");
+                       "--take-grace", a->grace, "--faults", a->faults,
+                       "--drop", a->drop, "--quiet", NULL};
+    size_t n = sizeof v / sizeof v[0] - 1;
+    _Static_assert(sizeof v + 5 * sizeof v[0] <= sizeof a->argv,
+                   "child_args.argv too small");
     memcpy(a->argv, v, sizeof v);
+    if (t->shm[0]) { /* a consumer process reads the pools */
+        a->argv[n++] = "--shm";
+        a->argv[n++] = t->shm;
+    } else { /* a sink for benchmarks */
+        a->argv[n++] = "--consume";
+    }
+    if (t->trace[0]) {
+        a->argv[n++] = "--trace";
+        a->argv[n++] = a->trace;
+    }
+    a->argv[n] = NULL;
 }
 
 /* In the child: die with the parent, stdout to /dev/null, stderr to the
@@ -344,7 +355,7 @@ int demo_tcp_start(const demo_tcp_config *cfg, demo_tcp **out, char *err,
         goto out;
     }
     t->cfg = *cfg;
-    snprintf(t->shm, sizeof t->shm, "%s", cfg->shm ? cfg->shm : "xfer-demo");
+    snprintf(t->shm, sizeof t->shm, "%s", cfg->shm ? cfg->shm : "");
     snprintf(t->trace, sizeof t->trace, "%s", cfg->trace ? cfg->trace : "");
     snprintf(t->xferd, sizeof t->xferd, "%s", cfg->xferd);
     t->cfg.shm = t->shm;

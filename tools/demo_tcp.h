@@ -32,7 +32,10 @@ typedef struct demo_tcp_config {
     uint32_t fault_ppm;   /* xferd k gets --faults fault_ppm:seed+k */
     uint32_t drop_ppm;    /* --drop */
     uint64_t seed;
-    const char *shm;      /* --shm NAME (copied); required */
+    const char *shm;      /* --shm NAME (copied): a consumer process reads
+                             the pools; NULL: private pools, each xferd
+                             taking and releasing ready data itself
+                             (--consume: a sink, for benchmarks) */
     const char *trace;    /* shard k traces to TRACE.shard<k> (copied);
                              NULL: none */
     uint64_t take_grace_ms; /* --take-grace */
@@ -48,8 +51,8 @@ typedef struct demo_tcp_config {
 int demo_tcp_find_xferd(const char *argv0, char *buf, size_t cap);
 
 /*
- * Spawn the xferd children (--shm, --quiet, the caps, lease and faults
- * of cfg; stdout to /dev/null, stderr to a log in a private temp folder,
+ * Spawn the xferd children (--shm or --consume, --quiet, the caps, lease
+ * and faults of cfg; stdout to /dev/null, stderr to a log in a private temp folder,
  * removed once every child listens) and wait until each listens.  cfg
  * copied.  On failure every child started is
  * stopped, *out stays untouched and err (cap bytes) holds one line saying

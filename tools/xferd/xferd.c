@@ -484,6 +484,7 @@ static int open_trace(xferd *d)
                 xfer_strerror(rc));
         return rc;
     }
+    xfer_tracefile_flush(d->tf); /* the header, so the file says whose */
     d->flush_ev = event_new(d->base, -1, EV_PERSIST, on_flush, d->tf);
     struct timeval tv = {0, 100000};
     if (!d->flush_ev || event_add(d->flush_ev, &tv) != 0)
