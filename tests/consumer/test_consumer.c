@@ -430,6 +430,43 @@ START_TEST(test_consumer_config_checked)
 }
 END_TEST
 
+/* Every allocation of a consumer (but the mailbox, the engine's, which
+ * uses libc) goes through its allocator: failing each in turn gives
+ * XFER_ERR_NOMEM, leaves *out alone and leaks nothing. */
+START_TEST(test_consumer_alloc_failure_each_allocation)
+{
+    struct event_base *base = event_base_new();
+    const char *addrs[2] = {"127.0.0.1:1", "127.0.0.1:2"};
+    int rc = XFER_ERR_NOMEM;
+    long n;
+    for (n = 0; rc == XFER_ERR_NOMEM && n < 1000; n++) {
+        tu_alloc ta;
+        tu_alloc_init(&ta, n);
+        xfer_consumer_config c;
+        xfer_consumer_config_default(&c);
+        c.base = base;
+        c.nshards = 2;
+        c.addrs = addrs;
+        c.available = (xfer_consumer_available_fn)1;
+        c.unavailable = (xfer_consumer_unavailable_fn)1;
+        c.max_ids = 64;
+        c.alloc = tu_allocator(&ta);
+        xfer_consumer *out = NULL;
+        rc = xfer_consumer_new(&c, &out);
+        if (rc == 0) {
+            xfer_consumer_del(out);
+        } else {
+            ck_assert_int_eq(rc, XFER_ERR_NOMEM);
+            ck_assert_ptr_null(out);
+        }
+        ck_assert_int_eq(ta.live, 0);
+    }
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_gt(n, 4);
+    event_base_free(base);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("consumer");
@@ -445,6 +482,7 @@ int main(void)
     tcase_add_test(tc, test_consumer_mailbox_from_another_thread);
     tcase_add_test(tc, test_consumer_late_subscriber_sees_ready);
     tcase_add_test(tc, test_consumer_config_checked);
+    tcase_add_test(tc, test_consumer_alloc_failure_each_allocation);
     suite_add_tcase(su, tc);
     return tu_run(su);
 }

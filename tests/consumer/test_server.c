@@ -222,6 +222,43 @@ START_TEST(test_server_config_checked)
 }
 END_TEST
 
+/* Every allocation of a server goes through its allocator: failing each
+ * in turn gives XFER_ERR_NOMEM, leaves *out alone and leaks nothing. */
+START_TEST(test_server_alloc_failure_each_allocation)
+{
+    struct event_base *base = event_base_new();
+    static uint8_t mem[2][8192];
+    xfer_server_shard sh[2] = {{.index = 0, .base = mem[0], .len = 8192},
+                               {.index = 3, .base = mem[1], .len = 8192}};
+    int rc = XFER_ERR_NOMEM;
+    long n;
+    for (n = 0; rc == XFER_ERR_NOMEM && n < 1000; n++) {
+        tu_alloc ta;
+        tu_alloc_init(&ta, n);
+        xfer_server_config c;
+        xfer_server_config_default(&c);
+        c.base = base;
+        c.nshards = 2;
+        c.shards = sh;
+        c.max_reservations = 64;
+        c.alloc = tu_allocator(&ta);
+        xfer_server *s = NULL;
+        rc = xfer_server_new(&c, &s);
+        if (rc == 0) {
+            ck_assert_ptr_nonnull(s);
+            xfer_server_del(s);
+        } else {
+            ck_assert_int_eq(rc, XFER_ERR_NOMEM);
+            ck_assert_ptr_null(s);
+        }
+        ck_assert_int_eq(ta.live, 0);
+    }
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_gt(n, 4);
+    event_base_free(base);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("server");
@@ -231,6 +268,7 @@ int main(void)
     tcase_add_test(tc, test_server_bad_frame_closes_one_connection);
     tcase_add_test(tc, test_server_drain_waits_for_reservations);
     tcase_add_test(tc, test_server_config_checked);
+    tcase_add_test(tc, test_server_alloc_failure_each_allocation);
     suite_add_tcase(su, tc);
     return tu_run(su);
 }
