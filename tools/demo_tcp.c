@@ -142,15 +142,17 @@ static void make_args(const demo_tcp *t, uint16_t k, child_args *a)
                        "--port-file", a->portfile, "--shards", a->shard,
                        "--pool", a->pool, "--max-resv", a->resv,
                        "--max-tombs", a->tombs, "--lease-ttl", a->lease,
-                       "--take-grace", a->grace, "--faults", a->faults,
+                       "--faults", a->faults,
                        "--drop", a->drop, "--quiet", NULL};
     size_t n = sizeof v / sizeof v[0] - 1;
-    _Static_assert(sizeof v + 5 * sizeof v[0] <= sizeof a->argv,
+    _Static_assert(sizeof v + 7 * sizeof v[0] <= sizeof a->argv,
                    "child_args.argv too small");
     memcpy(a->argv, v, sizeof v);
     if (t->shm[0]) { /* a consumer process reads the pools */
         a->argv[n++] = "--shm";
         a->argv[n++] = t->shm;
+        a->argv[n++] = "--take-grace";
+        a->argv[n++] = a->grace;
     } else { /* a sink for benchmarks */
         a->argv[n++] = "--consume";
     }
