@@ -11,17 +11,21 @@
  * cancelled by the producer, some by the consumer, some ids are submitted
  * again after they ended (late submits, which must be refused).
  *
- * With --tcp the consumer group is real: one xferd process per shard
- * (demo_tcp.c) over the tcp transport, each taking and releasing ready data
- * itself (xferd --consume) and injecting its own seeded faults.  The
- * producer flow is the same; the consumer scheduler, consumer cancels and
- * byte checks run in loop mode only.  The shard pools are then asked for
- * through STATUS.
+ * With --tcp both sides are real processes: one `xferd --shm` per shard
+ * (demo_tcp.c; pools in POSIX shared memory, seeded faults of its own) over
+ * the tcp transport, and a consumer-scheduler process (demo_consumer.c, on
+ * xfer_consumer) that maps the pools, checks every byte of every available
+ * transfer in place, releases it, and cancels a seeded share of ids
+ * itself.  Shard 2 is killed with SIGKILL after 40 % of the transfers and
+ * restarted.  At the end the producer's and the consumer's outcomes are
+ * compared id by id (demo_agree.c), and the pools are asked for through
+ * STATUS.
  *
  * The run passes (exit 0) when every accepted transfer completed exactly
  * once, every available transfer carried the right bytes, and at the end no
  * byte is held: producer staging, and every shard pool (over tcp, also
- * every xferd exits 0 on SIGTERM: a crash or a sanitizer report fails).
+ * the consumer holds nothing, both sides agree on every id, and every
+ * xferd exits 0 on SIGTERM: a crash or a sanitizer report fails).
  */
 #include <inttypes.h>
 #include <signal.h>
@@ -33,6 +37,8 @@
 
 #include <event2/event.h>
 
+#include "demo_agree.h"
+#include "demo_consumer.h"
 #include "demo_tcp.h"
 #include "xfer/loop.h"
 #include "xfer/readiness.h"
@@ -44,6 +50,9 @@
  * enough that a reservation whose rollback was lost is reclaimed soon. */
 #define TCP_LEASE_MS 1000
 #define TCP_CONNECT_MS 5000
+#define TCP_GRACE_MS 1000     /* xferd --take-grace */
+#define TCP_KILLED_SHARD 2
+#define CONSUMER_CANCEL_PPM 15000
 
 typedef struct opts {
     uint32_t transfers, inflight, block;
@@ -66,6 +75,13 @@ typedef struct demo {
     struct event_base *own_base; /* tcp mode: outlives engine and transport */
     xfer_tcp *tcp;         /* tcp mode */
     demo_tcp *kids;        /* tcp mode: the xferd processes */
+    demo_consumer *cons;   /* tcp mode: the consumer process */
+    demo_consumer_report rep; /* tcp mode: what it saw */
+    demo_produced *prod;   /* tcp mode: what the producer saw, per id */
+    bool have_report;
+    int killed;            /* tcp mode: the shard was killed, restarted */
+    struct event *kill_ev;
+    char shm[64];
     xfer_tracefile *tf;
     uint8_t *staging;
     uint32_t pool, group;
@@ -92,9 +108,10 @@ static uint64_t rnd(demo *d)
     return d->rng * 0x2545f4914f6cdd1dull;
 }
 
-static uint8_t pattern(uint64_t id, uint16_t shard, uint32_t i)
+static uint8_t pattern(const demo *d, uint64_t id, uint16_t shard,
+                       uint32_t i)
 {
-    return (uint8_t)(id * 131 + shard * 31 + i * 7);
+    return demo_pattern(d->o.seed, id, shard, i);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -115,7 +132,7 @@ static void do_take(demo *d, const xfer_ready_action *a)
     if (rc == 0) {
         d->rids[a->id * d->o.shards + a->shard] = a->resv_id;
         for (uint32_t i = 0; i < len; i++)
-            if (data[i] != pattern(a->id, a->shard, i)) {
+            if (data[i] != pattern(d, a->id, a->shard, i)) {
                 d->bad[a->id] = 1;
                 break;
             }
@@ -261,6 +278,17 @@ static void on_complete(void *ud, const xfer_result *res)
         d->failed++;
     uint32_t slot = (uint32_t)res->user_data;
     d->free_slots[d->nfree++] = slot;
+    if (d->prod && id <= d->o.transfers) {
+        demo_produced *p = &d->prod[id];
+        p->completions++;
+        p->status = res->status;
+        p->phase = res->phase;
+        p->may_hold = res->consumer_may_hold;
+    }
+    if (d->kill_ev && !d->killed && d->ended >= d->o.transfers * 2 / 5) {
+        d->killed = 1;
+        event_active(d->kill_ev, EV_TIMEOUT, 0);
+    }
     /* Now and then, submit an id that already ended: it must be refused
      * synchronously (tombstone), never accepted, never called back. */
     if (rnd(d) % 50 == 0) {
@@ -285,7 +313,7 @@ static int submit_one(demo *d)
         size_t off = ((size_t)slot * d->o.shards + k) * per;
         sl[k] = (xfer_slice){off, (uint32_t)per};
         for (size_t i = 0; i < per; i++)
-            d->staging[off + i] = pattern(id, k, (uint32_t)i);
+            d->staging[off + i] = pattern(d, id, k, (uint32_t)i);
     }
     xfer_transfer_desc desc = {.id = id, .group = d->group, .pool = d->pool,
                                .nslices = d->o.shards, .slices = sl,
@@ -301,8 +329,8 @@ static int submit_one(demo *d)
     if (r < 15)
         xfer_engine_cancel(d->engine, id); /* producer changes its mind */
     else if (r < 30 && d->ready) {
-        /* the consumer aborts the request (loop mode: over tcp, xferd
-         * --consume stands in for the consumer and never cancels) */
+        /* the consumer aborts the request (over tcp the consumer process
+         * cancels ids of its own) */
         xfer_readiness_cancel(d->ready, xfer_engine_now(d->engine), id);
         d->consumer_cancels++;
         run_ready_actions(d);
@@ -310,13 +338,40 @@ static int submit_one(demo *d)
     return 0;
 }
 
+/* Tcp mode: the producer is done; the consumer process gets its last
+ * outcomes (ids never submitted end at a pulled-in deadline) and reports. */
+static void finish_consumer(demo *d)
+{
+    if (!d->cons)
+        return;
+    if (demo_consumer_finish(d->cons, 30000, &d->rep, d->err,
+                             sizeof d->err) == 0)
+        d->have_report = true;
+    else
+        fprintf(stderr, "xfer-demo: %s\n", d->err);
+}
+
+/* Tcp mode: SIGKILL one shard in the middle of the run and start it again
+ * (same port, same shm name: its stale objects are replaced). */
+static void on_kill(evutil_socket_t fd, short what, void *arg)
+{
+    demo *d = arg;
+    char err[320];
+    if (demo_tcp_kill_restart(d->kids, TCP_KILLED_SHARD, err, sizeof err))
+        fprintf(stderr, "xfer-demo: %s\n", err);
+    else
+        d->killed = 2;
+}
+
 static void on_shutdown(void *ud)
 {
     demo *d = ud;
     d->shutdown_done = 1;
+    finish_consumer(d);
     /* Leases reclaim what a lost rollback left: wait for them, bounded. */
     d->settle_until = xfer_engine_now(d->engine) +
-                      (d->o.tcp ? (TCP_LEASE_MS + 2000) * MS : 4000 * MS);
+                      (d->o.tcp ? (TCP_LEASE_MS + TCP_GRACE_MS + 3000) * MS
+                                : 4000 * MS);
     struct timeval tv = {0, 1000};
     evtimer_add(d->settle, &tv);
 }
@@ -584,18 +639,47 @@ static int start_xferds(demo *d)
                  "(looked for %.200s); use --xferd PATH", path);
         return XFER_ERR_NOT_FOUND;
     }
-    uint64_t pool = (uint64_t)o->inflight * o->block * 4;
+    /* READY data waits for the consumer process to take it, so the pools
+     * hold more than the inflight window. */
+    uint64_t pool = (uint64_t)o->inflight * o->block * 16;
     demo_tcp_config c = {
         .xferd = path, .nshards = o->shards,
         .pool_bytes = pool < (64u << 10) ? 64u << 10 : pool,
-        .max_resv = o->inflight * 4,
+        .max_resv = o->inflight * 16,
         /* every id leaves a tombstone on every shard for 2 lease TTLs */
         .max_tombs = o->transfers + 4096,
         .lease_ttl_ms = TCP_LEASE_MS,
         .fault_ppm = o->fault_ppm, .drop_ppm = o->fault_ppm / 200,
-        .seed = o->seed};
+        .seed = o->seed, .shm = d->shm, .trace = o->trace,
+        .take_grace_ms = TCP_GRACE_MS};
     signal(SIGPIPE, SIG_IGN); /* libevent writes to sockets (xfer/tcp.h) */
     return demo_tcp_start(&c, &d->kids, d->err, sizeof d->err);
+}
+
+/* Tcp mode, also before anything is opened: the consumer process, this
+ * executable again (--consumer-role), connected to every xferd. */
+static int start_consumer(demo *d)
+{
+    const opts *o = &d->o;
+    char self[4096], trace[4200];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        snprintf(d->err, sizeof d->err, "cannot find this executable");
+        return XFER_ERR_IO;
+    }
+    self[n] = '\0';
+    snprintf(trace, sizeof trace, "%s.consumer", o->trace);
+    const char *addrs[XFER_MAX_SHARDS];
+    for (uint16_t k = 0; k < o->shards; k++)
+        addrs[k] = demo_tcp_addr(d->kids, k);
+    demo_consumer_config cc = {
+        .self = self, .nshards = o->shards, .addrs = addrs, .shm = d->shm,
+        .transfers = o->transfers, .block = o->block, .seed = o->seed,
+        .cancel_ppm = CONSUMER_CANCEL_PPM, .trace = trace};
+    d->prod = calloc((size_t)o->transfers + 1, sizeof *d->prod);
+    if (!d->prod)
+        return XFER_ERR_NOMEM;
+    return demo_consumer_start(&cc, &d->cons, d->err, sizeof d->err);
 }
 
 /* Tcp mode, once the engine exists: connect to every xferd, add the group. */
@@ -611,11 +695,17 @@ static int setup_tcp(demo *d)
 
 static int setup(demo *d)
 {
+    snprintf(d->shm, sizeof d->shm, "xfer-demo-%d", (int)getpid());
     int rc = d->o.tcp ? start_xferds(d) : 0;
+    if (!rc && d->o.tcp)
+        rc = start_consumer(d);
     if (!rc)
         rc = setup_producer(d);
     if (!rc)
         rc = d->o.tcp ? setup_tcp(d) : setup_loop(d);
+    if (!rc && d->o.tcp && d->o.shards > TCP_KILLED_SHARD &&
+        !(d->kill_ev = event_new(d->base, -1, 0, on_kill, d)))
+        rc = XFER_ERR_NOMEM;
     if (!rc) {
         d->progress = event_new(d->base, -1, EV_PERSIST, on_progress, d);
         d->ready_timer = evtimer_new(d->base, on_ready_timer, d);
@@ -634,6 +724,7 @@ typedef struct tally {
     uint64_t twice, never, producer_leak, consumer_leak;
     bool consumer_known;     /* every xferd answered STATUS */
     int xferd_unclean;       /* xferds that did not exit 0 on SIGTERM */
+    demo_agreement agree;    /* tcp mode */
 } tally;
 
 static void collect(demo *d, tally *t)
@@ -649,15 +740,59 @@ static void collect(demo *d, tally *t)
     t->never -= d->refused_sync;
     t->producer_leak = t->es.staging_bytes_in_use;
     t->consumer_known = consumer_held(d, &t->consumer_leak);
+    if (d->have_report)
+        demo_agree(d->prod, &d->rep, d->o.transfers, &t->agree);
+}
+
+/* Tcp mode: the consumer process and what both sides agree on. */
+static void print_tcp(const demo *d, const tally *t)
+{
+    const demo_consumer_report *r = &d->rep;
+    const demo_agreement *a = &t->agree;
+    if (!d->have_report) {
+        printf("  consumer process: no report (%s)\n", d->err);
+        return;
+    }
+    printf("  consumer process (xfer_consumer, pools mapped from shared "
+           "memory): available %" PRIu64 " (bytes verified in place %" PRIu64
+           ", corrupt %" PRIu64 ")\n",
+           r->available, r->verified, r->corrupt);
+    printf("    unavailable %" PRIu64 " (timeout %" PRIu64 ", cancelled %"
+           PRIu64 ", expired %" PRIu64 ", conn lost %" PRIu64
+           ", take failed %" PRIu64 "), consumer cancels %" PRIu64
+           ", held at exit %" PRIu64 " B, exit %d\n",
+           r->unavailable, r->by_reason[0], r->by_reason[1], r->by_reason[2],
+           r->by_reason[3], r->by_reason[4], r->cancels, r->held_bytes,
+           r->exit_status);
+    printf("  both sides: done and available %" PRIu64 ", done then "
+           "cancelled by the consumer %" PRIu64 ", done but lost to the "
+           "shard kill %" PRIu64 " (conn lost %" PRIu64 ", expired %" PRIu64
+           ")\n",
+           a->done_available, a->done_cancelled,
+           a->done_lost_conn + a->done_lost_expired, a->done_lost_conn,
+           a->done_lost_expired);
+    printf("    \"consumer may hold\": available %" PRIu64
+           ", unavailable %" PRIu64 "; violations: done yet unavailable %"
+           PRIu64 ", failed before COMPLETING yet available %" PRIu64
+           ", not one outcome (producer %" PRIu64 ", consumer %" PRIu64
+           "), bad bytes %" PRIu64 "%s\n",
+           a->may_hold_available, a->may_hold_unavailable, a->done_bad,
+           a->early_available, a->producer_not_once, a->consumer_not_once,
+           a->unverified, demo_agreed(a) ? "" : " (FIRST BAD ID BELOW)");
+    if (!demo_agreed(a))
+        printf("    first bad id: %" PRIu64 "\n", a->first_bad_id);
+    printf("  shard %u %s; %u xferd --shm processes (%d did not exit "
+           "cleanly)\n",
+           TCP_KILLED_SHARD,
+           d->killed == 2 ? "killed with SIGKILL mid-run and restarted"
+                          : "NOT killed and restarted",
+           d->o.shards, t->xferd_unclean);
 }
 
 static void print_consumer(const demo *d, const tally *t)
 {
     if (d->o.tcp) {
-        printf("  consumer: xferd --consume, %u processes (%d did not exit "
-               "cleanly); readiness, consumer cancels and byte checks run "
-               "in loop mode only\n",
-               d->o.shards, t->xferd_unclean);
+        print_tcp(d, t);
         printf("  late events rejected %" PRIu64 " (late submits %" PRIu64
                ", late replies %" PRIu64 ")\n",
                t->es.core.late_submits + t->es.core.late_replies,
@@ -685,7 +820,9 @@ static int summary(demo *d, const tally *t)
     printf("%s", d->tty && !d->o.quiet ? "\n" : "");
     printf("xfer-demo: %u transfers, %u shards (%s), seed %" PRIu64
            ", fault rate %u ppm\n",
-           d->submitted, d->o.shards, d->o.tcp ? "tcp, xferd" : "loop",
+           d->submitted, d->o.shards,
+           d->o.tcp ? "tcp: xferd --shm per shard, a consumer process"
+                    : "loop",
            d->o.seed, d->o.fault_ppm);
     printf("  done %" PRIu64 "  failed %" PRIu64 "  cancelled %" PRIu64
            "  (completed twice %" PRIu64 ", never %" PRIu64 ")\n",
@@ -695,13 +832,25 @@ static int summary(demo *d, const tally *t)
            ", staging pools still registered %u\n",
            t->es.core.cancel_retries, t->es.core.cancel_gave_up,
            t->es.pools);
-    printf("  leaked bytes: producer %" PRIu64 ", consumers %s\n",
-           t->producer_leak, cons);
+    if (d->o.tcp)
+        printf("  leaked bytes: producer %" PRIu64 ", shards %s, consumer "
+               "%" PRIu64 "\n",
+               t->producer_leak, cons, d->rep.held_bytes);
+    else
+        printf("  leaked bytes: producer %" PRIu64 ", consumers %s\n",
+               t->producer_leak, cons);
     printf("  trace: %s (%" PRIu64 " records)\n", d->o.trace,
            xfer_tracefile_records(d->tf));
+    if (d->o.tcp)
+        printf("  merged: xfer-trace stuck %s %s.shard* %s.consumer\n",
+               d->o.trace, d->o.trace, d->o.trace);
     int ok = t->twice == 0 && t->never == 0 && t->producer_leak == 0 &&
              t->consumer_known && t->consumer_leak == 0 && d->corrupt == 0 &&
              t->es.pools == 0 && d->shutdown_done && t->xferd_unclean == 0;
+    if (d->o.tcp)
+        ok = ok && d->have_report && demo_agreed(&t->agree) &&
+             d->rep.exit_status == 0 && d->rep.held_bytes == 0 &&
+             d->rep.unreported == 0 && d->killed == 2;
     printf("xfer-demo: %s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }
@@ -717,6 +866,8 @@ static void teardown(demo *d)
         event_free(d->ready_timer);
     if (d->settle)
         event_free(d->settle);
+    if (d->kill_ev)
+        event_free(d->kill_ev);
     xfer_engine_del(d->engine);
     xfer_loop_del(d->loop);
     xfer_tcp_del(d->tcp);
@@ -724,6 +875,7 @@ static void teardown(demo *d)
         event_base_loop(d->own_base, EVLOOP_NONBLOCK);
         event_base_free(d->own_base);
     }
+    demo_consumer_stop(d->cons);
     demo_tcp_stop(d->kids);
     xfer_readiness_del(d->ready);
     xfer_tracefile_close(d->tf);
@@ -732,10 +884,14 @@ static void teardown(demo *d)
     free(d->completed);
     free(d->bad);
     free(d->rids);
+    free(d->prod);
+    free(d->rep.out);
 }
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--consumer-role") == 0)
+        return demo_consumer_main(argc - 2, argv + 2);
     demo d = {0};
     parse(&d.o, argc, argv);
     d.rng = d.o.seed * 0x9e3779b97f4a7c15ull + 1;

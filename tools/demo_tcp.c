@@ -1,8 +1,9 @@
 /*
  * tools/demo_tcp.c - the consumer group of `xfer-demo --tcp`: one xferd
  * process per shard on a loopback ephemeral port (read back from a port
- * file), a tcp transport connected to all of them, STATUS queries for
- * their pools, and their end.  See demo_tcp.h.
+ * file), its pool in POSIX shared memory (xferd --shm), a tcp transport
+ * connected to all of them, STATUS queries for their pools, a kill -9 and
+ * restart of one, and their end.  See demo_tcp.h.
  *
  * What must stay true:
  *  - no child outlives the demo: each sets PR_SET_PDEATHSIG before exec
@@ -44,6 +45,9 @@
 
 struct demo_tcp {
     demo_tcp_config cfg;
+    char shm[128], trace[4096];
+    char xferd[4096]; /* for a restart */
+    uint8_t restarted[XFER_MAX_SHARDS];
     uint16_t n; /* children forked */
     pid_t pid[XFER_MAX_SHARDS];     /* 0: reaped */
     uint16_t port[XFER_MAX_SHARDS]; /* 0: not listening yet */
@@ -55,8 +59,8 @@ struct demo_tcp {
 /* The argument vector of one child, with the storage it points into. */
 typedef struct child_args {
     char shard[8], pool[24], resv[16], tombs[16], lease[32], faults[48];
-    char drop[16], portfile[320];
-    const char *argv[32];
+    char drop[16], portfile[320], port[8], grace[32], trace[4200];
+    const char *argv[40];
 } child_args;
 
 static uint64_t now_ms(void)
@@ -129,14 +133,34 @@ static void make_args(const demo_tcp *t, uint16_t k, child_args *a)
              c->fault_ppm, c->seed + k);
     snprintf(a->drop, sizeof a->drop, "%" PRIu32, c->drop_ppm);
     file_path(t, k, "port", a->portfile, sizeof a->portfile);
-    const char *v[] = {c->xferd, "--addr", "127.0.0.1", "--port", "0",
+    snprintf(a->port, sizeof a->port, "%u", (unsigned)t->port[k]);
+    snprintf(a->grace, sizeof a->grace, "%" PRIu64 "ms",
+             c->take_grace_ms ? c->take_grace_ms : 1000);
+    snprintf(a->trace, sizeof a->trace, "%s.shard%u%s", t->trace,
+             (unsigned)k, t->restarted[k] ? "-restart" : "");
+    const char *v[] = {t->xferd, "--addr", "127.0.0.1", "--port", a->port,
                        "--port-file", a->portfile, "--shards", a->shard,
                        "--pool", a->pool, "--max-resv", a->resv,
                        "--max-tombs", a->tombs, "--lease-ttl", a->lease,
-                       "--consume", "--faults", a->faults, "--drop", a->drop,
-                       "--quiet", NULL};
-    _Static_assert(sizeof v <= sizeof a->argv, "child_args.argv too small");
+                       "--faults", a->faults,
+                       "--drop", a->drop, "--quiet", NULL};
+    size_t n = sizeof v / sizeof v[0] - 1;
+    _Static_assert(sizeof v + 7 * sizeof v[0] <= sizeof a->argv,
+                   "child_args.argv too small");
     memcpy(a->argv, v, sizeof v);
+    if (t->shm[0]) { /* a consumer process reads the pools */
+        a->argv[n++] = "--shm";
+        a->argv[n++] = t->shm;
+        a->argv[n++] = "--take-grace";
+        a->argv[n++] = a->grace;
+    } else { /* a sink for benchmarks */
+        a->argv[n++] = "--consume";
+    }
+    if (t->trace[0]) {
+        a->argv[n++] = "--trace";
+        a->argv[n++] = a->trace;
+    }
+    a->argv[n] = NULL;
 }
 
 /* In the child: die with the parent, stdout to /dev/null, stderr to the
@@ -175,7 +199,8 @@ static int spawn_one(demo_tcp *t, uint16_t k)
     if (pid == 0)
         exec_child(a.argv, log, parent);
     t->pid[k] = pid;
-    t->n = (uint16_t)(k + 1);
+    if (t->n < k + 1)
+        t->n = (uint16_t)(k + 1);
     return 0;
 }
 
@@ -264,6 +289,52 @@ static int wait_listening(demo_tcp *t, char *err, size_t cap)
     return rc < 0 ? rc : 0;
 }
 
+/* A private temp folder for port files and logs. */
+static int make_dir(demo_tcp *t, char *err, size_t cap)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(t->dir, sizeof t->dir, "%s/xfer-demo-XXXXXX",
+             tmp && *tmp ? tmp : "/tmp");
+    if (mkdtemp(t->dir))
+        return 0;
+    snprintf(err, cap, "cannot make a temp folder %s: %s", t->dir,
+             strerror(errno));
+    t->dir[0] = '\0';
+    return XFER_ERR_IO;
+}
+
+int demo_tcp_kill_restart(demo_tcp *t, uint16_t k, char *err, size_t cap)
+{
+    if (k >= t->n || t->pid[k] <= 0) {
+        snprintf(err, cap, "no xferd for shard %u to kill", (unsigned)k);
+        return XFER_ERR_IO;
+    }
+    kill(t->pid[k], SIGKILL);
+    waitpid(t->pid[k], NULL, 0); /* reaped: its shm objects are stale now */
+    t->pid[k] = 0;
+    uint16_t port = t->port[k];
+    t->restarted[k] = 1;
+    int rc = make_dir(t, err, cap);
+    if (rc)
+        return rc;
+    rc = spawn_one(t, k);
+    if (rc) {
+        snprintf(err, cap, "cannot fork xferd: %s", strerror(errno));
+        remove_files(t);
+        return rc;
+    }
+    t->port[k] = 0;
+    rc = wait_listening(t, err, cap);
+    remove_files(t);
+    t->dir[0] = '\0';
+    if (!rc && t->port[k] != port) {
+        snprintf(err, cap, "restarted xferd for shard %u listens on %u, "
+                 "not %u", (unsigned)k, (unsigned)t->port[k], (unsigned)port);
+        rc = XFER_ERR_IO;
+    }
+    return rc;
+}
+
 int demo_tcp_start(const demo_tcp_config *cfg, demo_tcp **out, char *err,
                    size_t cap)
 {
@@ -286,17 +357,14 @@ int demo_tcp_start(const demo_tcp_config *cfg, demo_tcp **out, char *err,
         goto out;
     }
     t->cfg = *cfg;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(t->dir, sizeof t->dir, "%s/xfer-demo-XXXXXX",
-             tmp && *tmp ? tmp : "/tmp");
-    rc = XFER_ERR_IO;
-    if (!mkdtemp(t->dir)) {
-        snprintf(err, cap, "cannot make a temp folder %s: %s", t->dir,
-                 strerror(errno));
-        t->dir[0] = '\0';
+    snprintf(t->shm, sizeof t->shm, "%s", cfg->shm ? cfg->shm : "");
+    snprintf(t->trace, sizeof t->trace, "%s", cfg->trace ? cfg->trace : "");
+    snprintf(t->xferd, sizeof t->xferd, "%s", cfg->xferd);
+    t->cfg.shm = t->shm;
+    t->cfg.trace = t->trace;
+    rc = make_dir(t, err, cap);
+    if (rc)
         goto out_stop;
-    }
-    rc = 0;
     for (uint16_t k = 0; k < cfg->nshards && !rc; k++)
         if ((rc = spawn_one(t, k)) != 0)
             snprintf(err, cap, "cannot fork xferd: %s", strerror(errno));

@@ -1,8 +1,9 @@
 /*
  * tools/demo_tcp.h - what `xfer-demo --tcp` needs around the library: a
- * consumer group of real xferd processes (one shard each) on loopback
- * ephemeral ports, a tcp transport connected to all of them, STATUS
- * queries for their pools, and a reliable end for every child.
+ * consumer group of real xferd processes (one shard each, pools in shared
+ * memory) on loopback ephemeral ports, a tcp transport connected to all of
+ * them, STATUS queries for their pools, killing and restarting one, and a
+ * reliable end for every child.
  *
  * Every child dies with the demo (PR_SET_PDEATHSIG) and demo_tcp_stop
  * SIGTERMs and reaps each one.  Loop thread only (one thread).
@@ -31,6 +32,13 @@ typedef struct demo_tcp_config {
     uint32_t fault_ppm;   /* xferd k gets --faults fault_ppm:seed+k */
     uint32_t drop_ppm;    /* --drop */
     uint64_t seed;
+    const char *shm;      /* --shm NAME (copied): a consumer process reads
+                             the pools; NULL: private pools, each xferd
+                             taking and releasing ready data itself
+                             (--consume: a sink, for benchmarks) */
+    const char *trace;    /* shard k traces to TRACE.shard<k> (copied);
+                             NULL: none */
+    uint64_t take_grace_ms; /* --take-grace */
 } demo_tcp_config;
 
 /*
@@ -43,8 +51,8 @@ typedef struct demo_tcp_config {
 int demo_tcp_find_xferd(const char *argv0, char *buf, size_t cap);
 
 /*
- * Spawn the xferd children (--consume, --quiet, the caps, lease and faults
- * of cfg; stdout to /dev/null, stderr to a log in a private temp folder,
+ * Spawn the xferd children (--shm or --consume, --quiet, the caps, lease
+ * and faults of cfg; stdout to /dev/null, stderr to a log in a private temp folder,
  * removed once every child listens) and wait until each listens.  cfg
  * copied.  On failure every child started is
  * stopped, *out stays untouched and err (cap bytes) holds one line saying
@@ -83,6 +91,14 @@ int demo_tcp_bytes_in_use(const demo_tcp *t, uint64_t *bytes);
 int demo_tcp_status(const demo_tcp *t, uint16_t k,
                     struct xfer_wire_status *st);
 
+/*
+ * Kill child k with SIGKILL, reap it, and start it again on the same port
+ * and shared-memory name (its stale objects are replaced); its trace goes
+ * to TRACE.shard<k>-restart.  Waits until it listens.  Returns 0 or
+ * XFER_ERR_IO with one line in err.
+ */
+int demo_tcp_kill_restart(demo_tcp *t, uint16_t k, char *err, size_t cap);
+
 /* Child k's pid (0 once reaped) and its "127.0.0.1:port" (borrowed: lives
  * as long as t), for k below the nshards of demo_tcp_start. */
 pid_t demo_tcp_pid(const demo_tcp *t, uint16_t k);
@@ -94,5 +110,13 @@ const char *demo_tcp_addr(const demo_tcp *t, uint16_t k);
  * 0 on their own (a crash, a sanitizer report, or the SIGKILL).
  */
 int demo_tcp_stop(demo_tcp *t);
+
+/* The bytes the producer stages for (id, shard k, byte i), which the
+ * consumer process checks in place. */
+static inline uint8_t demo_pattern(uint64_t seed, uint64_t id, uint16_t k,
+                                   uint32_t i)
+{
+    return (uint8_t)(id * 131u + k * 31u + i * 7u + seed * 17u);
+}
 
 #endif /* XFER_DEMO_TCP_H */

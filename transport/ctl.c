@@ -233,6 +233,35 @@ int xfer_ctl_put_reservation(xfer_ctl_reply *rep, uint16_t shard,
     return rep->err;
 }
 
+/* "0,2,5": the shards in mask (of n). */
+static void add_list(xfer_ctl_reply *rep, uint64_t mask, uint16_t n)
+{
+    unsigned w = 0;
+    for (unsigned k = 0; k < n && k < XFER_MAX_SHARDS; k++)
+        if (mask & (UINT64_C(1) << k))
+            add(rep, "%s%u", w++ ? "," : "", k);
+}
+
+int xfer_ctl_put_readiness(xfer_ctl_reply *rep, uint64_t id,
+                           uint32_t attempt, const char *state,
+                           uint16_t nshards, uint64_t ready, uint64_t waiting,
+                           uint64_t since_ns, uint64_t now_ns)
+{
+    if (!rep || !state)
+        return XFER_ERR_INVALID_ARG;
+    add(rep,
+        "{\"kind\":\"readiness\",\"id\":%" PRIu64 ",\"attempt\":%" PRIu32
+        ",\"state\":\"%s\",\"age_ns\":%" PRIu64 ",\"nshards\":%u,"
+        "\"ready\":\"",
+        id, attempt, state, now_ns > since_ns ? now_ns - since_ns : 0,
+        (unsigned)nshards);
+    add_list(rep, ready, nshards);
+    add(rep, "\",\"waiting\":\"");
+    add_list(rep, waiting, nshards);
+    add(rep, "\"}\n");
+    return rep->err;
+}
+
 /* ---------------------------------------------------------------------- */
 /* Connections                                                             */
 /* ---------------------------------------------------------------------- */

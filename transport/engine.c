@@ -62,6 +62,7 @@ typedef struct cb_rec {
     uint32_t pool;
     uint8_t used;       /* from submit until delivery */
     uint8_t released;   /* RELEASE_STAGING performed */
+    uint64_t t_submit;  /* for the latency histograms (metrics) */
 } cb_rec;
 
 struct xfer_engine {
@@ -85,6 +86,10 @@ struct xfer_engine {
     void *idle_ud;
     uint8_t shutting_down, shutdown_done, shutdown_reported;
     xfer_engine_stats st;
+    /* For metrics (engine_int.h): submit -> completion by outcome, and
+     * failures by the phase they happened in. */
+    xfer_hist lat[XFER_ENGINE_OUTCOMES];
+    uint64_t failed_in_phase[XFER_PHASE_SUBMIT + 1];
 };
 
 /* ---------------------------------------------------------------------- */
@@ -195,6 +200,14 @@ static void complete(xfer_engine *e, const xfer_action *a)
     release_slot(e, c); /* the core released it just before */
     c->done.res = a->result;
     c->done.res.user_data = c->user_data;
+    int32_t st = a->result.status;
+    unsigned outcome = st == 0 ? 0
+                       : st == XFER_ERR_CANCELLED || st == XFER_ERR_SHUTDOWN
+                           ? 2
+                           : 1;
+    xfer_hist_add(&e->lat[outcome], xfer_engine_now(e) - c->t_submit);
+    if (st && a->result.phase <= XFER_PHASE_SUBMIT)
+        e->failed_in_phase[a->result.phase]++;
     enqueue_done(e, &c->done);
 }
 
@@ -646,7 +659,7 @@ int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
     e->ncb_free--;
     e->cbs[slot] = (cb_rec){.done = {.cb = cb, .ud = ud, .slot = slot},
                             .user_data = d->user_data, .bytes = bytes,
-                            .pool = d->pool, .used = 1};
+                            .pool = d->pool, .used = 1, .t_submit = now};
     e->pools[d->pool].users++;
     e->st.staging_bytes_in_use += bytes;
     drain(e);
@@ -749,6 +762,16 @@ int xfer_engine_shutdown(xfer_engine *e, xfer_shutdown_cb cb, void *ud)
     xfer_core_shutdown(e->core, xfer_engine_now(e));
     drain(e);
     return 0;
+}
+
+const xfer_hist *xfer_engine_latency(const xfer_engine *e, unsigned outcome)
+{
+    return outcome < XFER_ENGINE_OUTCOMES ? &e->lat[outcome] : NULL;
+}
+
+uint64_t xfer_engine_failed_in_phase(const xfer_engine *e, unsigned phase)
+{
+    return phase <= XFER_PHASE_SUBMIT ? e->failed_in_phase[phase] : 0;
 }
 
 int xfer_engine_stats_get_versioned(const xfer_engine *e, uint32_t version,

@@ -8,7 +8,16 @@
 #include <stdint.h>
 #include <sys/time.h>
 
+#include "xfer/hist.h"
 #include "xfer/xfer.h"
+
+/* What the engine keeps for metrics (transport/metrics.c): the latency
+ * from an accepted submit to its completion, by outcome (0 ok, 1 failed,
+ * 2 cancelled or shut down), and the failures by the phase they happened
+ * in (xfer_phase).  Loop thread. */
+#define XFER_ENGINE_OUTCOMES 3
+const xfer_hist *xfer_engine_latency(const xfer_engine *e, unsigned outcome);
+uint64_t xfer_engine_failed_in_phase(const xfer_engine *e, unsigned phase);
 
 /* CLOCK_MONOTONIC in nanoseconds (clock.c).  `ud` unused. */
 uint64_t xfer_clock_monotonic(void *ud);
@@ -65,11 +74,15 @@ xfer_post *xfer_mailbox_new_post(const xfer_allocator *a,
  * drains.  A pipe wakes the loop. */
 typedef struct xfer_mailbox xfer_mailbox;
 
-enum { XFER_MAIL_SUBMIT = 0, XFER_MAIL_CANCEL = 1, XFER_MAIL_CALL = 2 };
+/* The consumer client (consumer.c) posts through the same mailbox:
+ * CANCEL, EXPECT (arg: the deadline) and RELEASE, with no post. */
+enum { XFER_MAIL_SUBMIT = 0, XFER_MAIL_CANCEL = 1, XFER_MAIL_CALL = 2,
+       XFER_MAIL_EXPECT = 3, XFER_MAIL_RELEASE = 4 };
 
 typedef struct xfer_mail {
     uint8_t kind;    /* XFER_MAIL_* */
-    uint64_t id;     /* CANCEL */
+    uint64_t id;     /* CANCEL, EXPECT, RELEASE */
+    uint64_t arg;    /* EXPECT: the deadline */
     xfer_post *post; /* SUBMIT: owned by the mail; NULL otherwise */
     xfer_call_fn fn; /* CALL: fn(ud) on the loop */
     void *ud;

@@ -18,6 +18,8 @@
  *               "cancel":"none","cancel_attempts":0,"waits":""}, ...]}
  *   {"kind":"reservation","shard":1,"id":7,"attempt":7,"state":"WRITING",
  *    "age_ns":N,"waits":"write end"}
+ *   {"kind":"readiness","id":7,"attempt":7,"state":"WAITING","age_ns":N,
+ *    "nshards":4,"ready":"0,1,3","waiting":"2"}   (a consumer's ids)
  *   {"kind":"end","transfers":N,"reservations":N}
  *
  * Sub-state words: resv none|pending|ok|failed; write
@@ -126,6 +128,18 @@ XFER_API int xfer_ctl_put_reservation(xfer_ctl_reply *rep, uint16_t shard,
                                       uint64_t id, uint32_t attempt,
                                       xfer_resv_state st, uint64_t since_ns,
                                       uint64_t now_ns);
+
+/*
+ * Append one id a consumer scheduler waits for (xfer/consumer.h), in
+ * `state` (a readiness state name, or "EXPECTED") since since_ns, of a
+ * group of nshards: `ready` the shards that reported ready, `waiting` the
+ * shards it waits on.  Returns 0, XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM.
+ */
+XFER_API int xfer_ctl_put_readiness(xfer_ctl_reply *rep, uint64_t id,
+                                    uint32_t attempt, const char *state,
+                                    uint16_t nshards, uint64_t ready,
+                                    uint64_t waiting, uint64_t since_ns,
+                                    uint64_t now_ns);
 
 /*
  * xfer_engine_ctl_open - a control socket answering with every live

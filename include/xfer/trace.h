@@ -61,6 +61,23 @@ typedef enum xfer_verdict {
 #define XFER_SHARD_NONE 0xFFFFu
 
 /*
+ * Emitter tags (xfer_trace_rec.flags, the trace file's `src` byte), so the
+ * files of every process of a deployment can be merged into one timeline
+ * (`xfer-trace show ID FILE...`, `stuck FILE...`):
+ *   XFER_TRACE_SRC_PRODUCER      the engine / transfer core (untagged sinks)
+ *   XFER_TRACE_SRC_SHARD(k)      shard k's reservation machine (1 + k, so
+ *                                1..64): xfer_server, xferd --trace
+ *   XFER_TRACE_SRC_CONSUMER      the consumer scheduler's readiness tracker
+ *                                (xfer_consumer)
+ * The machine byte stays what says which machine a record is from; the tag
+ * says which process wrote it.  xfer-check's files use 1..S for its shards
+ * and 7 for its readiness tracker.
+ */
+#define XFER_TRACE_SRC_PRODUCER 0u
+#define XFER_TRACE_SRC_SHARD(k) (1u + (unsigned)(k))
+#define XFER_TRACE_SRC_CONSUMER 0xFEu
+
+/*
  * One trace record, 64 bytes.  The meaning of arg0..arg2 depends on the
  * machine and event; xfer-trace documents each.  `event` indexes the event
  * enum of `machine` (for XFER_MACHINE_INPUT: the transfer event; for

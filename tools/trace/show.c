@@ -1,8 +1,12 @@
 /*
- * tools/trace/show.c - `xfer-trace show ID FILE`: the timeline of one
+ * tools/trace/show.c - `xfer-trace show ID FILE...`: the timeline of one
  * transfer id, one line per step, action or note, with the shard it
  * concerns, across every machine (producer transfer, consumer reservation
  * per shard, readiness) and every attempt of the id.
+ *
+ * Several files (one per process: producer, each shard, consumer) are
+ * merged by time (merge.c), and each line then says which process wrote
+ * it (a "from" column).  One file prints as it always did.
  *
  * Times are relative to the first record of the id.  The inputs are left
  * out: each one is shown by the step it caused.
@@ -63,7 +67,7 @@ static void action_text(const xfer_trace_rec *r, char *buf, size_t len)
     }
 }
 
-static bool show_line(const xfer_trace_rec *r, uint64_t t0)
+static bool show_line(const xfer_trace_rec *r, uint64_t t0, bool from)
 {
     char what[256], d[32], shard[8];
     const char *kind = xfer_machine_name(r->machine);
@@ -89,12 +93,20 @@ static bool show_line(const xfer_trace_rec *r, uint64_t t0)
     else
         snprintf(shard, sizeof shard, "%u", (unsigned)r->shard);
     xt_fmt_dur(d, sizeof d, r->time_ns - t0);
+    if (from) {
+        char src[24];
+        printf("  +%-14s %-9s %-5s %-7" PRIu32 " %-11s %s\n", d,
+               xt_src_name(r, src, sizeof src), shard, r->attempt, kind,
+               what);
+        return true;
+    }
     printf("  +%-14s %-5s %-7" PRIu32 " %-11s %s\n", d, shard, r->attempt,
            kind, what);
     return true;
 }
 
-static void show_header(const xt_file *f, uint64_t id, uint64_t t0)
+static void show_header(const xt_file *f, uint64_t id, uint64_t t0,
+                        bool from)
 {
     xt_model m;
     char at[32];
@@ -117,8 +129,12 @@ static void show_header(const xt_file *f, uint64_t id, uint64_t t0)
         }
     }
     xt_model_free(&m);
-    printf("  %-15s %-5s %-7s %-11s %s\n", "time", "shard", "attempt",
-           "machine", "what");
+    if (from)
+        printf("  %-15s %-9s %-5s %-7s %-11s %s\n", "time", "from", "shard",
+               "attempt", "machine", "what");
+    else
+        printf("  %-15s %-5s %-7s %-11s %s\n", "time", "shard", "attempt",
+               "machine", "what");
 }
 
 static bool parse_id(const char *s, uint64_t *id)
@@ -132,8 +148,8 @@ static bool parse_id(const char *s, uint64_t *id)
 
 int xt_cmd_show(int argc, char **argv)
 {
-    if (argc != 2)
-        return xt_usage("%s", "show takes ID FILE");
+    if (argc < 2)
+        return xt_usage("%s", "show takes ID FILE...");
     for (int i = 0; i < argc; i++)
         if (argv[i][0] == '-')
             return xt_usage("unknown flag '%s'", argv[i]);
@@ -141,7 +157,8 @@ int xt_cmd_show(int argc, char **argv)
     if (!parse_id(argv[0], &id))
         return xt_usage("bad transfer id '%s'", argv[0]);
     xt_file f;
-    if (xt_load(argv[1], &f))
+    bool from = argc > 2;
+    if (xt_load_many(argc - 1, argv + 1, &f))
         return XT_BADINPUT;
     size_t first = f.n;
     for (size_t i = 0; i < f.n && first == f.n; i++)
@@ -149,16 +166,16 @@ int xt_cmd_show(int argc, char **argv)
             f.recs[i].machine != XFER_MACHINE_CONFIG)
             first = i;
     if (first == f.n) {
-        fprintf(stderr, "xfer-trace: %s: no records of transfer %" PRIu64
-                "\n", argv[1], id);
+        fprintf(stderr, "xfer-trace: %s%s: no records of transfer %" PRIu64
+                "\n", argv[1], from ? " and the other files" : "", id);
         xt_file_free(&f);
         return XT_BADINPUT;
     }
     uint64_t t0 = f.recs[first].time_ns;
-    show_header(&f, id, t0);
+    show_header(&f, id, t0, from);
     for (size_t i = first; i < f.n; i++)
         if (f.recs[i].id == id)
-            show_line(&f.recs[i], t0);
+            show_line(&f.recs[i], t0, from);
     xt_file_free(&f);
     return XT_OK;
 }

@@ -1,7 +1,15 @@
 /*
- * tools/trace/stuck.c - `xfer-trace stuck FILE|--live SOCK [--older-than
- * D]`: the open transfers (and, live, the open reservations of a daemon)
- * older than D, oldest first, with the shards and the phase they wait on.
+ * tools/trace/stuck.c - `xfer-trace stuck FILE...|--live SOCK [--older-than
+ * D]`: the open transfers (and, live, the open reservations of a daemon or
+ * the waiting ids of a consumer) older than D, oldest first, with the
+ * shards and the phase they wait on.
+ *
+ * Several files (the producer's, each shard server's, the consumer's) are
+ * merged by time (merge.c): each open transfer then also shows, for every
+ * shard, what that shard's own trace last says of the id, and what the
+ * consumer's readiness machine waits for; an id the consumer still waits
+ * for after the producer ended it is listed too.  So a stuck request is
+ * seen from all sides at once, naming the shard it waits on.
  *
  * From a file, "now" is the time of the last record (the trace's own
  * clock), a transfer is open when it has no COMPLETE action, and a shard
@@ -162,6 +170,238 @@ static int stuck_file(const char *path, uint64_t older)
 }
 
 /* ---------------------------------------------------------------------- */
+/* From several files, merged                                              */
+/* ---------------------------------------------------------------------- */
+
+typedef struct byid {
+    const xt_file *f;
+    size_t *pos; /* record positions sorted by (id, position) */
+    size_t n;
+    uint64_t shards_seen; /* shards with a reservation record */
+    bool consumer_seen;   /* any readiness record */
+} byid;
+
+static const xt_file *cmp_file;
+
+static int cmp_pos(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    uint64_t ix = cmp_file->recs[x].id, iy = cmp_file->recs[y].id;
+    if (ix != iy)
+        return ix < iy ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static int byid_build(byid *b, const xt_file *f)
+{
+    memset(b, 0, sizeof *b);
+    b->f = f;
+    b->shards_seen = f->shards_given;
+    b->pos = malloc((f->n ? f->n : 1) * sizeof *b->pos);
+    if (!b->pos)
+        return -1;
+    for (size_t i = 0; i < f->n; i++) {
+        const xfer_trace_rec *r = &f->recs[i];
+        if (r->machine == XFER_MACHINE_RESERVATION &&
+            r->shard < XFER_MAX_SHARDS)
+            b->shards_seen |= UINT64_C(1) << r->shard;
+        b->consumer_seen |= r->machine == XFER_MACHINE_READINESS;
+        if (r->machine == XFER_MACHINE_RESERVATION ||
+            r->machine == XFER_MACHINE_READINESS)
+            b->pos[b->n++] = i;
+    }
+    cmp_file = f;
+    qsort(b->pos, b->n, sizeof *b->pos, cmp_pos);
+    return 0;
+}
+
+/* The range [*lo, *hi) of b->pos holding id's records. */
+static void byid_range(const byid *b, uint64_t id, size_t *lo, size_t *hi)
+{
+    size_t a = 0, z = b->n;
+    while (a < z) {
+        size_t m = a + (z - a) / 2;
+        if (b->f->recs[b->pos[m]].id < id)
+            a = m + 1;
+        else
+            z = m;
+    }
+    *lo = a;
+    while (a < b->n && b->f->recs[b->pos[a]].id == id)
+        a++;
+    *hi = a;
+}
+
+/* The last record of id from `machine` (and shard, for reservations). */
+static const xfer_trace_rec *last_of(const byid *b, uint64_t id,
+                                     unsigned machine, uint16_t shard)
+{
+    size_t lo, hi;
+    byid_range(b, id, &lo, &hi);
+    const xfer_trace_rec *last = NULL;
+    for (size_t i = lo; i < hi; i++) {
+        const xfer_trace_rec *r = &b->f->recs[b->pos[i]];
+        if (r->machine == machine &&
+            (machine != XFER_MACHINE_RESERVATION || r->shard == shard) &&
+            r->verdict == XFER_VERDICT_TRANSITION)
+            last = r;
+    }
+    return last;
+}
+
+static void list_mask(char *buf, size_t len, uint64_t mask)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (unsigned k = 0; k < 64 && at + 4 < len; k++)
+        if (mask & (UINT64_C(1) << k))
+            at += (size_t)snprintf(buf + at, len - at, "%s%u", at ? "," : "",
+                                   k);
+    if (!buf[0])
+        snprintf(buf, len, "none");
+}
+
+/* What shard k's own trace last says of id. */
+static size_t shard_side(const byid *b, uint64_t id, uint16_t k, uint64_t now,
+                         char *buf, size_t len)
+{
+    if (!(b->shards_seen & (UINT64_C(1) << k)))
+        return (size_t)snprintf(buf, len, "    shard %u's trace: not given\n",
+                                (unsigned)k);
+    const xfer_trace_rec *r = last_of(b, id, XFER_MACHINE_RESERVATION, k);
+    if (!r)
+        return (size_t)snprintf(buf, len,
+                                "    shard %u's trace: no record of this id "
+                                "(nothing reached the shard)\n",
+                                (unsigned)k);
+    char ago[32];
+    xt_fmt_dur(ago, sizeof ago, now - r->time_ns);
+    return (size_t)snprintf(
+        buf, len, "    shard %u's trace: %s since %s ago (on %s)\n",
+        (unsigned)k, xfer_fsm_state_name(XFER_MACHINE_RESERVATION,
+                                         r->new_state),
+        ago, xfer_fsm_event_name(XFER_MACHINE_RESERVATION, r->event));
+}
+
+/* What the consumer's readiness machine last says of id. */
+static size_t consumer_side(const byid *b, uint64_t id, char *buf,
+                            size_t len)
+{
+    if (!b->consumer_seen)
+        return 0;
+    const xfer_trace_rec *r = last_of(b, id, XFER_MACHINE_READINESS, 0);
+    if (!r)
+        return (size_t)snprintf(buf, len,
+                                "  consumer: no ready from any shard yet\n");
+    char ready[200], missing[200];
+    list_mask(ready, sizeof ready, r->arg1);
+    list_mask(missing, sizeof missing, r->arg2);
+    return (size_t)snprintf(
+        buf, len, "  consumer: %s, ready from %s, waits on %s\n",
+        xfer_fsm_state_name(XFER_MACHINE_READINESS, r->new_state), ready,
+        r->new_state == XFER_READY_STATE_TAKING ? "its takes" : missing);
+}
+
+static int merged_transfers(const xt_model *m, const byid *b, uint64_t now,
+                            uint64_t older, items *it)
+{
+    char buf[16384];
+    for (size_t i = 0; i < m->n; i++) {
+        const xt_xfer *x = m->x[i];
+        if (x->ended || now - x->start_ns < older)
+            continue;
+        size_t at = describe_xfer(x, now, buf, sizeof buf);
+        describe_shards(x, now, buf, sizeof buf, at);
+        at = strlen(buf);
+        for (uint16_t k = 0; k < x->nshards && at < sizeof buf; k++)
+            at += shard_side(b, x->id, k, now, buf + at, sizeof buf - at);
+        if (at < sizeof buf)
+            consumer_side(b, x->id, buf + at, sizeof buf - at);
+        if (add_item(it, now - x->start_ns, x->id, buf))
+            return -1;
+    }
+    return 0;
+}
+
+/* Ids the consumer still waits for whose transfer is not open on the
+ * producer (ended, or not in its trace). */
+static int merged_consumer(const xt_model *m, const byid *b, uint64_t now,
+                           uint64_t older, items *it)
+{
+    char buf[8192];
+    for (size_t i = 0; i < b->n;) {
+        uint64_t id = b->f->recs[b->pos[i]].id;
+        size_t lo, hi;
+        byid_range(b, id, &lo, &hi);
+        i = hi;
+        const xfer_trace_rec *last = last_of(b, id, XFER_MACHINE_READINESS, 0);
+        if (!last || (last->new_state != XFER_READY_STATE_WAITING &&
+                      last->new_state != XFER_READY_STATE_TAKING))
+            continue;
+        const xt_xfer *x = xt_model_find(m, id);
+        if (x && !x->ended)
+            continue; /* listed with its transfer */
+        uint64_t t0 = last->time_ns;
+        for (size_t j = lo; j < hi; j++)
+            if (b->f->recs[b->pos[j]].machine == XFER_MACHINE_READINESS) {
+                t0 = b->f->recs[b->pos[j]].time_ns;
+                break;
+            }
+        if (now - t0 < older)
+            continue;
+        uint64_t all = last->arg1 | last->arg2, missing = last->arg2;
+        unsigned s = 0, w = 0;
+        for (unsigned k = 0; k < 64; k++) {
+            s = all & (UINT64_C(1) << k) ? k + 1 : s;
+            w += (missing >> k) & 1;
+        }
+        char age[32], list[200];
+        xt_fmt_dur(age, sizeof age, now - t0);
+        list_mask(list, sizeof list, missing);
+        size_t at = (size_t)snprintf(
+            buf, sizeof buf,
+            "consumer waits for %" PRIu64 " attempt %" PRIu32
+            ": %s for %s, waits on %u of %u shards: %s\n  producer: %s\n",
+            id, last->attempt,
+            xfer_fsm_state_name(XFER_MACHINE_READINESS, last->new_state),
+            age, w, s, list,
+            !x ? "no record of this id"
+               : x->status ? "ended, failed" : "ended, ok");
+        for (uint16_t k = 0; k < s && at < sizeof buf; k++)
+            at += shard_side(b, id, k, now, buf + at, sizeof buf - at);
+        if (add_item(it, now - t0, id, buf))
+            return -1;
+    }
+    return 0;
+}
+
+static int stuck_files(int n, char **paths, uint64_t older)
+{
+    xt_file f;
+    if (xt_load_many(n, paths, &f))
+        return XT_BADINPUT;
+    xt_model m;
+    byid b;
+    items it = {0};
+    int rc = xt_model_build(&m, &f) || byid_build(&b, &f) ? XT_BADINPUT
+                                                           : XT_OK;
+    if (rc == XT_OK && (merged_transfers(&m, &b, f.t_last, older, &it) ||
+                        merged_consumer(&m, &b, f.t_last, older, &it)))
+        rc = XT_BADINPUT;
+    char when[32], wh[128];
+    xt_fmt_dur(when, sizeof when, f.t_last);
+    snprintf(wh, sizeof wh, "trace time %s, %d traces merged", when, n);
+    if (rc == XT_OK)
+        print_items(&it, "transfers or consumer waits", older, wh);
+    else
+        fprintf(stderr, "xfer-trace: out of memory\n");
+    free(b.pos);
+    xt_model_free(&m);
+    xt_file_free(&f);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------- */
 /* Live, over a control socket                                             */
 /* ---------------------------------------------------------------------- */
 
@@ -300,6 +540,34 @@ static int live_reservation(const char *line, items *it, uint64_t older)
     return add_item(it, age, id, buf);
 }
 
+static int live_readiness(const char *line, items *it, uint64_t older)
+{
+    uint64_t id, attempt, age, nshards;
+    char state[32], ready[256], waiting[256];
+    if (!xt_json_u64(line, "id", &id) ||
+        !xt_json_u64(line, "attempt", &attempt) ||
+        !xt_json_u64(line, "age_ns", &age) ||
+        !xt_json_u64(line, "nshards", &nshards) ||
+        !xt_json_str(line, "state", state, sizeof state) ||
+        !xt_json_str(line, "ready", ready, sizeof ready) ||
+        !xt_json_str(line, "waiting", waiting, sizeof waiting))
+        return -1;
+    if (age < older)
+        return 0;
+    unsigned w = waiting[0] ? 1 : 0;
+    for (const char *c = waiting; *c; c++)
+        w += *c == ',';
+    char buf[1024], a[32];
+    xt_fmt_dur(a, sizeof a, age);
+    snprintf(buf, sizeof buf,
+             "consumer waits for %" PRIu64 " attempt %" PRIu64
+             ": %s for %s, waits on %u of %" PRIu64 " shards: %s "
+             "(ready from %s)\n",
+             id, attempt, state, a, w, nshards, waiting[0] ? waiting : "none",
+             ready[0] ? ready : "none");
+    return add_item(it, age, id, buf);
+}
+
 static int parse_snapshot(char *text, items *it, uint64_t older)
 {
     bool header = false, end = false;
@@ -316,6 +584,8 @@ static int parse_snapshot(char *text, items *it, uint64_t older)
             return -1;
         if (strcmp(kind, "reservation") == 0 &&
             live_reservation(line, it, older))
+            return -1;
+        if (strcmp(kind, "readiness") == 0 && live_readiness(line, it, older))
             return -1;
         if (strcmp(kind, "end") == 0)
             end = true;
@@ -346,27 +616,40 @@ static int stuck_live(const char *sock, uint64_t older)
 
 int xt_cmd_stuck(int argc, char **argv)
 {
-    const char *file = NULL, *sock = NULL;
+    const char *sock = NULL;
+    char **files = calloc((size_t)argc + 1, sizeof *files);
+    int nfiles = 0;
     uint64_t older = 0;
+    int rc = XT_OK;
+    if (!files)
+        return XT_BADINPUT;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--older-than") == 0) {
-            if (i + 1 >= argc || !xt_parse_dur(argv[i + 1], &older))
-                return xt_usage("bad duration '%s' for --older-than",
-                                i + 1 < argc ? argv[i + 1] : "");
+            if (i + 1 >= argc || !xt_parse_dur(argv[i + 1], &older)) {
+                rc = xt_usage("bad duration '%s' for --older-than",
+                              i + 1 < argc ? argv[i + 1] : "");
+                break;
+            }
             i++;
         } else if (strcmp(argv[i], "--live") == 0) {
-            if (i + 1 >= argc)
-                return xt_usage("%s", "--live needs a socket path");
+            if (i + 1 >= argc) {
+                rc = xt_usage("%s", "--live needs a socket path");
+                break;
+            }
             sock = argv[++i];
         } else if (argv[i][0] == '-') {
-            return xt_usage("unknown flag '%s'", argv[i]);
-        } else if (!file) {
-            file = argv[i];
+            rc = xt_usage("unknown flag '%s'", argv[i]);
+            break;
         } else {
-            return xt_usage("unexpected argument '%s'", argv[i]);
+            files[nfiles++] = argv[i];
         }
     }
-    if (!file == !sock)
-        return xt_usage("%s", "stuck takes one FILE or --live SOCK");
-    return sock ? stuck_live(sock, older) : stuck_file(file, older);
+    if (rc == XT_OK && !nfiles == !sock)
+        rc = xt_usage("%s", "stuck takes FILE... or --live SOCK");
+    if (rc == XT_OK)
+        rc = sock          ? stuck_live(sock, older)
+             : nfiles == 1 ? stuck_file(files[0], older)
+                           : stuck_files(nfiles, files, older);
+    free(files);
+    return rc;
 }

@@ -32,6 +32,8 @@ typedef struct xt_file {
     xfer_trace_rec *recs;
     size_t n, cap;
     uint64_t t_first, t_last; /* over records with a time (not CONFIG) */
+    uint64_t shards_given;    /* merged: shards whose server's trace is in
+                                 (from labels "xferd shards 0,1") */
 } xt_file;
 
 /* Load FILE and the rotated files before it (FILE.k, k = 1.. while their
@@ -39,6 +41,13 @@ typedef struct xt_file {
  * on stderr and return XT_BADINPUT. */
 int xt_load(const char *path, xt_file *f);
 void xt_file_free(xt_file *f);
+/* Load n files (each with its rotated set: one process each, e.g. the
+ * producer, every shard server, the consumer) merged into one by time
+ * (merge.c); n == 1 is xt_load. */
+int xt_load_many(int n, char **paths, xt_file *f);
+/* Who wrote a record: "producer", "shard K" or "consumer" (by its machine,
+ * or for notes by its emitter tag); `buf` holds the text when needed. */
+const char *xt_src_name(const xfer_trace_rec *r, char *buf, size_t len);
 
 /* One shard's op as seen from the producer's records. */
 typedef struct xt_op {

@@ -6,10 +6,20 @@
  *         [--lease-ttl DUR] [--max-resv N] [--max-tombs N] [--consume]
  *         [--faults PPM[:SEED]]
  *         [--drop PPM] [--drain-timeout DUR] [--port-file PATH] [--quiet]
- *         [--ctl PATH]
+ *         [--ctl PATH] [--shm NAME] [--trace FILE] [--take-grace DUR]
  *
  * --ctl PATH opens a Unix control socket (xfer/ctl.h) answering with every
  * open reservation (`xfer-trace stuck --live PATH`).
+ *
+ * --shm NAME puts shard k's pool in the POSIX shared-memory object
+ * /NAME.k (xfer/shm.h), which consumer processes on the host map to read
+ * taken data in place; it is unlinked at exit, and a stale one left by a
+ * crashed xferd is replaced at start.  --trace FILE writes every step of
+ * every hosted shard, tagged as that shard (xfer-trace merges it with the
+ * producer's and the consumer's files).  --take-grace DUR: how long taken
+ * data of a consumer whose connection closed stays taken (default 30s).
+ * --metrics ADDR:PORT serves the Prometheus exposition of the shards on
+ * http://ADDR:PORT/metrics (port 0: a free one, printed on stdout).
  *
  * --faults and --drop inject seeded faults for tests: per op, a refusal or
  * an "applied but reported failed" (PPM in a million, half each), and a
@@ -21,8 +31,8 @@
  * reserved or written (a second signal exits at once).  SIGUSR1 prints a
  * stats line on stderr.  A bad flag prints one line and exits 2.
  *
- * Invariant: this file only parses and wires; the daemon lives in
- * server.c.
+ * Invariant: this file only parses flags, handles signals and provides
+ * the pools; the server is the library's xfer_server (xfer/server.h).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -31,18 +41,45 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 #include <event2/util.h>
 #include <sys/socket.h>
 
-#include "server.h"
+#include "xfer/ctl.h"
 #include "xfer/errors.h"
+#include "xfer/metrics.h"
+#include "xfer/server.h"
+#include "xfer/shm.h"
+#include "xfer/tracefile.h"
+
+/* What the flags ask for; the server config is filled from it. */
+typedef struct xd_config {
+    const char *addr;
+    uint16_t port;
+    uint32_t group;
+    uint64_t pool_bytes;       /* per shard */
+    uint64_t lease_ttl_ns;
+    uint32_t max_resv, max_tombs;
+    uint16_t shards[XFER_MAX_SHARDS];
+    uint16_t nshards;
+    bool consume;
+    uint32_t fault_ppm, drop_ppm;
+    uint64_t fault_seed;
+    uint64_t drain_timeout_ns;
+    uint64_t take_grace_ns;    /* 0: the server's default */
+    bool quiet;
+} xd_config;
 
 typedef struct opts {
     xd_config cfg;
     const char *port_file;
     const char *ctl_path;
+    const char *shm;           /* --shm NAME: pools in /NAME.<shard> */
+    const char *trace;         /* --trace FILE */
+    const char *metrics_addr;  /* --metrics ADDR:PORT */
+    uint16_t metrics_port;
 } opts;
 
 static int bad(const char *what, const char *arg)
@@ -151,6 +188,32 @@ static int parse_faults(const char *s, xd_config *cfg)
     return 0;
 }
 
+/* "127.0.0.1:9100" or "[::1]:9100"; the address must be numeric. */
+static int parse_metrics(const char *s, opts *o)
+{
+    static char addr[64];
+    const char *colon = s ? strrchr(s, ':') : NULL;
+    uint64_t port;
+    if (!colon || colon == s || (size_t)(colon - s) >= sizeof addr ||
+        parse_u64(colon + 1, &port, 65535))
+        return -1;
+    const char *a = s;
+    size_t n = (size_t)(colon - s);
+    if (s[0] == '[' && colon[-1] == ']') {
+        a++;
+        n -= 2;
+    }
+    memcpy(addr, a, n);
+    addr[n] = '\0';
+    unsigned char probe[16];
+    if (evutil_inet_pton(AF_INET, addr, probe) != 1 &&
+        evutil_inet_pton(AF_INET6, addr, probe) != 1)
+        return -1;
+    o->metrics_addr = addr;
+    o->metrics_port = (uint16_t)port;
+    return 0;
+}
+
 static void usage(void)
 {
     printf("usage: xferd [--addr A] [--port P] [--group G] [--shards LIST]\n"
@@ -158,7 +221,8 @@ static void usage(void)
            "             [--max-tombs N]\n"
            "             [--consume] [--faults PPM[:SEED]] [--drop PPM]\n"
            "             [--drain-timeout DUR] [--port-file PATH] [--quiet]\n"
-           "             [--ctl PATH]\n"
+           "             [--ctl PATH] [--shm NAME] [--trace FILE]\n"
+           "             [--take-grace DUR] [--metrics ADDR:PORT]\n"
            "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
            "          --lease-ttl 10s --max-resv 4096\n");
 }
@@ -216,7 +280,23 @@ static int parse_one(int c, const char *arg, opts *o)
                                                          : 0;
     case 'F': o->port_file = arg; return 0;
     case 'C': o->ctl_path = arg; return 0;
-    case 'q': o->cfg.log = NULL; return 0;
+    case 'S': {
+        if (!arg || !*arg || strlen(arg) > XFER_SHM_NAME_MAX ||
+            strspn(arg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                        "0123456789_.-") != strlen(arg))
+            return bad("shm name ([A-Za-z0-9_.-], at most 200)", arg);
+        o->shm = arg;
+        return 0;
+    }
+    case 'T': o->trace = arg; return 0;
+    case 'M': return parse_metrics(arg, o) ? bad("metrics address "
+                                                 "(ADDR:PORT)", arg)
+                                           : 0;
+    case 'G':
+        if (parse_dur(arg, &o->cfg.take_grace_ns) || !o->cfg.take_grace_ns)
+            return bad("take grace", arg);
+        return 0;
+    case 'q': o->cfg.quiet = true; return 0;
     default: return bad("flag", arg);
     }
 }
@@ -232,6 +312,8 @@ static int parse(int argc, char **argv, opts *o)
         {"port-file", 1, 0, 'F'}, {"quiet", 0, 0, 'q'},
         {"drop", 1, 0, 'D'},      {"max-tombs", 1, 0, 't'},
         {"ctl", 1, 0, 'C'},      {"help", 0, 0, 'h'},
+        {"shm", 1, 0, 'S'},      {"trace", 1, 0, 'T'},
+        {"take-grace", 1, 0, 'G'},  {"metrics", 1, 0, 'M'},
         {0, 0, 0, 0}};
     opterr = 0;
     int c;
@@ -250,25 +332,73 @@ static int parse(int argc, char **argv, opts *o)
     return 0;
 }
 
-typedef struct sigctx {
-    xd_server *srv;
+typedef struct xferd {
+    opts *o;
     struct event_base *base;
+    xfer_server *srv;
+    xfer_ctl *ctl;
+    void *mem[XFER_MAX_SHARDS];     /* the pools, one per shard */
+    xfer_shm *shm[XFER_MAX_SHARDS]; /* --shm: the objects holding them */
+    xfer_tracefile *tf;             /* --trace */
+    xfer_metrics *metrics;          /* --metrics */
+    struct event *flush_ev;         /* flushes the trace 10 times a second */
     int terms;
-} sigctx;
+} xferd;
+
+static void print_stats(const xferd *d, FILE *f)
+{
+    for (int i = -1; i < (int)xfer_server_nshards(d->srv); i++) {
+        uint16_t idx = i < 0 ? XFER_SHARD_NONE
+                             : xfer_server_shard_index(d->srv, (uint16_t)i);
+        xfer_server_stats st = {.version = XFER_SERVER_STATS_VERSION};
+        if (xfer_server_stats_get(d->srv, idx, &st) != 0)
+            continue;
+        if (i < 0)
+            fprintf(f, "xferd stats: all");
+        else
+            fprintf(f, "xferd stats: shard=%u", (unsigned)idx);
+        fprintf(f,
+                " pool=%" PRIu64 " in_use=%" PRIu64 " live=%" PRIu64
+                " tombstones=%" PRIu64 " reserves=%" PRIu64
+                " refused=%" PRIu64 " writes=%" PRIu64 " commits=%" PRIu64
+                " cancels=%" PRIu64 " expiries=%" PRIu64 " events=%" PRIu64
+                " conns=%u bad_frames=%" PRIu64 " errors_sent=%" PRIu64
+                " faults=%" PRIu64 " subs_dropped=%" PRIu64 "\n",
+                st.pool_bytes, st.bytes_in_use, st.live, st.tombstones,
+                st.reserves, st.refused, st.writes, st.commits, st.cancels,
+                st.expiries, st.events_sent, st.conns, st.bad_frames,
+                st.errors_sent, st.faults, st.subs_dropped);
+    }
+    fflush(f);
+}
+
+static void log_line(void *ud, const char *line)
+{
+    fprintf(stderr, "xferd: %s\n", line);
+    fflush(stderr);
+}
+
+/* The drain is over: let the last replies go out, then leave the loop. */
+static void drained(void *ud, bool clean)
+{
+    xferd *d = ud;
+    struct timeval flush = {0, 100000};
+    event_base_loopexit(d->base, &flush);
+}
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
-    sigctx *sc = arg;
+    xferd *d = arg;
     if (sig == SIGUSR1) {
-        xd_server_print_stats(sc->srv, stderr);
+        print_stats(d, stderr);
         return;
     }
-    if (++sc->terms > 1) {
-        event_base_loopbreak(sc->base);
+    if (++d->terms > 1) {
+        event_base_loopbreak(d->base);
         return;
     }
     fprintf(stderr, "xferd: draining\n");
-    xd_server_drain(sc->srv);
+    xfer_server_drain(d->srv, drained, d);
 }
 
 static int write_port_file(const char *path, uint16_t port)
@@ -284,44 +414,206 @@ static int write_port_file(const char *path, uint16_t port)
     return rename(tmp, path);
 }
 
-static int serve(opts *o)
+/* The pools: with --shm, one POSIX shared-memory object per shard
+ * (xfer/shm.h: created here, a stale one of a crashed run replaced,
+ * unlinked at exit); else page-aligned private memory.  Either way faulted
+ * in now, as a registered (pinned) pool would be, so no write pays for
+ * first-touch page faults. */
+static int make_pools(xferd *d)
 {
-    struct event_base *base = event_base_new();
-    xd_server *srv = NULL;
-    int rc = base ? xd_server_new(base, &o->cfg, &srv) : XFER_ERR_NOMEM;
+    const xd_config *c = &d->o->cfg;
+    size_t len = (size_t)((c->pool_bytes + 4095) & ~(uint64_t)4095);
+    for (uint16_t i = 0; i < c->nshards; i++) {
+        if (d->o->shm) {
+            int rc = xfer_shm_create(d->o->shm, c->shards[i], c->pool_bytes,
+                                     NULL, &d->shm[i]);
+            if (rc) {
+                fprintf(stderr, "xferd: cannot create shared memory /%s.%u:"
+                        " %s\n", d->o->shm, (unsigned)c->shards[i],
+                        rc == XFER_ERR_EXISTS
+                            ? "another live xferd serves it"
+                            : xfer_strerror(rc));
+                return rc;
+            }
+            d->mem[i] = xfer_shm_pool(d->shm[i]);
+            continue;
+        }
+        void *p = aligned_alloc(4096, len);
+        if (!p) {
+            fprintf(stderr, "xferd: cannot allocate %" PRIu64
+                    " bytes per shard\n", c->pool_bytes);
+            return XFER_ERR_NOMEM;
+        }
+        d->mem[i] = p;
+        memset(p, 0, len);
+    }
+    return 0;
+}
+
+static void free_pools(xferd *d)
+{
+    for (uint16_t i = 0; i < XFER_MAX_SHARDS; i++) {
+        if (d->shm[i])
+            xfer_shm_close(d->shm[i]);
+        else
+            free(d->mem[i]);
+    }
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_tracefile_flush(arg);
+}
+
+/* --trace FILE: one file for every hosted shard, each tagged as its shard
+ * (XFER_TRACE_SRC_SHARD), flushed often so a kill -9 loses little.  The
+ * label names the shards ("xferd shards 0,1"), so xfer-trace knows whose
+ * trace it is even when nothing reached them. */
+static int open_trace(xferd *d)
+{
+    char label[32];
+    size_t at = (size_t)snprintf(label, sizeof label, "xferd shards ");
+    for (uint16_t i = 0; i < d->o->cfg.nshards && at < sizeof label; i++)
+        at += (size_t)snprintf(label + at, sizeof label - at, "%s%u",
+                               i ? "," : "", (unsigned)d->o->cfg.shards[i]);
+    xfer_tracefile_opts to;
+    xfer_tracefile_opts_default(&to);
+    to.format = XFER_TRACEFILE_BINARY;
+    to.label = label;
+    int rc = xfer_tracefile_open(d->o->trace, &to, &d->tf);
+    if (rc) {
+        fprintf(stderr, "xferd: cannot open trace %s: %s\n", d->o->trace,
+                xfer_strerror(rc));
+        return rc;
+    }
+    xfer_tracefile_flush(d->tf); /* the header, so the file says whose */
+    d->flush_ev = event_new(d->base, -1, EV_PERSIST, on_flush, d->tf);
+    struct timeval tv = {0, 100000};
+    if (!d->flush_ev || event_add(d->flush_ev, &tv) != 0)
+        return XFER_ERR_NOMEM;
+    return 0;
+}
+
+static int start_server(xferd *d)
+{
+    const xd_config *c = &d->o->cfg;
+    xfer_server_shard sh[XFER_MAX_SHARDS];
+    for (uint16_t i = 0; i < c->nshards; i++)
+        sh[i] = (xfer_server_shard){
+            .index = c->shards[i], .base = d->mem[i], .len = c->pool_bytes,
+            .trace = xfer_tracefile_sink_tagged(
+                d->tf, (uint8_t)XFER_TRACE_SRC_SHARD(c->shards[i]))};
+    xfer_server_config sc;
+    xfer_server_config_default(&sc);
+    sc.base = d->base;
+    sc.addr = c->addr;
+    sc.port = c->port;
+    sc.group = c->group;
+    sc.nshards = c->nshards;
+    sc.shards = sh;
+    sc.max_reservations = c->max_resv;
+    sc.max_tombstones = c->max_tombs ? c->max_tombs : 4 * c->max_resv;
+    sc.lease_ttl_ns = c->lease_ttl_ns;
+    sc.tombstone_ttl_ns = 2 * c->lease_ttl_ns;
+    sc.drain_timeout_ns = c->drain_timeout_ns ? c->drain_timeout_ns
+                                              : c->lease_ttl_ns;
+    sc.take_grace_ns = c->take_grace_ns;
+    sc.consume = c->consume;
+    sc.fault_ppm = c->fault_ppm;
+    sc.drop_ppm = c->drop_ppm;
+    sc.fault_seed = c->fault_seed;
+    sc.log = c->quiet ? NULL : log_line;
+    return xfer_server_new(&sc, &d->srv);
+}
+
+/* --metrics ADDR:PORT: the server's Prometheus exposition on /metrics. */
+static int start_metrics(xferd *d)
+{
+    xfer_metrics_config mc;
+    xfer_metrics_config_default(&mc);
+    mc.base = d->base;
+    int rc = xfer_metrics_new(&mc, &d->metrics);
+    if (!rc)
+        rc = xfer_metrics_add_server(d->metrics, d->srv);
+    if (!rc)
+        rc = xfer_metrics_listen(d->metrics, d->o->metrics_addr,
+                                 d->o->metrics_port);
+    if (rc) {
+        fprintf(stderr, "xferd: cannot serve metrics on %s:%u: %s\n",
+                d->o->metrics_addr, (unsigned)d->o->metrics_port,
+                xfer_strerror(rc));
+        return rc;
+    }
+    printf("xferd: metrics on http://%s:%u/metrics\n", d->o->metrics_addr,
+           (unsigned)xfer_metrics_port(d->metrics));
+    return 0;
+}
+
+static int setup(xferd *d)
+{
+    const opts *o = d->o;
+    int rc = make_pools(d);
+    if (rc)
+        return rc;
+    d->base = event_base_new();
+    if (!d->base)
+        return XFER_ERR_NOMEM;
+    if (o->trace && (rc = open_trace(d)) != 0)
+        return rc;
+    rc = start_server(d);
     if (rc) {
         fprintf(stderr, "xferd: cannot serve on %s:%u: %s\n", o->cfg.addr,
                 (unsigned)o->cfg.port, xfer_strerror(rc));
-        if (base)
-            event_base_free(base);
-        return 1;
+        return rc;
     }
-    if (o->ctl_path && (rc = xd_server_ctl_open(srv, o->ctl_path)) != 0) {
+    if (o->ctl_path &&
+        (rc = xfer_server_ctl_open(d->srv, o->ctl_path, &d->ctl)) != 0) {
         fprintf(stderr, "xferd: cannot open control socket %s: %s\n",
                 o->ctl_path, xfer_strerror(rc));
-        xd_server_del(srv);
-        event_base_free(base);
-        return 1;
+        return rc;
     }
-    sigctx sc = {srv, base, 0};
+    return o->metrics_addr ? start_metrics(d) : 0;
+}
+
+static void teardown(xferd *d)
+{
+    xfer_metrics_del(d->metrics);
+    xfer_ctl_close(d->ctl);
+    xfer_server_del(d->srv);
+    if (d->flush_ev)
+        event_free(d->flush_ev);
+    if (d->base)
+        event_base_free(d->base);
+    if (xfer_tracefile_close(d->tf) != 0)
+        fprintf(stderr, "xferd: writing the trace %s failed\n", d->o->trace);
+    free_pools(d);
+}
+
+static int serve(opts *o)
+{
+    xferd d = {.o = o};
+    int status = 1;
+    if (setup(&d) != 0)
+        goto out;
     struct event *sigs[3];
     const int nums[3] = {SIGTERM, SIGINT, SIGUSR1};
     for (int i = 0; i < 3; i++) {
-        sigs[i] = evsignal_new(base, nums[i], on_signal, &sc);
+        sigs[i] = evsignal_new(d.base, nums[i], on_signal, &d);
         evsignal_add(sigs[i], NULL);
     }
-    uint16_t port = xd_server_port(srv);
+    uint16_t port = xfer_server_port(d.srv);
     if (o->port_file && write_port_file(o->port_file, port) != 0)
         fprintf(stderr, "xferd: cannot write %s\n", o->port_file);
     printf("xferd: listening on %s:%u\n", o->cfg.addr, (unsigned)port);
     fflush(stdout);
-    event_base_dispatch(base);
-    xd_server_print_stats(srv, stderr);
+    event_base_dispatch(d.base);
+    print_stats(&d, stderr);
     for (int i = 0; i < 3; i++)
         event_free(sigs[i]);
-    xd_server_del(srv);
-    event_base_free(base);
-    return 0;
+    status = 0;
+out:
+    teardown(&d);
+    return status;
 }
 
 int main(int argc, char **argv)
@@ -329,7 +621,7 @@ int main(int argc, char **argv)
     opts o = {.cfg = {.addr = "127.0.0.1", .port = 7470,
                       .pool_bytes = 64ull << 20,
                       .lease_ttl_ns = 10000000000ull, .max_resv = 4096,
-                      .shards = {0}, .nshards = 1, .log = stderr}};
+                      .shards = {0}, .nshards = 1}};
     signal(SIGPIPE, SIG_IGN);
     int rc = parse(argc, argv, &o);
     if (rc)

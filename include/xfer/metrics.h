@@ -1,0 +1,110 @@
+/*
+ * xfer/metrics.h - what a cluster operator scrapes: the counters, gauges
+ * and latency histograms of an engine, a shard server and a consumer, in
+ * the Prometheus text exposition format 0.0.4, rendered by a call and
+ * served over HTTP with libevent's evhttp.
+ *
+ * Families (every name starts with its object's prefix):
+ *   xfer_engine_*    transfers by outcome and by the phase they failed in,
+ *                    late events rejected, tombstones, cancel retries,
+ *                    staging bytes in use, submit -> completion seconds;
+ *   xfer_server_*    per shard (label shard="k"): pool bytes and bytes in
+ *                    use, reservations, tombstones, ops, taken and
+ *                    orphaned regions, phase seconds (reserved -> ready ->
+ *                    taken -> released); for the whole server: bad frames
+ *                    by reason, errors sent, connections;
+ *   xfer_consumer_*  outcomes (available, unavailable by reason), links,
+ *                    events, requests, late readies, tombstones, ids
+ *                    pending and held, first ready -> outcome seconds.
+ * Counters end in _total; histograms have _bucket{le=...} (cumulative),
+ * _sum and _count, in seconds.  The counters are the ones the objects'
+ * stats calls and the wire STATUS report.
+ *
+ * One object of each kind per exposition: two servers added to one
+ * xfer_metrics would repeat their families (register each process's one
+ * server, engine and consumer).
+ *
+ * Threads: the loop thread of the objects (the renders read their state);
+ * the HTTP server runs on cfg.base, which must be that loop.
+ */
+#ifndef XFER_METRICS_H
+#define XFER_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer/consumer.h"
+#include "xfer/errors.h"
+#include "xfer/fsm.h"
+#include "xfer/server.h"
+#include "xfer/xfer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct event_base;
+struct evhttp;
+typedef struct xfer_metrics xfer_metrics;
+
+#define XFER_METRICS_CONFIG_VERSION 1
+
+/* Render one object's families into buf (cap bytes, NUL-terminated when
+ * cap > 0; buf may be NULL when cap is 0).  Returns the length the whole
+ * text needs, like snprintf, or 0 when out of memory.  The object is
+ * borrowed. */
+XFER_API size_t xfer_engine_metrics(const xfer_engine *e, char *buf,
+                                    size_t cap);
+XFER_API size_t xfer_server_metrics(const xfer_server *s, char *buf,
+                                    size_t cap);
+XFER_API size_t xfer_consumer_metrics(const xfer_consumer *c, char *buf,
+                                      size_t cap);
+
+typedef struct xfer_metrics_config {
+    uint32_t version;          /* XFER_METRICS_CONFIG_VERSION */
+    struct event_base *base;   /* required: the objects' loop */
+    xfer_allocator alloc;      /* zeroed: libc */
+} xfer_metrics_config;
+
+XFER_API void xfer_metrics_config_default(xfer_metrics_config *cfg);
+/* Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM.  *out untouched on
+ * failure. */
+XFER_API int xfer_metrics_new(const xfer_metrics_config *cfg,
+                              xfer_metrics **out);
+/* Stop serving and free (the objects are not touched).  NULL ok. */
+XFER_API void xfer_metrics_del(xfer_metrics *m);
+
+/* Add an object to the exposition; each is borrowed until
+ * xfer_metrics_del.  Errors: XFER_ERR_INVALID_ARG, XFER_ERR_EXISTS (one of
+ * that kind is already added). */
+XFER_API int xfer_metrics_add_engine(xfer_metrics *m, const xfer_engine *e);
+XFER_API int xfer_metrics_add_server(xfer_metrics *m, const xfer_server *s);
+XFER_API int xfer_metrics_add_consumer(xfer_metrics *m,
+                                       const xfer_consumer *c);
+
+/* Every added object's families, as xfer_engine_metrics renders one. */
+XFER_API size_t xfer_metrics_render(const xfer_metrics *m, char *buf,
+                                    size_t cap);
+
+/*
+ * Mount the exposition at `path` (copied, e.g. "/metrics") of the
+ * caller's own evhttp (borrowed: unmounted by xfer_metrics_del, which must
+ * come before evhttp_free).  GET answers 200 with Content-Type
+ * "text/plain; version=0.0.4"; other methods 405.
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_EXISTS (path taken).
+ */
+XFER_API int xfer_metrics_mount(xfer_metrics *m, struct evhttp *http,
+                                const char *path);
+/*
+ * Serve /metrics on an evhttp of our own bound to addr:port (numeric;
+ * port 0: ephemeral, see xfer_metrics_port).  Errors: XFER_ERR_INVALID_ARG,
+ * XFER_ERR_STATE (already listening), XFER_ERR_NOMEM, XFER_ERR_IO (bind).
+ */
+XFER_API int xfer_metrics_listen(xfer_metrics *m, const char *addr,
+                                 uint16_t port);
+XFER_API uint16_t xfer_metrics_port(const xfer_metrics *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XFER_METRICS_H */

@@ -1,0 +1,243 @@
+/*
+ * transport/consumer.c - the consumer client's lifecycle (xfer/consumer.h):
+ * the config, the readiness tracker, one link per shard, the thread-safe
+ * mailbox (the engine's, transport/mailbox.c), and the deferred event that
+ * delivers outcomes.
+ *
+ * What must stay true (STYLE.md 6): no user callback runs inside a call
+ * the user made.  Outcomes are queued by consumer_ready.c and delivered
+ * here, from one deferred event, in the order they were decided; an
+ * available record becomes HELD before its callback runs, so the callback
+ * may release it at once.
+ */
+#include "consumer_int.h"
+
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "util.h" /* fsm_private_dep: the injected allocator */
+
+void xfer_consumer_config_default(xfer_consumer_config *cfg)
+{
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->version = XFER_CONSUMER_CONFIG_VERSION;
+    cfg->max_ids = 65536;
+    cfg->max_tombstones = 4 * 65536;
+    cfg->ready_deadline_ns = 30000000000ull;
+    cfg->tombstone_ttl_ns = 60000000000ull;
+    cfg->connect_timeout_ns = 2000000000ull;
+    cfg->reconnect_min_ns = 10000000ull;
+    cfg->reconnect_max_ns = 1000000000ull;
+    cfg->mailbox_cap = 65536;
+}
+
+void *xfer_consumer_calloc(const xfer_consumer *c, size_t n, size_t size)
+{
+    return xfer_util_calloc(&c->cfg.alloc, n, size);
+}
+
+void xfer_consumer_free(const xfer_consumer *c, void *p)
+{
+    xfer_util_free(&c->cfg.alloc, p);
+}
+
+uint64_t xfer_consumer_now(const xfer_consumer *c)
+{
+    return c->cfg.clock(c->cfg.clock_ud);
+}
+
+void xfer_consumer_kick(xfer_consumer *c)
+{
+    event_active(c->deferred, EV_TIMEOUT, 0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Delivery                                                                */
+/* ---------------------------------------------------------------------- */
+
+static void on_deferred(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_consumer *c = arg;
+    xfer_consumer_rec r;
+    const xfer_region *regions;
+    while (xfer_consumer_pop(c, &r, &regions)) {
+        if (r.available)
+            c->cfg.available(c->cfg.ud, r.id, r.attempt, regions,
+                             c->cfg.nshards);
+        else
+            c->cfg.unavailable(c->cfg.ud, r.id, r.reason, r.missing);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Mailbox                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static void on_mail(void *ud, xfer_mail *m)
+{
+    xfer_consumer *c = ud;
+    int rc = 0;
+    switch (m->kind) {
+    case XFER_MAIL_EXPECT:
+        rc = xfer_consumer_do_expect(c, m->id, m->arg);
+        break;
+    case XFER_MAIL_CANCEL:
+        rc = xfer_consumer_do_cancel(c, m->id);
+        break;
+    case XFER_MAIL_RELEASE:
+        rc = xfer_consumer_do_release(c, m->id);
+        break;
+    default:
+        rc = XFER_ERR_INTERNAL;
+        break;
+    }
+    if (rc)
+        c->st.mail_refused++;
+}
+
+static int post(xfer_consumer *c, uint8_t kind, uint64_t id, uint64_t arg)
+{
+    if (!c || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    xfer_mail m = {.kind = kind, .id = id, .arg = arg};
+    return xfer_mailbox_post(c->mailbox, &m);
+}
+
+int xfer_consumer_post_expect(xfer_consumer *c, uint64_t id,
+                              uint64_t deadline_ns)
+{
+    return post(c, XFER_MAIL_EXPECT, id, deadline_ns);
+}
+
+int xfer_consumer_post_cancel(xfer_consumer *c, uint64_t id)
+{
+    return post(c, XFER_MAIL_CANCEL, id, 0);
+}
+
+int xfer_consumer_post_release(xfer_consumer *c, uint64_t id)
+{
+    return post(c, XFER_MAIL_RELEASE, id, 0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Public calls                                                            */
+/* ---------------------------------------------------------------------- */
+
+int xfer_consumer_expect(xfer_consumer *c, uint64_t id, uint64_t deadline_ns)
+{
+    if (!c || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    return xfer_consumer_do_expect(c, id, deadline_ns);
+}
+
+int xfer_consumer_cancel(xfer_consumer *c, uint64_t id)
+{
+    if (!c || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    c->st.user_cancels++;
+    return xfer_consumer_do_cancel(c, id);
+}
+
+int xfer_consumer_release(xfer_consumer *c, uint64_t id)
+{
+    if (!c || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    return xfer_consumer_do_release(c, id);
+}
+
+bool xfer_consumer_connected(const xfer_consumer *c, uint16_t k)
+{
+    return c && k < c->cfg.nshards && c->links[k].state == XFER_CLINK_UP;
+}
+
+/* ---------------------------------------------------------------------- */
+/* New and del                                                             */
+/* ---------------------------------------------------------------------- */
+
+static int take_config(xfer_consumer *c, const xfer_consumer_config *cfg)
+{
+    if (cfg->version != XFER_CONSUMER_CONFIG_VERSION || !cfg->base ||
+        !cfg->addrs || !cfg->available || !cfg->unavailable ||
+        cfg->nshards == 0 || cfg->nshards > XFER_MAX_SHARDS)
+        return XFER_ERR_INVALID_ARG;
+    c->cfg = *cfg;
+    xfer_consumer_config *k = &c->cfg;
+    k->addrs = NULL; /* copied into the links */
+    if (!k->max_ids)
+        k->max_ids = 65536;
+    if (!k->max_tombstones)
+        k->max_tombstones = 4 * k->max_ids;
+    if (!k->ready_deadline_ns)
+        k->ready_deadline_ns = 30000000000ull;
+    if (!k->tombstone_ttl_ns)
+        k->tombstone_ttl_ns = 60000000000ull;
+    if (!k->connect_timeout_ns)
+        k->connect_timeout_ns = 2000000000ull;
+    if (!k->reconnect_min_ns)
+        k->reconnect_min_ns = 10000000ull;
+    if (!k->reconnect_max_ns)
+        k->reconnect_max_ns = 1000000000ull;
+    if (!k->mailbox_cap)
+        k->mailbox_cap = 65536;
+    if (!k->clock)
+        k->clock = xfer_clock_monotonic;
+    return 0;
+}
+
+static void on_deferred(evutil_socket_t fd, short what, void *arg);
+
+static int make_loop(xfer_consumer *c)
+{
+    c->timer = evtimer_new(c->base, xfer_consumer_on_timer, c);
+    c->deferred = event_new(c->base, -1, 0, on_deferred, c);
+    if (!c->timer || !c->deferred)
+        return XFER_ERR_IO;
+    return xfer_mailbox_new(c->base, c->cfg.mailbox_cap, &c->cfg.alloc, on_mail, c,
+                            &c->mailbox);
+}
+
+int xfer_consumer_new(const xfer_consumer_config *cfg, xfer_consumer **out)
+{
+    if (!cfg || !out)
+        return XFER_ERR_INVALID_ARG;
+    xfer_consumer *c = xfer_util_calloc(&cfg->alloc, 1, sizeof *c);
+    if (!c)
+        return XFER_ERR_NOMEM;
+    int rc = take_config(c, cfg);
+    if (rc) {
+        xfer_util_free(&cfg->alloc, c);
+        return rc;
+    }
+    c->base = cfg->base;
+    c->armed_at = UINT64_MAX;
+    rc = xfer_consumer_ready_init(c);
+    if (!rc)
+        rc = make_loop(c);
+    for (uint16_t k = 0; !rc && k < c->cfg.nshards; k++)
+        rc = xfer_consumer_link_init(c, k, cfg->addrs[k]);
+    if (rc) {
+        xfer_consumer_del(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void xfer_consumer_del(xfer_consumer *c)
+{
+    if (!c)
+        return;
+    for (uint16_t k = 0; k < c->cfg.nshards; k++)
+        xfer_consumer_link_clear(&c->links[k]);
+    xfer_mailbox_del(c->mailbox);
+    if (c->timer)
+        event_free(c->timer);
+    if (c->deferred)
+        event_free(c->deferred);
+    xfer_consumer_ready_clear(c);
+    xfer_allocator a = c->cfg.alloc;
+    xfer_util_free(&a, c);
+}

@@ -1,0 +1,142 @@
+/*
+ * transport/consumer_int.h - what the files of the consumer client share
+ * (include/xfer/consumer.h is the API):
+ *
+ *   consumer.c        lifecycle, the public calls, the mailbox, delivery
+ *                     of outcomes from a deferred event
+ *   consumer_link.c   one connection per shard: HELLO, SUBSCRIBE, events,
+ *                     replies matched to requests, loss and reconnect
+ *   consumer_ready.c  the readiness machine driven from events: its
+ *                     actions performed, the per-id records, deadlines
+ *   consumer_stats.c  counters, histograms, the control socket
+ */
+#ifndef XFER_CONSUMER_INT_H
+#define XFER_CONSUMER_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <event2/util.h>
+
+#include "engine_int.h"
+#include "heap.h"  /* fsm_private_dep: expect deadlines, by time */
+#include "idmap.h" /* fsm_private_dep: id -> record */
+#include "xfer/consumer.h"
+#include "xfer/hist.h"
+#include "xfer/readiness.h"
+
+struct bufferevent;
+struct event;
+
+/* A request sent on a link and not yet answered (replies come in order). */
+typedef struct xfer_consumer_req {
+    uint32_t req;
+    uint8_t type;    /* the request's wire type */
+    uint64_t id;
+} xfer_consumer_req;
+
+enum { XFER_CLINK_DOWN, XFER_CLINK_CONNECTING, XFER_CLINK_HELLO,
+       XFER_CLINK_UP };
+
+typedef struct xfer_consumer_link {
+    xfer_consumer *c;
+    uint16_t shard;
+    struct sockaddr_storage sa;
+    int salen;
+    struct bufferevent *bev;
+    struct event *retry;
+    uint8_t state;
+    bool broken;          /* a send failed: taken down from the loop */
+    uint64_t backoff_ns;
+    uint32_t next_req;
+    xfer_consumer_req *q; /* ring of outstanding requests */
+    uint32_t qhead, qn, qcap;
+    uint64_t pool_bytes;  /* from HELLO_ACK */
+} xfer_consumer_link;
+
+/* Record states. */
+enum { XFER_CREC_FREE, XFER_CREC_PENDING, XFER_CREC_QUEUED,
+       XFER_CREC_HELD };
+
+#define XFER_CREC_NONE UINT32_MAX
+
+/* One id the consumer tracks, from its first ready (or expect) until its
+ * unavailable outcome is delivered or its data is released. */
+typedef struct xfer_consumer_rec {
+    uint64_t id;
+    uint32_t attempt;
+    uint8_t state;
+    bool expected;        /* an outcome is owed even without a ready */
+    bool available;       /* QUEUED/HELD: the outcome is available */
+    int32_t override;     /* reason that replaces the tracker's, or 0 */
+    uint64_t extra;       /* shards added to `missing` (a lost link) */
+    int32_t reason;       /* QUEUED unavailable: the outcome */
+    uint64_t missing;
+    uint64_t ready;       /* shards that reported ready */
+    uint64_t taking;      /* takes outstanding */
+    uint64_t t_first;
+    uint64_t t_take;      /* when the takes were sent */
+    uint32_t next;        /* delivery FIFO */
+} xfer_consumer_rec;
+
+struct xfer_consumer {
+    xfer_consumer_config cfg;
+    struct event_base *base;
+    xfer_readiness *rd;
+    xfer_consumer_link links[XFER_MAX_SHARDS];
+    /* records */
+    xfer_consumer_rec *recs;
+    xfer_region *regions;  /* regions[slot * S + k] */
+    uint32_t *free_slots, nfree, cap;
+    xfer_idmap ids;
+    xfer_heap expects;     /* slot -> expect deadline */
+    uint32_t dq_head, dq_tail; /* delivery FIFO of slots */
+    struct event *timer, *deferred;
+    uint64_t armed_at;
+    xfer_mailbox *mailbox;
+    int running;           /* inside run(): actions are being performed */
+    xfer_ready_action *scratch; /* run()'s copy of the tracker's actions */
+    size_t nscratch;
+    xfer_consumer_stats st;
+    xfer_hist h_outcome;   /* first ready -> outcome */
+    xfer_hist h_take;      /* take sent -> answered */
+};
+
+/* consumer.c */
+void *xfer_consumer_calloc(const xfer_consumer *c, size_t n, size_t size);
+void xfer_consumer_free(const xfer_consumer *c, void *p);
+void xfer_consumer_kick(xfer_consumer *c);
+
+/* consumer_link.c */
+int xfer_consumer_link_init(xfer_consumer *c, uint16_t k, const char *addr);
+void xfer_consumer_link_clear(xfer_consumer_link *l);
+/* Send a request; false when the link is not up (nothing sent). */
+bool xfer_consumer_link_send(xfer_consumer_link *l, uint8_t type,
+                             uint64_t id, uint32_t attempt,
+                             uint64_t resv_id);
+
+/* consumer_ready.c */
+int xfer_consumer_ready_init(xfer_consumer *c);
+void xfer_consumer_ready_clear(xfer_consumer *c);
+xfer_consumer_rec *xfer_consumer_find(const xfer_consumer *c, uint64_t id,
+                                      uint32_t *slot);
+/* Inputs from the links. */
+void xfer_consumer_on_ready(xfer_consumer *c, uint16_t k, uint64_t id,
+                            uint32_t attempt, uint64_t resv_id);
+void xfer_consumer_on_ended(xfer_consumer *c, uint16_t k, uint64_t id,
+                            uint32_t attempt, int32_t reason);
+void xfer_consumer_on_take(xfer_consumer *c, uint16_t k, uint64_t id,
+                           int32_t status, uint64_t offset, uint32_t len);
+void xfer_consumer_on_link_lost(xfer_consumer *c, uint16_t k);
+/* Public calls (loop thread). */
+int xfer_consumer_do_expect(xfer_consumer *c, uint64_t id, uint64_t dl);
+int xfer_consumer_do_cancel(xfer_consumer *c, uint64_t id);
+int xfer_consumer_do_release(xfer_consumer *c, uint64_t id);
+void xfer_consumer_on_timer(evutil_socket_t fd, short what, void *arg);
+/* Pop the next queued outcome into *out (its regions at *regions until
+ * the next call); false when none. */
+bool xfer_consumer_pop(xfer_consumer *c, xfer_consumer_rec *out,
+                       const xfer_region **regions);
+
+#endif /* XFER_CONSUMER_INT_H */

@@ -1,0 +1,364 @@
+/*
+ * transport/consumer_link.c - the consumer's connection to one shard
+ * server: connect, HELLO (role consumer) and SUBSCRIBE pipelined, then
+ * EVENTs fed to the readiness machine and replies matched to the requests
+ * that are outstanding; on loss, a reconnect with doubling backoff.
+ *
+ * What must stay true:
+ *  - peer input is never trusted: a frame the decoder refuses, a reply
+ *    that is not the answer to the oldest outstanding request (the server
+ *    answers in order), an event for another shard, or a TAKE_OK whose
+ *    region does not fit the pool the server announced closes the link,
+ *    counted; nothing is asserted;
+ *  - a link is UP only after both HELLO_ACK and SUBSCRIBE_ACK came; only
+ *    then are requests sent (xfer_consumer_link_send says false before);
+ *  - when a link goes down, every take outstanding on it is answered
+ *    CONN_LOST to the tracker (it may have been applied: the tracker
+ *    releases it), then every id waiting is turned unavailable
+ *    (consumer_ready.c), then the link callback runs; releases and cancels
+ *    outstanding are dropped (the server's grace period and the READY
+ *    lease reclaim what they would have freed).
+ */
+#include "consumer_int.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "wire.h"
+#include "xfer/shard.h"
+
+#define REQ_HELLO 1u
+#define REQ_SUBSCRIBE 2u
+
+static void link_down(xfer_consumer_link *l, bool failed_connect);
+
+/* ---------------------------------------------------------------------- */
+/* Outstanding requests                                                    */
+/* ---------------------------------------------------------------------- */
+
+static int q_push(xfer_consumer_link *l, uint32_t req, uint8_t type,
+                  uint64_t id)
+{
+    if (l->qn == l->qcap) {
+        uint32_t cap = l->qcap ? 2 * l->qcap : 64;
+        xfer_consumer_req *q = xfer_consumer_calloc(l->c, cap, sizeof *q);
+        if (!q)
+            return XFER_ERR_NOMEM;
+        for (uint32_t i = 0; i < l->qn; i++)
+            q[i] = l->q[(l->qhead + i) % l->qcap];
+        xfer_consumer_free(l->c, l->q);
+        l->q = q;
+        l->qhead = 0;
+        l->qcap = cap;
+    }
+    l->q[(l->qhead + l->qn++) % l->qcap] =
+        (xfer_consumer_req){.req = req, .type = type, .id = id};
+    return 0;
+}
+
+static bool q_pop(xfer_consumer_link *l, xfer_consumer_req *out)
+{
+    if (l->qn == 0)
+        return false;
+    *out = l->q[l->qhead];
+    l->qhead = (l->qhead + 1) % l->qcap;
+    l->qn--;
+    return true;
+}
+
+static int send_frame(xfer_consumer_link *l, const xfer_wire_msg *m,
+                      uint32_t req)
+{
+    uint8_t buf[XFER_WIRE_MAX_FIXED];
+    size_t n = xfer_wire_encode(m, req, buf, sizeof buf);
+    if (n == 0 || bufferevent_write(l->bev, buf, n) != 0)
+        return XFER_ERR_IO;
+    return 0;
+}
+
+bool xfer_consumer_link_send(xfer_consumer_link *l, uint8_t type,
+                             uint64_t id, uint32_t attempt, uint64_t resv_id)
+{
+    if (l->state != XFER_CLINK_UP || l->broken)
+        return false;
+    uint32_t req = ++l->next_req;
+    if (req <= REQ_SUBSCRIBE)
+        req = l->next_req = REQ_SUBSCRIBE + 1;
+    xfer_wire_msg m = {.type = type, .id = id, .attempt = attempt,
+                       .resv_id = resv_id};
+    if (q_push(l, req, type, id) != 0 || send_frame(l, &m, req) != 0) {
+        /* Taken down from the loop, not inside the caller's call. */
+        l->broken = true;
+        struct timeval now = {0, 0};
+        evtimer_add(l->retry, &now);
+        return false;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Frames from the server                                                  */
+/* ---------------------------------------------------------------------- */
+
+static bool on_event(xfer_consumer_link *l, const xfer_wire_msg *m)
+{
+    xfer_consumer *c = l->c;
+    if (m->shard != l->shard)
+        return false;
+    c->st.events++;
+    if (m->kind == XFER_SHARD_EV_READY) {
+        c->st.ready_events++;
+        xfer_consumer_on_ready(c, l->shard, m->id, m->attempt, m->resv_id);
+    } else {
+        c->st.ended_events++;
+        xfer_consumer_on_ended(c, l->shard, m->id, m->attempt,
+                               m->kind == XFER_SHARD_EV_EXPIRED
+                                   ? XFER_ERR_EXPIRED
+                                   : XFER_ERR_CANCELLED);
+    }
+    return true;
+}
+
+/* The handshake's replies: HELLO_ACK then SUBSCRIBE_ACK. */
+static bool on_handshake(xfer_consumer_link *l, const xfer_wire_hdr *h,
+                         const xfer_wire_msg *m, const xfer_consumer_req *r)
+{
+    if (r->req == REQ_HELLO && h->type == XFER_WIRE_T_HELLO_ACK) {
+        if (m->shard != l->shard || m->group != l->c->cfg.group)
+            return false;
+        l->pool_bytes = m->pool_bytes;
+        return true;
+    }
+    if (r->req == REQ_SUBSCRIBE && h->type == XFER_WIRE_T_SUBSCRIBE_ACK) {
+        l->state = XFER_CLINK_UP;
+        l->backoff_ns = 0;
+        l->c->st.connects++;
+        if (l->c->cfg.link)
+            l->c->cfg.link(l->c->cfg.ud, l->shard, true);
+        return true;
+    }
+    return false; /* an ERROR (refused HELLO) or anything else */
+}
+
+/* A reply to the oldest outstanding request. */
+static bool on_reply(xfer_consumer_link *l, const xfer_wire_hdr *h,
+                     const xfer_wire_msg *m)
+{
+    xfer_consumer *c = l->c;
+    xfer_consumer_req r;
+    if (!q_pop(l, &r) || r.req != h->req)
+        return false;
+    if (r.req <= REQ_SUBSCRIBE)
+        return on_handshake(l, h, m, &r);
+    bool err = h->type == XFER_WIRE_T_ERROR;
+    if (err) {
+        c->st.errors_received++;
+        if (m->req_type != r.type)
+            return false;
+    }
+    if (r.type == XFER_WIRE_T_TAKE) {
+        if (err) {
+            xfer_consumer_on_take(c, l->shard, r.id, m->code ? m->code
+                                                             : XFER_ERR_REMOTE,
+                                  0, 0);
+            return true;
+        }
+        if (h->type != XFER_WIRE_T_TAKE_OK || m->id != r.id ||
+            m->addr > l->pool_bytes || m->len > l->pool_bytes - m->addr)
+            return false;
+        xfer_consumer_on_take(c, l->shard, r.id, 0, m->addr, m->len);
+        return true;
+    }
+    uint8_t ack = r.type == XFER_WIRE_T_RELEASE ? XFER_WIRE_T_RELEASE_ACK
+                                                : XFER_WIRE_T_CANCEL_ACK;
+    return err || h->type == ack;
+}
+
+/* One decoded frame: false means bad input (close the link). */
+static bool on_frame(xfer_consumer_link *l, const xfer_wire_hdr *h,
+                     const xfer_wire_msg *m)
+{
+    if (h->type == XFER_WIRE_T_EVENT)
+        return l->state == XFER_CLINK_UP && on_event(l, m);
+    switch (h->type) {
+    case XFER_WIRE_T_HELLO_ACK:
+    case XFER_WIRE_T_SUBSCRIBE_ACK:
+    case XFER_WIRE_T_TAKE_OK:
+    case XFER_WIRE_T_RELEASE_ACK:
+    case XFER_WIRE_T_CANCEL_ACK:
+    case XFER_WIRE_T_ERROR:
+        return on_reply(l, h, m);
+    default:
+        return false;
+    }
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    xfer_consumer_link *l = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    uint8_t buf[XFER_WIRE_MAX_FIXED];
+    while (l->bev == bev) {
+        size_t have = evbuffer_get_length(in);
+        xfer_wire_hdr h;
+        xfer_wire_msg m;
+        xfer_wire_reason why;
+        if (have < XFER_WIRE_HDR)
+            return;
+        evbuffer_copyout(in, buf, XFER_WIRE_HDR);
+        if (xfer_wire_decode_hdr(buf, XFER_WIRE_HDR, &h, &why) != 0 ||
+            h.type == XFER_WIRE_T_WRITE)
+            goto bad;
+        if (have < h.len)
+            return;
+        evbuffer_remove(in, buf, h.len);
+        if (xfer_wire_decode_body(&h, buf + XFER_WIRE_HDR,
+                                  h.len - XFER_WIRE_HDR, &m, &why) != 0 ||
+            !on_frame(l, &h, &m))
+            goto bad;
+    }
+    return;
+bad:
+    if (l->bev != bev)
+        return; /* already taken down while handling the frame */
+    l->c->st.bad_frames++;
+    link_down(l, false);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Connecting                                                              */
+/* ---------------------------------------------------------------------- */
+
+static void start_connect(xfer_consumer_link *l);
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_consumer_link *l = arg;
+    if (l->broken) {
+        l->broken = false;
+        link_down(l, false);
+        return;
+    }
+    start_connect(l);
+}
+
+/* The handshake, pipelined: HELLO and SUBSCRIBE at once. */
+static void on_connected(xfer_consumer_link *l)
+{
+    xfer_consumer *c = l->c;
+    int one = 1;
+    setsockopt(bufferevent_getfd(l->bev), IPPROTO_TCP, TCP_NODELAY, &one,
+               sizeof one);
+    l->state = XFER_CLINK_HELLO;
+    bufferevent_set_timeouts(l->bev, NULL, NULL);
+    xfer_wire_msg hello = {.type = XFER_WIRE_T_HELLO,
+                           .version = XFER_WIRE_VERSION,
+                           .role = XFER_WIRE_ROLE_CONSUMER,
+                           .group = c->cfg.group, .shard = l->shard};
+    xfer_wire_msg sub = {.type = XFER_WIRE_T_SUBSCRIBE};
+    if (q_push(l, REQ_HELLO, XFER_WIRE_T_HELLO, 0) != 0 ||
+        q_push(l, REQ_SUBSCRIBE, XFER_WIRE_T_SUBSCRIBE, 0) != 0 ||
+        send_frame(l, &hello, REQ_HELLO) != 0 ||
+        send_frame(l, &sub, REQ_SUBSCRIBE) != 0)
+        link_down(l, false);
+}
+
+static void on_bev_event(struct bufferevent *bev, short what, void *arg)
+{
+    xfer_consumer_link *l = arg;
+    if (what & BEV_EVENT_CONNECTED) {
+        on_connected(l);
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+        link_down(l, l->state == XFER_CLINK_CONNECTING);
+}
+
+static void start_connect(xfer_consumer_link *l)
+{
+    xfer_consumer *c = l->c;
+    l->bev = bufferevent_socket_new(c->base, -1,
+                                    BEV_OPT_CLOSE_ON_FREE |
+                                        BEV_OPT_DEFER_CALLBACKS);
+    if (!l->bev) {
+        link_down(l, true);
+        return;
+    }
+    l->state = XFER_CLINK_CONNECTING;
+    l->qhead = l->qn = 0;
+    l->next_req = REQ_SUBSCRIBE;
+    bufferevent_setcb(l->bev, on_read, NULL, on_bev_event, l);
+    struct timeval tv = xfer_timeval_of(c->cfg.connect_timeout_ns);
+    bufferevent_set_timeouts(l->bev, &tv, &tv);
+    bufferevent_enable(l->bev, EV_READ | EV_WRITE);
+    if (bufferevent_socket_connect(l->bev, (struct sockaddr *)&l->sa,
+                                   l->salen) != 0)
+        link_down(l, true);
+}
+
+/* The link is gone: answer its outstanding takes, end the ids that waited
+ * on it, tell the application, and come back after the backoff. */
+static void link_down(xfer_consumer_link *l, bool failed_connect)
+{
+    xfer_consumer *c = l->c;
+    bool was_up = l->state == XFER_CLINK_UP;
+    if (l->bev)
+        bufferevent_free(l->bev);
+    l->bev = NULL;
+    l->state = XFER_CLINK_DOWN;
+    /* The ids waiting first (so a record that is taking ends CONN_LOST),
+     * then the takes outstanding here. */
+    if (was_up)
+        xfer_consumer_on_link_lost(c, l->shard);
+    xfer_consumer_req r;
+    while (q_pop(l, &r))
+        if (r.type == XFER_WIRE_T_TAKE)
+            xfer_consumer_on_take(c, l->shard, r.id, XFER_ERR_CONN_LOST, 0,
+                                  0);
+    if (was_up) {
+        c->st.losses++;
+        if (c->cfg.link)
+            c->cfg.link(c->cfg.ud, l->shard, false);
+    } else if (failed_connect) {
+        c->st.connect_failures++;
+    }
+    uint64_t b = l->backoff_ns;
+    l->backoff_ns = b == 0 ? c->cfg.reconnect_min_ns
+                   : 2 * b > c->cfg.reconnect_max_ns ? c->cfg.reconnect_max_ns
+                                                     : 2 * b;
+    struct timeval tv = xfer_timeval_of(was_up ? 1000 : l->backoff_ns);
+    evtimer_add(l->retry, &tv);
+}
+
+int xfer_consumer_link_init(xfer_consumer *c, uint16_t k, const char *addr)
+{
+    xfer_consumer_link *l = &c->links[k];
+    l->c = c;
+    l->shard = k;
+    l->salen = (int)sizeof l->sa;
+    if (!addr || evutil_parse_sockaddr_port(addr, (struct sockaddr *)&l->sa,
+                                            &l->salen) != 0)
+        return XFER_ERR_INVALID_ARG;
+    l->retry = evtimer_new(c->base, on_retry, l);
+    if (!l->retry)
+        return XFER_ERR_IO;
+    start_connect(l);
+    return 0;
+}
+
+void xfer_consumer_link_clear(xfer_consumer_link *l)
+{
+    if (!l->c)
+        return;
+    if (l->bev)
+        bufferevent_free(l->bev);
+    if (l->retry)
+        event_free(l->retry);
+    xfer_consumer_free(l->c, l->q);
+    memset(l, 0, sizeof *l);
+}

@@ -1,0 +1,287 @@
+/*
+ * transport/server.c - the shard server's lifecycle (xfer/server.h): the
+ * config and its defaults, the hosted shards over the caller's memory, the
+ * TCP listener, and teardown.  The connections, requests, events, drain
+ * and counters live in the other server_*.c files (server_int.h).
+ *
+ * What must stay true:
+ *  - the server never allocates, frees or maps shard memory: every shard is
+ *    created with pool_memory = the caller's base, and del leaves it as it
+ *    is;
+ *  - every allocation of the server and of its shards goes through
+ *    cfg.alloc;
+ *  - new either returns a complete server or undoes everything it did
+ *    (del accepts a half-built server), and *out stays untouched.
+ */
+#include "server_int.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "engine_int.h" /* xfer_clock_monotonic */
+#include "util.h"       /* fsm_private_dep: the injected allocator */
+
+void xfer_server_config_default(xfer_server_config *cfg)
+{
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->version = XFER_SERVER_CONFIG_VERSION;
+    cfg->addr = "127.0.0.1";
+    cfg->max_reservations = 4096;
+    cfg->max_tombstones = 4 * 4096;
+    cfg->lease_ttl_ns = 10000000000ull;
+    cfg->tombstone_ttl_ns = 20000000000ull;
+    cfg->take_grace_ns = 30000000000ull;
+    cfg->drain_timeout_ns = 10000000000ull;
+}
+
+uint64_t xfer_server_now(const xfer_server *s)
+{
+    return s->cfg.clock(s->cfg.clock_ud);
+}
+
+void *xfer_server_calloc(const xfer_server *s, size_t n, size_t size)
+{
+    return xfer_util_calloc(&s->cfg.alloc, n, size);
+}
+
+void xfer_server_free(const xfer_server *s, void *p)
+{
+    xfer_util_free(&s->cfg.alloc, p);
+}
+
+/* One line for the log callback: "conn N what", at most LOG_MAX lines. */
+void xfer_server_log(xfer_server *s, uint64_t serial, const char *what)
+{
+    if (!s->cfg.log || s->logged >= XFER_SERVER_LOG_MAX)
+        return;
+    s->logged++;
+    char line[256];
+    snprintf(line, sizeof line, "conn %llu %s", (unsigned long long)serial,
+             what);
+    s->cfg.log(s->cfg.log_ud, line);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Config                                                                  */
+/* ---------------------------------------------------------------------- */
+
+static bool shards_ok(const xfer_server_config *c)
+{
+    uint64_t seen = 0;
+    if (!c->shards || c->nshards == 0 || c->nshards > XFER_MAX_SHARDS)
+        return false;
+    for (uint16_t i = 0; i < c->nshards; i++) {
+        const xfer_server_shard *h = &c->shards[i];
+        if (h->index >= XFER_MAX_SHARDS || !h->base || h->len == 0 ||
+            (seen & (1ull << h->index)))
+            return false;
+        seen |= 1ull << h->index;
+    }
+    return true;
+}
+
+/* Copy cfg into s with every "0 means the default" filled in. */
+static int take_config(xfer_server *s, const xfer_server_config *cfg)
+{
+    if (cfg->version != XFER_SERVER_CONFIG_VERSION || !cfg->base ||
+        !shards_ok(cfg))
+        return XFER_ERR_INVALID_ARG;
+    s->cfg = *cfg;
+    xfer_server_config *c = &s->cfg;
+    const char *addr = cfg->addr ? cfg->addr : "127.0.0.1";
+    if (strlen(addr) >= sizeof s->addr)
+        return XFER_ERR_INVALID_ARG;
+    memcpy(s->addr, addr, strlen(addr) + 1);
+    c->addr = s->addr;
+    memcpy(s->shard_cfg, cfg->shards, cfg->nshards * sizeof *cfg->shards);
+    c->shards = s->shard_cfg;
+    if (!c->max_reservations)
+        c->max_reservations = 4096;
+    if (!c->max_tombstones)
+        c->max_tombstones = 4 * c->max_reservations;
+    if (!c->lease_ttl_ns)
+        c->lease_ttl_ns = 10000000000ull;
+    if (!c->tombstone_ttl_ns)
+        c->tombstone_ttl_ns = 2 * c->lease_ttl_ns;
+    if (!c->take_grace_ns)
+        c->take_grace_ns = 30000000000ull;
+    if (!c->drain_timeout_ns)
+        c->drain_timeout_ns = c->lease_ttl_ns;
+    if (!c->clock)
+        c->clock = xfer_clock_monotonic;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Shards                                                                  */
+/* ---------------------------------------------------------------------- */
+
+static int make_shards(xfer_server *s)
+{
+    for (uint16_t i = 0; i < s->cfg.nshards; i++) {
+        const xfer_server_shard *h = &s->shard_cfg[i];
+        xfer_server_hosted *hs = &s->shards[i];
+        xfer_shard_config sc = {
+            .version = XFER_SHARD_CONFIG_VERSION,
+            .pool_bytes = h->len,
+            .max_reservations = s->cfg.max_reservations,
+            .max_tombstones = s->cfg.max_tombstones,
+            .lease_ttl_ns = s->cfg.lease_ttl_ns,
+            .tombstone_ttl_ns = s->cfg.tombstone_ttl_ns,
+            .shard_index = h->index,
+            .pool_memory = h->base,
+            .alloc = s->cfg.alloc,
+            .trace = h->trace.fn ? h->trace : s->cfg.trace,
+        };
+        hs->index = h->index;
+        int rc = xfer_shard_new(&sc, &hs->sh);
+        if (!rc)
+            rc = xfer_server_track_init(s, hs);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Listening                                                               */
+/* ---------------------------------------------------------------------- */
+
+static void on_accept(struct evconnlistener *lis, evutil_socket_t fd,
+                      struct sockaddr *sa, int salen, void *arg)
+{
+    xfer_server_conn_accept(arg, fd);
+}
+
+/* Parse a numeric IPv4 or IPv6 address with a port (0 allowed). */
+static int make_addr(const char *addr, uint16_t port,
+                     struct sockaddr_storage *ss, int *sl)
+{
+    memset(ss, 0, sizeof *ss);
+    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+    if (evutil_inet_pton(AF_INET, addr, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons(port);
+        *sl = sizeof *v4;
+        return 0;
+    }
+    if (evutil_inet_pton(AF_INET6, addr, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons(port);
+        *sl = sizeof *v6;
+        return 0;
+    }
+    return XFER_ERR_INVALID_ARG;
+}
+
+/* Bind addr:port and learn the port actually bound. */
+static int listen_on(xfer_server *s)
+{
+    struct sockaddr_storage ss;
+    int sl;
+    if (make_addr(s->cfg.addr, s->cfg.port, &ss, &sl) != 0)
+        return XFER_ERR_INVALID_ARG;
+    s->lis = evconnlistener_new_bind(
+        s->base, on_accept, s,
+        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+        128, (struct sockaddr *)&ss, sl);
+    if (!s->lis)
+        return XFER_ERR_IO;
+    socklen_t len = sizeof ss;
+    if (getsockname(evconnlistener_get_fd(s->lis), (struct sockaddr *)&ss,
+                    &len) != 0)
+        return XFER_ERR_IO;
+    s->port = ntohs(ss.ss_family == AF_INET6
+                        ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                        : ((struct sockaddr_in *)&ss)->sin_port);
+    return 0;
+}
+
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_server_conn_reap(arg);
+}
+
+/* ---------------------------------------------------------------------- */
+/* New and del                                                             */
+/* ---------------------------------------------------------------------- */
+
+int xfer_server_new(const xfer_server_config *cfg, xfer_server **out)
+{
+    if (!cfg || !out)
+        return XFER_ERR_INVALID_ARG;
+    xfer_server *s = xfer_util_calloc(&cfg->alloc, 1, sizeof *s);
+    if (!s)
+        return XFER_ERR_NOMEM;
+    int rc = take_config(s, cfg);
+    if (rc) {
+        xfer_util_free(&cfg->alloc, s);
+        return rc;
+    }
+    s->base = cfg->base;
+    s->rng = cfg->fault_seed ? cfg->fault_seed : 0x9e3779b97f4a7c15ull;
+    rc = XFER_ERR_NOMEM;
+    s->timer = evtimer_new(s->base, xfer_server_on_timer, s);
+    s->drain_ev =
+        event_new(s->base, -1, EV_PERSIST, xfer_server_on_drain_tick, s);
+    s->reap_ev = event_new(s->base, -1, 0, on_reap, s);
+    if (!s->timer || !s->drain_ev || !s->reap_ev)
+        goto out_fail;
+    rc = make_shards(s);
+    if (rc)
+        goto out_fail;
+    rc = listen_on(s);
+    if (rc)
+        goto out_fail;
+    *out = s;
+    return 0;
+out_fail:
+    xfer_server_del(s);
+    return rc;
+}
+
+void xfer_server_del(xfer_server *s)
+{
+    if (!s)
+        return;
+    while (s->conns)
+        xfer_server_conn_close(s->conns);
+    if (s->lis)
+        evconnlistener_free(s->lis);
+    if (s->timer)
+        event_free(s->timer);
+    if (s->drain_ev)
+        event_free(s->drain_ev);
+    if (s->reap_ev)
+        event_free(s->reap_ev);
+    for (uint16_t i = 0; i < s->cfg.nshards; i++) {
+        xfer_server_track_clear(s, &s->shards[i]);
+        xfer_shard_del(s->shards[i].sh);
+    }
+    xfer_allocator a = s->cfg.alloc;
+    xfer_util_free(&a, s);
+}
+
+uint16_t xfer_server_port(const xfer_server *s)
+{
+    return s ? s->port : 0;
+}
+
+uint16_t xfer_server_nshards(const xfer_server *s)
+{
+    return s ? s->cfg.nshards : 0;
+}
+
+uint16_t xfer_server_shard_index(const xfer_server *s, uint16_t i)
+{
+    return s && i < s->cfg.nshards ? s->shards[i].index : XFER_SHARD_NONE;
+}

@@ -1,0 +1,273 @@
+/*
+ * transport/server_conn.c - one connection of the shard server: frames
+ * cut from the byte stream, WRITE data streamed into the pool, back
+ * pressure, and the close.
+ *
+ * Frames are handled strictly in order, so replies leave in request order.
+ * A WRITE is streamed: once its 48-byte head is in, the write begins on
+ * the shard (the region is pinned) and its data is copied into the pool as
+ * it arrives; the write ends when the last byte landed (WRITE_ACK) or when
+ * the connection dies first (write_end not ok).
+ *
+ * What must stay true:
+ *  - a frame head the decoder refuses closes the connection, counted by
+ *    reason; nothing else is touched;
+ *  - the bytes of a write land only at [dst, dst + len), the region the
+ *    shard handed out for it; data of a refused write is drained, never
+ *    stored;
+ *  - a write that began always ends (close_conn ends it failed);
+ *  - a connection whose output passes OUT_HIGH stops being read until it
+ *    drains below OUT_LOW;
+ *  - a connection is freed only outside its own callbacks' use of it: from
+ *    a callback, the request code marks it doomed and the reaper (a
+ *    deferred event) closes it.
+ */
+#include "server_int.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+void xfer_server_conn_send(xfer_server_conn *c, const xfer_wire_msg *m,
+                           uint32_t req)
+{
+    uint8_t buf[XFER_WIRE_MAX_FIXED];
+    size_t n = xfer_wire_encode(m, req, buf, sizeof buf);
+    if (n)
+        bufferevent_write(c->bev, buf, n);
+}
+
+void xfer_server_conn_close(xfer_server_conn *c)
+{
+    xfer_server *s = c->srv;
+    if (c->in_write)
+        xfer_server_req_end_write(c, false);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->nconns--;
+    xfer_server_track_orphan(s, c->serial);
+    bufferevent_free(c->bev);
+    xfer_server_free(s, c);
+    xfer_server_flush_all(s);
+}
+
+void xfer_server_conn_doom(xfer_server_conn *c)
+{
+    c->doomed = true;
+    bufferevent_disable(c->bev, EV_READ);
+    event_active(c->srv->reap_ev, EV_TIMEOUT, 0);
+}
+
+void xfer_server_conn_reap(xfer_server *s)
+{
+    xfer_server_conn *next;
+    for (xfer_server_conn *c = s->conns; c; c = next) {
+        next = c->next;
+        if (c->doomed)
+            xfer_server_conn_close(c);
+    }
+}
+
+static void bad_frame(xfer_server_conn *c, xfer_wire_reason why)
+{
+    xfer_server *s = c->srv;
+    char what[64];
+    s->bad_frames++;
+    s->bad_by_reason[why < XFER_WIRE_R_COUNT_ ? why : 0]++;
+    snprintf(what, sizeof what, "bad frame (%s), closed",
+             xfer_wire_reason_name(why));
+    xfer_server_log(s, c->serial, what);
+    xfer_server_conn_close(c);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Streaming writes                                                        */
+/* ---------------------------------------------------------------------- */
+
+/* Read the rest of a write's data straight from the socket into the pool
+ * (the input buffer is empty, so stream order is kept): one copy instead
+ * of two.  Stops at EAGAIN; EOF and errors are left for libevent to see. */
+static void recv_direct(xfer_server_conn *c)
+{
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
+    while (c->wgot < c->wm.len) {
+        ssize_t r = recv(fd, c->dst + c->wgot, c->wm.len - c->wgot, 0);
+        if (r <= 0)
+            return;
+        c->wgot += (uint32_t)r;
+    }
+}
+
+/* Move what has arrived of the write's data into the pool.  Returns 1 when
+ * the write finished, 0 when more data is needed. */
+static int pump_write(xfer_server_conn *c, struct evbuffer *in)
+{
+    size_t have = evbuffer_get_length(in);
+    size_t left = c->wm.len - c->wgot;
+    size_t n = have < left ? have : left;
+    if (c->dst)
+        evbuffer_remove(in, c->dst + c->wgot, n);
+    else
+        evbuffer_drain(in, n);
+    c->wgot += (uint32_t)n;
+    if (c->dst && c->wgot < c->wm.len)
+        recv_direct(c);
+    if (c->wgot < c->wm.len)
+        return 0;
+    xfer_server_req_finish_write(c);
+    return 1;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Framing                                                                 */
+/* ---------------------------------------------------------------------- */
+
+/* Decode the next frame head from `in`.  Returns 1 with *h, *m when a frame
+ * (for WRITE: its 48-byte head) was taken out, 0 when more bytes are
+ * needed, -1 when the connection was closed for a bad frame. */
+static int next_frame(xfer_server_conn *c, struct evbuffer *in,
+                      xfer_wire_hdr *h, xfer_wire_msg *m)
+{
+    uint8_t buf[XFER_WIRE_MAX_FIXED];
+    size_t have = evbuffer_get_length(in);
+    if (have < XFER_WIRE_HDR)
+        return 0;
+    evbuffer_copyout(in, buf, XFER_WIRE_HDR);
+    xfer_wire_reason why = XFER_WIRE_R_OK;
+    if (xfer_wire_decode_hdr(buf, XFER_WIRE_HDR, h, &why) != 0) {
+        bad_frame(c, why);
+        return -1;
+    }
+    size_t need = XFER_WIRE_HDR + xfer_wire_body_size(h->type);
+    if (have < need)
+        return 0;
+    evbuffer_remove(in, buf, need);
+    if (xfer_wire_decode_body(h, buf + XFER_WIRE_HDR, need - XFER_WIRE_HDR,
+                              m, &why) != 0) {
+        bad_frame(c, why);
+        return -1;
+    }
+    return 1;
+}
+
+static bool is_request(uint8_t type)
+{
+    switch (type) {
+    case XFER_WIRE_T_HELLO:
+    case XFER_WIRE_T_RESERVE:
+    case XFER_WIRE_T_WRITE:
+    case XFER_WIRE_T_COMMIT:
+    case XFER_WIRE_T_CANCEL:
+    case XFER_WIRE_T_SUBSCRIBE:
+    case XFER_WIRE_T_TAKE:
+    case XFER_WIRE_T_RELEASE:
+    case XFER_WIRE_T_STATUS:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* A frame that makes no sense on this connection (a reply type, a second
+ * HELLO, an op before HELLO) is bad input: close. */
+static bool acceptable(xfer_server_conn *c, const xfer_wire_hdr *h)
+{
+    bool needs_hello =
+        h->type != XFER_WIRE_T_HELLO && h->type != XFER_WIRE_T_STATUS;
+    if (!is_request(h->type) ||
+        (h->type == XFER_WIRE_T_HELLO && c->hosted >= 0) ||
+        (needs_hello && c->hosted < 0)) {
+        bad_frame(c, XFER_WIRE_R_UNEXPECTED);
+        return false;
+    }
+    return true;
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    xfer_server_conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    while (!c->closing && !c->doomed) {
+        if (c->in_write) {
+            if (pump_write(c, in) == 0)
+                break;
+            continue;
+        }
+        xfer_wire_hdr h;
+        xfer_wire_msg m;
+        int rc = next_frame(c, in, &h, &m);
+        if (rc <= 0 || !acceptable(c, &h) ||
+            !xfer_server_req_handle(c, &h, &m))
+            return; /* need more, or c may be gone */
+        if (evbuffer_get_length(bufferevent_get_output(bev)) >
+            XFER_SERVER_OUT_HIGH) {
+            c->paused = true; /* the peer does not read its replies */
+            bufferevent_disable(bev, EV_READ);
+            break;
+        }
+    }
+}
+
+static void on_write(struct bufferevent *bev, void *arg)
+{
+    xfer_server_conn *c = arg;
+    size_t out = evbuffer_get_length(bufferevent_get_output(bev));
+    if (c->closing && out == 0) {
+        xfer_server_conn_close(c);
+        return;
+    }
+    if (c->paused && out <= XFER_SERVER_OUT_LOW) {
+        c->paused = false;
+        bufferevent_enable(bev, EV_READ);
+        on_read(bev, c); /* frames may already be buffered */
+    }
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    xfer_server_conn *c = arg;
+    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+        return;
+    if (c->in_write || evbuffer_get_length(bufferevent_get_input(bev))) {
+        bad_frame(c, XFER_WIRE_R_TRUNCATED); /* ended inside a frame */
+        return;
+    }
+    xfer_server_conn_close(c);
+}
+
+void xfer_server_conn_accept(xfer_server *s, evutil_socket_t fd)
+{
+    xfer_server_conn *c = xfer_server_calloc(s, 1, sizeof *c);
+    struct bufferevent *bev =
+        c ? bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
+    if (!bev) {
+        xfer_server_free(s, c);
+        evutil_closesocket(fd);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c->srv = s;
+    c->bev = bev;
+    c->hosted = -1;
+    c->serial = ++s->serial;
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    s->nconns++;
+    bufferevent_set_max_single_read(bev, 64 << 10);
+    bufferevent_set_max_single_write(bev, 1 << 20);
+    bufferevent_setwatermark(bev, EV_WRITE, XFER_SERVER_OUT_LOW, 0);
+    bufferevent_setcb(bev, on_read, on_write, on_event, c);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+}

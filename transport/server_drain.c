@@ -1,0 +1,67 @@
+/*
+ * transport/server_drain.c - the shard server's drain: stop accepting,
+ * refuse new reserves, and tell the caller once nothing can land in the
+ * shard memory any more (or the drain timeout passed).
+ *
+ * What must stay true: "drained" means no reservation of any hosted shard
+ * is RESERVED, WRITING or waiting for its write to end, and no connection
+ * is in the middle of a streamed write; READY and TAKEN data stay served.
+ * The drain callback runs once, from a timer on the loop.
+ */
+#include "server_int.h"
+
+#include <event2/event.h>
+#include <event2/listener.h>
+
+static bool busy_state(xfer_resv_state st)
+{
+    return st == XFER_RESV_STATE_RESERVED || st == XFER_RESV_STATE_WRITING ||
+           st == XFER_RESV_STATE_CANCEL_PENDING ||
+           st == XFER_RESV_STATE_EXPIRE_PENDING;
+}
+
+static void count_busy(void *ud, uint64_t id, uint32_t attempt,
+                       xfer_resv_state st, uint64_t since_ns)
+{
+    *(uint64_t *)ud += busy_state(st);
+}
+
+bool xfer_server_drained(const xfer_server *s)
+{
+    if (!s)
+        return true;
+    uint64_t busy = 0;
+    for (uint16_t i = 0; i < s->cfg.nshards; i++)
+        xfer_shard_foreach(s->shards[i].sh, count_busy, &busy);
+    for (const xfer_server_conn *c = s->conns; c; c = c->next)
+        busy += c->in_write;
+    return busy == 0;
+}
+
+void xfer_server_on_drain_tick(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_server *s = arg;
+    bool drained = xfer_server_drained(s);
+    if (!drained && xfer_server_now(s) < s->drain_deadline)
+        return;
+    event_del(s->drain_ev);
+    if (s->drain_cb)
+        s->drain_cb(s->drain_ud, drained);
+}
+
+int xfer_server_drain(xfer_server *s, xfer_server_drain_cb cb, void *ud)
+{
+    if (!s)
+        return XFER_ERR_INVALID_ARG;
+    if (s->draining)
+        return XFER_ERR_STATE;
+    s->draining = true;
+    s->drain_cb = cb;
+    s->drain_ud = ud;
+    if (s->lis)
+        evconnlistener_disable(s->lis);
+    s->drain_deadline = xfer_server_now(s) + s->cfg.drain_timeout_ns;
+    struct timeval tick = {0, 20000};
+    event_add(s->drain_ev, &tick);
+    return 0;
+}

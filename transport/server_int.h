@@ -1,0 +1,160 @@
+/*
+ * transport/server_int.h - what the files of the shard server share
+ * (include/xfer/server.h is the API):
+ *
+ *   server.c         lifecycle: config, shards, listener, accept, del
+ *   server_conn.c    one connection: framing, streamed writes, close
+ *   server_req.c     requests: HELLO, STATUS, reserve/commit/cancel,
+ *                    take/release, injected faults
+ *   server_events.c  shard events to subscribers, the lease timer, the
+ *                    per-reservation table (phase times, takers, grace)
+ *   server_drain.c   drain
+ *   server_stats.c   counters, the control socket
+ *
+ * Per-connection state is one struct (xfer_server_conn), where the
+ * sessions of issue 12 attach (`session`).
+ */
+#ifndef XFER_SERVER_INT_H
+#define XFER_SERVER_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <event2/util.h>
+
+#include "heap.h"  /* fsm_private_dep: the lease-ordered grace timers */
+#include "idmap.h" /* fsm_private_dep: id -> reservation entry */
+#include "wire.h"
+#include "xfer/hist.h"
+#include "xfer/server.h"
+#include "xfer/shard.h"
+
+#define XFER_SERVER_OUT_HIGH (8u << 20)
+#define XFER_SERVER_OUT_LOW (1u << 20)
+#define XFER_SERVER_LOG_MAX 200
+
+struct bufferevent;
+struct evbuffer;
+struct evconnlistener;
+struct event;
+
+typedef struct xfer_server_conn xfer_server_conn;
+
+struct xfer_server_conn {
+    xfer_server *srv;
+    struct bufferevent *bev;
+    xfer_server_conn *prev, *next;
+    uint64_t serial;   /* never 0 */
+    int hosted;        /* index into srv->shards, -1 before HELLO */
+    uint8_t role;      /* HELLO's role */
+    bool subscribed, closing, paused;
+    bool doomed;       /* closed by the reaper, outside its own callbacks */
+    /* A WRITE being streamed in. */
+    bool in_write;
+    uint32_t wreq, wgot;
+    xfer_wire_msg wm;
+    uint8_t *dst;      /* NULL: the data is skipped */
+    int32_t wrc;       /* the error to answer after skipping, or a fault */
+    uint8_t wfault;
+    void *session;     /* issue 12: the peer's session; NULL today */
+};
+
+/* Injected faults (server_req.c). */
+enum { XFER_SERVER_F_NONE, XFER_SERVER_F_FAIL, XFER_SERVER_F_APPLIED_LOST,
+       XFER_SERVER_F_DROP };
+
+/* One live reservation of a hosted shard, from its reserve until it ends:
+ * when its phases happened, and who took it. */
+typedef struct xfer_server_resv {
+    uint64_t id, resv_id;
+    uint32_t attempt, len;
+    uint64_t t_reserved, t_ready, t_taken;
+    uint64_t taker;    /* serial of the taking connection; 0: none */
+    bool orphaned;     /* TAKEN and its taker's connection is gone */
+} xfer_server_resv;
+
+typedef struct xfer_server_track {
+    xfer_idmap map;       /* id -> slot */
+    xfer_heap grace;      /* slot -> when an orphan is released */
+    xfer_server_resv *e;  /* cap entries */
+    uint32_t *free_slots, nfree, cap;
+    uint64_t taken, orphaned, grace_released;
+} xfer_server_track;
+
+typedef struct xfer_server_hosted {
+    xfer_shard *sh;
+    uint16_t index;
+    uint64_t write_bytes, events_sent;
+    xfer_server_track track;
+    xfer_hist h_ready;    /* reserve -> READY */
+    xfer_hist h_taken;    /* READY -> TAKEN */
+    xfer_hist h_released; /* TAKEN -> released */
+} xfer_server_hosted;
+
+struct xfer_server {
+    xfer_server_config cfg;
+    char addr[64];
+    xfer_server_shard shard_cfg[XFER_MAX_SHARDS];
+    struct event_base *base;
+    struct evconnlistener *lis;
+    struct event *timer, *drain_ev, *reap_ev;
+    xfer_server_hosted shards[XFER_MAX_SHARDS];
+    xfer_server_conn *conns;
+    uint32_t nconns;
+    uint64_t serial, rng, drain_deadline;
+    bool draining;
+    xfer_server_drain_cb drain_cb;
+    void *drain_ud;
+    uint16_t port;
+    uint64_t bad_frames, bad_by_reason[XFER_WIRE_R_COUNT_];
+    uint64_t errors_sent, subs_dropped, faults, logged;
+};
+
+/* server.c */
+uint64_t xfer_server_now(const xfer_server *s);
+void xfer_server_log(xfer_server *s, uint64_t serial, const char *what);
+void *xfer_server_calloc(const xfer_server *s, size_t n, size_t size);
+void xfer_server_free(const xfer_server *s, void *p);
+
+/* server_conn.c */
+void xfer_server_conn_accept(xfer_server *s, evutil_socket_t fd);
+void xfer_server_conn_close(xfer_server_conn *c);
+void xfer_server_conn_send(xfer_server_conn *c, const xfer_wire_msg *m,
+                           uint32_t req);
+/* Mark c to be closed by the reaper (from inside a callback of c's). */
+void xfer_server_conn_doom(xfer_server_conn *c);
+void xfer_server_conn_reap(xfer_server *s);
+
+/* server_req.c: one decoded frame of c; false when c closed (or is
+ * closing).  Streamed writes: start (false when c closed) and finish. */
+bool xfer_server_req_handle(xfer_server_conn *c, const xfer_wire_hdr *h,
+                            const xfer_wire_msg *m);
+void xfer_server_req_finish_write(xfer_server_conn *c);
+void xfer_server_req_end_write(xfer_server_conn *c, bool ok);
+
+/* server_events.c */
+int xfer_server_track_init(xfer_server *s, xfer_server_hosted *hs);
+void xfer_server_track_clear(xfer_server *s, xfer_server_hosted *hs);
+/* A reserve of (id, resv_id) succeeded / a take by connection `serial`
+ * succeeded / a release of id succeeded. */
+void xfer_server_track_reserved(xfer_server *s, xfer_server_hosted *hs,
+                                uint64_t id, uint32_t attempt,
+                                uint64_t resv_id, uint32_t len);
+void xfer_server_track_taken(xfer_server *s, xfer_server_hosted *hs,
+                             uint64_t id, uint64_t serial);
+void xfer_server_track_released(xfer_server *s, xfer_server_hosted *hs,
+                                uint64_t id);
+/* Connection `serial` is gone: its takes start their grace period. */
+void xfer_server_track_orphan(xfer_server *s, uint64_t serial);
+/* A new subscriber of hs: a READY event for every reservation already
+ * READY there, so one that (re)subscribes misses none. */
+void xfer_server_replay_ready(xfer_server_conn *c, xfer_server_hosted *hs);
+/* Publish every pending shard event, then re-arm the lease timer. */
+void xfer_server_flush_all(xfer_server *s);
+void xfer_server_on_timer(evutil_socket_t fd, short what, void *arg);
+
+/* server_drain.c */
+void xfer_server_on_drain_tick(evutil_socket_t fd, short what,
+                               void *arg);
+
+#endif /* XFER_SERVER_INT_H */

@@ -1,0 +1,86 @@
+/*
+ * transport/server_stats.c - the shard server's counters (of one hosted
+ * shard, or summed over all) and its control socket (every open
+ * reservation of every hosted shard, xfer/ctl.h).
+ *
+ * Only reads: nothing here changes a shard or a connection.
+ */
+#include "server_int.h"
+
+#include <string.h>
+
+#include "xfer/ctl.h"
+
+static void add_shard(const xfer_server_hosted *hs, xfer_server_stats *st)
+{
+    xfer_shard_stats ss;
+    xfer_shard_stats_get(hs->sh, &ss);
+    st->nshards++;
+    st->pool_bytes += ss.pool_bytes;
+    st->bytes_in_use += ss.bytes_in_use;
+    st->live += ss.live;
+    st->tombstones += ss.tombstones;
+    st->reserves += ss.reserves;
+    st->refused += ss.refused;
+    st->writes += ss.writes;
+    st->commits += ss.commits;
+    st->cancels += ss.cancels;
+    st->expiries += ss.expiries;
+    st->takes += ss.takes;
+    st->releases += ss.releases;
+    st->stale += ss.stale;
+    st->illegal += ss.illegal;
+    st->events_sent += hs->events_sent;
+    st->write_bytes += hs->write_bytes;
+    st->taken_now += hs->track.taken;
+    st->orphaned_now += hs->track.orphaned;
+    st->grace_released += hs->track.grace_released;
+}
+
+int xfer_server_stats_get(const xfer_server *s, uint16_t index,
+                          xfer_server_stats *st)
+{
+    if (!s || !st || st->version != XFER_SERVER_STATS_VERSION)
+        return XFER_ERR_INVALID_ARG;
+    memset(st, 0, sizeof *st);
+    st->version = XFER_SERVER_STATS_VERSION;
+    for (uint16_t i = 0; i < s->cfg.nshards; i++)
+        if (index == XFER_SHARD_NONE || s->shards[i].index == index)
+            add_shard(&s->shards[i], st);
+    if (st->nshards == 0)
+        return XFER_ERR_NOT_FOUND;
+    st->conns = s->nconns;
+    st->bad_frames = s->bad_frames;
+    _Static_assert(XFER_SERVER_BAD_REASONS == XFER_WIRE_R_COUNT_,
+                   "server.h's reason count follows wire.h");
+    memcpy(st->bad_by_reason, s->bad_by_reason, sizeof st->bad_by_reason);
+    st->errors_sent = s->errors_sent;
+    st->faults = s->faults;
+    st->subs_dropped = s->subs_dropped;
+    return 0;
+}
+
+const char *xfer_server_bad_reason_name(unsigned i)
+{
+    return xfer_wire_reason_name(i);
+}
+
+/* The control socket's snapshot: open reservations, by real shard index
+ * (tombstones are skipped by xfer_ctl_put_reservation).  A reply that runs
+ * out of memory stops there, as xfer_ctl_shards_snapshot does. */
+static void ctl_snapshot(void *ud, xfer_ctl_reply *rep)
+{
+    xfer_server *s = ud;
+    uint64_t now = xfer_server_now(s);
+    for (uint16_t i = 0; i < s->cfg.nshards; i++)
+        if (xfer_ctl_put_shard(rep, s->shards[i].sh, s->shards[i].index,
+                               now) != 0)
+            return;
+}
+
+int xfer_server_ctl_open(xfer_server *s, const char *path, xfer_ctl **out)
+{
+    if (!s)
+        return XFER_ERR_INVALID_ARG;
+    return xfer_ctl_open(s->base, path, ctl_snapshot, s, out);
+}
