@@ -487,7 +487,7 @@ static void expire_tombs(xfer_shard *s, uint64_t now)
  * call that needs a tombstone slot; a young one is never dropped. */
 static void make_tomb_room(xfer_shard *s, uint64_t now)
 {
-    if (s->tombs.n + s->tombs.held >= s->tombs.cap)
+    if (xfer_tomb_full(&s->tombs))
         expire_tombs(s, now);
 }
 
@@ -653,7 +653,7 @@ void xfer_shard_stats_get(const xfer_shard *s, xfer_shard_stats *st)
     st->pool_bytes = s->cfg.pool_bytes;
     st->bytes_in_use = s->pool.in_use;
     st->live = s->live;
-    st->tombstones = s->tombs.n;
+    st->tombstones = xfer_tomb_entries(&s->tombs);
 }
 
 xfer_resv_state xfer_shard_state(const xfer_shard *s, uint64_t id)
