@@ -61,6 +61,13 @@ typedef void (*xfer_idle_cb)(void *ud);
 /* A clock in nanoseconds; must not go backwards. */
 typedef uint64_t (*xfer_clock_fn)(void *ud);
 
+/*
+ * xfer_clock_monotonic - the default xfer_clock_fn of the engine, the loop
+ * transport and the control socket: CLOCK_MONOTONIC in nanoseconds.  `ud`
+ * is ignored (NULL is fine).  Any thread; never fails.
+ */
+XFER_API uint64_t xfer_clock_monotonic(void *ud);
+
 typedef struct xfer_engine_config {
     struct event_base *base; /* NULL: the engine makes and owns its own */
     xfer_core_config core;   /* limits, timeouts, allocator, trace sink;
