@@ -7,9 +7,9 @@
  * to read (pop, slot), and moves the items when it grows the array
  * (xfer_ring_move).  So one ring serves every item type without casts, and
  * a slot number stays valid for an item until it is popped (the tombstone
- * table keys its id map by it).  Header only (static inline, libc only):
- * fsm/ uses it, and transport/ and the tools reach it through
- * fsm_private_dep.
+ * table keys its id map by it).  Header only (static inline, libc only),
+ * but for growing the array through an injected allocator (ring.c): fsm/
+ * uses it, and transport/ and the tools reach it through fsm_private_dep.
  *
  * What must stay true: n <= cap <= XFER_RING_MAX_CAP, head < cap (or 0
  * when cap is 0), and the items are the slots head, head + 1, ... (mod cap),
@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "xfer/fsm.h"
 
 /* Larger rings would overflow head + i in 32 bits. */
 #define XFER_RING_MAX_CAP (UINT32_C(1) << 31)
@@ -115,5 +117,15 @@ static inline void xfer_ring_move(xfer_ring *r, void *to, uint32_t cap,
     r->head = 0;
     r->cap = cap;
 }
+
+/*
+ * Grow the ring to a new array of cap slots (n <= cap <=
+ * XFER_RING_MAX_CAP) of elem bytes, allocated through `a` (borrowed;
+ * zeroed: libc): the items move to it (xfer_ring_move) and `arr`, the old
+ * array, is freed through `a`.  Returns the new array, or NULL when out of
+ * memory (then nothing changed).
+ */
+void *xfer_ring_grow(xfer_ring *r, void *arr, size_t elem, uint32_t cap,
+                     const xfer_allocator *a);
 
 #endif /* XFER_FSM_RING_H */

@@ -60,6 +60,43 @@ START_TEST(test_ring_move_keeps_order)
 }
 END_TEST
 
+/* Growing through the allocator: out of memory changes nothing; else the
+ * items move, oldest first, and the old array goes back. */
+START_TEST(test_ring_grow_moves_or_changes_nothing)
+{
+    tu_alloc ta;
+    tu_alloc_init(&ta, 1);
+    ta.fail_once = 1; /* only the second allocation fails */
+    xfer_allocator a = tu_allocator(&ta);
+    xfer_ring r;
+    xfer_ring_init(&r, 0);
+    uint32_t *v = xfer_ring_grow(&r, NULL, sizeof *v, 2, &a);
+    ck_assert_ptr_nonnull(v);
+    v[xfer_ring_push(&r)] = 1;
+    v[xfer_ring_push(&r)] = 2;
+    xfer_ring_pop(&r);
+    v[xfer_ring_push(&r)] = 3; /* wrapped: 2 3, the oldest in slot 1 */
+    ck_assert_ptr_null(xfer_ring_grow(&r, v, sizeof *v, 4, &a));
+    ck_assert_uint_eq(r.cap, 2);
+    ck_assert_uint_eq(v[xfer_ring_slot(&r, 0)], 2);
+    ck_assert_ptr_null(xfer_ring_grow(&r, v, sizeof *v, 1, &a)); /* < n */
+    ck_assert_int_eq(ta.live, 1);
+    uint32_t *w = xfer_ring_grow(&r, v, sizeof *w, 4, &a);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_int_eq(ta.live, 1); /* v went back */
+    ck_assert_uint_eq(r.cap, 4);
+    ck_assert_uint_eq(r.head, 0);
+    ck_assert_uint_eq(w[0], 2);
+    ck_assert_uint_eq(w[1], 3);
+    w[xfer_ring_push(&r)] = 4;
+    for (uint32_t x = 2; x <= 4; x++)
+        ck_assert_uint_eq(w[xfer_ring_pop(&r)], x);
+    a.free(a.ud, w);
+    ck_assert_int_eq(ta.live, 0);
+    ck_assert_int_eq(ta.failures, 1);
+}
+END_TEST
+
 START_TEST(test_ring_random_against_array_queue)
 {
     uint64_t rng = tu_seed("test_ring_random_against_array_queue", 11);
@@ -100,6 +137,7 @@ int main(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_ring_fifo_across_the_wrap);
     tcase_add_test(tc, test_ring_move_keeps_order);
+    tcase_add_test(tc, test_ring_grow_moves_or_changes_nothing);
     tcase_add_test(tc, test_ring_random_against_array_queue);
     suite_add_tcase(s, tc);
     return tu_run(s);

@@ -52,15 +52,13 @@ typedef struct op_q {
 static void q_push(op_q *q, const xfer_action *a)
 {
     if (xfer_ring_full(&q->r)) {
+        static const xfer_allocator libc = {0};
         uint32_t cap = q->r.cap ? q->r.cap * 2 : 4096;
-        xfer_action *na = cap <= XFER_RING_MAX_CAP ? malloc(cap * sizeof *na)
-                                                   : NULL;
+        xfer_action *na = xfer_ring_grow(&q->r, q->a, sizeof *na, cap, &libc);
         if (!na) {
             fprintf(stderr, "xfer-bench: out of memory\n");
             exit(1);
         }
-        xfer_ring_move(&q->r, na, cap, q->a, sizeof *na);
-        free(q->a);
         q->a = na;
     }
     q->a[xfer_ring_push(&q->r)] = *a;

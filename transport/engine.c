@@ -38,6 +38,9 @@
 #include "timer.h"
 #include "xfer/xfer.h"
 
+/* What the engine's own tables are allocated with. */
+static const xfer_allocator LIBC = {0};
+
 typedef struct pool_rec {
     void *base;
     size_t len;
@@ -487,13 +490,13 @@ static int grow_refused(xfer_engine *e, uint16_t nshards)
     size_t need = (size_t)e->cfg.core.max_transfers * nshards + 64;
     if (need <= e->ref.cap)
         return 0;
-    if (need > XFER_RING_MAX_CAP)
-        return XFER_ERR_NOMEM;
-    xfer_shard_result *r = calloc(need, sizeof *r);
+    xfer_shard_result *r =
+        need > XFER_RING_MAX_CAP
+            ? NULL
+            : xfer_ring_grow(&e->ref, e->refused, sizeof *r, (uint32_t)need,
+                             &LIBC);
     if (!r)
         return XFER_ERR_NOMEM;
-    xfer_ring_move(&e->ref, r, (uint32_t)need, e->refused, sizeof *r);
-    free(e->refused);
     e->refused = r;
     return 0;
 }

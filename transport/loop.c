@@ -154,13 +154,12 @@ static loop_msg *heap_pop(xfer_loop *l)
 static int fifo_push(xfer_loop *l, loop_msg *m)
 {
     if (xfer_ring_full(&l->fring)) {
+        static const xfer_allocator libc = {0};
         uint32_t cap = l->fring.cap ? 2 * l->fring.cap : 256;
-        loop_msg **q = cap <= XFER_RING_MAX_CAP ? malloc(cap * sizeof *q)
-                                                : NULL;
+        loop_msg **q = xfer_ring_grow(&l->fring, l->fifo, sizeof *q, cap,
+                                      &libc);
         if (!q)
             return XFER_ERR_NOMEM;
-        xfer_ring_move(&l->fring, q, cap, l->fifo, sizeof *q);
-        free(l->fifo);
         l->fifo = q;
     }
     l->fifo[xfer_ring_push(&l->fring)] = m;

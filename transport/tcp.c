@@ -126,12 +126,13 @@ static int q_reserve(xfer_tcp *t, size_t need)
     size_t cap = t->qring.cap ? 2 * (size_t)t->qring.cap : 256;
     while (cap < need)
         cap *= 2;
-    xfer_shard_result *q = cap <= XFER_RING_MAX_CAP ? malloc(cap * sizeof *q)
-                                                    : NULL;
+    static const xfer_allocator libc = {0};
+    xfer_shard_result *q =
+        cap > XFER_RING_MAX_CAP
+            ? NULL
+            : xfer_ring_grow(&t->qring, t->q, sizeof *q, (uint32_t)cap, &libc);
     if (!q)
         return XFER_ERR_NOMEM;
-    xfer_ring_move(&t->qring, q, (uint32_t)cap, t->q, sizeof *q);
-    free(t->q);
     t->q = q;
     return 0;
 }

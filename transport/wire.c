@@ -24,6 +24,13 @@
 /* Tables                                                                  */
 /* ---------------------------------------------------------------------- */
 
+/* The types whose body is the common 24-byte op body alone (get_op,
+ * put_op): one list for the decoder and the encoder. */
+#define OP_BODY_TYPES(X)                                                      \
+    X(WRITE_ACK) X(COMMIT) X(COMMIT_ACK) X(CANCEL) X(CANCEL_ACK) X(TAKE)      \
+    X(RELEASE) X(RELEASE_ACK)
+#define OP_BODY_CASE_(t) case XFER_WIRE_T_##t:
+
 size_t xfer_wire_body_size(unsigned type)
 {
     switch (type) {
@@ -204,14 +211,7 @@ static int get_body(xfer_le_dec *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
         get_op(r, m);
         m->addr = xfer_le_dec_u64(r);
         return 0;
-    case XFER_WIRE_T_WRITE_ACK:
-    case XFER_WIRE_T_COMMIT:
-    case XFER_WIRE_T_COMMIT_ACK:
-    case XFER_WIRE_T_CANCEL:
-    case XFER_WIRE_T_CANCEL_ACK:
-    case XFER_WIRE_T_TAKE:
-    case XFER_WIRE_T_RELEASE:
-    case XFER_WIRE_T_RELEASE_ACK:
+    OP_BODY_TYPES(OP_BODY_CASE_)
         get_op(r, m);
         return 0;
     case XFER_WIRE_T_EVENT:
@@ -345,14 +345,7 @@ static void put_body(xfer_le_enc *w, const xfer_wire_msg *m)
         put_op(w, m);
         xfer_le_enc_u64(w, m->addr);
         break;
-    case XFER_WIRE_T_WRITE_ACK:
-    case XFER_WIRE_T_COMMIT:
-    case XFER_WIRE_T_COMMIT_ACK:
-    case XFER_WIRE_T_CANCEL:
-    case XFER_WIRE_T_CANCEL_ACK:
-    case XFER_WIRE_T_TAKE:
-    case XFER_WIRE_T_RELEASE:
-    case XFER_WIRE_T_RELEASE_ACK:
+    OP_BODY_TYPES(OP_BODY_CASE_)
         put_op(w, m);
         break;
     case XFER_WIRE_T_EVENT:
