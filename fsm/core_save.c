@@ -259,8 +259,7 @@ typedef struct saved {
 
 static bool get_header(const xfer_core *core, xfer_le_dec *d, saved *h)
 {
-    uint8_t magic[XFER_SAVE_HDR];
-    const uint8_t *m = xfer_le_dec_take(d, sizeof magic);
+    const uint8_t *m = xfer_le_dec_take(d, sizeof MAGIC);
     bool same = m && memcmp(m, MAGIC, sizeof MAGIC) == 0 &&
                 xfer_le_dec_u64(d) == fingerprint(core);
     h->next_attempt = xfer_le_dec_u32(d);
