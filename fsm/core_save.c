@@ -83,7 +83,7 @@ static uint32_t next_timer(const xfer_core *core, uint64_t key,
     uint64_t bk = 0, bo = 0;
     for (uint32_t i = 0; i < xfer_heap_count(h); i++) {
         uint32_t s = xfer_heap_slot_at(h, i);
-        uint64_t k, o;
+        uint64_t k = 0, o = 0;
         xfer_heap_get(h, s, &k, &o);
         bool after = first || k > key || (k == key && o > order);
         if (after && (best == UINT32_MAX || k < bk || (k == bk && o < bo))) {
@@ -142,7 +142,8 @@ static void put_core(xfer_canon_out *o, const xfer_core *core)
 {
     xfer_le_enc *e = xfer_canon_rest(o);
     xfer_le_enc_bytes(e, MAGIC, sizeof MAGIC);
-    xfer_le_enc_u64(e, fingerprint(core));
+    /* A canonical form is compared only with those of the same core. */
+    xfer_le_enc_u64(e, o->nshards ? 0 : fingerprint(core));
     xfer_le_enc_u32(e, core->next_attempt);
     xfer_le_enc_u8(e, core->shutting_down);
     xfer_le_enc_u8(e, core->shutdown_done);

@@ -127,24 +127,3 @@ uint64_t xfer_heap_min(const xfer_heap *h)
 {
     return h->n ? h->key[h->heap[0]] : UINT64_MAX;
 }
-
-uint32_t xfer_heap_count(const xfer_heap *h)
-{
-    return h->n;
-}
-
-uint32_t xfer_heap_slot_at(const xfer_heap *h, uint32_t i)
-{
-    assert(i < h->n);
-    return h->heap[i];
-}
-
-bool xfer_heap_get(const xfer_heap *h, uint32_t slot, uint64_t *deadline,
-                   uint64_t *order)
-{
-    if (!xfer_heap_contains(h, slot))
-        return false;
-    *deadline = h->key[slot];
-    *order = h->tie[slot];
-    return true;
-}

@@ -106,7 +106,7 @@ static void put_heap(xfer_le_enc *w, const xfer_readiness *r)
     uint32_t n = xfer_heap_count(h);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t s = xfer_heap_slot_at(h, i);
-        uint64_t key, order;
+        uint64_t key = 0, order = 0;
         xfer_heap_get(h, s, &key, &order);
         r->scratch[i] = (xfer_readiness_sortkey){key, order, s};
     }
