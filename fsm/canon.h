@@ -80,29 +80,33 @@ static inline xfer_le_enc *xfer_canon_shard(xfer_canon_out *o, uint16_t k)
     return o->nshards ? &o->part[k] : &o->main;
 }
 
-/* A mask with bit k for shard k. */
-static inline void xfer_canon_mask(xfer_canon_out *o, uint64_t m)
+/* A mask with bit k for shard k; what names no shard goes to `rest`
+ * (xfer_canon_rest(o), or a span of it the caller took). */
+static inline void xfer_canon_mask(xfer_canon_out *o, xfer_le_enc *rest,
+                                   uint64_t m)
 {
     uint16_t n = o->nshards;
     if (n == 0) {
-        xfer_le_enc_u64(&o->main, m);
+        xfer_le_enc_u64(rest, m);
         return;
     }
     uint64_t group = n >= 64 ? UINT64_MAX : (UINT64_C(1) << n) - 1u;
-    xfer_le_enc_u64(&o->main, m & ~group);
+    xfer_le_enc_u64(rest, m & ~group);
     for (uint16_t k = 0; k < n; k++)
         xfer_le_enc_u8(&o->part[k], (uint8_t)(m >> k & 1u));
 }
 
-/* A reference to a shard (or a value such as XFER_SHARD_NONE). */
-static inline void xfer_canon_ref(xfer_canon_out *o, uint16_t ref)
+/* A reference to a shard (or a value such as XFER_SHARD_NONE); the rest
+ * as for xfer_canon_mask. */
+static inline void xfer_canon_ref(xfer_canon_out *o, xfer_le_enc *rest,
+                                  uint16_t ref)
 {
     uint16_t n = o->nshards;
     if (n == 0) {
-        xfer_le_enc_u16(&o->main, ref);
+        xfer_le_enc_u16(rest, ref);
         return;
     }
-    xfer_le_enc_u16(&o->main, ref < n ? XFER_CANON_REF_SHARD : ref);
+    xfer_le_enc_u16(rest, ref < n ? XFER_CANON_REF_SHARD : ref);
     for (uint16_t k = 0; k < n; k++)
         xfer_le_enc_u8(&o->part[k], ref == k);
 }

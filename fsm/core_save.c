@@ -25,6 +25,7 @@
  * so a save costs O(live x slots): it serves the model checker and tests,
  * whose cores are small, never a production-size core's hot path.
  */
+#include <assert.h>
 #include <string.h>
 
 #include "canon.h"
@@ -38,6 +39,11 @@ _Static_assert(sizeof(xfer_transfer) == 96, "save the new xfer_transfer field");
 _Static_assert(sizeof(xfer_tshard) == 40, "save the new xfer_tshard field");
 
 #define SHARD_BYTES 37u /* one saved xfer_tshard (put_shard) */
+/* A saved record's head (put_record without its shards): its length, and
+ * where its id and timer sit, for walking a checked save quickly. */
+#define HEAD_BYTES 85u
+#define HEAD_ID_AT 2u
+#define HEAD_TIMER_AT 34u
 
 static const uint8_t MAGIC[XFER_SAVE_HDR] = {'X', XFER_SAVE_CORE, 'S',
                                              XFER_CORE_SAVE_VERSION};
@@ -95,8 +101,9 @@ static uint32_t next_timer(const xfer_core *core, uint64_t key,
     return best;
 }
 
-static void put_shard(xfer_le_enc *e, const xfer_tshard *s)
+static void put_shard(xfer_le_enc *to, const xfer_tshard *s)
 {
+    xfer_le_enc span = xfer_le_enc_span(to, SHARD_BYTES), *e = &span;
     xfer_le_enc_u64(e, s->resv_id);
     xfer_le_enc_u64(e, s->remote_addr);
     xfer_le_enc_u64(e, s->staging_off);
@@ -111,21 +118,24 @@ static void put_shard(xfer_le_enc *e, const xfer_tshard *s)
 
 static void put_record(xfer_canon_out *o, const xfer_transfer *t)
 {
-    xfer_le_enc *e = xfer_canon_rest(o);
+    /* Masks and the reference keep their width in the rest, so the head
+     * is HEAD_BYTES in a save and in a canonical form alike. */
+    xfer_le_enc span = xfer_le_enc_span(xfer_canon_rest(o), HEAD_BYTES);
+    xfer_le_enc *e = &span;
     xfer_le_enc_u16(e, t->nshards);
     xfer_le_enc_u64(e, t->id);
     xfer_le_enc_u64(e, t->user_data);
     xfer_le_enc_u64(e, t->started_ns);
     xfer_le_enc_u64(e, t->deadline_ns);
     xfer_le_enc_u64(e, t->timer_ns);
-    xfer_canon_mask(o, t->failed_shards);
-    xfer_canon_mask(o, t->rollback_failed);
+    xfer_canon_mask(o, e, t->failed_shards);
+    xfer_canon_mask(o, e, t->rollback_failed);
     xfer_le_enc_u32(e, t->attempt);
     xfer_le_enc_u32(e, t->group);
     xfer_le_enc_u32(e, t->pool);
     xfer_le_enc_u32(e, (uint32_t)t->status);
     xfer_le_enc_u16(e, t->pending);
-    xfer_canon_ref(o, t->first_failed);
+    xfer_canon_ref(o, e, t->first_failed);
     xfer_le_enc_u8(e, t->state);
     xfer_le_enc_u8(e, t->fail_phase);
     xfer_le_enc_u8(e, t->timer_kind);
@@ -199,8 +209,12 @@ int xfer_core_canon(const xfer_core *core, uint16_t nshards, xfer_canon *out)
 /* Loading                                                                 */
 /* ---------------------------------------------------------------------- */
 
-static void get_shard(xfer_le_dec *d, xfer_tshard *s)
+/* Records are read, and written, a fixed-size part at a time through a
+ * span (fsm/le.h): one bounds check per part instead of one per field. */
+
+static void get_shard(xfer_le_dec *from, xfer_tshard *s)
 {
+    xfer_le_dec span = xfer_le_dec_span(from, SHARD_BYTES), *d = &span;
     memset(s, 0, sizeof *s);
     s->resv_id = xfer_le_dec_u64(d);
     s->remote_addr = xfer_le_dec_u64(d);
@@ -212,11 +226,13 @@ static void get_shard(xfer_le_dec *d, xfer_tshard *s)
     s->commit = xfer_le_dec_u8(d);
     s->cancel = xfer_le_dec_u8(d);
     s->cancel_attempts = xfer_le_dec_u8(d);
+    assert(!xfer_le_dec_ok(from) || xfer_le_dec_done(d)); /* SHARD_BYTES */
 }
 
 /* A record's fields (not its shards) into t, its shard count first. */
-static void get_head(xfer_le_dec *d, xfer_transfer *t)
+static void get_head(xfer_le_dec *from, xfer_transfer *t)
 {
+    xfer_le_dec span = xfer_le_dec_span(from, HEAD_BYTES), *d = &span;
     memset(t, 0, sizeof *t);
     t->nshards = xfer_le_dec_u16(d);
     t->id = xfer_le_dec_u64(d);
@@ -239,6 +255,7 @@ static void get_head(xfer_le_dec *d, xfer_transfer *t)
     t->may_hold = xfer_le_dec_u8(d);
     t->stop_deferred = xfer_le_dec_u8(d);
     t->cancel_round = xfer_le_dec_u8(d);
+    assert(!xfer_le_dec_ok(from) || xfer_le_dec_done(d)); /* HEAD_BYTES */
 }
 
 static bool head_ok(const xfer_core *core, const xfer_transfer *t,
@@ -290,27 +307,23 @@ static bool check_records(const xfer_core *core, xfer_le_dec *d, uint32_t n)
 }
 
 /* The saved record with id `id` (its timer_ns in *timer), by walking the
- * records of the save from `recs_at`. */
-static bool find_saved(const uint8_t *buf, size_t len, const saved *h,
-                       uint64_t id, uint64_t *timer)
+ * records from `recs_at`, which check_records found whole. */
+static bool find_saved(const uint8_t *buf, const saved *h, uint64_t id,
+                       uint64_t *timer)
 {
-    xfer_le_dec d = xfer_le_dec_start(buf, len);
-    d.at = h->recs_at;
+    const uint8_t *p = buf + h->recs_at;
     for (uint32_t i = 0; i < h->nrec; i++) {
-        xfer_transfer t;
-        get_head(&d, &t);
-        if (t.id == id) {
-            *timer = t.timer_ns;
+        if (xfer_le_get64(p + HEAD_ID_AT) == id) {
+            *timer = xfer_le_get64(p + HEAD_TIMER_AT);
             return true;
         }
-        xfer_le_dec_skip(&d, (size_t)t.nshards * SHARD_BYTES);
+        p += HEAD_BYTES + (size_t)xfer_le_get16(p) * SHARD_BYTES;
     }
     return false;
 }
 
 /* The timers: saved records, each once, with deadlines in firing order. */
-static bool check_timers(const uint8_t *buf, size_t len, const saved *h,
-                         xfer_le_dec *d)
+static bool check_timers(const uint8_t *buf, const saved *h, xfer_le_dec *d)
 {
     uint32_t n = xfer_le_dec_u32(d);
     size_t ids_at = d->at;
@@ -319,7 +332,7 @@ static bool check_timers(const uint8_t *buf, size_t len, const saved *h,
         return false;
     for (uint32_t i = 0; i < n; i++) {
         uint64_t id = xfer_le_dec_u64(d), timer;
-        if (!xfer_le_dec_ok(d) || !find_saved(buf, len, h, id, &timer) ||
+        if (!xfer_le_dec_ok(d) || !find_saved(buf, h, id, &timer) ||
             timer < prev)
             return false;
         for (uint32_t j = 0; j < i; j++)
@@ -332,7 +345,6 @@ static bool check_timers(const uint8_t *buf, size_t len, const saved *h,
 
 typedef struct tomb_ctx {
     const uint8_t *buf;
-    size_t len;
     const saved *h;
     uint64_t clock; /* the saved clock of the table */
 } tomb_ctx;
@@ -344,7 +356,7 @@ static bool tomb_ok(void *ud, const xfer_tomb_entry *e)
     const tomb_ctx *c = ud;
     uint64_t timer;
     return e->expires_ns - c->h->ttl <= c->clock &&
-           !find_saved(c->buf, c->len, c->h, e->id, &timer);
+           !find_saved(c->buf, c->h, e->id, &timer);
 }
 
 /* Pass 1: the whole save, without touching the core. */
@@ -353,9 +365,9 @@ static bool check_save(const xfer_core *core, const uint8_t *buf, size_t len,
 {
     xfer_le_dec d = xfer_le_dec_start(buf, len);
     if (!get_header(core, &d, h) || !check_records(core, &d, h->nrec) ||
-        !check_timers(buf, len, h, &d))
+        !check_timers(buf, h, &d))
         return false;
-    tomb_ctx c = {buf, len, h, xfer_le_dec_u64(&d)};
+    tomb_ctx c = {buf, h, xfer_le_dec_u64(&d)};
     return xfer_le_dec_ok(&d) &&
            xfer_tomb_check(&core->tombs, &d, h->nrec, tomb_ok, &c) &&
            xfer_le_dec_done(&d);

@@ -127,6 +127,16 @@ static inline void xfer_le_enc_bytes(xfer_le_enc *e, const void *src,
         memcpy(p, src, n);
 }
 
+/* The next n bytes of e, taken now, as an encoder of their own: a group
+ * of fixed-size fields written with one bounds check (the span's own
+ * checks fold away, since the compiler keeps a local span in registers).
+ * A span that does not fit stores nothing; e counts it either way. */
+static inline xfer_le_enc xfer_le_enc_span(xfer_le_enc *e, size_t n)
+{
+    uint8_t *p = xfer_le_enc_take(e, n);
+    return xfer_le_enc_start(p, p ? n : 0);
+}
+
 /* True when everything written so far fitted. */
 static inline bool xfer_le_enc_fits(const xfer_le_enc *e)
 {
@@ -184,6 +194,14 @@ static inline uint64_t xfer_le_dec_u64(xfer_le_dec *d)
 {
     const uint8_t *p = xfer_le_dec_take(d, 8);
     return p ? xfer_le_get64(p) : 0;
+}
+
+/* The next n bytes of d as a decoder of their own (see xfer_le_enc_span);
+ * when they are not all there, d is bad and the span reads zeros. */
+static inline xfer_le_dec xfer_le_dec_span(xfer_le_dec *d, size_t n)
+{
+    const uint8_t *p = xfer_le_dec_take(d, n);
+    return xfer_le_dec_start(p, p ? n : 0);
 }
 
 static inline void xfer_le_dec_skip(xfer_le_dec *d, size_t n)

@@ -53,6 +53,9 @@ _Static_assert(sizeof(xfer_readiness_rec) == 64,
 
 static const uint8_t MAGIC[XFER_SAVE_HDR] = {'X', XFER_SAVE_READINESS, 'S',
                                              XFER_READINESS_SAVE_VERSION};
+/* A saved record's fixed part (put_record, before one reservation id per
+ * shard). */
+#define REC_FIXED 57u
 
 static int cmp_key(const void *pa, const void *pb)
 {
@@ -73,15 +76,17 @@ static void put_record(xfer_canon_out *o, const xfer_readiness *r,
 {
     const xfer_readiness_rec *rec = &r->recs[slot];
     const uint64_t *resv = xfer_readiness_resv_of(r, slot);
-    xfer_le_enc *e = xfer_canon_rest(o);
+    /* the fixed part at once (masks keep their width in the rest) */
+    xfer_le_enc span = xfer_le_enc_span(xfer_canon_rest(o), REC_FIXED);
+    xfer_le_enc *e = &span;
     xfer_le_enc_u64(e, rec->id);
     xfer_le_enc_u32(e, rec->attempt);
     xfer_le_enc_u8(e, rec->state);
     xfer_le_enc_u32(e, (uint32_t)rec->deferred);
-    xfer_canon_mask(o, rec->ready);
-    xfer_canon_mask(o, rec->take_ok);
-    xfer_canon_mask(o, rec->take_fail);
-    xfer_canon_mask(o, rec->unsure);
+    xfer_canon_mask(o, e, rec->ready);
+    xfer_canon_mask(o, e, rec->take_ok);
+    xfer_canon_mask(o, e, rec->take_fail);
+    xfer_canon_mask(o, e, rec->unsure);
     xfer_le_enc_u64(e, rec->deadline_ns);
     for (uint16_t k = 0; k < r->cfg.nshards; k++)
         xfer_le_enc_u64(xfer_canon_shard(o, k), resv[k]);
@@ -206,15 +211,16 @@ static bool deferred_ok(int32_t d)
 static bool get_record(xfer_le_dec *b, const xfer_readiness *r,
                        xfer_readiness_rec *rec, uint64_t *resv)
 {
-    rec->id = xfer_le_dec_u64(b);
-    rec->attempt = xfer_le_dec_u32(b);
-    rec->state = xfer_le_dec_u8(b);
-    rec->deferred = (int32_t)xfer_le_dec_u32(b);
-    rec->ready = xfer_le_dec_u64(b);
-    rec->take_ok = xfer_le_dec_u64(b);
-    rec->take_fail = xfer_le_dec_u64(b);
-    rec->unsure = xfer_le_dec_u64(b);
-    rec->deadline_ns = xfer_le_dec_u64(b);
+    xfer_le_dec span = xfer_le_dec_span(b, REC_FIXED), *f = &span;
+    rec->id = xfer_le_dec_u64(f);
+    rec->attempt = xfer_le_dec_u32(f);
+    rec->state = xfer_le_dec_u8(f);
+    rec->deferred = (int32_t)xfer_le_dec_u32(f);
+    rec->ready = xfer_le_dec_u64(f);
+    rec->take_ok = xfer_le_dec_u64(f);
+    rec->take_fail = xfer_le_dec_u64(f);
+    rec->unsure = xfer_le_dec_u64(f);
+    rec->deadline_ns = xfer_le_dec_u64(f);
     bool ok = xfer_le_dec_ok(b) && rec->id && rec->attempt && rec->ready &&
               !(rec->ready & ~r->full) && !(rec->unsure & ~rec->take_fail) &&
               deferred_ok(rec->deferred);

@@ -72,9 +72,10 @@ static uint64_t fingerprint(const xfer_shard *s)
     return h;
 }
 
-static void save_record(xfer_le_enc *w, const xfer_shard_resv *r,
+static void save_record(xfer_le_enc *to, const xfer_shard_resv *r,
                         const xfer_shard_sort_ent *e)
 {
+    xfer_le_enc span = xfer_le_enc_span(to, REC_BYTES), *w = &span;
     xfer_le_enc_u64(w, r->id);
     xfer_le_enc_u32(w, r->attempt);
     xfer_le_enc_u64(w, r->resv_id);
@@ -122,8 +123,9 @@ typedef struct saved_rec {
     uint32_t rank;
 } saved_rec;
 
-static saved_rec get_record(xfer_le_dec *b)
+static saved_rec get_record(xfer_le_dec *from)
 {
+    xfer_le_dec span = xfer_le_dec_span(from, REC_BYTES), *b = &span;
     saved_rec x;
     memset(&x, 0, sizeof x);
     x.r.id = xfer_le_dec_u64(b);
