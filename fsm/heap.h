@@ -37,6 +37,29 @@ bool xfer_heap_contains(const xfer_heap *h, uint32_t slot);
 bool xfer_heap_peek(const xfer_heap *h, uint32_t *slot, uint64_t *deadline);
 /* Earliest deadline or UINT64_MAX. */
 uint64_t xfer_heap_min(const xfer_heap *h);
+/* Entries in the heap, and the slot of the i-th (i < count) in heap
+ * order, which is not pop order: for walking every entry (saves). */
+static inline uint32_t xfer_heap_count(const xfer_heap *h)
+{
+    return h->n;
+}
+
+static inline uint32_t xfer_heap_slot_at(const xfer_heap *h, uint32_t i)
+{
+    return h->heap[i];
+}
+
+/* A slot's deadline and set order: entries pop in (deadline, order)
+ * order.  False (nothing written) when the slot is not in the heap. */
+static inline bool xfer_heap_get(const xfer_heap *h, uint32_t slot,
+                                 uint64_t *deadline, uint64_t *order)
+{
+    if (slot >= h->cap || !h->pos[slot])
+        return false;
+    *deadline = h->key[slot];
+    *order = h->tie[slot];
+    return true;
+}
 /* Bytes used per slot (for memory accounting). */
 #define XFER_HEAP_BYTES_PER_SLOT (4 + 4 + 8 + 8)
 

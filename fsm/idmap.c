@@ -103,6 +103,13 @@ bool xfer_idmap_del(xfer_idmap *m, uint64_t id)
     return true;
 }
 
+void xfer_idmap_reset(xfer_idmap *m)
+{
+    if (m->keys)
+        memset(m->keys, 0, ((size_t)m->mask + 1) * sizeof *m->keys);
+    m->n = 0;
+}
+
 size_t xfer_idmap_bytes_per_entry(void)
 {
     return 2 * (sizeof(uint64_t) + sizeof(uint32_t));

@@ -29,6 +29,8 @@ bool xfer_idmap_get(const xfer_idmap *m, uint64_t id, uint32_t *val);
 /* Insert or overwrite.  The caller keeps n < cap (asserted). */
 void xfer_idmap_put(xfer_idmap *m, uint64_t id, uint32_t val);
 bool xfer_idmap_del(xfer_idmap *m, uint64_t id);
+/* Remove every entry (the table keeps its size).  Never fails. */
+void xfer_idmap_reset(xfer_idmap *m);
 /* Bytes used per entry of capacity. */
 size_t xfer_idmap_bytes_per_entry(void);
 

@@ -138,6 +138,17 @@ const xfer_pool_ext *xfer_pool_extents(const xfer_pool *p, uint32_t *n)
     return p->ext;
 }
 
+/* One extent of a candidate free list, after one ending at `end` (none
+ * before it when first), against the invariants of this file. */
+static bool ext_ok(const xfer_pool *p, const xfer_pool_ext *e, bool first,
+                   uint64_t end)
+{
+    if (e->len == 0 || (e->off | e->len) % p->align != 0 ||
+        e->len > p->size || e->off > p->size - e->len)
+        return false;
+    return first || e->off > end; /* else unsorted, overlapping, touching */
+}
+
 /* Check a candidate free list against the invariants of this file; on
  * success *free_bytes is its total. */
 static bool valid_list(const xfer_pool *p, const xfer_pool_ext *ext,
@@ -145,35 +156,80 @@ static bool valid_list(const xfer_pool *p, const xfer_pool_ext *ext,
 {
     uint64_t total = 0, end = 0;
     for (uint32_t i = 0; i < n; i++) {
-        const xfer_pool_ext *e = &ext[i];
-        if (e->len == 0 || (e->off | e->len) % p->align != 0 ||
-            e->len > p->size || e->off > p->size - e->len)
+        if (!ext_ok(p, &ext[i], i == 0, end))
             return false;
-        if (i > 0 && e->off <= end)
-            return false; /* unsorted, overlapping or touching */
-        end = e->off + e->len;
-        total += e->len;
+        end = ext[i].off + ext[i].len;
+        total += ext[i].len;
     }
     *free_bytes = total;
     return true;
+}
+
+/* The counts and the free bytes of a valid list fit together. */
+static bool counts_ok(const xfer_pool *p, uint32_t n, uint32_t nallocs,
+                      uint64_t free_bytes)
+{
+    /* Live ranges are at least one alignment unit each. */
+    return n <= p->cap && nallocs <= p->max_allocs && n <= nallocs + 1 &&
+           (p->size - free_bytes) / p->align >= nallocs &&
+           (nallocs != 0 || free_bytes == p->size);
 }
 
 int xfer_pool_set_extents(xfer_pool *p, const xfer_pool_ext *ext, uint32_t n,
                           uint32_t nallocs)
 {
     uint64_t free_bytes;
-    if (n > p->cap || nallocs > p->max_allocs || n > nallocs + 1 ||
-        !valid_list(p, ext, n, &free_bytes))
-        return XFER_ERR_FORMAT;
-    /* Live ranges are at least one alignment unit each. */
-    if ((p->size - free_bytes) / p->align < nallocs ||
-        (nallocs == 0 && free_bytes != p->size))
+    if (n > p->cap || !valid_list(p, ext, n, &free_bytes) ||
+        !counts_ok(p, n, nallocs, free_bytes))
         return XFER_ERR_FORMAT;
     if (n)
         memcpy(p->ext, ext, n * sizeof *ext);
     p->n = n;
     p->nallocs = nallocs;
     p->in_use = p->size - free_bytes;
+    return 0;
+}
+
+void xfer_pool_save(const xfer_pool *p, xfer_le_enc *e)
+{
+    xfer_le_enc_u32(e, p->n);
+    for (uint32_t i = 0; i < p->n; i++) {
+        xfer_le_enc_u64(e, p->ext[i].off);
+        xfer_le_enc_u64(e, p->ext[i].len);
+    }
+}
+
+static xfer_pool_ext get_ext(xfer_le_dec *d)
+{
+    xfer_pool_ext e;
+    e.off = xfer_le_dec_u64(d);
+    e.len = xfer_le_dec_u64(d);
+    return e;
+}
+
+int xfer_pool_restore(xfer_pool *p, xfer_le_dec *d, uint32_t nallocs)
+{
+    /* Check on a copy of the reader, then read again into the list. */
+    xfer_le_dec peek = *d;
+    uint32_t n = xfer_le_dec_u32(&peek);
+    uint64_t total = 0, end = 0;
+    if (!xfer_le_dec_ok(&peek) || n > p->cap)
+        return XFER_ERR_FORMAT;
+    for (uint32_t i = 0; i < n; i++) {
+        xfer_pool_ext e = get_ext(&peek);
+        if (!xfer_le_dec_ok(&peek) || !ext_ok(p, &e, i == 0, end))
+            return XFER_ERR_FORMAT;
+        end = e.off + e.len;
+        total += e.len;
+    }
+    if (!counts_ok(p, n, nallocs, total))
+        return XFER_ERR_FORMAT;
+    (void)xfer_le_dec_u32(d);
+    for (uint32_t i = 0; i < n; i++)
+        p->ext[i] = get_ext(d);
+    p->n = n;
+    p->nallocs = nallocs;
+    p->in_use = p->size - total;
     return 0;
 }
 

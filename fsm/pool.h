@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "le.h"
 #include "xfer/fsm.h"
 
 typedef struct xfer_pool_ext {
@@ -67,6 +68,17 @@ const xfer_pool_ext *xfer_pool_extents(const xfer_pool *p, uint32_t *n);
  */
 int xfer_pool_set_extents(xfer_pool *p, const xfer_pool_ext *ext, uint32_t n,
                           uint32_t nallocs);
+
+/* Write the free list to e (borrowed): a count (u32), then per extent its
+ * offset and length (u64 each), little-endian. */
+void xfer_pool_save(const xfer_pool *p, xfer_le_enc *e);
+/*
+ * Replace the free list by one xfer_pool_save wrote, read from d
+ * (borrowed), with nallocs live ranges, under the rules of
+ * xfer_pool_set_extents.  Errors: XFER_ERR_FORMAT (then the pool is
+ * unchanged, and d is bad or has read some of the list).
+ */
+int xfer_pool_restore(xfer_pool *p, xfer_le_dec *d, uint32_t nallocs);
 
 /* Largest free extent (0 when full). */
 uint64_t xfer_pool_largest(const xfer_pool *p);

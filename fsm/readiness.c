@@ -490,7 +490,7 @@ static void drop_tomb(void *ud, const xfer_tomb_entry *t)
 {
     xfer_readiness *r = ud;
     ready_step e;
-    ev_init(&e, r->tombs.last_now, t->id, XFER_READY_EVENT_TOMB_EXPIRE);
+    ev_init(&e, xfer_tomb_clock(&r->tombs), t->id, XFER_READY_EVENT_TOMB_EXPIRE);
     e.step.from = t->reason;
     e.attempt = e.tomb_attempt = e.shown_attempt = t->attempt;
     dispatch(r, &e);
@@ -501,7 +501,7 @@ static void drop_tomb(void *ud, const xfer_tomb_entry *t)
 static int tomb_room(xfer_readiness *r, uint64_t now, uint64_t id)
 {
     xfer_tomb *t = &r->tombs;
-    if (t->n + t->held >= t->cap)
+    if (xfer_tomb_full(t))
         xfer_tomb_expire(t, now, 1, drop_tomb, r);
     if (xfer_tomb_hold(t, now) == 0)
         return 0;

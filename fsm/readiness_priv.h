@@ -6,7 +6,7 @@
  * helpers both call.
  *
  * Only those two files include it; the model checker and the tests reach
- * save and load through readiness_int.h, and everyone else through
+ * save and load through save.h, and everyone else through
  * xfer/readiness.h.  Nothing here is exported from the library (hidden
  * visibility).
  */

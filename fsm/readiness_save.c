@@ -1,7 +1,21 @@
 /*
- * fsm/readiness_save.c - save and load of a readiness tracker's dynamic
- * state, for the model checker (tools/check) and the tests; the encoding is
- * described in readiness_int.h.  All integers are little-endian.
+ * fsm/readiness_save.c - save, load and canonical form of a readiness
+ * tracker's dynamic state (fsm/save.h), format version 1, for the model
+ * checker (tools/check) and the tests.
+ *
+ * The save holds everything that decides what the tracker does next: the
+ * header (the config the load must match, the counts), the live records
+ * in id order (state, attempt, ready mask, reservation ids, take results,
+ * deferred give-up reason, deadline), the armed deadlines as ids in the
+ * order they fire (which keeps the rank among equal deadlines), the
+ * tombstones oldest first (xfer_tomb_save) and the pending actions.  It
+ * leaves out counters, stats, cells_hit, the trace sequence number, slot
+ * numbers and the heap's insertion counter, so two trackers that behave
+ * alike encode alike.  Like the shard's, it assumes time never runs
+ * backwards across save and load (the tombstone table's clock is rebuilt
+ * from the newest tombstone).  All integers are little-endian (fsm/le.h).
+ * One walk of the state (put_tracker, through fsm/canon.h) writes both the
+ * save and the canonical form, so the two cannot disagree.
  *
  * What must stay true:
  *  - Save is canonical: live records go in id order, armed deadlines in the
@@ -22,28 +36,26 @@
  *    holds a tombstone slot (I11), and deadlines are set in firing order so
  *    the heap breaks ties as the saved tracker would have (I10).
  */
-#include "readiness_int.h"
-#include "readiness_priv.h"
-
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "canon.h"
+#include "le.h"
+#include "readiness_int.h"
+#include "readiness_priv.h"
+#include "save.h"
 #include "xfer/core.h" /* XFER_RESV_NONE */
 
-#define SAVE_MAGIC 0x31445258u /* "XRD1" */
+/* A field added to a record must be saved and loaded below. */
+_Static_assert(sizeof(xfer_readiness_rec) == 64,
+               "save the new xfer_readiness_rec field");
 
-typedef struct wbuf {
-    uint8_t *p;
-    size_t len, at;
-} wbuf;
-
-static void put(wbuf *w, uint64_t v, unsigned nbytes)
-{
-    for (unsigned i = 0; i < nbytes; i++, w->at++)
-        if (w->at < w->len)
-            w->p[w->at] = (uint8_t)(v >> (8 * i));
-}
+static const uint8_t MAGIC[XFER_SAVE_HDR] = {'X', XFER_SAVE_READINESS, 'S',
+                                             XFER_READINESS_SAVE_VERSION};
+/* A saved record's fixed part (put_record, before one reservation id per
+ * shard). */
+#define REC_FIXED 57u
 
 static int cmp_key(const void *pa, const void *pb)
 {
@@ -59,25 +71,29 @@ static int cmp_id(const void *pa, const void *pb)
     return a->a < b->a ? -1 : a->a > b->a;
 }
 
-static void put_record(wbuf *w, const xfer_readiness *r, uint32_t slot)
+static void put_record(xfer_canon_out *o, const xfer_readiness *r,
+                       uint32_t slot)
 {
     const xfer_readiness_rec *rec = &r->recs[slot];
     const uint64_t *resv = xfer_readiness_resv_of(r, slot);
-    put(w, rec->id, 8);
-    put(w, rec->attempt, 4);
-    put(w, rec->state, 1);
-    put(w, (uint32_t)rec->deferred, 4);
-    put(w, rec->ready, 8);
-    put(w, rec->take_ok, 8);
-    put(w, rec->take_fail, 8);
-    put(w, rec->unsure, 8);
-    put(w, rec->deadline_ns, 8);
+    /* the fixed part at once (masks keep their width in the rest) */
+    xfer_le_enc span = xfer_le_enc_span(xfer_canon_rest(o), REC_FIXED);
+    xfer_le_enc *e = &span;
+    xfer_le_enc_u64(e, rec->id);
+    xfer_le_enc_u32(e, rec->attempt);
+    xfer_le_enc_u8(e, rec->state);
+    xfer_le_enc_u32(e, (uint32_t)rec->deferred);
+    xfer_canon_mask(o, e, rec->ready);
+    xfer_canon_mask(o, e, rec->take_ok);
+    xfer_canon_mask(o, e, rec->take_fail);
+    xfer_canon_mask(o, e, rec->unsure);
+    xfer_le_enc_u64(e, rec->deadline_ns);
     for (uint16_t k = 0; k < r->cfg.nshards; k++)
-        put(w, resv[k], 8);
+        xfer_le_enc_u64(xfer_canon_shard(o, k), resv[k]);
 }
 
 /* Live records in id order. */
-static void put_records(wbuf *w, const xfer_readiness *r)
+static void put_records(xfer_canon_out *o, const xfer_readiness *r)
 {
     uint32_t n = 0;
     for (uint32_t s = 0; s < r->cfg.max_records; s++)
@@ -85,114 +101,103 @@ static void put_records(wbuf *w, const xfer_readiness *r)
             r->scratch[n++] = (xfer_readiness_sortkey){r->recs[s].id, 0, s};
     qsort(r->scratch, n, sizeof *r->scratch, cmp_key);
     for (uint32_t i = 0; i < n; i++)
-        put_record(w, r, r->scratch[i].slot);
+        put_record(o, r, r->scratch[i].slot);
 }
 
 /* Armed deadlines in the order they fire (deadline, then set order). */
-static void put_heap(wbuf *w, const xfer_readiness *r)
+static void put_heap(xfer_le_enc *w, const xfer_readiness *r)
 {
     const xfer_heap *h = &r->deadlines;
-    for (uint32_t i = 0; i < h->n; i++) {
-        uint32_t s = h->heap[i];
-        r->scratch[i] = (xfer_readiness_sortkey){h->key[s], h->tie[s], s};
+    uint32_t n = xfer_heap_count(h);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t s = xfer_heap_slot_at(h, i);
+        uint64_t key = 0, order = 0;
+        xfer_heap_get(h, s, &key, &order);
+        r->scratch[i] = (xfer_readiness_sortkey){key, order, s};
     }
-    qsort(r->scratch, h->n, sizeof *r->scratch, cmp_key);
-    for (uint32_t i = 0; i < h->n; i++)
-        put(w, r->recs[r->scratch[i].slot].id, 8);
+    qsort(r->scratch, n, sizeof *r->scratch, cmp_key);
+    for (uint32_t i = 0; i < n; i++)
+        xfer_le_enc_u64(w, r->recs[r->scratch[i].slot].id);
 }
 
-static void put_tomb(void *ud, const xfer_tomb_entry *t)
+static void put_action(xfer_le_enc *w, const xfer_ready_action *a)
 {
-    wbuf *w = ud;
-    put(w, t->id, 8);
-    put(w, t->expires_ns, 8);
-    put(w, t->attempt, 4);
-    put(w, t->reason, 1);
+    xfer_le_enc_u8(w, a->kind);
+    xfer_le_enc_u16(w, a->shard);
+    xfer_le_enc_u32(w, a->attempt);
+    xfer_le_enc_u64(w, a->id);
+    xfer_le_enc_u64(w, a->resv_id);
+    xfer_le_enc_u32(w, (uint32_t)a->reason);
+    xfer_le_enc_u64(w, a->missing);
 }
 
-static void put_action(wbuf *w, const xfer_ready_action *a)
+/* The whole state, through o (a save or a canonical form). */
+static void put_tracker(xfer_canon_out *o, const xfer_readiness *r)
 {
-    put(w, a->kind, 1);
-    put(w, a->shard, 2);
-    put(w, a->attempt, 4);
-    put(w, a->id, 8);
-    put(w, a->resv_id, 8);
-    put(w, (uint32_t)a->reason, 4);
-    put(w, a->missing, 8);
-}
-
-size_t xfer_readiness_save(const xfer_readiness *r, uint8_t *buf, size_t len)
-{
-    if (!r)
-        return 0;
-    wbuf w = {buf, buf ? len : 0, 0};
     const xfer_readiness_config *c = &r->cfg;
-    put(&w, SAVE_MAGIC, 4);
-    put(&w, c->nshards, 2);
-    put(&w, c->max_records, 4);
-    put(&w, c->max_tombstones, 4);
-    put(&w, c->deadline_ns, 8);
-    put(&w, c->tombstone_ttl_ns, 8);
-    put(&w, r->live.n, 4);
-    put(&w, r->deadlines.n, 4);
-    put(&w, xfer_tomb_live(&r->tombs), 4);
-    put(&w, r->nacts, 4);
-    put_records(&w, r);
-    put_heap(&w, r);
-    xfer_tomb_foreach(&r->tombs, put_tomb, &w);
+    xfer_le_enc *w = xfer_canon_rest(o);
+    xfer_le_enc_bytes(w, MAGIC, sizeof MAGIC);
+    xfer_le_enc_u16(w, c->nshards);
+    xfer_le_enc_u32(w, c->max_records);
+    xfer_le_enc_u32(w, c->max_tombstones);
+    xfer_le_enc_u64(w, c->deadline_ns);
+    xfer_le_enc_u64(w, c->tombstone_ttl_ns);
+    xfer_le_enc_u32(w, r->live.n);
+    xfer_le_enc_u32(w, xfer_heap_count(&r->deadlines));
+    xfer_le_enc_u32(w, (uint32_t)r->nacts);
+    put_records(o, r);
+    put_heap(w, r);
+    xfer_tomb_save(&r->tombs, w);
     for (size_t i = 0; i < r->nacts; i++)
-        put_action(&w, &r->acts[i]);
-    return w.at;
+        put_action(w, &r->acts[i]);
 }
 
-typedef struct rbuf {
-    const uint8_t *p;
-    size_t len, at;
-    bool ok;
-} rbuf;
-
-static uint64_t get(rbuf *b, unsigned nbytes)
+int xfer_readiness_save(const xfer_readiness *r, uint8_t *buf, size_t len,
+                        size_t *need)
 {
-    uint64_t v = 0;
-    if (!b->ok || b->len - b->at < nbytes) {
-        b->ok = false;
-        return 0;
-    }
-    for (unsigned i = 0; i < nbytes; i++)
-        v |= (uint64_t)b->p[b->at + i] << (8 * i);
-    b->at += nbytes;
-    return v;
+    if (!r || !need || (!buf && len))
+        return XFER_ERR_INVALID_ARG;
+    xfer_canon_out o;
+    xfer_canon_begin_save(&o, buf, len);
+    put_tracker(&o, r);
+    *need = o.main.at;
+    return xfer_le_enc_fits(&o.main) ? 0 : XFER_ERR_TOO_SMALL;
 }
 
-static void skip(rbuf *b, size_t nbytes)
+int xfer_readiness_canon(const xfer_readiness *r, xfer_canon *out)
 {
-    if (!b->ok || b->len - b->at < nbytes)
-        b->ok = false;
-    else
-        b->at += nbytes;
+    if (!r || !out)
+        return XFER_ERR_INVALID_ARG;
+    if (r->nacts)
+        return XFER_ERR_STATE;
+    xfer_canon_out o;
+    xfer_canon_begin(&o, out, r->cfg.nshards);
+    put_tracker(&o, r);
+    return xfer_canon_end(&o, out);
 }
 
 /* The counts that follow the configuration in the header. */
 typedef struct hdr {
-    uint32_t nrec, nheap, ntomb, nacts;
+    uint32_t nrec, nheap, nacts;
     size_t rec_at; /* where the records start */
 } hdr;
 
-static bool get_header(rbuf *b, const xfer_readiness *r, hdr *h)
+static bool get_header(xfer_le_dec *b, const xfer_readiness *r, hdr *h)
 {
     const xfer_readiness_config *c = &r->cfg;
-    bool same = get(b, 4) == SAVE_MAGIC && get(b, 2) == c->nshards &&
-                get(b, 4) == c->max_records &&
-                get(b, 4) == c->max_tombstones &&
-                get(b, 8) == c->deadline_ns &&
-                get(b, 8) == c->tombstone_ttl_ns;
-    h->nrec = (uint32_t)get(b, 4);
-    h->nheap = (uint32_t)get(b, 4);
-    h->ntomb = (uint32_t)get(b, 4);
-    h->nacts = (uint32_t)get(b, 4);
+    const uint8_t *m = xfer_le_dec_take(b, sizeof MAGIC);
+    bool same = m && memcmp(m, MAGIC, sizeof MAGIC) == 0;
+    same = same && xfer_le_dec_u16(b) == c->nshards;
+    same = same && xfer_le_dec_u32(b) == c->max_records;
+    same = same && xfer_le_dec_u32(b) == c->max_tombstones;
+    same = same && xfer_le_dec_u64(b) == c->deadline_ns;
+    same = same && xfer_le_dec_u64(b) == c->tombstone_ttl_ns;
+    h->nrec = xfer_le_dec_u32(b);
+    h->nheap = xfer_le_dec_u32(b);
+    h->nacts = xfer_le_dec_u32(b);
     h->rec_at = b->at;
-    return b->ok && same && h->nrec <= c->max_records && h->nheap <= h->nrec &&
-           (uint64_t)h->ntomb + h->nrec <= c->max_tombstones &&
+    return xfer_le_dec_ok(b) && same && h->nrec <= c->max_records &&
+           h->nheap <= h->nrec && h->nrec <= c->max_tombstones &&
            h->nacts <= r->cap;
 }
 
@@ -203,23 +208,24 @@ static bool deferred_ok(int32_t d)
 }
 
 /* Read one record and check it could have been made by the handlers. */
-static bool get_record(rbuf *b, const xfer_readiness *r,
+static bool get_record(xfer_le_dec *b, const xfer_readiness *r,
                        xfer_readiness_rec *rec, uint64_t *resv)
 {
-    rec->id = get(b, 8);
-    rec->attempt = (uint32_t)get(b, 4);
-    rec->state = (uint8_t)get(b, 1);
-    rec->deferred = (int32_t)(uint32_t)get(b, 4);
-    rec->ready = get(b, 8);
-    rec->take_ok = get(b, 8);
-    rec->take_fail = get(b, 8);
-    rec->unsure = get(b, 8);
-    rec->deadline_ns = get(b, 8);
-    bool ok = b->ok && rec->id && rec->attempt && rec->ready &&
+    xfer_le_dec span = xfer_le_dec_span(b, REC_FIXED), *f = &span;
+    rec->id = xfer_le_dec_u64(f);
+    rec->attempt = xfer_le_dec_u32(f);
+    rec->state = xfer_le_dec_u8(f);
+    rec->deferred = (int32_t)xfer_le_dec_u32(f);
+    rec->ready = xfer_le_dec_u64(f);
+    rec->take_ok = xfer_le_dec_u64(f);
+    rec->take_fail = xfer_le_dec_u64(f);
+    rec->unsure = xfer_le_dec_u64(f);
+    rec->deadline_ns = xfer_le_dec_u64(f);
+    bool ok = xfer_le_dec_ok(b) && rec->id && rec->attempt && rec->ready &&
               !(rec->ready & ~r->full) && !(rec->unsure & ~rec->take_fail) &&
               deferred_ok(rec->deferred);
     for (uint16_t k = 0; k < r->cfg.nshards; k++) {
-        resv[k] = get(b, 8);
+        resv[k] = xfer_le_dec_u64(b);
         ok = ok && (resv[k] != XFER_RESV_NONE) ==
                       !!(rec->ready & xfer_readiness_bit(k));
     }
@@ -242,7 +248,7 @@ static xfer_readiness_sortkey *find_saved(const xfer_readiness *r,
 }
 
 /* Records: ids increasing, each well-formed. */
-static bool check_records(rbuf *b, const xfer_readiness *r, const hdr *h)
+static bool check_records(xfer_le_dec *b, const xfer_readiness *r, const hdr *h)
 {
     uint64_t prev = 0, resv[XFER_MAX_SHARDS];
     for (uint32_t i = 0; i < h->nrec; i++) {
@@ -259,12 +265,13 @@ static bool check_records(rbuf *b, const xfer_readiness *r, const hdr *h)
 
 /* Deadlines: saved records, each once, in firing order; every record that
  * still needs its deadline has one. */
-static bool check_heap(rbuf *b, const xfer_readiness *r, const hdr *h)
+static bool check_heap(xfer_le_dec *b, const xfer_readiness *r,
+                       const hdr *h)
 {
     uint64_t prev = 0;
     for (uint32_t i = 0; i < h->nheap; i++) {
-        xfer_readiness_sortkey *k = find_saved(r, h, get(b, 8));
-        if (!b->ok || !k || (k->slot & ARMED) || k->b < prev)
+        xfer_readiness_sortkey *k = find_saved(r, h, xfer_le_dec_u64(b));
+        if (!xfer_le_dec_ok(b) || !k || (k->slot & ARMED) || k->b < prev)
             return false;
         prev = k->b;
         k->slot |= ARMED;
@@ -275,25 +282,31 @@ static bool check_heap(rbuf *b, const xfer_readiness *r, const hdr *h)
     return true;
 }
 
-static bool check_rest(rbuf *b, const xfer_readiness *r, const hdr *h)
+typedef struct tomb_ctx {
+    const xfer_readiness *r;
+    const hdr *h;
+} tomb_ctx;
+
+/* A saved tombstone holds an outcome and no live record's id. */
+static bool tomb_ok(void *ud, const xfer_tomb_entry *e)
 {
-    uint64_t prev = 0;
-    for (uint32_t i = 0; i < h->ntomb; i++) {
-        uint64_t id = get(b, 8), exp = get(b, 8);
-        skip(b, 4);
-        uint8_t reason = (uint8_t)get(b, 1);
-        if (!b->ok || !id || exp < prev || exp < r->cfg.tombstone_ttl_ns ||
-            find_saved(r, h, id) ||
-            (reason != XFER_READY_STATE_AVAILABLE && reason != XFER_READY_STATE_UNAVAILABLE))
-            return false;
-        prev = exp;
-    }
+    const tomb_ctx *c = ud;
+    return !find_saved(c->r, c->h, e->id) &&
+           (e->reason == XFER_READY_STATE_AVAILABLE ||
+            e->reason == XFER_READY_STATE_UNAVAILABLE);
+}
+
+static bool check_rest(xfer_le_dec *b, const xfer_readiness *r, const hdr *h)
+{
+    tomb_ctx c = {r, h};
+    if (!xfer_tomb_check(&r->tombs, b, h->nrec, tomb_ok, &c))
+        return false;
     for (uint32_t i = 0; i < h->nacts; i++) {
-        if (get(b, 1) >= XFER_READY_ACT_COUNT_)
+        if (xfer_le_dec_u8(b) >= XFER_READY_ACT_COUNT_)
             return false;
-        skip(b, 2 + 4 + 8 + 8 + 4 + 8);
+        xfer_le_dec_skip(b, 2 + 4 + 8 + 8 + 4 + 8);
     }
-    return b->ok && b->at == b->len;
+    return xfer_le_dec_done(b);
 }
 
 /* Forget every record, deadline, tombstone and action. */
@@ -311,15 +324,12 @@ static void reset(xfer_readiness *r)
     for (uint32_t i = 0; i < n; i++)
         r->free_slots[i] = n - 1 - i;
     r->nfree = n;
-    xfer_tomb_expire(&r->tombs, UINT64_MAX, 0, NULL, NULL);
-    r->tombs.head = 0;
-    r->tombs.held = 0;
-    r->tombs.last_now = 0;
+    xfer_tomb_reset(&r->tombs);
     r->nacts = 0;
 }
 
 /* Second pass over a checked buffer: records take slots 0..nrec-1. */
-static void apply_records(rbuf *b, xfer_readiness *r, const hdr *h)
+static void apply_records(xfer_le_dec *b, xfer_readiness *r, const hdr *h)
 {
     for (uint32_t i = 0; i < h->nrec; i++) {
         get_record(b, r, &r->recs[i], xfer_readiness_resv_of(r, i));
@@ -328,33 +338,25 @@ static void apply_records(rbuf *b, xfer_readiness *r, const hdr *h)
     r->nfree = r->cfg.max_records - h->nrec;
     for (uint32_t i = 0; i < h->nheap; i++) {
         uint32_t slot = 0;
-        xfer_idmap_get(&r->live, get(b, 8), &slot);
+        xfer_idmap_get(&r->live, xfer_le_dec_u64(b), &slot);
         xfer_heap_set(&r->deadlines, slot, r->recs[slot].deadline_ns);
     }
 }
 
-static bool apply_rest(rbuf *b, xfer_readiness *r, const hdr *h)
+static bool apply_rest(xfer_le_dec *b, xfer_readiness *r, const hdr *h)
 {
-    for (uint32_t i = 0; i < h->ntomb; i++) {
-        uint64_t id = get(b, 8), exp = get(b, 8);
-        uint32_t attempt = (uint32_t)get(b, 4);
-        uint8_t reason = (uint8_t)get(b, 1);
-        if (xfer_tomb_find(&r->tombs, id))
-            return false;
-        xfer_tomb_insert(&r->tombs, exp - r->cfg.tombstone_ttl_ns, id,
-                         attempt, reason);
-    }
-    r->tombs.held = h->nrec;
+    if (xfer_tomb_restore(&r->tombs, b, h->nrec) != 0)
+        return false;
     for (uint32_t i = 0; i < h->nacts; i++) {
         xfer_ready_action *a = &r->acts[r->nacts++];
         memset(a, 0, sizeof *a);
-        a->kind = (uint8_t)get(b, 1);
-        a->shard = (uint16_t)get(b, 2);
-        a->attempt = (uint32_t)get(b, 4);
-        a->id = get(b, 8);
-        a->resv_id = get(b, 8);
-        a->reason = (int32_t)(uint32_t)get(b, 4);
-        a->missing = get(b, 8);
+        a->kind = xfer_le_dec_u8(b);
+        a->shard = xfer_le_dec_u16(b);
+        a->attempt = xfer_le_dec_u32(b);
+        a->id = xfer_le_dec_u64(b);
+        a->resv_id = xfer_le_dec_u64(b);
+        a->reason = (int32_t)xfer_le_dec_u32(b);
+        a->missing = xfer_le_dec_u64(b);
     }
     return true;
 }
@@ -363,13 +365,14 @@ int xfer_readiness_load(xfer_readiness *r, const uint8_t *buf, size_t len)
 {
     if (!r || (!buf && len))
         return XFER_ERR_INVALID_ARG;
-    rbuf b = {buf, len, 0, true};
+    xfer_le_dec b = xfer_le_dec_start(buf, len);
     hdr h;
     if (!get_header(&b, r, &h) || !check_records(&b, r, &h) ||
         !check_heap(&b, r, &h) || !check_rest(&b, r, &h))
         return XFER_ERR_FORMAT;
     reset(r);
-    b = (rbuf){buf, len, h.rec_at, true};
+    b = xfer_le_dec_start(buf, len);
+    b.at = h.rec_at;
     apply_records(&b, r, &h);
     if (!apply_rest(&b, r, &h)) {
         reset(r);

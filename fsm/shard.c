@@ -507,7 +507,7 @@ static void expire_tombs(xfer_shard *s, uint64_t now)
  * call that needs a tombstone slot; a young one is never dropped. */
 static void make_tomb_room(xfer_shard *s, uint64_t now)
 {
-    if (s->tombs.n + s->tombs.held >= s->tombs.cap)
+    if (xfer_tomb_full(&s->tombs))
         expire_tombs(s, now);
 }
 
@@ -677,7 +677,7 @@ int xfer_shard_stats_get_versioned(const xfer_shard *s, uint32_t version,
     cur.pool_bytes = s->cfg.pool_bytes;
     cur.bytes_in_use = s->pool.in_use;
     cur.live = s->live;
-    cur.tombstones = s->tombs.n;
+    cur.tombstones = xfer_tomb_entries(&s->tombs);
     return xfer_util_versioned_copy(st, &cur, version, stats_lens,
                                     XFER_UTIL_NVERSIONS(stats_lens));
 }

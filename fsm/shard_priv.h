@@ -5,7 +5,7 @@
  * scratch entry behind the sorted views, and the few helpers both call.
  *
  * Only those two files include it; the model checker and the tests reach
- * save and load through shard_int.h, and everyone else through xfer/shard.h.
+ * save and load through save.h, and everyone else through xfer/shard.h.
  * Nothing here is exported from the library (hidden visibility).
  */
 #ifndef XFER_FSM_SHARD_PRIV_H

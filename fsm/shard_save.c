@@ -1,7 +1,20 @@
 /*
- * fsm/shard_save.c - save and load of a consumer shard's dynamic state, for
- * the model checker (tools/check) and the tests; the encoding is described
- * in shard_int.h.  All integers are little-endian.
+ * fsm/shard_save.c - save and load of a consumer shard's dynamic state
+ * (fsm/save.h), format version 1, for the model checker (tools/check) and
+ * the tests.
+ *
+ * The save holds everything that decides what the shard does next: the
+ * live records in id order (state, attempt, reservation id, region, writes
+ * in flight, creation time, lease deadline and its rank among equal
+ * deadlines), the pool's free extents (xfer_pool_save), the tombstones
+ * oldest first (xfer_tomb_save), the pending shard events and the internal
+ * RNG state.  It leaves out counters, stats, cells_hit, the trace sequence
+ * number, slot numbers, the heap's insertion counter, the shard's index
+ * and the bytes in the pool (data, not machine state), so two shards that
+ * behave alike save alike, and it names no shard: it is its own canonical
+ * form.  It assumes time never runs backwards across save and load (the
+ * tombstone table's clock is rebuilt from the newest tombstone).  All
+ * integers are little-endian (fsm/le.h).
  *
  * What must stay true:
  *  - Save is canonical: records go in id order (via xfer_shard_sorted_live),
@@ -20,61 +33,28 @@
  *    records, and leases are set in (deadline, rank) order so the heap pops
  *    ties as the saved shard would have.
  */
-#include "shard_int.h"
-#include "shard_priv.h"
-
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "le.h"
+#include "save.h"
+#include "shard_int.h"
+#include "shard_priv.h"
 #include "util.h"
 #include "xfer/core.h"
 
-#define SAVE_MAGIC 0x01485358u /* "XSH" 1, little-endian */
+/* A field added to a record must be saved and loaded below. */
+_Static_assert(sizeof(xfer_shard_resv) == 48,
+               "save the new xfer_shard_resv field");
+
+static const uint8_t MAGIC[XFER_SAVE_HDR] = {'X', XFER_SAVE_SHARD, 'S',
+                                             XFER_SHARD_SAVE_VERSION};
 #define REC_BYTES 57u
 
 static bool is_pending(unsigned st)
 {
     return st == XFER_RESV_STATE_CANCEL_PENDING || st == XFER_RESV_STATE_EXPIRE_PENDING;
-}
-
-typedef struct wbuf {
-    uint8_t *p;
-    size_t len, at;
-} wbuf;
-
-typedef struct rbuf {
-    const uint8_t *p;
-    size_t len, at;
-    bool bad;
-} rbuf;
-
-static void put(wbuf *w, uint64_t v, unsigned bytes)
-{
-    for (unsigned i = 0; i < bytes; i++, w->at++)
-        if (w->at < w->len)
-            w->p[w->at] = (uint8_t)(v >> (8 * i));
-}
-
-static void skip(rbuf *r, size_t bytes)
-{
-    if (r->bad || r->len - r->at < bytes)
-        r->bad = true;
-    else
-        r->at += bytes;
-}
-
-static uint64_t get(rbuf *r, unsigned bytes)
-{
-    uint64_t v = 0;
-    if (r->bad || r->len - r->at < bytes) {
-        r->bad = true;
-        return 0;
-    }
-    for (unsigned i = 0; i < bytes; i++)
-        v |= (uint64_t)r->p[r->at + i] << (8 * i);
-    r->at += bytes;
-    return v;
 }
 
 /* What must match between the saving and the loading shard.  Not the
@@ -86,67 +66,55 @@ static uint64_t fingerprint(const xfer_shard *s)
                           s->cfg.max_reservations, s->cfg.max_tombstones,
                           s->cfg.lease_ttl_ns, s->cfg.tombstone_ttl_ns,
                           s->cfg.rng.next != NULL};
-    uint64_t h = SAVE_MAGIC;
+    uint64_t h = xfer_le_get32(MAGIC);
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         h = xfer_util_mix64(h ^ v[i]);
     return h;
 }
 
-static void save_record(wbuf *w, const xfer_shard_resv *r,
+static void save_record(xfer_le_enc *to, const xfer_shard_resv *r,
                         const xfer_shard_sort_ent *e)
 {
-    put(w, r->id, 8);
-    put(w, r->attempt, 4);
-    put(w, r->resv_id, 8);
-    put(w, r->off, 8);
-    put(w, r->len, 4);
-    put(w, r->state, 1);
-    put(w, r->writes, 4);
-    put(w, r->created_ns, 8);
-    put(w, e->rank == XFER_SHARD_NO_LEASE ? 0 : e->k2, 8); /* lease deadline */
-    put(w, e->rank, 4);
+    xfer_le_enc span = xfer_le_enc_span(to, REC_BYTES), *w = &span;
+    xfer_le_enc_u64(w, r->id);
+    xfer_le_enc_u32(w, r->attempt);
+    xfer_le_enc_u64(w, r->resv_id);
+    xfer_le_enc_u64(w, r->off);
+    xfer_le_enc_u32(w, r->len);
+    xfer_le_enc_u8(w, r->state);
+    xfer_le_enc_u32(w, r->writes);
+    xfer_le_enc_u64(w, r->created_ns);
+    /* the lease deadline, and its rank among equal deadlines */
+    xfer_le_enc_u64(w, e->rank == XFER_SHARD_NO_LEASE ? 0 : e->k2);
+    xfer_le_enc_u32(w, e->rank);
 }
 
-static void save_tomb(void *ud, const xfer_tomb_entry *e)
+int xfer_shard_save(const xfer_shard *s, uint8_t *buf, size_t len,
+                    size_t *need)
 {
-    wbuf *w = ud;
-    put(w, e->id, 8);
-    put(w, e->attempt, 4);
-    put(w, e->reason, 1);
-    put(w, e->expires_ns, 8);
-}
-
-size_t xfer_shard_save(const xfer_shard *s, uint8_t *buf, size_t len)
-{
-    if (!s)
-        return 0;
-    wbuf w = {buf, buf ? len : 0, 0};
-    put(&w, SAVE_MAGIC, 4);
-    put(&w, fingerprint(s), 8);
-    put(&w, s->cfg.rng.next ? 0 : s->rng_state, 8);
+    if (!s || !need || (!buf && len))
+        return XFER_ERR_INVALID_ARG;
+    xfer_le_enc w = xfer_le_enc_start(buf, len);
+    xfer_le_enc_bytes(&w, MAGIC, sizeof MAGIC);
+    xfer_le_enc_u64(&w, fingerprint(s));
+    xfer_le_enc_u64(&w, s->cfg.rng.next ? 0 : s->rng_state);
     uint32_t n = xfer_shard_sorted_live(s);
-    put(&w, n, 4);
+    xfer_le_enc_u32(&w, n);
     for (uint32_t i = 0; i < n; i++)
         save_record(&w, &s->recs[s->scratch[i].slot], &s->scratch[i]);
-    uint32_t ne;
-    const xfer_pool_ext *ext = xfer_pool_extents(&s->pool, &ne);
-    put(&w, ne, 4);
-    for (uint32_t i = 0; i < ne; i++) {
-        put(&w, ext[i].off, 8);
-        put(&w, ext[i].len, 8);
-    }
-    put(&w, xfer_tomb_live(&s->tombs), 4);
-    xfer_tomb_foreach(&s->tombs, save_tomb, &w);
-    put(&w, s->nev, 4);
+    xfer_pool_save(&s->pool, &w);
+    xfer_tomb_save(&s->tombs, &w);
+    xfer_le_enc_u32(&w, s->nev);
     for (uint32_t i = 0; i < s->nev; i++) {
         const xfer_shard_event *e = &s->evs[i];
-        put(&w, e->kind, 1);
-        put(&w, e->attempt, 4);
-        put(&w, e->id, 8);
-        put(&w, e->resv_id, 8);
-        put(&w, e->len, 4);
+        xfer_le_enc_u8(&w, e->kind);
+        xfer_le_enc_u32(&w, e->attempt);
+        xfer_le_enc_u64(&w, e->id);
+        xfer_le_enc_u64(&w, e->resv_id);
+        xfer_le_enc_u32(&w, e->len);
     }
-    return w.at;
+    *need = w.at;
+    return xfer_le_enc_fits(&w) ? 0 : XFER_ERR_TOO_SMALL;
 }
 
 typedef struct saved_rec {
@@ -155,20 +123,21 @@ typedef struct saved_rec {
     uint32_t rank;
 } saved_rec;
 
-static saved_rec get_record(rbuf *b)
+static saved_rec get_record(xfer_le_dec *from)
 {
+    xfer_le_dec span = xfer_le_dec_span(from, REC_BYTES), *b = &span;
     saved_rec x;
     memset(&x, 0, sizeof x);
-    x.r.id = get(b, 8);
-    x.r.attempt = (uint32_t)get(b, 4);
-    x.r.resv_id = get(b, 8);
-    x.r.off = get(b, 8);
-    x.r.len = (uint32_t)get(b, 4);
-    x.r.state = (uint8_t)get(b, 1);
-    x.r.writes = (uint32_t)get(b, 4);
-    x.r.created_ns = get(b, 8);
-    x.lease = get(b, 8);
-    x.rank = (uint32_t)get(b, 4);
+    x.r.id = xfer_le_dec_u64(b);
+    x.r.attempt = xfer_le_dec_u32(b);
+    x.r.resv_id = xfer_le_dec_u64(b);
+    x.r.off = xfer_le_dec_u64(b);
+    x.r.len = xfer_le_dec_u32(b);
+    x.r.state = xfer_le_dec_u8(b);
+    x.r.writes = xfer_le_dec_u32(b);
+    x.r.created_ns = xfer_le_dec_u64(b);
+    x.lease = xfer_le_dec_u64(b);
+    x.rank = xfer_le_dec_u32(b);
     return x;
 }
 
@@ -199,14 +168,14 @@ static bool record_ok(const xfer_shard *s, const saved_rec *x, uint64_t prev)
 
 /* Read n records into the scratch array, keyed by region (k1 = offset,
  * k2 = size) or by lease (k1 = deadline, k2 = rank), sorted by key. */
-static bool scan_records(const xfer_shard *s, rbuf *b, uint32_t n,
+static bool scan_records(const xfer_shard *s, xfer_le_dec *b, uint32_t n,
                          bool by_lease, uint32_t *pending)
 {
     uint64_t prev = 0;
     *pending = 0;
     for (uint32_t i = 0; i < n; i++) {
         saved_rec x = get_record(b);
-        if (b->bad || !record_ok(s, &x, prev))
+        if (!xfer_le_dec_ok(b) || !record_ok(s, &x, prev))
             return false;
         prev = x.r.id;
         *pending += is_pending(x.r.state);
@@ -235,18 +204,18 @@ static bool ranks_ok(const xfer_shard *s, uint32_t n)
 
 /* The live regions (scratch, sorted by offset) and the saved free extents
  * must tile the pool exactly, with no two free extents touching. */
-static bool tiling_ok(const xfer_shard *s, rbuf *b, uint32_t nrec)
+static bool tiling_ok(const xfer_shard *s, xfer_le_dec *b, uint32_t nrec)
 {
-    uint32_t ne = (uint32_t)get(b, 4), i = 0, j = 0;
+    uint32_t ne = xfer_le_dec_u32(b), i = 0, j = 0;
     uint64_t pos = 0, eoff = 0, elen = 0;
     bool have = false, last_free = false;
-    if (b->bad || ne > s->pool.cap)
+    if (!xfer_le_dec_ok(b) || ne > s->pool.cap)
         return false;
     for (;;) {
         if (!have && j < ne) {
-            eoff = get(b, 8);
-            elen = get(b, 8);
-            have = !b->bad;
+            eoff = xfer_le_dec_u64(b);
+            elen = xfer_le_dec_u64(b);
+            have = xfer_le_dec_ok(b);
             j++;
         }
         if (i < nrec && s->scratch[i].k1 == pos) {
@@ -261,15 +230,8 @@ static bool tiling_ok(const xfer_shard *s, rbuf *b, uint32_t nrec)
             break;
         }
     }
-    return !b->bad && !have && i == nrec && j == ne && pos == s->pool.size;
-}
-
-static uint64_t le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (unsigned i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
+    return xfer_le_dec_ok(b) && !have && i == nrec && j == ne &&
+           pos == s->pool.size;
 }
 
 /* Is id among the saved records (sorted by id, REC_BYTES each)? */
@@ -278,7 +240,7 @@ static bool saved_live(const uint8_t *recs, uint32_t n, uint64_t id)
     uint32_t lo = 0, hi = n;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        uint64_t v = le64(recs + (size_t)mid * REC_BYTES);
+        uint64_t v = xfer_le_get64(recs + (size_t)mid * REC_BYTES);
         if (v == id)
             return true;
         if (v < id)
@@ -289,37 +251,30 @@ static bool saved_live(const uint8_t *recs, uint32_t n, uint64_t id)
     return false;
 }
 
-static bool tombs_ok(const xfer_shard *s, rbuf *b, const uint8_t *recs,
-                     uint32_t nrec)
+typedef struct tomb_ctx {
+    const uint8_t *recs;
+    uint32_t nrec;
+} tomb_ctx;
+
+/* A saved tombstone holds an ended state and no live record's id. */
+static bool tomb_ok(void *ud, const xfer_tomb_entry *e)
 {
-    uint64_t n = get(b, 4), prev = 0;
-    if (b->bad || n + nrec > s->tombs.cap)
-        return false;
-    for (uint64_t i = 0; i < n; i++) {
-        uint64_t id = get(b, 8);
-        skip(b, 4);
-        unsigned reason = (unsigned)get(b, 1);
-        uint64_t expires = get(b, 8);
-        if (b->bad || id == 0 || !xfer_shard_is_tomb(reason) ||
-            expires < prev || expires < s->tombs.ttl_ns ||
-            saved_live(recs, nrec, id))
-            return false;
-        prev = expires;
-    }
-    return true;
+    const tomb_ctx *c = ud;
+    return xfer_shard_is_tomb(e->reason) &&
+           !saved_live(c->recs, c->nrec, e->id);
 }
 
-static bool events_ok(const xfer_shard *s, rbuf *b, uint32_t pending)
+static bool events_ok(const xfer_shard *s, xfer_le_dec *b, uint32_t pending)
 {
-    uint64_t n = get(b, 4);
-    if (b->bad || n + pending > s->ev_cap)
+    uint64_t n = xfer_le_dec_u32(b);
+    if (!xfer_le_dec_ok(b) || n + pending > s->ev_cap)
         return false;
-    for (uint64_t i = 0; i < n && !b->bad; i++) {
-        if (get(b, 1) >= XFER_SHARD_EV_COUNT_)
+    for (uint64_t i = 0; i < n && xfer_le_dec_ok(b); i++) {
+        if (xfer_le_dec_u8(b) >= XFER_SHARD_EV_COUNT_)
             return false;
-        skip(b, 4 + 8 + 8 + 4);
+        xfer_le_dec_skip(b, 4 + 8 + 8 + 4);
     }
-    return !b->bad;
+    return xfer_le_dec_ok(b);
 }
 
 /* Forget every record, region, tombstone and event (slots from 0). */
@@ -333,17 +288,14 @@ static void reset_dynamic(xfer_shard *s)
     }
     xfer_shard_reset_slots(s);
     xfer_pool_reset(&s->pool);
-    xfer_tomb_expire(&s->tombs, UINT64_MAX, 0, NULL, NULL);
-    s->tombs.head = 0;
-    s->tombs.held = 0;
-    s->tombs.last_now = 0;
+    xfer_tomb_reset(&s->tombs);
     s->nev = 0;
     s->ev_reserved = 0;
 }
 
 /* Records (at b) into slots 0..n-1; leases in (deadline, rank) order so
  * the heap pops ties as the saved shard did; then the free extents. */
-static void apply_records(xfer_shard *s, rbuf *b, uint32_t n)
+static void apply_records(xfer_shard *s, xfer_le_dec *b, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
         saved_rec x = get_record(b);
@@ -359,47 +311,32 @@ static void apply_records(xfer_shard *s, rbuf *b, uint32_t n)
     qsort(s->scratch, n, sizeof *s->scratch, xfer_shard_cmp_ent);
     for (uint32_t i = 0; i < n && v[i].rank != XFER_SHARD_NO_LEASE; i++)
         xfer_heap_set(&s->leases, v[i].slot, v[i].k1);
-    uint32_t ne = (uint32_t)get(b, 4);
-    for (uint32_t j = 0; j < ne; j++) {
-        s->pool.ext[j].off = get(b, 8);
-        s->pool.ext[j].len = get(b, 8);
-    }
-    int rc = xfer_pool_set_extents(&s->pool, s->pool.ext, ne, n);
+    int rc = xfer_pool_restore(&s->pool, b, n);
     assert(rc == 0); /* tiling_ok() checked it */
     (void)rc;
 }
 
-/* Tombstones oldest first; false on a duplicate id (s is then reset). */
-static bool apply_tombs(xfer_shard *s, rbuf *b, uint32_t nrec)
+/* Tombstones oldest first, every live record holding a slot; false on a
+ * duplicate id (s is then reset). */
+static bool apply_tombs(xfer_shard *s, xfer_le_dec *b, uint32_t nrec)
 {
-    uint32_t n = (uint32_t)get(b, 4);
-    uint64_t ttl = s->tombs.ttl_ns;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t id = get(b, 8);
-        uint32_t attempt = (uint32_t)get(b, 4);
-        uint8_t reason = (uint8_t)get(b, 1);
-        uint64_t born = get(b, 8) - ttl;
-        if (xfer_tomb_find(&s->tombs, id) ||
-            xfer_tomb_insert(&s->tombs, born, id, attempt, reason) != 0) {
-            reset_dynamic(s);
-            return false;
-        }
-    }
-    s->tombs.held = nrec; /* every live record holds a slot */
-    return true;
+    if (xfer_tomb_restore(&s->tombs, b, nrec) == 0)
+        return true;
+    reset_dynamic(s);
+    return false;
 }
 
-static void apply_events(xfer_shard *s, rbuf *b)
+static void apply_events(xfer_shard *s, xfer_le_dec *b)
 {
-    s->nev = (uint32_t)get(b, 4);
+    s->nev = xfer_le_dec_u32(b);
     for (uint32_t i = 0; i < s->nev; i++) {
         xfer_shard_event *e = &s->evs[i];
-        e->kind = (uint8_t)get(b, 1);
+        e->kind = xfer_le_dec_u8(b);
         e->shard = s->cfg.shard_index;
-        e->attempt = (uint32_t)get(b, 4);
-        e->id = get(b, 8);
-        e->resv_id = get(b, 8);
-        e->len = (uint32_t)get(b, 4);
+        e->attempt = xfer_le_dec_u32(b);
+        e->id = xfer_le_dec_u64(b);
+        e->resv_id = xfer_le_dec_u64(b);
+        e->len = xfer_le_dec_u32(b);
     }
 }
 
@@ -407,20 +344,24 @@ int xfer_shard_load(xfer_shard *s, const uint8_t *buf, size_t len)
 {
     if (!s || !buf)
         return XFER_ERR_INVALID_ARG;
-    rbuf b = {buf, len, 0, false};
+    xfer_le_dec b = xfer_le_dec_start(buf, len);
     uint32_t pending;
-    bool ok = get(&b, 4) == SAVE_MAGIC && get(&b, 8) == fingerprint(s);
-    uint64_t rng = get(&b, 8);
-    uint64_t nrec = get(&b, 4);
+    const uint8_t *m = xfer_le_dec_take(&b, sizeof MAGIC);
+    bool ok = m && memcmp(m, MAGIC, sizeof MAGIC) == 0 &&
+              xfer_le_dec_u64(&b) == fingerprint(s);
+    uint64_t rng = xfer_le_dec_u64(&b);
+    uint64_t nrec = xfer_le_dec_u32(&b);
     size_t recs_at = b.at;
-    ok = ok && !b.bad && nrec <= s->cfg.max_reservations &&
-         nrec <= s->tombs.cap && len - recs_at >= nrec * REC_BYTES;
+    ok = ok && xfer_le_dec_ok(&b) && nrec <= s->cfg.max_reservations &&
+         len - recs_at >= nrec * REC_BYTES;
     /* Pass 1: validate everything without touching s. */
+    tomb_ctx tc = {buf + recs_at, (uint32_t)nrec};
     ok = ok && scan_records(s, &b, (uint32_t)nrec, false, &pending) &&
          tiling_ok(s, &b, (uint32_t)nrec) &&
-         tombs_ok(s, &b, buf + recs_at, (uint32_t)nrec) &&
+         xfer_tomb_check(&s->tombs, &b, (uint32_t)nrec, tomb_ok, &tc) &&
          events_ok(s, &b, pending) && b.at == len;
-    rbuf again = {buf, len, recs_at, false};
+    xfer_le_dec again = xfer_le_dec_start(buf, len);
+    again.at = recs_at;
     ok = ok && scan_records(s, &again, (uint32_t)nrec, true, &pending) &&
          ranks_ok(s, (uint32_t)nrec);
     if (!ok)
@@ -429,12 +370,13 @@ int xfer_shard_load(xfer_shard *s, const uint8_t *buf, size_t len)
     reset_dynamic(s);
     if (!s->cfg.rng.next)
         s->rng_state = rng;
-    b = (rbuf){buf, len, recs_at, false};
+    b = xfer_le_dec_start(buf, len);
+    b.at = recs_at;
     apply_records(s, &b, (uint32_t)nrec);
     if (!apply_tombs(s, &b, (uint32_t)nrec))
         return XFER_ERR_FORMAT;
     apply_events(s, &b);
-    assert(!b.bad && b.at == len);
+    assert(xfer_le_dec_done(&b));
     return 0;
 }
 

@@ -17,6 +17,14 @@
  * entry with a full TTL and points the map at it; the old entry stays in the
  * ring, dead, until it reaches the head and is popped without a callback.
  * Dead entries take room until then; they are never reported or saved.
+ *
+ * Saving (for the machines' saves, fsm/save.h): the live entries oldest
+ * first, as a count (u32) and per entry id (u64), expiry (u64), attempt
+ * (u32) and reason (u8), 21 bytes, little-endian (fsm/le.h).  A table is
+ * rebuilt from that by xfer_tomb_reset and xfer_tomb_restore, never by
+ * writing its fields: the entries come back in order with their expiries,
+ * no dead entry, and the clock at the newest entry's birth (the owner may
+ * then set a clock it saved itself, xfer_tomb_set_clock).
  */
 #ifndef XFER_FSM_TOMB_H
 #define XFER_FSM_TOMB_H
@@ -25,6 +33,8 @@
 #include <stdint.h>
 
 #include "idmap.h"
+#include "le.h"
+#include "ring.h"
 #include "xfer/fsm.h"
 
 typedef struct xfer_tomb_entry {
@@ -35,10 +45,11 @@ typedef struct xfer_tomb_entry {
 } xfer_tomb_entry;
 
 typedef struct xfer_tomb {
-    xfer_tomb_entry *ring;
-    uint32_t head, n, cap, held;
+    xfer_tomb_entry *ents; /* the ring's array: cap entries */
+    xfer_ring ring;        /* entries, oldest first */
+    uint32_t held;
     uint32_t dead;  /* ring entries superseded by a refresh */
-    xfer_idmap map; /* id -> ring index */
+    xfer_idmap map; /* id -> slot in ents */
     uint64_t ttl_ns, last_now;
 } xfer_tomb;
 
@@ -76,6 +87,13 @@ int xfer_tomb_refresh(xfer_tomb *t, uint64_t now_ns, uint64_t id,
                       uint32_t attempt, uint8_t reason);
 /* Tombstones that are not dead entries. */
 uint32_t xfer_tomb_live(const xfer_tomb *t);
+/* Ring entries, dead ones included (what takes room with the holds). */
+uint32_t xfer_tomb_entries(const xfer_tomb *t);
+/* Every slot is taken by an entry (live or dead) or a hold: a hold or an
+ * insert needs an expiry first. */
+bool xfer_tomb_full(const xfer_tomb *t);
+/* The latest time the table has seen (its clamp). */
+uint64_t xfer_tomb_clock(const xfer_tomb *t);
 /* Earliest expiry, or UINT64_MAX. */
 uint64_t xfer_tomb_next_expiry(const xfer_tomb *t);
 /* Visit the live (not superseded) entries, oldest first. */
@@ -83,5 +101,30 @@ void xfer_tomb_foreach(const xfer_tomb *t,
                        void (*fn)(void *ud, const xfer_tomb_entry *e),
                        void *ud);
 size_t xfer_tomb_bytes_per_entry(void);
+
+/* Forget every entry and hold; the clock goes back to 0.  Never fails. */
+void xfer_tomb_reset(xfer_tomb *t);
+/* Write the live entries (see the top of this file) to e (borrowed). */
+void xfer_tomb_save(const xfer_tomb *t, xfer_le_enc *e);
+/* A saved entry (borrowed) is acceptable to its owner (its reason, an id
+ * that is not live). */
+typedef bool (*xfer_tomb_ok_fn)(void *ud, const xfer_tomb_entry *e);
+/*
+ * Read saved entries from d (borrowed) without changing t: true when the
+ * count fits the cap next to `holds` and every entry has a non-zero id, an
+ * expiry at least the TTL and not before the previous one, and passes `ok`
+ * (NULL: anything).  A duplicate id is found only by xfer_tomb_restore.
+ */
+bool xfer_tomb_check(const xfer_tomb *t, xfer_le_dec *d, uint32_t holds,
+                     xfer_tomb_ok_fn ok, void *ud);
+/*
+ * Reset t and load the entries at d (checked by xfer_tomb_check), then take
+ * `holds` holds.  Errors: XFER_ERR_FORMAT (a duplicate id, or a read past
+ * the end: t is then reset).
+ */
+int xfer_tomb_restore(xfer_tomb *t, xfer_le_dec *d, uint32_t holds);
+/* Set the clock to a saved xfer_tomb_clock (at least the newest entry's
+ * birth; returns false and changes nothing otherwise). */
+bool xfer_tomb_set_clock(xfer_tomb *t, uint64_t now_ns);
 
 #endif /* XFER_FSM_TOMB_H */

@@ -111,11 +111,10 @@ int et_submit(et_env *v, uint64_t id, uint64_t timeout_ns)
     return rc;
 }
 
+/* The library's monotonic clock, in ms. */
 static double wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    return (double)xfer_clock_monotonic(NULL) / 1e6;
 }
 
 static void tick(evutil_socket_t fd, short what, void *arg)

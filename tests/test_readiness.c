@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "readiness_int.h"
+#include "save.h"
 #include "testutil.h"
 #include "xfer/core.h"
 #include "xfer/readiness.h"
@@ -1032,7 +1032,8 @@ END_TEST
 
 static size_t save(const xfer_readiness *r, uint8_t *buf, size_t len)
 {
-    size_t n = xfer_readiness_save(r, buf, len);
+    size_t n = 0;
+    ck_assert_int_eq(xfer_readiness_save(r, buf, len, &n), 0);
     ck_assert_uint_le(n, len);
     return n;
 }
@@ -1097,10 +1098,15 @@ START_TEST(test_readiness_save_load_round_trip)
     xfer_readiness *a = mk(3), *b = mk(3);
     rich_state(a);
     size_t n1 = save(a, b1, sizeof b1);
-    ck_assert_uint_eq(xfer_readiness_save(a, NULL, 0), n1);
+    size_t need = 0;
+    ck_assert_int_eq(xfer_readiness_save(a, NULL, 0, &need),
+                     XFER_ERR_TOO_SMALL);
+    ck_assert_uint_eq(need, n1);
     /* A short buffer: nothing written past it, the full size returned. */
     memset(b2, 0xAB, sizeof b2);
-    ck_assert_uint_eq(xfer_readiness_save(a, b2, 40), n1);
+    ck_assert_int_eq(xfer_readiness_save(a, b2, 40, &need),
+                     XFER_ERR_TOO_SMALL);
+    ck_assert_uint_eq(need, n1);
     ck_assert_uint_eq(b2[40], 0xAB);
     ck_assert_int_eq(xfer_readiness_load(b, b1, n1), 0);
     size_t n2 = save(b, b2, sizeof b2);

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shard_int.h"
+#include "save.h"
 #include "testutil.h"
 #include "xfer/core.h"
 #include "xfer/shard.h"
@@ -110,10 +110,12 @@ static size_t count_events(const xfer_shard *s, int kind, uint64_t id)
 
 static size_t save_into(const xfer_shard *s, uint8_t **buf)
 {
-    size_t need = xfer_shard_save(s, NULL, 0);
+    size_t need = 0, got = 0;
+    ck_assert_int_eq(xfer_shard_save(s, NULL, 0, &need), XFER_ERR_TOO_SMALL);
     *buf = malloc(need ? need : 1);
     ck_assert_ptr_nonnull(*buf);
-    ck_assert_uint_eq(xfer_shard_save(s, *buf, need), need);
+    ck_assert_int_eq(xfer_shard_save(s, *buf, need, &got), 0);
+    ck_assert_uint_eq(got, need);
     return need;
 }
 

@@ -74,7 +74,7 @@ START_TEST(test_tomb_refresh_gives_full_ttl)
     ck_assert_ptr_nonnull(xfer_tomb_find(&t, 1));
     ck_assert_uint_eq(xfer_tomb_expire(&t, 240, 0, on_drop, NULL), 1);
     ck_assert_uint_eq(xfer_tomb_live(&t), 0);
-    ck_assert_uint_eq(t.n, 0);
+    ck_assert_uint_eq(xfer_tomb_entries(&t), 0);
     /* refresh of an unknown id inserts it */
     ck_assert_int_eq(xfer_tomb_refresh(&t, 300, 9, 2, 7), 0);
     ck_assert_uint_eq(xfer_tomb_find(&t, 9)->attempt, 2);

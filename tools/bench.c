@@ -22,12 +22,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
 #include "idmap.h"
+#include "ring.h" /* fsm/: the one ring buffer (fsm_private_dep) */
 #include "xfer/core.h"
 #include "xfer/loop.h"
 #include "xfer/xfer.h"
@@ -36,41 +36,37 @@
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)xfer_clock_monotonic(NULL) / 1e9;
 }
 
 /* ---------------------------------------------------------------------- */
 /* Pure core                                                               */
 /* ---------------------------------------------------------------------- */
 
+/* The ops the core asked for, answered in FIFO order. */
 typedef struct op_q {
-    xfer_action *a;
-    size_t head, n, cap;
+    xfer_action *a; /* the ring's array */
+    xfer_ring r;
 } op_q;
 
 static void q_push(op_q *q, const xfer_action *a)
 {
-    if (q->n == q->cap) {
-        size_t cap = q->cap ? q->cap * 2 : 4096;
-        xfer_action *na = malloc(cap * sizeof *na);
-        for (size_t i = 0; i < q->n; i++)
-            na[i] = q->a[(q->head + i) % q->cap];
-        free(q->a);
+    if (xfer_ring_full(&q->r)) {
+        static const xfer_allocator libc = {0};
+        uint32_t cap = q->r.cap ? q->r.cap * 2 : 4096;
+        xfer_action *na = xfer_ring_grow(&q->r, q->a, sizeof *na, cap, &libc);
+        if (!na) {
+            fprintf(stderr, "xfer-bench: out of memory\n");
+            exit(1);
+        }
         q->a = na;
-        q->head = 0;
-        q->cap = cap;
     }
-    q->a[(q->head + q->n++) % q->cap] = *a;
+    q->a[xfer_ring_push(&q->r)] = *a;
 }
 
 static xfer_action q_pop(op_q *q)
 {
-    xfer_action a = q->a[q->head];
-    q->head = (q->head + 1) % q->cap;
-    q->n--;
-    return a;
+    return q->a[xfer_ring_pop(&q->r)];
 }
 
 /* Take the core's ops into the queue; count completions. */

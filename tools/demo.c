@@ -40,6 +40,7 @@
 #include "demo_agree.h"
 #include "demo_consumer.h"
 #include "demo_tcp.h"
+#include "timer.h" /* transport/: the one deadline timer (wire_private_dep) */
 #include "xfer/loop.h"
 #include "xfer/readiness.h"
 #include "xfer/tracefile.h"
@@ -94,7 +95,8 @@ typedef struct demo {
     uint64_t ok, failed, cancelled, refused_sync, late_rejected;
     uint64_t available, unavailable, verified, corrupt, consumer_cancels;
     uint64_t rng;
-    struct event *progress, *ready_timer, *settle;
+    struct event *progress, *settle;
+    xfer_timer ready_timer; /* the tracker's next deadline */
     int shutdown_done, tty;
     uint64_t t0, settle_until;
     char err[320]; /* why setup failed, when it says */
@@ -185,6 +187,13 @@ static void perform_ready(demo *d, const xfer_ready_action *a)
     }
 }
 
+/* The engine's clock, for the tracker's timer. */
+static uint64_t demo_now(void *ud)
+{
+    const demo *d = ud;
+    return xfer_engine_now(d->engine);
+}
+
 /* Actions may produce more actions (a take result ends the record): loop
  * until the tracker is quiet.  Each batch is copied first because
  * performing an action feeds the tracker again. */
@@ -209,14 +218,8 @@ static void run_ready_actions(demo *d)
         free(copy);
     }
     depth--;
-    uint64_t next = xfer_readiness_next_deadline(d->ready);
-    if (next != UINT64_MAX) {
-        uint64_t now = xfer_engine_now(d->engine);
-        uint64_t dl = next > now ? next - now : 0;
-        struct timeval tv = {(time_t)(dl / 1000000000ull),
-                             (suseconds_t)(dl % 1000000000ull / 1000)};
-        evtimer_add(d->ready_timer, &tv);
-    }
+    xfer_timer_arm(&d->ready_timer, xfer_readiness_next_deadline(d->ready),
+                   demo_now, d);
 }
 
 static void on_shard_event(void *ud, const xfer_shard_event *ev)
@@ -253,6 +256,7 @@ static void feed_shard_events(demo *d, xfer_shard *s)
 static void on_ready_timer(evutil_socket_t fd, short what, void *arg)
 {
     demo *d = arg;
+    xfer_timer_fired(&d->ready_timer);
     xfer_readiness_on_timer(d->ready, xfer_engine_now(d->engine));
     run_ready_actions(d);
 }
@@ -708,9 +712,9 @@ static int setup(demo *d)
         rc = XFER_ERR_NOMEM;
     if (!rc) {
         d->progress = event_new(d->base, -1, EV_PERSIST, on_progress, d);
-        d->ready_timer = evtimer_new(d->base, on_ready_timer, d);
         d->settle = evtimer_new(d->base, on_settle, d);
-        if (!d->progress || !d->ready_timer || !d->settle)
+        if (xfer_timer_init(&d->ready_timer, d->base, on_ready_timer, d) ||
+            !d->progress || !d->settle)
             rc = XFER_ERR_NOMEM;
     }
     return rc;
@@ -862,8 +866,7 @@ static void teardown(demo *d)
 {
     if (d->progress)
         event_free(d->progress);
-    if (d->ready_timer)
-        event_free(d->ready_timer);
+    xfer_timer_clear(&d->ready_timer);
     if (d->settle)
         event_free(d->settle);
     if (d->kill_ev)

@@ -39,6 +39,7 @@
 #include "wire.h"
 #include "xfer/errors.h"
 #include "xfer/fsm.h"
+#include "xfer/xfer.h"
 
 #define LISTEN_WAIT_MS 10000
 #define STATUS_REQ 1u
@@ -63,11 +64,10 @@ typedef struct child_args {
     const char *argv[40];
 } child_args;
 
+/* The library's monotonic clock, in ms. */
 static uint64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return xfer_clock_monotonic(NULL) / 1000000;
 }
 
 static void sleep_ms(int ms)

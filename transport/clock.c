@@ -1,11 +1,13 @@
 /*
- * transport/clock.c - the default clock of the engine and the loop
- * transport: CLOCK_MONOTONIC in nanoseconds.  The pure core never reads a
- * clock; only drivers do, through an injectable xfer_clock_fn.
+ * transport/clock.c - the one monotonic clock of xfer (xfer/xfer.h): the
+ * default of the engine, the loop transport and the control socket, and
+ * what the tools time themselves with.  CLOCK_MONOTONIC in nanoseconds.
+ * The pure core never reads a clock; only drivers do, through an
+ * injectable xfer_clock_fn.
  */
 #include <time.h>
 
-#include "engine_int.h"
+#include "xfer/xfer.h"
 
 uint64_t xfer_clock_monotonic(void *ud)
 {

@@ -20,6 +20,7 @@
 #include <event2/util.h>
 
 #include "engine_int.h"
+#include "timer.h" /* xfer_timer_delay */
 #include "heap.h"  /* fsm_private_dep: expect deadlines, by time */
 #include "idmap.h" /* fsm_private_dep: id -> record */
 #include "xfer/consumer.h"

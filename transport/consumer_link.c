@@ -293,7 +293,7 @@ static void start_connect(xfer_consumer_link *l)
     l->qhead = l->qn = 0;
     l->next_req = REQ_SUBSCRIBE;
     bufferevent_setcb(l->bev, on_read, NULL, on_bev_event, l);
-    struct timeval tv = xfer_timeval_of(c->cfg.connect_timeout_ns);
+    struct timeval tv = xfer_timer_delay(c->cfg.connect_timeout_ns);
     bufferevent_set_timeouts(l->bev, &tv, &tv);
     bufferevent_enable(l->bev, EV_READ | EV_WRITE);
     if (bufferevent_socket_connect(l->bev, (struct sockaddr *)&l->sa,
@@ -331,7 +331,7 @@ static void link_down(xfer_consumer_link *l, bool failed_connect)
     l->backoff_ns = b == 0 ? c->cfg.reconnect_min_ns
                    : 2 * b > c->cfg.reconnect_max_ns ? c->cfg.reconnect_max_ns
                                                      : 2 * b;
-    struct timeval tv = xfer_timeval_of(was_up ? 1000 : l->backoff_ns);
+    struct timeval tv = xfer_timer_delay(was_up ? 1000 : l->backoff_ns);
     evtimer_add(l->retry, &tv);
 }
 

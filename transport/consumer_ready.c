@@ -274,7 +274,7 @@ static void rearm(xfer_consumer *c)
         return;
     }
     uint64_t now = xfer_consumer_now(c);
-    struct timeval tv = xfer_timeval_of(next > now ? next - now : 0);
+    struct timeval tv = xfer_timer_delay(next > now ? next - now : 0);
     evtimer_add(c->timer, &tv);
 }
 

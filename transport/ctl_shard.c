@@ -8,8 +8,8 @@
  * order is deterministic and the snapshot is one cut taken on the loop that
  * drives the shards.
  */
-#include "engine_int.h"
 #include "xfer/ctl.h"
+#include "xfer/xfer.h"
 
 typedef struct visit_ctx {
     xfer_ctl_reply *rep;

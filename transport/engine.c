@@ -39,7 +39,12 @@
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
 #include "util.h"
+#include "ring.h" /* fsm/: the one ring buffer (fsm_private_dep) */
+#include "timer.h"
 #include "xfer/xfer.h"
+
+/* What the engine's own tables are allocated with. */
+static const xfer_allocator LIBC = {0};
 
 typedef struct pool_rec {
     void *base;
@@ -69,16 +74,16 @@ struct xfer_engine {
     xfer_engine_config cfg;
     struct event_base *base;
     int own_base;
-    struct event *timer, *deferred;
-    uint64_t armed_at;
+    xfer_timer timer;         /* the core's next deadline */
+    struct event *deferred;
     xfer_core *core;
     pool_rec *pools;
     group_rec *groups;
     cb_rec *cbs;
     uint32_t *cb_free, ncb_free;
-    xfer_done *done_head, **done_tail; /* FIFO of completions to deliver */
-    xfer_shard_result *refused; /* FIFO of results for refused starts */
-    uint32_t ref_head, ref_n, ref_cap;
+    xfer_list done;             /* FIFO of completions to deliver */
+    xfer_shard_result *refused; /* results for refused starts, */
+    xfer_ring ref;              /* in a FIFO over this ring */
     xfer_mailbox *mailbox;
     xfer_shutdown_cb shutdown_cb;
     void *shutdown_ud;
@@ -103,17 +108,8 @@ uint64_t xfer_engine_now(const xfer_engine *e)
 
 static void rearm(xfer_engine *e)
 {
-    uint64_t next = xfer_core_next_deadline(e->core);
-    if (next == e->armed_at)
-        return;
-    e->armed_at = next;
-    if (next == UINT64_MAX) {
-        evtimer_del(e->timer);
-        return;
-    }
-    uint64_t now = xfer_engine_now(e);
-    struct timeval tv = xfer_timeval_of(next > now ? next - now : 0);
-    evtimer_add(e->timer, &tv);
+    xfer_timer_arm(&e->timer, xfer_core_next_deadline(e->core),
+                   e->cfg.clock, e->cfg.clock_ud);
 }
 
 static void kick(xfer_engine *e)
@@ -123,9 +119,7 @@ static void kick(xfer_engine *e)
 
 static void enqueue_done(xfer_engine *e, xfer_done *d)
 {
-    d->next = NULL;
-    *e->done_tail = d;
-    e->done_tail = &d->next;
+    xfer_list_push_back(&e->done, &d->link);
     kick(e);
 }
 
@@ -135,8 +129,8 @@ static void enqueue_done(xfer_engine *e, xfer_done *d)
 
 static void refuse(xfer_engine *e, const xfer_action *a, int rc)
 {
-    assert(e->ref_n < e->ref_cap);
-    e->refused[(e->ref_head + e->ref_n++) % e->ref_cap] =
+    assert(!xfer_ring_full(&e->ref));
+    e->refused[xfer_ring_push(&e->ref)] =
         (xfer_shard_result){.id = a->id, .attempt = a->attempt,
                             .shard = a->shard,
                             .op = (uint8_t)(a->kind - XFER_ACT_RESERVE +
@@ -264,7 +258,7 @@ static void drain(xfer_engine *e)
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     xfer_engine *e = arg;
-    e->armed_at = UINT64_MAX - 1; /* force re-arm */
+    xfer_timer_fired(&e->timer);
     xfer_core_on_timer(e->core, xfer_engine_now(e));
     drain(e);
 }
@@ -281,10 +275,8 @@ static void unregister_all_pools(xfer_engine *e)
  * the post.  The result is copied out first. */
 static void pop_done(xfer_engine *e, xfer_done *out)
 {
-    xfer_done *d = e->done_head;
-    e->done_head = d->next;
-    if (!e->done_head)
-        e->done_tail = &e->done_head;
+    xfer_done *d = XFER_LIST_ITEM(xfer_list_pop_front(&e->done), xfer_done,
+                                  link);
     *out = *d;
     if (d->slot == XFER_DONE_POST) {
         xfer_util_free(&e->cfg.core.alloc, d); /* the xfer_post it opens */
@@ -297,7 +289,7 @@ static void pop_done(xfer_engine *e, xfer_done *out)
 bool xfer_engine_idle(const xfer_engine *e)
 {
     return e && e->ncb_free == e->cfg.core.max_transfers &&
-           !e->done_head && e->ref_n == 0 &&
+           xfer_list_empty(&e->done) && xfer_ring_empty(&e->ref) &&
            (!e->shutting_down || e->shutdown_reported) &&
            xfer_mailbox_pending(e->mailbox) == 0;
 }
@@ -307,22 +299,20 @@ bool xfer_engine_idle(const xfer_engine *e)
 static void on_deferred(evutil_socket_t fd, short what, void *arg)
 {
     xfer_engine *e = arg;
-    while (e->ref_n) {
-        xfer_shard_result r = e->refused[e->ref_head];
-        e->ref_head = (e->ref_head + 1) % e->ref_cap;
-        e->ref_n--;
+    while (!xfer_ring_empty(&e->ref)) {
+        xfer_shard_result r = e->refused[xfer_ring_pop(&e->ref)];
         xfer_core_on_result(e->core, xfer_engine_now(e), &r);
         drain(e);
     }
-    while (e->done_head) {
+    while (!xfer_list_empty(&e->done)) {
         xfer_done d;
         pop_done(e, &d);
         e->st.completions_delivered++;
         if (d.cb)
             d.cb(d.ud, &d.res);
     }
-    if (e->shutdown_done && !e->shutdown_reported && !e->done_head &&
-        e->ref_n == 0) {
+    if (e->shutdown_done && !e->shutdown_reported &&
+        xfer_list_empty(&e->done) && xfer_ring_empty(&e->ref)) {
         e->shutdown_reported = 1;
         unregister_all_pools(e);
         if (e->shutdown_cb)
@@ -357,10 +347,9 @@ static int alloc_tables(xfer_engine *e)
     e->groups = xfer_util_calloc(a, e->cfg.max_groups, sizeof *e->groups);
     e->cbs = xfer_util_calloc(a, nt, sizeof *e->cbs);
     e->cb_free = xfer_util_calloc(a, nt, sizeof *e->cb_free);
-    e->done_tail = &e->done_head;
     /* Grown by add_group: see grow_refused(). */
-    e->ref_cap = 64;
-    e->refused = xfer_util_calloc(a, e->ref_cap, sizeof *e->refused);
+    xfer_ring_init(&e->ref, 64);
+    e->refused = xfer_util_calloc(a, e->ref.cap, sizeof *e->refused);
     if (!e->pools || !e->groups || !e->cbs || !e->cb_free || !e->refused)
         return XFER_ERR_NOMEM;
     for (uint32_t i = 0; i < nt; i++) {
@@ -381,9 +370,9 @@ static int make_loop(xfer_engine *e)
     }
     if (!e->base)
         return XFER_ERR_IO;
-    e->timer = evtimer_new(e->base, on_timer, e);
+    int rc = xfer_timer_init(&e->timer, e->base, on_timer, e);
     e->deferred = event_new(e->base, -1, 0, on_deferred, e);
-    if (!e->timer || !e->deferred)
+    if (rc || !e->deferred)
         return XFER_ERR_IO;
     return xfer_mailbox_new(e->base, e->cfg.mailbox_cap, &e->cfg.core.alloc,
                             on_mail, e, &e->mailbox);
@@ -435,7 +424,6 @@ int xfer_engine_new(const xfer_engine_config *cfg, xfer_engine **out)
         xfer_engine_del(e);
         return rc;
     }
-    e->armed_at = UINT64_MAX;
     *out = e;
     return 0;
 }
@@ -448,15 +436,14 @@ void xfer_engine_del(xfer_engine *e)
         if (e->groups[g].used && e->groups[g].tp.ops->detach)
             e->groups[g].tp.ops->detach(e->groups[g].tp.self);
     xfer_mailbox_del(e->mailbox);
-    if (e->timer)
-        event_free(e->timer);
+    xfer_timer_clear(&e->timer);
     if (e->deferred)
         event_free(e->deferred);
     if (e->own_base && e->base)
         event_base_free(e->base);
     xfer_core_del(e->core);
     /* Refused posts not yet delivered own their memory. */
-    while (e->done_tail && e->done_head) {
+    while (!xfer_list_empty(&e->done)) {
         xfer_done d;
         pop_done(e, &d);
     }
@@ -544,18 +531,16 @@ int xfer_engine_unregister_pool(xfer_engine *e, uint32_t pool)
 static int grow_refused(xfer_engine *e, uint16_t nshards)
 {
     size_t need = (size_t)e->cfg.core.max_transfers * nshards + 64;
-    if (need <= e->ref_cap)
+    if (need <= e->ref.cap)
         return 0;
-    xfer_shard_result *r = xfer_util_calloc(&e->cfg.core.alloc, need,
-                                            sizeof *r);
+    xfer_shard_result *r =
+        need > XFER_RING_MAX_CAP
+            ? NULL
+            : xfer_ring_grow(&e->ref, e->refused, sizeof *r, (uint32_t)need,
+                             &e->cfg.core.alloc);
     if (!r)
         return XFER_ERR_NOMEM;
-    for (uint32_t i = 0; i < e->ref_n; i++)
-        r[i] = e->refused[(e->ref_head + i) % e->ref_cap];
-    xfer_util_free(&e->cfg.core.alloc, e->refused);
     e->refused = r;
-    e->ref_head = 0;
-    e->ref_cap = (uint32_t)need;
     return 0;
 }
 

@@ -1,13 +1,14 @@
 /*
  * transport/engine_int.h - private pieces of the engine shared between
- * engine.c and mailbox.c, and the monotonic clock of clock.c.
+ * engine.c and mailbox.c.  (The monotonic clock is public, xfer/xfer.h;
+ * the deadline timer is transport/timer.h.)
  */
 #ifndef XFER_ENGINE_INT_H
 #define XFER_ENGINE_INT_H
 
 #include <stdint.h>
-#include <sys/time.h>
 
+#include "list.h" /* fsm/: the one intrusive list (fsm_private_dep) */
 #include "xfer/hist.h"
 #include "xfer/xfer.h"
 
@@ -19,20 +20,6 @@
 const xfer_hist *xfer_engine_latency(const xfer_engine *e, unsigned outcome);
 uint64_t xfer_engine_failed_in_phase(const xfer_engine *e, unsigned phase);
 
-/* CLOCK_MONOTONIC in nanoseconds (clock.c).  `ud` unused. */
-uint64_t xfer_clock_monotonic(void *ud);
-
-/* A libevent delay from nanoseconds; a non-zero delay shorter than a
- * microsecond becomes one microsecond, so it is not mistaken for "now". */
-static inline struct timeval xfer_timeval_of(uint64_t ns)
-{
-    struct timeval tv = {.tv_sec = (time_t)(ns / 1000000000ull),
-                         .tv_usec = (suseconds_t)(ns % 1000000000ull / 1000)};
-    if (ns && tv.tv_sec == 0 && tv.tv_usec == 0)
-        tv.tv_usec = 1;
-    return tv;
-}
-
 /*
  * A completion waiting for the engine's deferred event, in one FIFO.  A
  * live transfer's is part of its callback slot; a posted submit carries its
@@ -42,7 +29,7 @@ static inline struct timeval xfer_timeval_of(uint64_t ns)
 #define XFER_DONE_POST UINT32_MAX
 
 typedef struct xfer_done {
-    struct xfer_done *next;
+    xfer_list_node link; /* on the engine's FIFO of completions */
     xfer_result res;
     xfer_complete_cb cb;
     void *ud;

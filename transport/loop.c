@@ -30,6 +30,9 @@
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
 #include "util.h"
+#include "list.h" /* fsm/: the one intrusive list (fsm_private_dep) */
+#include "ring.h" /* fsm/: the one ring buffer (fsm_private_dep) */
+#include "timer.h"
 #include "xfer/loop.h"
 
 #define LOOP_MAX_RULES 64
@@ -52,7 +55,7 @@ struct loop_op {
     const uint8_t *src;
     xfer_shard_result res;
     loop_msg *msg;   /* the op's pending message, if any */
-    loop_op *prev, *next;
+    xfer_list_node link; /* on the list of outstanding ops */
     loop_op *retry_next; /* on the retry list: REPLY not yet queued */
     uint8_t state, fault, replied;
     uint8_t lost; /* its shard went down mid-write, and there was no memory
@@ -66,18 +69,16 @@ struct xfer_loop {
     xfer_shard *shards[XFER_MAX_SHARDS];
     uint8_t down[XFER_MAX_SHARDS];
     struct xfer_engine *engine;
-    struct event *run_ev, *shard_timer;
+    struct event *run_ev;
+    xfer_timer shard_timer; /* the shards' earliest deadline */
     loop_msg **heap;     /* delayed messages, by (due, seq) */
     size_t nheap, capheap;
-    loop_msg **fifo;     /* messages due at once, in seq order */
-    size_t fhead, nfifo, capfifo;
+    loop_msg **fifo;     /* messages due at once, in seq order, */
+    xfer_ring fring;     /* in a FIFO over this ring */
     loop_msg *spare;     /* recycled messages */
     uint64_t last_now;   /* the latest clock reading */
-    uint64_t shard_armed; /* deadline the shard timer is set for */
     uint64_t seq, rng;
-    loop_op *ops; /* outstanding, oldest first */
-    loop_op *ops_tail;
-    uint32_t nops;
+    xfer_list ops;       /* outstanding, oldest first */
     loop_op *retry; /* replies that could not be queued (no memory) */
     xfer_fault_rule rules[LOOP_MAX_RULES];
     uint32_t fired[LOOP_MAX_RULES];
@@ -91,6 +92,17 @@ static uint64_t now_of(xfer_loop *l)
     if (now > l->last_now)
         l->last_now = now;
     return l->last_now;
+}
+
+/* now_of as an xfer_clock_fn, for the shard timer. */
+static uint64_t loop_clock(void *ud)
+{
+    return now_of(ud);
+}
+
+static loop_op *op_of(xfer_list_node *n)
+{
+    return n ? XFER_LIST_ITEM(n, loop_op, link) : NULL;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -152,19 +164,15 @@ static loop_msg *heap_pop(xfer_loop *l)
 
 static int fifo_push(xfer_loop *l, loop_msg *m)
 {
-    if (l->nfifo == l->capfifo) {
-        size_t cap = l->capfifo ? 2 * l->capfifo : 256;
-        loop_msg **q = xfer_util_calloc(&l->cfg.alloc, cap, sizeof *q);
+    if (xfer_ring_full(&l->fring)) {
+        uint32_t cap = l->fring.cap ? 2 * l->fring.cap : 256;
+        loop_msg **q = xfer_ring_grow(&l->fring, l->fifo, sizeof *q, cap,
+                                      &l->cfg.alloc);
         if (!q)
             return XFER_ERR_NOMEM;
-        for (size_t i = 0; i < l->nfifo; i++)
-            q[i] = l->fifo[(l->fhead + i) % l->capfifo];
-        xfer_util_free(&l->cfg.alloc, l->fifo);
         l->fifo = q;
-        l->fhead = 0;
-        l->capfifo = cap;
     }
-    l->fifo[(l->fhead + l->nfifo++) % l->capfifo] = m;
+    l->fifo[xfer_ring_push(&l->fring)] = m;
     return 0;
 }
 
@@ -172,14 +180,14 @@ static int fifo_push(xfer_loop *l, loop_msg *m)
  * order; NULL when none is due. */
 static loop_msg *next_due(xfer_loop *l, uint64_t now)
 {
-    loop_msg *f = l->nfifo ? l->fifo[l->fhead] : NULL;
+    loop_msg *f = xfer_ring_empty(&l->fring) ? NULL
+                                             : l->fifo[l->fring.head];
     loop_msg *h = l->nheap && l->heap[0]->due <= now ? l->heap[0] : NULL;
     if (h && (!f || before(h, f)))
         return heap_pop(l);
     if (!f)
         return NULL;
-    l->fhead = (l->fhead + 1) % l->capfifo;
-    l->nfifo--;
+    xfer_ring_pop(&l->fring);
     return f;
 }
 
@@ -193,7 +201,7 @@ static void schedule_run(xfer_loop *l)
 {
     if (!l->run_ev)
         return;
-    if (l->nfifo) {
+    if (!xfer_ring_empty(&l->fring)) {
         event_active(l->run_ev, EV_TIMEOUT, 0);
         return;
     }
@@ -204,7 +212,7 @@ static void schedule_run(xfer_loop *l)
         event_active(l->run_ev, EV_TIMEOUT, 0);
         return;
     }
-    struct timeval tv = xfer_timeval_of(due - now);
+    struct timeval tv = xfer_timer_delay(due - now);
     event_add(l->run_ev, &tv);
 }
 
@@ -243,15 +251,7 @@ static void cancel_msg(loop_op *op)
 
 static void unlink_op(xfer_loop *l, loop_op *op)
 {
-    if (op->prev)
-        op->prev->next = op->next;
-    else
-        l->ops = op->next;
-    if (op->next)
-        op->next->prev = op->prev;
-    else
-        l->ops_tail = op->prev;
-    l->nops--;
+    xfer_list_remove(&l->ops, &op->link);
 }
 
 static void reply(xfer_loop *l, loop_op *op, int32_t status)
@@ -405,23 +405,14 @@ static void on_reply(xfer_loop *l, loop_op *op)
 
 static void arm_shard_timer(xfer_loop *l)
 {
-    if (!l->shard_timer)
+    if (!l->shard_timer.ev)
         return;
     uint64_t next = UINT64_MAX;
     for (uint16_t k = 0; k < l->cfg.nshards; k++) {
         uint64_t d = xfer_shard_next_deadline(l->shards[k]);
         next = d < next ? d : next;
     }
-    if (next == l->shard_armed)
-        return;
-    l->shard_armed = next;
-    if (next == UINT64_MAX) {
-        evtimer_del(l->shard_timer);
-        return;
-    }
-    uint64_t now = now_of(l);
-    struct timeval tv = xfer_timeval_of(next > now ? next - now : 0);
-    evtimer_add(l->shard_timer, &tv);
+    xfer_timer_arm(&l->shard_timer, next, loop_clock, l);
 }
 
 static void on_run(evutil_socket_t fd, short what, void *arg)
@@ -450,7 +441,7 @@ static void on_run(evutil_socket_t fd, short what, void *arg)
 static void on_shard_timer(evutil_socket_t fd, short what, void *arg)
 {
     xfer_loop *l = arg;
-    l->shard_armed = 0; /* fired: re-arm whatever comes next */
+    xfer_timer_fired(&l->shard_timer); /* re-arm whatever comes next */
     uint64_t now = now_of(l);
     for (uint16_t k = 0; k < l->cfg.nshards; k++) {
         xfer_shard_on_timer(l->shards[k], now);
@@ -545,19 +536,13 @@ static int t_start(void *self, const xfer_action *a, const void *src)
         xfer_util_free(&l->cfg.alloc, op);
         return XFER_ERR_NOMEM;
     }
-    op->prev = l->ops_tail;
-    if (l->ops_tail)
-        l->ops_tail->next = op;
-    else
-        l->ops = op;
-    l->ops_tail = op;
-    l->nops++;
+    xfer_list_push_back(&l->ops, &op->link);
     return 0;
 }
 
 static loop_op *find_op(xfer_loop *l, const xfer_action *a)
 {
-    for (loop_op *op = l->ops; op; op = op->next)
+    for (loop_op *op = op_of(l->ops.head); op; op = op_of(op->link.next))
         if (op->a.id == a->id && op->a.attempt == a->attempt &&
             op->a.shard == a->shard && op->a.kind == a->op && !op->replied &&
             op->state != OP_REPLYING)
@@ -584,9 +569,8 @@ static void t_detach(void *self)
     l->engine = NULL;
     if (l->run_ev)
         event_free(l->run_ev);
-    if (l->shard_timer)
-        event_free(l->shard_timer);
-    l->run_ev = l->shard_timer = NULL;
+    xfer_timer_clear(&l->shard_timer);
+    l->run_ev = NULL;
 }
 
 static const xfer_transport_ops loop_ops = {
@@ -640,11 +624,10 @@ int xfer_loop_new(struct event_base *base, const xfer_loop_config *cfg,
     if (!l->cfg.shard.alloc.alloc && !l->cfg.shard.alloc.free)
         l->cfg.shard.alloc = l->cfg.alloc;
     l->rng = c.seed ? c.seed : 0x9e3779b97f4a7c15ull;
-    l->shard_armed = UINT64_MAX;
     int rc = XFER_ERR_IO;
     l->run_ev = event_new(base, -1, 0, on_run, l);
-    l->shard_timer = evtimer_new(base, on_shard_timer, l);
-    if (!l->run_ev || !l->shard_timer)
+    if (xfer_timer_init(&l->shard_timer, base, on_shard_timer, l) != 0 ||
+        !l->run_ev)
         goto out_fail;
     for (uint16_t k = 0; k < l->cfg.nshards; k++) {
         xfer_shard_config sc = l->cfg.shard;
@@ -668,23 +651,19 @@ void xfer_loop_del(xfer_loop *l)
     while (l->nheap)
         xfer_util_free(a, heap_pop(l));
     xfer_util_free(a, l->heap);
-    for (size_t i = 0; i < l->nfifo; i++)
-        xfer_util_free(a, l->fifo[(l->fhead + i) % l->capfifo]);
+    for (uint32_t i = 0; i < l->fring.n; i++)
+        xfer_util_free(a, l->fifo[xfer_ring_slot(&l->fring, i)]);
     xfer_util_free(a, l->fifo);
     while (l->spare) {
         loop_msg *m = l->spare;
         l->spare = m->spare_next;
         xfer_util_free(a, m);
     }
-    while (l->ops) {
-        loop_op *op = l->ops;
-        l->ops = op->next;
+    for (loop_op *op; (op = op_of(xfer_list_pop_front(&l->ops))) != NULL;)
         xfer_util_free(a, op);
-    }
     if (l->run_ev)
         event_free(l->run_ev);
-    if (l->shard_timer)
-        event_free(l->shard_timer);
+    xfer_timer_clear(&l->shard_timer);
     for (uint16_t k = 0; k < l->cfg.nshards; k++)
         xfer_shard_del(l->shards[k]);
     xfer_allocator la = l->cfg.alloc;
@@ -724,10 +703,7 @@ static void lose_write(xfer_loop *l, loop_op *op)
     rep->a = op->a;
     rep->res = op->res;
     rep->res.status = XFER_ERR_CONN_LOST;
-    rep->prev = l->ops_tail;
-    l->ops_tail ? (void)(l->ops_tail->next = rep) : (void)(l->ops = rep);
-    l->ops_tail = rep;
-    l->nops++;
+    xfer_list_push_back(&l->ops, &rep->link);
     reply(l, rep, XFER_ERR_CONN_LOST);
 }
 
@@ -739,7 +715,7 @@ void xfer_loop_set_down(xfer_loop *l, uint16_t shard, bool down)
     if (!down)
         return;
     /* Every op outstanding on the shard fails now, as results. */
-    for (loop_op *op = l->ops; op; op = op->next) {
+    for (loop_op *op = op_of(l->ops.head); op; op = op_of(op->link.next)) {
         if (op->a.shard != shard || op->replied || op->lost)
             continue;
         l->st.down_failed++;
@@ -771,7 +747,7 @@ int xfer_loop_stats_get_versioned(const xfer_loop *l, uint32_t version,
 uint32_t xfer_loop_outstanding(const xfer_loop *l)
 {
     uint32_t n = 0;
-    for (const loop_op *op = l->ops; op; op = op->next)
-        n += !op->replied;
+    for (const xfer_list_node *e = l->ops.head; e; e = e->next)
+        n += !XFER_LIST_ITEM(e, const loop_op, link)->replied;
     return n;
 }

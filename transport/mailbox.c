@@ -24,12 +24,13 @@
 #include "engine_int.h"
 /* fsm_private_dep: the injected allocator with its libc default. */
 #include "util.h"
+#include "ring.h" /* fsm/: the one ring buffer (fsm_private_dep) */
 
 struct xfer_mailbox {
     const xfer_allocator *alloc; /* the engine's */
     pthread_mutex_t lock;
-    xfer_mail *q;     /* ring */
-    uint32_t head, n, cap;
+    xfer_mail *q;     /* the ring's array; both guarded by lock */
+    xfer_ring ring;
     int fds[2];       /* pipe: [0] read by the loop, [1] written by posts */
     int wake_pending; /* a byte is in the pipe; guarded by lock */
     struct event *ev;
@@ -50,13 +51,11 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     for (;;) {
         xfer_mail m;
         pthread_mutex_lock(&mb->lock);
-        if (mb->n == 0) {
+        if (xfer_ring_empty(&mb->ring)) {
             pthread_mutex_unlock(&mb->lock);
             break;
         }
-        m = mb->q[mb->head];
-        mb->head = (mb->head + 1) % mb->cap;
-        mb->n--;
+        m = mb->q[xfer_ring_pop(&mb->ring)];
         pthread_mutex_unlock(&mb->lock);
         mb->fn(mb->ud, &m);
     }
@@ -71,13 +70,14 @@ int xfer_mailbox_new(struct event_base *base, uint32_t cap,
         return XFER_ERR_NOMEM;
     mb->alloc = a;
     mb->fds[0] = mb->fds[1] = -1;
-    mb->q = xfer_util_calloc(a, cap ? cap : 1, sizeof *mb->q);
+    cap = cap ? cap : 1;
+    mb->q = cap <= XFER_RING_MAX_CAP ? xfer_util_calloc(a, cap, sizeof *mb->q) : NULL;
     if (!mb->q || pthread_mutex_init(&mb->lock, NULL) != 0) {
         xfer_util_free(a, mb->q);
         xfer_util_free(a, mb);
         return XFER_ERR_NOMEM;
     }
-    mb->cap = cap ? cap : 1;
+    xfer_ring_init(&mb->ring, cap);
     mb->fn = fn;
     mb->ud = ud;
     int rc = XFER_ERR_IO;
@@ -103,8 +103,8 @@ void xfer_mailbox_del(xfer_mailbox *mb)
         return;
     if (mb->ev)
         event_free(mb->ev);
-    for (uint32_t i = 0; i < mb->n; i++)
-        xfer_util_free(mb->alloc, mb->q[(mb->head + i) % mb->cap].post);
+    for (uint32_t i = 0; i < mb->ring.n; i++)
+        xfer_util_free(mb->alloc, mb->q[xfer_ring_slot(&mb->ring, i)].post);
     for (int i = 0; i < 2; i++)
         if (mb->fds[i] >= 0)
             close(mb->fds[i]);
@@ -135,12 +135,11 @@ xfer_post *xfer_mailbox_new_post(const xfer_allocator *a,
 int xfer_mailbox_post(xfer_mailbox *mb, const xfer_mail *m)
 {
     pthread_mutex_lock(&mb->lock);
-    if (mb->n == mb->cap) {
+    if (xfer_ring_full(&mb->ring)) {
         pthread_mutex_unlock(&mb->lock);
         return XFER_ERR_BUSY;
     }
-    mb->q[(mb->head + mb->n) % mb->cap] = *m;
-    mb->n++;
+    mb->q[xfer_ring_push(&mb->ring)] = *m;
     mb->posts++;
     int wake = !mb->wake_pending;
     mb->wake_pending = 1;
@@ -165,7 +164,7 @@ uint32_t xfer_mailbox_pending(xfer_mailbox *mb)
     if (!mb)
         return 0;
     pthread_mutex_lock(&mb->lock);
-    uint32_t n = mb->n;
+    uint32_t n = mb->ring.n;
     pthread_mutex_unlock(&mb->lock);
     return n;
 }

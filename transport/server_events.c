@@ -31,7 +31,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
-#include "engine_int.h" /* xfer_timeval_of */
+#include "timer.h" /* xfer_timer_delay */
 #include "util.h"       /* fsm_private_dep: the injected allocator */
 
 #define MAX_BATCH 256
@@ -305,7 +305,7 @@ static void arm_timer(xfer_server *s)
         return;
     }
     uint64_t now = xfer_server_now(s);
-    struct timeval tv = xfer_timeval_of(next > now ? next - now : 0);
+    struct timeval tv = xfer_timer_delay(next > now ? next - now : 0);
     evtimer_add(s->timer, &tv);
 }
 

@@ -42,6 +42,9 @@
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
 #include "util.h"
+#include "list.h" /* fsm/: the one intrusive list (fsm_private_dep) */
+#include "ring.h" /* fsm/: the one ring buffer (fsm_private_dep) */
+#include "timer.h"
 #include "wire.h"
 #include "xfer/tcp.h"
 
@@ -57,7 +60,7 @@ typedef struct tcp_conn tcp_conn;
 struct tcp_op {
     xfer_action a;
     const uint8_t *src;
-    tcp_op *prev, *next;
+    xfer_list_node link; /* on its connection's wait or sent list */
     uint32_t req;
     uint8_t list;      /* L_NONE / L_WAIT / L_SENT */
     bool done;         /* outcome known (res filled) */
@@ -69,11 +72,6 @@ struct tcp_op {
     xfer_allocator orphan_alloc; /* the transport's, once it is gone */
 };
 
-typedef struct op_list {
-    tcp_op *head, *tail;
-    uint32_t n;
-} op_list;
-
 struct tcp_conn {
     xfer_tcp *t;
     uint16_t shard;
@@ -84,7 +82,7 @@ struct tcp_conn {
     struct event *retry_ev, *grace_ev;
     uint64_t backoff_ns;
     uint32_t next_req, hello_req;
-    op_list wait, sent;
+    xfer_list wait, sent; /* of tcp_op, oldest first */
 };
 
 struct xfer_tcp {
@@ -92,8 +90,8 @@ struct xfer_tcp {
     xfer_tcp_config cfg;
     struct xfer_engine *engine;
     struct event *deliver_ev;
-    xfer_shard_result *q;   /* delivery ring */
-    size_t qhead, qn, qcap;
+    xfer_shard_result *q;   /* results to deliver, */
+    xfer_ring qring;        /* in a FIFO over this ring */
     tcp_conn conns[XFER_MAX_SHARDS];
     uint32_t outstanding;
     xfer_tcp_stats st;
@@ -103,31 +101,21 @@ struct xfer_tcp {
 /* Lists                                                                   */
 /* ---------------------------------------------------------------------- */
 
-static void list_push(op_list *l, tcp_op *op, uint8_t which)
+static tcp_op *op_of(xfer_list_node *n)
 {
-    op->prev = l->tail;
-    op->next = NULL;
-    if (l->tail)
-        l->tail->next = op;
-    else
-        l->head = op;
-    l->tail = op;
-    l->n++;
+    return n ? XFER_LIST_ITEM(n, tcp_op, link) : NULL;
+}
+
+/* Put op on list l, which is its `which` (L_WAIT or L_SENT). */
+static void list_push(xfer_list *l, tcp_op *op, uint8_t which)
+{
+    xfer_list_push_back(l, &op->link);
     op->list = which;
 }
 
-static void list_unlink(op_list *l, tcp_op *op)
+static void list_unlink(xfer_list *l, tcp_op *op)
 {
-    if (op->prev)
-        op->prev->next = op->next;
-    else
-        l->head = op->next;
-    if (op->next)
-        op->next->prev = op->prev;
-    else
-        l->tail = op->prev;
-    l->n--;
-    op->prev = op->next = NULL;
+    xfer_list_remove(l, &op->link);
     op->list = L_NONE;
 }
 
@@ -139,26 +127,24 @@ static void list_unlink(op_list *l, tcp_op *op)
  * a result never fails. */
 static int q_reserve(xfer_tcp *t, size_t need)
 {
-    if (need <= t->qcap)
+    if (need <= t->qring.cap)
         return 0;
-    size_t cap = t->qcap ? 2 * t->qcap : 256;
+    size_t cap = t->qring.cap ? 2 * (size_t)t->qring.cap : 256;
     while (cap < need)
         cap *= 2;
-    xfer_shard_result *q = xfer_util_calloc(&t->cfg.alloc, cap, sizeof *q);
+    xfer_shard_result *q =
+        cap > XFER_RING_MAX_CAP
+            ? NULL
+            : xfer_ring_grow(&t->qring, t->q, sizeof *q, (uint32_t)cap, &t->cfg.alloc);
     if (!q)
         return XFER_ERR_NOMEM;
-    for (size_t i = 0; i < t->qn; i++)
-        q[i] = t->q[(t->qhead + i) % t->qcap];
-    xfer_util_free(&t->cfg.alloc, t->q);
     t->q = q;
-    t->qhead = 0;
-    t->qcap = cap;
     return 0;
 }
 
 static void q_push(xfer_tcp *t, const xfer_shard_result *r)
 {
-    t->q[(t->qhead + t->qn++) % t->qcap] = *r;
+    t->q[xfer_ring_push(&t->qring)] = *r;
     event_active(t->deliver_ev, EV_TIMEOUT, 0);
 }
 
@@ -193,14 +179,13 @@ static void finish(xfer_tcp *t, tcp_op *op, int32_t status)
 static void on_deliver(evutil_socket_t fd, short what, void *arg)
 {
     xfer_tcp *t = arg;
-    for (int i = 0; i < TCP_DELIVER_BATCH && t->qn; i++) {
-        xfer_shard_result r = t->q[t->qhead];
-        t->qhead = (t->qhead + 1) % t->qcap;
-        t->qn--;
+    for (int i = 0; i < TCP_DELIVER_BATCH && !xfer_ring_empty(&t->qring);
+         i++) {
+        xfer_shard_result r = t->q[xfer_ring_pop(&t->qring)];
         if (t->engine)
             xfer_engine_deliver(t->engine, &r);
     }
-    if (t->qn)
+    if (!xfer_ring_empty(&t->qring))
         event_active(t->deliver_ev, EV_TIMEOUT, 0);
 }
 
@@ -280,8 +265,8 @@ static bool send_op(tcp_conn *c, tcp_op *op)
 /* Send waiting ops while the connection is up and below the watermark. */
 static void flush_wait(tcp_conn *c)
 {
-    while (c->state == C_UP && c->wait.head && !above_high(c)) {
-        tcp_op *op = c->wait.head;
+    while (c->state == C_UP && !xfer_list_empty(&c->wait) && !above_high(c)) {
+        tcp_op *op = op_of(c->wait.head);
         list_unlink(&c->wait, op);
         if (!send_op(c, op))
             return;
@@ -306,7 +291,7 @@ static bool reply_fits(const tcp_op *op, const xfer_wire_msg *m)
 
 static tcp_op *find_sent(tcp_conn *c, uint32_t req)
 {
-    for (tcp_op *op = c->sent.head; op; op = op->next)
+    for (tcp_op *op = op_of(c->sent.head); op; op = op_of(op->link.next))
         if (op->req == req)
             return op;
     return NULL;
@@ -411,10 +396,10 @@ static void on_write(struct bufferevent *bev, void *arg)
 
 static void start_connect(tcp_conn *c);
 
-static void fail_list(tcp_conn *c, op_list *l, int32_t status)
+static void fail_list(tcp_conn *c, xfer_list *l, int32_t status)
 {
-    while (l->head) {
-        tcp_op *op = l->head;
+    while (!xfer_list_empty(l)) {
+        tcp_op *op = op_of(l->head);
         list_unlink(l, op);
         if (!op->done)
             c->t->st.failed_conn_lost++;
@@ -445,7 +430,7 @@ static void go_down(tcp_conn *c)
     fail_list(c, &c->wait, XFER_ERR_CONN_LOST);
     uint64_t b = c->backoff_ns ? 2 * c->backoff_ns : t->cfg.reconnect_min_ns;
     c->backoff_ns = b < t->cfg.reconnect_max_ns ? b : t->cfg.reconnect_max_ns;
-    struct timeval tv = xfer_timeval_of(c->backoff_ns);
+    struct timeval tv = xfer_timer_delay(c->backoff_ns);
     evtimer_add(c->retry_ev, &tv);
 }
 
@@ -500,7 +485,7 @@ static void start_connect(tcp_conn *c)
     bufferevent_set_max_single_read(c->bev, 1 << 20);
     bufferevent_setwatermark(c->bev, EV_WRITE, t->cfg.low_watermark, 0);
     bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
-    struct timeval tv = xfer_timeval_of(t->cfg.connect_timeout_ns);
+    struct timeval tv = xfer_timer_delay(t->cfg.connect_timeout_ns);
     bufferevent_set_timeouts(c->bev, &tv, &tv);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&c->sa,
@@ -517,7 +502,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 static void on_grace(evutil_socket_t fd, short what, void *arg)
 {
     tcp_conn *c = arg;
-    for (tcp_op *op = c->sent.head; op; op = op->next)
+    for (tcp_op *op = op_of(c->sent.head); op; op = op_of(op->link.next))
         if (op->done && op->ref_held) {
             c->t->st.resets++;
             conn_lost(c, false);
@@ -555,7 +540,7 @@ static int t_start(void *self, const xfer_action *a, const void *src)
         (a->kind == XFER_ACT_WRITE && (a->len > XFER_WIRE_MAX_DATA ||
                                        (a->len && !src))))
         return XFER_ERR_INVALID_ARG;
-    if (q_reserve(t, t->qn + t->outstanding + 1) != 0)
+    if (q_reserve(t, (size_t)t->qring.n + t->outstanding + 1) != 0)
         return XFER_ERR_NOMEM;
     tcp_op *op = xfer_util_calloc(&t->cfg.alloc, 1, sizeof *op);
     if (!op)
@@ -572,7 +557,8 @@ static int t_start(void *self, const xfer_action *a, const void *src)
         t->st.failed_down++;
         finish(t, op, XFER_ERR_CONN_LOST);
         maybe_free(op);
-    } else if (c->state != C_UP || c->wait.head || above_high(c)) {
+    } else if (c->state != C_UP || !xfer_list_empty(&c->wait) ||
+               above_high(c)) {
         t->st.ops_waited++;
         list_push(&c->wait, op, L_WAIT);
     } else {
@@ -583,9 +569,9 @@ static int t_start(void *self, const xfer_action *a, const void *src)
 
 static tcp_op *find_abortable(tcp_conn *c, const xfer_action *a)
 {
-    op_list *ls[2] = {&c->wait, &c->sent};
+    xfer_list *ls[2] = {&c->wait, &c->sent};
     for (int i = 0; i < 2; i++)
-        for (tcp_op *op = ls[i]->head; op; op = op->next)
+        for (tcp_op *op = op_of(ls[i]->head); op; op = op_of(op->link.next))
             if (op->a.id == a->id && op->a.attempt == a->attempt &&
                 op->a.kind == a->op && !op->done)
                 return op;
@@ -612,7 +598,7 @@ static void t_abort(void *self, const xfer_action *a)
      * are still referenced answers once libevent lets go of them. */
     finish(t, op, XFER_ERR_ABORTED);
     if (op->ref_held && !evtimer_pending(c->grace_ev, NULL)) {
-        struct timeval tv = xfer_timeval_of(t->cfg.abort_grace_ns);
+        struct timeval tv = xfer_timer_delay(t->cfg.abort_grace_ns);
         evtimer_add(c->grace_ev, &tv);
     }
 }
@@ -723,12 +709,12 @@ out_fail:
 }
 
 /* Ops still alive at del: those holding a reference become orphans that
- * their cleanup frees (with a copy of the allocator: `a` goes with the
+/* their cleanup frees (with a copy of the allocator: `a` goes with the
  * transport); the rest are freed now. */
-static void drop_list(op_list *l, const xfer_allocator *a)
+static void drop_list(xfer_list *l, const xfer_allocator *a)
 {
-    while (l->head) {
-        tcp_op *op = l->head;
+    while (!xfer_list_empty(l)) {
+        tcp_op *op = op_of(l->head);
         list_unlink(l, op);
         if (op->ref_held) {
             op->orphan = true;

@@ -4,8 +4,8 @@
  * the format).
  *
  * What must stay true:
- *  - every field goes to disk little-endian, written byte by byte, so a
- *    file reads the same on any host; the layout is the one documented in
+ *  - every field goes to disk little-endian, written byte by byte through
+ *    the one codec (fsm/le.h), so a file reads the same on any host; the layout is the one documented in
  *    tracefile.h and changes only with XFER_TRACEFILE_VERSION;
  *  - records reach the file in the order the sinks received them, across
  *    rotations (a rotation happens between two records, never inside one);
@@ -33,6 +33,7 @@
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
 #include "util.h"
+#include "le.h" /* fsm/: the one little-endian codec (fsm_private_dep) */
 #include "xfer/fsm.h"
 
 typedef struct tag_slot {
@@ -55,59 +56,20 @@ struct xfer_tracefile {
 };
 
 /* ---------------------------------------------------------------------- */
-/* Little-endian encoding                                                  */
+/* Records (fixed layout, through the one little-endian codec, fsm/le.h)   */
 /* ---------------------------------------------------------------------- */
-
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (unsigned)p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
 
 void xfer_tracefile_encode(const xfer_trace_rec *r, uint8_t *b)
 {
-    put64(b + 0, r->seq);
-    put64(b + 8, r->time_ns);
-    put64(b + 16, r->id);
-    put64(b + 24, r->arg0);
-    put64(b + 32, r->arg1);
-    put64(b + 40, r->arg2);
-    put32(b + 48, r->attempt);
-    put32(b + 52, (uint32_t)r->error);
-    put16(b + 56, r->shard);
+    xfer_le_put64(b + 0, r->seq);
+    xfer_le_put64(b + 8, r->time_ns);
+    xfer_le_put64(b + 16, r->id);
+    xfer_le_put64(b + 24, r->arg0);
+    xfer_le_put64(b + 32, r->arg1);
+    xfer_le_put64(b + 40, r->arg2);
+    xfer_le_put32(b + 48, r->attempt);
+    xfer_le_put32(b + 52, (uint32_t)r->error);
+    xfer_le_put16(b + 56, r->shard);
     b[58] = r->machine;
     b[59] = r->old_state;
     b[60] = r->event;
@@ -118,15 +80,15 @@ void xfer_tracefile_encode(const xfer_trace_rec *r, uint8_t *b)
 
 void xfer_tracefile_decode(const uint8_t *b, xfer_trace_rec *r)
 {
-    r->seq = get64(b + 0);
-    r->time_ns = get64(b + 8);
-    r->id = get64(b + 16);
-    r->arg0 = get64(b + 24);
-    r->arg1 = get64(b + 32);
-    r->arg2 = get64(b + 40);
-    r->attempt = get32(b + 48);
-    r->error = (int32_t)get32(b + 52);
-    r->shard = get16(b + 56);
+    r->seq = xfer_le_get64(b + 0);
+    r->time_ns = xfer_le_get64(b + 8);
+    r->id = xfer_le_get64(b + 16);
+    r->arg0 = xfer_le_get64(b + 24);
+    r->arg1 = xfer_le_get64(b + 32);
+    r->arg2 = xfer_le_get64(b + 40);
+    r->attempt = xfer_le_get32(b + 48);
+    r->error = (int32_t)xfer_le_get32(b + 52);
+    r->shard = xfer_le_get16(b + 56);
     r->machine = b[58];
     r->old_state = b[59];
     r->event = b[60];
@@ -143,13 +105,13 @@ static void encode_header(const xfer_tracefile *tf, uint8_t *b)
 {
     memset(b, 0, XFER_TRACEFILE_HEADER_SIZE);
     memcpy(b, XFER_TRACEFILE_MAGIC, sizeof XFER_TRACEFILE_MAGIC);
-    put16(b + 8, XFER_TRACEFILE_VERSION);
-    put16(b + 10, XFER_TRACEFILE_HEADER_SIZE);
-    put16(b + 12, XFER_TRACEFILE_RECORD_SIZE);
-    put16(b + 14, tf->file_index ? XFER_TRACEFILE_F_CONTINUATION : 0);
-    put64(b + 16, tf->created_ns);
-    put32(b + 24, (uint32_t)getpid());
-    put32(b + 28, tf->file_index);
+    xfer_le_put16(b + 8, XFER_TRACEFILE_VERSION);
+    xfer_le_put16(b + 10, XFER_TRACEFILE_HEADER_SIZE);
+    xfer_le_put16(b + 12, XFER_TRACEFILE_RECORD_SIZE);
+    xfer_le_put16(b + 14, tf->file_index ? XFER_TRACEFILE_F_CONTINUATION : 0);
+    xfer_le_put64(b + 16, tf->created_ns);
+    xfer_le_put32(b + 24, (uint32_t)getpid());
+    xfer_le_put32(b + 28, tf->file_index);
     memcpy(b + 32, tf->label, sizeof tf->label);
 }
 
@@ -463,23 +425,23 @@ static int check_binary_header(xfer_tracefile_reader *r)
                     0);
     xfer_tracefile_info *in = &r->info;
     in->format = XFER_TRACEFILE_BINARY;
-    in->version = get16(b + 8);
-    in->record_size = get16(b + 12);
-    in->flags = get16(b + 14);
-    in->created_ns = get64(b + 16);
-    in->pid = get32(b + 24);
-    in->file_index = get32(b + 28);
+    in->version = xfer_le_get16(b + 8);
+    in->record_size = xfer_le_get16(b + 12);
+    in->flags = xfer_le_get16(b + 14);
+    in->created_ns = xfer_le_get64(b + 16);
+    in->pid = xfer_le_get32(b + 24);
+    in->file_index = xfer_le_get32(b + 28);
     memcpy(in->label, b + 32, sizeof in->label - 1);
     if (in->version != XFER_TRACEFILE_VERSION)
         return fail(r, XFER_ERR_FORMAT,
                     "trace format version %" PRIu64
                     " not supported (this build reads %" PRIu64 ")",
                     in->version, XFER_TRACEFILE_VERSION);
-    if (get16(b + 10) != XFER_TRACEFILE_HEADER_SIZE ||
+    if (xfer_le_get16(b + 10) != XFER_TRACEFILE_HEADER_SIZE ||
         in->record_size != XFER_TRACEFILE_RECORD_SIZE)
         return fail(r, XFER_ERR_FORMAT,
                     "unexpected header/record size %" PRIu64 "/%" PRIu64,
-                    get16(b + 10), in->record_size);
+                    xfer_le_get16(b + 10), in->record_size);
     r->offset = sizeof b;
     return 0;
 }

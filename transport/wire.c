@@ -5,9 +5,10 @@
  * What must stay true: decoding reads only bytes inside [buf, buf + n),
  * whatever they hold: the header is checked (magic, version, flags, type,
  * exact length for the type) before any body byte is looked at, and a body
- * is read only when the caller proves it has the type's fixed size.  Every
- * integer is assembled byte by byte in little-endian order, so the code is
- * independent of host endianness and alignment.  Nothing here allocates,
+ * is read only when the caller proves it has the type's fixed size, through
+ * a decoder bounded by that size.  Every integer goes through the one
+ * little-endian codec (fsm/le.h), byte by byte, so the code is independent
+ * of host endianness and alignment.  Nothing here allocates,
  * asserts on input, or keeps state.
  */
 #include "wire.h"
@@ -15,73 +16,20 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "le.h" /* fsm/: the one little-endian codec (fsm_private_dep) */
 #include "xfer/errors.h"
 #include "xfer/shard.h"
 
 /* ---------------------------------------------------------------------- */
-/* Little-endian cursors                                                   */
-/* ---------------------------------------------------------------------- */
-
-typedef struct rd {
-    const uint8_t *p;
-} rd;
-
-typedef struct wr {
-    uint8_t *p;
-} wr;
-
-static uint8_t get8(rd *r)
-{
-    return *r->p++;
-}
-
-static uint16_t get16(rd *r)
-{
-    uint16_t v = (uint16_t)(r->p[0] | (unsigned)r->p[1] << 8);
-    r->p += 2;
-    return v;
-}
-
-static uint32_t get32(rd *r)
-{
-    uint32_t v = (uint32_t)r->p[0] | (uint32_t)r->p[1] << 8 |
-                 (uint32_t)r->p[2] << 16 | (uint32_t)r->p[3] << 24;
-    r->p += 4;
-    return v;
-}
-
-static uint64_t get64(rd *r)
-{
-    uint64_t lo = get32(r);
-    return lo | (uint64_t)get32(r) << 32;
-}
-
-static void put8(wr *w, uint8_t v)
-{
-    *w->p++ = v;
-}
-
-static void put16(wr *w, uint16_t v)
-{
-    put8(w, (uint8_t)v);
-    put8(w, (uint8_t)(v >> 8));
-}
-
-static void put32(wr *w, uint32_t v)
-{
-    put16(w, (uint16_t)v);
-    put16(w, (uint16_t)(v >> 16));
-}
-
-static void put64(wr *w, uint64_t v)
-{
-    put32(w, (uint32_t)v);
-    put32(w, (uint32_t)(v >> 32));
-}
-
-/* ---------------------------------------------------------------------- */
 /* Tables                                                                  */
 /* ---------------------------------------------------------------------- */
+
+/* The types whose body is the common 24-byte op body alone (get_op,
+ * put_op): one list for the decoder and the encoder. */
+#define OP_BODY_TYPES(X)                                                      \
+    X(WRITE_ACK) X(COMMIT) X(COMMIT_ACK) X(CANCEL) X(CANCEL_ACK) X(TAKE)      \
+    X(RELEASE) X(RELEASE_ACK)
+#define OP_BODY_CASE_(t) case XFER_WIRE_T_##t:
 
 size_t xfer_wire_body_size(unsigned type)
 {
@@ -135,11 +83,11 @@ int xfer_wire_decode_hdr(const void *buf, size_t n, xfer_wire_hdr *h,
 {
     if (n < XFER_WIRE_HDR)
         return XFER_WIRE_NEED_MORE;
-    rd r = {buf};
-    uint32_t magic = get32(&r);
-    uint8_t version = get8(&r), type = get8(&r);
-    uint16_t flags = get16(&r);
-    uint32_t len = get32(&r), req = get32(&r);
+    xfer_le_dec r = xfer_le_dec_start(buf, XFER_WIRE_HDR);
+    uint32_t magic = xfer_le_dec_u32(&r);
+    uint8_t version = xfer_le_dec_u8(&r), type = xfer_le_dec_u8(&r);
+    uint16_t flags = xfer_le_dec_u16(&r);
+    uint32_t len = xfer_le_dec_u32(&r), req = xfer_le_dec_u32(&r);
     if (magic != XFER_WIRE_MAGIC)
         return refuse(reason, XFER_WIRE_R_BAD_MAGIC);
     if (version != XFER_WIRE_VERSION)
@@ -164,83 +112,83 @@ int xfer_wire_decode_hdr(const void *buf, size_t n, xfer_wire_hdr *h,
 }
 
 /* id, attempt, u32 (len or rsv), resv_id: the common 24-byte body. */
-static void get_op(rd *r, xfer_wire_msg *m)
+static void get_op(xfer_le_dec *r, xfer_wire_msg *m)
 {
-    m->id = get64(r);
-    m->attempt = get32(r);
-    m->len = get32(r);
-    m->resv_id = get64(r);
+    m->id = xfer_le_dec_u64(r);
+    m->attempt = xfer_le_dec_u32(r);
+    m->len = xfer_le_dec_u32(r);
+    m->resv_id = xfer_le_dec_u64(r);
 }
 
-static void get_status(rd *r, xfer_wire_status *s)
+static void get_status(xfer_le_dec *r, xfer_wire_status *s)
 {
-    s->shard = get16(r);
-    s->nshards = get16(r);
-    s->conns = get32(r);
+    s->shard = xfer_le_dec_u16(r);
+    s->nshards = xfer_le_dec_u16(r);
+    s->conns = xfer_le_dec_u32(r);
     uint64_t *f[] = {&s->pool_bytes, &s->bytes_in_use, &s->live,
                      &s->tombstones, &s->reserves, &s->refused, &s->writes,
                      &s->commits, &s->cancels, &s->expiries, &s->bad_frames,
                      &s->errors_sent, &s->events_sent, &s->write_bytes};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        *f[i] = get64(r);
+        *f[i] = xfer_le_dec_u64(r);
 }
 
-static int get_hello(rd *r, xfer_wire_msg *m, bool ack)
+static int get_hello(xfer_le_dec *r, xfer_wire_msg *m, bool ack)
 {
-    m->version = get16(r);
+    m->version = xfer_le_dec_u16(r);
     if (ack) {
-        m->shard = get16(r);
-        m->group = get32(r);
-        m->pool_bytes = get64(r);
-        m->lease_ttl_ns = get64(r);
-        m->max_write = get32(r);
+        m->shard = xfer_le_dec_u16(r);
+        m->group = xfer_le_dec_u32(r);
+        m->pool_bytes = xfer_le_dec_u64(r);
+        m->lease_ttl_ns = xfer_le_dec_u64(r);
+        m->max_write = xfer_le_dec_u32(r);
         return 0;
     }
-    m->role = get8(r);
-    (void)get8(r);
-    m->group = get32(r);
-    m->shard = get16(r);
+    m->role = xfer_le_dec_u8(r);
+    (void)xfer_le_dec_u8(r);
+    m->group = xfer_le_dec_u32(r);
+    m->shard = xfer_le_dec_u16(r);
     return m->role >= XFER_WIRE_ROLE_PRODUCER &&
                    m->role <= XFER_WIRE_ROLE_ADMIN && m->shard != 0xFFFFu
                ? 0
                : -1;
 }
 
-static int get_event(rd *r, xfer_wire_msg *m)
+static int get_event(xfer_le_dec *r, xfer_wire_msg *m)
 {
-    m->kind = get8(r);
-    (void)get8(r);
-    m->shard = get16(r);
-    m->attempt = get32(r);
-    m->id = get64(r);
-    m->resv_id = get64(r);
-    m->len = get32(r);
+    m->kind = xfer_le_dec_u8(r);
+    (void)xfer_le_dec_u8(r);
+    m->shard = xfer_le_dec_u16(r);
+    m->attempt = xfer_le_dec_u32(r);
+    m->id = xfer_le_dec_u64(r);
+    m->resv_id = xfer_le_dec_u64(r);
+    m->len = xfer_le_dec_u32(r);
     return m->kind < XFER_SHARD_EV_COUNT_ ? 0 : -1;
 }
 
-static int get_write(rd *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
+static int get_write(xfer_le_dec *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
 {
     get_op(r, m);
-    m->off = get64(r);
+    m->off = xfer_le_dec_u64(r);
     uint64_t data = (uint64_t)h->len - XFER_WIRE_HDR - XFER_WIRE_WRITE_FIXED;
     if (m->len != data || m->off > UINT64_MAX - m->len)
         return -1;
     return 0;
 }
 
-static int get_error(rd *r, xfer_wire_msg *m)
+static int get_error(xfer_le_dec *r, xfer_wire_msg *m)
 {
-    m->code = (int32_t)get32(r);
-    m->req_type = get8(r);
-    (void)get8(r);
-    m->shard = get16(r);
-    m->id = get64(r);
-    m->attempt = get32(r);
+    m->code = (int32_t)xfer_le_dec_u32(r);
+    m->req_type = xfer_le_dec_u8(r);
+    (void)xfer_le_dec_u8(r);
+    m->shard = xfer_le_dec_u16(r);
+    m->id = xfer_le_dec_u64(r);
+    m->attempt = xfer_le_dec_u32(r);
     return m->code < 0 ? 0 : -1;
 }
 
 /* Dispatch on the type; returns 0 or -1 for a field out of range. */
-static int get_body(rd *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
+static int get_body(xfer_le_dec *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
 {
     switch ((xfer_wire_type)h->type) {
     case XFER_WIRE_T_HELLO:
@@ -248,29 +196,22 @@ static int get_body(rd *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
     case XFER_WIRE_T_HELLO_ACK:
         return get_hello(r, m, true);
     case XFER_WIRE_T_RESERVE:
-        m->id = get64(r);
-        m->attempt = get32(r);
-        m->len = get32(r);
+        m->id = xfer_le_dec_u64(r);
+        m->attempt = xfer_le_dec_u32(r);
+        m->len = xfer_le_dec_u32(r);
         return 0;
     case XFER_WIRE_T_RESERVE_OK:
         get_op(r, m);
-        m->addr = get64(r);
-        m->rkey = get32(r);
+        m->addr = xfer_le_dec_u64(r);
+        m->rkey = xfer_le_dec_u32(r);
         return 0;
     case XFER_WIRE_T_WRITE:
         return get_write(r, h, m);
     case XFER_WIRE_T_TAKE_OK:
         get_op(r, m);
-        m->addr = get64(r);
+        m->addr = xfer_le_dec_u64(r);
         return 0;
-    case XFER_WIRE_T_WRITE_ACK:
-    case XFER_WIRE_T_COMMIT:
-    case XFER_WIRE_T_COMMIT_ACK:
-    case XFER_WIRE_T_CANCEL:
-    case XFER_WIRE_T_CANCEL_ACK:
-    case XFER_WIRE_T_TAKE:
-    case XFER_WIRE_T_RELEASE:
-    case XFER_WIRE_T_RELEASE_ACK:
+    OP_BODY_TYPES(OP_BODY_CASE_)
         get_op(r, m);
         return 0;
     case XFER_WIRE_T_EVENT:
@@ -279,7 +220,7 @@ static int get_body(rd *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
     case XFER_WIRE_T_SUBSCRIBE_ACK:
         return 0;
     case XFER_WIRE_T_STATUS:
-        m->shard = get16(r);
+        m->shard = xfer_le_dec_u16(r);
         return 0;
     case XFER_WIRE_T_STATUS_OK:
         get_status(r, &m->st);
@@ -304,7 +245,7 @@ int xfer_wire_decode_body(const xfer_wire_hdr *h, const void *body, size_t n,
     xfer_wire_msg tmp;
     memset(&tmp, 0, sizeof tmp);
     tmp.type = h->type;
-    rd r = {body};
+    xfer_le_dec r = xfer_le_dec_start(body, need);
     if (get_body(&r, h, &tmp) != 0)
         return refuse(reason, XFER_WIRE_R_BAD_FIELD);
     *m = tmp;
@@ -330,56 +271,56 @@ int xfer_wire_decode(const void *buf, size_t n, xfer_wire_hdr *h,
 /* Encoding                                                                */
 /* ---------------------------------------------------------------------- */
 
-static void put_op(wr *w, const xfer_wire_msg *m)
+static void put_op(xfer_le_enc *w, const xfer_wire_msg *m)
 {
-    put64(w, m->id);
-    put32(w, m->attempt);
-    put32(w, m->len);
-    put64(w, m->resv_id);
+    xfer_le_enc_u64(w, m->id);
+    xfer_le_enc_u32(w, m->attempt);
+    xfer_le_enc_u32(w, m->len);
+    xfer_le_enc_u64(w, m->resv_id);
 }
 
-static void put_status(wr *w, const xfer_wire_status *s)
+static void put_status(xfer_le_enc *w, const xfer_wire_status *s)
 {
-    put16(w, s->shard);
-    put16(w, s->nshards);
-    put32(w, s->conns);
+    xfer_le_enc_u16(w, s->shard);
+    xfer_le_enc_u16(w, s->nshards);
+    xfer_le_enc_u32(w, s->conns);
     const uint64_t f[] = {s->pool_bytes, s->bytes_in_use, s->live,
                           s->tombstones, s->reserves, s->refused, s->writes,
                           s->commits, s->cancels, s->expiries, s->bad_frames,
                           s->errors_sent, s->events_sent, s->write_bytes};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        put64(w, f[i]);
+        xfer_le_enc_u64(w, f[i]);
 }
 
-static void put_hello(wr *w, const xfer_wire_msg *m, bool ack)
+static void put_hello(xfer_le_enc *w, const xfer_wire_msg *m, bool ack)
 {
-    put16(w, m->version ? m->version : XFER_WIRE_VERSION);
+    xfer_le_enc_u16(w, m->version ? m->version : XFER_WIRE_VERSION);
     if (ack) {
-        put16(w, m->shard);
-        put32(w, m->group);
-        put64(w, m->pool_bytes);
-        put64(w, m->lease_ttl_ns);
-        put32(w, m->max_write);
+        xfer_le_enc_u16(w, m->shard);
+        xfer_le_enc_u32(w, m->group);
+        xfer_le_enc_u64(w, m->pool_bytes);
+        xfer_le_enc_u64(w, m->lease_ttl_ns);
+        xfer_le_enc_u32(w, m->max_write);
         return;
     }
-    put8(w, m->role);
-    put8(w, 0);
-    put32(w, m->group);
-    put16(w, m->shard);
+    xfer_le_enc_u8(w, m->role);
+    xfer_le_enc_u8(w, 0);
+    xfer_le_enc_u32(w, m->group);
+    xfer_le_enc_u16(w, m->shard);
 }
 
-static void put_event(wr *w, const xfer_wire_msg *m)
+static void put_event(xfer_le_enc *w, const xfer_wire_msg *m)
 {
-    put8(w, m->kind);
-    put8(w, 0);
-    put16(w, m->shard);
-    put32(w, m->attempt);
-    put64(w, m->id);
-    put64(w, m->resv_id);
-    put32(w, m->len);
+    xfer_le_enc_u8(w, m->kind);
+    xfer_le_enc_u8(w, 0);
+    xfer_le_enc_u16(w, m->shard);
+    xfer_le_enc_u32(w, m->attempt);
+    xfer_le_enc_u64(w, m->id);
+    xfer_le_enc_u64(w, m->resv_id);
+    xfer_le_enc_u32(w, m->len);
 }
 
-static void put_body(wr *w, const xfer_wire_msg *m)
+static void put_body(xfer_le_enc *w, const xfer_wire_msg *m)
 {
     switch ((xfer_wire_type)m->type) {
     case XFER_WIRE_T_HELLO:
@@ -387,49 +328,42 @@ static void put_body(wr *w, const xfer_wire_msg *m)
         put_hello(w, m, m->type == XFER_WIRE_T_HELLO_ACK);
         break;
     case XFER_WIRE_T_RESERVE:
-        put64(w, m->id);
-        put32(w, m->attempt);
-        put32(w, m->len);
+        xfer_le_enc_u64(w, m->id);
+        xfer_le_enc_u32(w, m->attempt);
+        xfer_le_enc_u32(w, m->len);
         break;
     case XFER_WIRE_T_RESERVE_OK:
         put_op(w, m);
-        put64(w, m->addr);
-        put32(w, m->rkey);
+        xfer_le_enc_u64(w, m->addr);
+        xfer_le_enc_u32(w, m->rkey);
         break;
     case XFER_WIRE_T_WRITE:
         put_op(w, m);
-        put64(w, m->off);
+        xfer_le_enc_u64(w, m->off);
         break;
     case XFER_WIRE_T_TAKE_OK:
         put_op(w, m);
-        put64(w, m->addr);
+        xfer_le_enc_u64(w, m->addr);
         break;
-    case XFER_WIRE_T_WRITE_ACK:
-    case XFER_WIRE_T_COMMIT:
-    case XFER_WIRE_T_COMMIT_ACK:
-    case XFER_WIRE_T_CANCEL:
-    case XFER_WIRE_T_CANCEL_ACK:
-    case XFER_WIRE_T_TAKE:
-    case XFER_WIRE_T_RELEASE:
-    case XFER_WIRE_T_RELEASE_ACK:
+    OP_BODY_TYPES(OP_BODY_CASE_)
         put_op(w, m);
         break;
     case XFER_WIRE_T_EVENT:
         put_event(w, m);
         break;
     case XFER_WIRE_T_STATUS:
-        put16(w, m->shard);
+        xfer_le_enc_u16(w, m->shard);
         break;
     case XFER_WIRE_T_STATUS_OK:
         put_status(w, &m->st);
         break;
     case XFER_WIRE_T_ERROR:
-        put32(w, (uint32_t)m->code);
-        put8(w, m->req_type);
-        put8(w, 0);
-        put16(w, m->shard);
-        put64(w, m->id);
-        put32(w, m->attempt);
+        xfer_le_enc_u32(w, (uint32_t)m->code);
+        xfer_le_enc_u8(w, m->req_type);
+        xfer_le_enc_u8(w, 0);
+        xfer_le_enc_u16(w, m->shard);
+        xfer_le_enc_u64(w, m->id);
+        xfer_le_enc_u32(w, m->attempt);
         break;
     case XFER_WIRE_T_SUBSCRIBE:
     case XFER_WIRE_T_SUBSCRIBE_ACK:
@@ -453,13 +387,13 @@ size_t xfer_wire_encode(const xfer_wire_msg *m, uint32_t req, void *buf,
         len += m->len;
     }
     memset(buf, 0, n); /* reserved fields are 0 */
-    wr w = {buf};
-    put32(&w, XFER_WIRE_MAGIC);
-    put8(&w, XFER_WIRE_VERSION);
-    put8(&w, m->type);
-    put16(&w, 0);
-    put32(&w, (uint32_t)len);
-    put32(&w, req);
+    xfer_le_enc w = xfer_le_enc_start(buf, n);
+    xfer_le_enc_u32(&w, XFER_WIRE_MAGIC);
+    xfer_le_enc_u8(&w, XFER_WIRE_VERSION);
+    xfer_le_enc_u8(&w, m->type);
+    xfer_le_enc_u16(&w, 0);
+    xfer_le_enc_u32(&w, (uint32_t)len);
+    xfer_le_enc_u32(&w, req);
     put_body(&w, m);
     return n;
 }

@@ -44,6 +44,7 @@ extern "C" {
     X(UNAVAILABLE, -19, "not every shard became ready")                       \
     X(NOT_SUPPORTED, -20, "not supported by this build or device")            \
     X(FORMAT,      -21, "bad file format or version")                         \
+    X(TOO_SMALL,   -22, "buffer too small for the result")                    \
     X(INTERNAL,   -100, "internal error (bug in xfer)")
 
 #define XFER_ERR_FATAL_BAND (-100)

@@ -63,6 +63,13 @@ typedef void (*xfer_idle_cb)(void *ud);
 typedef uint64_t (*xfer_clock_fn)(void *ud);
 
 /*
+ * xfer_clock_monotonic - the default xfer_clock_fn of the engine, the loop
+ * transport and the control socket: CLOCK_MONOTONIC in nanoseconds.  `ud`
+ * is ignored (NULL is fine).  Any thread; never fails.
+ */
+XFER_API uint64_t xfer_clock_monotonic(void *ud);
+
+/*
  * Configuration; copied at creation.  Start from
  * xfer_engine_config_default() and set what differs.  `version` says which
  * layout the caller was built with (docs/design.md section 4.1):

@@ -23,6 +23,8 @@
 #include <event2/event.h>
 #include <event2/util.h>
 
+#include "xfer/xfer.h"
+
 #define MP_MAX 64
 
 static pid_t procs[MP_MAX];
@@ -37,9 +39,7 @@ static void sleep_ms(int ms)
 
 uint64_t mp_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return xfer_clock_monotonic(NULL) / 1000000;
 }
 
 void mp_kill_all(void)

@@ -33,7 +33,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "le.h" /* fsm/: the one little-endian codec (fsm_private_dep) */
 #include "wire.h"
+#include "xfer/xfer.h"
 
 #define BUF_CAP (BENCH_ECHO_MAX_INFLIGHT * XFER_WIRE_MAX_FIXED * 2)
 #define WIRE_ID_BASE (1ull << 40)
@@ -332,9 +334,9 @@ static void queue_round(run_state *r, uint32_t k)
     bench_echo *e = r->e;
     const slot *s = &e->s[k];
     uint8_t f[BENCH_ECHO_FRAME] = {0};
-    memcpy(f, &k, 4);
-    memcpy(f + 4, &s->round, 4);
-    memcpy(f + 8, &s->seq, 8);
+    xfer_le_put32(f, k);
+    xfer_le_put32(f + 4, s->round);
+    xfer_le_put64(f + 8, s->seq);
     for (uint16_t i = 0; i < e->n; i++) {
         peer *pp = &e->p[i];
         if (e->wire) {
@@ -371,7 +373,7 @@ static void on_reply(run_state *r, uint32_t k)
         queue_round(r, k);
         return;
     }
-    uint64_t now = bench_now_ns();
+    uint64_t now = xfer_clock_monotonic(NULL);
     r->c->done++;
     if (e->nlat < LAT_CAP)
         e->lat[e->nlat++] = now - e->s[k].t0;
@@ -390,11 +392,8 @@ static bool expected(const run_state *r, uint32_t k, uint32_t round,
 
 static void on_echo(run_state *r, const uint8_t *f)
 {
-    uint32_t k, round;
-    uint64_t seq;
-    memcpy(&k, f, 4);
-    memcpy(&round, f + 4, 4);
-    memcpy(&seq, f + 8, 8);
+    uint32_t k = xfer_le_get32(f), round = xfer_le_get32(f + 4);
+    uint64_t seq = xfer_le_get64(f + 8);
     r->c->frames_received++;
     if (!expected(r, k, round, seq)) {
         r->bad = true;

@@ -28,16 +28,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "xfer/xfer.h"
+
 #define MAX_KIDS 32
 
 static pid_t kids[MAX_KIDS];
-
-uint64_t bench_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---------------------------------------------------------------------- */
 /* /proc                                                                   */
@@ -143,7 +138,7 @@ void bench_proc_sample(pid_t driver, const pid_t *peers, int n,
     for (int i = 0; i < n; i++)
         bench_proc_cpu(peers[i], &s->peers);
     s->machine_busy_ticks = machine_busy();
-    s->wall_ns = bench_now_ns();
+    s->wall_ns = xfer_clock_monotonic(NULL);
 }
 
 /* ---------------------------------------------------------------------- */

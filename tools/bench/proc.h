@@ -65,7 +65,4 @@ void bench_proc_kill(pid_t pid);
 /* SIGKILL and reap every child still alive (for atexit). */
 void bench_proc_kill_all(void);
 
-/* Monotonic clock in ns. */
-uint64_t bench_now_ns(void);
-
 #endif /* XFER_BENCH_PROC_H */

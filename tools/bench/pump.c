@@ -54,7 +54,7 @@ static void on_done(void *ud, const xfer_result *res)
 {
     bench_pump *u = ud;
     uint32_t slot = (uint32_t)res->user_data;
-    uint64_t t = bench_now_ns();
+    uint64_t t = xfer_clock_monotonic(NULL);
     u->live--;
     u->free_slots[u->nfree++] = slot;
     if (res->status == 0) {
@@ -85,7 +85,7 @@ static void submit(bench_pump *u)
     xfer_transfer_desc d = {.id = ++u->next_id, .group = u->group,
                             .pool = u->pool, .nslices = u->shards,
                             .slices = sl, .user_data = slot};
-    u->started[slot] = bench_now_ns();
+    u->started[slot] = xfer_clock_monotonic(NULL);
     u->c->submitted++;
     if (xfer_engine_submit(u->e, &d, on_done, u) != 0) {
         u->c->refused++;
@@ -207,10 +207,10 @@ int bench_pump_new(const demo_tcp *g, uint16_t nshards, bench_pump **out,
     /* A tick so that EVLOOP_ONCE returns while nothing else happens. */
     struct event *tick = event_new(u->base, -1, EV_PERSIST, on_tick, NULL);
     struct timeval tv = {0, 10000};
-    uint64_t end = bench_now_ns() + 10000000000ull;
+    uint64_t end = xfer_clock_monotonic(NULL) + 10000000000ull;
     if (!tick || event_add(tick, &tv) != 0)
         end = 0;
-    while (!connected(u) && bench_now_ns() < end)
+    while (!connected(u) && xfer_clock_monotonic(NULL) < end)
         event_base_loop(u->base, EVLOOP_ONCE);
     if (tick)
         event_free(tick);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "proc.h"
+#include "xfer/xfer.h"
 
 #define WAIT_MS 20000
 
@@ -57,11 +58,11 @@ static void close_child(child *c)
 static int read_line(bench_pyref *r, child *c, int ms)
 {
     size_t n = 0;
-    uint64_t end = bench_now_ns() + (uint64_t)ms * 1000000ull;
+    uint64_t end = xfer_clock_monotonic(NULL) + (uint64_t)ms * 1000000ull;
     while (n + 1 < sizeof r->line) {
         struct pollfd pfd = {.fd = c->from, .events = POLLIN};
-        int left = (int)((end - bench_now_ns()) / 1000000ull);
-        if (bench_now_ns() >= end || poll(&pfd, 1, left) <= 0)
+        int left = (int)((end - xfer_clock_monotonic(NULL)) / 1000000ull);
+        if (xfer_clock_monotonic(NULL) >= end || poll(&pfd, 1, left) <= 0)
             return -1;
         ssize_t got = read(c->from, r->line + n, 1);
         if (got < 0 && errno == EINTR)
@@ -101,8 +102,8 @@ static int wait_port(bench_pyref *r, uint16_t k, char *ports, size_t cap)
 {
     char pf[320];
     snprintf(pf, sizeof pf, "%s/shard-%u.port", r->dir, (unsigned)k);
-    uint64_t end = bench_now_ns() + WAIT_MS * 1000000ull;
-    while (bench_now_ns() < end) {
+    uint64_t end = xfer_clock_monotonic(NULL) + WAIT_MS * 1000000ull;
+    while (xfer_clock_monotonic(NULL) < end) {
         FILE *f = fopen(pf, "r");
         unsigned port = 0;
         if (f) {

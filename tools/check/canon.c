@@ -9,14 +9,16 @@
  * counter, the messages to and from it, the core's and the tracker's
  * per-shard sub-records and mask bits, the monitors' per-shard
  * bookkeeping), written without the shard's index, and the rest, in which
- * every shard-indexed datum has been taken out.  The key hashes the rest
- * and then the per-shard signatures (128-bit hashes of the per-shard
- * data) in sorted order.  Two states with one key therefore have equal
- * rests and, shard for shard in sorted order, equal per-shard data: one
- * is the other renamed (up to hash collisions).  Ties in the order need no
- * care: tied shards carry equal data.  A component whose layout this file
- * does not understand switches the reduction off for that state rather
- * than risk merging unequal states.
+ * every shard-indexed datum has been taken out.  The machines make that
+ * split themselves (their canonical form, fsm/save.h): this file reads no
+ * machine's bytes.  The key hashes the rest and then the per-shard
+ * signatures (128-bit hashes of the per-shard data) in sorted order.  Two
+ * states with one key therefore have equal rests and, shard for shard in
+ * sorted order, equal per-shard data: one is the other renamed (up to hash
+ * collisions).  Ties in the order need no care: tied shards carry equal
+ * data.  A machine that cannot give its canonical form for a state (the
+ * tracker with actions pending) switches the reduction off for that state
+ * rather than risk merging unequal states.
  *
  * The parts are cached (ck_parts) so that a move re-hashes only the
  * machines it touched; the plain data (messages, monitors) is re-read for
@@ -25,6 +27,7 @@
 #include <string.h>
 
 #include "canon.h"
+#include "save.h"
 
 __extension__ typedef unsigned __int128 u128;
 
@@ -67,120 +70,41 @@ static void hash128(const void *p, size_t n, uint64_t seed,
 /* Parts of a state                                                        */
 /* ---------------------------------------------------------------------- */
 
-#include "transfer.h"
+/* Where the machines write their canonical forms: part 0 (the rest) and
+ * one part per shard, each up to a whole saved state. */
+static uint8_t g_form[(CK_MAX_S + 1) * CK_SAVE_MAX];
 
-#define CORE_HDR (6 * 4 + 2 * 8)
-#define TSH (sizeof(xfer_transfer_shard))
-#define CPS (TSH + 3) /* per-shard bytes of one core record */
-
-static uint64_t low_bits(unsigned S)
+/* Take a machine's canonical form (rc its result): hash part 0 into h
+ * and keep the per-shard parts.  False when there is none. */
+static bool take_form(int rc, const xfer_canon *c, unsigned S, uint64_t seed,
+                      uint64_t h[2], uint8_t (*parts)[CK_PART_MAX],
+                      uint16_t *n)
 {
-    return (1ull << S) - 1u;
-}
-
-/* One live core record: its per-shard data goes to cps, and is zeroed
- * (masks cleared, first_failed replaced by a marker) in the record. */
-static void core_record(ck_parts *p, uint8_t *r, unsigned S)
-{
-    xfer_transfer t;
-    uint8_t *sh = r + sizeof t;
-    memcpy(&t, r, sizeof t);
+    if (rc != 0)
+        return false;
+    for (unsigned k = 0; k < S; k++)
+        if (c->len[1 + k] > CK_PART_MAX)
+            return false;
+    hash128(xfer_canon_part(c, 0), c->len[0], seed, h);
     for (unsigned k = 0; k < S; k++) {
-        uint8_t *c = p->cps[k] + p->ncore;
-        memcpy(c, sh + k * TSH, TSH);
-        c[TSH] = (uint8_t)(t.failed_shards >> k & 1);
-        c[TSH + 1] = (uint8_t)(t.rollback_failed >> k & 1);
-        c[TSH + 2] = (uint8_t)(t.first_failed == k);
+        n[k] = (uint16_t)c->len[1 + k];
+        memcpy(parts[k], xfer_canon_part(c, 1 + k), n[k]);
     }
-    p->ncore = (uint16_t)(p->ncore + CPS);
-    memset(sh, 0, S * TSH);
-    t.failed_shards &= ~low_bits(S);
-    t.rollback_failed &= ~low_bits(S);
-    if (t.first_failed < S)
-        t.first_failed = CK_MAX_S;
-    memcpy(r, &t, sizeof t);
-}
-
-static bool parts_core(ck_parts *p, const uint8_t *blob, size_t n, unsigned S)
-{
-    static uint8_t tmp[CK_SAVE_MAX];
-    uint32_t live;
-    if (n < CORE_HDR || n > sizeof tmp)
-        return false;
-    memcpy(tmp, blob, n);
-    memcpy(&live, tmp + 8, 4);
-    if (live > CK_MAX_T)
-        return false;
-    size_t at = CORE_HDR, rec = 2 + sizeof(xfer_transfer) + S * TSH;
-    p->ncore = 0;
-    for (uint32_t i = 0; i < live; i++, at += rec) {
-        uint16_t ns;
-        if (at + rec > n)
-            return false;
-        memcpy(&ns, tmp + at, 2);
-        if (ns != S)
-            return false;
-        core_record(p, tmp + at + 2, S);
-    }
-    hash128(tmp, n, 0xc03e, p->core);
     return true;
 }
 
-/* The readiness blob (fsm/readiness_save.c): a 46-byte header, then each
- * live record: id 8, attempt 4, state 1, deferred 4, the masks ready,
- * take_ok, take_fail, unsure (8 each, little-endian), deadline 8, then one
- * reservation id per shard. */
-#define RD_HDR 46
-#define RD_MASKS 17
-#define RD_RESV 57
-#define RPS 12 /* per-shard bytes of one tracker record */
-
-static uint64_t le64(const uint8_t *p)
+static bool parts_core(ck_parts *p, const ck_world *w, unsigned S)
 {
-    uint64_t v = 0;
-    for (unsigned i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
+    xfer_canon c = {.buf = g_form, .stride = CK_SAVE_MAX};
+    int rc = xfer_core_canon(w->core, (uint16_t)S, &c);
+    return take_form(rc, &c, S, 0xc03e, p->core, p->cps, p->ncps);
 }
 
-static void st64(uint8_t *p, uint64_t v)
+static bool parts_rd(ck_parts *p, const ck_world *w, unsigned S)
 {
-    for (unsigned i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void rd_record(ck_parts *p, uint8_t *r, unsigned S)
-{
-    for (unsigned k = 0; k < S; k++) {
-        uint8_t *b = p->rps[k] + p->nrd;
-        for (unsigned m = 0; m < 4; m++)
-            b[m] = (uint8_t)(le64(r + RD_MASKS + 8 * m) >> k & 1);
-        memcpy(b + 4, r + RD_RESV + 8 * k, 8);
-    }
-    p->nrd = (uint16_t)(p->nrd + RPS);
-    for (unsigned m = 0; m < 4; m++)
-        st64(r + RD_MASKS + 8 * m,
-             le64(r + RD_MASKS + 8 * m) & ~low_bits(S));
-    memset(r + RD_RESV, 0, 8 * S);
-}
-
-static bool parts_rd(ck_parts *p, const uint8_t *blob, size_t n, unsigned S)
-{
-    static uint8_t tmp[CK_SAVE_MAX];
-    uint32_t live, nacts;
-    if (n < RD_HDR || n > sizeof tmp)
-        return false;
-    memcpy(&live, blob + 30, 4);
-    memcpy(&nacts, blob + 42, 4);
-    if (nacts || blob[4] != (S & 0xff) || live > CK_MAX_T ||
-        RD_HDR + live * (RD_RESV + 8 * S) > n)
-        return false;
-    memcpy(tmp, blob, n);
-    p->nrd = 0;
-    for (uint32_t i = 0; i < live; i++)
-        rd_record(p, tmp + RD_HDR + (size_t)i * (RD_RESV + 8 * S), S);
-    hash128(tmp, n, 0x4ead, p->rd);
-    return true;
+    xfer_canon c = {.buf = g_form, .stride = CK_SAVE_MAX};
+    int rc = xfer_readiness_canon(w->rd, &c);
+    return take_form(rc, &c, S, 0x4ead, p->rd, p->rps, p->nrps);
 }
 
 /* Memo of each shard's blob hash and signature in the state being
@@ -216,22 +140,21 @@ static void memo_hash(memo *m, const uint8_t *b, size_t n, uint64_t seed,
 static memo g_blob[CK_MAX_S], g_sig[CK_MAX_S];
 
 /* Re-hash the machines in `which` of the state saved in blob (laid out as
- * w->lay says). */
+ * w->lay says), which the machines of w hold now.  A shard's save is its
+ * canonical form; the core and the tracker give theirs. */
 void ck_canon_parts(ck_parts *p, const ck_world *w, const uint8_t *blob,
                     unsigned which)
 {
     unsigned S = w->cfg->S;
     const ck_layout *l = &w->lay;
     if (which & CK_M_CORE)
-        p->ok_core = parts_core(p, blob + l->off[CK_SLOT_CORE],
-                                l->len[CK_SLOT_CORE], S);
+        p->ok_core = parts_core(p, w, S);
     for (unsigned k = 0; k < S; k++)
         if (which & CK_M_SH(k))
             memo_hash(&g_blob[k], blob + l->off[CK_SLOT_SH(k)],
                       l->len[CK_SLOT_SH(k)], 7, p->sh[k]);
     if (which & CK_M_RD)
-        p->ok_rd = parts_rd(p, blob + l->off[CK_SLOT_RD],
-                            l->len[CK_SLOT_RD], S);
+        p->ok_rd = parts_rd(p, w, S);
 }
 
 /* Copy the parts of an S-shard world (the arrays only as far as used). */
@@ -242,11 +165,11 @@ void ck_canon_parts_copy(ck_parts *dst, const ck_parts *src, unsigned S)
     memcpy(dst->sh, src->sh, S * sizeof src->sh[0]);
     memcpy(dst->core, src->core, sizeof src->core);
     memcpy(dst->rd, src->rd, sizeof src->rd);
-    dst->ncore = src->ncore;
-    dst->nrd = src->nrd;
     for (unsigned k = 0; k < S; k++) {
-        memcpy(dst->cps[k], src->cps[k], src->ncore);
-        memcpy(dst->rps[k], src->rps[k], src->nrd);
+        dst->ncps[k] = src->ncps[k];
+        dst->nrps[k] = src->nrps[k];
+        memcpy(dst->cps[k], src->cps[k], src->ncps[k]);
+        memcpy(dst->rps[k], src->rps[k], src->nrps[k]);
     }
 }
 
@@ -289,9 +212,14 @@ static void shard_sig(const ck_world *w, const ck_parts *p, unsigned k,
         kput(&o, &m->cs[k], sizeof m->cs[k]);
         kput(&o, b, sizeof b);
     }
-    kput(&o, p->cps[k], p->ncore);
-    kput(&o, p->rps[k], p->nrd);
+    kput(&o, p->cps[k], p->ncps[k]);
+    kput(&o, p->rps[k], p->nrps[k]);
     memo_hash(&g_sig[k], o.b, o.at, 0x516, sig);
+}
+
+static uint64_t low_bits(unsigned S)
+{
+    return (1ull << S) - 1u;
 }
 
 /* Everything that is not per-shard, shard references taken out. */

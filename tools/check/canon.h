@@ -12,18 +12,22 @@
 
 #include "world.h"
 
+/* The most bytes a machine writes about one shard in its canonical form
+ * (fsm/save.h): the core 40 and the tracker 12 per live record. */
+#define CK_PART_MAX (CK_MAX_T * 64)
+
 /* Cached hashes of the parts of one saved state. */
 typedef struct ck_parts {
-    bool ok_core, ok_rd;           /* layouts understood: symmetry usable */
+    bool ok_core, ok_rd;           /* canonical forms given: symmetry usable */
     uint64_t sh[CK_MAX_S][2];      /* each shard blob */
     uint64_t core[2], rd[2];       /* core / tracker minus per-shard data */
-    uint16_t ncore, nrd;           /* per-shard bytes of core / tracker */
-    uint8_t cps[CK_MAX_S][CK_MAX_T * 64];
-    uint8_t rps[CK_MAX_S][CK_MAX_T * 16];
+    uint16_t ncps[CK_MAX_S], nrps[CK_MAX_S]; /* bytes of cps[k], rps[k] */
+    uint8_t cps[CK_MAX_S][CK_PART_MAX]; /* the core's part for shard k */
+    uint8_t rps[CK_MAX_S][CK_PART_MAX]; /* the tracker's part for shard k */
 } ck_parts;
 
-/* Recompute the parts of the machines in `which` (CK_M_* bits) from the
- * saved state blob (laid out as w->lay). */
+/* Recompute the parts of the machines in `which` (CK_M_* bits) of the
+ * saved state blob (laid out as w->lay), which w's machines hold now. */
 void ck_canon_parts(ck_parts *p, const ck_world *w, const uint8_t *blob,
                     unsigned which);
 void ck_canon_parts_copy(ck_parts *dst, const ck_parts *src, unsigned S);

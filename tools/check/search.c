@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "canon.h"
 #include "guard.h"
@@ -27,12 +26,12 @@
 #include "path.h"
 #include "step.h"
 #include "world.h"
+#include "xfer/xfer.h"
 
+/* The library's monotonic clock, in seconds (for rates). */
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    return (double)xfer_clock_monotonic(NULL) / 1e9;
 }
 
 /* ---------------------------------------------------------------------- */

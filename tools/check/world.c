@@ -4,19 +4,20 @@
  *
  * What must stay true:
  *  - a state is exactly its encoding: load(save(w)) answers every move as w
- *    does (the machines' own save/load guarantee this for them; the rest is
- *    plain data here), so BFS can expand a state long after it was found;
+ *    does (the machines' declared save and load, fsm/save.h, guarantee
+ *    this for them; the rest is the checker's own plain data, copied as it
+ *    is in memory), so BFS can expand a state long after it was found;
  *  - the moves of a state, and their order, depend on the state alone;
  *  - time only moves when the environment fires a timer, and then to that
  *    timer's deadline (never backwards).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "core_int.h"
 #include "engine.h"
-#include "readiness_int.h"
-#include "shard_int.h"
+#include "le.h"
+#include "save.h"
 #include "world.h"
 
 /* ---------------------------------------------------------------------- */
@@ -140,9 +141,8 @@ static void put(obuf *o, const void *src, size_t n)
 /* A machine's blob behind a 4-byte length. */
 static void put_blob(obuf *o, size_t n)
 {
-    uint32_t n32 = (uint32_t)n;
     if (o->at + 4 <= o->len)
-        memcpy(o->p + o->at, &n32, 4);
+        xfer_le_put32(o->p + o->at, (uint32_t)n);
     o->at += 4 + n;
 }
 
@@ -165,13 +165,25 @@ static void put_mon(obuf *o, const ck_world *w)
     put(o, &w->mon.shutdown_req, 4);
 }
 
+/* A machine's save into p (n bytes): the bytes it takes, which may be
+ * more than n (then nothing past n is written).  A machine that refuses to
+ * save is a bug of the checker (it saves only between moves). */
 static size_t save_slot(ck_world *w, unsigned slot, uint8_t *p, size_t n)
 {
+    size_t need = 0;
+    int rc;
     if (slot == CK_SLOT_CORE)
-        return xfer_core_save(w->core, p, n);
-    if (slot == CK_SLOT_RD)
-        return xfer_readiness_save(w->rd, p, n);
-    return xfer_shard_save(w->sh[slot - 1], p, n);
+        rc = xfer_core_save(w->core, p, n, &need);
+    else if (slot == CK_SLOT_RD)
+        rc = xfer_readiness_save(w->rd, p, n, &need);
+    else
+        rc = xfer_shard_save(w->sh[slot - 1], p, n, &need);
+    if (rc != 0 && rc != XFER_ERR_TOO_SMALL) {
+        fprintf(stderr, "xfer-check: machine %u refused to save: %s\n", slot,
+                xfer_strerror(rc));
+        abort();
+    }
+    return need;
 }
 
 /* One machine's blob: saved afresh when it is in `which`, else copied from
@@ -234,8 +246,11 @@ static bool get(ibuf *b, void *dst, size_t n)
 
 static const uint8_t *get_blob(ibuf *b, size_t *n)
 {
-    uint32_t n32;
-    if (!get(b, &n32, 4) || b->at + n32 > b->len)
+    if (b->at + 4 > b->len)
+        return NULL;
+    uint32_t n32 = xfer_le_get32(b->p + b->at);
+    b->at += 4;
+    if (b->at + n32 > b->len)
         return NULL;
     const uint8_t *p = b->p + b->at;
     b->at += n32;

@@ -1,0 +1,452 @@
+/*
+ * fsm/core_save.c - save, load and canonical form of the transfer core
+ * (fsm/save.h), format version 2.
+ *
+ * The save, little-endian (fsm/le.h): the header ('X' 'C' 'S' 2); a
+ * fingerprint of the config; next attempt (u32), shutting down and
+ * shutdown done (u8 each), the core's clock (u64); the live transfers in
+ * id order (a count, then per record its shard count, its fields, and one
+ * section per shard); the armed timers as ids in the order they fire (a
+ * count, then the ids); the tombstone table's clock (u64) and its entries
+ * (xfer_tomb_save).  One walk of the state (put_record, through
+ * fsm/canon.h) writes both the save and the canonical form.
+ *
+ * What must stay true:
+ *  - every field of xfer_transfer and xfer_transfer_shard but `slot` and the pads
+ *    is written (the static asserts below fail when a field is added, so
+ *    it cannot be forgotten here); the slot is left out because it is not
+ *    state, and the timers' order stands in for the heap's set order;
+ *  - nothing is truncated: a save that does not fit says so and how much
+ *    it needs (version 1 silently dropped the records past 256);
+ *  - load checks the whole save before it changes the core (pass 1), then
+ *    applies it (pass 2), which can fail only on an allocation (the core
+ *    is then empty but valid) or on two tombstones with one id (empty).
+ * Records are found in id order and timers in firing order by selection,
+ * so a save costs O(live x slots): it serves the model checker and tests,
+ * whose cores are small, never a production-size core's hot path.
+ */
+#include <assert.h>
+#include <string.h>
+
+#include "canon.h"
+#include "core_priv.h"
+#include "le.h"
+#include "save.h"
+#include "util.h"
+
+/* A field added to a record must be saved and loaded below. */
+_Static_assert(sizeof(xfer_transfer) == 96, "save the new xfer_transfer field");
+_Static_assert(sizeof(xfer_transfer_shard) == 40, "save the new xfer_transfer_shard field");
+
+#define SHARD_BYTES 37u /* one saved xfer_transfer_shard (put_shard) */
+/* A saved record's head (put_record without its shards): its length, and
+ * where its id and timer sit, for walking a checked save quickly. */
+#define HEAD_BYTES 85u
+#define HEAD_ID_AT 2u
+#define HEAD_TIMER_AT 34u
+
+static const uint8_t MAGIC[XFER_SAVE_HDR] = {'X', XFER_SAVE_CORE, 'S',
+                                             XFER_CORE_SAVE_VERSION};
+
+/* What must match between the saving and the loading core. */
+static uint64_t fingerprint(const xfer_core *core)
+{
+    const xfer_core_config *c = &core->cfg;
+    const uint64_t v[] = {c->max_transfers, c->max_tombstones,
+                          c->tombstone_ttl_ns, c->default_deadline_ns,
+                          c->cancel_op_timeout_ns, c->cancel_backoff_ns,
+                          c->cancel_max_attempts, c->attempt_base,
+                          c->max_shards};
+    uint64_t h = XFER_CORE_SAVE_VERSION;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        h = xfer_util_mix64(h ^ v[i]);
+    return h;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Saving                                                                  */
+/* ---------------------------------------------------------------------- */
+
+/* The live slot with the smallest id above `after`, or UINT32_MAX. */
+static uint32_t next_by_id(const xfer_core *core, uint64_t after)
+{
+    uint32_t best = UINT32_MAX;
+    for (uint32_t s = 0; s < core->cfg.max_transfers; s++) {
+        const xfer_transfer *t = core->recs[s];
+        if (t && t->id > after &&
+            (best == UINT32_MAX || t->id < core->recs[best]->id))
+            best = s;
+    }
+    return best;
+}
+
+/* The armed slot that fires next after (key, order), or UINT32_MAX. */
+static uint32_t next_timer(const xfer_core *core, uint64_t key,
+                           uint64_t order, bool first)
+{
+    const xfer_heap *h = &core->timers;
+    uint32_t best = UINT32_MAX;
+    uint64_t bk = 0, bo = 0;
+    for (uint32_t i = 0; i < xfer_heap_count(h); i++) {
+        uint32_t s = xfer_heap_slot_at(h, i);
+        uint64_t k = 0, o = 0;
+        xfer_heap_get(h, s, &k, &o);
+        bool after = first || k > key || (k == key && o > order);
+        if (after && (best == UINT32_MAX || k < bk || (k == bk && o < bo))) {
+            best = s;
+            bk = k;
+            bo = o;
+        }
+    }
+    return best;
+}
+
+static void put_shard(xfer_le_enc *to, const xfer_transfer_shard *s)
+{
+    xfer_le_enc span = xfer_le_enc_span(to, SHARD_BYTES), *e = &span;
+    xfer_le_enc_u64(e, s->resv_id);
+    xfer_le_enc_u64(e, s->remote_addr);
+    xfer_le_enc_u64(e, s->staging_off);
+    xfer_le_enc_u32(e, s->len);
+    xfer_le_enc_u32(e, s->rkey);
+    xfer_le_enc_u8(e, s->resv);
+    xfer_le_enc_u8(e, s->write);
+    xfer_le_enc_u8(e, s->commit);
+    xfer_le_enc_u8(e, s->cancel);
+    xfer_le_enc_u8(e, s->cancel_attempts);
+}
+
+static void put_record(xfer_canon_out *o, const xfer_transfer *t)
+{
+    /* Masks and the reference keep their width in the rest, so the head
+     * is HEAD_BYTES in a save and in a canonical form alike. */
+    xfer_le_enc span = xfer_le_enc_span(xfer_canon_rest(o), HEAD_BYTES);
+    xfer_le_enc *e = &span;
+    xfer_le_enc_u16(e, t->nshards);
+    xfer_le_enc_u64(e, t->id);
+    xfer_le_enc_u64(e, t->user_data);
+    xfer_le_enc_u64(e, t->started_ns);
+    xfer_le_enc_u64(e, t->deadline_ns);
+    xfer_le_enc_u64(e, t->timer_ns);
+    xfer_canon_mask(o, e, t->failed_shards);
+    xfer_canon_mask(o, e, t->rollback_failed);
+    xfer_le_enc_u32(e, t->attempt);
+    xfer_le_enc_u32(e, t->group);
+    xfer_le_enc_u32(e, t->pool);
+    xfer_le_enc_u32(e, (uint32_t)t->status);
+    xfer_le_enc_u16(e, t->pending);
+    xfer_canon_ref(o, e, t->first_failed);
+    xfer_le_enc_u8(e, t->state);
+    xfer_le_enc_u8(e, t->fail_phase);
+    xfer_le_enc_u8(e, t->timer_kind);
+    xfer_le_enc_u8(e, t->stopping);
+    xfer_le_enc_u8(e, t->may_hold);
+    xfer_le_enc_u8(e, t->stop_deferred);
+    xfer_le_enc_u8(e, t->cancel_round);
+    for (uint16_t k = 0; k < t->nshards; k++)
+        put_shard(xfer_canon_shard(o, k), &t->shards[k]);
+}
+
+/* The whole state, through o (a save or a canonical form). */
+static void put_core(xfer_canon_out *o, const xfer_core *core)
+{
+    xfer_le_enc *e = xfer_canon_rest(o);
+    xfer_le_enc_bytes(e, MAGIC, sizeof MAGIC);
+    /* A canonical form is compared only with those of the same core. */
+    xfer_le_enc_u64(e, o->nshards ? 0 : fingerprint(core));
+    xfer_le_enc_u32(e, core->next_attempt);
+    xfer_le_enc_u8(e, core->shutting_down);
+    xfer_le_enc_u8(e, core->shutdown_done);
+    xfer_le_enc_u64(e, core->last_now);
+    xfer_le_enc_u32(e, core->live.n);
+    uint64_t id = 0;
+    for (uint32_t s; (s = next_by_id(core, id)) != UINT32_MAX;) {
+        put_record(o, core->recs[s]);
+        id = core->recs[s]->id;
+    }
+    xfer_le_enc_u32(e, xfer_heap_count(&core->timers));
+    uint64_t key = 0, order = 0;
+    bool first = true;
+    for (uint32_t s; (s = next_timer(core, key, order, first)) != UINT32_MAX;
+         first = false) {
+        xfer_heap_get(&core->timers, s, &key, &order);
+        xfer_le_enc_u64(e, core->recs[s]->id);
+    }
+    xfer_le_enc_u64(e, xfer_tomb_clock(&core->tombs));
+    xfer_tomb_save(&core->tombs, e);
+}
+
+int xfer_core_save(const xfer_core *core, uint8_t *buf, size_t len,
+                   size_t *need)
+{
+    if (!core || !need || (!buf && len))
+        return XFER_ERR_INVALID_ARG;
+    if (core->ctx.nacts)
+        return XFER_ERR_STATE;
+    xfer_canon_out o;
+    xfer_canon_begin_save(&o, buf, len);
+    put_core(&o, core);
+    *need = o.main.at;
+    return xfer_le_enc_fits(&o.main) ? 0 : XFER_ERR_TOO_SMALL;
+}
+
+int xfer_core_canon(const xfer_core *core, uint16_t nshards, xfer_canon *out)
+{
+    if (!core || !out || nshards == 0 || nshards > core->cfg.max_shards)
+        return XFER_ERR_INVALID_ARG;
+    if (core->ctx.nacts)
+        return XFER_ERR_STATE;
+    for (uint32_t s = 0; s < core->cfg.max_transfers; s++)
+        if (core->recs[s] && core->recs[s]->nshards != nshards)
+            return XFER_ERR_STATE;
+    xfer_canon_out o;
+    xfer_canon_begin(&o, out, nshards);
+    put_core(&o, core);
+    return xfer_canon_end(&o, out);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Loading                                                                 */
+/* ---------------------------------------------------------------------- */
+
+/* Records are read, and written, a fixed-size part at a time through a
+ * span (fsm/le.h): one bounds check per part instead of one per field. */
+
+static void get_shard(xfer_le_dec *from, xfer_transfer_shard *s)
+{
+    xfer_le_dec span = xfer_le_dec_span(from, SHARD_BYTES), *d = &span;
+    memset(s, 0, sizeof *s);
+    s->resv_id = xfer_le_dec_u64(d);
+    s->remote_addr = xfer_le_dec_u64(d);
+    s->staging_off = xfer_le_dec_u64(d);
+    s->len = xfer_le_dec_u32(d);
+    s->rkey = xfer_le_dec_u32(d);
+    s->resv = xfer_le_dec_u8(d);
+    s->write = xfer_le_dec_u8(d);
+    s->commit = xfer_le_dec_u8(d);
+    s->cancel = xfer_le_dec_u8(d);
+    s->cancel_attempts = xfer_le_dec_u8(d);
+    assert(!xfer_le_dec_ok(from) || xfer_le_dec_done(d)); /* SHARD_BYTES */
+}
+
+/* A record's fields (not its shards) into t, its shard count first. */
+static void get_head(xfer_le_dec *from, xfer_transfer *t)
+{
+    xfer_le_dec span = xfer_le_dec_span(from, HEAD_BYTES), *d = &span;
+    memset(t, 0, sizeof *t);
+    t->nshards = xfer_le_dec_u16(d);
+    t->id = xfer_le_dec_u64(d);
+    t->user_data = xfer_le_dec_u64(d);
+    t->started_ns = xfer_le_dec_u64(d);
+    t->deadline_ns = xfer_le_dec_u64(d);
+    t->timer_ns = xfer_le_dec_u64(d);
+    t->failed_shards = xfer_le_dec_u64(d);
+    t->rollback_failed = xfer_le_dec_u64(d);
+    t->attempt = xfer_le_dec_u32(d);
+    t->group = xfer_le_dec_u32(d);
+    t->pool = xfer_le_dec_u32(d);
+    t->status = (int32_t)xfer_le_dec_u32(d);
+    t->pending = xfer_le_dec_u16(d);
+    t->first_failed = xfer_le_dec_u16(d);
+    t->state = xfer_le_dec_u8(d);
+    t->fail_phase = xfer_le_dec_u8(d);
+    t->timer_kind = xfer_le_dec_u8(d);
+    t->stopping = xfer_le_dec_u8(d);
+    t->may_hold = xfer_le_dec_u8(d);
+    t->stop_deferred = xfer_le_dec_u8(d);
+    t->cancel_round = xfer_le_dec_u8(d);
+    assert(!xfer_le_dec_ok(from) || xfer_le_dec_done(d)); /* HEAD_BYTES */
+}
+
+static bool head_ok(const xfer_core *core, const xfer_transfer *t,
+                    uint64_t prev)
+{
+    return t->nshards >= 1 && t->nshards <= core->cfg.max_shards &&
+           t->id > prev && t->state < XFER_TRANSFER_STATE_COUNT_ &&
+           t->state != XFER_TRANSFER_STATE_TOMBSTONED;
+}
+
+/* The counts and the header, and where the records start. */
+typedef struct saved {
+    uint64_t ttl; /* the tombstones' (from the config) */
+    uint32_t next_attempt, nrec;
+    uint8_t shutting_down, shutdown_done;
+    uint64_t last_now;
+    size_t recs_at;
+} saved;
+
+static bool get_header(const xfer_core *core, xfer_le_dec *d, saved *h)
+{
+    const uint8_t *m = xfer_le_dec_take(d, sizeof MAGIC);
+    bool same = m && memcmp(m, MAGIC, sizeof MAGIC) == 0 &&
+                xfer_le_dec_u64(d) == fingerprint(core);
+    h->next_attempt = xfer_le_dec_u32(d);
+    h->shutting_down = xfer_le_dec_u8(d);
+    h->shutdown_done = xfer_le_dec_u8(d);
+    h->last_now = xfer_le_dec_u64(d);
+    h->nrec = xfer_le_dec_u32(d);
+    h->recs_at = d->at;
+    h->ttl = core->cfg.tombstone_ttl_ns;
+    return xfer_le_dec_ok(d) && same && h->nrec <= core->cfg.max_transfers &&
+           h->shutting_down <= 1 && h->shutdown_done <= 1;
+}
+
+/* Walk the saved records at d: each well formed, ids increasing. */
+static bool check_records(const xfer_core *core, xfer_le_dec *d, uint32_t n)
+{
+    uint64_t prev = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        xfer_transfer t;
+        get_head(d, &t);
+        if (!xfer_le_dec_ok(d) || !head_ok(core, &t, prev))
+            return false;
+        xfer_le_dec_skip(d, (size_t)t.nshards * SHARD_BYTES);
+        prev = t.id;
+    }
+    return xfer_le_dec_ok(d);
+}
+
+/* The saved record with id `id` (its timer_ns in *timer), by walking the
+ * records from `recs_at`, which check_records found whole. */
+static bool find_saved(const uint8_t *buf, const saved *h, uint64_t id,
+                       uint64_t *timer)
+{
+    const uint8_t *p = buf + h->recs_at;
+    for (uint32_t i = 0; i < h->nrec; i++) {
+        if (xfer_le_get64(p + HEAD_ID_AT) == id) {
+            *timer = xfer_le_get64(p + HEAD_TIMER_AT);
+            return true;
+        }
+        p += HEAD_BYTES + (size_t)xfer_le_get16(p) * SHARD_BYTES;
+    }
+    return false;
+}
+
+/* The timers: saved records, each once, with deadlines in firing order. */
+static bool check_timers(const uint8_t *buf, const saved *h, xfer_le_dec *d)
+{
+    uint32_t n = xfer_le_dec_u32(d);
+    size_t ids_at = d->at;
+    uint64_t prev = 0;
+    if (!xfer_le_dec_ok(d) || n > h->nrec)
+        return false;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t id = xfer_le_dec_u64(d), timer;
+        if (!xfer_le_dec_ok(d) || !find_saved(buf, h, id, &timer) ||
+            timer < prev)
+            return false;
+        for (uint32_t j = 0; j < i; j++)
+            if (xfer_le_get64(buf + ids_at + 8 * (size_t)j) == id)
+                return false;
+        prev = timer;
+    }
+    return true;
+}
+
+typedef struct tomb_ctx {
+    const uint8_t *buf;
+    const saved *h;
+    uint64_t clock; /* the saved clock of the table */
+} tomb_ctx;
+
+/* A tombstone's id is not one of a live transfer, and it was born no
+ * later than the table's clock says. */
+static bool tomb_ok(void *ud, const xfer_tomb_entry *e)
+{
+    const tomb_ctx *c = ud;
+    uint64_t timer;
+    return e->expires_ns - c->h->ttl <= c->clock &&
+           !find_saved(c->buf, c->h, e->id, &timer);
+}
+
+/* Pass 1: the whole save, without touching the core. */
+static bool check_save(const xfer_core *core, const uint8_t *buf, size_t len,
+                       saved *h)
+{
+    xfer_le_dec d = xfer_le_dec_start(buf, len);
+    if (!get_header(core, &d, h) || !check_records(core, &d, h->nrec) ||
+        !check_timers(buf, h, &d))
+        return false;
+    tomb_ctx c = {buf, h, xfer_le_dec_u64(&d)};
+    return xfer_le_dec_ok(&d) &&
+           xfer_tomb_check(&core->tombs, &d, h->nrec, tomb_ok, &c) &&
+           xfer_le_dec_done(&d);
+}
+
+/* Forget every record, timer, tombstone and pending action. */
+static void reset_state(xfer_core *core)
+{
+    const xfer_allocator *a = &core->cfg.alloc;
+    uint32_t n = core->cfg.max_transfers;
+    for (uint32_t s = 0; s < n; s++) {
+        xfer_util_free(a, core->recs[s]);
+        core->recs[s] = NULL;
+        xfer_heap_remove(&core->timers, s);
+        core->free_slots[s] = n - 1 - s;
+    }
+    core->nfree = n;
+    xfer_idmap_reset(&core->live);
+    xfer_tomb_reset(&core->tombs);
+    core->ctx.nacts = 0;
+}
+
+/* One checked record into the next free slot. */
+static int apply_record(xfer_core *core, xfer_le_dec *d)
+{
+    xfer_transfer head;
+    get_head(d, &head);
+    xfer_transfer *t = xfer_util_alloc(&core->cfg.alloc,
+                                       xfer_transfer_size(head.nshards));
+    if (!t)
+        return XFER_ERR_NOMEM;
+    memcpy(t, &head, sizeof head);
+    for (uint16_t k = 0; k < head.nshards; k++)
+        get_shard(d, &t->shards[k]);
+    t->slot = core->free_slots[--core->nfree];
+    core->recs[t->slot] = t;
+    xfer_idmap_put(&core->live, t->id, t->slot);
+    return 0;
+}
+
+/* Pass 2 over a checked save. */
+static int apply_save(xfer_core *core, const uint8_t *buf, size_t len,
+                      const saved *h)
+{
+    xfer_le_dec d = xfer_le_dec_start(buf, len);
+    d.at = h->recs_at;
+    reset_state(core);
+    core->next_attempt = h->next_attempt;
+    core->shutting_down = h->shutting_down;
+    core->shutdown_done = h->shutdown_done;
+    core->last_now = h->last_now;
+    for (uint32_t i = 0; i < h->nrec; i++) {
+        int rc = apply_record(core, &d);
+        if (rc)
+            return rc;
+    }
+    /* Timers set in firing order, so ties fire as they would have. */
+    uint32_t n = xfer_le_dec_u32(&d);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t slot = 0;
+        xfer_idmap_get(&core->live, xfer_le_dec_u64(&d), &slot);
+        xfer_heap_set(&core->timers, slot, core->recs[slot]->timer_ns);
+    }
+    uint64_t clock = xfer_le_dec_u64(&d);
+    if (xfer_tomb_restore(&core->tombs, &d, h->nrec) != 0 ||
+        !xfer_tomb_set_clock(&core->tombs, clock))
+        return XFER_ERR_FORMAT;
+    return 0;
+}
+
+int xfer_core_load(xfer_core *core, const uint8_t *buf, size_t len)
+{
+    if (!core || !buf)
+        return XFER_ERR_INVALID_ARG;
+    saved h;
+    if (!check_save(core, buf, len, &h))
+        return XFER_ERR_FORMAT;
+    int rc = apply_save(core, buf, len, &h);
+    if (rc)
+        reset_state(core);
+    return rc;
+}

@@ -1,0 +1,586 @@
+/*
+ * tests/test_save.c - the declared save API of the three machines
+ * (fsm/save.h): every machine's save round-trips through load into a
+ * machine that then behaves alike; the core keeps every record (version 1
+ * dropped those past 256); a buffer too small is an error with the size
+ * needed and nothing written past it; the canonical form of a machine
+ * equals that of a hand-built copy with its shards renamed, part for
+ * renamed part; and a save names its machine and version.
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "save.h"
+#include "testutil.h"
+
+#define MS 1000000ull
+#define NS3 3
+
+/* Shard k of machine A is shard PERM[k] of machine B. */
+static const uint16_t PERM[NS3] = {2, 0, 1};
+
+/* ---------------------------------------------------------------------- */
+/* Helpers                                                                 */
+/* ---------------------------------------------------------------------- */
+
+/* A machine's save in a buffer of its own (freed by the caller). */
+typedef int (*save_fn)(const void *m, uint8_t *buf, size_t len, size_t *need);
+
+static int core_save(const void *m, uint8_t *b, size_t n, size_t *need)
+{
+    return xfer_core_save(m, b, n, need);
+}
+
+static int shard_save(const void *m, uint8_t *b, size_t n, size_t *need)
+{
+    return xfer_shard_save(m, b, n, need);
+}
+
+static int rd_save(const void *m, uint8_t *b, size_t n, size_t *need)
+{
+    return xfer_readiness_save(m, b, n, need);
+}
+
+static uint8_t *save_all(save_fn fn, const void *m, size_t *len)
+{
+    size_t need = 0, got = 0;
+    ck_assert_int_eq(fn(m, NULL, 0, &need), XFER_ERR_TOO_SMALL);
+    uint8_t *buf = malloc(need);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_int_eq(fn(m, buf, need, &got), 0);
+    ck_assert_uint_eq(got, need);
+    *len = need;
+    return buf;
+}
+
+/* The two machines save to the same bytes. */
+static void same_save(save_fn fn, const void *a, const void *b)
+{
+    size_t na, nb;
+    uint8_t *x = save_all(fn, a, &na), *y = save_all(fn, b, &nb);
+    ck_assert_uint_eq(na, nb);
+    ck_assert_mem_eq(x, y, na);
+    free(x);
+    free(y);
+}
+
+/* A buffer one byte short: TOO_SMALL, the full size, nothing past it. */
+static void too_small(save_fn fn, const void *m)
+{
+    size_t need = 0, n2 = 0, n3 = 0;
+    ck_assert_int_eq(fn(m, NULL, 0, &need), XFER_ERR_TOO_SMALL);
+    ck_assert_uint_gt(need, XFER_SAVE_HDR);
+    uint8_t *buf = malloc(need + 8);
+    memset(buf, 0xEE, need + 8);
+    ck_assert_int_eq(fn(m, buf, need - 1, &n2), XFER_ERR_TOO_SMALL);
+    ck_assert_uint_eq(n2, need);
+    for (size_t i = need - 1; i < need + 8; i++)
+        ck_assert_uint_eq(buf[i], 0xEE);
+    ck_assert_int_eq(fn(m, buf, need, &n3), 0);
+    ck_assert_uint_eq(n3, need);
+    ck_assert_uint_eq(buf[need], 0xEE);
+    ck_assert_int_eq(fn(NULL, buf, need, &n3), XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(fn(m, buf, need, NULL), XFER_ERR_INVALID_ARG);
+    free(buf);
+}
+
+/* Canonical forms: equal rests, and part k of a is part PERM[k] of b. */
+static void same_renamed(const xfer_canon *a, const xfer_canon *b)
+{
+    ck_assert_uint_eq(a->len[0], b->len[0]);
+    ck_assert_mem_eq(xfer_canon_part(a, 0), xfer_canon_part(b, 0), a->len[0]);
+    for (unsigned k = 0; k < NS3; k++) {
+        unsigned j = 1u + PERM[k];
+        ck_assert_uint_eq(a->len[1 + k], b->len[j]);
+        ck_assert_uint_gt(a->len[1 + k], 0);
+        ck_assert_mem_eq(xfer_canon_part(a, 1 + k), xfer_canon_part(b, j),
+                         a->len[1 + k]);
+    }
+}
+
+/* Part i of a differs from part j of b. */
+static bool part_differs(const xfer_canon *a, unsigned i, const xfer_canon *b,
+                         unsigned j)
+{
+    return a->len[i] != b->len[j] ||
+           memcmp(xfer_canon_part(a, i), xfer_canon_part(b, j), a->len[i]);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The core                                                                */
+/* ---------------------------------------------------------------------- */
+
+static xfer_core *mk_core(uint32_t max_transfers, uint16_t max_shards)
+{
+    xfer_core_config cfg = {.version = XFER_CORE_CONFIG_VERSION,
+                            .max_transfers = max_transfers,
+                            .max_tombstones = 4 * max_transfers,
+                            .tombstone_ttl_ns = 1000 * MS,
+                            .default_deadline_ns = 500 * MS,
+                            .cancel_op_timeout_ns = 100 * MS,
+                            .cancel_backoff_ns = 10 * MS,
+                            .cancel_max_attempts = 3,
+                            .max_shards = max_shards};
+    xfer_core *c = NULL;
+    ck_assert_int_eq(xfer_core_new(&cfg, &c), 0);
+    xfer_core_actions_clear(c);
+    return c;
+}
+
+static uint32_t attempt;
+
+/* Submit id over NS3 shards; shard k's slice is `slice[k]`. */
+static void c_submit(xfer_core *c, uint64_t now, uint64_t id,
+                     const xfer_slice *slice)
+{
+    xfer_submit_args a = {.id = id, .group = 1, .nshards = NS3, .pool = 0,
+                          .slices = slice, .user_data = id};
+    ck_assert_int_eq(xfer_core_submit(c, now, &a), 0);
+    size_t n;
+    const xfer_action *act = xfer_core_actions(c, &n);
+    ck_assert_uint_gt(n, 0);
+    attempt = act[0].attempt;
+    xfer_core_actions_clear(c);
+}
+
+static void c_reserved(xfer_core *c, uint64_t now, uint64_t id, uint16_t k,
+                       int32_t status, uint64_t resv_id)
+{
+    xfer_shard_result r = {.id = id, .attempt = attempt, .shard = k,
+                           .op = XFER_OP_RESERVE, .status = status,
+                           .resv_id = status ? 0 : resv_id,
+                           .remote_addr = status ? 0 : 64 * resv_id};
+    ck_assert_int_eq(xfer_core_on_result(c, now, &r), 0);
+    xfer_core_actions_clear(c);
+}
+
+/*
+ * The same history on a core whose shard k is called map[k]: transfer 1
+ * waits for one reserve after one failed (first failure on a shard),
+ * transfer 2 has every reserve answered with a per-shard reservation id
+ * (so it writes), id 3 is tombstoned before it was ever seen.
+ */
+static void core_history(xfer_core *c, const uint16_t *map, uint64_t salt)
+{
+    static const xfer_slice by_shard[NS3] = {{0, 64}, {64, 128}, {192, 32}};
+    xfer_slice sl[NS3];
+    for (unsigned k = 0; k < NS3; k++)
+        sl[map[k]] = by_shard[k];
+    c_submit(c, 10, 1, sl);
+    c_reserved(c, 11, 1, map[0], 0, 100);
+    c_reserved(c, 12, 1, map[1], XFER_ERR_NO_SPACE, 0);
+    c_submit(c, 13, 2, sl);
+    for (unsigned k = 0; k < NS3; k++)
+        c_reserved(c, 14, 2, map[k], 0, 200 + k + (k == 2 ? salt : 0));
+    ck_assert_int_eq(xfer_core_cancel(c, 15, 3), 0);
+    xfer_core_actions_clear(c);
+}
+
+static const uint16_t IDENTITY[NS3] = {0, 1, 2};
+
+START_TEST(test_save_core_round_trip)
+{
+    xfer_core *a = mk_core(8, NS3), *b = mk_core(8, NS3);
+    core_history(a, IDENTITY, 0);
+    size_t n;
+    uint8_t *buf = save_all(core_save, a, &n);
+    ck_assert_int_eq(xfer_core_load(b, buf, n), 0);
+    same_save(core_save, a, b);
+    ck_assert_int_eq(xfer_core_state(b, 3), XFER_TRANSFER_STATE_TOMBSTONED);
+    ck_assert_uint_eq(xfer_core_next_deadline(b), xfer_core_next_deadline(a));
+    /* Both answer the next inputs alike: the last reserve of transfer 1,
+     * then every timer. */
+    xfer_core *m[2] = {a, b};
+    xfer_action acts[2][64];
+    size_t na[2];
+    for (int i = 0; i < 2; i++) {
+        xfer_shard_result r = {.id = 1, .attempt = 1, .shard = 2,
+                               .op = XFER_OP_RESERVE, .resv_id = 9,
+                               .remote_addr = 64};
+        ck_assert_int_eq(xfer_core_on_result(m[i], 20, &r), 0);
+        xfer_core_on_timer(m[i], 600 * MS);
+        const xfer_action *x = xfer_core_actions(m[i], &na[i]);
+        ck_assert_uint_le(na[i], 64);
+        memcpy(acts[i], x, na[i] * sizeof *x);
+        xfer_core_actions_clear(m[i]);
+    }
+    ck_assert_uint_eq(na[0], na[1]);
+    ck_assert_uint_gt(na[0], 3);
+    ck_assert_mem_eq(acts[0], acts[1], na[0] * sizeof acts[0][0]);
+    same_save(core_save, a, b);
+    /* A save with pending actions is refused: they are output. */
+    static const xfer_slice sl[NS3] = {{0, 1}, {1, 1}, {2, 1}};
+    xfer_submit_args s = {.id = 50, .nshards = NS3, .slices = sl};
+    ck_assert_int_eq(xfer_core_submit(a, 700 * MS, &s), 0);
+    size_t need;
+    ck_assert_int_eq(xfer_core_save(a, buf, n, &need), XFER_ERR_STATE);
+    free(buf);
+    xfer_core_del(a);
+    xfer_core_del(b);
+}
+END_TEST
+
+/* Version 1 wrote the header of 300 records and then none of them. */
+START_TEST(test_save_core_keeps_every_record)
+{
+    enum { N = 300 };
+    xfer_core *a = mk_core(N, 1), *b = mk_core(N, 1);
+    static const xfer_slice one = {0, 8};
+    for (uint64_t id = 1; id <= N; id++) {
+        xfer_submit_args s = {.id = id, .nshards = 1, .slices = &one,
+                              .deadline_ns = 1000 * MS + (id % 7) * MS};
+        ck_assert_int_eq(xfer_core_submit(a, id, &s), 0);
+        xfer_core_actions_clear(a);
+    }
+    size_t n;
+    uint8_t *buf = save_all(core_save, a, &n);
+    ck_assert_int_eq(xfer_core_load(b, buf, n), 0);
+    same_save(core_save, a, b);
+    xfer_core_stats st;
+    xfer_core_stats_get(b, &st);
+    ck_assert_uint_eq(st.live, N);
+    ck_assert_int_eq(xfer_core_state(b, N), XFER_TRANSFER_STATE_RESERVING);
+    /* The deadlines fire in the same order on both. */
+    xfer_core_on_timer(a, 1003 * MS);
+    xfer_core_on_timer(b, 1003 * MS);
+    size_t na, nb;
+    const xfer_action *x = xfer_core_actions(a, &na);
+    const xfer_action *y = xfer_core_actions(b, &nb);
+    ck_assert_uint_eq(na, nb);
+    ck_assert_uint_gt(na, 0);
+    ck_assert_mem_eq(x, y, na * sizeof *x);
+    free(buf);
+    xfer_core_del(a);
+    xfer_core_del(b);
+}
+END_TEST
+
+START_TEST(test_save_core_canon_matches_renamed_copy)
+{
+    xfer_core *a = mk_core(8, NS3), *b = mk_core(8, NS3);
+    xfer_core *c = mk_core(8, NS3);
+    core_history(a, IDENTITY, 0);
+    core_history(b, PERM, 0);
+    core_history(c, IDENTITY, 5); /* shard 2 got another resv id */
+    static uint8_t fa[4][1024], fb[4][1024], fc[4][1024];
+    xfer_canon ca = {.buf = &fa[0][0], .stride = 1024};
+    xfer_canon cb = {.buf = &fb[0][0], .stride = 1024};
+    xfer_canon cc = {.buf = &fc[0][0], .stride = 1024};
+    ck_assert_int_eq(xfer_core_canon(a, NS3, &ca), 0);
+    ck_assert_int_eq(xfer_core_canon(b, NS3, &cb), 0);
+    ck_assert_int_eq(xfer_core_canon(c, NS3, &cc), 0);
+    same_renamed(&ca, &cb);
+    /* The parts tell the shards apart, and the saves name them. */
+    ck_assert(part_differs(&ca, 1, &ca, 2));
+    ck_assert(part_differs(&ca, 2, &ca, 3));
+    size_t na, nb;
+    uint8_t *sa = save_all(core_save, a, &na), *sb = save_all(core_save, b, &nb);
+    ck_assert_uint_eq(na, nb);
+    ck_assert(memcmp(sa, sb, na) != 0);
+    /* Another state is no renaming of a: shard 2's part matches none. */
+    ck_assert_mem_eq(xfer_canon_part(&ca, 0), xfer_canon_part(&cc, 0),
+                     ca.len[0]);
+    for (unsigned k = 1; k <= NS3; k++)
+        ck_assert(part_differs(&cc, 3, &ca, k));
+    /* A part that does not fit the stride: TOO_SMALL and its size. */
+    xfer_canon tiny = {.buf = &fc[0][0], .stride = 16};
+    ck_assert_int_eq(xfer_core_canon(a, NS3, &tiny), XFER_ERR_TOO_SMALL);
+    ck_assert_uint_eq(tiny.len[0], ca.len[0]);
+    ck_assert_uint_eq(tiny.len[1], ca.len[1]);
+    /* Transfers over another number of shards cannot be split so. */
+    ck_assert_int_eq(xfer_core_canon(a, 2, &ca), XFER_ERR_STATE);
+    ck_assert_int_eq(xfer_core_canon(a, 0, &ca), XFER_ERR_INVALID_ARG);
+    free(sa);
+    free(sb);
+    xfer_core_del(a);
+    xfer_core_del(b);
+    xfer_core_del(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* The shard                                                               */
+/* ---------------------------------------------------------------------- */
+
+/* Reservation ids from a counter per shard, as the model checker draws
+ * them, so that they do not depend on the shard's index. */
+static uint64_t counters[4];
+
+static uint64_t count_up(void *ud)
+{
+    return ++*(uint64_t *)ud;
+}
+
+static xfer_shard *mk_shard(uint16_t index)
+{
+    xfer_shard_config c = {.version = XFER_SHARD_CONFIG_VERSION,
+                           .pool_bytes = 4096, .max_reservations = 8,
+                           .lease_ttl_ns = 100 * MS, .shard_index = index,
+                           .rng = {count_up, &counters[index]}};
+    xfer_shard *s = NULL;
+    ck_assert_int_eq(xfer_shard_new(&c, &s), 0);
+    return s;
+}
+
+/* Reservations in every live state, a tombstone and a pending event. */
+static void shard_history(xfer_shard *s)
+{
+    xfer_resv_info r1, r2, r3;
+    ck_assert_int_eq(xfer_shard_reserve(s, 1, 1, 1, 100, &r1), 0);
+    ck_assert_int_eq(xfer_shard_reserve(s, 2, 2, 1, 200, &r2), 0);
+    ck_assert_int_eq(xfer_shard_reserve(s, 3, 3, 1, 50, &r3), 0);
+    uint8_t *dst;
+    ck_assert_int_eq(xfer_shard_write_begin(s, 4, 2, 1, r2.resv_id, 0, 10,
+                                            &dst), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 5, 3, 1, r3.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_cancel(s, 6, 1, 1, r1.resv_id), 0);
+}
+
+START_TEST(test_save_shard_round_trip)
+{
+    xfer_shard *a = mk_shard(0), *b = mk_shard(2);
+    shard_history(a);
+    size_t n;
+    uint8_t *buf = save_all(shard_save, a, &n);
+    ck_assert_int_eq(xfer_shard_load(b, buf, n), 0);
+    same_save(shard_save, a, b);
+    ck_assert_int_eq(xfer_shard_state(b, 1), XFER_RESV_STATE_CANCELLED);
+    ck_assert_int_eq(xfer_shard_state(b, 2), XFER_RESV_STATE_WRITING);
+    ck_assert_int_eq(xfer_shard_state(b, 3), XFER_RESV_STATE_READY);
+    /* The same history on another index saves alike: a shard's save names
+     * no shard (it is its own canonical form). */
+    xfer_shard *c = mk_shard(1);
+    shard_history(c);
+    same_save(shard_save, a, c);
+    /* Both end the write and expire alike. */
+    ck_assert_int_eq(xfer_shard_write_end(a, 7, 2, 2, true), 0);
+    ck_assert_int_eq(xfer_shard_write_end(b, 7, 2, 2, true), 0);
+    xfer_shard_on_timer(a, 1000 * MS);
+    xfer_shard_on_timer(b, 1000 * MS);
+    same_save(shard_save, a, b);
+    ck_assert_int_eq(xfer_shard_state(b, 2), XFER_RESV_STATE_EXPIRED);
+    free(buf);
+    xfer_shard_del(a);
+    xfer_shard_del(b);
+    xfer_shard_del(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* The readiness tracker                                                   */
+/* ---------------------------------------------------------------------- */
+
+static xfer_readiness *mk_rd(void)
+{
+    xfer_readiness_config c = {.version = XFER_READINESS_CONFIG_VERSION,
+                               .nshards = NS3, .max_records = 8,
+                               .max_tombstones = 32,
+                               .deadline_ns = 100 * MS,
+                               .tombstone_ttl_ns = 200 * MS};
+    xfer_readiness *r = NULL;
+    ck_assert_int_eq(xfer_readiness_new(&c, &r), 0);
+    return r;
+}
+
+/* The same history on a tracker whose shard k is called map[k]: id 5 ready
+ * on two shards, id 6 on one, id 7 on all three with one take answered ok
+ * and one failed, id 8 cancelled by the consumer before it was seen. */
+static void rd_history(xfer_readiness *r, const uint16_t *map)
+{
+    ck_assert_int_eq(xfer_readiness_on_ready(r, 1, 5, 1, map[0], 50), 0);
+    ck_assert_int_eq(xfer_readiness_on_ready(r, 2, 5, 1, map[2], 52), 0);
+    ck_assert_int_eq(xfer_readiness_on_ready(r, 3, 6, 1, map[1], 61), 0);
+    for (unsigned k = 0; k < NS3; k++)
+        ck_assert_int_eq(
+            xfer_readiness_on_ready(r, 4, 7, 2, map[k], 70 + k), 0);
+    xfer_readiness_actions_clear(r);
+    ck_assert_int_eq(xfer_readiness_on_take_result(r, 5, 7, map[0], 0), 0);
+    ck_assert_int_eq(xfer_readiness_on_take_result(r, 5, 7, map[1],
+                                                   XFER_ERR_CONN_LOST), 0);
+    ck_assert_int_eq(xfer_readiness_cancel(r, 6, 8), 0);
+    xfer_readiness_actions_clear(r);
+}
+
+START_TEST(test_save_readiness_round_trip)
+{
+    xfer_readiness *a = mk_rd(), *b = mk_rd();
+    rd_history(a, IDENTITY);
+    size_t n;
+    uint8_t *buf = save_all(rd_save, a, &n);
+    ck_assert_int_eq(xfer_readiness_load(b, buf, n), 0);
+    same_save(rd_save, a, b);
+    ck_assert_int_eq(xfer_readiness_state(b, 7), XFER_READY_STATE_TAKING);
+    ck_assert_int_eq(xfer_readiness_state(b, 8), XFER_READY_STATE_UNAVAILABLE);
+    /* Both answer the last take and the deadlines alike. */
+    xfer_readiness *m[2] = {a, b};
+    xfer_ready_action acts[2][32];
+    size_t na[2];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(xfer_readiness_on_take_result(m[i], 7, 7, 2, 0), 0);
+        xfer_readiness_on_timer(m[i], 150 * MS);
+        const xfer_ready_action *x = xfer_readiness_actions(m[i], &na[i]);
+        ck_assert_uint_le(na[i], 32);
+        memcpy(acts[i], x, na[i] * sizeof *x);
+        xfer_readiness_actions_clear(m[i]);
+    }
+    ck_assert_uint_eq(na[0], na[1]);
+    ck_assert_uint_gt(na[0], 2);
+    ck_assert_mem_eq(acts[0], acts[1], na[0] * sizeof acts[0][0]);
+    same_save(rd_save, a, b);
+    free(buf);
+    xfer_readiness_del(a);
+    xfer_readiness_del(b);
+}
+END_TEST
+
+START_TEST(test_save_readiness_canon_matches_renamed_copy)
+{
+    xfer_readiness *a = mk_rd(), *b = mk_rd();
+    rd_history(a, IDENTITY);
+    rd_history(b, PERM);
+    static uint8_t fa[4][512], fb[4][512];
+    xfer_canon ca = {.buf = &fa[0][0], .stride = 512};
+    xfer_canon cb = {.buf = &fb[0][0], .stride = 512};
+    ck_assert_int_eq(xfer_readiness_canon(a, &ca), 0);
+    ck_assert_int_eq(xfer_readiness_canon(b, &cb), 0);
+    same_renamed(&ca, &cb);
+    ck_assert(part_differs(&ca, 1, &ca, 2));
+    ck_assert(part_differs(&ca, 2, &ca, 3));
+    size_t na, nb;
+    uint8_t *sa = save_all(rd_save, a, &na), *sb = save_all(rd_save, b, &nb);
+    ck_assert_uint_eq(na, nb);
+    ck_assert(memcmp(sa, sb, na) != 0);
+    /* Pending actions name shards in an order a split would lose. */
+    ck_assert_int_eq(xfer_readiness_cancel(a, 9, 6), 0);
+    ck_assert_int_eq(xfer_readiness_canon(a, &ca), XFER_ERR_STATE);
+    free(sa);
+    free(sb);
+    xfer_readiness_del(a);
+    xfer_readiness_del(b);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* Every machine                                                           */
+/* ---------------------------------------------------------------------- */
+
+START_TEST(test_save_too_small_buffer_is_an_error)
+{
+    xfer_core *c = mk_core(8, NS3);
+    xfer_shard *s = mk_shard(0);
+    xfer_readiness *r = mk_rd();
+    core_history(c, IDENTITY, 0);
+    shard_history(s);
+    rd_history(r, IDENTITY);
+    too_small(core_save, c);
+    too_small(shard_save, s);
+    too_small(rd_save, r);
+    xfer_core_del(c);
+    xfer_shard_del(s);
+    xfer_readiness_del(r);
+}
+END_TEST
+
+START_TEST(test_save_header_names_machine_and_version)
+{
+    xfer_core *c = mk_core(8, NS3), *c2 = mk_core(8, NS3);
+    xfer_shard *s = mk_shard(0);
+    xfer_readiness *r = mk_rd();
+    size_t nc, ns, nr;
+    uint8_t *bc = save_all(core_save, c, &nc);
+    uint8_t *bs = save_all(shard_save, s, &ns);
+    uint8_t *br = save_all(rd_save, r, &nr);
+    xfer_save_machine m;
+    unsigned v;
+    ck_assert_int_eq(xfer_save_peek(bc, nc, &m, &v), 0);
+    ck_assert_int_eq(m, XFER_SAVE_CORE);
+    ck_assert_uint_eq(v, XFER_CORE_SAVE_VERSION);
+    ck_assert_int_eq(xfer_save_peek(bs, ns, &m, &v), 0);
+    ck_assert_int_eq(m, XFER_SAVE_SHARD);
+    ck_assert_uint_eq(v, XFER_SHARD_SAVE_VERSION);
+    ck_assert_int_eq(xfer_save_peek(br, nr, &m, &v), 0);
+    ck_assert_int_eq(m, XFER_SAVE_READINESS);
+    ck_assert_uint_eq(v, XFER_READINESS_SAVE_VERSION);
+    ck_assert_int_eq(xfer_save_peek(bc, 3, &m, &v), XFER_ERR_FORMAT);
+    /* Another machine's save, or another version, is refused. */
+    ck_assert_int_eq(xfer_core_load(c2, bs, ns), XFER_ERR_FORMAT);
+    ck_assert_int_eq(xfer_shard_load(s, br, nr), XFER_ERR_FORMAT);
+    ck_assert_int_eq(xfer_readiness_load(r, bc, nc), XFER_ERR_FORMAT);
+    bc[3]++;
+    ck_assert_int_eq(xfer_save_peek(bc, nc, &m, &v), 0);
+    ck_assert_uint_eq(v, XFER_CORE_SAVE_VERSION + 1);
+    ck_assert_int_eq(xfer_core_load(c2, bc, nc), XFER_ERR_FORMAT);
+    bc[3]--;
+    ck_assert_int_eq(xfer_core_load(c2, bc, nc), 0);
+    /* A core of another config is refused too. */
+    xfer_core *other = mk_core(16, NS3);
+    ck_assert_int_eq(xfer_core_load(other, bc, nc), XFER_ERR_FORMAT);
+    free(bc);
+    free(bs);
+    free(br);
+    xfer_core_del(c);
+    xfer_core_del(c2);
+    xfer_core_del(other);
+    xfer_shard_del(s);
+    xfer_readiness_del(r);
+}
+END_TEST
+
+/* Every truncation and every flipped byte of a core's save: a load either
+ * refuses it, leaving the core as it was, or takes a state that saves back
+ * to the same bytes. */
+START_TEST(test_save_core_load_rejects_bad_input)
+{
+    xfer_core *a = mk_core(8, NS3), *b = mk_core(8, NS3);
+    core_history(a, IDENTITY, 0);
+    size_t n, nb;
+    uint8_t *good = save_all(core_save, a, &n);
+    c_submit(b, 1, 9, (const xfer_slice[NS3]){{0, 1}, {1, 1}, {2, 1}});
+    uint8_t *before = save_all(core_save, b, &nb);
+    uint8_t *bad = malloc(n);
+    for (size_t cut = 0; cut < n; cut++)
+        ck_assert_int_eq(xfer_core_load(b, good, cut), XFER_ERR_FORMAT);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(bad, good, n);
+        bad[i] ^= 0x40;
+        int rc = xfer_core_load(b, bad, n);
+        size_t m;
+        uint8_t *now = save_all(core_save, b, &m);
+        if (rc == 0) {
+            ck_assert_uint_eq(m, n);
+            ck_assert_mem_eq(now, bad, n);
+            ck_assert_int_eq(xfer_core_load(b, before, nb), 0);
+        } else {
+            ck_assert_int_eq(rc, XFER_ERR_FORMAT);
+            ck_assert_uint_eq(m, nb);
+            ck_assert_mem_eq(now, before, nb);
+        }
+        free(now);
+    }
+    ck_assert_int_eq(xfer_core_load(NULL, good, n), XFER_ERR_INVALID_ARG);
+    free(good);
+    free(before);
+    free(bad);
+    xfer_core_del(a);
+    xfer_core_del(b);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("save");
+    TCase *tc = tcase_create("save");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_save_core_round_trip);
+    tcase_add_test(tc, test_save_core_keeps_every_record);
+    tcase_add_test(tc, test_save_core_canon_matches_renamed_copy);
+    tcase_add_test(tc, test_save_shard_round_trip);
+    tcase_add_test(tc, test_save_readiness_round_trip);
+    tcase_add_test(tc, test_save_readiness_canon_matches_renamed_copy);
+    tcase_add_test(tc, test_save_too_small_buffer_is_an_error);
+    tcase_add_test(tc, test_save_header_names_machine_and_version);
+    tcase_add_test(tc, test_save_core_load_rejects_bad_input);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
