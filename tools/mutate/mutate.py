@@ -102,7 +102,8 @@ def parse_args(argv):
                    help='skip the baseline run (quick checks only: the clean '
                         'tree is trusted to pass, timeouts are meson\'s)')
     p.add_argument('--verbose', action='store_true',
-                   help='print the build error or the failing output')
+                   help='print each mutant and the end of the output of the '
+                        'test that caught it')
     a = p.parse_args(argv)
     if a.jobs < 1:
         p.error('--jobs must be at least 1')
@@ -253,8 +254,12 @@ def run(a, todo, equiv, log):
                     count[0], len(pending), m.id, m.key, r['status'],
                     r['unit'], r['checker'], r['secs'],
                     ('  ' + res['note']) if res.get('note') else ''))
-                if a.verbose and res['status'] == 'survived':
+                if a.verbose:
                     log('    %s\n -> %s' % (m.before, m.after))
+                    for net in ('unit', 'checker'):
+                        o = res[net]
+                        if o is not None and o.caught and o.tail:
+                            log('  %s output ends:\n%s' % (net, o.tail))
                 save()
 
     threads = [threading.Thread(target=work, args=(w,)) for w in workers]

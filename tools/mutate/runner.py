@@ -48,6 +48,7 @@ class Outcome:
         self.verdict = verdict  # 'pass', 'killed', 'timeout'
         self.test, self.detail, self.secs = test, detail, secs
         self.others = []  # later failures, when every test ran
+        self.tail = ''    # the end of the first failing test's output
 
     def cell(self):
         if self.verdict == 'pass':
@@ -91,7 +92,7 @@ def limit_memory(mb):
 
 
 def run_limited(cmd, cwd, env, timeout):
-    """(returncode or None on timeout, output tail, seconds)."""
+    """(returncode or None on timeout, output, seconds)."""
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -110,12 +111,11 @@ def run_limited(cmd, cwd, env, timeout):
         os.killpg(p.pid, signal.SIGKILL)  # stragglers a test left behind
     except (ProcessLookupError, PermissionError):
         pass
-    text = out.decode(errors='replace')[-OUTPUT_KEEP:]
-    return rc, text, time.monotonic() - t0
+    return rc, out.decode(errors='replace'), time.monotonic() - t0
 
 
 CHECK_FAIL_RE = re.compile(r'^[^:\s]+:\d+:([FE]):[^:]*:(\w+):\d+:', re.M)
-VIOLATION_RE = re.compile(r'VIOLATION (I\d+)')
+VIOLATION_RE = re.compile(r'VIOLATION (\w+) \(')
 EXIT_RE = re.compile(r'FAIL: exit (\d+)')
 
 
@@ -262,6 +262,7 @@ class Worker:
                 o = Outcome('killed', t.name, detail(text), secs)
             if first is None:
                 first = o
+                first.tail = text[-2000:]
             else:
                 others.append(o.cell())
             if not all_tests:
