@@ -19,6 +19,7 @@ sources (--from).
 import argparse
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -279,6 +280,8 @@ def run(a, todo, equiv, log):
 
 
 def main(argv):
+    # `--report F | head` ends quietly, like any filter.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     a = parse_args(argv)
     log = print
     equiv = results.read_equivalent(a.equivalent)
