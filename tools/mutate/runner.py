@@ -1,0 +1,339 @@
+"""tools/mutate/runner.py - build one mutant in a scratch tree and run both nets.
+
+A Worker owns one scratch copy of the repository (SCRATCH/wN/src) and one
+meson build directory for it (SCRATCH/wN/build), configured once and then
+built incrementally: each mutant is written into the scratch copy, the
+targets the two nets need are rebuilt with ninja, the nets run, and the
+original file is written back (the next build recompiles it).  The
+repository the harness was started from is only ever read.
+
+The two nets come from `meson introspect --tests` of the scratch build, so
+they follow tests/meson.build as it changes:
+
+  unit     the tests of suites unit and fault, in meson's order;
+  checker  the exit-0 xfer-check runs of suite model (expect_exit.sh 0 ...,
+           not --replay, not the mutant_ tests), cheapest first by the
+           baseline time of this run.
+
+Each test runs as meson would run it (its command, its environment, the
+build directory as working directory), in its own process group, under
+meson's timeout (or a multiple of its baseline time) and an address-space
+limit.  A net stops at its first failing test
+unless all_tests is set.  What must stay true: the unmutated tree passes
+both nets (the baseline) before any mutant is judged, and every file a
+mutant touched is restored whatever happens.
+"""
+
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import time
+
+from operators import read_text
+
+UNIT_SUITES = ('unit', 'fault')
+CHECKER_SUITE = 'model'
+MIN_TIMEOUT_S = 30.0
+OUTPUT_KEEP = 64 * 1024
+
+
+class Outcome:
+    """What one net said about one tree: passed, or which test failed."""
+
+    def __init__(self, verdict, test='', detail='', secs=0.0):
+        self.verdict = verdict  # 'pass', 'killed', 'timeout'
+        self.test, self.detail, self.secs = test, detail, secs
+        self.others = []  # later failures, when every test ran
+        self.tail = ''    # the end of the first failing test's output
+
+    def cell(self):
+        if self.verdict == 'pass':
+            return 'pass'
+        s = '%s:%s' % (self.verdict, self.test)
+        s += ':' + self.detail if self.detail else ''
+        return ','.join([s] + self.others)
+
+    @property
+    def caught(self):
+        return self.verdict != 'pass'
+
+
+def repo_files(root):
+    out = subprocess.run(
+        ['git', '-C', root, 'ls-files', '-z', '--cached', '--others',
+         '--exclude-standard'], check=True, capture_output=True).stdout
+    files = [f for f in out.decode().split('\0') if f]
+    return sorted(f for f in files if os.path.isfile(os.path.join(root, f)))
+
+
+def same_content(a, b):
+    try:
+        if os.path.getsize(a) != os.path.getsize(b):
+            return False
+        with open(a, 'rb') as fa, open(b, 'rb') as fb:
+            return fa.read() == fb.read()
+    except OSError:
+        return False
+
+
+def limit_memory(mb):
+    """Cap the address space of this process and so of everything it
+    starts (set once, before any thread: preexec_fn is not thread-safe)."""
+    if mb:
+        b = mb * 1024 * 1024
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        if hard != resource.RLIM_INFINITY:
+            b = min(b, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (b, hard))
+
+
+def run_limited(cmd, cwd, env, timeout):
+    """(returncode or None on timeout, output, seconds)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, _ = p.communicate()
+        rc = None
+    try:
+        os.killpg(p.pid, signal.SIGKILL)  # stragglers a test left behind
+    except (ProcessLookupError, PermissionError):
+        pass
+    return rc, out.decode(errors='replace'), time.monotonic() - t0
+
+
+CHECK_FAIL_RE = re.compile(r'^[^:\s]+:\d+:([FE]):[^:]*:(\w+):\d+:', re.M)
+VIOLATION_RE = re.compile(r'VIOLATION (\w+) \(')
+EXIT_RE = re.compile(r'FAIL: exit (\d+)')
+
+
+def unit_detail(text):
+    m = CHECK_FAIL_RE.search(text)
+    if m:
+        return m.group(2) + ('' if m.group(1) == 'F' else '(error)')
+    return ''
+
+
+def checker_detail(text):
+    m = VIOLATION_RE.search(text)
+    if m:
+        return m.group(1)
+    if 'did not finish its space' in text:
+        return 'not-exhaustive'
+    if re.search(r'Assertion .* failed', text):
+        return 'assert'
+    m = EXIT_RE.search(text)
+    if m:
+        rc = int(m.group(1))
+        return 'signal%d' % (rc - 128) if rc > 128 else 'exit%d' % rc
+    return ''
+
+
+class Test:
+    def __init__(self, spec):
+        self.name = spec['name']
+        self.cmd = spec['cmd']
+        self.env = spec.get('env') or {}
+        self.workdir = spec.get('workdir')
+        self.meson_timeout = float(spec.get('timeout') or 0) or 600.0
+        self.depends = spec.get('depends') or []
+        self.baseline = None
+
+    def timeout(self, factor):
+        """meson's timeout (what CI allows), or `factor` times this test's
+        baseline time (at least MIN_TIMEOUT_S) when that is shorter."""
+        if factor is None or self.baseline is None:
+            return self.meson_timeout
+        return min(self.meson_timeout,
+                   max(MIN_TIMEOUT_S, factor * self.baseline))
+
+
+def suites_of(spec):
+    return {s.split(':')[-1] for s in spec.get('suite', [])}
+
+
+def is_checker_run(spec):
+    cmd = spec['cmd']
+    return (CHECKER_SUITE in suites_of(spec) and len(cmd) > 2 and
+            os.path.basename(cmd[0]) == 'expect_exit.sh' and cmd[1] == '0' and
+            '--replay' not in cmd and not spec['name'].startswith('mutant_'))
+
+
+class Worker:
+    def __init__(self, root, scratch, index, opts):
+        self.root = root
+        self.dir = os.path.join(scratch, 'w%d' % index)
+        self.src = os.path.join(self.dir, 'src')
+        self.build = os.path.join(self.dir, 'build')
+        self.opts = opts
+        self.unit, self.checker = [], []
+        self.targets = []
+
+    # -- the scratch tree --------------------------------------------------
+    def sync(self):
+        """Make the scratch source an exact copy of the repository's files,
+        rewriting only what differs so the build stays incremental."""
+        files = repo_files(self.root)
+        os.makedirs(self.src, exist_ok=True)
+        keep = set(files)
+        for f in files:
+            a, b = os.path.join(self.root, f), os.path.join(self.src, f)
+            if not same_content(a, b):
+                os.makedirs(os.path.dirname(b), exist_ok=True)
+                shutil.copy2(a, b)
+        for dirpath, dirnames, filenames in os.walk(self.src):
+            for fn in filenames:
+                rel = os.path.relpath(os.path.join(dirpath, fn), self.src)
+                if rel not in keep:
+                    os.unlink(os.path.join(dirpath, fn))
+
+    def setup(self, log):
+        if not os.path.exists(os.path.join(self.build, 'build.ninja')):
+            log('configuring %s' % self.build)
+            subprocess.run(['meson', 'setup', self.build, self.src],
+                           check=True, capture_output=True)
+        else:
+            # Pick up meson.build changes before introspecting.
+            subprocess.run(['ninja', '-C', self.build, 'build.ninja'],
+                           check=True, capture_output=True)
+        self.introspect()
+
+    def introspect(self):
+        def intro(what):
+            return json.loads(subprocess.run(
+                ['meson', 'introspect', '--' + what, self.build], check=True,
+                capture_output=True).stdout)
+        tests = intro('tests')
+        targets = {t['id']: t for t in intro('targets')}
+        o = self.opts
+        self.unit = [Test(t) for t in tests
+                     if suites_of(t) & set(o.unit_suites)]
+        if o.checker_runs:
+            by_name = {t['name']: t for t in tests}
+            missing = [n for n in o.checker_runs if n not in by_name]
+            if missing:
+                raise SystemExit('mutate: no such test: %s' % ', '.join(missing))
+            self.checker = [Test(by_name[n]) for n in o.checker_runs]
+        else:
+            self.checker = [Test(t) for t in tests if is_checker_run(t)]
+        wanted = set()
+        for t in self.unit + self.checker:
+            for d in t.depends:
+                for fn in targets[d]['filename']:
+                    wanted.add(os.path.relpath(fn, self.build))
+        self.targets = sorted(wanted)
+
+    def compile(self):
+        """(ok, output tail) of building every target the nets need."""
+        cmd = ['ninja', '-C', self.build, '-j', str(self.opts.ninja_jobs)]
+        p = subprocess.run(cmd + self.targets, capture_output=True)
+        text = (p.stdout + p.stderr).decode(errors='replace')
+        return p.returncode == 0, text[-OUTPUT_KEEP:]
+
+    # -- the nets ----------------------------------------------------------
+    def run_test(self, t):
+        env = dict(os.environ)
+        env.update(t.env)
+        cwd = t.workdir or self.build
+        return run_limited(t.cmd, cwd, env, t.timeout(self.opts.timeout_factor))
+
+    def run_net(self, tests, detail, all_tests=False):
+        first, others, t_all = None, [], 0.0
+        for t in tests:
+            rc, text, secs = self.run_test(t)
+            t_all += secs
+            if rc == 0:
+                continue
+            if rc is None:
+                o = Outcome('timeout', t.name, '', secs)
+            else:
+                o = Outcome('killed', t.name, detail(text), secs)
+            if first is None:
+                first = o
+                first.tail = text[-2000:]
+            else:
+                others.append(o.cell())
+            if not all_tests:
+                break
+        if first is None:
+            return Outcome('pass', secs=t_all)
+        first.secs, first.others = t_all, others
+        return first
+
+    def baseline(self, log):
+        """Run both nets on the unmutated tree, timing every test."""
+        ok, text = self.compile()
+        if not ok:
+            raise SystemExit('mutate: the unmutated tree does not build:\n' +
+                             text[-4000:])
+        for t in self.unit + self.checker:
+            rc, text, secs = self.run_test(t)
+            if rc != 0:
+                raise SystemExit(
+                    'mutate: baseline: %s fails on the unmutated tree '
+                    '(exit %s):\n%s' % (t.name, rc, text[-4000:]))
+            t.baseline = secs
+        # Cheapest checker run first: most mutants it catches, it catches
+        # in its first seconds.
+        self.checker.sort(key=lambda t: (t.baseline, t.name))
+        log('baseline: unit %.1f s (%d tests), checker %.1f s (%s)' % (
+            sum(t.baseline for t in self.unit), len(self.unit),
+            sum(t.baseline for t in self.checker),
+            ', '.join('%s %.1f' % (t.name, t.baseline) for t in self.checker)))
+
+    def order_checker(self, names):
+        """Put the checker runs in a given order (a baseline's order)."""
+        rank = {n: i for i, n in enumerate(names)}
+        self.checker.sort(key=lambda t: (rank.get(t.name, len(rank)), t.name))
+
+    def set_baseline(self, secs):
+        for t in self.unit + self.checker:
+            if t.name in secs:
+                t.baseline = secs[t.name]
+
+    # -- one mutant --------------------------------------------------------
+    def run_mutant(self, m):
+        path = os.path.join(self.src, m.path)
+        original = read_text(path)
+        t0 = time.monotonic()
+        res = {'unit': None, 'checker': None}
+        try:
+            with open(path, 'w') as f:
+                f.write(m.apply(original))
+            ok, text = self.compile()
+            build_s = time.monotonic() - t0
+            if not ok:
+                res.update(status='stillborn', build_s=build_s,
+                           secs=time.monotonic() - t0,
+                           note=first_error(text))
+                return res
+            res['unit'] = self.run_net(self.unit, unit_detail,
+                                       self.opts.all_tests)
+            res['checker'] = self.run_net(self.checker, checker_detail,
+                                          self.opts.all_tests)
+            caught = res['unit'].caught or res['checker'].caught
+            res.update(status='killed' if caught else 'survived',
+                       build_s=build_s, secs=time.monotonic() - t0, note='')
+            return res
+        finally:
+            with open(path, 'w') as f:
+                f.write(original)
+
+
+def first_error(text):
+    for line in text.splitlines():
+        if ' error: ' in line or ': error:' in line:
+            return line.strip()[:160]
+    return 'build failed'

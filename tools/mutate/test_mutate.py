@@ -1,0 +1,206 @@
+"""tools/mutate/test_mutate.py - checks of the harness itself (not in CI).
+
+    /usr/bin/python3 -m unittest discover -s tools/mutate
+
+The scanner and every operator on a small C text whose mutants are known,
+the stability of ids and keys, the sample, the result file round trip and
+the score.  Nothing here builds or runs the project.
+"""
+
+import os
+import random
+import sys
+import tempfile
+import types
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import csource  # noqa: E402
+import mutate  # noqa: E402
+import operators  # noqa: E402
+import results  # noqa: E402
+
+SAMPLE_C = '''\
+#include <assert.h>
+/* a comment with if (a < b) */
+#define TWICE(x) ((x) * 2)
+typedef struct cfg { int ttl; int cap; } cfg;
+
+static void set_defaults(cfg *c)
+{
+    if (!c->ttl)
+        c->ttl = 60;
+    *c = *c;
+}
+
+static int f(int a, int b, const int *p)
+{
+    int n = 0;
+    assert(a < 100);
+    for (int i = 0; i < b; i++) {
+        if (a == i && b > 3)
+            n += i;
+        else
+            n--;
+    }
+    while (n >= 10)
+        n = n - 1;
+    (void)p;
+    return n <= a ? n : a;
+}
+'''
+
+
+def ops_of(text, name):
+    scan = csource.Scan(text)
+    return list(operators.C_OPERATORS[name](scan))
+
+
+class ScanTest(unittest.TestCase):
+    def test_functions_and_kinds(self):
+        s = csource.Scan(SAMPLE_C)
+        self.assertEqual([f.name for f in s.functions], ['set_defaults', 'f'])
+        kinds = [st.kind for st in s.functions[1].stmts]
+        self.assertEqual(kinds, ['decl', 'expr', 'for', 'block', 'if', 'expr',
+                                 'expr', 'while', 'expr', 'expr', 'jump'])
+
+    def test_comments_and_directives_are_not_tokens(self):
+        texts = [t.text for t in csource.tokenize(SAMPLE_C)]
+        self.assertNotIn('TWICE', texts)
+        self.assertNotIn('comment', texts)
+        self.assertEqual(csource.tokenize('a->b >>= 2')[1].text, '->')
+        self.assertEqual(csource.tokenize('a->b >>= 2')[3].text, '>>=')
+
+    def test_declarations_recognised(self):
+        s = csource.Scan('void g(void) { xfer_x *p = q; x_t y; *p = 1; '
+                         'a->b = c; const int z = 2; h(&y); }')
+        self.assertEqual([st.kind for st in s.functions[0].stmts],
+                         ['decl', 'decl', 'expr', 'expr', 'decl', 'expr'])
+
+
+class OperatorTest(unittest.TestCase):
+    def test_cmp_skips_assert_and_comments(self):
+        got = [(p.line, p.repl) for p in ops_of(SAMPLE_C, 'cmp')]
+        self.assertEqual(got, [(17, '<='), (18, '!='), (18, '>='),
+                               (23, '>'), (26, '<')])
+
+    def test_drop_only_expression_statements(self):
+        got = [SAMPLE_C[p.start:p.end] for p in ops_of(SAMPLE_C, 'drop')]
+        self.assertEqual(got, ['c->ttl = 60;', '*c = *c;', 'n += i;', 'n--;',
+                               'n = n - 1;'])
+
+    def test_default_only_fields_in_defaults_functions(self):
+        got = [p.repl for p in ops_of(SAMPLE_C, 'default')]
+        self.assertEqual(got, ['(60) / 10', '(60) * 10'])
+
+    def test_neg_logic_bound(self):
+        neg = [p.repl for p in ops_of(SAMPLE_C, 'neg')]
+        self.assertEqual(neg, ['!(!c->ttl)', '!(a == i && b > 3)',
+                               '!(n >= 10)'])
+        self.assertEqual([p.repl for p in ops_of(SAMPLE_C, 'logic')], ['||'])
+        self.assertEqual([p.repl for p in ops_of(SAMPLE_C, 'bound')],
+                         ['2', '4', '9', '11'])
+
+    def test_verdict_swaps(self):
+        nulls = {'none', 'container'}
+        self.assertEqual(operators.verdict_swaps('TRANSITION', 'h', nulls),
+                         [('IGNORE', 'none'), ('ILLEGAL', 'none')])
+        self.assertEqual(
+            operators.verdict_swaps('TRANSITION', 'container', nulls),
+            [('IGNORE', 'container'), ('ILLEGAL', 'none')])
+        self.assertEqual(operators.verdict_swaps('IGNORE', 'none', nulls),
+                         [('ILLEGAL', 'none')])
+        self.assertEqual(operators.verdict_swaps('ILLEGAL', 'none', nulls),
+                         [('IGNORE', 'none')])
+
+
+class ListTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.root = self.dir.name
+        os.makedirs(os.path.join(self.root, 'fsm'))
+        with open(os.path.join(self.root, 'fsm', 'a.c'), 'w') as f:
+            f.write(SAMPLE_C)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def mutants(self):
+        return operators.enumerate_mutants(self.root, ['fsm/a.c'])
+
+    def test_same_source_same_list(self):
+        a, b = self.mutants(), self.mutants()
+        self.assertEqual([(m.id, m.key) for m in a],
+                         [(m.id, m.key) for m in b])
+        self.assertEqual(len({m.key for m in a}), len(a))
+        self.assertEqual(len({m.id for m in a}), len(a))
+
+    def test_keys_survive_an_edit_elsewhere(self):
+        before = {m.key: m.what for m in self.mutants()}
+        path = os.path.join(self.root, 'fsm', 'a.c')
+        with open(path, 'w') as f:
+            f.write('/* new */\nstatic int g(void) { return 1 < 2; }\n' +
+                    SAMPLE_C)
+        after = self.mutants()
+        f_keys = {m.key for m in after if m.func == 'f'}
+        self.assertTrue(f_keys <= set(before))
+        self.assertTrue(all(m.line > 2 for m in after if m.func == 'f'))
+
+    def test_sample_is_seeded_and_spread(self):
+        ms = self.mutants()
+        a = types.SimpleNamespace(operators=None, from_file=None, only=None,
+                                  sample=6, seed=4)
+        s1 = mutate.select(a, ms, lambda *_: None)
+        s2 = mutate.select(a, ms, lambda *_: None)
+        self.assertEqual([m.key for m in s1], [m.key for m in s2])
+        self.assertEqual(len({m.op for m in s1}), 6)
+
+    def test_apply_changes_only_the_spot(self):
+        m = self.mutants()[0]
+        new = m.apply(SAMPLE_C)
+        self.assertNotEqual(new, SAMPLE_C)
+        self.assertEqual(len(new.split('\n')), len(SAMPLE_C.split('\n')))
+
+
+class ResultsTest(unittest.TestCase):
+    def rows(self):
+        rnd = random.Random(2)
+        out = []
+        for i, (status, unit, checker) in enumerate([
+                ('killed', 'killed:transfer:test_x', 'pass'),
+                ('killed', 'pass', 'killed:bfs_s2:I5'),
+                ('killed', 'timeout:engine', 'killed:bfs_s3:I1'),
+                ('survived', 'pass', 'pass'),
+                ('survived', 'pass', 'pass'),
+                ('stillborn', '-', '-')]):
+            out.append({'id': 'fsm/a.c:%d:cmp:0' % i,
+                        'key': '%010x' % rnd.getrandbits(40), 'op': 'cmp',
+                        'status': status, 'unit': unit, 'checker': checker,
+                        'secs': '1.0', 'build_s': '0.5', 'func': 'f',
+                        'what': '< -> <=', 'before': 'a < b',
+                        'after': 'a <= b'})
+        return out
+
+    def test_round_trip_and_score(self):
+        rows = self.rows()
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, 'r.tsv')
+            results.write(p, [('command', 'x')], rows)
+            header, back = results.read(p)
+            eq = os.path.join(d, 'eq.txt')
+            with open(eq, 'w') as f:
+                f.write('# comment\n%s %s cannot differ\n' % (
+                    rows[4]['id'], rows[4]['key']))
+            equiv = results.read_equivalent(eq)
+        self.assertEqual(header, [('command', 'x')])
+        self.assertEqual(back, rows)
+        t = results.summary(back, equiv, lambda *_: None)
+        self.assertEqual((t.total, t.stillborn, t.equivalent, t.scored),
+                         (6, 1, 1, 4))
+        self.assertEqual((t.unit, t.checker, t.either, t.timeouts),
+                         (2, 2, 3, 1))
+
+
+if __name__ == '__main__':
+    unittest.main()
