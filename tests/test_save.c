@@ -333,6 +333,9 @@ static void shard_history(xfer_shard *s)
     uint8_t *dst;
     ck_assert_int_eq(xfer_shard_write_begin(s, 4, 2, 1, r2.resv_id, 0, 10,
                                             &dst), 0);
+    static const uint8_t bytes[50];
+    ck_assert_int_eq(xfer_shard_write(s, 5, 3, 1, r3.resv_id, 0, bytes, 50),
+                     0); /* a commit needs the region written */
     ck_assert_int_eq(xfer_shard_commit(s, 5, 3, 1, r3.resv_id), 0);
     ck_assert_int_eq(xfer_shard_cancel(s, 6, 1, 1, r1.resv_id), 0);
 }
