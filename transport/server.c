@@ -24,6 +24,9 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include <openssl/crypto.h>
+
+#include "auth.h"
 #include "util.h"       /* fsm_private_dep: the injected allocator */
 
 void xfer_server_config_default(xfer_server_config *cfg)
@@ -39,6 +42,8 @@ void xfer_server_config_default(xfer_server_config *cfg)
     cfg->tombstone_ttl_ns = 20000000000ull;
     cfg->take_grace_ns = 30000000000ull;
     cfg->drain_timeout_ns = 10000000000ull;
+    cfg->max_sessions = 1024;
+    cfg->session_grace_ns = cfg->take_grace_ns;
 }
 
 uint64_t xfer_server_now(const xfer_server *s)
@@ -87,6 +92,38 @@ static bool shards_ok(const xfer_server_config *c)
     return true;
 }
 
+static int make_addr(const char *addr, uint16_t port,
+                     struct sockaddr_storage *ss, int *sl);
+
+/* A numeric address of the loopback interface (127/8, ::1). */
+static bool is_loopback(const char *addr)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (evutil_inet_pton(AF_INET, addr, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    return evutil_inet_pton(AF_INET6, addr, &a6) == 1 &&
+           IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+/* The secret, copied; a non-loopback bind needs one unless insecure. */
+static int take_secret(xfer_server *s, const xfer_server_config *cfg)
+{
+    s->cfg.secret = NULL;
+    struct sockaddr_storage ss;
+    int sl;
+    if (make_addr(s->addr, 0, &ss, &sl) != 0)
+        return XFER_ERR_INVALID_ARG;
+    if (!cfg->secret)
+        return cfg->insecure || is_loopback(s->addr) ? 0 : XFER_ERR_AUTH;
+    if (cfg->secret_len < XFER_AUTH_SECRET_MIN ||
+        cfg->secret_len > XFER_AUTH_SECRET_MAX)
+        return XFER_ERR_INVALID_ARG;
+    memcpy(s->secret, cfg->secret, cfg->secret_len);
+    s->cfg.secret = s->secret;
+    return 0;
+}
+
 /* Copy cfg into s with every "0 means the default" filled in. */
 static int take_config(xfer_server *s, const xfer_server_config *cfg)
 {
@@ -116,7 +153,15 @@ static int take_config(xfer_server *s, const xfer_server_config *cfg)
         c->drain_timeout_ns = c->lease_ttl_ns;
     if (!c->clock)
         c->clock = xfer_clock_monotonic;
-    return 0;
+    if (!c->max_sessions)
+        c->max_sessions = 1024;
+    if (!c->session_grace_ns)
+        c->session_grace_ns = c->take_grace_ns;
+    if (!c->session_max_reservations)
+        c->session_max_reservations = c->max_reservations / 4;
+    if (!c->session_max_tombstones)
+        c->session_max_tombstones = c->max_tombstones / 4;
+    return take_secret(s, cfg);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -139,6 +184,14 @@ static int make_shards(xfer_server *s)
             .pool_memory = h->base,
             .alloc = s->cfg.alloc,
             .trace = h->trace.fn ? h->trace : s->cfg.trace,
+            /* ids nobody can predict, and one owner per session */
+            .rng = {.next = xfer_auth_rng_next},
+            .max_owners = s->cfg.max_sessions,
+            .owner_max_reservations = s->cfg.session_max_reservations,
+            .owner_max_bytes = s->cfg.session_max_bytes
+                                   ? s->cfg.session_max_bytes
+                                   : h->len / 4,
+            .owner_max_tombstones = s->cfg.session_max_tombstones,
         };
         hs->index = h->index;
         int rc = xfer_shard_new(&sc, &hs->sh);
@@ -235,7 +288,12 @@ int xfer_server_new(const xfer_server_config *cfg, xfer_server **out)
     s->reap_ev = event_new(s->base, -1, 0, on_reap, s);
     if (trc || !s->drain_ev || !s->reap_ev)
         goto out_fail;
-    rc = make_shards(s);
+    uint64_t probe;
+    rc = xfer_auth_random(&probe, sizeof probe); /* the CSPRNG answers */
+    if (!rc)
+        rc = xfer_server_sess_init(s);
+    if (!rc)
+        rc = make_shards(s);
     if (rc)
         goto out_fail;
     rc = listen_on(s);
@@ -265,6 +323,8 @@ void xfer_server_del(xfer_server *s)
         xfer_server_track_clear(s, &s->shards[i]);
         xfer_shard_del(s->shards[i].sh);
     }
+    xfer_server_sess_clear(s);
+    OPENSSL_cleanse(s->secret, sizeof s->secret);
     xfer_allocator a = s->cfg.alloc;
     xfer_util_free(&a, s);
 }

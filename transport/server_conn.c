@@ -51,6 +51,7 @@ void xfer_server_conn_close(xfer_server_conn *c)
         xfer_server_req_end_write(c, false);
     xfer_list_remove(&s->conns, &c->link);
     xfer_server_track_orphan(s, c->serial);
+    xfer_server_sess_unbind(c);
     bufferevent_free(c->bev);
     xfer_server_free(s, c);
     xfer_server_flush_all(s);
@@ -153,6 +154,8 @@ static bool is_request(uint8_t type)
     case XFER_WIRE_T_TAKE:
     case XFER_WIRE_T_RELEASE:
     case XFER_WIRE_T_STATUS:
+    case XFER_WIRE_T_HELLO2:
+    case XFER_WIRE_T_AUTH:
         return true;
     default:
         return false;
@@ -160,14 +163,19 @@ static bool is_request(uint8_t type)
 }
 
 /* A frame that makes no sense on this connection (a reply type, a second
- * HELLO, an op before HELLO) is bad input: close. */
+ * HELLO, an op before HELLO, anything but AUTH while one is awaited, an
+ * AUTH that is not, a STATUS before HELLO on a server with a secret) is
+ * bad input: close. */
 static bool acceptable(xfer_server_conn *c, const xfer_wire_hdr *h)
 {
-    bool needs_hello =
-        h->type != XFER_WIRE_T_HELLO && h->type != XFER_WIRE_T_STATUS;
-    if (!is_request(h->type) ||
-        (h->type == XFER_WIRE_T_HELLO && c->hosted >= 0) ||
-        (needs_hello && c->hosted < 0)) {
+    bool hello = h->type == XFER_WIRE_T_HELLO ||
+                 h->type == XFER_WIRE_T_HELLO2;
+    bool open_status = h->type == XFER_WIRE_T_STATUS && !c->srv->cfg.secret;
+    bool needs_hello = !hello && !open_status;
+    if (!is_request(h->type) || (hello && c->hosted >= 0) ||
+        (c->await_auth != (h->type == XFER_WIRE_T_AUTH)) ||
+        (hello && c->await_auth) ||
+        (needs_hello && c->hosted < 0 && h->type != XFER_WIRE_T_AUTH)) {
         bad_frame(c, XFER_WIRE_R_UNEXPECTED);
         return false;
     }

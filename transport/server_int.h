@@ -10,9 +10,10 @@
  *                    per-reservation table (phase times, takers, grace)
  *   server_drain.c   drain
  *   server_stats.c   counters, the control socket
+ *   server_sess.c    sessions: HELLO, HELLO2 and AUTH, owners, roles
  *
- * Per-connection state is one struct (xfer_server_conn), where the
- * sessions of issue 12 attach (`session`).
+ * Per-connection state is one struct (xfer_server_conn); its session is
+ * an owner number (1..max_sessions) of the hosted shards.
  */
 #ifndef XFER_SERVER_INT_H
 #define XFER_SERVER_INT_H
@@ -26,6 +27,7 @@
 #include "idmap.h" /* fsm_private_dep: id -> reservation entry */
 #include "list.h"  /* fsm_private_dep: the one intrusive list (connections) */
 #include "timer.h" /* the deadline timer */
+#include "auth.h"
 #include "wire.h"
 #include "xfer/hist.h"
 #include "xfer/server.h"
@@ -58,8 +60,25 @@ struct xfer_server_conn {
     uint8_t *dst;      /* NULL: the data is skipped */
     int32_t wrc;       /* the error to answer after skipping, or a fault */
     uint8_t wfault;
-    void *session;     /* issue 12: the peer's session; NULL today */
+    /* The session (server_sess.c): its owner number once HELLO is done
+     * (0 before); while a HELLO2 waits for its AUTH, that HELLO2 and the
+     * server nonce. */
+    uint16_t owner;
+    bool await_auth;
+    uint32_t hello_req;
+    xfer_wire_msg hello;
+    uint8_t snonce[XFER_WIRE_NONCE];
 };
+
+/* One session: a peer identity and the owner number of its records. */
+typedef struct xfer_server_sess {
+    uint8_t token[XFER_WIRE_SESSION];
+    uint32_t conns;    /* connections bound to it now */
+    uint64_t gone_ns;  /* when the last one went (conns 0) */
+    uint8_t role;
+    bool used;         /* bound, or kept for its grace period */
+    bool own;          /* a v1 HELLO's: ends with its one connection */
+} xfer_server_sess;
 
 /* Injected faults (server_req.c). */
 enum { XFER_SERVER_F_NONE, XFER_SERVER_F_FAIL, XFER_SERVER_F_APPLIED_LOST,
@@ -110,6 +129,9 @@ struct xfer_server {
     uint16_t port;
     uint64_t bad_frames, bad_by_reason[XFER_WIRE_R_COUNT_];
     uint64_t errors_sent, subs_dropped, faults, logged;
+    uint8_t secret[XFER_AUTH_SECRET_MAX]; /* cfg.secret points here */
+    xfer_server_sess *sess; /* [max_sessions]; owner i + 1 is sess[i] */
+    uint64_t auth_failed, sess_refused;
 };
 
 /* The connection of a node of srv->conns; NULL for NULL. */
@@ -138,6 +160,11 @@ void xfer_server_conn_reap(xfer_server *s);
 bool xfer_server_req_handle(xfer_server_conn *c, const xfer_wire_hdr *h,
                             const xfer_wire_msg *m);
 void xfer_server_req_finish_write(xfer_server_conn *c);
+/* Send c an ERROR for request (req, type, m) with `code`. */
+void xfer_server_req_error(xfer_server_conn *c, uint32_t req, uint8_t type,
+                           const xfer_wire_msg *m, int32_t code);
+/* The slot of hosted shard `index`, or -1. */
+int xfer_server_find_shard(const xfer_server *s, uint16_t index);
 void xfer_server_req_end_write(xfer_server_conn *c, bool ok);
 
 /* server_events.c */
@@ -160,6 +187,15 @@ void xfer_server_replay_ready(xfer_server_conn *c, xfer_server_hosted *hs);
 /* Publish every pending shard event, then re-arm the lease timer. */
 void xfer_server_flush_all(xfer_server *s);
 void xfer_server_on_timer(evutil_socket_t fd, short what, void *arg);
+
+/* server_sess.c */
+int xfer_server_sess_init(xfer_server *s);
+void xfer_server_sess_clear(xfer_server *s);
+/* HELLO, HELLO2, AUTH of c; false when c is closing. */
+bool xfer_server_sess_hello(xfer_server_conn *c, const xfer_wire_hdr *h,
+                            const xfer_wire_msg *m);
+/* c is closing: its session loses a connection. */
+void xfer_server_sess_unbind(xfer_server_conn *c);
 
 /* server_drain.c */
 void xfer_server_on_drain_tick(evutil_socket_t fd, short what,

@@ -63,6 +63,28 @@
  *  ERROR      s->c  i32 code (xfer_err), u8 req_type, u8 rsv, u16 shard,
  *                   u64 id, u32 attempt, u32 rsv (24).  The answer to a
  *                   request that failed; the connection stays open.
+ *  HELLO2     c->s  u16 version (2), u8 role, u8 rsv, u32 group, u16 shard,
+ *                   u16 rsv, u8 session[16], u8 nonce[16] (44).  HELLO with
+ *                   a session identity (the same across the client's
+ *                   reconnects) and the client's challenge nonce.
+ *  CHALLENGE  s->c  u8 nonce[16], u8 mac[32] (48): the server's nonce and
+ *                   its proof HMAC(secret, "xfer-s" hello snonce) (below).
+ *  AUTH       c->s  u8 mac[32] (32): the client's proof, same req as its
+ *                   HELLO2; HELLO_ACK (or ERROR AUTH, then close) answers.
+ *
+ * SESSIONS AND AUTHENTICATION (the v1 extension of issue 12).  A peer that
+ * knows no better sends HELLO (type 1): the server, when it runs without a
+ * secret, gives that connection a session of its own that ends with it;
+ * with a secret it answers ERROR (XFER_ERR_AUTH) and closes.  HELLO2 names
+ * the client's session.  A server without a secret answers it with
+ * HELLO_ACK; one with a secret sends CHALLENGE, and the client answers
+ * AUTH.  The proofs (transport/auth.h) are HMAC-SHA256 under the shared
+ * secret over a label ("xfer-s" for the server, "xfer-c" for the client),
+ * the HELLO2 body (role, group, shard, session and the client nonce) and
+ * the server nonce; both sides check the other's proof with a
+ * constant-time compare, so each proves it knows the secret to the other
+ * and neither proof can be replayed under fresh nonces.  A v1 peer refuses
+ * HELLO2, CHALLENGE and AUTH as an unknown type (BAD_TYPE: it closes).
  *
  * Bad input (a frame the decoder refuses, or a request that makes no sense
  * on this connection, such as an op before HELLO) closes that connection;
@@ -113,7 +135,10 @@
     X(RELEASE_ACK, 17, 24)                                                    \
     X(STATUS, 18, 8)                                                          \
     X(STATUS_OK, 19, 120)                                                     \
-    X(ERROR, 20, 24)
+    X(ERROR, 20, 24)                                                          \
+    X(HELLO2, 21, 44)                                                         \
+    X(CHALLENGE, 22, 48)                                                      \
+    X(AUTH, 23, 32)
 
 typedef enum xfer_wire_type {
     XFER_WIRE_T_INVALID = 0,
@@ -159,8 +184,15 @@ typedef struct xfer_wire_status {
  * the type (see the table above); the rest are 0.  For a WRITE, `len` is the
  * data length and the data follows the fixed part in the frame.
  */
+#define XFER_WIRE_SESSION 16u /* bytes of a session identity */
+#define XFER_WIRE_NONCE 16u
+#define XFER_WIRE_MAC 32u     /* HMAC-SHA256 */
+
 typedef struct xfer_wire_msg {
     uint8_t type;
+    uint8_t session[XFER_WIRE_SESSION]; /* HELLO2 */
+    uint8_t nonce[XFER_WIRE_NONCE];     /* HELLO2 (client's), CHALLENGE */
+    uint8_t mac[XFER_WIRE_MAC];         /* CHALLENGE (server's), AUTH */
     uint8_t role, kind, req_type;
     uint16_t version, shard;
     uint32_t group, attempt, len, rkey, max_write;

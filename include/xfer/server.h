@@ -19,8 +19,21 @@
  *    byte, or failed when its connection goes first;
  *  - bytes from the network land only inside the reserved region they were
  *    written to; nothing outside the caller's shard memory is ever written;
+ *  - every reservation belongs to the producer session that made it (the
+ *    session a HELLO2 names, which survives the client's reconnects; a v1
+ *    HELLO's session is its connection's alone): write, commit and cancel
+ *    from another session answer XFER_ERR_PERM.  Only a producer may
+ *    reserve, write and commit (and cancel its own); only a consumer may
+ *    subscribe, take, release and cancel as the consumer (attempt 0);
+ *    anything else answers XFER_ERR_PERM.  Each session's reservations,
+ *    bytes and tombstones count against its own quota per shard
+ *    (session_max_*: XFER_ERR_BUSY for it alone);
+ *  - with a secret, a peer is served only after HELLO2's challenge-
+ *    response (wire.h): a v1 HELLO, a bad proof or a STATUS before it
+ *    answers ERROR (XFER_ERR_AUTH) or closes; reservation ids and
+ *    session nonces come from the OS CSPRNG;
  *  - TAKEN data belongs to the consumer that took it.  When that consumer's
- *    connection closes, the data stays TAKEN for take_grace_ns (any
+ *    connection closes, the data stays TAKEN for take_grace_ns (a consumer
  *    connection may still RELEASE it meanwhile); then the server releases
  *    it itself, so a consumer killed with kill -9 leaks nothing for good;
  *  - a subscriber misses nothing that waits for it: after SUBSCRIBE_ACK
@@ -114,6 +127,26 @@ typedef struct xfer_server_config {
     void *clock_ud;
     xfer_allocator alloc;       /* every allocation of the server and its
                                    shards; zeroed: libc */
+    /* Sessions, authentication, quotas, timeouts and caps (README.md,
+     * "Running xferd on a network"; every 0 means the default). */
+    const uint8_t *secret;      /* the shared secret of HELLO2's challenge-
+                                   response; copied; NULL: none (then only
+                                   a loopback address may be bound unless
+                                   insecure) */
+    size_t secret_len;          /* 16..256 bytes when secret is set */
+    bool insecure;              /* bind a non-loopback address without a
+                                   secret */
+    uint16_t max_sessions;      /* 0: 1024 */
+    uint64_t session_grace_ns;  /* a session without a connection is kept
+                                   (its reconnect finds it) this long;
+                                   0: take_grace_ns */
+    uint32_t session_max_reservations; /* per session and shard; 0: a
+                                          quarter of max_reservations */
+    uint64_t session_max_bytes; /* per session and shard; 0: a quarter of
+                                   the shard's pool */
+    uint32_t session_max_tombstones; /* per session and shard, counting
+                                        the slots its live records hold;
+                                        0: a quarter of max_tombstones */
 } xfer_server_config;
 
 /* Write the version and every default into *cfg (base, shards and nshards
@@ -125,8 +158,10 @@ XFER_API void xfer_server_config_default(xfer_server_config *cfg);
  * On success writes *out and returns 0; *out untouched on failure.
  * Errors: XFER_ERR_INVALID_ARG (NULL, an unknown version, no base, a bad
  * address, nshards out of range, a shard without memory, duplicate or
- * out-of-range indexes), XFER_ERR_NOMEM, XFER_ERR_IO (bind or listen
- * failed: errno tells why).
+ * out-of-range indexes, a secret of a bad length), XFER_ERR_AUTH (a
+ * non-loopback address without a secret, and not insecure), XFER_ERR_NOMEM,
+ * XFER_ERR_IO (bind or listen failed: errno tells why; or the OS CSPRNG
+ * gave nothing).
  */
 XFER_API int xfer_server_new(const xfer_server_config *cfg,
                              xfer_server **out);

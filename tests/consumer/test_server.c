@@ -151,6 +151,8 @@ START_TEST(test_server_drain_waits_for_reservations)
     ck_assert_int_eq(st_start_servers(&s, 1, 64 << 10, 4, NULL), 0);
     s.slice = 1024;
     int fd = st_raw_connect(&s, 0);
+    int cfd = st_raw_connect_role(&s, 0, XFER_WIRE_ROLE_CONSUMER);
+    ck_assert_int_ge(cfd, 0); /* only the consumer role takes (issue 12) */
     uint64_t r1, r2;
     ck_assert_int_eq(st_raw_put(&s, fd, 0, 1, 1, false, &r1), 0);
     ck_assert_int_eq(st_raw_put(&s, fd, 0, 2, 1, true, &r2), 0);
@@ -176,8 +178,9 @@ START_TEST(test_server_drain_waits_for_reservations)
     ck_assert(d.drained);
     m = (xfer_wire_msg){.type = XFER_WIRE_T_TAKE, .id = 2, .attempt = 1,
                         .resv_id = r2};
-    ck_assert_int_eq(st_raw_call(&s, fd, &m, NULL, &r), 0);
+    ck_assert_int_eq(st_raw_call(&s, cfd, &m, NULL, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_TAKE_OK);
+    close(cfd);
     close(fd);
     st_stop(&s);
 }

@@ -252,8 +252,13 @@ bool mp_closed(int fd)
 
 int mp_hello(int fd, uint16_t shard)
 {
+    return mp_hello_role(fd, shard, XFER_WIRE_ROLE_PRODUCER);
+}
+
+int mp_hello_role(int fd, uint16_t shard, uint8_t role)
+{
     xfer_wire_msg m = {.type = XFER_WIRE_T_HELLO, .version = 1,
-                       .role = XFER_WIRE_ROLE_PRODUCER, .shard = shard};
+                       .role = role, .shard = shard};
     xfer_wire_hdr h;
     xfer_wire_msg r;
     if (mp_send_msg(fd, &m, 1, NULL) != 0 || mp_recv_msg(fd, &h, &r) != 0)

@@ -43,6 +43,8 @@ int mp_recv_msg(int fd, xfer_wire_hdr *h, xfer_wire_msg *m);
 bool mp_closed(int fd);
 /* HELLO for shard on group 0 and expect HELLO_ACK. */
 int mp_hello(int fd, uint16_t shard);
+/* The same with HELLO's role `role` (XFER_WIRE_ROLE_*). */
+int mp_hello_role(int fd, uint16_t shard, uint8_t role);
 /* STATUS of every shard of the daemon on port (summed). */
 int mp_status(uint16_t port, xfer_wire_status *st);
 /* Poll until the daemon's bytes_in_use is 0 and live is 0, or timeout_ms

@@ -7,6 +7,16 @@
  *         [--faults PPM[:SEED]]
  *         [--drop PPM] [--drain-timeout DUR] [--port-file PATH] [--quiet]
  *         [--ctl PATH] [--shm NAME] [--trace FILE] [--take-grace DUR]
+ *         [--secret-file PATH] [--insecure] [--max-sessions N]
+ *         [--session-grace DUR] [--session-max-resv N]
+ *         [--session-max-bytes SIZE] [--session-max-tombs N]
+ *
+ * --secret-file PATH: peers authenticate with HELLO2's challenge-response
+ * (HMAC-SHA256 under the file's bytes, 16..256).  Without it only a
+ * loopback address may be bound, unless --insecure; either way the
+ * missing authentication is printed at start.  The session flags bound
+ * what one peer session may hold per shard (README.md, "Running xferd on
+ * a network").
  *
  * --ctl PATH opens a Unix control socket (xfer/ctl.h) answering with every
  * open reservation (`xfer-trace stuck --live PATH`).
@@ -70,6 +80,12 @@ typedef struct xd_config {
     uint64_t drain_timeout_ns;
     uint64_t take_grace_ns;    /* 0: the server's default */
     bool quiet;
+    /* issue 12: authentication, sessions, quotas (0: the defaults) */
+    uint8_t secret[256];
+    size_t secret_len;         /* 0: no --secret-file */
+    bool insecure;
+    uint64_t max_sessions, session_grace_ns;
+    uint64_t session_resv, session_bytes, session_tombs;
 } xd_config;
 
 typedef struct opts {
@@ -223,8 +239,32 @@ static void usage(void)
            "             [--drain-timeout DUR] [--port-file PATH] [--quiet]\n"
            "             [--ctl PATH] [--shm NAME] [--trace FILE]\n"
            "             [--take-grace DUR] [--metrics ADDR:PORT]\n"
+           "             [--secret-file PATH] [--insecure] [--max-sessions N]\n"
+           "             [--session-grace DUR] [--session-max-resv N]\n"
+           "             [--session-max-bytes SIZE] [--session-max-tombs N]\n"
            "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
            "          --lease-ttl 10s --max-resv 4096\n");
+}
+
+/* --secret-file PATH: the shared secret is the file's bytes (one
+ * trailing newline dropped), never a flag's value (ps would show it). */
+static int read_secret(const char *path, xd_config *cfg)
+{
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f)
+        return -1;
+    uint8_t buf[sizeof cfg->secret + 2];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    int err = ferror(f);
+    fclose(f);
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    if (err || n < 16 || n > sizeof cfg->secret)
+        return -1;
+    memcpy(cfg->secret, buf, n);
+    memset(buf, 0, sizeof buf);
+    cfg->secret_len = n;
+    return 0;
 }
 
 static int parse_one(int c, const char *arg, opts *o)
@@ -297,6 +337,31 @@ static int parse_one(int c, const char *arg, opts *o)
             return bad("take grace", arg);
         return 0;
     case 'q': o->cfg.quiet = true; return 0;
+    case 'K': return read_secret(arg, &o->cfg) ? bad("secret file (16 to "
+                                                     "256 bytes)", arg)
+                                               : 0;
+    case 'I': o->cfg.insecure = true; return 0;
+    case 1001:
+        return parse_u64(arg, &o->cfg.max_sessions, 65535) ||
+                       !o->cfg.max_sessions
+                   ? bad("session cap", arg)
+                   : 0;
+    case 1002:
+        return parse_dur(arg, &o->cfg.session_grace_ns)
+                   ? bad("session grace", arg)
+                   : 0;
+    case 1003:
+        return parse_u64(arg, &o->cfg.session_resv, 1u << 24)
+                   ? bad("session reservation quota", arg)
+                   : 0;
+    case 1004:
+        return parse_size(arg, &o->cfg.session_bytes)
+                   ? bad("session byte quota", arg)
+                   : 0;
+    case 1005:
+        return parse_u64(arg, &o->cfg.session_tombs, 1u << 30)
+                   ? bad("session tombstone quota", arg)
+                   : 0;
     default: return bad("flag", arg);
     }
 }
@@ -314,6 +379,11 @@ static int parse(int argc, char **argv, opts *o)
         {"ctl", 1, 0, 'C'},      {"help", 0, 0, 'h'},
         {"shm", 1, 0, 'S'},      {"trace", 1, 0, 'T'},
         {"take-grace", 1, 0, 'G'},  {"metrics", 1, 0, 'M'},
+        {"secret-file", 1, 0, 'K'}, {"insecure", 0, 0, 'I'},
+        {"max-sessions", 1, 0, 1001}, {"session-grace", 1, 0, 1002},
+        {"session-max-resv", 1, 0, 1003},
+        {"session-max-bytes", 1, 0, 1004},
+        {"session-max-tombs", 1, 0, 1005},
         {0, 0, 0, 0}};
     opterr = 0;
     int c;
@@ -523,6 +593,14 @@ static int start_server(xferd *d)
     sc.drop_ppm = c->drop_ppm;
     sc.fault_seed = c->fault_seed;
     sc.log = c->quiet ? NULL : log_line;
+    sc.secret = c->secret_len ? c->secret : NULL;
+    sc.secret_len = c->secret_len;
+    sc.insecure = c->insecure;
+    sc.max_sessions = (uint16_t)c->max_sessions;
+    sc.session_grace_ns = c->session_grace_ns;
+    sc.session_max_reservations = (uint32_t)c->session_resv;
+    sc.session_max_bytes = c->session_bytes;
+    sc.session_max_tombstones = (uint32_t)c->session_tombs;
     return xfer_server_new(&sc, &d->srv);
 }
 
@@ -604,6 +682,10 @@ static int serve(opts *o)
     uint16_t port = xfer_server_port(d.srv);
     if (o->port_file && write_port_file(o->port_file, port) != 0)
         fprintf(stderr, "xferd: cannot write %s\n", o->port_file);
+    if (!o->cfg.secret_len)
+        fprintf(stderr, "xferd: INSECURE: no --secret-file, peers are not "
+               "authenticated%s\n",
+               o->cfg.insecure ? " (--insecure)" : " (loopback only)");
     printf("xferd: listening on %s:%u\n", o->cfg.addr, (unsigned)port);
     fflush(stdout);
     event_base_dispatch(d.base);

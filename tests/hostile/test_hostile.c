@@ -1,0 +1,378 @@
+/*
+ * tests/hostile/test_hostile.c - issue 12's hostile peers against a real
+ * xferd process (loopback): one test per class the issue lists, each
+ * asserting the server's answer to the attack and that a well-behaved
+ * producer session and consumer keep working with nothing lost (the pool
+ * is whole again at the end).
+ *
+ * The peers speak raw frames (tests/multiproc/mp.h); a "session" here is a
+ * HELLO2 with 16 bytes of our choosing, as xfer_tcp sends it.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "auth.h" /* wire_private_dep: HELLO2's proofs, as a client */
+#include "mp.h"
+#include "testutil.h"
+#include "xfer/errors.h"
+
+static mp_proc d;
+static uint32_t req = 100;
+
+/* A short lease, so what a hostile peer leaves reserved ends soon. */
+static const char *const plain_args[] = {"--pool", "1M", "--quiet",
+                                         "--lease-ttl", "1s", NULL};
+
+/* A HELLO2 of session `tag` (its bytes all `tag`) with role `role`. */
+static xfer_wire_msg hello2(uint8_t tag, uint8_t role)
+{
+    uint8_t session[XFER_WIRE_SESSION];
+    memset(session, tag, sizeof session);
+    xfer_wire_msg m;
+    ck_assert_int_eq(xfer_auth_hello(&m, role, 0, 0, session), 0);
+    return m;
+}
+
+/* Connect and say HELLO2 as session `tag`; expect HELLO_ACK. */
+static int join(uint16_t port, uint8_t tag, uint8_t role)
+{
+    int fd = mp_connect(port);
+    ck_assert_int_ge(fd, 0);
+    xfer_wire_msg m = hello2(tag, role), r;
+    xfer_wire_hdr h;
+    ck_assert_int_eq(mp_send_msg(fd, &m, 1, NULL), 0);
+    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
+    ck_assert_uint_eq(r.version, 2);
+    return fd;
+}
+
+/* One request, one reply. */
+static xfer_wire_msg call(int fd, const xfer_wire_msg *m, const void *data)
+{
+    xfer_wire_hdr h;
+    xfer_wire_msg r;
+    uint32_t q = req++;
+    ck_assert_int_eq(mp_send_msg(fd, m, q, data), 0);
+    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_uint_eq(h.req, q);
+    return r;
+}
+
+static int32_t code_of(const xfer_wire_msg *r)
+{
+    return r->type == XFER_WIRE_T_ERROR ? r->code : 0;
+}
+
+static xfer_wire_msg reserve(int fd, uint64_t id, uint32_t len)
+{
+    xfer_wire_msg m = {.type = XFER_WIRE_T_RESERVE, .id = id, .attempt = 1,
+                       .len = len};
+    return call(fd, &m, NULL);
+}
+
+static int32_t op(int fd, uint8_t type, uint64_t id, uint32_t attempt,
+                  uint64_t resv)
+{
+    xfer_wire_msg m = {.type = type, .id = id, .attempt = attempt,
+                       .resv_id = resv};
+    xfer_wire_msg r = call(fd, &m, NULL);
+    return code_of(&r);
+}
+
+static int32_t write_all(int fd, uint64_t id, uint64_t resv, uint32_t len,
+                         uint8_t fill)
+{
+    uint8_t *data = malloc(len);
+    memset(data, fill, len);
+    xfer_wire_msg w = {.type = XFER_WIRE_T_WRITE, .id = id, .attempt = 1,
+                       .len = len, .resv_id = resv};
+    xfer_wire_msg r = call(fd, &w, data);
+    free(data);
+    return code_of(&r);
+}
+
+/* The well-behaved pair: producer session 0x60 reserves, writes, commits
+ * id; a consumer takes it (the bytes are the producer's) and releases. */
+static void good_pair_works(uint64_t id)
+{
+    int p = join(d.port, 0x60, XFER_WIRE_ROLE_PRODUCER);
+    int c = join(d.port, 0x61, XFER_WIRE_ROLE_CONSUMER);
+    xfer_wire_msg r = reserve(p, id, 4096);
+    ck_assert_int_eq(code_of(&r), 0);
+    uint64_t resv = r.resv_id;
+    ck_assert_int_eq(write_all(p, id, resv, 4096, 0x3c), 0);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, id, 1, resv), 0);
+    xfer_wire_msg t = {.type = XFER_WIRE_T_TAKE, .id = id, .attempt = 1,
+                       .resv_id = resv};
+    r = call(c, &t, NULL);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_TAKE_OK);
+    ck_assert_uint_eq(r.len, 4096);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, id, 1, resv), 0);
+    close(p);
+    close(c);
+}
+
+static void pool_whole(void)
+{
+    xfer_wire_status st;
+    ck_assert_int_eq(mp_wait_pool_free(d.port, 5000, &st), 0);
+    ck_assert_uint_eq(st.bytes_in_use, 0);
+}
+
+static void start(const char *const *args)
+{
+    ck_assert_int_eq(mp_xferd(&d, 0, args), 0);
+}
+
+static void teardown(void)
+{
+    mp_kill_all();
+}
+
+/* Class 1: another session may not write, commit or cancel a victim's
+ * reservation; a producer may not subscribe, take or release. */
+START_TEST(test_hostile_ownership)
+{
+    start(plain_args);
+    int v = join(d.port, 0x01, XFER_WIRE_ROLE_PRODUCER);
+    int a = join(d.port, 0x02, XFER_WIRE_ROLE_PRODUCER);
+    xfer_wire_msg r = reserve(v, 7, 4096);
+    ck_assert_int_eq(code_of(&r), 0);
+    uint64_t resv = r.resv_id;
+    ck_assert_int_eq(write_all(a, 7, resv, 4096, 0xee), XFER_ERR_PERM);
+    ck_assert_int_eq(op(a, XFER_WIRE_T_COMMIT, 7, 1, resv), XFER_ERR_PERM);
+    ck_assert_int_eq(op(a, XFER_WIRE_T_CANCEL, 7, 1, resv), XFER_ERR_PERM);
+    r = reserve(a, 7, 4096); /* nor take the id over */
+    ck_assert_int_eq(code_of(&r), XFER_ERR_PERM);
+    ck_assert_int_eq(op(a, XFER_WIRE_T_TAKE, 7, 1, resv), XFER_ERR_PERM);
+    ck_assert_int_eq(op(a, XFER_WIRE_T_RELEASE, 7, 1, resv), XFER_ERR_PERM);
+    xfer_wire_msg sub = {.type = XFER_WIRE_T_SUBSCRIBE};
+    r = call(a, &sub, NULL);
+    ck_assert_int_eq(code_of(&r), XFER_ERR_PERM);
+    /* The same session from a second connection is the victim itself. */
+    int v2 = join(d.port, 0x01, XFER_WIRE_ROLE_PRODUCER);
+    ck_assert_int_eq(write_all(v2, 7, resv, 4096, 0x11), 0);
+    /* ... but it may not come back as a consumer. */
+    int fd = mp_connect(d.port);
+    xfer_wire_msg m = hello2(0x01, XFER_WIRE_ROLE_CONSUMER);
+    xfer_wire_hdr h;
+    ck_assert_int_eq(mp_send_msg(fd, &m, 1, NULL), 0);
+    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(code_of(&r), XFER_ERR_PERM);
+    ck_assert(mp_closed(fd));
+    close(fd);
+    ck_assert_int_eq(op(v, XFER_WIRE_T_COMMIT, 7, 1, resv), 0);
+    int c = join(d.port, 0x03, XFER_WIRE_ROLE_CONSUMER);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 7, 1, resv), 0);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 7, 1, resv), 0);
+    close(v);
+    close(v2);
+    close(a);
+    close(c);
+    good_pair_works(8);
+    pool_whole();
+}
+END_TEST
+
+/* Class 2: reservation ids are unguessable: two fresh daemons hand out
+ * different first ids (they came from a fixed-seed generator before). */
+START_TEST(test_hostile_ids_unpredictable)
+{
+    uint64_t first[2];
+    for (int i = 0; i < 2; i++) {
+        start(plain_args);
+        int p = join(d.port, 0x05, XFER_WIRE_ROLE_PRODUCER);
+        xfer_wire_msg r = reserve(p, 1, 64);
+        ck_assert_int_eq(code_of(&r), 0);
+        first[i] = r.resv_id;
+        close(p);
+        good_pair_works(2);
+        pool_whole();
+        mp_kill(&d, SIGKILL);
+    }
+    ck_assert_uint_ne(first[0], first[1]);
+}
+END_TEST
+
+static char secret_path[64];
+
+static void write_secret(const char *text)
+{
+    snprintf(secret_path, sizeof secret_path, "/tmp/xfer-hostile-%d.key",
+             getpid());
+    FILE *f = fopen(secret_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static const char KEY[] = "0123456789abcdef-hostile-test";
+
+/* HELLO2 + AUTH with `secret`; returns the fd after the server's answer
+ * to AUTH (HELLO_ACK: *ok true). */
+static int auth_join(const char *secret, uint8_t tag, uint8_t role,
+                     bool *ok)
+{
+    int fd = mp_connect(d.port);
+    xfer_wire_msg m = hello2(tag, role), r, a;
+    xfer_wire_hdr h;
+    ck_assert_int_eq(mp_send_msg(fd, &m, 1, NULL), 0);
+    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_CHALLENGE);
+    /* The server proves it knows the secret (ours or not). */
+    int rc = xfer_auth_answer((const uint8_t *)secret, strlen(secret), &m,
+                              &r, &a);
+    if (rc != 0) { /* a wrong key of ours: still send a (bad) proof */
+        a = (xfer_wire_msg){.type = XFER_WIRE_T_AUTH};
+        xfer_auth_proof((const uint8_t *)secret, strlen(secret), false, &m,
+                        r.nonce, a.mac);
+    }
+    ck_assert_int_eq(mp_send_msg(fd, &a, 1, NULL), 0);
+    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    *ok = r.type == XFER_WIRE_T_HELLO_ACK;
+    if (!*ok)
+        ck_assert_int_eq(code_of(&r), XFER_ERR_AUTH);
+    return fd;
+}
+
+/* Class 2 (and the auth rule): with --secret-file, STATUS needs an
+ * authenticated HELLO, a v1 HELLO and a wrong proof are refused, and the
+ * right proof is served. */
+START_TEST(test_hostile_auth_required)
+{
+    write_secret(KEY);
+    const char *args[] = {"--pool", "1M", "--quiet", "--secret-file",
+                          secret_path, NULL};
+    start(args);
+    xfer_wire_status st;
+    ck_assert_int_ne(mp_status(d.port, &st), 0); /* STATUS before HELLO */
+    int fd = mp_connect(d.port);
+    ck_assert_int_ne(mp_hello(fd, 0), 0); /* v1: ERROR AUTH, closed */
+    ck_assert(mp_closed(fd));
+    close(fd);
+    bool ok;
+    fd = auth_join("not-the-secret-at-all", 0x09, XFER_WIRE_ROLE_PRODUCER,
+                   &ok);
+    ck_assert(!ok);
+    ck_assert(mp_closed(fd));
+    close(fd);
+    int p = auth_join(KEY, 0x0a, XFER_WIRE_ROLE_PRODUCER, &ok);
+    ck_assert(ok);
+    int c = auth_join(KEY, 0x0b, XFER_WIRE_ROLE_CONSUMER, &ok);
+    ck_assert(ok);
+    xfer_wire_msg r = reserve(p, 5, 512);
+    ck_assert_int_eq(code_of(&r), 0);
+    ck_assert_int_eq(write_all(p, 5, r.resv_id, 512, 1), 0);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 5, 1, r.resv_id), 0);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 5, 1, r.resv_id), 0);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 5, 1, r.resv_id), 0);
+    xfer_wire_msg q = {.type = XFER_WIRE_T_STATUS, .shard = 0xFFFF};
+    r = call(c, &q, NULL); /* after the HELLO: served */
+    ck_assert_int_eq(r.type, XFER_WIRE_T_STATUS_OK);
+    ck_assert_uint_eq(r.st.bytes_in_use, 0);
+    close(p);
+    close(c);
+    unlink(secret_path);
+}
+END_TEST
+
+/* Class 3: a tombstone blocks only what its maker may block.  An
+ * attacker's CANCEL of the victim's next id does not stop the victim's
+ * reserve of it; a flood of CANCELs of fresh ids hits the attacker's
+ * tombstone quota (BUSY for it) and nobody else's reserves. */
+START_TEST(test_hostile_tombstones)
+{
+    const char *args[] = {"--pool", "1M", "--quiet", "--lease-ttl", "1s",
+                          "--max-resv", "64",
+                          "--max-tombs", "256", NULL};
+    start(args);
+    int a = join(d.port, 0x21, XFER_WIRE_ROLE_PRODUCER);
+    ck_assert_int_eq(op(a, XFER_WIRE_T_CANCEL, 40, 1, 0), 0);
+    int v = join(d.port, 0x22, XFER_WIRE_ROLE_PRODUCER);
+    xfer_wire_msg r = reserve(v, 40, 256);
+    ck_assert_int_eq(code_of(&r), 0);
+    ck_assert_int_eq(op(v, XFER_WIRE_T_CANCEL, 40, 1, r.resv_id), 0);
+    /* its own tombstone blocks the attacker itself */
+    r = reserve(a, 40, 256);
+    ck_assert_int_eq(code_of(&r), XFER_ERR_CANCELLED);
+    int busy = 0;
+    for (uint64_t id = 1000; id < 1400; id++) {
+        int32_t rc = op(a, XFER_WIRE_T_CANCEL, id, 1, 0);
+        ck_assert(rc == 0 || rc == XFER_ERR_BUSY);
+        busy += rc == XFER_ERR_BUSY;
+    }
+    ck_assert_int_gt(busy, 0); /* the quota (256 / 4) stopped it */
+    close(a);
+    for (uint64_t id = 50; id < 60; id++)
+        good_pair_works(id);
+    close(v);
+    pool_whole();
+}
+END_TEST
+
+/* Class 6: one session cannot take the whole pool or every slot: past its
+ * quota it gets BUSY, and another session still reserves. */
+START_TEST(test_hostile_quota)
+{
+    start(plain_args);
+    int a = join(d.port, 0x31, XFER_WIRE_ROLE_PRODUCER);
+    int held = 0;
+    for (uint64_t id = 1; id < 200; id++) {
+        xfer_wire_msg r = reserve(a, id, 16 << 10);
+        if (code_of(&r) == XFER_ERR_BUSY)
+            break;
+        ck_assert_int_eq(code_of(&r), 0);
+        held++;
+    }
+    ck_assert_int_eq(held, 16); /* a quarter of 1 MiB in 16 KiB regions */
+    good_pair_works(500);
+    close(a);
+    pool_whole();
+}
+END_TEST
+
+/* Class 7 (data): a COMMIT with no WRITE, or with part of the region
+ * written, is refused: no consumer can be handed stale bytes. */
+START_TEST(test_hostile_commit_needs_every_byte)
+{
+    start(plain_args);
+    int p = join(d.port, 0x41, XFER_WIRE_ROLE_PRODUCER);
+    xfer_wire_msg r = reserve(p, 3, 4096);
+    ck_assert_int_eq(code_of(&r), 0);
+    uint64_t resv = r.resv_id;
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 3, 1, resv),
+                     XFER_ERR_INCOMPLETE);
+    ck_assert_int_eq(write_all(p, 3, resv, 1024, 9), 0);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 3, 1, resv),
+                     XFER_ERR_INCOMPLETE);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_CANCEL, 3, 1, resv), 0);
+    close(p);
+    good_pair_works(4);
+    pool_whole();
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("hostile");
+    TCase *tc = tcase_create("hostile");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_hostile_ownership);
+    tcase_add_test(tc, test_hostile_ids_unpredictable);
+    tcase_add_test(tc, test_hostile_auth_required);
+    tcase_add_test(tc, test_hostile_tombstones);
+    tcase_add_test(tc, test_hostile_quota);
+    tcase_add_test(tc, test_hostile_commit_needs_every_byte);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
