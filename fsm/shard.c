@@ -230,6 +230,10 @@ static bool within_quota(const xfer_shard *s, const resv_step *o)
 static int h_reserve(xfer_shard *s, resv_step *o)
 {
     uint64_t off;
+    /* A region larger than the pool never fits (NO_SPACE, whoever asks);
+     * one that could is refused at a cap or the owner's quota (BUSY). */
+    if (xfer_pool_round(&s->pool, o->len) > s->pool.size)
+        return XFER_ERR_NO_SPACE;
     if (s->live >= s->cfg.max_reservations || !within_quota(s, o) ||
         xfer_tomb_hold_by(&s->tombs, o->step.now_ns, o->owner) != 0)
         return XFER_ERR_BUSY;
