@@ -203,8 +203,10 @@ static void publish(xfer_server *s, xfer_server_hosted *hs,
         if (!c->subscribed || c->closing || c->doomed || c->hosted < 0 ||
             &s->shards[c->hosted] != hs)
             continue;
-        if (evbuffer_get_length(bufferevent_get_output(c->bev)) >
-            XFER_SERVER_OUT_HIGH) {
+        size_t out = evbuffer_get_length(bufferevent_get_output(c->bev));
+        if (out > XFER_SERVER_OUT_HIGH ||
+            (s->out_bytes > s->cfg.out_max_bytes &&
+             out > XFER_SERVER_OUT_LOW)) {
             s->subs_dropped++;
             xfer_server_log(s, c->serial, "subscriber too slow, dropped");
             c->subscribed = false;

@@ -35,10 +35,11 @@
 
 #define XFER_SERVER_OUT_HIGH (8u << 20)
 #define XFER_SERVER_OUT_LOW (1u << 20)
-#define XFER_SERVER_LOG_MAX 200
+#define XFER_SERVER_LOG_BURST 20 /* lines per log interval */
 
 struct bufferevent;
 struct evbuffer;
+struct evbuffer_cb_entry;
 struct evconnlistener;
 struct event;
 
@@ -52,6 +53,11 @@ struct xfer_server_conn {
     int hosted;        /* index into srv->shards, -1 before HELLO */
     uint8_t role;      /* HELLO's role */
     bool subscribed, closing, paused;
+    uint64_t t_accept;  /* when accepted */
+    uint64_t t_active;  /* the last request, or byte of a streamed write */
+    uint64_t t_partial; /* since when a frame is begun and unfinished;
+                           0: none */
+    struct evbuffer_cb_entry *out_cb; /* counts its output in out_bytes */
     bool doomed;       /* closed by the reaper, outside its own callbacks */
     /* A WRITE being streamed in. */
     bool in_write;
@@ -120,6 +126,8 @@ struct xfer_server {
     struct evconnlistener *lis;
     xfer_timer timer;     /* leases, tombstones and grace periods */
     struct event *drain_ev, *reap_ev;
+    struct event *accept_ev; /* re-enables accepting after the fd limit */
+    struct event *sweep_ev;  /* the connection timeouts */
     xfer_server_hosted shards[XFER_MAX_SHARDS];
     xfer_list conns;      /* of xfer_server_conn; conns.n counts them */
     uint64_t serial, rng, drain_deadline;
@@ -132,6 +140,9 @@ struct xfer_server {
     uint8_t secret[XFER_AUTH_SECRET_MAX]; /* cfg.secret points here */
     xfer_server_sess *sess; /* [max_sessions]; owner i + 1 is sess[i] */
     uint64_t auth_failed, sess_refused;
+    uint64_t conns_refused, timeouts, writes_stalled;
+    uint64_t out_bytes;      /* queued output of every connection */
+    uint64_t log_window, log_dropped;
 };
 
 /* The connection of a node of srv->conns; NULL for NULL. */
@@ -154,6 +165,10 @@ void xfer_server_conn_send(xfer_server_conn *c, const xfer_wire_msg *m,
 /* Mark c to be closed by the reaper (from inside a callback of c's). */
 void xfer_server_conn_doom(xfer_server_conn *c);
 void xfer_server_conn_reap(xfer_server *s);
+/* The timeouts of every connection (a persistent timer's callback), and
+ * its period: a quarter of the shortest timeout, 1 ms to 250 ms. */
+void xfer_server_conn_sweep(evutil_socket_t fd, short what, void *arg);
+struct timeval xfer_server_sweep_tick(const xfer_server *s);
 
 /* server_req.c: one decoded frame of c; false when c closed (or is
  * closing).  Streamed writes: start (false when c closed) and finish. */

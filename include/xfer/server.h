@@ -41,7 +41,15 @@
  *    on the shard (a consumer that reconnects sees them again; its
  *    readiness machine absorbs a repeat);
  *  - a connection whose unread replies pass 8 MiB stops being read until
- *    they drain, and a subscriber that falls that far behind is dropped.
+ *    they drain, and a subscriber that falls that far behind is dropped;
+ *    so is one with more than 1 MiB unread while every connection's
+ *    output together passes out_max_bytes;
+ *  - nothing a peer does holds a connection or a region for good: the
+ *    HELLO, header, idle and write timeouts close it (a stalled write
+ *    ends failed), at most max_conns are open (more are closed at once),
+ *    and at the fd limit accepting pauses for accept_retry_ns while the
+ *    open connections are served;
+ *  - a peer's half-close lets the replies already queued go out first.
  *
  * Memory lifetime: each shard's memory {base, len} is borrowed.  It must
  * stay valid, and the caller must not write to it, until xfer_server_del
@@ -80,7 +88,8 @@ typedef struct xfer_server xfer_server;
 
 /* One line about bad input or a dropped connection ("conn 3 bad frame
  * (BAD_MAGIC), closed"), without a newline; `line` is borrowed until
- * return.  Loop thread.  The server reports at most 200 lines. */
+ * return.  Loop thread.  Rate-limited (log_interval_ns), never cut off:
+ * lines over the limit are counted and the count is reported. */
 typedef void (*xfer_server_log_fn)(void *ud, const char *line);
 /* A drain ended: drained is true when no reservation was being reserved or
  * written any more, false when drain_timeout_ns passed first. */
@@ -147,6 +156,26 @@ typedef struct xfer_server_config {
     uint32_t session_max_tombstones; /* per session and shard, counting
                                         the slots its live records hold;
                                         0: a quarter of max_tombstones */
+    uint64_t hello_timeout_ns;  /* a connection without a finished HELLO
+                                   (and AUTH) is closed after this; 0: 5 s */
+    uint64_t header_timeout_ns; /* a frame begun and not finished, or
+                                   replies a closing peer does not read;
+                                   0: 10 s */
+    uint64_t idle_timeout_ns;   /* no request for this long (subscribers
+                                   excepted): closed; 0: 300 s */
+    uint64_t write_timeout_ns;  /* a streamed WRITE that receives no byte
+                                   for this long ends failed and its
+                                   connection closes; 0: 10 s */
+    uint32_t max_conns;         /* more are closed at accept; 0: 4096 */
+    uint64_t out_max_bytes;     /* replies and events queued on every
+                                   connection together: past it, a peer
+                                   with more than 1 MiB unread stops being
+                                   read, a subscriber is dropped;
+                                   0: 64 MiB */
+    uint64_t accept_retry_ns;   /* at the fd limit, accepting pauses this
+                                   long; 0: 100 ms */
+    uint64_t log_interval_ns;   /* at most 20 log lines per interval, the
+                                   rest counted and reported; 0: 1 s */
 } xfer_server_config;
 
 /* Write the version and every default into *cfg (base, shards and nshards
@@ -210,6 +239,13 @@ typedef struct xfer_server_stats {
     uint64_t bad_frames;
     uint64_t bad_by_reason[XFER_SERVER_BAD_REASONS];
     uint64_t errors_sent, faults, subs_dropped;
+    uint64_t auth_failed;        /* bad proofs, v1 HELLOs under a secret */
+    uint64_t conns_refused;      /* over max_conns, or the session table
+                                    full */
+    uint64_t timeouts;           /* closed by a HELLO, header or idle
+                                    timeout */
+    uint64_t writes_stalled;     /* ended by the write timeout */
+    uint64_t out_bytes;          /* queued output now, all connections */
 } xfer_server_stats;
 
 XFER_API int xfer_server_stats_get_versioned(const xfer_server *s,

@@ -357,6 +357,83 @@ START_TEST(test_hostile_commit_needs_every_byte)
 }
 END_TEST
 
+/* Class 4: a write whose head arrived and whose data never comes is
+ * ended (not ok) by the write timeout and its connection closed; its
+ * reservation then ends by its lease.  TAKEN data of a consumer that went
+ * away is released after the take grace. */
+START_TEST(test_hostile_pinned_memory_reclaimed)
+{
+    const char *args[] = {"--pool", "1M", "--quiet", "--lease-ttl", "1s",
+                          "--write-timeout", "300ms", "--take-grace",
+                          "300ms", NULL};
+    start(args);
+    int a = join(d.port, 0x51, XFER_WIRE_ROLE_PRODUCER);
+    xfer_wire_msg r = reserve(a, 9, 65536);
+    ck_assert_int_eq(code_of(&r), 0);
+    xfer_wire_msg w = {.type = XFER_WIRE_T_WRITE, .id = 9, .attempt = 1,
+                       .len = 65536, .resv_id = r.resv_id};
+    uint8_t buf[XFER_WIRE_MAX_FIXED];
+    size_t n = xfer_wire_encode(&w, req++, buf, sizeof buf);
+    ck_assert_int_eq(mp_send(a, buf, n), 0);
+    ck_assert_int_eq(mp_send(a, buf, 100), 0); /* 100 bytes, then silence */
+    ck_assert(mp_closed(a)); /* the write timeout closed it (mp_closed
+                                fails at the socket's 5 s receive timeout) */
+    close(a);
+    /* A consumer takes committed data and vanishes. */
+    int p = join(d.port, 0x52, XFER_WIRE_ROLE_PRODUCER);
+    int c = join(d.port, 0x53, XFER_WIRE_ROLE_CONSUMER);
+    r = reserve(p, 10, 4096);
+    ck_assert_int_eq(write_all(p, 10, r.resv_id, 4096, 2), 0);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 10, 1, r.resv_id), 0);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 10, 1, r.resv_id), 0);
+    close(c);
+    close(p);
+    good_pair_works(11);
+    pool_whole(); /* lease for id 9, grace for id 10 */
+}
+END_TEST
+
+/* Class 5: connections that say nothing, or begin a frame and stop, are
+ * closed by the HELLO and header timeouts; past the connection cap a new
+ * one is closed at once; the good pair is served throughout. */
+START_TEST(test_hostile_timeouts_and_caps)
+{
+    const char *args[] = {"--pool", "1M", "--quiet", "--hello-timeout",
+                          "300ms", "--header-timeout", "300ms",
+                          "--max-conns", "40", NULL};
+    start(args);
+    int fds[30];
+    for (int i = 0; i < 30; i++) {
+        fds[i] = mp_connect(d.port);
+        ck_assert_int_ge(fds[i], 0);
+        if (i % 2) { /* a HELLO, then half a frame head */
+            int p = fds[i];
+            xfer_wire_msg m = hello2((uint8_t)(0x70 + i),
+                                     XFER_WIRE_ROLE_PRODUCER), r;
+            xfer_wire_hdr h;
+            ck_assert_int_eq(mp_send_msg(p, &m, 1, NULL), 0);
+            ck_assert_int_eq(mp_recv_msg(p, &h, &r), 0);
+            ck_assert_int_eq(mp_send(p, "XFRW\x01", 5), 0);
+        }
+    }
+    /* 30 + these 10 fill the cap: the 41st is closed at once */
+    int more[10];
+    for (int i = 0; i < 10; i++)
+        more[i] = mp_connect(d.port);
+    int over = mp_connect(d.port);
+    ck_assert(mp_closed(over));
+    close(over);
+    for (int i = 0; i < 10; i++)
+        close(more[i]);
+    for (int i = 0; i < 30; i++) {
+        ck_assert(mp_closed(fds[i]));
+        close(fds[i]);
+    }
+    good_pair_works(12);
+    pool_whole();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hostile");
@@ -369,6 +446,8 @@ int main(void)
     tcase_add_test(tc, test_hostile_tombstones);
     tcase_add_test(tc, test_hostile_quota);
     tcase_add_test(tc, test_hostile_commit_needs_every_byte);
+    tcase_add_test(tc, test_hostile_pinned_memory_reclaimed);
+    tcase_add_test(tc, test_hostile_timeouts_and_caps);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -10,6 +10,8 @@
  *         [--secret-file PATH] [--insecure] [--max-sessions N]
  *         [--session-grace DUR] [--session-max-resv N]
  *         [--session-max-bytes SIZE] [--session-max-tombs N]
+ *         [--hello-timeout DUR] [--header-timeout DUR] [--idle-timeout DUR]
+ *         [--write-timeout DUR] [--max-conns N] [--out-max SIZE]
  *
  * --secret-file PATH: peers authenticate with HELLO2's challenge-response
  * (HMAC-SHA256 under the file's bytes, 16..256).  Without it only a
@@ -86,6 +88,9 @@ typedef struct xd_config {
     bool insecure;
     uint64_t max_sessions, session_grace_ns;
     uint64_t session_resv, session_bytes, session_tombs;
+    /* timeouts and caps (0: the defaults) */
+    uint64_t hello_to, header_to, idle_to, write_to;
+    uint64_t max_conns, out_max;
 } xd_config;
 
 typedef struct opts {
@@ -242,6 +247,9 @@ static void usage(void)
            "             [--secret-file PATH] [--insecure] [--max-sessions N]\n"
            "             [--session-grace DUR] [--session-max-resv N]\n"
            "             [--session-max-bytes SIZE] [--session-max-tombs N]\n"
+           "             [--hello-timeout DUR] [--header-timeout DUR]\n"
+           "             [--idle-timeout DUR] [--write-timeout DUR]\n"
+           "             [--max-conns N] [--out-max SIZE]\n"
            "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
            "          --lease-ttl 10s --max-resv 4096\n");
 }
@@ -362,6 +370,21 @@ static int parse_one(int c, const char *arg, opts *o)
         return parse_u64(arg, &o->cfg.session_tombs, 1u << 30)
                    ? bad("session tombstone quota", arg)
                    : 0;
+    case 1006: return parse_dur(arg, &o->cfg.hello_to) || !o->cfg.hello_to
+                          ? bad("HELLO timeout", arg) : 0;
+    case 1007: return parse_dur(arg, &o->cfg.header_to) || !o->cfg.header_to
+                          ? bad("header timeout", arg) : 0;
+    case 1008: return parse_dur(arg, &o->cfg.idle_to) || !o->cfg.idle_to
+                          ? bad("idle timeout", arg) : 0;
+    case 1009: return parse_dur(arg, &o->cfg.write_to) || !o->cfg.write_to
+                          ? bad("write timeout", arg) : 0;
+    case 1010:
+        return parse_u64(arg, &o->cfg.max_conns, UINT32_MAX) ||
+                       !o->cfg.max_conns
+                   ? bad("connection cap", arg)
+                   : 0;
+    case 1011: return parse_size(arg, &o->cfg.out_max) || !o->cfg.out_max
+                          ? bad("output cap", arg) : 0;
     default: return bad("flag", arg);
     }
 }
@@ -384,6 +407,9 @@ static int parse(int argc, char **argv, opts *o)
         {"session-max-resv", 1, 0, 1003},
         {"session-max-bytes", 1, 0, 1004},
         {"session-max-tombs", 1, 0, 1005},
+        {"hello-timeout", 1, 0, 1006}, {"header-timeout", 1, 0, 1007},
+        {"idle-timeout", 1, 0, 1008}, {"write-timeout", 1, 0, 1009},
+        {"max-conns", 1, 0, 1010},  {"out-max", 1, 0, 1011},
         {0, 0, 0, 0}};
     opterr = 0;
     int c;
@@ -601,6 +627,12 @@ static int start_server(xferd *d)
     sc.session_max_reservations = (uint32_t)c->session_resv;
     sc.session_max_bytes = c->session_bytes;
     sc.session_max_tombstones = (uint32_t)c->session_tombs;
+    sc.hello_timeout_ns = c->hello_to;
+    sc.header_timeout_ns = c->header_to;
+    sc.idle_timeout_ns = c->idle_to;
+    sc.write_timeout_ns = c->write_to;
+    sc.max_conns = (uint32_t)c->max_conns;
+    sc.out_max_bytes = c->out_max;
     return xfer_server_new(&sc, &d->srv);
 }
 
