@@ -25,7 +25,9 @@
  *    record is refused with XFER_ERR_PERM before dispatch, like a stray
  *    write_end (the consumer's cancel excepted); a tombstone the caller may
  *    not see is looked through (lookup); use[] counts each owner's live
- *    records and pool bytes, the tombstone table its tombstone slots.
+ *    records and pool bytes, the tombstone table its tombstone slots (a
+ *    tombstone the consumer's release or cancel made is nobody's: owner
+ *    0, GLOBAL, on no producer's quota).
  *  - I14: a call carrying another attempt or another reservation id than the
  *    record's is refused with XFER_ERR_STALE before anything is touched.
  *  - Peer input never reaches an ILLEGAL cell: write_end is checked against
@@ -191,8 +193,16 @@ static void end_record(xfer_shard *s, resv_step *o, uint8_t reason, int kind)
     xfer_pool_free(&s->pool, r->off, r->len);
     xfer_heap_remove(&s->leases, o->slot);
     xfer_idmap_del(&s->ids, r->id);
+    /* The consumer's end (a release, its cancel) leaves a tombstone of
+     * everyone's that no producer's quota pays for. */
+    uint8_t flags = tomb_flags(o, reason);
+    uint16_t tomb_owner = r->owner;
+    if ((flags & XFER_TOMB_GLOBAL) && tomb_owner) {
+        xfer_tomb_uncharge_hold(&s->tombs, tomb_owner);
+        tomb_owner = 0;
+    }
     xfer_tomb_insert_held_by(&s->tombs, o->step.now_ns, r->id, r->attempt,
-                             reason, r->owner, tomb_flags(o, reason));
+                             reason, tomb_owner, flags);
     memset(r, 0, sizeof *r);
     s->free_slots[s->nfree++] = o->slot;
     s->live--;

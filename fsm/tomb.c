@@ -181,9 +181,11 @@ void xfer_tomb_insert_held_by(xfer_tomb *t, uint64_t now_ns, uint64_t id,
     const xfer_tomb_entry *old = xfer_tomb_find(t, id);
     if (old) {
         /* The hold's room carries a fresh entry; the old dies (its room
-         * stays its owner's until it is popped).  Another maker's block
-         * must survive it. */
-        if (old->owner != owner || (old->flags & XFER_TOMB_GLOBAL))
+         * stays its owner's until it is popped).  A block of everyone
+         * survives it; another owner's block does not become everyone's
+         * (that would let two owners block a third): it is lost, and a
+         * late reserve of that owner is freed by its lease. */
+        if (old->owner == 0 || (old->flags & XFER_TOMB_GLOBAL))
             flags |= XFER_TOMB_GLOBAL;
         t->dead++;
     }
@@ -202,9 +204,11 @@ int xfer_tomb_insert_by(xfer_tomb *t, uint64_t now_ns, uint64_t id,
 {
     uint32_t at;
     if (xfer_idmap_get(&t->map, id, &at)) {
-        if (t->ents[at].owner != owner)
-            flags |= XFER_TOMB_GLOBAL;
-        t->ents[at].flags |= flags; /* both makers stay blocked */
+        /* Another owner's entry stays its own unless flags make it
+         * everyone's (the consumer): two owners' tombstones never block a
+         * third.  This owner's late reserve of the id is then not refused
+         * by it; its lease frees it. */
+        t->ents[at].flags |= flags;
         return 0;
     }
     int rc = xfer_tomb_hold_by(t, now_ns, owner);
@@ -381,6 +385,12 @@ int xfer_tomb_restore(xfer_tomb *t, xfer_le_dec *d, uint32_t holds)
 out_bad:
     xfer_tomb_reset(t);
     return XFER_ERR_FORMAT;
+}
+
+void xfer_tomb_uncharge_hold(xfer_tomb *t, uint16_t owner)
+{
+    assert(t->held > 0);
+    charge(t, owner, -1);
 }
 
 void xfer_tomb_charge_hold(xfer_tomb *t, uint16_t owner)

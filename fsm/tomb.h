@@ -26,9 +26,11 @@
  * A table with owners counts, per owner, its holds and its entries (live
  * and dead, since a dead one takes room until it is popped) and refuses a
  * hold or an insert past the owner's quota with XFER_ERR_BUSY, so no owner
- * can take room that the others' quotas promise them.  When a second owner
- * tombstones an id another owner's entry holds, the surviving entry is
- * GLOBAL: each maker stays blocked.
+ * can take room that the others' quotas promise them.  One entry per id:
+ * when a second owner tombstones an id another owner's entry holds, the
+ * entry stays the first's (a cancel) or becomes the second's (a record of
+ * the second ended); never everyone's, so two owners cannot block a third.
+ * Only the consumer's (or owner 0's) entries block everyone.
  *
  * Saving (for the machines' saves, fsm/save.h): the live entries oldest
  * first, as a count (u32) and per entry id (u64), expiry (u64), attempt
@@ -119,7 +121,7 @@ void xfer_tomb_unhold_by(xfer_tomb *t, uint16_t owner);
 void xfer_tomb_insert_held(xfer_tomb *t, uint64_t now_ns, uint64_t id,
                            uint32_t attempt, uint8_t reason);
 /* The same for the hold of `owner`, with `flags`; when the old entry of
- * the id was another owner's, the new one is GLOBAL. */
+ * the id was owner 0's or GLOBAL, the new one is GLOBAL. */
 void xfer_tomb_insert_held_by(xfer_tomb *t, uint64_t now_ns, uint64_t id,
                               uint32_t attempt, uint8_t reason,
                               uint16_t owner, uint8_t flags);
@@ -128,7 +130,7 @@ void xfer_tomb_insert_held_by(xfer_tomb *t, uint64_t now_ns, uint64_t id,
 int xfer_tomb_insert(xfer_tomb *t, uint64_t now_ns, uint64_t id,
                      uint32_t attempt, uint8_t reason);
 /* The same for `owner` with `flags`.  An id already present: 0, and the
- * entry becomes GLOBAL when it is another owner's or flags ask for it.
+ * entry is left as it is, except that flags (GLOBAL) are added to it.
  * Errors: XFER_ERR_BUSY (the cap, or the owner's quota). */
 int xfer_tomb_insert_by(xfer_tomb *t, uint64_t now_ns, uint64_t id,
                         uint32_t attempt, uint8_t reason, uint16_t owner,
@@ -179,6 +181,10 @@ bool xfer_tomb_check(const xfer_tomb *t, xfer_le_dec *d, uint32_t holds,
  * or a read past the end: t is then reset).
  */
 int xfer_tomb_restore(xfer_tomb *t, xfer_le_dec *d, uint32_t holds);
+/* A hold of `owner` becomes nobody's in particular (no longer counted
+ * against its quota): the consumer ended its record, so the tombstone
+ * is the consumer's doing, not the owner's. */
+void xfer_tomb_uncharge_hold(xfer_tomb *t, uint16_t owner);
 /* Count one of the holds restore took for `owner` (1..nowners). */
 void xfer_tomb_charge_hold(xfer_tomb *t, uint16_t owner);
 /* Set the clock to a saved xfer_tomb_clock (at least the newest entry's

@@ -1727,12 +1727,18 @@ START_TEST(test_shard_tombstone_blocks_only_its_maker)
     ck_assert_int_eq(xfer_shard_reserve_by(s, 1, 2, 5, 2, 64, &info),
                      XFER_ERR_CANCELLED); /* every attempt of its own */
     xfer_resv_info a = reserve_by_ok(s, 2, 1, 5, 1, 64);
-    /* Its end by its owner's cancel: the id now blocks both makers. */
+    /* Its end by its owner's cancel: the one tombstone of the id is now
+     * owner 1's, never everyone's (two owners cannot block a third). */
     ck_assert_int_eq(xfer_shard_cancel_by(s, 3, 1, 5, 1, a.resv_id), 0);
     ck_assert_int_eq(xfer_shard_reserve_by(s, 4, 1, 5, 2, 64, &info),
                      XFER_ERR_CANCELLED);
-    ck_assert_int_eq(xfer_shard_reserve_by(s, 4, 2, 5, 2, 64, &info),
-                     XFER_ERR_CANCELLED);
+    reserve_by_ok(s, 4, 3, 5, 1, 64);
+    /* Two owners' cancels of one unknown id block neither a third. */
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 4, 1, 50, 1, XFER_RESV_NONE),
+                     0);
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 4, 2, 50, 1, XFER_RESV_NONE),
+                     0);
+    reserve_by_ok(s, 4, 3, 50, 1, 64);
     /* A reservation ended by its owner's cancel, or by its lease, blocks
      * only its owner. */
     xfer_resv_info b = reserve_by_ok(s, 5, 1, 6, 1, 64);

@@ -108,16 +108,23 @@ START_TEST(test_tomb_owners_quota_visibility_and_room)
     ck_assert(!xfer_tomb_visible(e, 2));
     ck_assert(xfer_tomb_visible(e, 0));
     ck_assert(xfer_tomb_visible(xfer_tomb_find(&t, 30), 2));
-    /* A second owner's tombstone of the id: both stay blocked. */
+    /* A second owner's tombstone of the id leaves the first's as it is:
+     * two owners never make one entry that blocks a third. */
     ck_assert_int_eq(xfer_tomb_insert_by(&t, 0, 10, 1, 0, 2, 0), 0);
-    ck_assert(xfer_tomb_visible(xfer_tomb_find(&t, 10), 2));
+    ck_assert(!xfer_tomb_visible(xfer_tomb_find(&t, 10), 2));
+    ck_assert(!xfer_tomb_visible(xfer_tomb_find(&t, 10), 3));
     ck_assert_uint_eq(xfer_tomb_owned(&t, 2), 1); /* no new room taken */
+    /* Only a GLOBAL insert (the consumer's) makes it block everyone. */
+    ck_assert_int_eq(xfer_tomb_insert_by(&t, 0, 10, 1, 0, 3,
+                                         XFER_TOMB_GLOBAL), 0);
+    ck_assert(xfer_tomb_visible(xfer_tomb_find(&t, 10), 2));
     /* The hold of owner 1 becomes an entry of id 20 (owner 2's): the old
      * entry dies but keeps owner 2's room until it is popped. */
     xfer_tomb_insert_held_by(&t, 50, 20, 1, 0, 1, 0);
     e = xfer_tomb_find(&t, 20);
     ck_assert_uint_eq(e->owner, 1);
-    ck_assert(xfer_tomb_visible(e, 2));
+    ck_assert(!xfer_tomb_visible(e, 2)); /* owner 1's now, not everyone's */
+    ck_assert(xfer_tomb_visible(e, 1));
     ck_assert_uint_eq(xfer_tomb_owned(&t, 1), 3);
     ck_assert_uint_eq(xfer_tomb_owned(&t, 2), 1);
     /* Expiry gives the room back, dead entries included. */

@@ -147,8 +147,12 @@ XFER_API void xfer_shard_del(xfer_shard *s);
  *  - a tombstone of the owner's making (its cancel of an unknown id, the
  *    end of its record by its cancel or its lease) blocks only that
  *    owner's later reserves of the id; one the consumer made (its cancel,
- *    a release of taken data) blocks every reserve of it.  When two owners
- *    tombstone one id, it blocks both (the entry is made global);
+ *    a release of taken data) blocks every reserve of it.  One tombstone
+ *    per id: when a second owner tombstones an id another owner's
+ *    tombstone holds, it stays the first's (a cancel of an unknown id) or
+ *    becomes the second's (its record ended); two owners never block a
+ *    third (a late reserve the first owner no longer blocks is freed by
+ *    its lease);
  *  - an owner over owner_max_reservations or owner_max_bytes gets
  *    XFER_ERR_BUSY from reserve, and over owner_max_tombstones (its
  *    tombstones plus the slots its live records hold) from reserve and
