@@ -9,7 +9,6 @@
  */
 #include "auth.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
@@ -111,28 +110,4 @@ int xfer_auth_client_init(const uint8_t *secret, size_t secret_len,
         return 0;
     }
     return xfer_auth_random(session_out, XFER_WIRE_SESSION);
-}
-
-int xfer_auth_secret_load(const char *path, uint8_t buf[XFER_AUTH_SECRET_MAX],
-                          size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return XFER_ERR_IO;
-    uint8_t tmp[XFER_AUTH_SECRET_MAX + 2];
-    size_t n = fread(tmp, 1, sizeof tmp, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad)
-        return XFER_ERR_IO;
-    if (n > 0 && tmp[n - 1] == '\n')
-        n--;
-    if (n < XFER_AUTH_SECRET_MIN || n > XFER_AUTH_SECRET_MAX) {
-        OPENSSL_cleanse(tmp, sizeof tmp);
-        return XFER_ERR_INVALID_ARG;
-    }
-    memcpy(buf, tmp, n);
-    OPENSSL_cleanse(tmp, sizeof tmp);
-    *len = n;
-    return 0;
 }

@@ -57,10 +57,4 @@ int xfer_auth_client_init(const uint8_t *secret, size_t secret_len,
                           size_t *secret_len_out,
                           uint8_t session_out[XFER_WIRE_SESSION]);
 
-/* Read a secret file (its bytes, one trailing newline dropped) into buf.
- * Errors: XFER_ERR_IO (cannot read; errno), XFER_ERR_INVALID_ARG (shorter
- * than XFER_AUTH_SECRET_MIN or longer than XFER_AUTH_SECRET_MAX). */
-int xfer_auth_secret_load(const char *path, uint8_t buf[XFER_AUTH_SECRET_MAX],
-                          size_t *len);
-
 #endif /* XFER_AUTH_H */

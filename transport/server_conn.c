@@ -182,6 +182,7 @@ static bool is_request(uint8_t type)
     case XFER_WIRE_T_TAKE:
     case XFER_WIRE_T_RELEASE:
     case XFER_WIRE_T_STATUS:
+    case XFER_WIRE_T_STATUS_BAD:
     case XFER_WIRE_T_HELLO2:
     case XFER_WIRE_T_AUTH:
         return true;
@@ -198,7 +199,9 @@ static bool acceptable(xfer_server_conn *c, const xfer_wire_hdr *h)
 {
     bool hello = h->type == XFER_WIRE_T_HELLO ||
                  h->type == XFER_WIRE_T_HELLO2;
-    bool open_status = h->type == XFER_WIRE_T_STATUS && !c->srv->cfg.secret;
+    bool open_status = (h->type == XFER_WIRE_T_STATUS ||
+                        h->type == XFER_WIRE_T_STATUS_BAD) &&
+                       !c->srv->cfg.secret;
     bool needs_hello = !hello && !open_status;
     if (!is_request(h->type) || (hello && c->hosted >= 0) ||
         (c->await_auth != (h->type == XFER_WIRE_T_AUTH)) ||

@@ -23,6 +23,8 @@
  */
 #include "server_int.h"
 
+#include <string.h>
+
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
@@ -125,6 +127,22 @@ static void on_status(xfer_server_conn *c, uint32_t req,
     }
     xfer_wire_msg a = {.type = XFER_WIRE_T_STATUS_OK};
     fill_status(c->srv, idx, &a.st);
+    xfer_server_conn_send(c, &a, req);
+}
+
+/* The whole server's refusals: bad frames by reason, and the rest. */
+static void on_status_bad(xfer_server_conn *c, uint32_t req)
+{
+    xfer_server_stats ss;
+    xfer_server_stats_get(c->srv, XFER_SHARD_NONE, &ss);
+    xfer_wire_msg a = {.type = XFER_WIRE_T_STATUS_BAD_OK};
+    a.bad.n = XFER_WIRE_BAD_SLOTS;
+    memcpy(a.bad.by_reason, ss.bad_by_reason, sizeof a.bad.by_reason);
+    a.bad.auth_failed = ss.auth_failed;
+    a.bad.conns_refused = ss.conns_refused;
+    a.bad.timeouts = ss.timeouts;
+    a.bad.writes_stalled = ss.writes_stalled;
+    a.bad.subs_dropped = ss.subs_dropped;
     xfer_server_conn_send(c, &a, req);
 }
 
@@ -331,6 +349,9 @@ bool xfer_server_req_handle(xfer_server_conn *c, const xfer_wire_hdr *h,
         return xfer_server_sess_hello(c, h, m);
     case XFER_WIRE_T_STATUS:
         on_status(c, h->req, m);
+        return true;
+    case XFER_WIRE_T_STATUS_BAD:
+        on_status_bad(c, h->req);
         return true;
     case XFER_WIRE_T_SUBSCRIBE: {
         if (!role_may(c, h->type, 0)) {

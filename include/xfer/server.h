@@ -203,7 +203,7 @@ XFER_API void xfer_server_del(xfer_server *s);
 XFER_API uint16_t xfer_server_port(const xfer_server *s);
 
 /*
- * Drain: stop accepting, refuse new reserves (XFER_ERR_SHUTDOWN), and call
+ * Drain: close the listener, refuse new reserves (XFER_ERR_SHUTDOWN), and call
  * cb(ud, drained) once, from the loop, when no reservation is reserved or
  * being written, or when drain_timeout_ns passed.  READY and TAKEN data
  * stay served (take, release).  Errors: XFER_ERR_INVALID_ARG,
@@ -214,6 +214,11 @@ XFER_API int xfer_server_drain(xfer_server *s, xfer_server_drain_cb cb,
 /* True when no reservation of any hosted shard is RESERVED, WRITING or
  * waiting for a write to end. */
 XFER_API bool xfer_server_drained(const xfer_server *s);
+/* True when no hosted shard holds any reservation at all (READY and TAKEN
+ * included): after a drain, the moment a daemon may exit with nothing
+ * lost.  READY data ends by its lease, TAKEN data by its release or the
+ * take grace, so this comes in bounded time. */
+XFER_API bool xfer_server_empty(const xfer_server *s);
 
 /* Counters: of hosted shard `index` (its index in the group), or of every
  * hosted shard summed with index XFER_SHARD_NONE.  Versioned like the

@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "auth.h" /* wire_private_dep: HELLO2's proofs, as a client */
@@ -46,7 +49,8 @@ static int join(uint16_t port, uint8_t tag, uint8_t role)
     xfer_wire_hdr h;
     ck_assert_int_eq(mp_send_msg(fd, &m, 1, NULL), 0);
     ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
-    ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
+    ck_assert_msg(r.type == XFER_WIRE_T_HELLO_ACK, "HELLO answered %u code %d",
+                  r.type, r.code);
     ck_assert_uint_eq(r.version, 2);
     return fd;
 }
@@ -429,8 +433,72 @@ START_TEST(test_hostile_timeouts_and_caps)
         ck_assert(mp_closed(fds[i]));
         close(fds[i]);
     }
+    /* Bad input, then the refusals by reason (STATUS_BAD). */
+    int b = mp_connect(d.port);
+    ck_assert_int_eq(mp_send(b, "NOPE-NOT-A-FRAME", 16), 0);
+    ck_assert(mp_closed(b));
+    close(b);
+    int q = join(d.port, 0xaa, XFER_WIRE_ROLE_ADMIN);
+    xfer_wire_msg m = {.type = XFER_WIRE_T_STATUS_BAD};
+    xfer_wire_msg r = call(q, &m, NULL);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_STATUS_BAD_OK);
+    ck_assert_uint_eq(r.bad.n, XFER_WIRE_R_COUNT_);
+    ck_assert_uint_eq(r.bad.by_reason[XFER_WIRE_R_BAD_MAGIC], 1);
+    ck_assert_uint_ge(r.bad.timeouts, 30); /* HELLO, header, and the 10 */
+    ck_assert_uint_eq(r.bad.conns_refused, 1);
+    ck_assert_int_eq(op(q, XFER_WIRE_T_RESERVE, 1, 1, 0), XFER_ERR_PERM);
+    close(q);
     good_pair_works(12);
     pool_whole();
+}
+END_TEST
+
+/* Class 7 (drain, half-close): replies queued when a peer half-closes
+ * still reach it; SIGTERM closes the listener (a new peer is refused, not
+ * left hanging), keeps READY data for its consumer, and xferd exits once
+ * nothing is left. */
+START_TEST(test_hostile_drain_and_half_close)
+{
+    start(plain_args);
+    int h = join(d.port, 0x81, XFER_WIRE_ROLE_PRODUCER);
+    for (uint32_t i = 0; i < 3; i++) {
+        xfer_wire_msg m = {.type = XFER_WIRE_T_RESERVE, .id = 30 + i,
+                           .attempt = 1, .len = 128};
+        ck_assert_int_eq(mp_send_msg(h, &m, 900 + i, NULL), 0);
+    }
+    shutdown(h, SHUT_WR);
+    for (uint32_t i = 0; i < 3; i++) {
+        xfer_wire_hdr hd;
+        xfer_wire_msg r;
+        ck_assert_int_eq(mp_recv_msg(h, &hd, &r), 0);
+        ck_assert_uint_eq(hd.req, 900 + i);
+        ck_assert_int_eq(r.type, XFER_WIRE_T_RESERVE_OK);
+    }
+    ck_assert(mp_closed(h));
+    close(h);
+    int p = join(d.port, 0x82, XFER_WIRE_ROLE_PRODUCER);
+    int c = join(d.port, 0x83, XFER_WIRE_ROLE_CONSUMER);
+    xfer_wire_msg r = reserve(p, 20, 4096);
+    ck_assert_int_eq(write_all(p, 20, r.resv_id, 4096, 7), 0);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 20, 1, r.resv_id), 0);
+    uint64_t resv = r.resv_id;
+    kill(d.pid, SIGTERM);
+    int tries = 0;
+    int fd;
+    while ((fd = mp_connect(d.port)) >= 0 && tries++ < 100) {
+        close(fd); /* until the drain closed the listener */
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    ck_assert_int_lt(fd, 0);
+    r = reserve(p, 21, 64);
+    ck_assert_int_eq(code_of(&r), XFER_ERR_SHUTDOWN);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 20, 1, resv), 0);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 20, 1, resv), 0);
+    close(p);
+    close(c);
+    int st = mp_kill(&d, 0); /* reap: it exits by itself */
+    ck_assert(WIFEXITED(st));
+    ck_assert_int_eq(WEXITSTATUS(st), 0);
 }
 END_TEST
 
@@ -448,6 +516,7 @@ int main(void)
     tcase_add_test(tc, test_hostile_commit_needs_every_byte);
     tcase_add_test(tc, test_hostile_pinned_memory_reclaimed);
     tcase_add_test(tc, test_hostile_timeouts_and_caps);
+    tcase_add_test(tc, test_hostile_drain_and_half_close);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -39,8 +39,10 @@
  *
  * Prints "xferd: listening on ADDR:PORT" on stdout once it serves (port 0
  * picks a free port; --port-file also writes it).  SIGTERM/SIGINT drain:
- * stop accepting, refuse new reserves, exit once no reservation is being
- * reserved or written (a second signal exits at once).  SIGUSR1 prints a
+ * close the listener, refuse new reserves, and exit once no reservation is
+ * left at all (READY data taken and released or ended by its lease), or
+ * --drain-timeout after nothing was reserved or written any more (a
+ * second signal exits at once).  SIGUSR1 prints a
  * stats line on stderr.  A bad flag prints one line and exits 2.
  *
  * Invariant: this file only parses flags, handles signals and provides
@@ -438,6 +440,8 @@ typedef struct xferd {
     xfer_tracefile *tf;             /* --trace */
     xfer_metrics *metrics;          /* --metrics */
     struct event *flush_ev;         /* flushes the trace 10 times a second */
+    struct event *empty_ev;         /* after the drain: waits for empty */
+    uint64_t empty_deadline;
     int terms;
 } xferd;
 
@@ -474,12 +478,34 @@ static void log_line(void *ud, const char *line)
     fflush(stderr);
 }
 
-/* The drain is over: let the last replies go out, then leave the loop. */
+/* Nothing is reserved or written any more: wait until READY and TAKEN
+ * data are gone too (taken and released, or ended by lease or grace:
+ * subscribers get those events), or drain-timeout more passed; then let
+ * the last replies go out and leave the loop. */
+static void on_empty_tick(evutil_socket_t fd, short what, void *ud)
+{
+    xferd *d = ud;
+    uint64_t now = xfer_clock_monotonic(NULL);
+    if (!xfer_server_empty(d->srv) && now < d->empty_deadline)
+        return;
+    event_del(d->empty_ev);
+    struct timeval flush = {0, 100000};
+    event_base_loopexit(d->base, &flush);
+}
+
 static void drained(void *ud, bool clean)
 {
     xferd *d = ud;
-    struct timeval flush = {0, 100000};
-    event_base_loopexit(d->base, &flush);
+    const xd_config *c = &d->o->cfg;
+    d->empty_deadline = xfer_clock_monotonic(NULL) +
+                        (c->drain_timeout_ns ? c->drain_timeout_ns
+                                             : c->lease_ttl_ns);
+    d->empty_ev = event_new(d->base, -1, EV_PERSIST, on_empty_tick, d);
+    struct timeval tick = {0, 20000};
+    if (!d->empty_ev || event_add(d->empty_ev, &tick) != 0) {
+        struct timeval flush = {0, 100000};
+        event_base_loopexit(d->base, &flush);
+    }
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -692,6 +718,8 @@ static void teardown(xferd *d)
     xfer_server_del(d->srv);
     if (d->flush_ev)
         event_free(d->flush_ev);
+    if (d->empty_ev)
+        event_free(d->empty_ev);
     if (d->base)
         event_base_free(d->base);
     if (xfer_tracefile_close(d->tf) != 0)
