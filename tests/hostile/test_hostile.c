@@ -297,13 +297,23 @@ START_TEST(test_hostile_tombstones)
     start(args);
     int a = join(d.port, 0x21, XFER_WIRE_ROLE_PRODUCER);
     ck_assert_int_eq(op(a, XFER_WIRE_T_CANCEL, 40, 1, 0), 0);
+    xfer_wire_msg r = reserve(a, 40, 256); /* it blocks its maker */
+    ck_assert_int_eq(code_of(&r), XFER_ERR_CANCELLED);
     int v = join(d.port, 0x22, XFER_WIRE_ROLE_PRODUCER);
-    xfer_wire_msg r = reserve(v, 40, 256);
+    r = reserve(v, 40, 256); /* and nobody else */
     ck_assert_int_eq(code_of(&r), 0);
     ck_assert_int_eq(op(v, XFER_WIRE_T_CANCEL, 40, 1, r.resv_id), 0);
-    /* its own tombstone blocks the attacker itself */
-    r = reserve(a, 40, 256);
+    r = reserve(v, 40, 256); /* the victim's own cancel blocks it */
     ck_assert_int_eq(code_of(&r), XFER_ERR_CANCELLED);
+    /* A second attacker's cancel of an id the first tombstoned does not
+     * make it block a third session. */
+    int a2 = join(d.port, 0x23, XFER_WIRE_ROLE_PRODUCER);
+    ck_assert_int_eq(op(a, XFER_WIRE_T_CANCEL, 41, 1, 0), 0);
+    ck_assert_int_eq(op(a2, XFER_WIRE_T_CANCEL, 41, 1, 0), 0);
+    r = reserve(v, 41, 256);
+    ck_assert_int_eq(code_of(&r), 0);
+    ck_assert_int_eq(op(v, XFER_WIRE_T_CANCEL, 41, 1, r.resv_id), 0);
+    close(a2);
     int busy = 0;
     for (uint64_t id = 1000; id < 1400; id++) {
         int32_t rc = op(a, XFER_WIRE_T_CANCEL, id, 1, 0);
