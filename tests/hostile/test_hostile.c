@@ -285,6 +285,57 @@ START_TEST(test_hostile_auth_required)
 }
 END_TEST
 
+typedef struct one_transfer {
+    bool done;
+    int32_t status;
+} one_transfer;
+
+static void on_one(void *ud, const xfer_result *res)
+{
+    one_transfer *t = ud;
+    t->done = true;
+    t->status = res->status;
+}
+
+static bool one_done(void *ud)
+{
+    return ((one_transfer *)ud)->done;
+}
+
+/* The library producer (xfer_tcp) authenticates with the secret and its
+ * transfer is consumed; with a wrong secret it never gets connected. */
+START_TEST(test_hostile_auth_library_producer)
+{
+    write_secret(KEY);
+    const char *args[] = {"--pool", "1M", "--quiet", "--consume",
+                          "--secret-file", secret_path, NULL};
+    start(args);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)d.port);
+    const char *addrs[] = {addr};
+    mp_producer bad;
+    ck_assert_int_eq(mp_producer_new_secret(&bad, addrs, 1, 4096,
+                                            2000000000ull, "wrong-secret-"
+                                            "0123456789", 22), 0);
+    ck_assert(!mp_producer_wait_connected(&bad, 500));
+    mp_producer_del(&bad, 2000);
+    mp_producer p;
+    ck_assert_int_eq(mp_producer_new_secret(&p, addrs, 1, 4096,
+                                            5000000000ull, KEY,
+                                            strlen(KEY)), 0);
+    ck_assert(mp_producer_wait_connected(&p, 5000));
+    one_transfer t = {0};
+    xfer_slice sl = {.off = 0, .len = 4096};
+    xfer_transfer_desc td = {.id = 1, .group = p.group, .pool = p.pool,
+                             .nslices = 1, .slices = &sl};
+    ck_assert_int_eq(xfer_engine_submit(p.e, &td, on_one, &t), 0);
+    ck_assert(mp_run_while(p.base, one_done, &t, 5000));
+    ck_assert_int_eq(t.status, 0);
+    ck_assert(mp_producer_del(&p, 5000));
+    unlink(secret_path);
+}
+END_TEST
+
 /* Class 3: a tombstone blocks only what its maker may block.  An
  * attacker's CANCEL of the victim's next id does not stop the victim's
  * reserve of it; a flood of CANCELs of fresh ids hits the attacker's
@@ -521,6 +572,7 @@ int main(void)
     tcase_add_test(tc, test_hostile_ownership);
     tcase_add_test(tc, test_hostile_ids_unpredictable);
     tcase_add_test(tc, test_hostile_auth_required);
+    tcase_add_test(tc, test_hostile_auth_library_producer);
     tcase_add_test(tc, test_hostile_tombstones);
     tcase_add_test(tc, test_hostile_quota);
     tcase_add_test(tc, test_hostile_commit_needs_every_byte);

@@ -84,6 +84,11 @@ typedef struct mp_producer {
 int mp_producer_new_addrs(mp_producer *p, const char *const *addrs,
                           uint16_t n, size_t staging_len,
                           uint64_t deadline_ns);
+/* The same, authenticating with `secret` (xfer_tcp_config.secret). */
+int mp_producer_new_secret(mp_producer *p, const char *const *addrs,
+                           uint16_t n, size_t staging_len,
+                           uint64_t deadline_ns, const void *secret,
+                           size_t secret_len);
 /* STATUS (every shard summed) of the daemon at "ip:port". */
 int mp_status_addr(const char *addr, xfer_wire_status *st);
 /* ports[k] serves shard k.  deadline_ns: default transfer timeout. */
