@@ -285,6 +285,16 @@ START_TEST(test_hostile_auth_required)
 }
 END_TEST
 
+/* A non-loopback address without a secret: xferd refuses to start (it
+ * checks before it binds anything, so nothing is exposed here). */
+START_TEST(test_hostile_network_bind_needs_secret)
+{
+    const char *args[] = {"--addr", "0.0.0.0", "--pool", "1M", NULL};
+    mp_proc p;
+    ck_assert_int_ne(mp_xferd(&p, 0, args), 0);
+}
+END_TEST
+
 typedef struct one_transfer {
     bool done;
     int32_t status;
@@ -573,6 +583,7 @@ int main(void)
     tcase_add_test(tc, test_hostile_ids_unpredictable);
     tcase_add_test(tc, test_hostile_auth_required);
     tcase_add_test(tc, test_hostile_auth_library_producer);
+    tcase_add_test(tc, test_hostile_network_bind_needs_secret);
     tcase_add_test(tc, test_hostile_tombstones);
     tcase_add_test(tc, test_hostile_quota);
     tcase_add_test(tc, test_hostile_commit_needs_every_byte);

@@ -697,6 +697,12 @@ static int setup(xferd *d)
     if (o->trace && (rc = open_trace(d)) != 0)
         return rc;
     rc = start_server(d);
+    if (rc == XFER_ERR_AUTH) {
+        fprintf(stderr, "xferd: refusing to serve %s without --secret-file "
+                "(peers could not be authenticated; --insecure to allow)\n",
+                o->cfg.addr);
+        return rc;
+    }
     if (rc) {
         fprintf(stderr, "xferd: cannot serve on %s:%u: %s\n", o->cfg.addr,
                 (unsigned)o->cfg.port, xfer_strerror(rc));
