@@ -167,6 +167,8 @@ int st_start_producer(stack *s, uint32_t slice, uint32_t inflight,
     tc.addrs = s->addrs;
     tc.reconnect_min_ns = 5000000ull;
     tc.reconnect_max_ns = 100000000ull;
+    tc.secret = s->scfg.secret; /* the servers' own, when they have one */
+    tc.secret_len = s->scfg.secret_len;
     if (!s->staging)
         return -1;
     int rc = xfer_engine_new(&ec, &s->e);
@@ -279,6 +281,10 @@ int st_start_consumer(stack *s, const xfer_consumer_config *tmpl)
     s->ccfg.unavailable = on_unavailable;
     s->ccfg.link = on_link;
     s->ccfg.ud = s;
+    if (!s->ccfg.secret) { /* the servers' own, when they have one */
+        s->ccfg.secret = s->scfg.secret;
+        s->ccfg.secret_len = s->scfg.secret_len;
+    }
     if (!s->ccfg.reconnect_min_ns)
         s->ccfg.reconnect_min_ns = 5000000ull;
     if (!s->ccfg.reconnect_max_ns || s->ccfg.reconnect_max_ns > 100000000ull)
