@@ -524,6 +524,38 @@ START_TEST(test_hostile_timeouts_and_caps)
 }
 END_TEST
 
+/* Class 5: a session that connected and does nothing is closed by the
+ * idle timeout; a subscriber waiting for events is not, and still gets
+ * the READY of a later commit. */
+START_TEST(test_hostile_idle_timeout_spares_subscribers)
+{
+    const char *args[] = {"--pool", "1M", "--quiet", "--idle-timeout",
+                          "300ms", NULL};
+    start(args);
+    int idle = join(d.port, 0x91, XFER_WIRE_ROLE_PRODUCER);
+    int sub = join(d.port, 0x92, XFER_WIRE_ROLE_CONSUMER);
+    xfer_wire_msg m = {.type = XFER_WIRE_T_SUBSCRIBE};
+    xfer_wire_msg r = call(sub, &m, NULL);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_SUBSCRIBE_ACK);
+    ck_assert(mp_closed(idle));
+    close(idle);
+    nanosleep(&(struct timespec){0, 600000000}, NULL); /* 2 idle periods */
+    int p = join(d.port, 0x93, XFER_WIRE_ROLE_PRODUCER);
+    r = reserve(p, 60, 256);
+    ck_assert_int_eq(write_all(p, 60, r.resv_id, 256, 5), 0);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 60, 1, r.resv_id), 0);
+    xfer_wire_hdr h;
+    ck_assert_int_eq(mp_recv_msg(sub, &h, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_EVENT);
+    ck_assert_uint_eq(r.id, 60);
+    ck_assert_int_eq(op(sub, XFER_WIRE_T_TAKE, 60, 1, r.resv_id), 0);
+    ck_assert_int_eq(op(sub, XFER_WIRE_T_RELEASE, 60, 1, r.resv_id), 0);
+    close(p);
+    close(sub);
+    pool_whole();
+}
+END_TEST
+
 /* Class 7 (drain, half-close): replies queued when a peer half-closes
  * still reach it; SIGTERM closes the listener (a new peer is refused, not
  * left hanging), keeps READY data for its consumer, and xferd exits once
@@ -589,6 +621,7 @@ int main(void)
     tcase_add_test(tc, test_hostile_commit_needs_every_byte);
     tcase_add_test(tc, test_hostile_pinned_memory_reclaimed);
     tcase_add_test(tc, test_hostile_timeouts_and_caps);
+    tcase_add_test(tc, test_hostile_idle_timeout_spares_subscribers);
     tcase_add_test(tc, test_hostile_drain_and_half_close);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
