@@ -695,7 +695,8 @@ static int open_device(xfer_rdma *r)
     if (!r->devs || n < 1)
         return XFER_ERR_NOT_SUPPORTED;
     r->ctx = r->devs[0];
-    uint32_t cqe = r->cfg.max_send_wr * r->cfg.tcp.nshards + 16;
+    /* room for a zombie's flushes next to its successor's WRs */
+    uint32_t cqe = 2 * r->cfg.max_send_wr * r->cfg.tcp.nshards + 16;
     if (ibv_query_port(r->ctx, 1, &pa) != 0 ||
         !(r->pd = ibv_alloc_pd(r->ctx)) ||
         !(r->cc = ibv_create_comp_channel(r->ctx)) ||
