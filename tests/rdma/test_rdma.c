@@ -141,6 +141,19 @@ static void set_faults(const char *spec)
 #endif
 }
 
+/* The address servers bind and producers dial: XFER_RDMA_ADDR (on
+ * hardware, an address of the RDMA device's interface), else loopback. */
+static const char *host(void)
+{
+    const char *a = getenv("XFER_RDMA_ADDR");
+    return a && *a ? a : "127.0.0.1";
+}
+
+/* Per-server knobs a test may set before servers(). */
+static uint32_t srv_fault_ppm, srv_drop_ppm;
+static uint64_t srv_fault_seed;
+static size_t srv_small_len; /* nonzero: the last shard's pool is this */
+
 static void servers(rig *g, uint16_t S, size_t mem_len, uint64_t lease_ns)
 {
     memset(g, 0, sizeof *g);
@@ -153,18 +166,23 @@ static void servers(rig *g, uint16_t S, size_t mem_len, uint64_t lease_ns)
         g->mem[k] = malloc(mem_len);
         ck_assert_ptr_nonnull(g->mem[k]);
         memset(g->mem[k], CANARY, mem_len);
-        xfer_server_shard sh = {.index = k, .base = g->mem[k],
-                                .len = mem_len};
+        xfer_server_shard sh = {
+            .index = k, .base = g->mem[k],
+            .len = srv_small_len && k == S - 1 ? srv_small_len : mem_len};
         xfer_server_config c;
         xfer_server_config_default(&c);
         c.base = g->base;
+        c.addr = host();
         c.nshards = 1;
         c.shards = &sh;
         c.lease_ttl_ns = lease_ns;
+        c.fault_ppm = srv_fault_ppm;
+        c.drop_ppm = srv_drop_ppm;
+        c.fault_seed = srv_fault_seed + k;
         ck_assert_int_eq(xfer_server_new_rdma(&c, NULL, &g->srv[k]), 0);
         ck_assert_uint_eq(xfer_server_rdma_port(g->srv[k]),
                           xfer_server_port(g->srv[k]));
-        snprintf(g->addr[k], sizeof g->addr[k], "127.0.0.1:%u",
+        snprintf(g->addr[k], sizeof g->addr[k], "%s:%u", host(),
                  (unsigned)xfer_server_port(g->srv[k]));
         g->addrs[k] = g->addr[k];
     }
@@ -568,6 +586,84 @@ START_TEST(test_rdma_shutdown_with_writes_posted)
 }
 END_TEST
 
+/* Partial reserve: the last shard has no room, so every transfer fails
+ * at reserve there and the reservations made on the others are rolled
+ * back (cancelled, their rkeys invalidated): nothing stays held. */
+START_TEST(test_rdma_partial_reserve_rolls_back)
+{
+    rig g;
+    begin("");
+    srv_small_len = 1024;
+    servers(&g, 3, 1 << 20, 0);
+    srv_small_len = 0;
+    ck_assert_int_eq(producer(&g, 4096, 4, 0), 0);
+    ck_assert(run(&g, all_up, WAIT_MS));
+    for (uint64_t id = 1; id <= 4; id++)
+        ck_assert_int_eq(submit(&g, id, (uint32_t)(id - 1)), 0);
+    want_done = 4;
+    ck_assert(run(&g, done_enough, WAIT_MS));
+    for (uint64_t id = 1; id <= 4; id++) {
+        ck_assert_int_eq(g.ndone[id], 1);
+        ck_assert_int_eq(g.res[id].status, XFER_ERR_NO_SPACE);
+        ck_assert_uint_eq(g.res[id].first_failed_shard, 2);
+    }
+    ck_assert(run(&g, servers_drained, WAIT_MS));
+    for (uint16_t k = 0; k < 3; k++) {
+        xfer_server_stats ss = {.version = XFER_SERVER_STATS_VERSION};
+        xfer_server_stats_get(g.srv[k], XFER_SHARD_NONE, &ss);
+        ck_assert_uint_eq(ss.bytes_in_use, 0);
+    }
+    teardown(&g);
+}
+END_TEST
+
+/* Seeded server faults on every shard: refusals, ops applied but reported
+ * failed (a commit that did happen: a late READY; a cancel that did), and
+ * dropped connections, under many transfers.  Every transfer ends once,
+ * every one reported done landed whole on every shard, and once the
+ * leases ran out nothing is held anywhere. */
+START_TEST(test_rdma_server_faults_every_transfer_ends_once)
+{
+    uint64_t seed = tu_seed("test_rdma_server_faults_every_transfer_ends_once",
+                            11);
+    rig g;
+    begin("");
+    srv_fault_ppm = 60000;
+    srv_drop_ppm = 8000;
+    srv_fault_seed = seed;
+    servers(&g, 3, 1 << 20, 200000000ull);
+    srv_fault_ppm = srv_drop_ppm = 0;
+    ck_assert_int_eq(producer(&g, 2048, 48, 0), 0);
+    ck_assert(run(&g, all_up, WAIT_MS));
+    uint64_t next = 1;
+    for (int wave = 0; wave < 6; wave++) { /* 8 in flight at a time */
+        for (int i = 0; i < 8; i++, next++)
+            ck_assert_int_eq(submit(&g, next, (uint32_t)(next - 1)), 0);
+        want_done = (int)next - 1;
+        ck_assert(run(&g, done_enough, WAIT_MS));
+    }
+    int ok = 0;
+    for (uint64_t id = 1; id < next; id++) {
+        ck_assert_int_eq(g.ndone[id], 1);
+        if (g.res[id].status == 0) {
+            ok++;
+            for (uint16_t k = 0; k < g.S; k++)
+                ck_assert(landed(&g, k, id));
+        }
+    }
+    ck_assert_int_gt(ok, 0);
+    ck_assert(run(&g, servers_drained, WAIT_MS));
+    uint64_t faults = 0;
+    for (uint16_t k = 0; k < g.S; k++) {
+        xfer_server_stats ss = {.version = XFER_SERVER_STATS_VERSION};
+        xfer_server_stats_get(g.srv[k], XFER_SHARD_NONE, &ss);
+        faults += ss.faults;
+    }
+    ck_assert_uint_gt(faults, 0); /* the faults did fire */
+    teardown(&g);
+}
+END_TEST
+
 /* Deadline in every phase: with slow completions and short deadlines
  * every transfer still ends exactly once, and the shards free all. */
 START_TEST(test_rdma_deadlines_every_phase)
@@ -682,6 +778,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_rdma_deadlines_every_phase);
     tcase_add_test(tc, test_rdma_staging_released_after_completion_polled);
     tcase_add_test(tc, test_rdma_deadline_in_write_waits_for_completion);
+    tcase_add_test(tc, test_rdma_partial_reserve_rolls_back);
+    tcase_add_test(tc, test_rdma_server_faults_every_transfer_ends_once);
 #if HAVE_FABRIC
     tcase_add_test(tc, test_rdma_write_split_at_max_msg);
     tcase_add_test(tc, test_rdma_remote_access_error_fails_write);

@@ -4,7 +4,11 @@
  * transport into a shard server on this host (xfer_server_new_rdma, a
  * consuming sink), printed next to a reference measured in the same run.
  *
- *   xfer-bench-rdma [--size BYTES] [--transfers N] [--inflight N] [--smoke]
+ *   xfer-bench-rdma [--size BYTES] [--transfers N] [--inflight N]
+ *                   [--addr A] [--smoke]
+ *
+ * --addr: a numeric address of the RDMA device's interface (default
+ * 127.0.0.1, which a real device may not serve).
  *
  * On a device the reference is perftest's ib_write_bw (a server and a
  * client over loopback, the same message size): the wire's own rate,
@@ -20,6 +24,7 @@
  * completed and the transport's counters add up.  No time is asserted.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -37,6 +42,7 @@
 
 typedef struct bench {
     uint32_t size, transfers, inflight;
+    const char *addr;           /* --addr: the device's interface */
     bool smoke;
     struct event_base *base;
     uint8_t *pool, *staging;
@@ -62,13 +68,23 @@ static int bad(const char *flag, const char *v)
 
 static int parse(bench *b, int argc, char **argv)
 {
-    *b = (bench){.size = 1u << 20, .transfers = 2000, .inflight = 16};
+    *b = (bench){.size = 1u << 20, .transfers = 2000, .inflight = 16,
+                 .addr = "127.0.0.1"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--smoke")) {
             b->smoke = true;
             b->size = 65536;
             b->transfers = 300;
+            continue;
+        }
+        if (!strcmp(a, "--addr")) {
+            unsigned char probe[16];
+            if (!v || (inet_pton(AF_INET, v, probe) != 1 &&
+                       inet_pton(AF_INET6, v, probe) != 1))
+                return bad(a, v);
+            b->addr = v;
+            i++;
             continue;
         }
         uint32_t *dst = !strcmp(a, "--size")        ? &b->size
@@ -148,12 +164,14 @@ static int setup(bench *b)
     sc.nshards = 1;
     sc.shards = &sh;
     sc.consume = true;
+    sc.addr = b->addr;
     int rc = xfer_server_new_rdma(&sc, NULL, &b->srv);
     if (rc)
         return rc;
-    char addr[32];
+    char addr[80];
     const char *addrs[1] = {addr};
-    snprintf(addr, sizeof addr, "127.0.0.1:%u",
+    snprintf(addr, sizeof addr, strchr(b->addr, ':') ? "[%s]:%u" : "%s:%u",
+             b->addr,
              (unsigned)xfer_server_port(b->srv));
     xfer_rdma_config rc_;
     xfer_rdma_config_default(&rc_);
@@ -251,7 +269,8 @@ static double reference(const bench *b, char *why, size_t cap)
         _exit(127);
     }
     usleep(500000);
-    snprintf(cmd, sizeof cmd, "ib_write_bw -s %s -n %s -F 127.0.0.1", sz, it);
+    snprintf(cmd, sizeof cmd, "ib_write_bw -s %s -n %s -F %s", sz, it,
+             b->addr);
     FILE *f = popen(cmd, "r");
     double mbs = f ? parse_perftest(f, b->size) : -1;
     int st = f ? pclose(f) : -1;
