@@ -271,7 +271,11 @@ static pyx_cside *cside_new(void)
     cs->refs = 1;
     cs->tail = &cs->head;
     pthread_mutex_init(&cs->lock, NULL);
-    pthread_cond_init(&cs->cond, NULL);
+    pthread_condattr_t ca; /* deadlines are on CLOCK_MONOTONIC */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cs->cond, &ca);
+    pthread_condattr_destroy(&ca);
     cs->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (cs->efd < 0) {
         PyErr_SetFromErrno(PyExc_OSError);

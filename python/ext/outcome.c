@@ -18,8 +18,10 @@
  *    released (release(), the context manager, or the Available dropped)
  *    and no export of it is left: release() releases the views it handed
  *    out (accessing them raises ValueError from then on) and, if a view
- *    derived from them still lives, the release waits for it, so no view's
- *    bytes can be overwritten under it while the consumer is open;
+ *    derived from them still lives, the release waits for it; a dropped
+ *    Available leaves the views the caller kept as they are and waits for
+ *    them: no view's bytes are overwritten under it while the consumer is
+ *    open;
  *  - every outcome popped is reported once, and an available one is given
  *    back exactly once (by its release, or by the consumer's close).
  */
@@ -265,12 +267,18 @@ static void release_views(pyx_available *a)
     Py_XDECREF(views);
 }
 
-static void ask_release(pyx_available *a)
+/* release() (invalidate: the views handed out are released), or the
+ * Available dropped (a view the caller still holds stays good, and the
+ * give-back waits for it). */
+static void ask_release(pyx_available *a, bool invalidate)
 {
     if (a->o->release_asked)
         return;
     a->o->release_asked = true;
-    release_views(a);
+    if (invalidate)
+        release_views(a);
+    else
+        Py_CLEAR(a->views);
     maybe_give_back(a->o);
 }
 
@@ -281,7 +289,7 @@ void pyx_available_drop_views(PyObject *avail)
 
 static PyObject *avail_release(PyObject *obj, PyObject *unused)
 {
-    ask_release((pyx_available *)obj);
+    ask_release((pyx_available *)obj, true);
     Py_RETURN_NONE;
 }
 
@@ -293,7 +301,7 @@ static PyObject *avail_enter(PyObject *obj, PyObject *unused)
 
 static PyObject *avail_exit(PyObject *obj, PyObject *args)
 {
-    ask_release((pyx_available *)obj);
+    ask_release((pyx_available *)obj, true);
     Py_RETURN_FALSE;
 }
 
@@ -301,7 +309,7 @@ static void avail_dealloc(PyObject *obj)
 {
     pyx_available *a = (pyx_available *)obj;
     a->o->avail = NULL;
-    ask_release(a); /* dropped without release(): released now */
+    ask_release(a, false); /* dropped without release() */
     outcome_unref(a->o);
     Py_XDECREF(a->consumer);
     PyObject_Free(obj);

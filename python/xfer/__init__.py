@@ -416,6 +416,15 @@ class Consumer(_xfer.Consumer):
             time.sleep(0.005)
         return True
 
+    async def wait_up(self, timeout=5.0):
+        """wait_connected() without blocking the running loop."""
+        end = asyncio.get_running_loop().time() + timeout
+        while not self.connected():
+            if asyncio.get_running_loop().time() > end:
+                return False
+            await asyncio.sleep(0.005)
+        return True
+
     def __aiter__(self):
         return self
 
