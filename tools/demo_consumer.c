@@ -179,7 +179,7 @@ static void on_stdin(evutil_socket_t fd, short what, void *arg)
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     child *d = arg;
-    xfer_consumer_stats st = {.version = XFER_CONSUMER_STATS_VERSION};
+    xfer_consumer_stats st;
     if (xfer_consumer_stats_get(d->c, &st) == 0)
         d->held_bytes = st.held_bytes;
     if (d->tf)

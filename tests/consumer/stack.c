@@ -129,7 +129,7 @@ uint64_t st_bytes_in_use(const stack *s)
 {
     uint64_t sum = 0;
     for (uint16_t k = 0; k < s->S; k++) {
-        xfer_server_stats st = {.version = XFER_SERVER_STATS_VERSION};
+        xfer_server_stats st;
         if (s->srv[k] &&
             xfer_server_stats_get(s->srv[k], XFER_SHARD_NONE, &st) == 0)
             sum += st.bytes_in_use;
