@@ -174,14 +174,12 @@ int pyx_server_stats_get(const xfer_server *s, uint16_t index,
                          xfer_server_stats *st)
 {
     memset(st, 0, sizeof *st);
-    st->version = XFER_SERVER_STATS_VERSION;
     return xfer_server_stats_get(s, index, st);
 }
 
 int pyx_consumer_stats_get(const xfer_consumer *c, xfer_consumer_stats *st)
 {
     memset(st, 0, sizeof *st);
-    st->version = XFER_CONSUMER_STATS_VERSION;
     return xfer_consumer_stats_get(c, st);
 }
 
