@@ -486,13 +486,6 @@ static PyObject *consumer_ack(PyObject *obj, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static void deadline_in(struct timespec *ts, double secs)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    double ns = ts->tv_nsec + secs * 1e9;
-    ts->tv_sec += (time_t)(ns / 1e9);
-    ts->tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
-}
 
 /* Wait up to `slice` seconds, without the GIL, until an outcome is
  * queued or the consumer closes.  The pop itself is made with the GIL,
@@ -502,7 +495,7 @@ static void wait_slice(pyx_cside *cs, double slice)
 {
     Py_BEGIN_ALLOW_THREADS
     struct timespec ts;
-    deadline_in(&ts, slice);
+    pyx_deadline_in(&ts, slice);
     pthread_mutex_lock(&cs->lock);
     while (!cs->head && !cs->q_closed &&
            pthread_cond_timedwait(&cs->cond, &cs->lock, &ts) == 0) {

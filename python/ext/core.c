@@ -288,12 +288,12 @@ int pyx_core_cancel(pyx_core *c, uint64_t id)
     return rc;
 }
 
-static void deadline_in(struct timespec *ts, long ms)
+void pyx_deadline_in(struct timespec *ts, double secs)
 {
     clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_nsec += (ms % 1000) * 1000000L;
-    ts->tv_sec += ms / 1000 + ts->tv_nsec / 1000000000L;
-    ts->tv_nsec %= 1000000000L;
+    long long ns = (long long)ts->tv_nsec + (long long)(secs * 1e9);
+    ts->tv_sec += (time_t)(ns / 1000000000LL);
+    ts->tv_nsec = (long)(ns % 1000000000LL);
 }
 
 /* Wait in slices of 100 ms; between slices, with the GIL, run the signal
@@ -305,7 +305,7 @@ int pyx_core_wait(pyx_core *c, pyx_ticket *t)
         bool done;
         Py_BEGIN_ALLOW_THREADS
         struct timespec ts;
-        deadline_in(&ts, 100);
+        pyx_deadline_in(&ts, 0.1);
         pthread_mutex_lock(&c->lock);
         while (!t->done &&
                pthread_cond_timedwait(&c->cond, &c->lock, &ts) == 0) {

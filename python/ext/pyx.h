@@ -233,6 +233,9 @@ void pyx_core_free_engine(pyx_core *c);
 bool pyx_core_close(pyx_core *c, bool *closed);
 /* The state now (any). */
 int pyx_core_state(pyx_core *c);
+/* *ts = CLOCK_MONOTONIC now + secs (>= 0): a deadline for the
+ * pthread_cond_timedwait of a condition variable on that clock. */
+void pyx_deadline_in(struct timespec *ts, double secs);
 
 /* ---------------------------------------------------------------------- */
 /* configs.c: every C config and stats struct, in one place                */
