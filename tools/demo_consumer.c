@@ -35,6 +35,7 @@
 #include "xfer/consumer.h"
 #include "xfer/shm.h"
 #include "xfer/tracefile.h"
+#include "xfer/xfer.h"
 
 #define EXPECT_FIRST_NS 120000000000ull /* until "done" pulls it in */
 #define EXPECT_AFTER_DONE_NS 3000000000ull
@@ -179,7 +180,7 @@ static void on_stdin(evutil_socket_t fd, short what, void *arg)
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     child *d = arg;
-    xfer_consumer_stats st = {.version = XFER_CONSUMER_STATS_VERSION};
+    xfer_consumer_stats st;
     if (xfer_consumer_stats_get(d->c, &st) == 0)
         d->held_bytes = st.held_bytes;
     if (d->tf)
@@ -324,9 +325,7 @@ struct demo_consumer {
 
 static uint64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return xfer_clock_monotonic(NULL) / 1000000;
 }
 
 /* Read what the child wrote until `want` is in it, EOF, or the deadline.

@@ -191,9 +191,9 @@ static void on_deferred(evutil_socket_t fd, short what, void *arg);
 
 static int make_loop(xfer_consumer *c)
 {
-    c->timer = evtimer_new(c->base, xfer_consumer_on_timer, c);
+    int rc = xfer_timer_init(&c->timer, c->base, xfer_consumer_on_timer, c);
     c->deferred = event_new(c->base, -1, 0, on_deferred, c);
-    if (!c->timer || !c->deferred)
+    if (rc || !c->deferred)
         return XFER_ERR_IO;
     return xfer_mailbox_new(c->base, c->cfg.mailbox_cap, &c->cfg.alloc, on_mail, c,
                             &c->mailbox);
@@ -212,7 +212,6 @@ int xfer_consumer_new(const xfer_consumer_config *cfg, xfer_consumer **out)
         return rc;
     }
     c->base = cfg->base;
-    c->armed_at = UINT64_MAX;
     rc = xfer_consumer_ready_init(c);
     if (!rc)
         rc = make_loop(c);
@@ -233,8 +232,7 @@ void xfer_consumer_del(xfer_consumer *c)
     for (uint16_t k = 0; k < c->cfg.nshards; k++)
         xfer_consumer_link_clear(&c->links[k]);
     xfer_mailbox_del(c->mailbox);
-    if (c->timer)
-        event_free(c->timer);
+    xfer_timer_clear(&c->timer);
     if (c->deferred)
         event_free(c->deferred);
     xfer_consumer_ready_clear(c);

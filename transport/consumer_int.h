@@ -20,9 +20,10 @@
 #include <event2/util.h>
 
 #include "engine_int.h"
-#include "timer.h" /* xfer_timer_delay */
+#include "timer.h" /* the deadline timer, xfer_timer_delay */
 #include "heap.h"  /* fsm_private_dep: expect deadlines, by time */
 #include "idmap.h" /* fsm_private_dep: id -> record */
+#include "ring.h"  /* fsm_private_dep: the one ring buffer (requests) */
 #include "xfer/consumer.h"
 #include "xfer/hist.h"
 #include "xfer/readiness.h"
@@ -51,8 +52,8 @@ typedef struct xfer_consumer_link {
     bool broken;          /* a send failed: taken down from the loop */
     uint64_t backoff_ns;
     uint32_t next_req;
-    xfer_consumer_req *q; /* ring of outstanding requests */
-    uint32_t qhead, qn, qcap;
+    xfer_consumer_req *q; /* outstanding requests, oldest first, */
+    xfer_ring qr;         /* in a FIFO over this ring */
     uint64_t pool_bytes;  /* from HELLO_ACK */
 } xfer_consumer_link;
 
@@ -93,8 +94,8 @@ struct xfer_consumer {
     xfer_idmap ids;
     xfer_heap expects;     /* slot -> expect deadline */
     uint32_t dq_head, dq_tail; /* delivery FIFO of slots */
-    struct event *timer, *deferred;
-    uint64_t armed_at;
+    xfer_timer timer;      /* the tracker's and the expects' deadline */
+    struct event *deferred;
     xfer_mailbox *mailbox;
     int running;           /* inside run(): actions are being performed */
     xfer_ready_action *scratch; /* run()'s copy of the tracker's actions */

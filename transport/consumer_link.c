@@ -29,7 +29,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
-#include "wire.h"
+#include "wire_frame.h"
 #include "xfer/shard.h"
 
 #define REQ_HELLO 1u
@@ -44,30 +44,24 @@ static void link_down(xfer_consumer_link *l, bool failed_connect);
 static int q_push(xfer_consumer_link *l, uint32_t req, uint8_t type,
                   uint64_t id)
 {
-    if (l->qn == l->qcap) {
-        uint32_t cap = l->qcap ? 2 * l->qcap : 64;
-        xfer_consumer_req *q = xfer_consumer_calloc(l->c, cap, sizeof *q);
+    if (xfer_ring_full(&l->qr)) {
+        uint32_t cap = l->qr.cap ? 2 * l->qr.cap : 64;
+        xfer_consumer_req *q =
+            xfer_ring_grow(&l->qr, l->q, sizeof *q, cap, &l->c->cfg.alloc);
         if (!q)
             return XFER_ERR_NOMEM;
-        for (uint32_t i = 0; i < l->qn; i++)
-            q[i] = l->q[(l->qhead + i) % l->qcap];
-        xfer_consumer_free(l->c, l->q);
         l->q = q;
-        l->qhead = 0;
-        l->qcap = cap;
     }
-    l->q[(l->qhead + l->qn++) % l->qcap] =
+    l->q[xfer_ring_push(&l->qr)] =
         (xfer_consumer_req){.req = req, .type = type, .id = id};
     return 0;
 }
 
 static bool q_pop(xfer_consumer_link *l, xfer_consumer_req *out)
 {
-    if (l->qn == 0)
+    if (xfer_ring_empty(&l->qr))
         return false;
-    *out = l->q[l->qhead];
-    l->qhead = (l->qhead + 1) % l->qcap;
-    l->qn--;
+    *out = l->q[xfer_ring_pop(&l->qr)];
     return true;
 }
 
@@ -202,24 +196,14 @@ static void on_read(struct bufferevent *bev, void *arg)
 {
     xfer_consumer_link *l = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
-    uint8_t buf[XFER_WIRE_MAX_FIXED];
     while (l->bev == bev) {
-        size_t have = evbuffer_get_length(in);
         xfer_wire_hdr h;
         xfer_wire_msg m;
         xfer_wire_reason why;
-        if (have < XFER_WIRE_HDR)
+        int rc = xfer_wire_frame_cut(in, &h, &m, &why);
+        if (rc == 0)
             return;
-        evbuffer_copyout(in, buf, XFER_WIRE_HDR);
-        if (xfer_wire_decode_hdr(buf, XFER_WIRE_HDR, &h, &why) != 0 ||
-            h.type == XFER_WIRE_T_WRITE)
-            goto bad;
-        if (have < h.len)
-            return;
-        evbuffer_remove(in, buf, h.len);
-        if (xfer_wire_decode_body(&h, buf + XFER_WIRE_HDR,
-                                  h.len - XFER_WIRE_HDR, &m, &why) != 0 ||
-            !on_frame(l, &h, &m))
+        if (rc < 0 || h.type == XFER_WIRE_T_WRITE || !on_frame(l, &h, &m))
             goto bad;
     }
     return;
@@ -290,7 +274,7 @@ static void start_connect(xfer_consumer_link *l)
         return;
     }
     l->state = XFER_CLINK_CONNECTING;
-    l->qhead = l->qn = 0;
+    xfer_ring_reset(&l->qr);
     l->next_req = REQ_SUBSCRIBE;
     bufferevent_setcb(l->bev, on_read, NULL, on_bev_event, l);
     struct timeval tv = xfer_timer_delay(c->cfg.connect_timeout_ns);

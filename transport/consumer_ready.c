@@ -266,16 +266,7 @@ static void rearm(xfer_consumer *c)
     uint64_t next = xfer_readiness_next_deadline(c->rd);
     uint64_t e = xfer_heap_min(&c->expects);
     next = e < next ? e : next;
-    if (next == c->armed_at)
-        return;
-    c->armed_at = next;
-    if (next == UINT64_MAX) {
-        evtimer_del(c->timer);
-        return;
-    }
-    uint64_t now = xfer_consumer_now(c);
-    struct timeval tv = xfer_timer_delay(next > now ? next - now : 0);
-    evtimer_add(c->timer, &tv);
+    xfer_timer_arm(&c->timer, next, c->cfg.clock, c->cfg.clock_ud);
 }
 
 /* Room for n actions in the scratch copy. */
@@ -489,7 +480,7 @@ void xfer_consumer_on_timer(evutil_socket_t fd, short what, void *arg)
 {
     xfer_consumer *c = arg;
     uint64_t now = xfer_consumer_now(c);
-    c->armed_at = UINT64_MAX - 1; /* force the re-arm */
+    xfer_timer_fired(&c->timer);
     xfer_readiness_on_timer(c->rd, now);
     run(c);
     uint32_t slot;

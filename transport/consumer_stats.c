@@ -7,22 +7,28 @@
  */
 #include "consumer_int.h"
 
+#include "util.h" /* fsm_private_dep: the versioned copy */
 #include "xfer/ctl.h"
 
-int xfer_consumer_stats_get(const xfer_consumer *c, xfer_consumer_stats *st)
+/* The bytes each version of xfer_consumer_stats holds (fsm/util.h). */
+static const size_t stats_lens[] = {sizeof(xfer_consumer_stats)};
+
+int xfer_consumer_stats_get_versioned(const xfer_consumer *c,
+                                      uint32_t version,
+                                      xfer_consumer_stats *st)
 {
-    if (!c || !st || st->version != XFER_CONSUMER_STATS_VERSION)
+    if (!c || !st)
         return XFER_ERR_INVALID_ARG;
-    *st = c->st;
-    st->version = XFER_CONSUMER_STATS_VERSION;
-    st->links_up = 0;
+    xfer_consumer_stats cur = c->st;
+    cur.links_up = 0;
     for (uint16_t k = 0; k < c->cfg.nshards; k++)
-        st->links_up += c->links[k].state == XFER_CLINK_UP;
+        cur.links_up += c->links[k].state == XFER_CLINK_UP;
     xfer_readiness_stats rs;
     xfer_readiness_stats_get(c->rd, &rs);
-    st->late_ready = rs.late_ready;
-    st->tombstones = rs.tombstones;
-    return 0;
+    cur.late_ready = rs.late_ready;
+    cur.tombstones = rs.tombstones;
+    return xfer_util_versioned_copy(st, &cur, version, stats_lens,
+                                    XFER_UTIL_NVERSIONS(stats_lens));
 }
 
 static void snapshot(void *ud, xfer_ctl_reply *rep)

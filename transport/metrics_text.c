@@ -226,7 +226,7 @@ static void server_phases(xfer_metrics_text *t, const xfer_server *s)
 
 static void server_whole(xfer_metrics_text *t, const xfer_server *s)
 {
-    xfer_server_stats all = {.version = XFER_SERVER_STATS_VERSION};
+    xfer_server_stats all;
     xfer_server_stats_get(s, XFER_SHARD_NONE, &all);
     fam(t, "xfer_server_bad_frames_total", "counter",
         "Connections closed for bad input, by reason.");
@@ -248,10 +248,8 @@ static void server_whole(xfer_metrics_text *t, const xfer_server *s)
 void xfer_metrics_server(xfer_metrics_text *t, const xfer_server *s)
 {
     xfer_server_stats per[XFER_MAX_SHARDS];
-    for (uint16_t i = 0; i < s->cfg.nshards; i++) {
-        per[i] = (xfer_server_stats){.version = XFER_SERVER_STATS_VERSION};
+    for (uint16_t i = 0; i < s->cfg.nshards; i++)
         xfer_server_stats_get(s, s->shards[i].index, &per[i]);
-    }
     for (size_t v = 0; v < sizeof shard_vals / sizeof shard_vals[0]; v++) {
         fam(t, shard_vals[v].name, shard_vals[v].type, shard_vals[v].help);
         for (uint16_t i = 0; i < s->cfg.nshards; i++) {
@@ -272,7 +270,7 @@ void xfer_metrics_server(xfer_metrics_text *t, const xfer_server *s)
 
 void xfer_metrics_consumer(xfer_metrics_text *t, const xfer_consumer *c)
 {
-    xfer_consumer_stats st = {.version = XFER_CONSUMER_STATS_VERSION};
+    xfer_consumer_stats st;
     xfer_consumer_stats_get(c, &st);
     one(t, "xfer_consumer_available_total", "counter",
         "Ids reported available (every shard taken).", st.available);

@@ -734,7 +734,6 @@ int xfer_rdma_new(struct event_base *base, const xfer_rdma_config *cfg,
     r->base = base;
     r->cfg = *cfg;
     r->alloc = cfg->tcp.alloc;
-    r->st.version = XFER_RDMA_STATS_VERSION;
     if (!r->cfg.max_send_wr)
         r->cfg.max_send_wr = 256;
     if (!r->cfg.cm_timeout_ms)
@@ -820,19 +819,24 @@ void xfer_rdma_del(xfer_rdma *r)
 /* Queries                                                                 */
 /* ---------------------------------------------------------------------- */
 
-int xfer_rdma_stats_get(const xfer_rdma *r, xfer_rdma_stats *st)
+/* The bytes each version of xfer_rdma_stats holds (util.h). */
+static const size_t stats_lens[] = {sizeof(xfer_rdma_stats)};
+
+int xfer_rdma_stats_get_versioned(const xfer_rdma *r, uint32_t version,
+                                  xfer_rdma_stats *st)
 {
-    if (!r || !st || st->version != XFER_RDMA_STATS_VERSION)
+    if (!r || !st)
         return XFER_ERR_INVALID_ARG;
-    *st = r->st;
+    xfer_rdma_stats now = r->st;
     uint32_t out = 0;
     for (uint16_t k = 0; k < XFER_MAX_SHARDS; k++)
         if (r->shards[k].ep)
             out += r->shards[k].ep->wr_out;
     for (const rd_ep *ep = r->zombies; ep; ep = ep->next_zombie)
         out += ep->wr_out;
-    st->wrs_outstanding = out;
-    return 0;
+    now.wrs_outstanding = out;
+    return xfer_util_versioned_copy(st, &now, version, stats_lens,
+                                    XFER_UTIL_NVERSIONS(stats_lens));
 }
 
 bool xfer_rdma_connected(const xfer_rdma *r, uint16_t shard)

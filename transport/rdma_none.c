@@ -35,9 +35,10 @@ xfer_transport xfer_rdma_transport(xfer_rdma *r)
     return (xfer_transport){.ops = NULL, .self = r};
 }
 
-int xfer_rdma_stats_get(const xfer_rdma *r, xfer_rdma_stats *st)
+int xfer_rdma_stats_get_versioned(const xfer_rdma *r, uint32_t version,
+                                  xfer_rdma_stats *st)
 {
-    (void)r, (void)st;
+    (void)r, (void)version, (void)st;
     return XFER_ERR_INVALID_ARG;
 }
 

@@ -24,7 +24,6 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
-#include "engine_int.h" /* xfer_clock_monotonic */
 #include "server_rdma.h"
 #include "util.h"       /* fsm_private_dep: the injected allocator */
 
@@ -234,11 +233,11 @@ static int server_new(const xfer_server_config *cfg, bool rdma,
     s->base = cfg->base;
     s->rng = cfg->fault_seed ? cfg->fault_seed : 0x9e3779b97f4a7c15ull;
     rc = XFER_ERR_NOMEM;
-    s->timer = evtimer_new(s->base, xfer_server_on_timer, s);
+    int trc = xfer_timer_init(&s->timer, s->base, xfer_server_on_timer, s);
     s->drain_ev =
         event_new(s->base, -1, EV_PERSIST, xfer_server_on_drain_tick, s);
     s->reap_ev = event_new(s->base, -1, 0, on_reap, s);
-    if (!s->timer || !s->drain_ev || !s->reap_ev)
+    if (trc || !s->drain_ev || !s->reap_ev)
         goto out_fail;
     s->one_sided = rdma;
     rc = make_shards(s);
@@ -277,13 +276,12 @@ void xfer_server_del(xfer_server *s)
 {
     if (!s)
         return;
-    while (s->conns)
-        xfer_server_conn_close(s->conns);
+    while (!xfer_list_empty(&s->conns))
+        xfer_server_conn_close(xfer_server_conn_of(s->conns.head));
     xfer_server_rdma_del(s->rdma); /* before the shards it registered */
     if (s->lis)
         evconnlistener_free(s->lis);
-    if (s->timer)
-        event_free(s->timer);
+    xfer_timer_clear(&s->timer);
     if (s->drain_ev)
         event_free(s->drain_ev);
     if (s->reap_ev)

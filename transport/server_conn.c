@@ -33,6 +33,8 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "wire_frame.h"
+
 void xfer_server_conn_send(xfer_server_conn *c, const xfer_wire_msg *m,
                            uint32_t req)
 {
@@ -47,13 +49,7 @@ void xfer_server_conn_close(xfer_server_conn *c)
     xfer_server *s = c->srv;
     if (c->in_write)
         xfer_server_req_end_write(c, false);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    s->nconns--;
+    xfer_list_remove(&s->conns, &c->link);
     xfer_server_track_orphan(s, c->serial);
     bufferevent_free(c->bev);
     xfer_server_free(s, c);
@@ -70,8 +66,9 @@ void xfer_server_conn_doom(xfer_server_conn *c)
 void xfer_server_conn_reap(xfer_server *s)
 {
     xfer_server_conn *next;
-    for (xfer_server_conn *c = s->conns; c; c = next) {
-        next = c->next;
+    for (xfer_server_conn *c = xfer_server_conn_of(s->conns.head); c;
+         c = next) {
+        next = xfer_server_conn_of(c->link.next);
         if (c->doomed)
             xfer_server_conn_close(c);
     }
@@ -131,32 +128,17 @@ static int pump_write(xfer_server_conn *c, struct evbuffer *in)
 /* Framing                                                                 */
 /* ---------------------------------------------------------------------- */
 
-/* Decode the next frame head from `in`.  Returns 1 with *h, *m when a frame
+/* Cut the next frame head from `in`.  Returns 1 with *h, *m when a frame
  * (for WRITE: its 48-byte head) was taken out, 0 when more bytes are
  * needed, -1 when the connection was closed for a bad frame. */
 static int next_frame(xfer_server_conn *c, struct evbuffer *in,
                       xfer_wire_hdr *h, xfer_wire_msg *m)
 {
-    uint8_t buf[XFER_WIRE_MAX_FIXED];
-    size_t have = evbuffer_get_length(in);
-    if (have < XFER_WIRE_HDR)
-        return 0;
-    evbuffer_copyout(in, buf, XFER_WIRE_HDR);
     xfer_wire_reason why = XFER_WIRE_R_OK;
-    if (xfer_wire_decode_hdr(buf, XFER_WIRE_HDR, h, &why) != 0) {
+    int rc = xfer_wire_frame_cut(in, h, m, &why);
+    if (rc < 0)
         bad_frame(c, why);
-        return -1;
-    }
-    size_t need = XFER_WIRE_HDR + xfer_wire_body_size(h->type);
-    if (have < need)
-        return 0;
-    evbuffer_remove(in, buf, need);
-    if (xfer_wire_decode_body(h, buf + XFER_WIRE_HDR, need - XFER_WIRE_HDR,
-                              m, &why) != 0) {
-        bad_frame(c, why);
-        return -1;
-    }
-    return 1;
+    return rc;
 }
 
 static bool is_request(uint8_t type)
@@ -260,11 +242,7 @@ void xfer_server_conn_accept(xfer_server *s, evutil_socket_t fd)
     c->bev = bev;
     c->hosted = -1;
     c->serial = ++s->serial;
-    c->next = s->conns;
-    if (s->conns)
-        s->conns->prev = c;
-    s->conns = c;
-    s->nconns++;
+    xfer_list_push_front(&s->conns, &c->link);
     bufferevent_set_max_single_read(bev, 64 << 10);
     bufferevent_set_max_single_write(bev, 1 << 20);
     bufferevent_setwatermark(bev, EV_WRITE, XFER_SERVER_OUT_LOW, 0);

@@ -38,7 +38,8 @@ bool xfer_server_drained(const xfer_server *s)
     uint64_t busy = 0;
     for (uint16_t i = 0; i < s->cfg.nshards; i++)
         xfer_shard_foreach(s->shards[i].sh, count_busy, &busy);
-    for (const xfer_server_conn *c = s->conns; c; c = c->next)
+    for (const xfer_server_conn *c = xfer_server_conn_of(s->conns.head); c;
+         c = xfer_server_conn_of(c->link.next))
         busy += c->in_write;
     return busy == 0;
 }

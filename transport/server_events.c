@@ -32,7 +32,6 @@
 #include <event2/event.h>
 
 #include "server_rdma.h"
-#include "timer.h" /* xfer_timer_delay */
 #include "util.h"       /* fsm_private_dep: the injected allocator */
 
 #define MAX_BATCH 256
@@ -200,7 +199,8 @@ static void publish(xfer_server *s, xfer_server_hosted *hs,
     xfer_wire_msg m = {.type = XFER_WIRE_T_EVENT, .kind = ev->kind,
                        .shard = hs->index, .attempt = ev->attempt,
                        .id = ev->id, .resv_id = ev->resv_id, .len = ev->len};
-    for (xfer_server_conn *c = s->conns; c; c = c->next) {
+    for (xfer_server_conn *c = xfer_server_conn_of(s->conns.head); c;
+         c = xfer_server_conn_of(c->link.next)) {
         if (!c->subscribed || c->closing || c->doomed || c->hosted < 0 ||
             &s->shards[c->hosted] != hs)
             continue;
@@ -303,13 +303,7 @@ static void arm_timer(xfer_server *s)
         next = d < next ? d : next;
         next = g < next ? g : next;
     }
-    if (next == UINT64_MAX) {
-        evtimer_del(s->timer);
-        return;
-    }
-    uint64_t now = xfer_server_now(s);
-    struct timeval tv = xfer_timer_delay(next > now ? next - now : 0);
-    evtimer_add(s->timer, &tv);
+    xfer_timer_arm(&s->timer, next, s->cfg.clock, s->cfg.clock_ud);
 }
 
 void xfer_server_flush_all(xfer_server *s)
@@ -323,6 +317,7 @@ void xfer_server_on_timer(evutil_socket_t fd, short what, void *arg)
 {
     xfer_server *s = arg;
     uint64_t t = xfer_server_now(s);
+    xfer_timer_fired(&s->timer);
     for (uint16_t i = 0; i < s->cfg.nshards; i++) {
         xfer_shard_on_timer(s->shards[i].sh, t);
         fire_grace(s, &s->shards[i], t);

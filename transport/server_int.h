@@ -24,6 +24,8 @@
 
 #include "heap.h"  /* fsm_private_dep: the lease-ordered grace timers */
 #include "idmap.h" /* fsm_private_dep: id -> reservation entry */
+#include "list.h"  /* fsm_private_dep: the one intrusive list (connections) */
+#include "timer.h" /* the deadline timer */
 #include "wire.h"
 #include "xfer/hist.h"
 #include "xfer/server.h"
@@ -43,7 +45,7 @@ typedef struct xfer_server_conn xfer_server_conn;
 struct xfer_server_conn {
     xfer_server *srv;
     struct bufferevent *bev;
-    xfer_server_conn *prev, *next;
+    xfer_list_node link; /* on srv->conns, newest first */
     uint64_t serial;   /* never 0 */
     int hosted;        /* index into srv->shards, -1 before HELLO */
     uint8_t role;      /* HELLO's role */
@@ -97,10 +99,10 @@ struct xfer_server {
     xfer_server_shard shard_cfg[XFER_MAX_SHARDS];
     struct event_base *base;
     struct evconnlistener *lis;
-    struct event *timer, *drain_ev, *reap_ev;
+    xfer_timer timer;     /* leases, tombstones and grace periods */
+    struct event *drain_ev, *reap_ev;
     xfer_server_hosted shards[XFER_MAX_SHARDS];
-    xfer_server_conn *conns;
-    uint32_t nconns;
+    xfer_list conns;      /* of xfer_server_conn; conns.n counts them */
     uint64_t serial, rng, drain_deadline;
     bool draining;
     xfer_server_drain_cb drain_cb;
@@ -113,6 +115,12 @@ struct xfer_server {
     bool one_sided;
     struct xfer_server_rdma *rdma;
 };
+
+/* The connection of a node of srv->conns; NULL for NULL. */
+static inline xfer_server_conn *xfer_server_conn_of(xfer_list_node *n)
+{
+    return n ? XFER_LIST_ITEM(n, xfer_server_conn, link) : NULL;
+}
 
 /* server.c */
 uint64_t xfer_server_now(const xfer_server *s);

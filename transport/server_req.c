@@ -127,12 +127,12 @@ static bool on_hello(xfer_server_conn *c, uint32_t req,
  * hosted shard summed (idx < 0). */
 static void fill_status(const xfer_server *s, int idx, xfer_wire_status *st)
 {
-    xfer_server_stats ss = {.version = XFER_SERVER_STATS_VERSION};
+    xfer_server_stats ss;
     xfer_server_stats_get(s, idx < 0 ? XFER_SHARD_NONE : s->shards[idx].index,
                           &ss);
     *st = (xfer_wire_status){
         .shard = idx < 0 ? XFER_WIRE_SHARD_ALL : s->shards[idx].index,
-        .nshards = s->cfg.nshards, .conns = s->nconns,
+        .nshards = s->cfg.nshards, .conns = s->conns.n,
         .pool_bytes = ss.pool_bytes, .bytes_in_use = ss.bytes_in_use,
         .live = ss.live, .tombstones = ss.tombstones,
         .reserves = ss.reserves, .refused = ss.refused, .writes = ss.writes,

@@ -9,6 +9,7 @@
 
 #include <string.h>
 
+#include "util.h" /* fsm_private_dep: the versioned copy */
 #include "xfer/ctl.h"
 
 static void add_shard(const xfer_server_hosted *hs, xfer_server_stats *st)
@@ -37,27 +38,32 @@ static void add_shard(const xfer_server_hosted *hs, xfer_server_stats *st)
     st->grace_released += hs->track.grace_released;
 }
 
-int xfer_server_stats_get(const xfer_server *s, uint16_t index,
-                          xfer_server_stats *st)
+/* The bytes each version of xfer_server_stats holds (fsm/util.h). */
+static const size_t stats_lens[] = {sizeof(xfer_server_stats)};
+
+int xfer_server_stats_get_versioned(const xfer_server *s, uint16_t index,
+                                    uint32_t version, xfer_server_stats *st)
 {
-    if (!s || !st || st->version != XFER_SERVER_STATS_VERSION)
+    if (!s || !st || version == 0 ||
+        version > XFER_UTIL_NVERSIONS(stats_lens))
         return XFER_ERR_INVALID_ARG;
-    memset(st, 0, sizeof *st);
-    st->version = XFER_SERVER_STATS_VERSION;
+    xfer_server_stats cur;
+    memset(&cur, 0, sizeof cur);
     for (uint16_t i = 0; i < s->cfg.nshards; i++)
         if (index == XFER_SHARD_NONE || s->shards[i].index == index)
-            add_shard(&s->shards[i], st);
-    if (st->nshards == 0)
+            add_shard(&s->shards[i], &cur);
+    if (cur.nshards == 0)
         return XFER_ERR_NOT_FOUND;
-    st->conns = s->nconns;
-    st->bad_frames = s->bad_frames;
+    cur.conns = s->conns.n;
+    cur.bad_frames = s->bad_frames;
     _Static_assert(XFER_SERVER_BAD_REASONS == XFER_WIRE_R_COUNT_,
                    "server.h's reason count follows wire.h");
-    memcpy(st->bad_by_reason, s->bad_by_reason, sizeof st->bad_by_reason);
-    st->errors_sent = s->errors_sent;
-    st->faults = s->faults;
-    st->subs_dropped = s->subs_dropped;
-    return 0;
+    memcpy(cur.bad_by_reason, s->bad_by_reason, sizeof cur.bad_by_reason);
+    cur.errors_sent = s->errors_sent;
+    cur.faults = s->faults;
+    cur.subs_dropped = s->subs_dropped;
+    return xfer_util_versioned_copy(st, &cur, version, stats_lens,
+                                    XFER_UTIL_NVERSIONS(stats_lens));
 }
 
 const char *xfer_server_bad_reason_name(unsigned i)

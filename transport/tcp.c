@@ -52,7 +52,7 @@
 #include "ring.h" /* fsm/: the one ring buffer (fsm_private_dep) */
 #include "tcp_int.h"
 #include "timer.h"
-#include "wire.h"
+#include "wire_frame.h"
 #include "xfer/tcp.h"
 
 #define TCP_ADDR_MAX 64
@@ -381,25 +381,13 @@ static void on_read(struct bufferevent *bev, void *arg)
     tcp_conn *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
     for (;;) {
-        uint8_t buf[XFER_WIRE_MAX_FIXED];
-        size_t have = evbuffer_get_length(in);
         xfer_wire_hdr h;
         xfer_wire_msg m;
         xfer_wire_reason why;
-        if (have < XFER_WIRE_HDR)
+        int rc = xfer_wire_frame_cut(in, &h, &m, &why);
+        if (rc == 0)
             return;
-        evbuffer_copyout(in, buf, XFER_WIRE_HDR);
-        if (xfer_wire_decode_hdr(buf, XFER_WIRE_HDR, &h, &why) != 0 ||
-            h.type == XFER_WIRE_T_WRITE) {
-            conn_lost(c, true);
-            return;
-        }
-        if (have < h.len)
-            return;
-        evbuffer_remove(in, buf, h.len);
-        if (xfer_wire_decode_body(&h, buf + XFER_WIRE_HDR,
-                                  h.len - XFER_WIRE_HDR, &m, &why) != 0 ||
-            !on_frame(c, &h, &m)) {
+        if (rc < 0 || h.type == XFER_WIRE_T_WRITE || !on_frame(c, &h, &m)) {
             conn_lost(c, true);
             return;
         }

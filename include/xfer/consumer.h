@@ -173,7 +173,6 @@ XFER_API bool xfer_consumer_connected(const xfer_consumer *c, uint16_t k);
 XFER_API uint64_t xfer_consumer_now(const xfer_consumer *c);
 
 typedef struct xfer_consumer_stats {
-    uint32_t version;          /* set by the caller first */
     uint32_t links_up;
     uint64_t connects, connect_failures, losses, bad_frames;
     uint64_t events, ready_events, ended_events, dropped_events;
@@ -191,9 +190,15 @@ typedef struct xfer_consumer_stats {
     uint32_t tombstones;
 } xfer_consumer_stats;
 
-/* Errors: XFER_ERR_INVALID_ARG (NULL, unknown version). */
-XFER_API int xfer_consumer_stats_get(const xfer_consumer *c,
-                                     xfer_consumer_stats *st);
+/* Counters: the fields of stats version `version` are written to *st
+ * (borrowed), nothing past them; call it through the macro, which passes
+ * XFER_CONSUMER_STATS_VERSION (docs/design.md section 4.1).
+ * Errors: XFER_ERR_INVALID_ARG (NULL, unknown version; *st untouched). */
+XFER_API int xfer_consumer_stats_get_versioned(const xfer_consumer *c,
+                                              uint32_t version,
+                                              xfer_consumer_stats *st);
+#define xfer_consumer_stats_get(c, st)                                      \
+    xfer_consumer_stats_get_versioned((c), XFER_CONSUMER_STATS_VERSION, (st))
 
 /*
  * A control socket (xfer/ctl.h) answering with every id the consumer

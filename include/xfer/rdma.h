@@ -75,7 +75,6 @@ XFER_API xfer_transport xfer_rdma_transport(xfer_rdma *r);
 
 #define XFER_RDMA_STATS_VERSION 1
 typedef struct xfer_rdma_stats {
-    uint32_t version;        /* the caller sets XFER_RDMA_STATS_VERSION */
     uint64_t cm_connects, cm_failures, cm_losses;
     uint64_t writes, writes_ok, writes_failed, writes_aborted;
     uint64_t wrs_posted, wcs_polled, wcs_flushed, wcs_access_err;
@@ -85,8 +84,14 @@ typedef struct xfer_rdma_stats {
     uint32_t wrs_outstanding;/* posted, completion not yet polled */
 } xfer_rdma_stats;
 
-/* Counters.  Errors: XFER_ERR_INVALID_ARG (NULL, unknown version). */
-XFER_API int xfer_rdma_stats_get(const xfer_rdma *r, xfer_rdma_stats *st);
+/* Counters: the fields of stats version `version` are copied into *st
+ * (borrowed), nothing past them is written.  Call it through the macro.
+ * Errors: XFER_ERR_INVALID_ARG (NULL, unknown version; *st untouched). */
+XFER_API int xfer_rdma_stats_get_versioned(const xfer_rdma *r,
+                                           uint32_t version,
+                                           xfer_rdma_stats *st);
+#define xfer_rdma_stats_get(r, st)                                          \
+    xfer_rdma_stats_get_versioned((r), XFER_RDMA_STATS_VERSION, (st))
 /* True when shard's control and RDMA connections are both up. */
 XFER_API bool xfer_rdma_connected(const xfer_rdma *r, uint16_t shard);
 /* Test hook: take shard's connections down as if the network lost them. */

@@ -152,13 +152,14 @@ XFER_API int xfer_server_drain(xfer_server *s, xfer_server_drain_cb cb,
 XFER_API bool xfer_server_drained(const xfer_server *s);
 
 /* Counters: of hosted shard `index` (its index in the group), or of every
- * hosted shard summed with index XFER_SHARD_NONE.  The caller sets
- * st->version to XFER_SERVER_STATS_VERSION first.
- * Errors: XFER_ERR_INVALID_ARG (NULL, unknown version), XFER_ERR_NOT_FOUND
- * (no such hosted shard). */
+ * hosted shard summed with index XFER_SHARD_NONE.  Versioned like the
+ * config (docs/design.md section 4.1): the fields of stats version
+ * `version` are written to *st (borrowed), nothing past them; call it
+ * through the macro, which passes XFER_SERVER_STATS_VERSION.
+ * Errors: XFER_ERR_INVALID_ARG (NULL, unknown version; *st untouched),
+ * XFER_ERR_NOT_FOUND (no such hosted shard). */
 #define XFER_SERVER_BAD_REASONS 9
 typedef struct xfer_server_stats {
-    uint32_t version;
     uint16_t nshards;           /* hosted shards counted */
     uint32_t conns;             /* connections open (whole server) */
     uint64_t pool_bytes, bytes_in_use;
@@ -176,8 +177,12 @@ typedef struct xfer_server_stats {
     uint64_t errors_sent, faults, subs_dropped;
 } xfer_server_stats;
 
-XFER_API int xfer_server_stats_get(const xfer_server *s, uint16_t index,
-                                   xfer_server_stats *st);
+XFER_API int xfer_server_stats_get_versioned(const xfer_server *s,
+                                            uint16_t index, uint32_t version,
+                                            xfer_server_stats *st);
+#define xfer_server_stats_get(s, index, st)                                 \
+    xfer_server_stats_get_versioned((s), (index), XFER_SERVER_STATS_VERSION, \
+                                    (st))
 /* The name of bad-frame reason i ("BAD_MAGIC", ...), never NULL. */
 XFER_API const char *xfer_server_bad_reason_name(unsigned i);
 

@@ -29,9 +29,7 @@
 
 static uint64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return xfer_clock_monotonic(NULL) / 1000000;
 }
 
 int st_mem_new(st_mem *m, size_t len, uint8_t fill)
@@ -129,7 +127,7 @@ uint64_t st_bytes_in_use(const stack *s)
 {
     uint64_t sum = 0;
     for (uint16_t k = 0; k < s->S; k++) {
-        xfer_server_stats st = {.version = XFER_SERVER_STATS_VERSION};
+        xfer_server_stats st;
         if (s->srv[k] &&
             xfer_server_stats_get(s->srv[k], XFER_SHARD_NONE, &st) == 0)
             sum += st.bytes_in_use;

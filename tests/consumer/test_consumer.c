@@ -62,7 +62,7 @@ START_TEST(test_consumer_every_done_transfer_available)
     ck_assert_uint_eq(s.twice, 0);
     st_spin(&s, 50);
     ck_assert_uint_eq(st_bytes_in_use(&s), 0);
-    xfer_consumer_stats cs = {.version = XFER_CONSUMER_STATS_VERSION};
+    xfer_consumer_stats cs;
     ck_assert_int_eq(xfer_consumer_stats_get(s.cons, &cs), 0);
     ck_assert_uint_eq(cs.available, 40);
     ck_assert_uint_eq(cs.held, 0);
@@ -264,7 +264,7 @@ START_TEST(test_consumer_lost_link_names_shard)
     ck_assert(s.out[6].bytes_ok);
     ck_assert_int_eq(xfer_consumer_release(s.cons, 6), 0);
     ck_assert(st_run(&s, bytes_free, &s, 3000));
-    xfer_consumer_stats cs = {.version = XFER_CONSUMER_STATS_VERSION};
+    xfer_consumer_stats cs;
     ck_assert_int_eq(xfer_consumer_stats_get(s.cons, &cs), 0);
     ck_assert_uint_ge(cs.losses, 1);
     ck_assert_uint_eq(cs.unavailable_conn_lost, 1);
@@ -283,7 +283,7 @@ static uint64_t server_sum(stack *s, int what)
 {
     uint64_t v = 0;
     for (uint16_t k = 0; k < s->S; k++) {
-        xfer_server_stats st = {.version = XFER_SERVER_STATS_VERSION};
+        xfer_server_stats st;
         ck_assert_int_eq(xfer_server_stats_get(s->srv[k], k, &st), 0);
         v += what == 0 ? st.taken_now : what == 1 ? st.orphaned_now
                                                   : st.grace_released;

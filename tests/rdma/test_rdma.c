@@ -110,7 +110,7 @@ static bool all_up(rig *g)
 
 static bool writes_posted(rig *g)
 {
-    xfer_rdma_stats st = {.version = XFER_RDMA_STATS_VERSION};
+    xfer_rdma_stats st;
     xfer_rdma_stats_get(g->rd, &st);
     return st.wrs_outstanding > 0;
 }
@@ -221,7 +221,7 @@ static int producer(rig *g, uint32_t slice, uint32_t slots,
 static void on_done(void *ud, const xfer_result *r)
 {
     rig *g = ud;
-    xfer_rdma_stats st = {.version = XFER_RDMA_STATS_VERSION};
+    xfer_rdma_stats st;
     xfer_rdma_stats_get(g->rd, &st);
     g->wrs_out_at_done += st.wrs_outstanding;
     g->completions++;
@@ -293,7 +293,7 @@ static void teardown(rig *g)
         ck_assert(run(g, is_shut, WAIT_MS));
     }
     if (g->rd) {
-        xfer_rdma_stats st = {.version = XFER_RDMA_STATS_VERSION};
+        xfer_rdma_stats st;
         ck_assert_int_eq(xfer_rdma_stats_get(g->rd, &st), 0);
         ck_assert_uint_eq(st.wrs_outstanding, 0);
         ck_assert_uint_eq(st.mrs_live, 0); /* every pool deregistered */
@@ -350,7 +350,7 @@ START_TEST(test_rdma_transfers_land)
             ck_assert_msg(landed(&g, k, id), "id %llu shard %u",
                           (unsigned long long)id, k);
     }
-    xfer_rdma_stats st = {.version = XFER_RDMA_STATS_VERSION};
+    xfer_rdma_stats st;
     xfer_rdma_stats_get(g.rd, &st);
     ck_assert_uint_eq(st.writes_ok, 16);
     ck_assert_uint_eq(st.wrs_posted, st.wcs_polled);
@@ -381,7 +381,7 @@ START_TEST(test_rdma_staging_released_after_completion_polled)
     ck_assert(run(&g, done_enough, WAIT_MS));
     ck_assert_int_eq(g.res[1].status, 0);
     ck_assert_uint_eq(g.wrs_out_at_done, 0);
-    xfer_rdma_stats st = {.version = XFER_RDMA_STATS_VERSION};
+    xfer_rdma_stats st;
     xfer_rdma_stats_get(g.rd, &st);
     ck_assert_uint_eq(st.wcs_polled, 1);
     teardown(&g);
@@ -402,7 +402,7 @@ START_TEST(test_rdma_write_split_at_max_msg)
     ck_assert(run(&g, done_enough, WAIT_MS));
     ck_assert_int_eq(g.res[1].status, 0);
     ck_assert(landed(&g, 0, 1));
-    xfer_rdma_stats st = {.version = XFER_RDMA_STATS_VERSION};
+    xfer_rdma_stats st;
     xfer_rdma_stats_get(g.rd, &st);
     ck_assert_uint_eq(st.wrs_posted, 17);
     ck_assert_uint_eq(st.wcs_polled, 17);
@@ -434,7 +434,7 @@ static void fault_then_recover(const char *faults, bool half_lands)
     ck_assert_int_eq(g.res[2].status, 0);
     ck_assert(landed(&g, 0, 2));
     ck_assert_uint_eq(g.wrs_out_at_done, 0);
-    xfer_rdma_stats st = {.version = XFER_RDMA_STATS_VERSION};
+    xfer_rdma_stats st;
     xfer_rdma_stats_get(g.rd, &st);
     ck_assert_uint_ge(st.cm_losses, 1);
     ck_assert_uint_ge(st.cm_connects, 2);
@@ -466,7 +466,7 @@ START_TEST(test_rdma_registration_failure_is_clean)
     begin("reg_fail=1");
     servers(&g, 1, 1 << 16, 0);
     ck_assert_int_eq(producer(&g, 4096, 1, 0), XFER_ERR_NOMEM);
-    xfer_rdma_stats st = {.version = XFER_RDMA_STATS_VERSION};
+    xfer_rdma_stats st;
     xfer_rdma_stats_get(g.rd, &st);
     ck_assert_uint_eq(st.reg_failures, 1);
     ck_assert_uint_eq(st.mrs_live, 0);
@@ -489,7 +489,7 @@ START_TEST(test_rdma_server_registration_failure_refuses_reserve)
     ck_assert(run(&g, done_enough, WAIT_MS));
     ck_assert_int_ne(g.res[1].status, 0);
     ck_assert(untouched(&g, 0));
-    xfer_server_stats ss = {.version = XFER_SERVER_STATS_VERSION};
+    xfer_server_stats ss;
     ck_assert_int_eq(xfer_server_stats_get(g.srv[0], XFER_SHARD_NONE, &ss),
                      0);
     ck_assert_uint_eq(ss.bytes_in_use, 0);
@@ -523,7 +523,7 @@ START_TEST(test_rdma_kill_shard_connection)
         ck_assert_int_eq(g.ndone[id], 1);
     /* the engine may retry a write lost with its connection: the loss is
      * seen in the transport's counters, not necessarily in the results */
-    xfer_rdma_stats st = {.version = XFER_RDMA_STATS_VERSION};
+    xfer_rdma_stats st;
     xfer_rdma_stats_get(g.rd, &st);
     ck_assert_uint_ge(st.cm_losses, 1);
     ck_assert_uint_gt(st.writes_failed + st.writes_aborted, 0);
@@ -559,7 +559,7 @@ START_TEST(test_rdma_deadline_in_write_waits_for_completion)
     ck_assert_uint_eq(c.writes_sent, 1); /* it was executed before the end */
 #endif
     run(&g, never, 20);
-    xfer_server_stats ss = {.version = XFER_SERVER_STATS_VERSION};
+    xfer_server_stats ss;
     xfer_server_stats_get(g.srv[0], XFER_SHARD_NONE, &ss);
     ck_assert_uint_eq(ss.bytes_in_use, 0);
     ck_assert_uint_eq(ss.live, 0);
@@ -609,7 +609,7 @@ START_TEST(test_rdma_partial_reserve_rolls_back)
     }
     ck_assert(run(&g, servers_drained, WAIT_MS));
     for (uint16_t k = 0; k < 3; k++) {
-        xfer_server_stats ss = {.version = XFER_SERVER_STATS_VERSION};
+        xfer_server_stats ss;
         xfer_server_stats_get(g.srv[k], XFER_SHARD_NONE, &ss);
         ck_assert_uint_eq(ss.bytes_in_use, 0);
     }
@@ -655,7 +655,7 @@ START_TEST(test_rdma_server_faults_every_transfer_ends_once)
     ck_assert(run(&g, servers_drained, WAIT_MS));
     uint64_t faults = 0;
     for (uint16_t k = 0; k < g.S; k++) {
-        xfer_server_stats ss = {.version = XFER_SERVER_STATS_VERSION};
+        xfer_server_stats ss;
         xfer_server_stats_get(g.srv[k], XFER_SHARD_NONE, &ss);
         faults += ss.faults;
     }

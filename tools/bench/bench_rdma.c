@@ -321,7 +321,7 @@ int main(int argc, char **argv)
     while (!b.shut)
         event_base_loop(b.base, EVLOOP_ONCE);
     double t = now_s() - t0;
-    xfer_rdma_stats st = {.version = XFER_RDMA_STATS_VERSION};
+    xfer_rdma_stats st;
     xfer_rdma_stats_get(b.rd, &st);
     double gbs = t > 0 ? (double)b.size * (b.done - b.failed) / t / 1e9 : 0;
     printf("xfer-bench rdma [%s]\n", LABEL);

@@ -363,7 +363,7 @@ static void print_stats(const xferd *d, FILE *f)
     for (int i = -1; i < (int)xfer_server_nshards(d->srv); i++) {
         uint16_t idx = i < 0 ? XFER_SHARD_NONE
                              : xfer_server_shard_index(d->srv, (uint16_t)i);
-        xfer_server_stats st = {.version = XFER_SERVER_STATS_VERSION};
+        xfer_server_stats st;
         if (xfer_server_stats_get(d->srv, idx, &st) != 0)
             continue;
         if (i < 0)
