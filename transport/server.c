@@ -260,6 +260,13 @@ int xfer_server_new(const xfer_server_config *cfg, xfer_server **out)
     return server_new(cfg, false, NULL, out);
 }
 
+void xfer_server_rdma_config_default(xfer_server_rdma_config *cfg)
+{
+    if (cfg)
+        *cfg = (xfer_server_rdma_config){
+            .version = XFER_SERVER_RDMA_CONFIG_VERSION};
+}
+
 int xfer_server_new_rdma(const xfer_server_config *cfg,
                          const xfer_server_rdma_config *rcfg,
                          xfer_server **out)

@@ -365,6 +365,42 @@ START_TEST(test_rdma_transfers_land)
 }
 END_TEST
 
+/* Configs: an unknown version, no config, no shards are refused; the
+ * server's RDMA config is versioned too. */
+START_TEST(test_rdma_config_checks)
+{
+    rig g;
+    begin("");
+    servers(&g, 1, 1 << 16, 0);
+    xfer_rdma *r = NULL;
+    xfer_rdma_config rc;
+    xfer_rdma_config_default(&rc);
+    ck_assert_uint_eq(rc.version, XFER_RDMA_CONFIG_VERSION);
+    ck_assert_uint_eq(rc.tcp.version, XFER_TCP_CONFIG_VERSION);
+    ck_assert_int_eq(xfer_rdma_new(g.base, NULL, &r), XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_rdma_new(g.base, &rc, &r), XFER_ERR_INVALID_ARG);
+    rc.tcp.nshards = 1;
+    rc.tcp.addrs = g.addrs;
+    rc.version = XFER_RDMA_CONFIG_VERSION + 1;
+    ck_assert_int_eq(xfer_rdma_new(g.base, &rc, &r), XFER_ERR_INVALID_ARG);
+    ck_assert_ptr_null(r);
+    xfer_server_rdma_config sc;
+    xfer_server_rdma_config_default(&sc);
+    ck_assert_uint_eq(sc.version, XFER_SERVER_RDMA_CONFIG_VERSION);
+    sc.version++;
+    xfer_server *s = NULL;
+    xfer_server_shard sh = {.index = 0, .base = g.mem[0], .len = 4096};
+    xfer_server_config c;
+    xfer_server_config_default(&c);
+    c.base = g.base;
+    c.nshards = 1;
+    c.shards = &sh;
+    ck_assert_int_eq(xfer_server_new_rdma(&c, &sc, &s), XFER_ERR_INVALID_ARG);
+    ck_assert_ptr_null(s);
+    teardown(&g);
+}
+END_TEST
+
 /* Slow completions: the transfer's result (and with it the staging
  * slice) comes only once its write's completion was polled (I3). */
 START_TEST(test_rdma_staging_released_after_completion_polled)
@@ -773,6 +809,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("fabric");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_rdma_transfers_land);
+    tcase_add_test(tc, test_rdma_config_checks);
     tcase_add_test(tc, test_rdma_kill_shard_connection);
     tcase_add_test(tc, test_rdma_shutdown_with_writes_posted);
     tcase_add_test(tc, test_rdma_deadlines_every_phase);

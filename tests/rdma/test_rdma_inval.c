@@ -273,6 +273,40 @@ START_TEST(test_rdma_inval_reuse_gets_new_rkey)
 }
 END_TEST
 
+/* A connection request that does not name the server's group (or is not
+ * the transport's at all) is rejected, and the server keeps serving: a
+ * proper producer connects and writes right after. */
+START_TEST(test_rdma_inval_bad_connect_request_rejected)
+{
+    raw w;
+    start(&w);
+    static const uint8_t bad[][8] = {
+        {0x52, 0x45, 0x46, 0x58, 7, 0, 0, 0}, /* group 7, not 0 */
+        {1, 2, 3, 4, 0, 0, 0, 0},             /* no magic */
+    };
+    for (int i = 0; i < 2; i++) {
+        rc_side c;
+        ck_assert_int_eq(rc_connect(&c, "127.0.0.1",
+                                    xfer_server_rdma_port(w.srv), bad[i], 8),
+                         0);
+        ck_assert(wait_readable(&w, c.ch->fd));
+        ck_assert_int_eq(rc_expect(c.ch, RDMA_CM_EVENT_REJECTED, NULL), 0);
+        rc_close(&c);
+    }
+    rc_side c;
+    ck_assert_int_eq(rc_connect(&c, "127.0.0.1",
+                                xfer_server_rdma_port(w.srv), NULL, 0), 0);
+    ck_assert(wait_readable(&w, c.ch->fd));
+    ck_assert_int_eq(rc_expect(c.ch, RDMA_CM_EVENT_REJECTED, NULL), 0);
+    rc_close(&c);
+    xfer_wire_msg r;
+    reserve(&w, 1, &r); /* the established producer still works */
+    ck_assert_int_eq(write_fill(&w, r.addr, r.rkey, 0xA1), IBV_WC_SUCCESS);
+    ck_assert(all(w.mem + r.addr, LEN, 0xA1));
+    stop(&w);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("rdma_inval");
@@ -282,6 +316,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_rdma_inval_write_after_commit_lands_nothing);
     tcase_add_test(tc, test_rdma_inval_rkey_bounded_to_region);
     tcase_add_test(tc, test_rdma_inval_reuse_gets_new_rkey);
+    tcase_add_test(tc, test_rdma_inval_bad_connect_request_rejected);
     suite_add_tcase(s, tc);
     return s;
 }
