@@ -5,6 +5,9 @@
  *
  *   xfer-bench [core|engine|memory|all]   (default all)
  *   xfer-bench tcp [args]                 runs xfer-bench-tcp (TCP figures)
+ *   xfer-bench rdma [args]                runs xfer-bench-rdma (RDMA figures
+ *                                         next to ib_write_bw; says so and
+ *                                         exits 77 without a device)
  *
  * core:   shard events per second through the pure transfer core with 1 k,
  *         64 k and 1 M transfers in flight (O(1) per event shows as a flat
@@ -297,8 +300,10 @@ static void run_memory(void)
  * `rest` are the arguments after the benchmark's name. */
 static int run_tool(const char *self, const char *what, char **rest)
 {
-    const bool tcp = !strcmp(what, "tcp");
-    const char *tool = tcp ? "bench/xfer-bench-tcp" : "check/xfer-check";
+    const bool tcp = !strcmp(what, "tcp"), rdma = !strcmp(what, "rdma");
+    const char *tool = tcp    ? "bench/xfer-bench-tcp"
+                       : rdma ? "bench/xfer-bench-rdma"
+                              : "check/xfer-check";
     char path[4096];
     snprintf(path, sizeof path, "%s", self);
     char *slash = strrchr(path, '/');
@@ -310,7 +315,7 @@ static int run_tool(const char *self, const char *what, char **rest)
     char *av[64];
     size_t n = 0;
     av[n++] = path;
-    if (!tcp)
+    if (!tcp && !rdma)
         av[n++] = "--bench";
     for (; *rest && n < 63; rest++)
         av[n++] = *rest;
@@ -323,13 +328,14 @@ static int run_tool(const char *self, const char *what, char **rest)
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "all";
-    if (!strcmp(what, "tcp") || !strcmp(what, "check"))
+    if (!strcmp(what, "tcp") || !strcmp(what, "rdma") ||
+        !strcmp(what, "check"))
         return run_tool(argv[0], what, argv + 2);
     int all = !strcmp(what, "all");
     if (!all && strcmp(what, "core") && strcmp(what, "engine") &&
         strcmp(what, "memory")) {
         fprintf(stderr, "xfer-bench: unknown benchmark '%s' (core, engine, "
-                "memory, tcp, check, all)\n", what);
+                "memory, tcp, rdma, check, all)\n", what);
         return 2;
     }
     if (all || !strcmp(what, "memory"))

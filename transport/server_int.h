@@ -110,6 +110,10 @@ struct xfer_server {
     uint16_t port;
     uint64_t bad_frames, bad_by_reason[XFER_WIRE_R_COUNT_];
     uint64_t errors_sent, subs_dropped, faults, logged;
+    /* RDMA (server_rdma.h): one-sided shards, and their rkeys; NULL and
+     * false on a TCP-only server */
+    bool one_sided;
+    struct xfer_server_rdma *rdma;
 };
 
 /* The connection of a node of srv->conns; NULL for NULL. */

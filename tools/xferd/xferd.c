@@ -7,6 +7,14 @@
  *         [--faults PPM[:SEED]]
  *         [--drop PPM] [--drain-timeout DUR] [--port-file PATH] [--quiet]
  *         [--ctl PATH] [--shm NAME] [--trace FILE] [--take-grace DUR]
+ *         [--rdma]
+ *
+ * --rdma also serves the shards over RDMA (xfer/rdma.h): an rdmacm
+ * listener on the same address and port, and a registration of its own
+ * for every reservation, so producers of the RDMA transport write into the
+ * pools one-sidedly (TCP producers are served as before).  Without an RDMA
+ * device, or in a build without RDMA, it prints one line saying so and
+ * exits 1.
  *
  * --ctl PATH opens a Unix control socket (xfer/ctl.h) answering with every
  * open reservation (`xfer-trace stuck --live PATH`).
@@ -25,7 +33,8 @@
  * an "applied but reported failed" (PPM in a million, half each), and a
  * dropped connection (--drop).
  *
- * Prints "xferd: listening on ADDR:PORT" on stdout once it serves (port 0
+ * Prints "xferd: listening on ADDR:PORT" on stdout once it serves (with
+ * --rdma, after "xferd: rdma on ADDR:PORT ..."; port 0
  * picks a free port; --port-file also writes it).  SIGTERM/SIGINT drain:
  * stop accepting, refuse new reserves, exit once no reservation is being
  * reserved or written (a second signal exits at once).  SIGUSR1 prints a
@@ -50,6 +59,7 @@
 #include "xfer/ctl.h"
 #include "xfer/errors.h"
 #include "xfer/metrics.h"
+#include "xfer/rdma.h"
 #include "xfer/server.h"
 #include "xfer/shm.h"
 #include "xfer/tracefile.h"
@@ -70,6 +80,7 @@ typedef struct xd_config {
     uint64_t drain_timeout_ns;
     uint64_t take_grace_ns;    /* 0: the server's default */
     bool quiet;
+    bool rdma;                 /* --rdma */
 } xd_config;
 
 typedef struct opts {
@@ -222,7 +233,7 @@ static void usage(void)
            "             [--consume] [--faults PPM[:SEED]] [--drop PPM]\n"
            "             [--drain-timeout DUR] [--port-file PATH] [--quiet]\n"
            "             [--ctl PATH] [--shm NAME] [--trace FILE]\n"
-           "             [--take-grace DUR] [--metrics ADDR:PORT]\n"
+           "             [--take-grace DUR] [--metrics ADDR:PORT] [--rdma]\n"
            "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
            "          --lease-ttl 10s --max-resv 4096\n");
 }
@@ -297,6 +308,7 @@ static int parse_one(int c, const char *arg, opts *o)
             return bad("take grace", arg);
         return 0;
     case 'q': o->cfg.quiet = true; return 0;
+    case 'R': o->cfg.rdma = true; return 0;
     default: return bad("flag", arg);
     }
 }
@@ -314,6 +326,7 @@ static int parse(int argc, char **argv, opts *o)
         {"ctl", 1, 0, 'C'},      {"help", 0, 0, 'h'},
         {"shm", 1, 0, 'S'},      {"trace", 1, 0, 'T'},
         {"take-grace", 1, 0, 'G'},  {"metrics", 1, 0, 'M'},
+        {"rdma", 0, 0, 'R'},
         {0, 0, 0, 0}};
     opterr = 0;
     int c;
@@ -523,6 +536,8 @@ static int start_server(xferd *d)
     sc.drop_ppm = c->drop_ppm;
     sc.fault_seed = c->fault_seed;
     sc.log = c->quiet ? NULL : log_line;
+    if (c->rdma)
+        return xfer_server_new_rdma(&sc, NULL, &d->srv);
     return xfer_server_new(&sc, &d->srv);
 }
 
@@ -552,6 +567,11 @@ static int start_metrics(xferd *d)
 static int setup(xferd *d)
 {
     const opts *o = d->o;
+    char why[160];
+    if (o->cfg.rdma && xfer_rdma_probe(why, sizeof why) != 0) {
+        fprintf(stderr, "xferd: --rdma: %s\n", why);
+        return XFER_ERR_NOT_SUPPORTED;
+    }
     int rc = make_pools(d);
     if (rc)
         return rc;
@@ -604,6 +624,10 @@ static int serve(opts *o)
     uint16_t port = xfer_server_port(d.srv);
     if (o->port_file && write_port_file(o->port_file, port) != 0)
         fprintf(stderr, "xferd: cannot write %s\n", o->port_file);
+    if (o->cfg.rdma)
+        printf("xferd: rdma on %s:%u (rdmacm; a registration per "
+               "reservation)\n",
+               o->cfg.addr, (unsigned)xfer_server_rdma_port(d.srv));
     printf("xferd: listening on %s:%u\n", o->cfg.addr, (unsigned)port);
     fflush(stdout);
     event_base_dispatch(d.base);
