@@ -76,6 +76,7 @@ struct xfer_engine {
     int own_base;
     xfer_timer timer;         /* the core's next deadline */
     struct event *deferred;
+    bool deferred_active;     /* `deferred` is on libevent's active queue */
     xfer_core *core;
     pool_rec *pools;
     group_rec *groups;
@@ -112,8 +113,16 @@ static void rearm(xfer_engine *e)
                    e->cfg.clock, e->cfg.clock_ud);
 }
 
+/* Activate the deferred event once per batch: activating an active event
+ * changes nothing in libevent (it keeps its place in the queue), so every
+ * completion after the first of a batch skips the call.  on_deferred
+ * clears the flag on entry, when libevent has taken the event off the
+ * queue. */
 static void kick(xfer_engine *e)
 {
+    if (e->deferred_active)
+        return;
+    e->deferred_active = true;
     event_active(e->deferred, EV_TIMEOUT, 0);
 }
 
@@ -299,6 +308,7 @@ bool xfer_engine_idle(const xfer_engine *e)
 static void on_deferred(evutil_socket_t fd, short what, void *arg)
 {
     xfer_engine *e = arg;
+    e->deferred_active = false; /* libevent took it off its active queue */
     while (!xfer_ring_empty(&e->ref)) {
         xfer_shard_result r = e->refused[xfer_ring_pop(&e->ref)];
         xfer_core_on_result(e->core, xfer_engine_now(e), &r);
