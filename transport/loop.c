@@ -327,12 +327,20 @@ static void repost_retries(xfer_loop *l)
     }
 }
 
+/* The user's event callback runs outside the engine's batch (engine_int.h):
+ * it may take its time and call the engine, which then reads its clock. */
 static void emit_events(xfer_loop *l, xfer_shard *s)
 {
     size_t n;
     const xfer_shard_event *ev = xfer_shard_events(s, &n);
-    for (size_t i = 0; i < n && l->cfg.on_event; i++)
-        l->cfg.on_event(l->cfg.on_event_ud, &ev[i]);
+    if (n && l->cfg.on_event) {
+        if (l->engine)
+            xfer_engine_batch_end(l->engine);
+        for (size_t i = 0; i < n; i++)
+            l->cfg.on_event(l->cfg.on_event_ud, &ev[i]);
+        if (l->engine)
+            xfer_engine_batch_begin(l->engine);
+    }
     xfer_shard_events_clear(s);
 }
 
@@ -466,6 +474,9 @@ static void on_run(evutil_socket_t fd, short what, void *arg)
     xfer_loop *l = arg;
     l->run_active = false; /* libevent took run_ev off its active queue */
     uint64_t now = now_of(l);
+    /* The replies of this run are one batch for the engine's clock. */
+    if (l->engine)
+        xfer_engine_batch_begin(l->engine);
     repost_retries(l);
     loop_msg *m;
     for (int i = 0; i < LOOP_BATCH && (m = next_due(l, now)) != NULL; i++) {
@@ -481,6 +492,8 @@ static void on_run(evutil_socket_t fd, short what, void *arg)
         else
             on_reply(l, op);
     }
+    if (l->engine)
+        xfer_engine_batch_end(l->engine);
     schedule_run(l);
     arm_shard_timer(l);
 }
@@ -490,10 +503,14 @@ static void on_shard_timer(evutil_socket_t fd, short what, void *arg)
     xfer_loop *l = arg;
     xfer_timer_fired(&l->shard_timer); /* re-arm whatever comes next */
     uint64_t now = now_of(l);
+    if (l->engine)
+        xfer_engine_batch_begin(l->engine); /* emit_events pauses it */
     for (uint16_t k = 0; k < l->cfg.nshards; k++) {
         xfer_shard_on_timer(l->shards[k], now);
         emit_events(l, l->shards[k]);
     }
+    if (l->engine)
+        xfer_engine_batch_end(l->engine);
     arm_shard_timer(l);
 }
 
