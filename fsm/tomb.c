@@ -75,7 +75,7 @@ uint32_t xfer_tomb_expire(xfer_tomb *t, uint64_t now_ns, uint32_t max,
 const xfer_tomb_entry *xfer_tomb_find(const xfer_tomb *t, uint64_t id)
 {
     uint32_t at;
-    if (id > t->max_id || !xfer_idmap_get(&t->map, id, &at))
+    if (!xfer_idmap_get(&t->map, id, &at))
         return NULL;
     return &t->ents[at];
 }
@@ -96,13 +96,6 @@ void xfer_tomb_unhold(xfer_tomb *t)
     t->held--;
 }
 
-static void map_put(xfer_tomb *t, uint64_t id, uint32_t at)
-{
-    xfer_idmap_put(&t->map, id, at);
-    if (id > t->max_id)
-        t->max_id = id;
-}
-
 static void append(xfer_tomb *t, uint64_t now_ns, uint64_t id,
                    uint32_t attempt, uint8_t reason)
 {
@@ -111,7 +104,7 @@ static void append(xfer_tomb *t, uint64_t now_ns, uint64_t id,
                                     .expires_ns = now_ns + t->ttl_ns,
                                     .attempt = attempt,
                                     .reason = reason};
-    map_put(t, id, at);
+    xfer_idmap_put(&t->map, id, at);
 }
 
 void xfer_tomb_insert_held(xfer_tomb *t, uint64_t now_ns, uint64_t id,
@@ -214,7 +207,6 @@ void xfer_tomb_reset(xfer_tomb *t)
     t->held = 0;
     t->dead = 0;
     t->last_now = 0;
-    t->max_id = 0;
 }
 
 static void save_entry(void *ud, const xfer_tomb_entry *e)
@@ -271,7 +263,7 @@ int xfer_tomb_restore(xfer_tomb *t, xfer_le_dec *d, uint32_t holds)
             goto out_bad;
         uint32_t at = xfer_ring_push(&t->ring);
         t->ents[at] = e;
-        map_put(t, e.id, at);
+        xfer_idmap_put(&t->map, e.id, at);
         clamp(t, e.expires_ns - t->ttl_ns); /* its birth */
     }
     t->held = holds;

@@ -51,11 +51,6 @@ typedef struct xfer_tomb {
     uint32_t dead;  /* ring entries superseded by a refresh */
     xfer_idmap map; /* id -> slot in ents */
     uint64_t ttl_ns, last_now;
-    /* No id above it is in the map: the largest ever put there since the
-     * last reset.  Ids mostly grow, so most lookups of a new id answer
-     * "absent" here instead of with a cache miss into a random bucket of
-     * a large map.  Not state: save and restore rebuild it. */
-    uint64_t max_id;
 } xfer_tomb;
 
 typedef void (*xfer_tomb_drop_fn)(void *ud, const xfer_tomb_entry *e);
