@@ -234,6 +234,10 @@ static void schedule_run(xfer_loop *l)
     }
     struct timeval tv = xfer_timer_delay(due - now);
     event_add(l->run_ev, &tv);
+    /* Adding a timeout to an event activated with EV_TIMEOUT takes it off
+     * libevent's active queue: the next message due at once must activate
+     * it again. */
+    l->run_active = false;
 }
 
 /* Queue a message for op; the op remembers it so it can be cancelled. */
