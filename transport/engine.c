@@ -81,6 +81,8 @@ struct xfer_engine {
     bool own_clock;           /* cfg.clock is xfer_clock_monotonic */
     uint32_t batch_depth;
     uint64_t batch_now;
+    bool undrained;           /* results stepped, their actions not yet
+                                 performed (xfer_engine_flush) */
     xfer_core *core;
     pool_rec *pools;
     group_rec *groups;
@@ -131,10 +133,20 @@ void xfer_engine_batch_begin(xfer_engine *e)
         e->batch_now = e->cfg.clock(e->cfg.clock_ud);
 }
 
+static void drain(xfer_engine *e);
+
 void xfer_engine_batch_end(xfer_engine *e)
 {
-    if (e->own_clock && e->batch_depth)
-        e->batch_depth--;
+    if (e->own_clock && e->batch_depth && --e->batch_depth == 0)
+        xfer_engine_flush(e);
+}
+
+void xfer_engine_flush(xfer_engine *e)
+{
+    if (!e->undrained)
+        return;
+    e->undrained = false;
+    drain(e);
 }
 
 static void rearm(xfer_engine *e)
@@ -283,6 +295,7 @@ static void perform(xfer_engine *e, const xfer_action *acts, size_t n,
 static void drain(xfer_engine *e)
 {
     size_t n;
+    e->undrained = false; /* every stepped result's actions go now */
     const xfer_action *acts = xfer_core_actions(e->core, &n);
     for (size_t i = 0; i < n; i++)
         perform(e, acts, n, i);
@@ -298,6 +311,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     xfer_engine *e = arg;
     xfer_timer_fired(&e->timer);
+    xfer_engine_flush(e); /* room in the core's action list */
     xfer_core_on_timer(e->core, xfer_engine_now(e));
     drain(e);
 }
@@ -369,11 +383,31 @@ static void on_deferred(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/*
+ * Inside a batch (the library's own clock: xfer_engine_batch_begin), the
+ * results' actions are performed once, at xfer_engine_flush, not after
+ * each result: one walk of the action list and one timer re-arm for the
+ * batch.  The transport flushes before anything else it does in the batch
+ * (xfer_engine_flush), so ops start in the same order as when each result
+ * is drained at once.  A core whose action list is full is drained first.
+ * Outside a batch, or with an injected clock (whose readings a re-arm
+ * would consume), every result is drained at once, as always.
+ */
 void xfer_engine_deliver(struct xfer_engine *e, const xfer_shard_result *r)
 {
     e->st.results_delivered++;
-    if (xfer_core_on_result(e->core, xfer_engine_now(e), r) != 0)
+    uint64_t now = xfer_engine_now(e);
+    int rc = xfer_core_on_result(e->core, now, r);
+    if (rc == XFER_ERR_BUSY && e->undrained) {
+        xfer_engine_flush(e);
+        rc = xfer_core_on_result(e->core, now, r);
+    }
+    if (rc != 0)
         e->st.results_dropped++;
+    if (e->batch_depth) {
+        e->undrained = true;
+        return;
+    }
     drain(e);
 }
 
@@ -676,6 +710,7 @@ int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
         return rc;
     if (e->ncb_free == 0)
         return refuse_full(e, d->id);
+    xfer_engine_flush(e); /* room in the core's action list */
     uint32_t slot = e->cb_free[e->ncb_free - 1];
     uint64_t now = xfer_engine_now(e);
     xfer_submit_args a = {
@@ -700,6 +735,7 @@ int xfer_engine_cancel(xfer_engine *e, uint64_t id)
 {
     if (!e || id == 0)
         return XFER_ERR_INVALID_ARG;
+    xfer_engine_flush(e); /* room in the core's action list */
     int rc = xfer_core_cancel(e->core, xfer_engine_now(e), id);
     drain(e);
     return rc;
@@ -789,6 +825,7 @@ int xfer_engine_shutdown(xfer_engine *e, xfer_shutdown_cb cb, void *ud)
     e->shutting_down = 1;
     e->shutdown_cb = cb;
     e->shutdown_ud = ud;
+    xfer_engine_flush(e); /* room in the core's action list */
     xfer_core_shutdown(e->core, xfer_engine_now(e));
     drain(e);
     return 0;

@@ -53,6 +53,12 @@ typedef struct xfer_post {
  * then call the engine) and begin a new one after.  Loop thread. */
 void xfer_engine_batch_begin(xfer_engine *e);
 void xfer_engine_batch_end(xfer_engine *e);
+/* Inside a batch xfer_engine_deliver steps the core but leaves the
+ * actions of the results for later: perform them now.  A transport calls
+ * it before anything in the batch that is not a delivery and could start
+ * or order ops (its own messages), so ops start in the same order as when
+ * every result is drained at once; batch_end calls it too.  Loop thread. */
+void xfer_engine_flush(xfer_engine *e);
 
 /* The engine's allocator (cfg.core.alloc), for the objects it hands out
  * (engine_ctl.c).  Borrowed: valid while e lives. */

@@ -489,6 +489,10 @@ static void on_run(evutil_socket_t fd, short what, void *arg)
         recycle(l, m);
         if (!op)
             continue;
+        /* Replies in a row are one batch of results for the engine; the
+         * ops they start are posted before any other message runs. */
+        if (kind != MSG_REPLY && l->engine)
+            xfer_engine_flush(l->engine);
         if (kind == MSG_ARRIVE)
             on_arrive(l, op, now);
         else if (kind == MSG_WRITE_END)
