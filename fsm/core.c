@@ -108,10 +108,11 @@ static int alloc_tables(xfer_core *core)
     uint32_t n = core->cfg.max_transfers ? core->cfg.max_transfers : 1;
     core->recs = xfer_util_calloc(a, n, sizeof *core->recs);
     core->free_slots = xfer_util_calloc(a, n, sizeof *core->free_slots);
+    core->spare = xfer_util_calloc(a, n, sizeof *core->spare);
     core->ctx.cap = XFER_CORE_BATCH * ((size_t)core->cfg.max_shards + 3) +
                     (size_t)core->cfg.max_shards + 8;
     core->ctx.acts = xfer_util_calloc(a, core->ctx.cap, sizeof(xfer_action));
-    if (!core->recs || !core->free_slots || !core->ctx.acts)
+    if (!core->recs || !core->free_slots || !core->spare || !core->ctx.acts)
         return XFER_ERR_NOMEM;
     int rc = xfer_idmap_init(&core->live, n, a);
     if (!rc)
@@ -166,6 +167,9 @@ void xfer_core_del(xfer_core *core)
             xfer_util_free(&a, core->recs[i]);
     xfer_util_free(&a, core->recs);
     xfer_util_free(&a, core->free_slots);
+    for (uint32_t i = 0; i < core->nspare; i++)
+        xfer_util_free(&a, core->spare[i]);
+    xfer_util_free(&a, core->spare);
     xfer_util_free(&a, core->ctx.acts);
     xfer_idmap_clear(&core->live, &a);
     xfer_heap_clear(&core->timers, &a);
@@ -262,7 +266,10 @@ static void settle(xfer_core *core, xfer_transfer *t, uint64_t now,
     xfer_idmap_del(&core->live, t->id);
     core->recs[t->slot] = NULL;
     core->free_slots[core->nfree++] = t->slot;
-    xfer_util_free(&core->cfg.alloc, t);
+    if (core->nspare < core->cfg.max_transfers)
+        core->spare[core->nspare++] = t; /* for the next submit */
+    else
+        xfer_util_free(&core->cfg.alloc, t); /* a load made more records */
     if (core->shutting_down && !core->shutdown_done &&
         core->live.n == 0) {
         core->shutdown_done = 1;
@@ -342,6 +349,21 @@ static bool submit_args_ok(const xfer_core *core, const xfer_submit_args *a)
            a->nshards <= core->cfg.max_shards && a->slices;
 }
 
+/* A record for a transfer over nshards: the last finished one when it has
+ * as many shards (xfer_transfer_init clears it), else a new one.  A spare
+ * of another size is freed first, so live + spare records stay within
+ * max_transfers.  NULL when out of memory. */
+static xfer_transfer *take_record(xfer_core *core, uint16_t nshards)
+{
+    if (core->nspare) {
+        xfer_transfer *t = core->spare[--core->nspare];
+        if (t->nshards == nshards)
+            return t;
+        xfer_util_free(&core->cfg.alloc, t);
+    }
+    return xfer_util_alloc(&core->cfg.alloc, xfer_transfer_size(nshards));
+}
+
 /* NEW + SUBMIT: the record the submit creates, with its tombstone hold,
  * or the error that refuses it (nothing recorded, nothing emitted but a
  * TOMB_FULL note). */
@@ -356,8 +378,7 @@ static int new_record(xfer_core *core, uint64_t now, const xfer_submit_args *a,
              XFER_ERR_BUSY);
         return XFER_ERR_BUSY;
     }
-    xfer_transfer *t = xfer_util_alloc(&core->cfg.alloc,
-                                       xfer_transfer_size(a->nshards));
+    xfer_transfer *t = take_record(core, a->nshards);
     if (!t) {
         xfer_tomb_unhold(&core->tombs);
         return XFER_ERR_NOMEM;

@@ -67,6 +67,7 @@ void et_init(et_env *v, const et_opts *o)
     xfer_loop_config lc;
     xfer_loop_config_default(&lc);
     lc.nshards = ET_S;
+    lc.alloc = o->loop_alloc;
     lc.seed = o->seed;
     lc.write_ns = o->write_ns;
     lc.on_event = o->on_event ? o->on_event : on_event;
