@@ -197,10 +197,16 @@ static void to_readiness(ck_world *w, const ck_msg *m, int how)
         xfer_readiness_on_take_result(w->rd, w->env.now, id, m->shard,
                                       m->status);
     } else if (m->op == XFER_SHARD_EV_READY) {
+        if (w->cfg->e2e && !w->cfg->strict_e2e &&
+            xfer_readiness_state(w->rd, id) == XFER_READY_STATE_UNAVAILABLE)
+            w->env.e2e_exempt |= (uint8_t)(1u << m->tr);
         ck_monitor_ready_event_in(w, m);
         xfer_readiness_on_ready(w->rd, w->env.now, id, m->attempt, m->shard,
                                 m->resv_id);
     } else {
+        if (w->cfg->e2e &&
+            xfer_readiness_state(w->rd, id) == XFER_READY_STATE_NONE)
+            w->env.e2e_exempt |= (uint8_t)(1u << m->tr);
         xfer_readiness_on_shard_ended(w->rd, w->env.now, id, m->attempt,
                                       m->shard,
                                       m->op == XFER_SHARD_EV_CANCELLED
@@ -234,10 +240,15 @@ void ck_consumer_deliver(ck_world *w, unsigned i, int how)
     ck_msg m = w->msg[i];
     ck_net_remove(w, i);
     switch (m.kind) {
-    case MK_OP:
+    case MK_OP: {
+        /* I14: what another attempt holds here before a cancel arrives */
+        mon_cs before = w->mon.tr[m.tr].cs[m.shard];
         op_arrives(w, m, how);
         ck_consumer_drain_shard(w, m.shard);
+        if (m.op == XFER_OP_CANCEL)
+            ck_monitor_cancel_done(w, &m, &before);
         break;
+    }
     case MK_RES:
         to_producer(w, &m);
         break;

@@ -254,6 +254,8 @@ void ck_step_apply(ck_world *w, ck_move mv)
         if (mv.kind == MV_FAIL || mv.kind == MV_LOST) {
             w->env.faults++;
             w->env.disturb++;
+            if (w->cfg->e2e && w->msg[mv.arg].kind != MK_OP)
+                w->env.e2e_exempt |= (uint8_t)(1u << w->msg[mv.arg].tr);
         }
         ck_consumer_deliver(w, mv.arg, how[mv.kind]);
     } else {
