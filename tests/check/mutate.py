@@ -86,6 +86,12 @@ MUTANTS = {
         'core.c',
         '        c->default_deadline_ns = 30ull * 1000000000ull;\n',
         '        c->default_deadline_ns = 300ull * 1000000000ull;\n'),
+    # The core takes a reply of another attempt for its own (issue 14,
+    # class 2: found only with --dups, which injects such replies).
+    'attempt_filter': (
+        'transfer.c',
+        '    if (r->shard >= t->nshards || r->attempt != t->attempt)\n',
+        '    if (r->shard >= t->nshards)\n'),
     # The engine model skips unregistering the staging pool at shutdown.
     'pool_leak': (
         'engine.c',

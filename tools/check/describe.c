@@ -111,6 +111,15 @@ void ck_describe_move(const ck_world *w, ck_move mv, char *b, size_t n)
         snprintf(b, n, "readiness timer fires at %" PRIu64 " ns",
                  xfer_readiness_next_deadline(w->rd));
         break;
+    case MV_DUP:
+        describe_msg(&w->msg[mv.arg], "RETRANSMIT (delivered, a copy stays "
+                     "in flight)", b, n);
+        break;
+    case MV_STALE:
+        snprintf(b, n, "a reply of another attempt for id %u reaches the "
+                 "producer from shard %u", mv.arg / CK_MAX_S + 1u,
+                 mv.arg % CK_MAX_S);
+        break;
     default:
         snprintf(b, n, "the producer crashes");
         break;

@@ -116,6 +116,7 @@ static const numopt numopts[] = {
     {"--budget", 0, 200, CFG_(budget), 4},
     {"--cancel-attempts", 1, 20, CFG_(cancel_max_attempts), 4},
     {"--caps", 0, CK_MAX_T, CFG_(caps), 4},
+    {"--dups", 0, 50, CFG_(max_dups), 4},
     /* above 50 s the core's 60 s tombstone no longer outlives a lease plus
      * the delay, and xfer_core_new refuses the config */
     {"--max-delay-ms", 1, 50000, offsetof(opts, delay_ms), 8},
@@ -239,6 +240,9 @@ static void usage(void)
            "the machines\n"
            "                           (0: the number of transfers, so no "
            "cap binds)\n"
+           "  --dups N                 per path, N duplicated messages (a "
+           "retransmit) or\n"
+           "                           replies of another attempt (0)\n"
            "  --defaults               the machines run the library "
            "defaults (every\n"
            "                           timing and the cancel bound left 0); "
@@ -351,12 +355,12 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
     fault_list(c->faults, f, sizeof f);
     snprintf(b, n, "--shards %u --transfers %u --faults %s --max-faults %u "
              "--budget %u --cancels %u --lates %u --ccancels %u --expiries %u "
-             "--cancel-attempts %u --depth %u --max-delay-ms %llu --caps %u"
-             "%s%s%s%s", c->S,
+             "--cancel-attempts %u --depth %u --max-delay-ms %llu --caps %u "
+             "--dups %u%s%s%s%s", c->S,
              c->T, f, c->max_faults, c->budget, c->max_cancels, c->max_lates,
              c->max_ccancels, c->max_expiries, c->cancel_max_attempts,
              c->depth, (unsigned long long)(c->max_delay / 1000000u),
-             c->caps, c->liveness_all ? " --liveness all" : "",
+             c->caps, c->max_dups, c->liveness_all ? " --liveness all" : "",
              c->symmetry ? "" : " --no-symmetry",
              c->defaults ? " --defaults" : "",
              c->strict_e2e ? " --strict-e2e" : c->e2e ? " --e2e" : "");

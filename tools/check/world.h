@@ -23,7 +23,7 @@
 #define CK_MAX_S 6
 #define CK_MAX_T 4
 #define CK_MAX_MSG 48
-#define CK_MAX_MOVES 160
+#define CK_MAX_MOVES 224
 #define CK_SAVE_MAX 16384
 
 /* Fault classes (bits of ck_config.faults). */
@@ -81,6 +81,9 @@ typedef struct ck_config {
     unsigned S, T;
     /* World options (docs/design.md section 6), each off by default so
      * the default spaces keep their state counts. */
+    unsigned max_dups;     /* duplicated messages (a retransmit) and
+                            * replies of another attempt per path; 0:
+                            * none */
     unsigned caps;         /* every record and tombstone cap of the
                             * machines; 0: T (a cap never binds) */
     bool e2e;              /* the E2E monitor (it keeps a bit of state,
@@ -215,14 +218,18 @@ typedef struct ck_env {
                                 * ready met the tracker's tombstone of
                                 * another attempt (the E2E monitor cannot
                                 * ask the consumer to report it) */
-    uint8_t pad[1];
+    uint8_t dups;              /* duplicates and stale replies so far */
 } ck_env;
 
 /* A move of the environment. */
 enum {
     MV_DELIVER = 0, MV_FAIL, MV_LOST, MV_ABORT, MV_SUBMIT, MV_LATE,
     MV_CANCEL, MV_SHUTDOWN, MV_CCANCEL, MV_FIRE_CORE, MV_FIRE_SHARD,
-    MV_FIRE_READY, MV_CRASH, MV_COUNT_
+    MV_FIRE_READY, MV_CRASH,
+    MV_DUP,   /* message arg is delivered and a copy stays in flight */
+    MV_STALE, /* a reply of another attempt reaches the core: arg is
+               * transfer * CK_MAX_S + shard */
+    MV_COUNT_
 };
 typedef struct ck_move {
     uint8_t kind;
