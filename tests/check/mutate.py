@@ -92,6 +92,14 @@ MUTANTS = {
         'transfer.c',
         '    if (r->shard >= t->nshards || r->attempt != t->attempt)\n',
         '    if (r->shard >= t->nshards)\n'),
+    # A write's end returns the reservation to RESERVED while another
+    # write into it is still landing (found only with --writes 2).
+    'write_end_early': (
+        'shard.c',
+        '    if (--r->writes == 0) {\n'
+        '        r->state = XFER_RESV_STATE_RESERVED;\n',
+        '    if (r->writes-- != 0) {\n'
+        '        r->state = XFER_RESV_STATE_RESERVED;\n'),
     # The engine model skips unregistering the staging pool at shutdown.
     'pool_leak': (
         'engine.c',

@@ -40,8 +40,10 @@ static void describe_msg(const ck_msg *m, const char *verb, char *b,
     switch (m->kind) {
     case MK_OP:
         if (m->op == XFER_OP_WRITE && (m->flags & MF_BEGUN))
-            snprintf(b, n, "%s end of the WRITE landing on shard %u (id %u "
-                     "att %" PRIu32 ")", verb, m->shard, id, m->attempt);
+            snprintf(b, n, "%s end of the WRITE%s landing on shard %u (id "
+                     "%u att %" PRIu32 ")", verb,
+                     (m->flags & MF_PART) ? " part" : "", m->shard, id,
+                     m->attempt);
         else
             snprintf(b, n, "%s %s(id %u, att %" PRIu32 ", resv %" PRIu64
                      ")%s producer -> shard %u", verb, xfer_op_name(m->op), id,

@@ -117,6 +117,7 @@ static const numopt numopts[] = {
     {"--cancel-attempts", 1, 20, CFG_(cancel_max_attempts), 4},
     {"--caps", 0, CK_MAX_T, CFG_(caps), 4},
     {"--dups", 0, 50, CFG_(max_dups), 4},
+    {"--writes", 1, CK_MAX_WRITES, CFG_(writes), 4},
     /* above 50 s the core's 60 s tombstone no longer outlives a lease plus
      * the delay, and xfer_core_new refuses the config */
     {"--max-delay-ms", 1, 50000, offsetof(opts, delay_ms), 8},
@@ -240,6 +241,9 @@ static void usage(void)
            "the machines\n"
            "                           (0: the number of transfers, so no "
            "cap binds)\n"
+           "  --writes N               each WRITE lands as N writes at "
+           "different offsets,\n"
+           "                           1..%u (1)\n"
            "  --dups N                 per path, N duplicated messages (a "
            "retransmit) or\n"
            "                           replies of another attempt (0)\n"
@@ -257,7 +261,7 @@ static void usage(void)
            "  --depth N                BFS depth bound / walk length (%u)\n",
            c->max_faults, c->max_cancels, c->max_lates, c->max_ccancels,
            c->max_expiries, c->cancel_max_attempts,
-           (unsigned long long)d.delay_ms, c->depth);
+           (unsigned long long)d.delay_ms, (unsigned)CK_MAX_WRITES, c->depth);
     printf("  --liveness leaves|all    the liveness phase at leaves "
            "(default) or from\n"
            "                           every state\n"
@@ -356,11 +360,12 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
     snprintf(b, n, "--shards %u --transfers %u --faults %s --max-faults %u "
              "--budget %u --cancels %u --lates %u --ccancels %u --expiries %u "
              "--cancel-attempts %u --depth %u --max-delay-ms %llu --caps %u "
-             "--dups %u%s%s%s%s", c->S,
+             "--dups %u --writes %u%s%s%s%s", c->S,
              c->T, f, c->max_faults, c->budget, c->max_cancels, c->max_lates,
              c->max_ccancels, c->max_expiries, c->cancel_max_attempts,
              c->depth, (unsigned long long)(c->max_delay / 1000000u),
-             c->caps, c->max_dups, c->liveness_all ? " --liveness all" : "",
+             c->caps, c->max_dups, c->writes ? c->writes : 1u,
+             c->liveness_all ? " --liveness all" : "",
              c->symmetry ? "" : " --no-symmetry",
              c->defaults ? " --defaults" : "",
              c->strict_e2e ? " --strict-e2e" : c->e2e ? " --e2e" : "");

@@ -81,6 +81,9 @@ typedef struct ck_config {
     unsigned S, T;
     /* World options (docs/design.md section 6), each off by default so
      * the default spaces keep their state counts. */
+    unsigned writes;       /* each WRITE lands as this many writes at
+                            * different offsets, in any order; 0 or 1:
+                            * one write at offset 0 */
     unsigned max_dups;     /* duplicated messages (a retransmit) and
                             * replies of another attempt per path; 0:
                             * none */
@@ -124,6 +127,7 @@ typedef struct ck_config {
 #define CK_READY_TOMB_TTL (60ull * 1000000000ull)
 #define CK_DEFAULT_CANCEL_ATTEMPTS 5u
 #define CK_SLICE 256u
+#define CK_MAX_WRITES 4u
 #define CK_POOL_BYTES (4096ull)
 
 /* Message kinds in flight. */
@@ -136,10 +140,12 @@ enum {
 };
 #define MF_ABORT 1u /* the core asked to abort this op */
 #define MF_BEGUN 2u /* a write: begun on the shard (bytes may land) */
+#define MF_PART 4u  /* one of the writes a WRITE lands as (--writes); its
+                     * status: the WRITE's first error so far */
 
 typedef struct ck_msg {
     uint8_t kind, op, flags, tr; /* tr: transfer index (id - 1) */
-    uint16_t shard, pad0;
+    uint16_t shard, part; /* part: which write of a WRITE (--writes) */
     int32_t status;
     uint32_t attempt;
     uint32_t len;
