@@ -86,6 +86,11 @@ MUTANTS = {
         'core.c',
         '        c->default_deadline_ns = 30ull * 1000000000ull;\n',
         '        c->default_deadline_ns = 300ull * 1000000000ull;\n'),
+    # The core's default tombstone TTL is ten times the documented 60 s.
+    'tomb_ttl_default': (
+        'core.c',
+        '        c->tombstone_ttl_ns = 60ull * 1000000000ull;\n',
+        '        c->tombstone_ttl_ns = 600ull * 1000000000ull;\n'),
     # The core takes a reply of another attempt for its own (issue 14,
     # class 2: found only with --dups, which injects such replies).
     'attempt_filter': (

@@ -825,6 +825,19 @@ static void global_time(ck_world *w)
                             (unsigned long long)core_next, i + 1u,
                             (unsigned long long)due);
     }
+    /* A transfer's tombstone (documented TTL, woken at most 10 ms late):
+     * only on paths without a producer cancel, which may refresh it. */
+    for (unsigned i = 0; i < w->cfg->T && !w->env.cancels; i++) {
+        const mon_tr *t = &w->mon.tr[i];
+        uint64_t due = t->tomb_at + CK_CORE_TOMB_TTL + 10000000ull;
+        if (t->tomb == 1 && !t->open && w->env.now < due &&
+            core_next > due &&
+            xfer_core_state(w->core, i + 1u) == XFER_TRANSFER_STATE_TOMBSTONED)
+            ck_monitor_fail(w, CK_TIME, "the core's next timer is at %llu "
+                            "ns, after id %u's tombstone (from %llu ns) "
+                            "ends", (unsigned long long)core_next, i + 1u,
+                            (unsigned long long)t->tomb_at);
+    }
     for (unsigned k = 0; k < w->cfg->S; k++) {
         uint64_t next = xfer_shard_next_deadline(w->sh[k]);
         for (unsigned i = 0; i < w->cfg->T; i++) {
