@@ -91,6 +91,11 @@ MUTANTS = {
         'core.c',
         '        c->tombstone_ttl_ns = 60ull * 1000000000ull;\n',
         '        c->tombstone_ttl_ns = 600ull * 1000000000ull;\n'),
+    # The tracker's default deadline is a tenth of the documented 30 s.
+    'ready_deadline_default': (
+        'readiness.c',
+        '        c->deadline_ns = 30ull * 1000000000ull;\n',
+        '        c->deadline_ns = 3ull * 1000000000ull;\n'),
     # The core takes a reply of another attempt for its own (issue 14,
     # class 2: found only with --dups, which injects such replies).
     'attempt_filter': (

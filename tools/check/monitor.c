@@ -715,6 +715,16 @@ void ck_monitor_ready_action(ck_world *w, const xfer_ready_action *a)
         ready_available(w, t, a);
         break;
     case XFER_READY_ACT_UNAVAILABLE:
+        /* TIME: a record's deadline runs from its first ready, which came
+         * after the submit of its attempt. */
+        if (a->reason == XFER_ERR_TIMEOUT && a->attempt == t->attempt &&
+            w->env.now < t->accepted_at + CK_READY_DEADLINE)
+            ck_monitor_fail(w, CK_TIME, "the tracker timed id %llu out at "
+                            "%llu ns, before %llu ns after its submit at "
+                            "%llu ns", (unsigned long long)a->id,
+                            (unsigned long long)w->env.now,
+                            (unsigned long long)CK_READY_DEADLINE,
+                            (unsigned long long)t->accepted_at);
         if (t->available && t->ready_attempt == a->attempt)
             ck_monitor_fail(w, CK_I8,
                             "id %llu reported UNAVAILABLE after "
