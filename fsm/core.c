@@ -50,6 +50,8 @@ void xfer_core_config_default(xfer_core_config *cfg)
         .version = XFER_CORE_CONFIG_VERSION,
         .max_transfers = 65536,
         .tombstone_ttl_ns = 60ull * 1000000000ull,
+        .consumer_lease_ns = 10ull * 1000000000ull,
+        .net_margin_ns = 20ull * 1000000000ull,
         .default_deadline_ns = 30ull * 1000000000ull,
         .cancel_op_timeout_ns = 5ull * 1000000000ull,
         .cancel_backoff_ns = 10000000ull,
@@ -67,6 +69,10 @@ static void set_defaults(xfer_core_config *c)
         c->max_tombstones = 4 * c->max_transfers;
     if (!c->tombstone_ttl_ns)
         c->tombstone_ttl_ns = 60ull * 1000000000ull;
+    if (!c->consumer_lease_ns)
+        c->consumer_lease_ns = 10ull * 1000000000ull;
+    if (!c->net_margin_ns)
+        c->net_margin_ns = 20ull * 1000000000ull;
     if (!c->default_deadline_ns)
         c->default_deadline_ns = 30ull * 1000000000ull;
     if (!c->cancel_op_timeout_ns)
@@ -79,12 +85,18 @@ static void set_defaults(xfer_core_config *c)
         c->max_shards = XFER_MAX_SHARDS;
 }
 
+/* The caps fit their tables, and a tombstone outlives the consumer's
+ * lease plus the time a message may still be in flight (DESIGN.md 2: a
+ * shorter one lets a late submit recreate an id whose consumer state may
+ * still live). */
 static bool config_ok(const xfer_core_config *c)
 {
     return c->max_shards <= XFER_MAX_SHARDS &&
            c->max_transfers <= (1u << 28) &&
            c->max_tombstones >= c->max_transfers &&
-           c->max_tombstones <= (1u << 29) && c->cancel_max_attempts < 250;
+           c->max_tombstones <= (1u << 29) && c->cancel_max_attempts < 250 &&
+           c->consumer_lease_ns <= UINT64_MAX - c->net_margin_ns &&
+           c->tombstone_ttl_ns >= c->consumer_lease_ns + c->net_margin_ns;
 }
 
 static void emit_config(xfer_core *core)

@@ -976,6 +976,7 @@ static int apply_defaults(const xfer_shard_config *in, xfer_shard_config *c)
                c->max_reservations > MAX_RECORDS || !c->max_tombstones ||
                c->max_tombstones > MAX_TOMBS || c->lease_ttl_ns > MAX_TTL ||
                c->tombstone_ttl_ns > MAX_TTL ||
+               c->tombstone_ttl_ns < c->lease_ttl_ns ||
                (c->align & (c->align - 1)) != 0 ||
                (!c->alloc.alloc != !c->alloc.free) ||
                (!c->pool_memory && c->pool_bytes > SIZE_MAX - c->align);

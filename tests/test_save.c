@@ -117,6 +117,8 @@ static xfer_core *mk_core(uint32_t max_transfers, uint16_t max_shards)
                             .max_transfers = max_transfers,
                             .max_tombstones = 4 * max_transfers,
                             .tombstone_ttl_ns = 1000 * MS,
+                            .consumer_lease_ns = 500 * MS,
+                            .net_margin_ns = 500 * MS,
                             .default_deadline_ns = 500 * MS,
                             .cancel_op_timeout_ns = 100 * MS,
                             .cancel_backoff_ns = 10 * MS,

@@ -80,6 +80,9 @@ static xfer_core_config limits(uint32_t transfers, uint32_t tombstones)
     xfer_core_config_default(&cfg);
     cfg.max_transfers = transfers;
     cfg.max_tombstones = tombstones;
+    /* The consumer these cores talk to: tombstones of 100 ms outlive it. */
+    cfg.consumer_lease_ns = 50 * MS;
+    cfg.net_margin_ns = 50 * MS;
     return cfg;
 }
 

@@ -119,7 +119,9 @@ static double bench_core_cpu(uint32_t inflight, uint64_t events_target,
     xfer_core_config_default(&cfg);
     cfg.max_transfers = inflight;
     cfg.max_tombstones = inflight * 2;
-    cfg.tombstone_ttl_ns = 1;
+    cfg.tombstone_ttl_ns = 2; /* gone at once: no consumer behind it */
+    cfg.consumer_lease_ns = 1;
+    cfg.net_margin_ns = 1;
     xfer_core *c;
     if (xfer_core_new(&cfg, &c) != 0)
         return 0;
@@ -263,6 +265,8 @@ static double bench_engine(uint32_t inflight, uint64_t target,
     ec.core.max_transfers = inflight * 2;
     ec.core.max_tombstones = 1u << 16;
     ec.core.tombstone_ttl_ns = 100000000;
+    ec.core.consumer_lease_ns = 50000000; /* the loop's leases below */
+    ec.core.net_margin_ns = 50000000;
     eng_run r = {.target = target, .next_id = 1};
     xfer_engine_new(&ec, &r.e);
     xfer_loop *l;
@@ -273,6 +277,7 @@ static double bench_engine(uint32_t inflight, uint64_t target,
     lc.shard.pool_bytes = 64u << 20;
     lc.shard.max_reservations = 8192;
     lc.shard.max_tombstones = 1u << 16;
+    lc.shard.lease_ttl_ns = 50000000; /* the consumer releases at once */
     lc.shard.tombstone_ttl_ns = 100000000;
     if (xfer_loop_new(xfer_engine_base(r.e), &lc, &l) != 0)
         return 0;

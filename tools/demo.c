@@ -594,6 +594,8 @@ static int setup_producer(demo *d)
     ec.core.max_transfers = o->inflight * 2;
     ec.core.max_tombstones = o->transfers * 2 + 1024;
     ec.core.tombstone_ttl_ns = 2000 * MS;
+    ec.core.consumer_lease_ns = 1000 * MS; /* loop 400 ms, tcp below */
+    ec.core.net_margin_ns = 1000 * MS;
     ec.core.cancel_op_timeout_ns = 100 * MS;
     ec.core.cancel_backoff_ns = 5 * MS;
     ec.core.cancel_max_attempts = 4;

@@ -50,7 +50,8 @@ typedef struct xfer_shard_config {
     uint32_t max_reservations;  /* live reservations; default 4096 */
     uint32_t max_tombstones;    /* 0 (the default): 4 * max_reservations */
     uint64_t lease_ttl_ns;      /* default 10 s */
-    uint64_t tombstone_ttl_ns;  /* 0 (the default): 2 * lease_ttl_ns */
+    uint64_t tombstone_ttl_ns;  /* 0 (the default): 2 * lease_ttl_ns;
+                                   never below lease_ttl_ns (checked) */
     uint32_t align;             /* allocation alignment, power of 2; 64 */
     uint16_t shard_index;       /* echoed in events and traces; default 0 */
     /* Version 2 (in what was padding in version 1, so the layout and the
@@ -131,7 +132,9 @@ typedef struct xfer_shard_stats {
 /* Create.  cfg copied; NULL means all defaults (and so fails: pool_bytes
  * is required).  *out untouched on failure.
  * Errors: XFER_ERR_INVALID_ARG (a version this library does not know, bad
- * config), XFER_ERR_NOMEM. */
+ * config: among others a tombstone TTL shorter than the lease, which would
+ * let a message still in flight for a reservation the lease ended recreate
+ * it), XFER_ERR_NOMEM. */
 XFER_API int xfer_shard_new(const xfer_shard_config *cfg, xfer_shard **out);
 /* Free everything (pool memory only if the shard allocated it).  NULL ok. */
 XFER_API void xfer_shard_del(xfer_shard *s);
