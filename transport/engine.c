@@ -43,8 +43,6 @@
 #include "timer.h"
 #include "xfer/xfer.h"
 
-/* What the engine's own tables are allocated with. */
-static const xfer_allocator LIBC = {0};
 
 typedef struct pool_rec {
     void *base;
