@@ -43,7 +43,6 @@
 #include "timer.h"
 #include "xfer/xfer.h"
 
-
 typedef struct pool_rec {
     void *base;
     size_t len;
