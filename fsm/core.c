@@ -50,6 +50,8 @@ void xfer_core_config_default(xfer_core_config *cfg)
         .version = XFER_CORE_CONFIG_VERSION,
         .max_transfers = 65536,
         .tombstone_ttl_ns = 60ull * 1000000000ull,
+        .consumer_lease_ns = 10ull * 1000000000ull,
+        .net_margin_ns = 20ull * 1000000000ull,
         .default_deadline_ns = 30ull * 1000000000ull,
         .cancel_op_timeout_ns = 5ull * 1000000000ull,
         .cancel_backoff_ns = 10000000ull,
@@ -67,6 +69,10 @@ static void set_defaults(xfer_core_config *c)
         c->max_tombstones = 4 * c->max_transfers;
     if (!c->tombstone_ttl_ns)
         c->tombstone_ttl_ns = 60ull * 1000000000ull;
+    if (!c->consumer_lease_ns)
+        c->consumer_lease_ns = 10ull * 1000000000ull;
+    if (!c->net_margin_ns)
+        c->net_margin_ns = 20ull * 1000000000ull;
     if (!c->default_deadline_ns)
         c->default_deadline_ns = 30ull * 1000000000ull;
     if (!c->cancel_op_timeout_ns)
@@ -79,12 +85,18 @@ static void set_defaults(xfer_core_config *c)
         c->max_shards = XFER_MAX_SHARDS;
 }
 
+/* The caps fit their tables, and a tombstone outlives the consumer's
+ * lease plus the time a message may still be in flight (DESIGN.md 2: a
+ * shorter one lets a late submit recreate an id whose consumer state may
+ * still live). */
 static bool config_ok(const xfer_core_config *c)
 {
     return c->max_shards <= XFER_MAX_SHARDS &&
            c->max_transfers <= (1u << 28) &&
            c->max_tombstones >= c->max_transfers &&
-           c->max_tombstones <= (1u << 29) && c->cancel_max_attempts < 250;
+           c->max_tombstones <= (1u << 29) && c->cancel_max_attempts < 250 &&
+           c->consumer_lease_ns <= UINT64_MAX - c->net_margin_ns &&
+           c->tombstone_ttl_ns >= c->consumer_lease_ns + c->net_margin_ns;
 }
 
 static void emit_config(xfer_core *core)
@@ -108,10 +120,11 @@ static int alloc_tables(xfer_core *core)
     uint32_t n = core->cfg.max_transfers ? core->cfg.max_transfers : 1;
     core->recs = xfer_util_calloc(a, n, sizeof *core->recs);
     core->free_slots = xfer_util_calloc(a, n, sizeof *core->free_slots);
+    core->spare = xfer_util_calloc(a, n, sizeof *core->spare);
     core->ctx.cap = XFER_CORE_BATCH * ((size_t)core->cfg.max_shards + 3) +
                     (size_t)core->cfg.max_shards + 8;
     core->ctx.acts = xfer_util_calloc(a, core->ctx.cap, sizeof(xfer_action));
-    if (!core->recs || !core->free_slots || !core->ctx.acts)
+    if (!core->recs || !core->free_slots || !core->spare || !core->ctx.acts)
         return XFER_ERR_NOMEM;
     int rc = xfer_idmap_init(&core->live, n, a);
     if (!rc)
@@ -166,6 +179,9 @@ void xfer_core_del(xfer_core *core)
             xfer_util_free(&a, core->recs[i]);
     xfer_util_free(&a, core->recs);
     xfer_util_free(&a, core->free_slots);
+    for (uint32_t i = 0; i < core->nspare; i++)
+        xfer_util_free(&a, core->spare[i]);
+    xfer_util_free(&a, core->spare);
     xfer_util_free(&a, core->ctx.acts);
     xfer_idmap_clear(&core->live, &a);
     xfer_heap_clear(&core->timers, &a);
@@ -262,7 +278,10 @@ static void settle(xfer_core *core, xfer_transfer *t, uint64_t now,
     xfer_idmap_del(&core->live, t->id);
     core->recs[t->slot] = NULL;
     core->free_slots[core->nfree++] = t->slot;
-    xfer_util_free(&core->cfg.alloc, t);
+    if (core->nspare < core->cfg.max_transfers)
+        core->spare[core->nspare++] = t; /* for the next submit */
+    else
+        xfer_util_free(&core->cfg.alloc, t); /* a load made more records */
     if (core->shutting_down && !core->shutdown_done &&
         core->live.n == 0) {
         core->shutdown_done = 1;
@@ -342,6 +361,21 @@ static bool submit_args_ok(const xfer_core *core, const xfer_submit_args *a)
            a->nshards <= core->cfg.max_shards && a->slices;
 }
 
+/* A record for a transfer over nshards: the last finished one when it has
+ * as many shards (xfer_transfer_init clears it), else a new one.  A spare
+ * of another size is freed first, so live + spare records stay within
+ * max_transfers.  NULL when out of memory. */
+static xfer_transfer *take_record(xfer_core *core, uint16_t nshards)
+{
+    if (core->nspare) {
+        xfer_transfer *t = core->spare[--core->nspare];
+        if (t->nshards == nshards)
+            return t;
+        xfer_util_free(&core->cfg.alloc, t);
+    }
+    return xfer_util_alloc(&core->cfg.alloc, xfer_transfer_size(nshards));
+}
+
 /* NEW + SUBMIT: the record the submit creates, with its tombstone hold,
  * or the error that refuses it (nothing recorded, nothing emitted but a
  * TOMB_FULL note). */
@@ -356,8 +390,7 @@ static int new_record(xfer_core *core, uint64_t now, const xfer_submit_args *a,
              XFER_ERR_BUSY);
         return XFER_ERR_BUSY;
     }
-    xfer_transfer *t = xfer_util_alloc(&core->cfg.alloc,
-                                       xfer_transfer_size(a->nshards));
+    xfer_transfer *t = take_record(core, a->nshards);
     if (!t) {
         xfer_tomb_unhold(&core->tombs);
         return XFER_ERR_NOMEM;

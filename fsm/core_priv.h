@@ -23,6 +23,12 @@ struct xfer_core {
     xfer_transfer **recs; /* slot -> record, NULL when free */
     uint32_t *free_slots; /* stack of free slots */
     uint32_t nfree;
+    /* Records of finished transfers, kept for the next submits so that the
+     * hot path allocates nothing.  At most max_transfers are kept (a
+     * finished record beyond that, possible after a load, is freed).  Not
+     * state: save and load ignore them; freed at del. */
+    xfer_transfer **spare;
+    uint32_t nspare;
     xfer_idmap live;      /* id -> slot */
     xfer_heap timers;     /* slot -> timer_ns */
     xfer_tomb tombs;

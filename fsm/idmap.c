@@ -60,7 +60,7 @@ static bool find(const xfer_idmap *m, uint64_t id, uint32_t *at)
 bool xfer_idmap_get(const xfer_idmap *m, uint64_t id, uint32_t *val)
 {
     uint32_t at;
-    if (id == 0 || !m->keys || !find(m, id, &at))
+    if (id == 0 || id > m->max_id || !m->keys || !find(m, id, &at))
         return false;
     *val = m->vals[at];
     return true;
@@ -74,6 +74,8 @@ void xfer_idmap_put(xfer_idmap *m, uint64_t id, uint32_t val)
         assert(m->n < m->cap);
         m->keys[at] = id;
         m->n++;
+        if (id > m->max_id)
+            m->max_id = id;
     }
     m->vals[at] = val;
 }
@@ -81,7 +83,7 @@ void xfer_idmap_put(xfer_idmap *m, uint64_t id, uint32_t val)
 bool xfer_idmap_del(xfer_idmap *m, uint64_t id)
 {
     uint32_t i;
-    if (id == 0 || !m->keys || !find(m, id, &i))
+    if (id == 0 || id > m->max_id || !m->keys || !find(m, id, &i))
         return false;
     /* Backward shift: pull later members of the probe run into the hole
      * when their home bucket does not lie cyclically in (hole, j]. */
@@ -108,6 +110,7 @@ void xfer_idmap_reset(xfer_idmap *m)
     if (m->keys)
         memset(m->keys, 0, ((size_t)m->mask + 1) * sizeof *m->keys);
     m->n = 0;
+    m->max_id = 0;
 }
 
 size_t xfer_idmap_bytes_per_entry(void)

@@ -20,11 +20,17 @@ typedef struct xfer_idmap {
     uint32_t *vals;
     uint32_t mask;  /* buckets - 1 */
     uint32_t n, cap;
+    /* No key above it: the largest put since init or the last reset (an
+     * upper bound, never lowered by del).  Ids mostly grow, so most
+     * lookups of a new id answer "absent" here instead of with a cache
+     * miss into a random bucket of a large table. */
+    uint64_t max_id;
 } xfer_idmap;
 
 /* Room for `cap` entries.  Errors: XFER_ERR_NOMEM, XFER_ERR_INVALID_ARG. */
 int xfer_idmap_init(xfer_idmap *m, uint32_t cap, const xfer_allocator *a);
 void xfer_idmap_clear(xfer_idmap *m, const xfer_allocator *a);
+/* The value for id; false when absent (at once for an id above max_id). */
 bool xfer_idmap_get(const xfer_idmap *m, uint64_t id, uint32_t *val);
 /* Insert or overwrite.  The caller keeps n < cap (asserted). */
 void xfer_idmap_put(xfer_idmap *m, uint64_t id, uint32_t val);

@@ -35,9 +35,19 @@
  *    generated here only for states whose cells allow them.
  *  - Every live record holds a tombstone slot (xfer_tomb_hold), so ending it
  *    never fails and never evicts a young tombstone (I6, I11).
- *  - ev_reserved counts records in CANCEL_PENDING / EXPIRE_PENDING, each of
- *    which will append one event when its last write ends; nev + ev_reserved
- *    <= ev_cap always, so an append never overflows or allocates.
+ *  - ev_reserved counts records in CANCEL_PENDING / EXPIRE_PENDING and in
+ *    the three *_INVAL states, each of which will append one event when its
+ *    last write ends or its invalidation completes; nev + ev_reserved <=
+ *    ev_cap always, so an append never overflows or allocates.
+ *  - One-sided shards (cfg.one_sided): a region whose rkey may still let a
+ *    write in is never freed or made READY.  Every way out of RESERVED
+ *    (commit, cancel, lease) and out of the deferred states (the last
+ *    write end) goes through COMMIT_INVAL / CANCEL_INVAL / EXPIRE_INVAL,
+ *    which asks the driver for one invalidation (the invals list, one
+ *    entry per record, room guaranteed by dropping entries that are no
+ *    longer waited for), and only INVALIDATED frees or publishes.  A
+ *    two-sided shard never enters those states, so its behaviour, its
+ *    traces and its saves are those it had before they existed.
  *  - Leases live in a deadline heap; nothing depends on slot numbers or
  *    pointers (foreach and save order by id), so a shard loaded from a save
  *    behaves exactly like the one saved (I10).  Whatever is added to the
@@ -49,6 +59,7 @@
 #include "shard_priv.h"
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,7 +68,18 @@
 #include "xfer/core.h"
 
 /* The bytes each version of xfer_shard_config and _stats holds (util.h). */
-static const size_t config_lens[] = {sizeof(xfer_shard_config)};
+/* Version 2 added one_sided in what was padding of version 1, so both
+ * versions have one size; version 1 reads one_sided as false. */
+static const size_t config_lens[] = {sizeof(xfer_shard_config),
+                                     sizeof(xfer_shard_config)};
+_Static_assert(offsetof(xfer_shard_config, one_sided) ==
+                       offsetof(xfer_shard_config, shard_index) +
+                           sizeof(uint16_t) &&
+                   offsetof(xfer_shard_config, pool_memory) ==
+                       (offsetof(xfer_shard_config, shard_index) +
+                        sizeof(uint16_t) + _Alignof(void *) - 1) /
+                           _Alignof(void *) * _Alignof(void *),
+               "one_sided must sit in version 1's padding");
 static const size_t stats_lens[] = {sizeof(xfer_shard_stats)};
 
 #define MAX_RECORDS (1u << 24)
@@ -105,6 +127,53 @@ static bool mismatch(const resv_step *o)
 static bool ev_room(const xfer_shard *s)
 {
     return s->nev + s->ev_reserved < s->ev_cap;
+}
+
+/* Ask the driver to invalidate r's rkey.  Entries no record waits for
+ * any more are dropped first when the list is full, so there is always
+ * room: every live record in an *_INVAL state holds at most one entry and
+ * r holds none yet. */
+static void ask_invalidation(xfer_shard *s, const xfer_shard_resv *r)
+{
+    if (s->ninval == s->cfg.max_reservations) {
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < s->ninval; i++) {
+            uint32_t slot;
+            const xfer_shard_inval *q = &s->invals[i];
+            if (xfer_idmap_get(&s->ids, q->id, &slot) &&
+                s->recs[slot].resv_id == q->resv_id &&
+                xfer_shard_is_inval(s->recs[slot].state))
+                s->invals[k++] = *q;
+        }
+        s->ninval = k;
+    }
+    assert(s->ninval < s->cfg.max_reservations);
+    s->invals[s->ninval++] = (xfer_shard_inval){
+        .id = r->id, .resv_id = r->resv_id, .attempt = r->attempt};
+}
+
+/* A record that will only be freed: what was written no longer matters,
+ * so two such records save alike (canonical, fsm/save.h). */
+static void forget_writes(xfer_shard_resv *r)
+{
+    r->covered = r->woff = r->wlen = 0;
+    r->flags &= (uint8_t)~XFER_SHARD_F_MULTI;
+}
+
+/* One-sided: r leaves RESERVED (or its deferred state) for `to`, one of
+ * the *_INVAL states; its event comes when the invalidation completes.
+ * `reserve` is false when the record already holds an event slot (a
+ * deferred cancel or expiry). */
+static void start_invalidation(xfer_shard *s, resv_step *o, uint8_t to,
+                               bool reserve)
+{
+    if (reserve)
+        s->ev_reserved++;
+    if (to != XFER_RESV_STATE_COMMIT_INVAL)
+        forget_writes(o->rec);
+    o->rec->state = to;
+    o->step.to = to;
+    ask_invalidation(s, o->rec);
 }
 
 static void push_event(xfer_shard *s, uint8_t kind, const xfer_shard_resv *r)
@@ -287,9 +356,11 @@ static int h_refuse(xfer_shard *s, resv_step *o)
     case XFER_RESV_STATE_NONE:
         return XFER_ERR_NOT_FOUND;
     case XFER_RESV_STATE_CANCEL_PENDING:
+    case XFER_RESV_STATE_CANCEL_INVAL:
     case XFER_RESV_STATE_CANCELLED:
         return XFER_ERR_CANCELLED;
     case XFER_RESV_STATE_EXPIRE_PENDING:
+    case XFER_RESV_STATE_EXPIRE_INVAL:
     case XFER_RESV_STATE_EXPIRED:
         return XFER_ERR_EXPIRED;
     case XFER_RESV_STATE_RESERVED:
@@ -297,6 +368,7 @@ static int h_refuse(xfer_shard *s, resv_step *o)
     case XFER_RESV_STATE_READY:
     case XFER_RESV_STATE_TAKEN:
     case XFER_RESV_STATE_DONE:
+    case XFER_RESV_STATE_COMMIT_INVAL:
     case XFER_RESV_STATE_COUNT_:
         break;
     }
@@ -356,10 +428,19 @@ static int h_commit(xfer_shard *s, resv_step *o)
 {
     if (mismatch(o))
         return XFER_ERR_STALE;
-    if (o->rec->covered < o->rec->len)
+    /* A one-sided shard never sees the RDMA writes that fill a region, so
+     * it cannot check what was written: the commit is the producer's word
+     * (the region's registration is this reservation's alone). */
+    if (!s->cfg.one_sided && o->rec->covered < o->rec->len)
         return XFER_ERR_INCOMPLETE;
     if (!ev_room(s))
         return XFER_ERR_BUSY;
+    if (s->cfg.one_sided) {
+        o->rec->covered = o->rec->len; /* as a committed record's is */
+        start_invalidation(s, o, XFER_RESV_STATE_COMMIT_INVAL, true);
+        s->st.commits++;
+        return 0;
+    }
     o->rec->state = XFER_RESV_STATE_READY;
     o->step.to = XFER_RESV_STATE_READY;
     push_event(s, XFER_SHARD_EV_READY, o->rec);
@@ -374,7 +455,12 @@ static int h_free_cancelled(xfer_shard *s, resv_step *o)
         return XFER_ERR_STALE;
     if (!ev_room(s))
         return XFER_ERR_BUSY;
-    end_record(s, o, XFER_RESV_STATE_CANCELLED, XFER_SHARD_EV_CANCELLED);
+    if (s->cfg.one_sided && o->step.from == XFER_RESV_STATE_RESERVED) {
+        start_invalidation(s, o, XFER_RESV_STATE_CANCEL_INVAL, true);
+        if (o->consumer) /* its tombstone will block everyone */
+            o->rec->flags |= XFER_SHARD_F_CONSUMER;
+    } else
+        end_record(s, o, XFER_RESV_STATE_CANCELLED, XFER_SHARD_EV_CANCELLED);
     s->st.cancels++;
     return 0;
 }
@@ -382,7 +468,10 @@ static int h_free_cancelled(xfer_shard *s, resv_step *o)
 /* RESERVED/READY + LEASE_EXPIRE (the caller made room for the event). */
 static int h_free_expired(xfer_shard *s, resv_step *o)
 {
-    end_record(s, o, XFER_RESV_STATE_EXPIRED, XFER_SHARD_EV_EXPIRED);
+    if (s->cfg.one_sided && o->step.from == XFER_RESV_STATE_RESERVED)
+        start_invalidation(s, o, XFER_RESV_STATE_EXPIRE_INVAL, true);
+    else
+        end_record(s, o, XFER_RESV_STATE_EXPIRED, XFER_SHARD_EV_EXPIRED);
     s->st.expiries++;
     return 0;
 }
@@ -398,14 +487,6 @@ static void cover(xfer_shard_resv *r, bool ok)
                r->woff + r->wlen > r->covered) {
         r->covered = r->woff + r->wlen;
     }
-}
-
-/* A record that will only be freed: what was written no longer matters,
- * so two such records save alike (canonical, fsm/save.h). */
-static void forget_writes(xfer_shard_resv *r)
-{
-    r->covered = r->woff = r->wlen = 0;
-    r->flags &= (uint8_t)~XFER_SHARD_F_MULTI;
 }
 
 static int h_write_end(xfer_shard *s, resv_step *o)
@@ -495,7 +576,14 @@ static int h_write_end_pending(xfer_shard *s, resv_step *o)
     xfer_shard_resv *r = o->rec;
     bool cancelled = o->step.from == XFER_RESV_STATE_CANCEL_PENDING;
     assert(r->writes > 0 && s->ev_reserved > 0);
-    if (--r->writes == 0) {
+    if (--r->writes == 0 && s->cfg.one_sided) {
+        /* the rkey may still let a write in: invalidate first (the event
+         * slot held since the deferral serves) */
+        start_invalidation(s, o,
+                           cancelled ? XFER_RESV_STATE_CANCEL_INVAL
+                                     : XFER_RESV_STATE_EXPIRE_INVAL,
+                           false);
+    } else if (r->writes == 0) {
         s->ev_reserved--;
         end_record(s, o, cancelled ? XFER_RESV_STATE_CANCELLED : XFER_RESV_STATE_EXPIRED,
                    cancelled ? XFER_SHARD_EV_CANCELLED
@@ -503,6 +591,53 @@ static int h_write_end_pending(xfer_shard *s, resv_step *o)
         s->st.deferred_frees++;
     }
     return cancelled ? XFER_ERR_CANCELLED : XFER_ERR_EXPIRED;
+}
+
+/* COMMIT_INVAL + CANCEL / LEASE_EXPIRE: the commit will not be
+ * published; free once the invalidation already asked for completes (the
+ * event slot held since the commit serves). */
+static int h_defer_cancel_inval(xfer_shard *s, resv_step *o)
+{
+    if (mismatch(o))
+        return XFER_ERR_STALE;
+    forget_writes(o->rec);
+    if (o->consumer) /* its tombstone will block everyone */
+        o->rec->flags |= XFER_SHARD_F_CONSUMER;
+    o->rec->state = XFER_RESV_STATE_CANCEL_INVAL;
+    o->step.to = XFER_RESV_STATE_CANCEL_INVAL;
+    s->st.cancels++;
+    return 0;
+}
+
+static int h_defer_expire_inval(xfer_shard *s, resv_step *o)
+{
+    forget_writes(o->rec);
+    o->rec->state = XFER_RESV_STATE_EXPIRE_INVAL;
+    o->step.to = XFER_RESV_STATE_EXPIRE_INVAL;
+    s->st.expiries++;
+    return 0;
+}
+
+/* *_INVAL + INVALIDATED: no write can land any more.  The commit is
+ * published (READY, its lease still running), or the region is freed. */
+static int h_invalidated(xfer_shard *s, resv_step *o)
+{
+    xfer_shard_resv *r = o->rec;
+    assert(s->ev_reserved > 0);
+    s->ev_reserved--;
+    if (o->step.from == XFER_RESV_STATE_COMMIT_INVAL) {
+        r->state = XFER_RESV_STATE_READY;
+        o->step.to = XFER_RESV_STATE_READY;
+        push_event(s, XFER_SHARD_EV_READY, r);
+        return 0;
+    }
+    bool cancelled = o->step.from == XFER_RESV_STATE_CANCEL_INVAL;
+    assert(cancelled || o->step.from == XFER_RESV_STATE_EXPIRE_INVAL);
+    end_record(s, o,
+               cancelled ? XFER_RESV_STATE_CANCELLED : XFER_RESV_STATE_EXPIRED,
+               cancelled ? XFER_SHARD_EV_CANCELLED : XFER_SHARD_EV_EXPIRED);
+    s->st.deferred_frees++;
+    return 0;
 }
 
 /* A tombstone outlived its TTL (the tomb table already dropped it). */
@@ -708,6 +843,37 @@ int xfer_shard_write_end(xfer_shard *s, uint64_t now_ns, uint64_t id,
     if (o.rec->resv_id != resv_id || o.rec->writes == 0)
         return counted(s, XFER_ERR_STALE);
     return dispatch(s, &o);
+}
+
+int xfer_shard_invalidated(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                           uint64_t resv_id)
+{
+    if (!s || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_INVALIDATED),
+                   .id = id, .resv_id = resv_id, .has_resv = true};
+    lookup(s, &o);
+    /* Only a record waiting for its invalidation may reach the table: the
+     * INVALIDATED cells of every other state are ILLEGAL. */
+    if (!o.rec)
+        return counted(s, XFER_ERR_NOT_FOUND);
+    if (o.rec->resv_id != resv_id || !xfer_shard_is_inval(o.rec->state))
+        return counted(s, XFER_ERR_STALE);
+    return dispatch(s, &o);
+}
+
+const xfer_shard_inval *xfer_shard_invalidations(const xfer_shard *s,
+                                                 size_t *n)
+{
+    if (n)
+        *n = s ? s->ninval : 0;
+    return s ? s->invals : NULL;
+}
+
+void xfer_shard_invalidations_clear(xfer_shard *s)
+{
+    if (s)
+        s->ninval = 0;
 }
 
 int xfer_shard_write(xfer_shard *s, uint64_t now_ns, uint64_t id,
@@ -964,6 +1130,8 @@ static int apply_defaults(const xfer_shard_config *in, xfer_shard_config *c)
     if (in && xfer_util_versioned_copy(c, in, in->version, config_lens,
                                        XFER_UTIL_NVERSIONS(config_lens)))
         return XFER_ERR_INVALID_ARG;
+    if (in && in->version < 2)
+        c->one_sided = false; /* padding in version 1: never read */
     if (!c->max_reservations)
         c->max_reservations = 4096;
     if (!c->max_tombstones && c->max_reservations <= MAX_TOMBS / 4)
@@ -992,6 +1160,7 @@ static int apply_defaults(const xfer_shard_config *in, xfer_shard_config *c)
                c->max_reservations > MAX_RECORDS || !c->max_tombstones ||
                c->max_tombstones > MAX_TOMBS || c->lease_ttl_ns > MAX_TTL ||
                c->tombstone_ttl_ns > MAX_TTL ||
+               c->tombstone_ttl_ns < c->lease_ttl_ns ||
                (c->align & (c->align - 1)) != 0 ||
                (!c->alloc.alloc != !c->alloc.free) ||
                (!c->pool_memory && c->pool_bytes > SIZE_MAX - c->align);
@@ -1036,7 +1205,10 @@ static int build(xfer_shard *s)
     s->free_slots = xfer_util_calloc(a, n, sizeof *s->free_slots);
     s->scratch = xfer_util_calloc(a, n, sizeof *s->scratch);
     s->evs = xfer_util_calloc(a, s->ev_cap, sizeof *s->evs);
-    if (!s->recs || !s->free_slots || !s->scratch || !s->evs)
+    if (s->cfg.one_sided)
+        s->invals = xfer_util_calloc(a, n, sizeof *s->invals);
+    if (!s->recs || !s->free_slots || !s->scratch || !s->evs ||
+        (s->cfg.one_sided && !s->invals))
         rc = XFER_ERR_NOMEM;
     if (!rc)
         rc = xfer_idmap_init(&s->ids, n, a);
@@ -1096,6 +1268,7 @@ void xfer_shard_del(xfer_shard *s)
     xfer_util_free(&a, s->use);
     xfer_util_free(&a, s->mem_block);
     xfer_util_free(&a, s->evs);
+    xfer_util_free(&a, s->invals);
     xfer_util_free(&a, s->scratch);
     xfer_util_free(&a, s->free_slots);
     xfer_util_free(&a, s->recs);

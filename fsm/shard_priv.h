@@ -68,11 +68,21 @@ struct xfer_shard {
     xfer_shard_event *evs;
     uint32_t nev, ev_cap, ev_reserved;
     xfer_shard_use *use;     /* [max_owners + 1], or NULL without owners */
+    xfer_shard_inval *invals; /* one-sided: invalidations asked for */
+    uint32_t ninval;          /* at most max_reservations */
     uint64_t rng_state;      /* internal splitmix64 when no rng injected */
     uint64_t seq;            /* trace sequence */
     xfer_shard_stats st;     /* counters */
     uint64_t cells_hit[XFER_RESV_STATE_COUNT_][XFER_RESV_EVENT_COUNT_];
 };
+
+/* A one-sided record waiting for its rkey's invalidation. */
+static inline bool xfer_shard_is_inval(unsigned st)
+{
+    return st == XFER_RESV_STATE_COMMIT_INVAL ||
+           st == XFER_RESV_STATE_CANCEL_INVAL ||
+           st == XFER_RESV_STATE_EXPIRE_INVAL;
+}
 
 /* A state only a tombstone holds: the record has ended. */
 static inline bool xfer_shard_is_tomb(unsigned st)

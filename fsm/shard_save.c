@@ -7,9 +7,12 @@
  * live records in id order (state, attempt, reservation id, region, writes
  * in flight, what is written of it and the range of its one write in
  * flight, its owner and flags, creation time, lease deadline and its rank
- * among equal deadlines), the pool's free extents (xfer_pool_save), the tombstones
- * oldest first (xfer_tomb_save), the pending shard events and the internal
- * RNG state.  It leaves out counters, stats, cells_hit, the trace sequence
+ * among equal deadlines), the pool's free extents (xfer_pool_save), the
+ * tombstones oldest first (xfer_tomb_save), the pending shard events, the
+ * internal RNG state and, on a one-sided shard only, the pending
+ * invalidation requests (so a two-sided shard saves exactly what version 2
+ * saved before one-sided shards existed).  It leaves out counters, stats,
+ * cells_hit, the trace sequence
  * number, slot numbers, the heap's insertion counter, the shard's index
  * and the bytes in the pool (data, not machine state), so two shards that
  * behave alike save alike, and it names no shard: it is its own canonical
@@ -53,9 +56,11 @@ static const uint8_t MAGIC[XFER_SAVE_HDR] = {'X', XFER_SAVE_SHARD, 'S',
                                              XFER_SHARD_SAVE_VERSION};
 #define REC_BYTES 72u
 
+/* A record holding an event slot for later (ev_reserved). */
 static bool is_pending(unsigned st)
 {
-    return st == XFER_RESV_STATE_CANCEL_PENDING || st == XFER_RESV_STATE_EXPIRE_PENDING;
+    return st == XFER_RESV_STATE_CANCEL_PENDING ||
+           st == XFER_RESV_STATE_EXPIRE_PENDING || xfer_shard_is_inval(st);
 }
 
 /* What must match between the saving and the loading shard.  Not the
@@ -73,7 +78,8 @@ static uint64_t fingerprint(const xfer_shard *s)
     uint64_t h = xfer_le_get32(MAGIC);
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         h = xfer_util_mix64(h ^ v[i]);
-    return h;
+    /* only when set: a two-sided shard's fingerprint is what it was */
+    return s->cfg.one_sided ? xfer_util_mix64(h ^ 0x31736964ull) : h;
 }
 
 static void save_record(xfer_le_enc *to, const xfer_shard_resv *r,
@@ -122,6 +128,14 @@ int xfer_shard_save(const xfer_shard *s, uint8_t *buf, size_t len,
         xfer_le_enc_u64(&w, e->resv_id);
         xfer_le_enc_u32(&w, e->len);
     }
+    if (s->cfg.one_sided) {
+        xfer_le_enc_u32(&w, s->ninval);
+        for (uint32_t i = 0; i < s->ninval; i++) {
+            xfer_le_enc_u64(&w, s->invals[i].id);
+            xfer_le_enc_u64(&w, s->invals[i].resv_id);
+            xfer_le_enc_u32(&w, s->invals[i].attempt);
+        }
+    }
     *need = w.at;
     return xfer_le_enc_fits(&w) ? 0 : XFER_ERR_TOO_SMALL;
 }
@@ -164,7 +178,8 @@ static uint64_t lease_key(const saved_rec *x)
 /* What is written of a saved record, and its flags, as the machine
  * leaves them: whole once committed; nothing kept once it only waits to
  * be freed; the one write's range inside the region, and only while that
- * write runs alone; the consumer's mark only on its pending cancel. */
+ * write runs alone; the consumer's mark only on its pending cancel (of
+ * writes, or, one-sided, of the invalidation). */
 static bool writes_ok(const xfer_shard_resv *r)
 {
     unsigned st = r->state;
@@ -173,10 +188,13 @@ static bool writes_ok(const xfer_shard_resv *r)
     if (r->flags & ~(XFER_SHARD_F_MULTI | XFER_SHARD_F_CONSUMER) ||
         r->covered > r->len || (multi && r->writes == 0) ||
         ((r->flags & XFER_SHARD_F_CONSUMER) &&
-         st != XFER_RESV_STATE_CANCEL_PENDING))
+         st != XFER_RESV_STATE_CANCEL_PENDING &&
+         st != XFER_RESV_STATE_CANCEL_INVAL))
         return false;
-    if (st == XFER_RESV_STATE_READY || st == XFER_RESV_STATE_TAKEN)
-        return r->covered == r->len && r->writes == 0;
+    if (st == XFER_RESV_STATE_READY || st == XFER_RESV_STATE_TAKEN ||
+        st == XFER_RESV_STATE_COMMIT_INVAL)
+        return r->covered == r->len && r->writes == 0 && r->woff == 0 &&
+               r->wlen == 0 && !multi;
     if (is_pending(st))
         return r->covered == 0 && r->woff == 0 && r->wlen == 0 && !multi;
     if (!solo)
@@ -189,15 +207,21 @@ static bool record_ok(const xfer_shard *s, const saved_rec *x, uint64_t prev)
 {
     const xfer_shard_resv *r = &x->r;
     unsigned st = r->state;
-    bool writing = st == XFER_RESV_STATE_WRITING || is_pending(st);
+    bool inval = xfer_shard_is_inval(st);
+    bool writing = st == XFER_RESV_STATE_WRITING ||
+                   (is_pending(st) && !inval);
     bool leased = x->rank != XFER_SHARD_NO_LEASE;
     bool may_lease = st == XFER_RESV_STATE_CANCEL_PENDING ||
-                     (st != XFER_RESV_STATE_TAKEN && st != XFER_RESV_STATE_EXPIRE_PENDING);
+                     (st != XFER_RESV_STATE_TAKEN && st != XFER_RESV_STATE_EXPIRE_PENDING &&
+                      st != XFER_RESV_STATE_EXPIRE_INVAL);
     bool must_lease = st == XFER_RESV_STATE_RESERVED || st == XFER_RESV_STATE_WRITING ||
-                      st == XFER_RESV_STATE_READY;
+                      st == XFER_RESV_STATE_READY ||
+                      st == XFER_RESV_STATE_COMMIT_INVAL;
+    bool known = (st >= XFER_RESV_STATE_RESERVED &&
+                  st <= XFER_RESV_STATE_EXPIRE_PENDING) ||
+                 (inval && s->cfg.one_sided);
     uint64_t size = xfer_pool_round(&s->pool, r->len);
-    return r->id > prev && r->resv_id != XFER_RESV_NONE &&
-           st >= XFER_RESV_STATE_RESERVED && st <= XFER_RESV_STATE_EXPIRE_PENDING &&
+    return r->id > prev && r->resv_id != XFER_RESV_NONE && known &&
            writes_ok(r) && r->owner <= s->cfg.max_owners &&
            (r->writes > 0) == writing && (leased ? may_lease : !must_lease) &&
            (leased || x->lease == 0) && r->off % s->pool.align == 0 &&
@@ -272,21 +296,22 @@ static bool tiling_ok(const xfer_shard *s, xfer_le_dec *b, uint32_t nrec)
            pos == s->pool.size;
 }
 
-/* Is id among the saved records (sorted by id, REC_BYTES each)? */
-static bool saved_live(const uint8_t *recs, uint32_t n, uint64_t id)
+/* Where id sits among the saved records (sorted by id, REC_BYTES each),
+ * or -1. */
+static int64_t saved_at(const uint8_t *recs, uint32_t n, uint64_t id)
 {
     uint32_t lo = 0, hi = n;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
         uint64_t v = xfer_le_get64(recs + (size_t)mid * REC_BYTES);
         if (v == id)
-            return true;
+            return mid;
         if (v < id)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return false;
+    return -1;
 }
 
 typedef struct tomb_ctx {
@@ -299,7 +324,7 @@ static bool tomb_ok(void *ud, const xfer_tomb_entry *e)
 {
     const tomb_ctx *c = ud;
     return xfer_shard_is_tomb(e->reason) &&
-           !saved_live(c->recs, c->nrec, e->id);
+           saved_at(c->recs, c->nrec, e->id) < 0;
 }
 
 static bool events_ok(const xfer_shard *s, xfer_le_dec *b, uint32_t pending)
@@ -313,6 +338,36 @@ static bool events_ok(const xfer_shard *s, xfer_le_dec *b, uint32_t pending)
         xfer_le_dec_skip(b, 4 + 8 + 8 + 4);
     }
     return xfer_le_dec_ok(b);
+}
+
+/* One-sided: each saved request names a saved record waiting for its
+ * invalidation (same attempt and reservation id), at most once.  The
+ * scratch array marks the records seen (it is rebuilt after this). */
+static bool invals_ok(const xfer_shard *s, xfer_le_dec *b,
+                      const uint8_t *recs, uint32_t nrec)
+{
+    if (!s->cfg.one_sided)
+        return true;
+    uint64_t n = xfer_le_dec_u32(b);
+    if (!xfer_le_dec_ok(b) || n > nrec)
+        return false;
+    for (uint32_t i = 0; i < nrec; i++)
+        s->scratch[i].rank = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t id = xfer_le_dec_u64(b), resv = xfer_le_dec_u64(b);
+        uint32_t attempt = xfer_le_dec_u32(b);
+        int64_t at = saved_at(recs, nrec, id);
+        if (!xfer_le_dec_ok(b) || at < 0 || s->scratch[at].rank)
+            return false;
+        /* the record's id u64, attempt u32, resv_id u64, off u64, len
+         * u32, state u8 (save_record) */
+        const uint8_t *r = recs + (size_t)at * REC_BYTES;
+        if (xfer_le_get32(r + 8) != attempt || xfer_le_get64(r + 12) != resv ||
+            !xfer_shard_is_inval(r[32]))
+            return false;
+        s->scratch[at].rank = 1;
+    }
+    return true;
 }
 
 /* Forget every record, region, tombstone and event (slots from 0). */
@@ -331,6 +386,7 @@ static void reset_dynamic(xfer_shard *s)
     xfer_tomb_reset(&s->tombs);
     s->nev = 0;
     s->ev_reserved = 0;
+    s->ninval = 0;
 }
 
 /* Records (at b) into slots 0..n-1; leases in (deadline, rank) order so
@@ -374,6 +430,20 @@ static bool apply_tombs(xfer_shard *s, xfer_le_dec *b, uint32_t nrec)
     return false;
 }
 
+static void apply_invals(xfer_shard *s, xfer_le_dec *b)
+{
+    s->ninval = 0;
+    if (!s->cfg.one_sided)
+        return;
+    s->ninval = xfer_le_dec_u32(b);
+    for (uint32_t i = 0; i < s->ninval; i++) {
+        xfer_shard_inval *q = &s->invals[i];
+        q->id = xfer_le_dec_u64(b);
+        q->resv_id = xfer_le_dec_u64(b);
+        q->attempt = xfer_le_dec_u32(b);
+    }
+}
+
 static void apply_events(xfer_shard *s, xfer_le_dec *b)
 {
     s->nev = xfer_le_dec_u32(b);
@@ -407,7 +477,8 @@ int xfer_shard_load(xfer_shard *s, const uint8_t *buf, size_t len)
     ok = ok && scan_records(s, &b, (uint32_t)nrec, false, &pending) &&
          tiling_ok(s, &b, (uint32_t)nrec) &&
          xfer_tomb_check(&s->tombs, &b, (uint32_t)nrec, tomb_ok, &tc) &&
-         events_ok(s, &b, pending) && b.at == len;
+         events_ok(s, &b, pending) &&
+         invals_ok(s, &b, buf + recs_at, (uint32_t)nrec) && b.at == len;
     xfer_le_dec again = xfer_le_dec_start(buf, len);
     again.at = recs_at;
     ok = ok && scan_records(s, &again, (uint32_t)nrec, true, &pending) &&
@@ -424,6 +495,7 @@ int xfer_shard_load(xfer_shard *s, const uint8_t *buf, size_t len)
     if (!apply_tombs(s, &b, (uint32_t)nrec))
         return XFER_ERR_FORMAT;
     apply_events(s, &b);
+    apply_invals(s, &b);
     assert(xfer_le_dec_done(&b));
     return 0;
 }

@@ -209,15 +209,68 @@ static const edge *edges_of(unsigned machine, size_t *n)
     }
 }
 
+/*
+ * The edge check runs after every step that changes state (step.h), so it
+ * is one switch per machine over (from, event, to) keys, generated from
+ * the same X-macro lists as the arrays above, rather than a walk of an
+ * array: the compiler builds a jump table or a bit test, and a duplicate
+ * edge in a list fails the build.  States and events fit in a byte (the
+ * arrays above store them as unsigned char).
+ */
+#define EDGE_KEY(f, e, t) (((unsigned)(f) << 16) | ((unsigned)(e) << 8) | (unsigned)(t))
+
+static bool transfer_edge(unsigned key)
+{
+    switch (key) {
+#define G_(f, e, t) case EDGE_KEY(XFER_TRANSFER_STATE_##f, XFER_TRANSFER_EVENT_##e, XFER_TRANSFER_STATE_##t):
+    XFER_TRANSFER_EDGES(G_)
+#undef G_
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool resv_edge(unsigned key)
+{
+    switch (key) {
+#define G_(f, e, t) case EDGE_KEY(XFER_RESV_STATE_##f, XFER_RESV_EVENT_##e, XFER_RESV_STATE_##t):
+    XFER_RESV_EDGES(G_)
+#undef G_
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool ready_edge(unsigned key)
+{
+    switch (key) {
+#define G_(f, e, t) case EDGE_KEY(XFER_READY_STATE_##f, XFER_READY_EVENT_##e, XFER_READY_STATE_##t):
+    XFER_READY_EDGES(G_)
+#undef G_
+        return true;
+    default:
+        return false;
+    }
+}
+
 bool xfer_fsm_edge_ok(unsigned machine, unsigned from, unsigned event,
                       unsigned to)
 {
-    size_t n;
-    const edge *g = edges_of(machine, &n);
-    for (size_t i = 0; i < n; i++)
-        if (g[i].from == from && g[i].event == event && g[i].to == to)
-            return true;
-    return false;
+    if (from > 0xFF || event > 0xFF || to > 0xFF)
+        return false;
+    unsigned key = EDGE_KEY(from, event, to);
+    switch (machine) {
+    case XFER_MACHINE_TRANSFER:
+        return transfer_edge(key);
+    case XFER_MACHINE_RESERVATION:
+        return resv_edge(key);
+    case XFER_MACHINE_READINESS:
+        return ready_edge(key);
+    default:
+        return false;
+    }
 }
 
 int xfer_fsm_dot(unsigned machine, char *buf, size_t len)

@@ -54,6 +54,10 @@ void et_init(et_env *v, const et_opts *o)
     ec.core.max_transfers = 256;
     ec.core.max_tombstones = 4096;
     ec.core.tombstone_ttl_ns = 2000 * ET_MS;
+    /* The loop's shards lease for 1 s (or o->lease_ns, less) and deliver
+     * in the same process. */
+    ec.core.consumer_lease_ns = 1000 * ET_MS;
+    ec.core.net_margin_ns = 1000 * ET_MS;
     ec.core.cancel_op_timeout_ns = 200 * ET_MS;
     ec.core.cancel_backoff_ns = 2 * ET_MS;
     ec.core.cancel_max_attempts = 3;
@@ -67,6 +71,7 @@ void et_init(et_env *v, const et_opts *o)
     xfer_loop_config lc;
     xfer_loop_config_default(&lc);
     lc.nshards = ET_S;
+    lc.alloc = o->loop_alloc;
     lc.seed = o->seed;
     lc.write_ns = o->write_ns;
     lc.on_event = o->on_event ? o->on_event : on_event;

@@ -45,6 +45,7 @@ typedef struct et_opts {
     const xfer_fault_rule *rules;
     size_t nrules;
     xfer_allocator core_alloc;
+    xfer_allocator loop_alloc; /* the loop's (and its shards') allocator */
     xfer_loop_event_cb on_event; /* NULL: the take-check-release consumer */
     uint32_t max_transfers; /* 0: 256; ET_DEFAULT: the engine's default */
     uint32_t mailbox_cap;   /* 0: the engine's default */

@@ -74,9 +74,7 @@ static void on_shutdown(void *ud)
 
 static double wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    return (double)xfer_clock_monotonic(NULL) / 1e6;
 }
 
 static void tick(evutil_socket_t fd, short what, void *arg)

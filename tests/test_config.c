@@ -61,9 +61,17 @@ static void edge_free(edge *e)
     munmap(e->map, e->len);
 }
 
-/* Two versions every constructor must refuse. */
+/* Versions every constructor must refuse: 0, one past the newest (2 for
+ * a struct still at version 1; see past_newest), and UINT32_MAX. */
 static const uint32_t bad_versions[] = {0, 2, UINT32_MAX};
 #define NBAD (sizeof bad_versions / sizeof bad_versions[0])
+
+/* bad_versions[i] for a struct whose newest version is `newest`: its
+ * "one past the newest" entry moves with it. */
+static uint32_t past_newest(uint32_t v, uint32_t newest)
+{
+    return v == 2 ? newest + 1 : v;
+}
 
 static char sock_path[108];
 
@@ -312,7 +320,7 @@ START_TEST(test_config_unknown_version_refused)
         ck_assert_ptr_eq(c, untouched);
 
         xfer_shard_config sc = shard_cfg();
-        sc.version = v;
+        sc.version = past_newest(v, XFER_SHARD_CONFIG_VERSION);
         xfer_shard *s = untouched;
         ck_assert_int_eq(xfer_shard_new(&sc, &s), XFER_ERR_INVALID_ARG);
         ck_assert_ptr_eq(s, untouched);
@@ -344,7 +352,7 @@ START_TEST(test_config_unknown_version_refused)
         ck_assert_int_eq(xfer_loop_new(base, &lc, &l), XFER_ERR_INVALID_ARG);
         ck_assert_ptr_eq(l, untouched);
         lc = loop_cfg();
-        lc.shard.version = v;
+        lc.shard.version = past_newest(v, XFER_SHARD_CONFIG_VERSION);
         ck_assert_int_eq(xfer_loop_new(base, &lc, &l), XFER_ERR_INVALID_ARG);
         ck_assert_ptr_eq(l, untouched);
 

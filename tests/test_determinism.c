@@ -38,6 +38,8 @@ static void core_run(uint64_t seed, tu_trace *tr)
     cfg.cancel_op_timeout_ns = 20000;
     cfg.cancel_backoff_ns = 1000;
     cfg.tombstone_ttl_ns = 1000000;
+    cfg.consumer_lease_ns = 500000;
+    cfg.net_margin_ns = 500000;
     cfg.trace = tu_trace_sink(tr);
     xfer_core *c;
     ck_assert_int_eq(xfer_core_new(&cfg, &c), 0);

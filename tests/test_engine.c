@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "enginetest.h"
 #include "testutil.h"
 
@@ -930,12 +932,74 @@ START_TEST(test_engine_post_call_full_and_dropped)
 }
 END_TEST
 
+/* With the library's own clock, the replies one loop run hands the engine
+ * are one batch with one clock reading: several inputs carry the same
+ * time, and times never go backwards.  (An injected clock is read on every
+ * input, as the golden traces and test_determinism check.) */
+static int batch_done;
+static void on_batch_done(void *ud, const xfer_result *r)
+{
+    (void)ud;
+    ck_assert_int_eq(r->status, 0);
+    batch_done++;
+}
+
+START_TEST(test_engine_own_clock_read_once_per_batch)
+{
+    tu_trace tr = {0};
+    xfer_engine_config ec;
+    xfer_engine_config_default(&ec);
+    ec.core.trace = tu_trace_sink(&tr);
+    xfer_engine *e = NULL;
+    ck_assert_int_eq(xfer_engine_new(&ec, &e), 0);
+    xfer_loop_config lc;
+    xfer_loop_config_default(&lc);
+    lc.nshards = 4;
+    lc.shard.pool_bytes = 1 << 16;
+    xfer_loop *l = NULL;
+    ck_assert_int_eq(xfer_loop_new(xfer_engine_base(e), &lc, &l), 0);
+    static uint8_t staging[4 * 64];
+    uint32_t pool, group;
+    ck_assert_int_eq(xfer_engine_register_pool(e, staging, sizeof staging,
+                                               &pool), 0);
+    ck_assert_int_eq(xfer_engine_add_group(e, xfer_loop_transport(l),
+                                           &group), 0);
+    const xfer_slice sl[4] = {{0, 64}, {64, 64}, {128, 64}, {192, 64}};
+    batch_done = 0;
+    for (uint64_t id = 1; id <= 8; id++) {
+        xfer_transfer_desc d = {.id = id, .group = group, .pool = pool,
+                                .nslices = 4, .slices = sl};
+        ck_assert_int_eq(xfer_engine_submit(e, &d, on_batch_done, NULL), 0);
+    }
+    for (int guard = 0; guard < 100000 && batch_done < 8; guard++)
+        event_base_loop(xfer_engine_base(e), EVLOOP_NONBLOCK);
+    ck_assert_int_eq(batch_done, 8);
+    uint64_t last = 0;
+    size_t inputs = 0, shared = 0;
+    for (size_t i = 0; i < tr.n; i++) {
+        const xfer_trace_rec *r = &tr.recs[i];
+        ck_assert_uint_ge(r->time_ns, last);
+        if (r->machine == XFER_MACHINE_INPUT) {
+            shared += inputs && r->time_ns == last;
+            inputs++;
+        }
+        last = r->time_ns;
+    }
+    ck_assert_uint_ge(inputs, 8 * 13); /* 8 submits, 96 results */
+    ck_assert_uint_gt(shared, 0);
+    xfer_engine_del(e);
+    xfer_loop_del(l);
+    tu_trace_free(&tr);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("engine");
     TCase *tc = tcase_create("loop");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_engine_success_data_lands);
+    tcase_add_test(tc, test_engine_own_clock_read_once_per_batch);
     tcase_add_test(tc, test_engine_partial_reservation_failure);
     tcase_add_test(tc, test_engine_partial_write_failure);
     tcase_add_test(tc, test_engine_cancel_rpc_failure_retried);

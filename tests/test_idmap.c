@@ -1,8 +1,11 @@
 /*
  * tests/test_idmap.c - the id map (fsm/idmap.c): put, get, overwrite and
- * backward-shift delete, randomised against a plain array; prints its seed.
+ * backward-shift delete, and reset, randomised against a plain array (ids
+ * in any order, so the "above every key" bound is exercised); prints its
+ * seed.
  */
 #include <check.h>
+#include <string.h>
 
 #include "idmap.h"
 #include "testutil.h"
@@ -36,6 +39,12 @@ START_TEST(test_idmap_random_against_array)
         if (in[probe])
             ck_assert_uint_eq(v, val[probe]);
         ck_assert_uint_eq(m.n, count);
+        if (step % 10000 == 9999) { /* reset: empty, and the bound with it */
+            xfer_idmap_reset(&m);
+            memset(in, 0, sizeof in);
+            count = 0;
+            ck_assert_uint_eq(m.max_id, 0);
+        }
     }
     ck_assert(!xfer_idmap_get(&m, 0, &(uint32_t){0}));
     xfer_idmap_clear(&m, &A);

@@ -19,6 +19,11 @@ static bool got_want(et_env *v)
     return v->ncb[want] > 0;
 }
 
+static bool one_done(et_env *v)
+{
+    return v->total_cb == 1;
+}
+
 static bool shards_empty(et_env *v)
 {
     return et_shard_bytes(v) == 0;
@@ -94,6 +99,29 @@ START_TEST(test_loop_applied_but_reply_lost)
 }
 END_TEST
 
+/* Once a transfer has run, later ones reuse the loop's op records and
+ * messages: the loop (and its shards) allocate nothing more per op, and
+ * del frees what was kept. */
+START_TEST(test_loop_reuses_op_records)
+{
+    tu_alloc ta;
+    tu_alloc_init(&ta, -1);
+    et_init(&V, &(et_opts){.loop_alloc = tu_allocator(&ta)});
+    ck_assert_int_eq(et_submit(&V, 1, 0), 0);
+    ck_assert(et_run(&V, one_done, 5000));
+    long calls = ta.calls;
+    for (uint64_t id = 2; id <= 5; id++) {
+        ck_assert_int_eq(et_submit(&V, id, 0), 0);
+        want = id;
+        ck_assert(et_run(&V, got_want, 5000));
+        ck_assert_int_eq(V.res[id].status, 0);
+    }
+    ck_assert_int_eq(ta.calls, calls);
+    et_free(&V);
+    ck_assert_int_eq(ta.live, 0);
+}
+END_TEST
+
 /* A dropped write is never answered until the deadline aborts it. */
 START_TEST(test_loop_drop_then_abort)
 {
@@ -157,6 +185,7 @@ int main(void)
     tcase_add_test(tc, test_loop_seeded_probability_repeats);
     tcase_add_test(tc, test_loop_applied_but_reply_lost);
     tcase_add_test(tc, test_loop_drop_then_abort);
+    tcase_add_test(tc, test_loop_reuses_op_records);
     tcase_add_test(tc, test_loop_shard_down_mid_write);
     suite_add_tcase(s, tc);
     return tu_run(s);

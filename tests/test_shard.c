@@ -877,6 +877,266 @@ START_TEST(test_shard_alloc_failure_each_allocation)
 END_TEST
 
 /* ---------------------------------------------------------------------- */
+/* One-sided shards (RDMA): nothing is freed or published before the     */
+/* rkey's invalidation completed                                           */
+/* ---------------------------------------------------------------------- */
+
+static xfer_shard *mk_one_sided(void)
+{
+    xfer_shard_config c = base_cfg();
+    c.one_sided = true;
+    return mk_cfg(c);
+}
+
+/* The one pending invalidation request is for (id, attempt, resv); the
+ * list is cleared, as a driver does. */
+static void asked_once(xfer_shard *s, uint64_t id, uint32_t attempt,
+                       uint64_t resv)
+{
+    size_t n;
+    const xfer_shard_inval *q = xfer_shard_invalidations(s, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_uint_eq(q[0].id, id);
+    ck_assert_uint_eq(q[0].attempt, attempt);
+    ck_assert_uint_eq(q[0].resv_id, resv);
+    xfer_shard_invalidations_clear(s);
+}
+
+static size_t asked(const xfer_shard *s)
+{
+    size_t n;
+    xfer_shard_invalidations(s, &n);
+    return n;
+}
+
+START_TEST(test_shard_one_sided_commit_ready_only_after_invalidation)
+{
+    xfer_shard *s = mk_one_sided();
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 256);
+    ck_assert_uint_eq(asked(s), 0); /* a reserve asks nothing */
+    ck_assert_int_eq(xfer_shard_commit(s, 1, 1, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_COMMIT_INVAL);
+    ck_assert_uint_eq(count_events(s, -1, 0), 0); /* no READY yet */
+    asked_once(s, 1, 1, a.resv_id);
+    /* The commit is applied: a repeat is acked and asks nothing more; the
+     * data cannot be taken before it is READY. */
+    ck_assert_int_eq(xfer_shard_commit(s, 2, 1, 1, a.resv_id), 0);
+    ck_assert_uint_eq(asked(s), 0);
+    const uint8_t *data;
+    uint32_t len;
+    ck_assert_int_eq(xfer_shard_take(s, 2, 1, a.resv_id, &data, &len),
+                     XFER_ERR_STATE);
+    ck_assert_int_eq(xfer_shard_invalidated(s, 3, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_READY);
+    ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_READY, 1), 1);
+    ck_assert_uint_eq(count_events(s, -1, 0), 1);
+    ck_assert_int_eq(xfer_shard_take(s, 4, 1, a.resv_id, &data, &len), 0);
+    ck_assert_uint_eq(len, 256);
+    /* READY data was invalidated already: the release frees at once. */
+    ck_assert_int_eq(xfer_shard_release(s, 5, 1, a.resv_id), 0);
+    ck_assert_uint_eq(stats(s).bytes_in_use, 0);
+    ck_assert_uint_eq(asked(s), 0);
+    ck_assert_uint_eq(stats(s).illegal, 0);
+    xfer_shard_del(s);
+}
+END_TEST
+
+START_TEST(test_shard_one_sided_cancel_frees_only_after_invalidation)
+{
+    xfer_shard_config c = base_cfg();
+    c.one_sided = true;
+    c.pool_bytes = 4096; /* room for one region only */
+    xfer_shard *s = mk_cfg(c);
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 4096);
+    ck_assert_int_eq(xfer_shard_cancel(s, 1, 1, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_CANCEL_INVAL);
+    asked_once(s, 1, 1, a.resv_id);
+    /* The region is still held: a write may still land in it. */
+    ck_assert_uint_eq(stats(s).bytes_in_use, 4096);
+    ck_assert_uint_eq(count_events(s, -1, 0), 0);
+    xfer_resv_info b;
+    ck_assert_int_eq(xfer_shard_reserve(s, 2, 2, 1, 4096, &b),
+                     XFER_ERR_NO_SPACE);
+    /* Everything else is refused or acked; nothing moves. */
+    ck_assert_int_eq(xfer_shard_cancel(s, 2, 1, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 2, 1, 1, a.resv_id),
+                     XFER_ERR_CANCELLED);
+    ck_assert_int_eq(xfer_shard_reserve(s, 2, 1, 1, 4096, &b),
+                     XFER_ERR_STATE); /* held, as in CANCEL_PENDING */
+    xfer_shard_on_timer(s, LEASE); /* the lease firing changes nothing */
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_CANCEL_INVAL);
+    ck_assert_uint_eq(asked(s), 0);
+    ck_assert_int_eq(xfer_shard_invalidated(s, LEASE, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_CANCELLED);
+    ck_assert_uint_eq(stats(s).bytes_in_use, 0);
+    ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_CANCELLED, 1), 1);
+    reserve_ok(s, LEASE, 2, 1, 4096); /* the room is back */
+    ck_assert_uint_eq(stats(s).illegal, 0);
+    xfer_shard_del(s);
+}
+END_TEST
+
+START_TEST(test_shard_one_sided_lease_expiry_waits_for_invalidation)
+{
+    xfer_shard *s = mk_one_sided();
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 100);
+    xfer_shard_on_timer(s, LEASE);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_EXPIRE_INVAL);
+    ck_assert_uint_eq(stats(s).bytes_in_use, rnd(100));
+    ck_assert_uint_eq(count_events(s, -1, 0), 0);
+    asked_once(s, 1, 1, a.resv_id);
+    /* No lease is left to fire, and the tombstone is not there yet. */
+    ck_assert_uint_eq(xfer_shard_next_deadline(s), UINT64_MAX);
+    ck_assert_int_eq(xfer_shard_cancel(s, LEASE, 1, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_invalidated(s, 2 * LEASE, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_EXPIRED);
+    ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_EXPIRED, 1), 1);
+    ck_assert_uint_eq(stats(s).bytes_in_use, 0);
+    ck_assert_uint_eq(xfer_shard_next_deadline(s), 2 * LEASE + TTTL);
+    xfer_shard_del(s);
+}
+END_TEST
+
+/* A cancel or a lease expiry while the commit's invalidation runs: the
+ * commit is never published, one invalidation serves, and the region is
+ * freed when it completes. */
+START_TEST(test_shard_one_sided_cancel_or_expiry_during_commit_inval)
+{
+    for (int expiry = 0; expiry < 2; expiry++) {
+        xfer_shard *s = mk_one_sided();
+        xfer_resv_info a = reserve_ok(s, 0, 1, 1, 64);
+        ck_assert_int_eq(xfer_shard_commit(s, 1, 1, 1, a.resv_id), 0);
+        asked_once(s, 1, 1, a.resv_id);
+        if (expiry) {
+            xfer_shard_on_timer(s, LEASE);
+            ck_assert_int_eq(xfer_shard_state(s, 1),
+                             XFER_RESV_STATE_EXPIRE_INVAL);
+        } else {
+            /* the consumer scheduler's cancel (attempt 0) */
+            ck_assert_int_eq(xfer_shard_cancel(s, 2, 1, 0, XFER_RESV_NONE),
+                             0);
+            ck_assert_int_eq(xfer_shard_state(s, 1),
+                             XFER_RESV_STATE_CANCEL_INVAL);
+        }
+        ck_assert_uint_eq(asked(s), 0);
+        ck_assert_uint_eq(count_events(s, -1, 0), 0);
+        ck_assert_int_eq(xfer_shard_invalidated(s, LEASE, 1, a.resv_id), 0);
+        ck_assert_int_eq(xfer_shard_state(s, 1),
+                         expiry ? XFER_RESV_STATE_EXPIRED
+                                : XFER_RESV_STATE_CANCELLED);
+        ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_READY, 1), 0);
+        ck_assert_uint_eq(count_events(s, -1, 1), 1);
+        ck_assert_uint_eq(stats(s).bytes_in_use, 0);
+        xfer_shard_del(s);
+    }
+}
+END_TEST
+
+/* A two-sided write into a one-sided shard (a TCP producer): a cancel
+ * during it is deferred as ever, and the last write end starts the
+ * invalidation instead of freeing. */
+START_TEST(test_shard_one_sided_deferred_cancel_then_invalidation)
+{
+    xfer_shard *s = mk_one_sided();
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 512);
+    begin_ok(s, 1, 1, 1, &a);
+    ck_assert_int_eq(xfer_shard_cancel(s, 2, 1, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_CANCEL_PENDING);
+    ck_assert_uint_eq(asked(s), 0);
+    ck_assert_int_eq(xfer_shard_write_end(s, 3, 1, a.resv_id, true),
+                     XFER_ERR_CANCELLED);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_CANCEL_INVAL);
+    ck_assert_uint_eq(stats(s).bytes_in_use, 512);
+    asked_once(s, 1, 1, a.resv_id);
+    ck_assert_int_eq(xfer_shard_invalidated(s, 4, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_CANCELLED);
+    ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_CANCELLED, 1), 1);
+    ck_assert_uint_eq(stats(s).bytes_in_use, 0);
+    xfer_shard_del(s);
+}
+END_TEST
+
+/* An invalidation nobody waits for is refused and changes nothing (and
+ * never reaches an ILLEGAL cell). */
+START_TEST(test_shard_one_sided_stray_invalidation_refused)
+{
+    xfer_shard *s = mk_one_sided();
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 64);
+    xfer_resv_info b = reserve_ok(s, 0, 2, 1, 64);
+    ck_assert_int_eq(xfer_shard_commit(s, 0, 2, 1, b.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_invalidated(s, 1, 9, 1), XFER_ERR_NOT_FOUND);
+    ck_assert_int_eq(xfer_shard_invalidated(s, 1, 1, a.resv_id),
+                     XFER_ERR_STALE); /* RESERVED: nothing was asked */
+    ck_assert_int_eq(xfer_shard_invalidated(s, 1, 2, BAD_RESV),
+                     XFER_ERR_STALE);
+    ck_assert_int_eq(xfer_shard_invalidated(s, 1, 0, 1),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_shard_invalidated(NULL, 1, 1, 1),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_RESERVED);
+    ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RESV_STATE_COMMIT_INVAL);
+    ck_assert_int_eq(xfer_shard_invalidated(s, 1, 2, b.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_invalidated(s, 1, 2, b.resv_id),
+                     XFER_ERR_STALE); /* READY now: once only */
+    ck_assert_uint_eq(stats(s).illegal, 0);
+    ck_assert_uint_eq(stats(s).stale, 3);
+    xfer_shard_del(s);
+}
+END_TEST
+
+/* A two-sided shard never asks, and a version-1 config is two-sided
+ * whatever byte its padding holds where one_sided now lives. */
+START_TEST(test_shard_one_sided_off_by_default_and_in_version_1)
+{
+    for (int v1 = 0; v1 < 2; v1++) {
+        xfer_shard_config c = base_cfg();
+        ck_assert(!c.one_sided);
+        if (v1) {
+            c.version = 1;
+            memset(&c.one_sided, 0xff, sizeof c.one_sided);
+        }
+        xfer_shard *s = mk_cfg(c);
+        xfer_resv_info a = reserve_ok(s, 0, 1, 1, 64);
+        write_whole(s, 0, 1, 1, &a); /* two-sided: commit needs it */
+        ck_assert_int_eq(xfer_shard_commit(s, 0, 1, 1, a.resv_id), 0);
+        ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_READY);
+        ck_assert_uint_eq(asked(s), 0);
+        ck_assert_ptr_nonnull(xfer_shard_events(s, NULL));
+        xfer_shard_del(s);
+    }
+}
+END_TEST
+
+/* The request list is bounded by the reservation cap and never fails,
+ * even when a driver forgets to clear it. */
+START_TEST(test_shard_one_sided_request_list_bounded)
+{
+    xfer_shard_config c = base_cfg();
+    c.one_sided = true;
+    c.max_reservations = 4;
+    c.max_tombstones = 1024;
+    xfer_shard *s = mk_cfg(c);
+    uint64_t id = 1;
+    for (int round = 0; round < 50; round++) {
+        for (int k = 0; k < 4; k++, id++) {
+            xfer_resv_info a = reserve_ok(s, 0, id, 1, 64);
+            ck_assert_int_eq(xfer_shard_cancel(s, 0, id, 1, a.resv_id), 0);
+            ck_assert_uint_le(asked(s), 4);
+            size_t n;
+            const xfer_shard_inval *q = xfer_shard_invalidations(s, &n);
+            ck_assert_uint_eq(q[n - 1].id, id); /* the newest is there */
+            ck_assert_int_eq(xfer_shard_invalidated(s, 0, id, a.resv_id),
+                             0);
+        }
+        xfer_shard_events_clear(s);
+    }
+    ck_assert_uint_eq(stats(s).live, 0);
+    ck_assert_uint_eq(stats(s).illegal, 0);
+    xfer_shard_del(s);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
 /* Seeded random walk                                                      */
 /* ---------------------------------------------------------------------- */
 
@@ -903,10 +1163,19 @@ typedef struct world {
     mid m[NID + 1];
     mwrite w[MAXW];
     unsigned nw;
+    /* One-sided walks: which ids hold an rkey that may still let a write
+     * in (given at reserve, gone at invalidation), and the invalidation
+     * requests the test's "driver" took from the shard. */
+    bool one_sided;
+    bool rkey[NID + 1];
+    xfer_shard_inval q[NID * 4];
+    unsigned nq;
 } world;
 
+/* C_INVAL and C_OSW (an invalidation, a one-sided write) only in
+ * one-sided walks: a two-sided walk draws from the kinds before them. */
 enum { C_RESERVE, C_WBEGIN, C_WEND, C_COMMIT, C_CANCEL, C_TAKE, C_RELEASE,
-       C_TIMER, C_CLEAR, C_COUNT };
+       C_TIMER, C_CLEAR, C_INVAL, C_OSW, C_COUNT };
 
 typedef struct call {
     int kind;
@@ -943,7 +1212,8 @@ static void aim(world *w, call *c)
 
 static call gen(world *w)
 {
-    call c = {.kind = (int)pick(w, C_COUNT), .now = w->now};
+    call c = {.kind = (int)pick(w, w->one_sided ? C_COUNT : C_INVAL),
+              .now = w->now};
     c.id = 1 + pick(w, NID);
     aim(w, &c);
     switch (c.kind) {
@@ -977,6 +1247,18 @@ static call gen(world *w)
         break;
     case C_TIMER:
         c.now = w->now + pick(w, LEASE / 3);
+        break;
+    case C_INVAL:
+        /* mostly a request the shard made, sometimes a stray one */
+        if (w->nq && pick(w, 8)) {
+            c.wi = (unsigned)pick(w, w->nq);
+            c.id = w->q[c.wi].id;
+            c.resv = w->q[c.wi].resv_id;
+        }
+        break;
+    case C_OSW:
+        if (!w->rkey[c.id])
+            c.kind = C_CLEAR;
         break;
     default:
         break;
@@ -1035,6 +1317,13 @@ static result apply(xfer_shard *s, const world *w, const call *c)
     case C_CLEAR:
         xfer_shard_events_clear(s);
         break;
+    case C_INVAL:
+        r.rc = xfer_shard_invalidated(s, c->now, c->id, c->resv);
+        break;
+    case C_OSW:
+        /* a one-sided write lands whole, unseen by the shard */
+        fill(base + w->m[c->id].info.addr, w->m[c->id].info.len, c->now);
+        break;
     default:
         ck_abort();
     }
@@ -1052,6 +1341,19 @@ static void mark_written(mid *m, const mwrite *wr, bool ok)
         m->written[at + i] = ok;
 }
 
+/* One-sided walks: take the shard's new invalidation requests, as a
+ * driver does after every call. */
+static void take_requests(world *w, xfer_shard *s)
+{
+    size_t n;
+    const xfer_shard_inval *q = xfer_shard_invalidations(s, &n);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_uint_lt(w->nq, sizeof w->q / sizeof w->q[0]);
+        w->q[w->nq++] = q[i];
+    }
+    xfer_shard_invalidations_clear(s);
+}
+
 /* Update the test's knowledge from what the shard answered. */
 static void learn(world *w, xfer_shard *s, const call *c, const result *r)
 {
@@ -1067,8 +1369,22 @@ static void learn(world *w, xfer_shard *s, const call *c, const result *r)
     }
     if (r->rc != 0)
         return;
-    if (c->kind == C_COMMIT && xfer_shard_state(s, c->id) == XFER_RESV_STATE_READY) {
-        /* Committed: every byte came from a completed write of it. */
+    if (c->kind == C_INVAL) {
+        /* the rkey is gone; so is the request (a stray call that
+         * succeeded answered one) */
+        w->rkey[c->id] = false;
+        for (unsigned i = 0; i < w->nq; i++)
+            if (w->q[i].id == c->id) {
+                w->q[i] = w->q[--w->nq];
+                break;
+            }
+        return;
+    }
+    if (c->kind == C_COMMIT && !w->one_sided &&
+        xfer_shard_state(s, c->id) == XFER_RESV_STATE_READY) {
+        /* Committed: every byte came from a completed write of it (a
+         * one-sided shard cannot see the RDMA writes: its commit is the
+         * producer's word). */
         for (uint32_t i = 0; i < m->info.len; i++)
             ck_assert_uint_eq(m->written[i], 1);
     }
@@ -1080,6 +1396,7 @@ static void learn(world *w, xfer_shard *s, const call *c, const result *r)
         m->info = r->info;
         m->attempt = c->attempt;
         m->known = true;
+        w->rkey[c->id] = w->one_sided;
     } else if (c->kind == C_WBEGIN && c->alone) {
         mwrite done = {c->id, c->resv, r->dst_off, c->len};
         mark_written(m, &done, true);
@@ -1098,7 +1415,23 @@ static void learn(world *w, xfer_shard *s, const call *c, const result *r)
 
 static bool live_state(unsigned st)
 {
-    return st >= XFER_RESV_STATE_RESERVED && st <= XFER_RESV_STATE_EXPIRE_PENDING;
+    return (st >= XFER_RESV_STATE_RESERVED &&
+            st <= XFER_RESV_STATE_EXPIRE_PENDING) ||
+           st == XFER_RESV_STATE_COMMIT_INVAL ||
+           st == XFER_RESV_STATE_CANCEL_INVAL ||
+           st == XFER_RESV_STATE_EXPIRE_INVAL;
+}
+
+/* Where a one-sided write may still land: the region is held and is
+ * neither READY nor TAKEN (I4 over RDMA). */
+static bool rkey_state(unsigned st)
+{
+    return st == XFER_RESV_STATE_RESERVED || st == XFER_RESV_STATE_WRITING ||
+           st == XFER_RESV_STATE_CANCEL_PENDING ||
+           st == XFER_RESV_STATE_EXPIRE_PENDING ||
+           st == XFER_RESV_STATE_COMMIT_INVAL ||
+           st == XFER_RESV_STATE_CANCEL_INVAL ||
+           st == XFER_RESV_STATE_EXPIRE_INVAL;
 }
 
 static unsigned writes_of(const world *w, uint64_t id)
@@ -1130,6 +1463,9 @@ static void check_world(const world *w, const xfer_shard *s)
                       st == XFER_RESV_STATE_EXPIRE_PENDING);
         if (st == XFER_RESV_STATE_WRITING)
             ck_assert_uint_gt(nw, 0);
+        /* One-sided: never freed, READY or TAKEN while its rkey lives. */
+        if (w->rkey[id])
+            ck_assert(rkey_state(st));
         /* TAKEN belongs to the consumer until it releases it. */
         if (m->snap) {
             ck_assert_int_eq(st, XFER_RESV_STATE_TAKEN);
@@ -1191,8 +1527,42 @@ START_TEST(test_shard_random_ops_keep_memory_invariants)
     ck_assert_uint_gt(st.releases, 0);
     ck_assert_uint_gt(st.expiries, 0);
     ck_assert_uint_gt(st.stale, 0);
+    for (int k = 0; k < C_INVAL; k++) /* the two-sided kinds */
+        ck_assert_int_gt(hits[k], 0);
+    world_free(&w);
+    xfer_shard_del(s);
+}
+END_TEST
+
+/* The same walk on a one-sided shard, with one-sided writes landing
+ * whenever an rkey lives and invalidations answered in any order: no
+ * region is freed, READY or TAKEN while its rkey may let a write in. */
+START_TEST(test_shard_one_sided_random_ops_keep_memory_invariants)
+{
+    enum { OPS = 20000 };
+    uint64_t seed = tu_seed(
+        "test_shard_one_sided_random_ops_keep_memory_invariants", 0x5eed0003);
+    world w = {.rng = seed, .one_sided = true};
+    xfer_shard_config c = walk_cfg();
+    c.one_sided = true;
+    xfer_shard *s = mk_cfg(c);
+    int hits[C_COUNT] = {0};
+    for (int i = 0; i < OPS; i++) {
+        call cl = gen(&w);
+        result r = apply(s, &w, &cl);
+        learn(&w, s, &cl, &r);
+        take_requests(&w, s);
+        hits[cl.kind] += r.rc == 0;
+        check_world(&w, s);
+    }
+    xfer_shard_stats st = stats(s);
+    ck_assert_uint_gt(st.deferred_frees, 0);
+    ck_assert_uint_gt(st.takes, 0);
+    ck_assert_uint_gt(st.releases, 0);
+    ck_assert_uint_gt(st.expiries, 0);
     for (int k = 0; k < C_COUNT; k++)
         ck_assert_int_gt(hits[k], 0);
+    ck_assert_uint_eq(st.illegal, 0);
     world_free(&w);
     xfer_shard_del(s);
 }
@@ -1415,6 +1785,59 @@ START_TEST(test_shard_load_rejects_bad_input)
 }
 END_TEST
 
+static void same_requests(const xfer_shard *a, const xfer_shard *b)
+{
+    size_t na, nb;
+    const xfer_shard_inval *qa = xfer_shard_invalidations(a, &na);
+    const xfer_shard_inval *qb = xfer_shard_invalidations(b, &nb);
+    ck_assert_uint_eq(na, nb);
+    for (size_t i = 0; i < na; i++) {
+        ck_assert_uint_eq(qa[i].id, qb[i].id);
+        ck_assert_uint_eq(qa[i].resv_id, qb[i].resv_id);
+        ck_assert_uint_eq(qa[i].attempt, qb[i].attempt);
+    }
+}
+
+/* One-sided twins: the requests pending at a save come back with the
+ * load (the list is cleared only every few steps here, so saves hold
+ * some), and both shards go on alike. */
+START_TEST(test_shard_one_sided_save_load_twin_behaves_alike)
+{
+    enum { OPS = 6000, EVERY = 40 };
+    uint64_t seed = tu_seed(
+        "test_shard_one_sided_save_load_twin_behaves_alike", 0x5eed0004);
+    world w = {.rng = seed, .one_sided = true};
+    xfer_shard_config c = walk_cfg();
+    c.one_sided = true;
+    xfer_shard *a = mk_cfg(c);
+    xfer_shard *b = mk_cfg(c);
+    size_t saved_with_requests = 0;
+    for (int i = 0; i < OPS; i++) {
+        if (i % EVERY == 0) {
+            saved_with_requests += asked(a) > 0;
+            load_from(b, a);
+        }
+        call cl = gen(&w);
+        result ra = apply(a, &w, &cl);
+        result rb = apply(b, &w, &cl);
+        ck_assert_int_eq(ra.rc, rb.rc);
+        same_info(&ra.info, &rb.info);
+        learn(&w, a, &cl, &ra);
+        same_events(a, b);
+        same_requests(a, b);
+        ck_assert(same_state(a, b));
+        if (i % 3 == 0) {
+            take_requests(&w, a);
+            xfer_shard_invalidations_clear(b);
+        }
+    }
+    ck_assert_uint_gt(saved_with_requests, 0);
+    world_free(&w);
+    xfer_shard_del(a);
+    xfer_shard_del(b);
+}
+END_TEST
+
 START_TEST(test_shard_save_load_twin_behaves_alike)
 {
     enum { OPS = 6000, EVERY = 40 };
@@ -1546,6 +1969,46 @@ static void coverage_endings(xfer_shard *s)
     ck_assert_uint_eq(stats(s).bytes_in_use, 0);
 }
 
+/* The one-sided rows (on a one-sided shard): each *_INVAL state probed,
+ * entered every way, and left by its invalidation. */
+static void coverage_one_sided(xfer_shard *s)
+{
+    /* COMMIT_INVAL (10), then READY */
+    xfer_resv_info a = reserve_ok(s, 0, 10, 1, 64);
+    ck_assert_int_eq(xfer_shard_commit(s, 0, 10, 1, a.resv_id), 0);
+    probe(s, 0, 10, 1);
+    ck_assert_int_eq(xfer_shard_commit(s, 0, 10, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_invalidated(s, 0, 10, a.resv_id), 0);
+    /* CANCEL_INVAL from RESERVED (11) and from COMMIT_INVAL (12) */
+    xfer_resv_info b = reserve_ok(s, 0, 11, 1, 64);
+    ck_assert_int_eq(xfer_shard_cancel(s, 0, 11, 1, b.resv_id), 0);
+    probe(s, 0, 11, 1);
+    ck_assert_int_eq(xfer_shard_cancel(s, 0, 11, 1, b.resv_id), 0);
+    xfer_resv_info c = reserve_ok(s, 0, 12, 1, 64);
+    ck_assert_int_eq(xfer_shard_commit(s, 0, 12, 1, c.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_cancel(s, 0, 12, 1, c.resv_id), 0);
+    /* EXPIRE_INVAL from RESERVED (13) and from COMMIT_INVAL (14); the
+     * leases of CANCEL_INVAL records (11, 12) fire on them unheeded */
+    xfer_resv_info d = reserve_ok(s, 0, 13, 1, 64);
+    xfer_resv_info e = reserve_ok(s, 0, 14, 1, 64);
+    ck_assert_int_eq(xfer_shard_commit(s, 0, 14, 1, e.resv_id), 0);
+    xfer_shard_events_clear(s);
+    xfer_shard_on_timer(s, LEASE);
+    ck_assert_int_eq(xfer_shard_state(s, 11), XFER_RESV_STATE_CANCEL_INVAL);
+    ck_assert_int_eq(xfer_shard_state(s, 13), XFER_RESV_STATE_EXPIRE_INVAL);
+    ck_assert_int_eq(xfer_shard_state(s, 14), XFER_RESV_STATE_EXPIRE_INVAL);
+    probe(s, LEASE, 13, 1);
+    ck_assert_int_eq(xfer_shard_cancel(s, LEASE, 13, 1, d.resv_id), 0);
+    const uint64_t ids[] = {11, 12, 13, 14};
+    const uint64_t resv[] = {b.resv_id, c.resv_id, d.resv_id, e.resv_id};
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(xfer_shard_invalidated(s, LEASE, ids[i], resv[i]),
+                         0);
+    xfer_shard_on_timer(s, 2 * LEASE + TTTL);
+    ck_assert_uint_eq(stats(s).live, 0);
+    ck_assert_uint_eq(stats(s).bytes_in_use, 0);
+}
+
 START_TEST(test_shard_transition_coverage)
 {
     xfer_shard_config cfg = base_cfg();
@@ -1554,16 +2017,22 @@ START_TEST(test_shard_transition_coverage)
     xfer_shard *s = mk_cfg(cfg);
     coverage_lifecycle(s);
     coverage_endings(s);
+    xfer_shard_config ocfg = base_cfg();
+    ocfg.one_sided = true;
+    xfer_shard *os = mk_cfg(ocfg); /* the one-sided rows */
+    coverage_one_sided(os);
     xfer_shard_stats st = stats(s);
     int missing = 0;
     for (unsigned i = 0; i < XFER_RESV_STATE_COUNT_; i++)
         for (unsigned e = 0; e < XFER_RESV_EVENT_COUNT_; e++) {
             unsigned v = xfer_fsm_verdict(XFER_MACHINE_RESERVATION, i, e);
+            uint64_t hits = xfer_shard_cell_hits(s, i, e) +
+                            xfer_shard_cell_hits(os, i, e);
             if (v == XFER_VERDICT_ILLEGAL) {
-                ck_assert_uint_eq(xfer_shard_cell_hits(s, i, e), 0);
+                ck_assert_uint_eq(hits, 0);
                 continue;
             }
-            if (xfer_shard_cell_hits(s, i, e) == 0) {
+            if (hits == 0) {
                 printf("cell not hit: %s x %s (%s)\n",
                        xfer_fsm_state_name(XFER_MACHINE_RESERVATION, i),
                        xfer_fsm_event_name(XFER_MACHINE_RESERVATION, e),
@@ -1574,6 +2043,8 @@ START_TEST(test_shard_transition_coverage)
     fflush(stdout);
     ck_assert_int_eq(missing, 0);
     ck_assert_uint_eq(st.illegal, 0);
+    ck_assert_uint_eq(stats(os).illegal, 0);
+    xfer_shard_del(os);
     ck_assert_uint_eq(tu_trace_count(&tr, XFER_MACHINE_RESERVATION,
                                      XFER_VERDICT_ILLEGAL),
                       0);
@@ -1924,7 +2395,27 @@ static Suite *suite(void)
     tcase_add_test(model, test_shard_load_rejects_bad_input);
     tcase_add_test(model, test_shard_save_ignores_shard_index);
     tcase_add_test(model, test_shard_save_load_twin_behaves_alike);
+    tcase_add_test(model,
+                   test_shard_one_sided_random_ops_keep_memory_invariants);
+    tcase_add_test(model, test_shard_one_sided_save_load_twin_behaves_alike);
     suite_add_tcase(s, model);
+
+    TCase *os = tcase_create("one_sided");
+    tcase_set_timeout(os, 60);
+    tcase_add_test(os,
+                   test_shard_one_sided_commit_ready_only_after_invalidation);
+    tcase_add_test(os,
+                   test_shard_one_sided_cancel_frees_only_after_invalidation);
+    tcase_add_test(os,
+                   test_shard_one_sided_lease_expiry_waits_for_invalidation);
+    tcase_add_test(os,
+                   test_shard_one_sided_cancel_or_expiry_during_commit_inval);
+    tcase_add_test(os,
+                   test_shard_one_sided_deferred_cancel_then_invalidation);
+    tcase_add_test(os, test_shard_one_sided_stray_invalidation_refused);
+    tcase_add_test(os, test_shard_one_sided_off_by_default_and_in_version_1);
+    tcase_add_test(os, test_shard_one_sided_request_list_bounded);
+    suite_add_tcase(s, os);
 
     TCase *fault = tcase_create("fault");
     tcase_set_timeout(fault, 60);

@@ -171,6 +171,34 @@ START_TEST(test_tomb_owners_save_restore)
 }
 END_TEST
 
+/* Ids in any order, a reset and a restore: find answers from the map
+ * whatever the quick "above every id" bound says (tomb.h, max_id). */
+START_TEST(test_tomb_find_any_order_after_reset_and_restore)
+{
+    xfer_tomb t;
+    ck_assert_int_eq(xfer_tomb_init(&t, 8, 100, &A), 0);
+    ck_assert_int_eq(xfer_tomb_insert(&t, 0, 100, 1, 0), 0);
+    ck_assert_int_eq(xfer_tomb_insert(&t, 1, 50, 1, 0), 0);
+    ck_assert_ptr_nonnull(xfer_tomb_find(&t, 50));
+    ck_assert_ptr_nonnull(xfer_tomb_find(&t, 100));
+    ck_assert_ptr_null(xfer_tomb_find(&t, 75));
+    ck_assert_ptr_null(xfer_tomb_find(&t, 101));
+    uint8_t buf[256];
+    xfer_le_enc e = xfer_le_enc_start(buf, sizeof buf);
+    xfer_tomb_save(&t, &e);
+    xfer_tomb_reset(&t);
+    ck_assert_ptr_null(xfer_tomb_find(&t, 100));
+    ck_assert_int_eq(xfer_tomb_insert(&t, 0, 7, 1, 0), 0);
+    ck_assert_ptr_nonnull(xfer_tomb_find(&t, 7));
+    xfer_le_dec d = xfer_le_dec_start(buf, e.at);
+    ck_assert_int_eq(xfer_tomb_restore(&t, &d, 0), 0);
+    ck_assert_ptr_null(xfer_tomb_find(&t, 7));
+    ck_assert_ptr_nonnull(xfer_tomb_find(&t, 50));
+    ck_assert_uint_eq(xfer_tomb_find(&t, 100)->expires_ns, 100);
+    xfer_tomb_clear(&t, &A);
+}
+END_TEST
+
 START_TEST(test_tomb_alloc_failure)
 {
     for (long n = 0; n < 4; n++) {
@@ -197,6 +225,7 @@ int main(void)
     tcase_add_test(tc, test_tomb_ttl_and_fifo_expiry);
     tcase_add_test(tc, test_tomb_cap_never_evicts_young);
     tcase_add_test(tc, test_tomb_refresh_gives_full_ttl);
+    tcase_add_test(tc, test_tomb_find_any_order_after_reset_and_restore);
     tcase_add_test(tc, test_tomb_alloc_failure);
     tcase_add_test(tc, test_tomb_owners_quota_visibility_and_room);
     tcase_add_test(tc, test_tomb_owners_save_restore);

@@ -80,6 +80,9 @@ static xfer_core_config limits(uint32_t transfers, uint32_t tombstones)
     xfer_core_config_default(&cfg);
     cfg.max_transfers = transfers;
     cfg.max_tombstones = tombstones;
+    /* The consumer these cores talk to: tombstones of 100 ms outlive it. */
+    cfg.consumer_lease_ns = 50 * MS;
+    cfg.net_margin_ns = 50 * MS;
     return cfg;
 }
 
@@ -910,6 +913,36 @@ START_TEST(test_transfer_alloc_failure_each_allocation)
 }
 END_TEST
 
+/* A finished transfer's record is reused by the next submit of the same
+ * width (no allocation on the hot path); a submit of another width frees
+ * the spare and allocates its own; del frees every spare. */
+START_TEST(test_transfer_record_reused_after_completion)
+{
+    tu_alloc ta;
+    tu_alloc_init(&ta, -1);
+    xfer_core_config cfg = limits(8, 64);
+    cfg.alloc = tu_allocator(&ta);
+    xfer_core *c = mk(&cfg);
+    uint32_t att = to_completing(c, 1);
+    answer_all(c, 3, 1, att, XFER_OP_COMMIT, 0);
+    ck_assert_int_eq(result_of(1)->status, 0);
+    long calls = ta.calls, live = ta.live;
+    att = to_completing(c, 2); /* the same width: the spare record */
+    ck_assert_int_eq(ta.calls, calls);
+    ck_assert_int_eq(ta.live, live);
+    answer_all(c, 3, 2, att, XFER_OP_COMMIT, 0);
+    reset();
+    xfer_submit_args a = {.id = 3, .group = 7, .nshards = 2, .pool = 1,
+                          .slices = slices};
+    ck_assert_int_eq(xfer_core_submit(c, 4, &a), 0); /* another width */
+    collect(c);
+    ck_assert_int_eq(ta.calls, calls + 1);
+    ck_assert_int_eq(ta.live, live); /* the spare went, a record came */
+    done(c);
+    ck_assert_int_eq(ta.live, 0);
+}
+END_TEST
+
 /* A second cancel of a tombstoned id gives it a full TTL from then; an
  * expired tombstone is never mistaken for a live one. */
 START_TEST(test_transfer_repeated_cancel_extends_tombstone)
@@ -1002,6 +1035,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_transfer_success_path);
+    tcase_add_test(tc, test_transfer_record_reused_after_completion);
     tcase_add_test(tc, test_transfer_partial_reservation_failure);
     tcase_add_test(tc, test_transfer_partial_write_failure);
     tcase_add_test(tc, test_transfer_cancel_rpc_failure_retried_tombstone_kept);

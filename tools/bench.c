@@ -5,6 +5,9 @@
  *
  *   xfer-bench [core|engine|memory|all]   (default all)
  *   xfer-bench tcp [args]                 runs xfer-bench-tcp (TCP figures)
+ *   xfer-bench rdma [args]                runs xfer-bench-rdma (RDMA figures
+ *                                         next to ib_write_bw; says so and
+ *                                         exits 77 without a device)
  *
  * core:   shard events per second through the pure transfer core with 1 k,
  *         64 k and 1 M transfers in flight (O(1) per event shows as a flat
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -37,6 +41,15 @@
 static double now_s(void)
 {
     return (double)xfer_clock_monotonic(NULL) / 1e9;
+}
+
+/* CPU seconds this process used: on a shared machine the wall-clock rate
+ * moves with everyone else's load, the CPU per transfer much less. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -97,14 +110,18 @@ static void core_submit(xfer_core *c, uint64_t id)
     }
 }
 
-/* Keep `inflight` transfers going; return shard events per second. */
-static double bench_core(uint32_t inflight, uint64_t events_target)
+/* Keep `inflight` transfers going; return shard events per second (and,
+ * when cpu_per is not NULL, CPU seconds per event). */
+static double bench_core_cpu(uint32_t inflight, uint64_t events_target,
+                             double *cpu_per)
 {
     xfer_core_config cfg;
     xfer_core_config_default(&cfg);
     cfg.max_transfers = inflight;
     cfg.max_tombstones = inflight * 2;
-    cfg.tombstone_ttl_ns = 1;
+    cfg.tombstone_ttl_ns = 2; /* gone at once: no consumer behind it */
+    cfg.consumer_lease_ns = 1;
+    cfg.net_margin_ns = 1;
     xfer_core *c;
     if (xfer_core_new(&cfg, &c) != 0)
         return 0;
@@ -114,7 +131,7 @@ static double bench_core(uint32_t inflight, uint64_t events_target)
         core_submit(c, next_id++);
         harvest(c, &q);
     }
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     uint64_t t = 2;
     while (events < events_target) {
         xfer_action a = q_pop(&q);
@@ -130,9 +147,16 @@ static double bench_core(uint32_t inflight, uint64_t events_target)
         }
     }
     double dt = now_s() - t0;
+    if (cpu_per)
+        *cpu_per = (cpu_s() - c0) / (double)events;
     xfer_core_del(c);
     free(q.a);
     return (double)events / dt;
+}
+
+static double bench_core(uint32_t inflight, uint64_t events_target)
+{
+    return bench_core_cpu(inflight, events_target, NULL);
 }
 
 /* The reference floor: the same number of events, each one id-map lookup
@@ -232,7 +256,8 @@ static void eng_event(void *ud, const xfer_shard_event *ev)
         xfer_shard_release(s, 0, ev->id, ev->resv_id);
 }
 
-static double bench_engine(uint32_t inflight, uint64_t target)
+static double bench_engine(uint32_t inflight, uint64_t target,
+                           double *cpu_per)
 {
     /* Tombstones live 100 ms: 64 k of them cover 640 k transfers/s. */
     xfer_engine_config ec;
@@ -240,6 +265,8 @@ static double bench_engine(uint32_t inflight, uint64_t target)
     ec.core.max_transfers = inflight * 2;
     ec.core.max_tombstones = 1u << 16;
     ec.core.tombstone_ttl_ns = 100000000;
+    ec.core.consumer_lease_ns = 50000000; /* the loop's leases below */
+    ec.core.net_margin_ns = 50000000;
     eng_run r = {.target = target, .next_id = 1};
     xfer_engine_new(&ec, &r.e);
     xfer_loop *l;
@@ -250,6 +277,7 @@ static double bench_engine(uint32_t inflight, uint64_t target)
     lc.shard.pool_bytes = 64u << 20;
     lc.shard.max_reservations = 8192;
     lc.shard.max_tombstones = 1u << 16;
+    lc.shard.lease_ttl_ns = 50000000; /* the consumer releases at once */
     lc.shard.tombstone_ttl_ns = 100000000;
     if (xfer_loop_new(xfer_engine_base(r.e), &lc, &l) != 0)
         return 0;
@@ -257,11 +285,12 @@ static double bench_engine(uint32_t inflight, uint64_t target)
     r.staging = calloc(1, 16384);
     xfer_engine_register_pool(r.e, r.staging, 16384, &r.pool);
     xfer_engine_add_group(r.e, xfer_loop_transport(l), &r.group);
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     for (uint32_t i = 0; i < inflight && r.next_id <= target; i++)
         eng_submit(&r);
     event_base_dispatch(xfer_engine_base(r.e));
     double dt = now_s() - t0;
+    *cpu_per = (cpu_s() - c0) / (double)(r.done ? r.done : 1);
     xfer_engine_del(r.e);
     xfer_loop_del(l);
     free(r.staging);
@@ -272,11 +301,16 @@ static void run_engine(void)
 {
     printf("engine + loop transport, %d shards, 64 in flight, 4 KiB per "
            "shard (target >= 300 k transfers/s)\n", NS);
-    double rate = bench_engine(64, 200000);
+    double cpu_eng = 0, cpu_core = 0;
+    double rate = bench_engine(64, 200000, &cpu_eng);
     /* Reference: the pure core alone; one transfer = 4 shards x 3 ops. */
-    double core = bench_core(64, 2400000) / (3.0 * NS);
+    double core = bench_core_cpu(64, 2400000, &cpu_core) / (3.0 * NS);
+    cpu_core *= 3.0 * NS;
     printf("  engine+loop: %8.0f transfers/s   reference (pure core, ops "
            "answered in-line): %8.0f transfers/s\n", rate, core);
+    printf("  CPU per transfer: engine+loop %.2f us, reference %.2f us "
+           "(%.2fx); 300 k/s needs <= 3.33 us\n", cpu_eng * 1e6,
+           cpu_core * 1e6, cpu_eng / cpu_core);
 }
 
 static void run_memory(void)
@@ -297,8 +331,10 @@ static void run_memory(void)
  * `rest` are the arguments after the benchmark's name. */
 static int run_tool(const char *self, const char *what, char **rest)
 {
-    const bool tcp = !strcmp(what, "tcp");
-    const char *tool = tcp ? "bench/xfer-bench-tcp" : "check/xfer-check";
+    const bool tcp = !strcmp(what, "tcp"), rdma = !strcmp(what, "rdma");
+    const char *tool = tcp    ? "bench/xfer-bench-tcp"
+                       : rdma ? "bench/xfer-bench-rdma"
+                              : "check/xfer-check";
     char path[4096];
     snprintf(path, sizeof path, "%s", self);
     char *slash = strrchr(path, '/');
@@ -310,7 +346,7 @@ static int run_tool(const char *self, const char *what, char **rest)
     char *av[64];
     size_t n = 0;
     av[n++] = path;
-    if (!tcp)
+    if (!tcp && !rdma)
         av[n++] = "--bench";
     for (; *rest && n < 63; rest++)
         av[n++] = *rest;
@@ -323,13 +359,14 @@ static int run_tool(const char *self, const char *what, char **rest)
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "all";
-    if (!strcmp(what, "tcp") || !strcmp(what, "check"))
+    if (!strcmp(what, "tcp") || !strcmp(what, "rdma") ||
+        !strcmp(what, "check"))
         return run_tool(argv[0], what, argv + 2);
     int all = !strcmp(what, "all");
     if (!all && strcmp(what, "core") && strcmp(what, "engine") &&
         strcmp(what, "memory")) {
         fprintf(stderr, "xfer-bench: unknown benchmark '%s' (core, engine, "
-                "memory, tcp, check, all)\n", what);
+                "memory, tcp, rdma, check, all)\n", what);
         return 2;
     }
     if (all || !strcmp(what, "memory"))

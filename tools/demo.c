@@ -21,6 +21,10 @@
  * compared id by id (demo_agree.c), and the pools are asked for through
  * STATUS.
  *
+ * --rdma is --tcp with the data moved by one-sided RDMA WRITE (xfer/rdma.h:
+ * each xferd runs with --rdma, the producer's transport is xfer_rdma);
+ * without an RDMA device it prints one line saying so and exits 77.
+ *
  * The run passes (exit 0) when every accepted transfer completed exactly
  * once, every available transfer carried the right bytes, and at the end no
  * byte is held: producer staging, and every shard pool (over tcp, also
@@ -63,6 +67,7 @@ typedef struct opts {
     const char *trace;
     int quiet;
     int tcp;           /* --tcp: xferd processes instead of the loop */
+    int rdma;          /* --rdma: over tcp, data by RDMA WRITE */
     const char *xferd; /* --xferd PATH; NULL: next to argv0 */
     const char *argv0;
 } opts;
@@ -75,6 +80,7 @@ typedef struct demo {
     xfer_readiness *ready; /* loop mode */
     struct event_base *own_base; /* tcp mode: outlives engine and transport */
     xfer_tcp *tcp;         /* tcp mode */
+    xfer_rdma *rdma;       /* tcp mode with --rdma: instead of tcp */
     demo_tcp *kids;        /* tcp mode: the xferd processes */
     demo_consumer *cons;   /* tcp mode: the consumer process */
     demo_consumer_report rep; /* tcp mode: what it saw */
@@ -469,12 +475,16 @@ static void usage(void)
     printf("usage: xfer-demo [--transfers N] [--inflight N] "
            "[--shards N] [--block BYTES] [--seed N] "
            "[--fault-ppm N] [--trace FILE] [--quiet]\n"
-           "                 [--tcp [--xferd PATH]]\n"
+           "                 [--tcp [--xferd PATH]] [--rdma]\n"
            "  --tcp         run the consumer group as one xferd process per "
            "shard over TCP\n"
            "                (default: the in-process loop transport)\n"
            "  --xferd PATH  the xferd to run (default: xferd/xferd next to "
-           "xfer-demo)\n");
+           "xfer-demo)\n"
+           "  --rdma        --tcp with the data moved by RDMA WRITE (xferd "
+           "--rdma; needs an\n"
+           "                RDMA device: without one it says so and exits "
+           "77)\n");
     exit(0);
 }
 
@@ -493,6 +503,9 @@ static void parse(opts *o, int argc, char **argv)
             continue;
         } else if (!strcmp(a, "--tcp")) {
             o->tcp = 1;
+            continue;
+        } else if (!strcmp(a, "--rdma")) {
+            o->tcp = o->rdma = 1;
             continue;
         }
         if (!v)
@@ -581,6 +594,8 @@ static int setup_producer(demo *d)
     ec.core.max_transfers = o->inflight * 2;
     ec.core.max_tombstones = o->transfers * 2 + 1024;
     ec.core.tombstone_ttl_ns = 2000 * MS;
+    ec.core.consumer_lease_ns = 1000 * MS; /* loop 400 ms, tcp below */
+    ec.core.net_margin_ns = 1000 * MS;
     ec.core.cancel_op_timeout_ns = 100 * MS;
     ec.core.cancel_backoff_ns = 5 * MS;
     ec.core.cancel_max_attempts = 4;
@@ -655,7 +670,7 @@ static int start_xferds(demo *d)
         .lease_ttl_ms = TCP_LEASE_MS,
         .fault_ppm = o->fault_ppm, .drop_ppm = o->fault_ppm / 200,
         .seed = o->seed, .shm = d->shm, .trace = o->trace,
-        .take_grace_ms = TCP_GRACE_MS};
+        .take_grace_ms = TCP_GRACE_MS, .rdma = o->rdma != 0};
     signal(SIGPIPE, SIG_IGN); /* libevent writes to sockets (xfer/tcp.h) */
     return demo_tcp_start(&c, &d->kids, d->err, sizeof d->err);
 }
@@ -689,6 +704,14 @@ static int start_consumer(demo *d)
 /* Tcp mode, once the engine exists: connect to every xferd, add the group. */
 static int setup_tcp(demo *d)
 {
+    if (d->o.rdma) {
+        int rc = demo_tcp_connect_rdma(d->kids, d->base, TCP_CONNECT_MS,
+                                       &d->rdma, d->err, sizeof d->err);
+        return rc ? rc
+                  : xfer_engine_add_group(d->engine,
+                                          xfer_rdma_transport(d->rdma),
+                                          &d->group);
+    }
     int rc = demo_tcp_connect(d->kids, d->base, TCP_CONNECT_MS, &d->tcp,
                               d->err, sizeof d->err);
     if (!rc)
@@ -825,8 +848,10 @@ static int summary(demo *d, const tally *t)
     printf("xfer-demo: %u transfers, %u shards (%s), seed %" PRIu64
            ", fault rate %u ppm\n",
            d->submitted, d->o.shards,
-           d->o.tcp ? "tcp: xferd --shm per shard, a consumer process"
-                    : "loop",
+           d->o.rdma  ? "rdma: xferd --shm --rdma per shard, a consumer "
+                        "process"
+           : d->o.tcp ? "tcp: xferd --shm per shard, a consumer process"
+                      : "loop",
            d->o.seed, d->o.fault_ppm);
     printf("  done %" PRIu64 "  failed %" PRIu64 "  cancelled %" PRIu64
            "  (completed twice %" PRIu64 ", never %" PRIu64 ")\n",
@@ -874,6 +899,7 @@ static void teardown(demo *d)
     xfer_engine_del(d->engine);
     xfer_loop_del(d->loop);
     xfer_tcp_del(d->tcp);
+    xfer_rdma_del(d->rdma);
     if (d->own_base) {
         event_base_loop(d->own_base, EVLOOP_NONBLOCK);
         event_base_free(d->own_base);
@@ -897,6 +923,11 @@ int main(int argc, char **argv)
         return demo_consumer_main(argc - 2, argv + 2);
     demo d = {0};
     parse(&d.o, argc, argv);
+    char why[160];
+    if (d.o.rdma && xfer_rdma_probe(why, sizeof why) != 0) {
+        fprintf(stderr, "xfer-demo: --rdma: %s; nothing run\n", why);
+        return 77;
+    }
     d.rng = d.o.seed * 0x9e3779b97f4a7c15ull + 1;
     d.tty = isatty(STDOUT_FILENO);
     int status = 1, rc = setup(&d);

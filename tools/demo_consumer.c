@@ -35,6 +35,7 @@
 #include "xfer/consumer.h"
 #include "xfer/shm.h"
 #include "xfer/tracefile.h"
+#include "xfer/xfer.h"
 
 #define EXPECT_FIRST_NS 120000000000ull /* until "done" pulls it in */
 #define EXPECT_AFTER_DONE_NS 3000000000ull
@@ -324,9 +325,7 @@ struct demo_consumer {
 
 static uint64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return xfer_clock_monotonic(NULL) / 1000000;
 }
 
 /* Read what the child wrote until `want` is in it, EOF, or the deadline.

@@ -145,7 +145,7 @@ static void make_args(const demo_tcp *t, uint16_t k, child_args *a)
                        "--faults", a->faults,
                        "--drop", a->drop, "--quiet", NULL};
     size_t n = sizeof v / sizeof v[0] - 1;
-    _Static_assert(sizeof v + 7 * sizeof v[0] <= sizeof a->argv,
+    _Static_assert(sizeof v + 8 * sizeof v[0] <= sizeof a->argv,
                    "child_args.argv too small");
     memcpy(a->argv, v, sizeof v);
     if (t->shm[0]) { /* a consumer process reads the pools */
@@ -160,6 +160,8 @@ static void make_args(const demo_tcp *t, uint16_t k, child_args *a)
         a->argv[n++] = "--trace";
         a->argv[n++] = a->trace;
     }
+    if (t->cfg.rdma)
+        a->argv[n++] = "--rdma";
     a->argv[n] = NULL;
 }
 
@@ -393,41 +395,43 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 }
 
-static int first_down(const demo_tcp *t, const xfer_tcp *tcp)
+/* Is shard k's transport connected (tcp or rdma)? */
+typedef bool (*link_up_fn)(const void *tp, uint16_t k);
+
+static bool tcp_up(const void *tp, uint16_t k)
+{
+    return xfer_tcp_connected(tp, k);
+}
+
+static bool rdma_up(const void *tp, uint16_t k)
+{
+    return xfer_rdma_connected(tp, k);
+}
+
+static int first_down(const demo_tcp *t, link_up_fn up, const void *tp)
 {
     for (uint16_t k = 0; k < t->n; k++)
-        if (!xfer_tcp_connected(tcp, k))
+        if (!up(tp, k))
             return k;
     return -1;
 }
 
-int demo_tcp_connect(const demo_tcp *t, struct event_base *base,
-                     uint64_t timeout_ms, xfer_tcp **out, char *err,
-                     size_t cap)
+/* Run base until every shard of tp is up or timeout_ms passed. */
+static int wait_up(const demo_tcp *t, struct event_base *base,
+                   uint64_t timeout_ms, link_up_fn up, const void *tp,
+                   char *err, size_t cap)
 {
-    xfer_tcp_config tc;
-    xfer_tcp_config_default(&tc);
-    tc.nshards = t->n;
-    tc.addrs = t->addrs;
-    tc.reconnect_max_ns = 200000000ull;
-    xfer_tcp *tcp = NULL;
-    int rc = xfer_tcp_new(base, &tc, &tcp);
-    if (rc) {
-        snprintf(err, cap, "cannot make the tcp transport: %s",
-                 xfer_strerror(rc));
-        goto out;
-    }
     /* A tick so EVLOOP_ONCE returns even while nothing happens. */
     struct event *tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
     struct timeval tv = {0, 10000};
-    rc = XFER_ERR_NOMEM;
+    int rc = XFER_ERR_NOMEM;
     if (!tick || event_add(tick, &tv) != 0) {
         snprintf(err, cap, "cannot make a timer event");
         goto out_tick;
     }
     uint64_t end = now_ms() + timeout_ms;
     int down;
-    while ((down = first_down(t, tcp)) >= 0 && now_ms() < end)
+    while ((down = first_down(t, up, tp)) >= 0 && now_ms() < end)
         event_base_loop(base, EVLOOP_ONCE);
     rc = XFER_ERR_CONN_LOST;
     if (down >= 0) {
@@ -436,14 +440,63 @@ int demo_tcp_connect(const demo_tcp *t, struct event_base *base,
         goto out_tick;
     }
     rc = 0;
-    *out = tcp;
-    tcp = NULL;
 out_tick:
     if (tick)
         event_free(tick);
-    xfer_tcp_del(tcp);
-out:
     return rc;
+}
+
+static void tcp_config(const demo_tcp *t, xfer_tcp_config *tc)
+{
+    xfer_tcp_config_default(tc);
+    tc->nshards = t->n;
+    tc->addrs = t->addrs;
+    tc->reconnect_max_ns = 200000000ull;
+}
+
+int demo_tcp_connect(const demo_tcp *t, struct event_base *base,
+                     uint64_t timeout_ms, xfer_tcp **out, char *err,
+                     size_t cap)
+{
+    xfer_tcp_config tc;
+    tcp_config(t, &tc);
+    xfer_tcp *tcp = NULL;
+    int rc = xfer_tcp_new(base, &tc, &tcp);
+    if (rc) {
+        snprintf(err, cap, "cannot make the tcp transport: %s",
+                 xfer_strerror(rc));
+        return rc;
+    }
+    rc = wait_up(t, base, timeout_ms, tcp_up, tcp, err, cap);
+    if (rc) {
+        xfer_tcp_del(tcp);
+        return rc;
+    }
+    *out = tcp;
+    return 0;
+}
+
+int demo_tcp_connect_rdma(const demo_tcp *t, struct event_base *base,
+                          uint64_t timeout_ms, xfer_rdma **out, char *err,
+                          size_t cap)
+{
+    xfer_rdma_config rc_;
+    xfer_rdma_config_default(&rc_);
+    tcp_config(t, &rc_.tcp);
+    xfer_rdma *r = NULL;
+    int rc = xfer_rdma_new(base, &rc_, &r);
+    if (rc) {
+        snprintf(err, cap, "cannot make the rdma transport: %s",
+                 xfer_strerror(rc));
+        return rc;
+    }
+    rc = wait_up(t, base, timeout_ms, rdma_up, r, err, cap);
+    if (rc) {
+        xfer_rdma_del(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "xfer/rdma.h"
 #include "xfer/tcp.h"
 
 struct event_base;
@@ -39,6 +40,7 @@ typedef struct demo_tcp_config {
     const char *trace;    /* shard k traces to TRACE.shard<k> (copied);
                              NULL: none */
     uint64_t take_grace_ms; /* --take-grace */
+    bool rdma;            /* xferd --rdma (demo_tcp_connect_rdma) */
 } demo_tcp_config;
 
 /*
@@ -74,6 +76,13 @@ int demo_tcp_start(const demo_tcp_config *cfg, demo_tcp **out, char *err,
 int demo_tcp_connect(const demo_tcp *t, struct event_base *base,
                      uint64_t timeout_ms, xfer_tcp **out, char *err,
                      size_t cap);
+
+/* demo_tcp_connect with the RDMA transport (xfer/rdma.h): each shard's
+ * control connection and its rdmacm connection, to children started with
+ * cfg.rdma.  Same errors, and what xfer_rdma_new returned. */
+int demo_tcp_connect_rdma(const demo_tcp *t, struct event_base *base,
+                          uint64_t timeout_ms, xfer_rdma **out, char *err,
+                          size_t cap);
 
 /*
  * Ask every child for STATUS and sum their bytes in use into *bytes.

@@ -202,6 +202,10 @@ static const char *resv_waits(xfer_resv_state st)
     case XFER_RESV_STATE_CANCEL_PENDING:
     case XFER_RESV_STATE_EXPIRE_PENDING:
         return "write end (free deferred)";
+    case XFER_RESV_STATE_COMMIT_INVAL:
+    case XFER_RESV_STATE_CANCEL_INVAL:
+    case XFER_RESV_STATE_EXPIRE_INVAL:
+        return "rkey invalidation";
     case XFER_RESV_STATE_NONE:
     case XFER_RESV_STATE_CANCELLED:
     case XFER_RESV_STATE_EXPIRED:

@@ -46,6 +46,20 @@ typedef struct xfer_post {
     xfer_slice slices[];
 } xfer_post;
 
+/* Bracket one loop callback's batch of inputs (a transport's results):
+ * with the library's own clock, xfer_engine_now returns one reading for
+ * the whole batch; with an injected clock both are no-ops.  Pairs nest.
+ * End the batch before running user code (which may take its time and
+ * then call the engine) and begin a new one after.  Loop thread. */
+void xfer_engine_batch_begin(xfer_engine *e);
+void xfer_engine_batch_end(xfer_engine *e);
+/* Inside a batch xfer_engine_deliver steps the core but leaves the
+ * actions of the results for later: perform them now.  A transport calls
+ * it before anything in the batch that is not a delivery and could start
+ * or order ops (its own messages), so ops start in the same order as when
+ * every result is drained at once; batch_end calls it too.  Loop thread. */
+void xfer_engine_flush(xfer_engine *e);
+
 /* The engine's allocator (cfg.core.alloc), for the objects it hands out
  * (engine_ctl.c).  Borrowed: valid while e lives. */
 const xfer_allocator *xfer_engine_alloc(const xfer_engine *e);

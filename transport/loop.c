@@ -37,6 +37,9 @@
 
 #define LOOP_MAX_RULES 64
 #define LOOP_BATCH 512
+/* Finished op records kept for reuse, at most (the rest go back to the
+ * allocator): 64 transfers in flight on 4 shards keep 256 ops busy. */
+#define LOOP_SPARE_OPS 1024
 
 enum { MSG_ARRIVE, MSG_WRITE_END, MSG_REPLY };
 enum { OP_QUEUED, OP_DROPPED, OP_WRITING, OP_REPLYING };
@@ -56,7 +59,8 @@ struct loop_op {
     xfer_shard_result res;
     loop_msg *msg;   /* the op's pending message, if any */
     xfer_list_node link; /* on the list of outstanding ops */
-    loop_op *retry_next; /* on the retry list: REPLY not yet queued */
+    loop_op *retry_next; /* on the retry list: REPLY not yet queued; on
+                            the spare list once finished */
     uint8_t state, fault, replied;
     uint8_t lost; /* its shard went down mid-write, and there was no memory
                      to answer at once: WRITE_END answers CONN_LOST */
@@ -76,6 +80,9 @@ struct xfer_loop {
     loop_msg **fifo;     /* messages due at once, in seq order, */
     xfer_ring fring;     /* in a FIFO over this ring */
     loop_msg *spare;     /* recycled messages */
+    loop_op *spare_ops;  /* recycled op records, at most LOOP_SPARE_OPS */
+    uint32_t nspare_ops;
+    bool run_active;     /* run_ev is on libevent's active queue */
     uint64_t last_now;   /* the latest clock reading */
     uint64_t seq, rng;
     xfer_list ops;       /* outstanding, oldest first */
@@ -197,23 +204,40 @@ static void recycle(xfer_loop *l, loop_msg *m)
     l->spare = m;
 }
 
+/* Put run_ev on the active queue, once: activating an event that is
+ * already active changes nothing in libevent (it keeps its place in the
+ * queue), so every message posted after the first of a batch skips the
+ * call.  on_run clears the flag on entry, when libevent has taken the
+ * event off the queue. */
+static void activate_run(xfer_loop *l)
+{
+    if (l->run_active)
+        return;
+    l->run_active = true;
+    event_active(l->run_ev, EV_TIMEOUT, 0);
+}
+
 static void schedule_run(xfer_loop *l)
 {
     if (!l->run_ev)
         return;
     if (!xfer_ring_empty(&l->fring)) {
-        event_active(l->run_ev, EV_TIMEOUT, 0);
+        activate_run(l);
         return;
     }
     if (l->nheap == 0)
         return;
     uint64_t now = now_of(l), due = l->heap[0]->due;
     if (due <= now) {
-        event_active(l->run_ev, EV_TIMEOUT, 0);
+        activate_run(l);
         return;
     }
     struct timeval tv = xfer_timer_delay(due - now);
     event_add(l->run_ev, &tv);
+    /* Adding a timeout to an event activated with EV_TIMEOUT takes it off
+     * libevent's active queue: the next message due at once must activate
+     * it again. */
+    l->run_active = false;
 }
 
 /* Queue a message for op; the op remembers it so it can be cancelled. */
@@ -254,6 +278,32 @@ static void unlink_op(xfer_loop *l, loop_op *op)
     xfer_list_remove(&l->ops, &op->link);
 }
 
+/* A zeroed op record: a recycled one, else one from cfg.alloc.  NULL when
+ * out of memory. */
+static loop_op *new_op(xfer_loop *l)
+{
+    loop_op *op = l->spare_ops;
+    if (!op)
+        return xfer_util_calloc(&l->cfg.alloc, 1, sizeof *op);
+    l->spare_ops = op->retry_next;
+    l->nspare_ops--;
+    memset(op, 0, sizeof *op);
+    return op;
+}
+
+/* An op that is off every list: keep it for the next start, or free it
+ * when LOOP_SPARE_OPS are kept already. */
+static void free_op(xfer_loop *l, loop_op *op)
+{
+    if (l->nspare_ops == LOOP_SPARE_OPS) {
+        xfer_util_free(&l->cfg.alloc, op);
+        return;
+    }
+    op->retry_next = l->spare_ops;
+    l->spare_ops = op;
+    l->nspare_ops++;
+}
+
 static void reply(xfer_loop *l, loop_op *op, int32_t status)
 {
     cancel_msg(op);
@@ -265,7 +315,7 @@ static void reply(xfer_loop *l, loop_op *op, int32_t status)
         op->retry_next = l->retry;
         l->retry = op;
         if (l->run_ev)
-            event_active(l->run_ev, EV_TIMEOUT, 0);
+            activate_run(l);
     }
 }
 
@@ -281,12 +331,20 @@ static void repost_retries(xfer_loop *l)
     }
 }
 
+/* The user's event callback runs outside the engine's batch (engine_int.h):
+ * it may take its time and call the engine, which then reads its clock. */
 static void emit_events(xfer_loop *l, xfer_shard *s)
 {
     size_t n;
     const xfer_shard_event *ev = xfer_shard_events(s, &n);
-    for (size_t i = 0; i < n && l->cfg.on_event; i++)
-        l->cfg.on_event(l->cfg.on_event_ud, &ev[i]);
+    if (n && l->cfg.on_event) {
+        if (l->engine)
+            xfer_engine_batch_end(l->engine);
+        for (size_t i = 0; i < n; i++)
+            l->cfg.on_event(l->cfg.on_event_ud, &ev[i]);
+        if (l->engine)
+            xfer_engine_batch_begin(l->engine);
+    }
     xfer_shard_events_clear(s);
 }
 
@@ -381,7 +439,7 @@ static void on_write_end(xfer_loop *l, loop_op *op, uint64_t now)
         /* The producer already heard "connection lost"; the shard side of
          * the write is now over too. */
         unlink_op(l, op);
-        xfer_util_free(&l->cfg.alloc, op);
+        free_op(l, op);
         return;
     }
     if (op->lost)
@@ -398,7 +456,7 @@ static void on_reply(xfer_loop *l, loop_op *op)
     op->msg = NULL;
     xfer_shard_result r = op->res;
     unlink_op(l, op);
-    xfer_util_free(&l->cfg.alloc, op);
+    free_op(l, op);
     if (l->engine)
         xfer_engine_deliver(l->engine, &r);
 }
@@ -418,7 +476,11 @@ static void arm_shard_timer(xfer_loop *l)
 static void on_run(evutil_socket_t fd, short what, void *arg)
 {
     xfer_loop *l = arg;
+    l->run_active = false; /* libevent took run_ev off its active queue */
     uint64_t now = now_of(l);
+    /* The replies of this run are one batch for the engine's clock. */
+    if (l->engine)
+        xfer_engine_batch_begin(l->engine);
     repost_retries(l);
     loop_msg *m;
     for (int i = 0; i < LOOP_BATCH && (m = next_due(l, now)) != NULL; i++) {
@@ -427,6 +489,10 @@ static void on_run(evutil_socket_t fd, short what, void *arg)
         recycle(l, m);
         if (!op)
             continue;
+        /* Replies in a row are one batch of results for the engine; the
+         * ops they start are posted before any other message runs. */
+        if (kind != MSG_REPLY && l->engine)
+            xfer_engine_flush(l->engine);
         if (kind == MSG_ARRIVE)
             on_arrive(l, op, now);
         else if (kind == MSG_WRITE_END)
@@ -434,6 +500,8 @@ static void on_run(evutil_socket_t fd, short what, void *arg)
         else
             on_reply(l, op);
     }
+    if (l->engine)
+        xfer_engine_batch_end(l->engine);
     schedule_run(l);
     arm_shard_timer(l);
 }
@@ -443,10 +511,14 @@ static void on_shard_timer(evutil_socket_t fd, short what, void *arg)
     xfer_loop *l = arg;
     xfer_timer_fired(&l->shard_timer); /* re-arm whatever comes next */
     uint64_t now = now_of(l);
+    if (l->engine)
+        xfer_engine_batch_begin(l->engine); /* emit_events pauses it */
     for (uint16_t k = 0; k < l->cfg.nshards; k++) {
         xfer_shard_on_timer(l->shards[k], now);
         emit_events(l, l->shards[k]);
     }
+    if (l->engine)
+        xfer_engine_batch_end(l->engine);
     arm_shard_timer(l);
 }
 
@@ -523,7 +595,7 @@ static int t_start(void *self, const xfer_action *a, const void *src)
     xfer_loop *l = self;
     if (a->shard >= l->cfg.nshards || a->kind > XFER_ACT_CANCEL)
         return XFER_ERR_INVALID_ARG;
-    loop_op *op = xfer_util_calloc(&l->cfg.alloc, 1, sizeof *op);
+    loop_op *op = new_op(l);
     if (!op)
         return XFER_ERR_NOMEM;
     op->a = *a;
@@ -533,7 +605,7 @@ static int t_start(void *self, const xfer_action *a, const void *src)
                                   .shard = a->shard, .op = (uint8_t)a->kind};
     uint64_t delay = decide(l, op);
     if (post(l, op, MSG_ARRIVE, delay) != 0) {
-        xfer_util_free(&l->cfg.alloc, op);
+        free_op(l, op);
         return XFER_ERR_NOMEM;
     }
     xfer_list_push_back(&l->ops, &op->link);
@@ -661,6 +733,11 @@ void xfer_loop_del(xfer_loop *l)
     }
     for (loop_op *op; (op = op_of(xfer_list_pop_front(&l->ops))) != NULL;)
         xfer_util_free(a, op);
+    while (l->spare_ops) {
+        loop_op *op = l->spare_ops;
+        l->spare_ops = op->retry_next;
+        xfer_util_free(a, op);
+    }
     if (l->run_ev)
         event_free(l->run_ev);
     xfer_timer_clear(&l->shard_timer);
@@ -694,7 +771,7 @@ void xfer_loop_clear_rules(xfer_loop *l)
  * write ends (never not at all). */
 static void lose_write(xfer_loop *l, loop_op *op)
 {
-    loop_op *rep = xfer_util_calloc(&l->cfg.alloc, 1, sizeof *rep);
+    loop_op *rep = new_op(l);
     if (!rep) {
         op->lost = 1;
         return;

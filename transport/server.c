@@ -27,6 +27,7 @@
 #include <openssl/crypto.h>
 
 #include "auth.h"
+#include "server_rdma.h"
 #include "util.h"       /* fsm_private_dep: the injected allocator */
 
 void xfer_server_config_default(xfer_server_config *cfg)
@@ -223,6 +224,7 @@ static int make_shards(xfer_server *s)
             .tombstone_ttl_ns = s->cfg.tombstone_ttl_ns,
             .shard_index = h->index,
             .pool_memory = h->base,
+            .one_sided = s->one_sided,
             .alloc = s->cfg.alloc,
             .trace = h->trace.fn ? h->trace : s->cfg.trace,
             /* ids nobody can predict, and one owner per session */
@@ -340,7 +342,9 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 /* New and del                                                             */
 /* ---------------------------------------------------------------------- */
 
-int xfer_server_new(const xfer_server_config *cfg, xfer_server **out)
+/* rdma: also serve the shards over RDMA (server_rdma.h) */
+static int server_new(const xfer_server_config *cfg, bool rdma,
+                      const xfer_server_rdma_config *rcfg, xfer_server **out)
 {
     if (!cfg || !out)
         return XFER_ERR_INVALID_ARG;
@@ -364,6 +368,7 @@ int xfer_server_new(const xfer_server_config *cfg, xfer_server **out)
                             s);
     if (trc || !s->drain_ev || !s->reap_ev || !s->accept_ev || !s->sweep_ev)
         goto out_fail;
+    s->one_sided = rdma;
     uint64_t probe;
     rc = xfer_auth_random(&probe, sizeof probe); /* the CSPRNG answers */
     if (!rc)
@@ -373,6 +378,8 @@ int xfer_server_new(const xfer_server_config *cfg, xfer_server **out)
     if (rc)
         goto out_fail;
     rc = listen_on(s);
+    if (!rc && rdma)
+        rc = xfer_server_rdma_new(s, rcfg, &s->rdma);
     if (rc)
         goto out_fail;
     struct timeval tick = xfer_server_sweep_tick(s);
@@ -384,12 +391,37 @@ out_fail:
     return rc;
 }
 
+int xfer_server_new(const xfer_server_config *cfg, xfer_server **out)
+{
+    return server_new(cfg, false, NULL, out);
+}
+
+void xfer_server_rdma_config_default(xfer_server_rdma_config *cfg)
+{
+    if (cfg)
+        *cfg = (xfer_server_rdma_config){
+            .version = XFER_SERVER_RDMA_CONFIG_VERSION};
+}
+
+int xfer_server_new_rdma(const xfer_server_config *cfg,
+                         const xfer_server_rdma_config *rcfg,
+                         xfer_server **out)
+{
+    return server_new(cfg, true, rcfg, out);
+}
+
+uint16_t xfer_server_rdma_port(const xfer_server *s)
+{
+    return s ? xfer_server_rdma_bound_port(s->rdma) : 0;
+}
+
 void xfer_server_del(xfer_server *s)
 {
     if (!s)
         return;
     while (!xfer_list_empty(&s->conns))
         xfer_server_conn_close(xfer_server_conn_of(s->conns.head));
+    xfer_server_rdma_del(s->rdma); /* before the shards it registered */
     if (s->lis)
         evconnlistener_free(s->lis);
     xfer_timer_clear(&s->timer);

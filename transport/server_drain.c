@@ -15,11 +15,16 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+/* A write may still land (one-sided shards: until the rkey's
+ * invalidation completed). */
 static bool busy_state(xfer_resv_state st)
 {
     return st == XFER_RESV_STATE_RESERVED || st == XFER_RESV_STATE_WRITING ||
            st == XFER_RESV_STATE_CANCEL_PENDING ||
-           st == XFER_RESV_STATE_EXPIRE_PENDING;
+           st == XFER_RESV_STATE_EXPIRE_PENDING ||
+           st == XFER_RESV_STATE_COMMIT_INVAL ||
+           st == XFER_RESV_STATE_CANCEL_INVAL ||
+           st == XFER_RESV_STATE_EXPIRE_INVAL;
 }
 
 static void count_busy(void *ud, uint64_t id, uint32_t attempt,

@@ -31,6 +31,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "server_rdma.h"
 #include "util.h"       /* fsm_private_dep: the injected allocator */
 
 #define MAX_BATCH 256
@@ -269,6 +270,8 @@ static void consume(xfer_server *s, xfer_server_hosted *hs,
  * first (consume calls back into the shard). */
 static void flush_events(xfer_server *s, xfer_server_hosted *hs)
 {
+    if (s->rdma) /* first: what it frees or publishes has events */
+        xfer_server_rdma_invalidate(s->rdma, hs, xfer_server_now(s));
     size_t n;
     const xfer_shard_event *evs = xfer_shard_events(hs->sh, &n);
     xfer_shard_event copy[MAX_BATCH];

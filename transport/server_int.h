@@ -143,6 +143,10 @@ struct xfer_server {
     uint64_t conns_refused, timeouts, writes_stalled;
     uint64_t out_bytes;      /* queued output of every connection */
     uint64_t log_window, log_dropped;
+    /* RDMA (server_rdma.h): one-sided shards, and their rkeys; NULL and
+     * false on a TCP-only server */
+    bool one_sided;
+    struct xfer_server_rdma *rdma;
 };
 
 /* The connection of a node of srv->conns; NULL for NULL. */

@@ -28,6 +28,8 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "server_rdma.h"
+
 /* ---------------------------------------------------------------------- */
 /* Replies and faults                                                      */
 /* ---------------------------------------------------------------------- */
@@ -205,6 +207,16 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
         a->type = XFER_WIRE_T_RESERVE_OK;
         a->resv_id = rc ? 0 : info.resv_id;
         a->addr = rc ? 0 : info.addr;
+        a->rkey = 0;
+        if (rc == 0 && c->srv->rdma &&
+            xfer_server_rdma_bind(c->srv->rdma, hs, m->id, info.resv_id,
+                                  info.addr, m->len, &a->rkey) != 0) {
+            /* no rkey, no reservation: give the region back, as the
+             * session that reserved it (its quota, its tombstone) */
+            xfer_shard_cancel_by(hs->sh, t, c->owner, m->id, m->attempt,
+                                 info.resv_id);
+            rc = XFER_ERR_NOMEM;
+        }
         if (rc == 0)
             xfer_server_track_reserved(c->srv, hs, m->id, m->attempt,
                                        info.resv_id, m->len);

@@ -27,6 +27,12 @@
  *    (counted as bad_frames) exactly like a loss;
  *  - every allocation goes through cfg.alloc; an orphan carries a copy of
  *    it, since its cleanup runs after the transport is gone.
+ *
+ * As the control channel of another transport (tcp_int.h: the RDMA
+ * transport), results go to the owner's deliver hook instead of the
+ * engine, the owner hears each connection come up (HELLO answered) and go
+ * down, and a connection that is up holds its ops (state C_GATED) until
+ * the owner opens it: its data path is up too.
  */
 #include <string.h>
 
@@ -45,6 +51,7 @@
 #include "util.h"
 #include "list.h" /* fsm/: the one intrusive list (fsm_private_dep) */
 #include "ring.h" /* fsm/: the one ring buffer (fsm_private_dep) */
+#include "tcp_int.h"
 #include "timer.h"
 #include "wire_frame.h"
 #include "xfer/tcp.h"
@@ -52,7 +59,9 @@
 #define TCP_ADDR_MAX 64
 #define TCP_DELIVER_BATCH 4096
 
-enum { C_DOWN, C_CONNECTING, C_HELLO, C_UP };
+/* C_GATED: HELLO answered, ops held until the owner opens the connection
+ * (only with hooks; see tcp_int.h). */
+enum { C_DOWN, C_CONNECTING, C_HELLO, C_GATED, C_UP };
 enum { L_NONE, L_WAIT, L_SENT };
 
 typedef struct tcp_op tcp_op;
@@ -83,6 +92,7 @@ struct tcp_conn {
     struct event *retry_ev, *grace_ev;
     uint64_t backoff_ns;
     uint32_t next_req, hello_req;
+    bool told_up;         /* the owner heard it come up (hooks) */
     xfer_list wait, sent; /* of tcp_op, oldest first */
     xfer_wire_msg hello;  /* the HELLO2 sent on this connection */
     bool challenged;      /* the shard proved it knows the secret */
@@ -101,6 +111,7 @@ struct xfer_tcp {
     uint8_t session[XFER_WIRE_SESSION];   /* ours, for every HELLO2 */
     uint8_t secret[XFER_AUTH_SECRET_MAX];
     size_t secret_len;
+    xfer_tcp_hooks hooks;   /* deliver NULL: plain TCP transport */
 };
 
 /* ---------------------------------------------------------------------- */
@@ -188,7 +199,9 @@ static void on_deliver(evutil_socket_t fd, short what, void *arg)
     for (int i = 0; i < TCP_DELIVER_BATCH && !xfer_ring_empty(&t->qring);
          i++) {
         xfer_shard_result r = t->q[xfer_ring_pop(&t->qring)];
-        if (t->engine)
+        if (t->hooks.deliver)
+            t->hooks.deliver(t->hooks.ud, &r);
+        else if (t->engine)
             xfer_engine_deliver(t->engine, &r);
     }
     if (!xfer_ring_empty(&t->qring))
@@ -354,10 +367,18 @@ static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
         c->t->st.hello_refused++;
         return false;
     }
-    c->state = C_UP;
     c->backoff_ns = 0;
     c->t->st.connects++;
     bufferevent_set_timeouts(c->bev, NULL, NULL);
+    if (c->t->hooks.link) {
+        /* the owner sets up the rest and opens the connection */
+        c->state = C_GATED;
+        c->told_up = true;
+        c->t->hooks.link(c->t->hooks.ud, c->shard, true,
+                         bufferevent_getfd(c->bev));
+        return true;
+    }
+    c->state = C_UP;
     flush_wait(c);
     return true;
 }
@@ -367,6 +388,8 @@ static bool on_frame(tcp_conn *c, const xfer_wire_hdr *h,
 {
     if (c->state == C_HELLO)
         return on_hello_ack(c, h, m);
+    if (c->state == C_GATED)
+        return false; /* nothing was sent: no reply can be due */
     switch (m->type) {
     case XFER_WIRE_T_RESERVE_OK:
     case XFER_WIRE_T_WRITE_ACK:
@@ -424,6 +447,10 @@ static void fail_list(tcp_conn *c, xfer_list *l, int32_t status)
 
 static void close_bev(tcp_conn *c)
 {
+    if (c->told_up) {
+        c->told_up = false;
+        c->t->hooks.link(c->t->hooks.ud, c->shard, false, -1);
+    }
     if (!c->bev)
         return;
     /* Freeing the bufferevent releases its output; the staging references
@@ -693,6 +720,12 @@ static int init_conn(xfer_tcp *t, uint16_t k, const char *addr)
 int xfer_tcp_new(struct event_base *base, const xfer_tcp_config *cfg,
                  xfer_tcp **out)
 {
+    return xfer_tcp_new_hooked(base, cfg, NULL, out);
+}
+
+int xfer_tcp_new_hooked(struct event_base *base, const xfer_tcp_config *cfg,
+                        const xfer_tcp_hooks *hooks, xfer_tcp **out)
+{
     xfer_tcp_config c;
     xfer_tcp_config_default(&c);
     if (!base || !out ||
@@ -705,6 +738,8 @@ int xfer_tcp_new(struct event_base *base, const xfer_tcp_config *cfg,
         return XFER_ERR_NOMEM;
     t->base = base;
     t->cfg = c;
+    if (hooks)
+        t->hooks = *hooks;
     set_defaults(&t->cfg);
     int rc = xfer_auth_client_init(c.secret, c.secret_len, c.session,
                                    t->secret, &t->secret_len, t->session);
@@ -793,6 +828,26 @@ void xfer_tcp_drop(xfer_tcp *t, uint16_t shard)
 {
     if (t && shard < t->cfg.nshards && t->conns[shard].bev)
         conn_lost(&t->conns[shard], false);
+}
+
+void xfer_tcp_open(xfer_tcp *t, uint16_t shard)
+{
+    tcp_conn *c = &t->conns[shard];
+    if (c->state != C_GATED)
+        return;
+    c->state = C_UP;
+    flush_wait(c);
+}
+
+int xfer_tcp_start_op(xfer_tcp *t, const xfer_action *a)
+{
+    return a->kind == XFER_ACT_WRITE ? XFER_ERR_INVALID_ARG
+                                     : t_start(t, a, NULL);
+}
+
+void xfer_tcp_abort_op(xfer_tcp *t, const xfer_action *a)
+{
+    t_abort(t, a);
 }
 
 int xfer_tcp_split_addrs(const char *list, char *buf, size_t cap,

@@ -171,7 +171,15 @@ typedef struct xfer_core_config {
     uint32_t max_transfers;   /* live transfers; default 65536 */
     uint32_t max_tombstones;  /* tombstones incl. slots held by live ones;
                                  0 (the default): 4 * max_transfers */
-    uint64_t tombstone_ttl_ns;    /* >= lease TTL + margin; default 60 s */
+    uint64_t tombstone_ttl_ns;    /* >= consumer_lease_ns + net_margin_ns
+                                     (checked); default 60 s */
+    uint64_t consumer_lease_ns;   /* the longest lease TTL of the consumer
+                                     groups this core sends to; 0 (the
+                                     default): 10 s, the shard's default */
+    uint64_t net_margin_ns;       /* the longest a message may stay in
+                                     flight; 0 (the default): 20 s, the
+                                     shard's default tombstone TTL, which
+                                     must outlive it (docs/design.md 2.2) */
     uint64_t default_deadline_ns; /* relative; default 30 s */
     uint64_t cancel_op_timeout_ns; /* abort a cancel not answered; 5 s */
     uint64_t cancel_backoff_ns;   /* first retry delay, doubled; 10 ms */
@@ -207,7 +215,9 @@ typedef struct xfer_core_stats {
  * xfer_core_new - create a core.  `cfg` is copied; NULL means all defaults.
  * On success writes *out and returns 0; on failure *out is untouched.
  * Errors: XFER_ERR_INVALID_ARG (out NULL, a version this library does not
- * know, bad config), XFER_ERR_NOMEM.
+ * know, bad config: among others a tombstone TTL shorter than
+ * consumer_lease_ns + net_margin_ns, which would let a late submit recreate
+ * a transfer whose consumer state may still live), XFER_ERR_NOMEM.
  */
 XFER_API int xfer_core_new(const xfer_core_config *cfg, xfer_core **out);
 

@@ -232,7 +232,13 @@ typedef enum xfer_transfer_event {
     X(EXPIRE_PENDING)  /* lease ran out during a write: same */              \
     X(CANCELLED)       /* tombstone: freed by cancel */                      \
     X(EXPIRED)         /* tombstone: freed by lease expiry */                \
-    X(DONE)            /* tombstone: taken, then released by the consumer */
+    X(DONE)            /* tombstone: taken, then released by the consumer */ \
+    /* One-sided shards only (xfer_shard_config.one_sided, RDMA): the       \
+     * region's rkey is being invalidated; nothing is freed, and no READY   \
+     * goes out, before INVALIDATED says no write can land any more. */    \
+    X(COMMIT_INVAL)    /* committed: READY once invalidated */             \
+    X(CANCEL_INVAL)    /* cancelled: freed once invalidated */             \
+    X(EXPIRE_INVAL)    /* lease ran out: freed once invalidated */
 
 #define XFER_RESV_EVENTS(X)                                                   \
     X(RESERVE)                                                                \
@@ -244,7 +250,8 @@ typedef enum xfer_transfer_event {
     X(LEASE_EXPIRE)                                                           \
     X(TAKE)                                                                   \
     X(RELEASE)                                                                \
-    X(TOMB_EXPIRE)
+    X(TOMB_EXPIRE)                                                            \
+    X(INVALIDATED)     /* one-sided: the rkey's invalidation completed */
 
 #define XFER_RESV_TABLE(X)                                                    \
     X(NONE, RESERVE,              TRANSITION, reserve)                        \
@@ -257,6 +264,7 @@ typedef enum xfer_transfer_event {
     X(NONE, TAKE,                 IGNORE,     refuse)                         \
     X(NONE, RELEASE,              IGNORE,     refuse)                         \
     X(NONE, TOMB_EXPIRE,          ILLEGAL,    none)                           \
+    X(NONE, INVALIDATED,          ILLEGAL,    none)                           \
                                                                               \
     X(RESERVED, RESERVE,          IGNORE,     reserve_again)                  \
     X(RESERVED, WRITE_BEGIN,      TRANSITION, write_begin)                    \
@@ -268,6 +276,7 @@ typedef enum xfer_transfer_event {
     X(RESERVED, TAKE,             IGNORE,     refuse)                         \
     X(RESERVED, RELEASE,          IGNORE,     refuse)                         \
     X(RESERVED, TOMB_EXPIRE,      ILLEGAL,    none)                           \
+    X(RESERVED, INVALIDATED,      ILLEGAL,    none)                           \
                                                                               \
     X(WRITING, RESERVE,           IGNORE,     reserve_again)                  \
     X(WRITING, WRITE_BEGIN,       TRANSITION, write_begin)                    \
@@ -279,6 +288,7 @@ typedef enum xfer_transfer_event {
     X(WRITING, TAKE,              IGNORE,     refuse)                         \
     X(WRITING, RELEASE,           IGNORE,     refuse)                         \
     X(WRITING, TOMB_EXPIRE,       ILLEGAL,    none)                           \
+    X(WRITING, INVALIDATED,       ILLEGAL,    none)                           \
                                                                               \
     X(READY, RESERVE,             IGNORE,     refuse)                         \
     X(READY, WRITE_BEGIN,         IGNORE,     refuse)                         \
@@ -290,6 +300,7 @@ typedef enum xfer_transfer_event {
     X(READY, TAKE,                TRANSITION, take)                           \
     X(READY, RELEASE,             IGNORE,     refuse)                         \
     X(READY, TOMB_EXPIRE,         ILLEGAL,    none)                           \
+    X(READY, INVALIDATED,         ILLEGAL,    none)                           \
                                                                               \
     X(TAKEN, RESERVE,             IGNORE,     refuse)                         \
     X(TAKEN, WRITE_BEGIN,         IGNORE,     refuse)                         \
@@ -301,6 +312,7 @@ typedef enum xfer_transfer_event {
     X(TAKEN, TAKE,                IGNORE,     refuse)                         \
     X(TAKEN, RELEASE,             TRANSITION, release)                        \
     X(TAKEN, TOMB_EXPIRE,         ILLEGAL,    none)                           \
+    X(TAKEN, INVALIDATED,         ILLEGAL,    none)                           \
                                                                               \
     X(CANCEL_PENDING, RESERVE,        IGNORE,     refuse)                     \
     X(CANCEL_PENDING, WRITE_BEGIN,    IGNORE,     refuse)                     \
@@ -312,6 +324,7 @@ typedef enum xfer_transfer_event {
     X(CANCEL_PENDING, TAKE,           IGNORE,     refuse)                     \
     X(CANCEL_PENDING, RELEASE,        IGNORE,     refuse)                     \
     X(CANCEL_PENDING, TOMB_EXPIRE,    ILLEGAL,    none)                       \
+    X(CANCEL_PENDING, INVALIDATED,ILLEGAL,    none)                           \
                                                                               \
     X(EXPIRE_PENDING, RESERVE,        IGNORE,     refuse)                     \
     X(EXPIRE_PENDING, WRITE_BEGIN,    IGNORE,     refuse)                     \
@@ -323,6 +336,7 @@ typedef enum xfer_transfer_event {
     X(EXPIRE_PENDING, TAKE,           IGNORE,     refuse)                     \
     X(EXPIRE_PENDING, RELEASE,        IGNORE,     refuse)                     \
     X(EXPIRE_PENDING, TOMB_EXPIRE,    ILLEGAL,    none)                       \
+    X(EXPIRE_PENDING, INVALIDATED,ILLEGAL,    none)                           \
                                                                               \
     X(CANCELLED, RESERVE,         IGNORE,     refuse)                         \
     X(CANCELLED, WRITE_BEGIN,     IGNORE,     refuse)                         \
@@ -334,6 +348,7 @@ typedef enum xfer_transfer_event {
     X(CANCELLED, TAKE,            IGNORE,     refuse)                         \
     X(CANCELLED, RELEASE,         IGNORE,     refuse)                         \
     X(CANCELLED, TOMB_EXPIRE,     TRANSITION, drop)                           \
+    X(CANCELLED, INVALIDATED,     ILLEGAL,    none)                           \
                                                                               \
     X(EXPIRED, RESERVE,           IGNORE,     refuse)                         \
     X(EXPIRED, WRITE_BEGIN,       IGNORE,     refuse)                         \
@@ -345,6 +360,7 @@ typedef enum xfer_transfer_event {
     X(EXPIRED, TAKE,              IGNORE,     refuse)                         \
     X(EXPIRED, RELEASE,           IGNORE,     refuse)                         \
     X(EXPIRED, TOMB_EXPIRE,       TRANSITION, drop)                           \
+    X(EXPIRED, INVALIDATED,       ILLEGAL,    none)                           \
                                                                               \
     X(DONE, RESERVE,              IGNORE,     refuse)                         \
     X(DONE, WRITE_BEGIN,          IGNORE,     refuse)                         \
@@ -355,7 +371,44 @@ typedef enum xfer_transfer_event {
     X(DONE, LEASE_EXPIRE,         ILLEGAL,    none)                           \
     X(DONE, TAKE,                 IGNORE,     refuse)                         \
     X(DONE, RELEASE,              IGNORE,     refuse)                         \
-    X(DONE, TOMB_EXPIRE,          TRANSITION, drop)
+    X(DONE, TOMB_EXPIRE,          TRANSITION, drop)                           \
+    X(DONE, INVALIDATED,          ILLEGAL,    none)                           \
+                                                                              \
+    X(COMMIT_INVAL, RESERVE,      IGNORE,     refuse)                         \
+    X(COMMIT_INVAL, WRITE_BEGIN,  IGNORE,     refuse)                         \
+    X(COMMIT_INVAL, WRITE_END_OK, ILLEGAL,    none)                           \
+    X(COMMIT_INVAL, WRITE_END_FAIL, ILLEGAL,   none)                          \
+    X(COMMIT_INVAL, COMMIT,       IGNORE,     ack)                            \
+    X(COMMIT_INVAL, CANCEL,       DEFER,      defer_cancel_inval)             \
+    X(COMMIT_INVAL, LEASE_EXPIRE, DEFER,      defer_expire_inval)             \
+    X(COMMIT_INVAL, TAKE,         IGNORE,     refuse)                         \
+    X(COMMIT_INVAL, RELEASE,      IGNORE,     refuse)                         \
+    X(COMMIT_INVAL, TOMB_EXPIRE,  ILLEGAL,    none)                           \
+    X(COMMIT_INVAL, INVALIDATED,  TRANSITION, invalidated)                    \
+                                                                              \
+    X(CANCEL_INVAL, RESERVE,      IGNORE,     refuse)                         \
+    X(CANCEL_INVAL, WRITE_BEGIN,  IGNORE,     refuse)                         \
+    X(CANCEL_INVAL, WRITE_END_OK, ILLEGAL,    none)                           \
+    X(CANCEL_INVAL, WRITE_END_FAIL, ILLEGAL,   none)                          \
+    X(CANCEL_INVAL, COMMIT,       IGNORE,     refuse)                         \
+    X(CANCEL_INVAL, CANCEL,       IGNORE,     ack)                            \
+    X(CANCEL_INVAL, LEASE_EXPIRE, IGNORE,     none)                           \
+    X(CANCEL_INVAL, TAKE,         IGNORE,     refuse)                         \
+    X(CANCEL_INVAL, RELEASE,      IGNORE,     refuse)                         \
+    X(CANCEL_INVAL, TOMB_EXPIRE,  ILLEGAL,    none)                           \
+    X(CANCEL_INVAL, INVALIDATED,  TRANSITION, invalidated)                    \
+                                                                              \
+    X(EXPIRE_INVAL, RESERVE,      IGNORE,     refuse)                         \
+    X(EXPIRE_INVAL, WRITE_BEGIN,  IGNORE,     refuse)                         \
+    X(EXPIRE_INVAL, WRITE_END_OK, ILLEGAL,    none)                           \
+    X(EXPIRE_INVAL, WRITE_END_FAIL, ILLEGAL,   none)                          \
+    X(EXPIRE_INVAL, COMMIT,       IGNORE,     refuse)                         \
+    X(EXPIRE_INVAL, CANCEL,       IGNORE,     ack)                            \
+    X(EXPIRE_INVAL, LEASE_EXPIRE, ILLEGAL,    none)                           \
+    X(EXPIRE_INVAL, TAKE,         IGNORE,     refuse)                         \
+    X(EXPIRE_INVAL, RELEASE,      IGNORE,     refuse)                         \
+    X(EXPIRE_INVAL, TOMB_EXPIRE,  ILLEGAL,    none)                           \
+    X(EXPIRE_INVAL, INVALIDATED,  TRANSITION, invalidated)
 
 /* Edges of the reservation machine (see XFER_TRANSFER_EDGES). */
 #define XFER_RESV_EDGES(X)                                                    \
@@ -379,7 +432,20 @@ typedef enum xfer_transfer_event {
     X(EXPIRE_PENDING, WRITE_END_FAIL, EXPIRED)                                \
     X(CANCELLED, TOMB_EXPIRE, NONE)                                           \
     X(EXPIRED, TOMB_EXPIRE, NONE)                                             \
-    X(DONE, TOMB_EXPIRE, NONE)
+    X(DONE, TOMB_EXPIRE, NONE)                                                \
+    /* one-sided shards: the rkey's invalidation comes first */             \
+    X(RESERVED, COMMIT, COMMIT_INVAL)                                         \
+    X(RESERVED, CANCEL, CANCEL_INVAL)                                         \
+    X(RESERVED, LEASE_EXPIRE, EXPIRE_INVAL)                                   \
+    X(CANCEL_PENDING, WRITE_END_OK, CANCEL_INVAL)                             \
+    X(CANCEL_PENDING, WRITE_END_FAIL, CANCEL_INVAL)                           \
+    X(EXPIRE_PENDING, WRITE_END_OK, EXPIRE_INVAL)                             \
+    X(EXPIRE_PENDING, WRITE_END_FAIL, EXPIRE_INVAL)                           \
+    X(COMMIT_INVAL, CANCEL, CANCEL_INVAL)                                     \
+    X(COMMIT_INVAL, LEASE_EXPIRE, EXPIRE_INVAL)                               \
+    X(COMMIT_INVAL, INVALIDATED, READY)                                       \
+    X(CANCEL_INVAL, INVALIDATED, CANCELLED)                                   \
+    X(EXPIRE_INVAL, INVALIDATED, EXPIRED)
 
 typedef enum xfer_resv_state {
 #define XFER_ENUM_(s) XFER_RESV_STATE_##s,

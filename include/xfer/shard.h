@@ -51,16 +51,26 @@ typedef struct xfer_shard xfer_shard;
  * section 4.1): xfer_shard_new() reads only the fields of that version.
  * Zero fields take defaults too.
  */
-#define XFER_SHARD_CONFIG_VERSION 1
+#define XFER_SHARD_CONFIG_VERSION 2
 typedef struct xfer_shard_config {
     uint32_t version;           /* XFER_SHARD_CONFIG_VERSION */
     uint64_t pool_bytes;        /* size of the pool; required (default 0) */
     uint32_t max_reservations;  /* live reservations; default 4096 */
     uint32_t max_tombstones;    /* 0 (the default): 4 * max_reservations */
     uint64_t lease_ttl_ns;      /* default 10 s */
-    uint64_t tombstone_ttl_ns;  /* 0 (the default): 2 * lease_ttl_ns */
+    uint64_t tombstone_ttl_ns;  /* 0 (the default): 2 * lease_ttl_ns;
+                                   never below lease_ttl_ns (checked) */
     uint32_t align;             /* allocation alignment, power of 2; 64 */
     uint16_t shard_index;       /* echoed in events and traces; default 0 */
+    /* Version 2 (in what was padding in version 1, so the layout and the
+     * size stay those of version 1; version 1 reads it as false): */
+    bool one_sided;             /* the pool is also written one-sidedly
+                                   (RDMA WRITE through a per-reservation
+                                   rkey), which the shard cannot see: a
+                                   reservation leaves RESERVED (commit,
+                                   cancel, lease) only through an
+                                   invalidation of its rkey (see "One-sided
+                                   shards" below).  Default false. */
     void *pool_memory;          /* NULL (the default): the shard allocates
                                    pool_bytes */
     xfer_allocator alloc;       /* every allocation of the shard (the pool
@@ -78,8 +88,8 @@ typedef struct xfer_shard_config {
                                         max_owners */
 } xfer_shard_config;
 
-/* Write version 1 and every default above into *cfg (the derived ones as
- * 0).  `cfg` borrowed; NULL is ignored. */
+/* Write the latest version and every default above into *cfg (the derived
+ * ones as 0).  `cfg` borrowed; NULL is ignored. */
 XFER_API void xfer_shard_config_default(xfer_shard_config *cfg);
 
 /* X(NAME, value): events a shard emits for the consumer scheduler.  Never
@@ -116,6 +126,14 @@ typedef struct xfer_resv_info {
     uint32_t len;
 } xfer_resv_info;
 
+/* A one-sided shard asks its driver to invalidate the rkey of the
+ * reservation (id, attempt, resv_id): see "One-sided shards" below. */
+typedef struct xfer_shard_inval {
+    uint64_t id;
+    uint64_t resv_id;
+    uint32_t attempt;
+} xfer_shard_inval;
+
 /* Counters, read with xfer_shard_stats_get(); versioned like the config
  * (the macro passes XFER_SHARD_STATS_VERSION).  The per-cell coverage is
  * not here: xfer_shard_cell_hits(). */
@@ -130,7 +148,9 @@ typedef struct xfer_shard_stats {
 /* Create.  cfg copied; NULL means all defaults (and so fails: pool_bytes
  * is required).  *out untouched on failure.
  * Errors: XFER_ERR_INVALID_ARG (a version this library does not know, bad
- * config), XFER_ERR_NOMEM. */
+ * config: among others a tombstone TTL shorter than the lease, which would
+ * let a message still in flight for a reservation the lease ended recreate
+ * it), XFER_ERR_NOMEM. */
 XFER_API int xfer_shard_new(const xfer_shard_config *cfg, xfer_shard **out);
 /* Free everything (pool memory only if the shard allocated it).  NULL ok. */
 XFER_API void xfer_shard_del(xfer_shard *s);
@@ -267,6 +287,42 @@ XFER_API uint64_t xfer_shard_next_deadline(const xfer_shard *s);
  * XFER_ERR_BUSY and due leases wait, keeping next_deadline in the past). */
 XFER_API const xfer_shard_event *xfer_shard_events(const xfer_shard *s, size_t *n);
 XFER_API void xfer_shard_events_clear(xfer_shard *s);
+
+/*
+ * One-sided shards (cfg.one_sided).  A one-sided write lands without the
+ * shard's CPU seeing it, so "free when the last write ends" cannot work:
+ * the driver gives each reservation its own rkey (a memory window bound at
+ * reserve, or a registration of its own) and the shard never frees or
+ * publishes a region while that rkey may still let a write in.  A commit,
+ * cancel or lease expiry of a RESERVED reservation (or the end of the last
+ * two-sided write of a CANCEL_PENDING / EXPIRE_PENDING one) moves it to
+ * COMMIT_INVAL / CANCEL_INVAL / EXPIRE_INVAL and appends a request to the
+ * invalidation list; the call itself answers as it would on a two-sided
+ * shard (0 for the commit and the cancel).  The driver invalidates the
+ * rkey, waits until the invalidation is complete (its completion polled),
+ * and then calls xfer_shard_invalidated(): only then is the region READY
+ * (the READY event goes out) or freed (CANCELLED / EXPIRED, with their
+ * events).  A cancel or lease expiry while COMMIT_INVAL turns it into
+ * CANCEL_INVAL / EXPIRE_INVAL; the invalidation already asked for serves.
+ * READY data was invalidated before it became READY, so its later cancel,
+ * expiry or release frees at once, as on a two-sided shard.
+ */
+
+/* The pending invalidation requests, oldest first; valid until the next
+ * call into the shard.  Each reservation is asked for once.  The list
+ * never grows past max_reservations and never fails: drain it after every
+ * call, as the events.  Empty on a two-sided shard.  `n` may be NULL. */
+XFER_API const xfer_shard_inval *xfer_shard_invalidations(const xfer_shard *s,
+                                                          size_t *n);
+XFER_API void xfer_shard_invalidations_clear(xfer_shard *s);
+/* The rkey of (id, resv_id) is invalidated: no write can land in its
+ * region any more.  COMMIT_INVAL becomes READY (READY event), CANCEL_INVAL
+ * and EXPIRE_INVAL free the region (CANCELLED / EXPIRED event).
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOT_FOUND (no live reservation
+ * of id), XFER_ERR_STALE (another reservation id, or one not waiting for
+ * an invalidation); nothing changes then. */
+XFER_API int xfer_shard_invalidated(xfer_shard *s, uint64_t now_ns,
+                                    uint64_t id, uint64_t resv_id);
 
 /* Counters: the fields of stats version `version` are copied into *st
  * (borrowed), nothing past them is written.  Call it through the macro.

@@ -250,7 +250,10 @@ XFER_API int xfer_engine_stats_get_versioned(const xfer_engine *e,
     xfer_engine_stats_get_versioned((e), XFER_ENGINE_STATS_VERSION, (st))
 /* The pure core (read-only use: views, stats). */
 XFER_API const xfer_core *xfer_engine_core(const xfer_engine *e);
-/* The engine's current time (its clock). */
+/* The engine's current time (its clock).  With the default clock, every
+ * call within one batch of inputs the loop hands the engine (a transport's
+ * results, the delivery of completions) returns the reading taken when the
+ * batch began; an injected clock is read on every call. */
 XFER_API uint64_t xfer_engine_now(const xfer_engine *e);
 
 #ifdef __cplusplus

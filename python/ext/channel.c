@@ -23,7 +23,9 @@
  *    future that refuses its result) is reported through
  *    sys.unraisablehook and delivery goes on with the next ticket;
  *  - a retired channel stops watching its fd only when every ticket made
- *    for it was delivered, so no completion is stranded.
+ *    for it was delivered, so no completion is stranded (a one-shot
+ *    channel, for one future of a Server or Consumer, is retired at once
+ *    and so lives exactly until its one ticket was delivered).
  */
 #include "pyx.h"
 
@@ -99,6 +101,9 @@ static void deliver_future(pyx_channel *c, pyx_ticket *t)
     PyObject *r = NULL;
     if (t->kind == PYX_T_CLOSED) {
         r = PyObject_CallMethodOneArg(t->target, s_set_result, Py_None);
+    } else if (t->kind == PYX_T_BOOL) {
+        r = PyObject_CallMethodOneArg(t->target, s_set_result,
+                                      t->res.status ? Py_False : Py_True);
     } else {
         PyObject *res = pyx_result_new(&t->res);
         PyObject *exc = res && t->res.status ? pyx_error_for(res,
@@ -310,6 +315,34 @@ pyx_channel *pyx_channel_thread(void)
     }
     c->thread_started = true;
     return c;
+}
+
+PyObject *pyx_channel_oneshot(int kind, pyx_ticket **out)
+{
+    PyObject *loop = pyx_running_loop();
+    if (!loop)
+        return NULL;
+    PyObject *fut = PyObject_CallMethod(loop, "create_future", NULL);
+    pyx_channel *c = fut ? pyx_channel_for_loop(loop, CH_FD) : NULL;
+    Py_DECREF(loop);
+    pyx_ticket *t = c ? calloc(1, sizeof *t) : NULL;
+    if (!t) {
+        if (c && !PyErr_Occurred())
+            PyErr_NoMemory();
+        if (c)
+            pyx_channel_retire(c);
+        Py_XDECREF(c);
+        Py_XDECREF(fut);
+        return NULL;
+    }
+    t->kind = (uint8_t)kind;
+    t->target = fut;
+    Py_INCREF(fut);
+    t->chan = c; /* the ticket's reference */
+    pyx_channel_expect(c, 1);
+    pyx_channel_retire(c); /* unwatched once t was delivered */
+    *out = t;
+    return fut;
 }
 
 void pyx_channel_expect(pyx_channel *c, int delta)

@@ -55,6 +55,48 @@ void pyx_config_tcp(uint16_t nshards, const char *const *addrs,
     cfg->connect_timeout_ns = connect_timeout_ns;
 }
 
+void pyx_config_server(const pyx_server_opts *o, struct event_base *base,
+                       const xfer_server_shard *shards, uint16_t nshards,
+                       xfer_server_config *cfg)
+{
+    xfer_server_config_default(cfg);
+    cfg->base = base;
+    cfg->addr = o->addr;
+    cfg->port = o->port;
+    cfg->group = o->group;
+    cfg->nshards = nshards;
+    cfg->shards = shards;
+    cfg->max_reservations = o->max_reservations;
+    cfg->max_tombstones = o->max_tombstones;
+    cfg->lease_ttl_ns = o->lease_ttl_ns;
+    cfg->tombstone_ttl_ns = o->tombstone_ttl_ns;
+    cfg->take_grace_ns = o->take_grace_ns;
+    cfg->drain_timeout_ns = o->drain_timeout_ns;
+    cfg->consume = o->consume;
+    cfg->fault_ppm = o->fault_ppm;
+    cfg->drop_ppm = o->drop_ppm;
+    cfg->fault_seed = o->fault_seed;
+}
+
+void pyx_config_consumer(const pyx_consumer_opts *o, struct event_base *base,
+                         uint16_t nshards, const char *const *addrs,
+                         xfer_consumer_config *cfg)
+{
+    xfer_consumer_config_default(cfg);
+    cfg->base = base;
+    cfg->nshards = nshards;
+    cfg->addrs = addrs;
+    cfg->group = o->group;
+    cfg->max_ids = o->max_ids;
+    cfg->max_tombstones = o->max_tombstones;
+    cfg->mailbox_cap = o->mailbox_cap;
+    cfg->ready_deadline_ns = o->ready_deadline_ns;
+    cfg->tombstone_ttl_ns = o->tombstone_ttl_ns;
+    cfg->connect_timeout_ns = o->connect_timeout_ns;
+    cfg->reconnect_min_ns = o->reconnect_min_ns;
+    cfg->reconnect_max_ns = o->reconnect_max_ns;
+}
+
 /* ---------------------------------------------------------------------- */
 /* Stats                                                                   */
 /* ---------------------------------------------------------------------- */
@@ -125,5 +167,59 @@ PyObject *pyx_stats_tcp(const xfer_tcp_stats *st)
                  F(st, ops_waited), F(st, results), F(st, failed_conn_lost),
                  F(st, failed_down), F(st, aborted), F(st, refs_outstanding),
                  F(st, bytes_referenced), F(st, bad_frames), F(st, resets)};
+    return dict_of(f, NF(f));
+}
+
+int pyx_server_stats_get(const xfer_server *s, uint16_t index,
+                         xfer_server_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    return xfer_server_stats_get(s, index, st);
+}
+
+int pyx_consumer_stats_get(const xfer_consumer *c, xfer_consumer_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    return xfer_consumer_stats_get(c, st);
+}
+
+PyObject *pyx_stats_server(const xfer_server_stats *st)
+{
+    field f[] = {
+        F(st, nshards), F(st, conns), F(st, pool_bytes), F(st, bytes_in_use),
+        F(st, live), F(st, tombstones), F(st, reserves), F(st, refused),
+        F(st, writes), F(st, commits), F(st, cancels), F(st, expiries),
+        F(st, takes), F(st, releases), F(st, stale), F(st, illegal),
+        F(st, events_sent), F(st, write_bytes), F(st, taken_now),
+        F(st, orphaned_now), F(st, grace_released), F(st, bad_frames),
+        F(st, errors_sent), F(st, faults), F(st, subs_dropped)};
+    PyObject *d = dict_of(f, NF(f));
+    PyObject *bad = PyDict_New();
+    for (unsigned i = 0; d && bad && i < XFER_SERVER_BAD_REASONS; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(st->bad_by_reason[i]);
+        if (!v || PyDict_SetItemString(bad, xfer_server_bad_reason_name(i),
+                                       v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    if (d && (!bad || PyDict_SetItemString(d, "bad_by_reason", bad) < 0))
+        Py_CLEAR(d);
+    Py_XDECREF(bad);
+    return d;
+}
+
+PyObject *pyx_stats_consumer(const xfer_consumer_stats *st)
+{
+    field f[] = {
+        F(st, links_up), F(st, connects), F(st, connect_failures),
+        F(st, losses), F(st, bad_frames), F(st, events), F(st, ready_events),
+        F(st, ended_events), F(st, dropped_events), F(st, takes_sent),
+        F(st, takes_failed), F(st, releases_sent), F(st, cancels_sent),
+        F(st, errors_received), F(st, available), F(st, unavailable),
+        F(st, unavailable_timeout), F(st, unavailable_cancelled),
+        F(st, unavailable_expired), F(st, unavailable_conn_lost),
+        F(st, unavailable_take_failed), F(st, late_ready),
+        F(st, user_cancels), F(st, mail_refused), F(st, pending),
+        F(st, held), F(st, held_bytes), F(st, tombstones)};
     return dict_of(f, NF(f));
 }

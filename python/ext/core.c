@@ -1,6 +1,10 @@
 /*
  * python/ext/core.c - the C side of one xfer.Engine: the engine, the
  * thread its libevent loop runs on, and every post into its mailbox.
+ * xfer.Server and xfer.Consumer run on a core of their own, whose engine
+ * has no group: its mailbox (the library's one public way into a loop
+ * from another thread) carries their calls, and the core hosts their C
+ * object, deleted after the engine once the loop stopped.
  *
  * What must stay true:
  *  - No call holds the GIL while it waits: every wait here (for a call to
@@ -39,6 +43,9 @@ static void free_c_side(pyx_core *c)
         if (c->tps[g].del)
             c->tps[g].del(c->tps[g].obj);
     memset(c->tps, 0, sizeof c->tps);
+    if (c->hosted.del)
+        c->hosted.del(c->hosted.obj);
+    c->hosted = (pyx_tp_slot){0};
     if (c->base) {
         event_base_loop(c->base, EVLOOP_NONBLOCK);
         event_base_free(c->base);
@@ -81,6 +88,11 @@ int pyx_core_new(const pyx_engine_opts *o, pyx_core **out)
     c->state = PYX_OPEN;
     *out = c;
     return 0;
+}
+
+void pyx_core_host(pyx_core *c, void *obj, void (*del)(void *obj))
+{
+    c->hosted = (pyx_tp_slot){.obj = obj, .del = del};
 }
 
 void pyx_core_ref(pyx_core *c)
@@ -203,10 +215,31 @@ int pyx_core_call(pyx_core *c, pyx_loop_fn fn, void *arg)
     return rc;
 }
 
-/* A completion (loop): to its channel, or to the thread blocked on it. */
-static void on_complete(void *ud, const xfer_result *res)
+/* A full mailbox empties as the loop drains it: wait a millisecond for
+ * room (lock held on entry and on return). */
+static void wait_for_room(pyx_core *c)
 {
-    pyx_ticket *t = ud;
+    pthread_mutex_unlock(&c->lock);
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+    pthread_mutex_lock(&c->lock);
+}
+
+int pyx_core_post(pyx_core *c, xfer_call_fn fn, void *ud)
+{
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&c->lock);
+    while ((rc = c->state == PYX_OPEN ? xfer_engine_post_call(c->e, fn, ud)
+                                      : XFER_ERR_SHUTDOWN) == XFER_ERR_BUSY)
+        wait_for_room(c);
+    pthread_mutex_unlock(&c->lock);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+void pyx_ticket_complete(pyx_ticket *t, const xfer_result *res)
+{
     t->res = *res;
     if (t->kind != PYX_T_WAIT) {
         pyx_channel_push(t->chan, t);
@@ -220,6 +253,12 @@ static void on_complete(void *ud, const xfer_result *res)
     pthread_mutex_unlock(&c->lock);
     if (gone)
         free(t);
+}
+
+/* A completion (loop): to its channel, or to the thread blocked on it. */
+static void on_complete(void *ud, const xfer_result *res)
+{
+    pyx_ticket_complete(ud, res);
 }
 
 int pyx_core_submit(pyx_core *c, const xfer_transfer_desc *d, pyx_ticket *t)
@@ -249,12 +288,12 @@ int pyx_core_cancel(pyx_core *c, uint64_t id)
     return rc;
 }
 
-static void deadline_in(struct timespec *ts, long ms)
+void pyx_deadline_in(struct timespec *ts, double secs)
 {
     clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_nsec += (ms % 1000) * 1000000L;
-    ts->tv_sec += ms / 1000 + ts->tv_nsec / 1000000000L;
-    ts->tv_nsec %= 1000000000L;
+    long long ns = (long long)ts->tv_nsec + (long long)(secs * 1e9);
+    ts->tv_sec += (time_t)(ns / 1000000000LL);
+    ts->tv_nsec = (long)(ns % 1000000000LL);
 }
 
 /* Wait in slices of 100 ms; between slices, with the GIL, run the signal
@@ -266,7 +305,7 @@ int pyx_core_wait(pyx_core *c, pyx_ticket *t)
         bool done;
         Py_BEGIN_ALLOW_THREADS
         struct timespec ts;
-        deadline_in(&ts, 100);
+        pyx_deadline_in(&ts, 0.1);
         pthread_mutex_lock(&c->lock);
         while (!t->done &&
                pthread_cond_timedwait(&c->cond, &c->lock, &ts) == 0) {
@@ -305,12 +344,8 @@ int pyx_core_begin_close(pyx_core *c, pyx_ticket *closer)
     if (c->state == PYX_OPEN) {
         /* A full mailbox empties as the loop drains it. */
         while ((rc = xfer_engine_post_call(c->e, start_shutdown, c)) ==
-               XFER_ERR_BUSY) {
-            pthread_mutex_unlock(&c->lock);
-            struct timespec ms = {0, 1000000};
-            nanosleep(&ms, NULL);
-            pthread_mutex_lock(&c->lock);
-        }
+               XFER_ERR_BUSY)
+            wait_for_room(c);
         if (rc == 0)
             c->state = PYX_CLOSING;
     }
@@ -334,6 +369,19 @@ void pyx_core_wait_stopped(pyx_core *c)
         pthread_cond_wait(&c->cond, &c->lock);
     pthread_mutex_unlock(&c->lock);
     Py_END_ALLOW_THREADS
+}
+
+bool pyx_core_close(pyx_core *c, bool *closed)
+{
+    if (*closed)
+        return false;
+    pyx_core_begin_close(c, NULL);
+    pyx_core_wait_stopped(c);
+    if (*closed)
+        return false; /* another thread finished while this one waited */
+    *closed = true;
+    pyx_core_free_engine(c);
+    return true;
 }
 
 void pyx_core_free_engine(pyx_core *c)

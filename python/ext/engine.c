@@ -167,14 +167,8 @@ static void retire_channels(pyx_engine *self)
  * (nothing reads them any more), then retire the channels. */
 static void finish_close(pyx_engine *self)
 {
-    if (self->closed)
+    if (!pyx_core_close(self->core, &self->closed))
         return;
-    pyx_core_begin_close(self->core, NULL);
-    pyx_core_wait_stopped(self->core);
-    if (self->closed)
-        return; /* another thread finished while this one waited */
-    self->closed = true;
-    pyx_core_free_engine(self->core);
     PyObject *key, *val;
     Py_ssize_t pos = 0;
     while (PyDict_Next(self->pools, &pos, &key, &val))

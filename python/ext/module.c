@@ -246,7 +246,12 @@ PyMODINIT_FUNC PyInit__xfer(void)
         add_type(m, &pyx_pool_type, "Pool") < 0 ||
         add_type(m, &pyx_loop_type, "Loop") < 0 ||
         add_type(m, &pyx_tcp_type, "Tcp") < 0 ||
-        add_type(m, &pyx_engine_type, "Engine") < 0 || add_constants(m)) {
+        add_type(m, &pyx_engine_type, "Engine") < 0 ||
+        add_type(m, &pyx_server_type, "Server") < 0 ||
+        add_type(m, &pyx_consumer_type, "Consumer") < 0 ||
+        add_type(m, &pyx_available_type, "Available") < 0 ||
+        add_type(m, &pyx_unavailable_type, "Unavailable") < 0 ||
+        add_constants(m)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,6 +1,7 @@
 /*
  * python/ext/pyx.h - the private declarations shared by the files of the
- * extension module xfer._xfer (the Python binding's producer side).
+ * extension module xfer._xfer (the Python binding: the producer, the
+ * shard server and the consumer).
  *
  * How the pieces fit (docs/design.md, section 11):
  *  - pyx_core (core.c) is the C side of one xfer.Engine: the xfer_engine,
@@ -15,6 +16,12 @@
  *    watches, or call_soon_threadsafe) or to the engine's callback thread.
  *  - every C config and stats struct the binding reads or fills is touched
  *    in configs.c only, so a change of those structs is one file's edit.
+ *  - xfer.Server (server.c) and xfer.Consumer (consumer.c) each run on a
+ *    pyx_core of their own, whose engine has no group: the engine's
+ *    mailbox is their way into the loop, the core hosts their C object.
+ *    A consumer's outcomes wait in a queue of its own (consumer.c) that
+ *    Python pops; an available one is an xfer.Available (outcome.c) whose
+ *    views are buffers over a pyx_mem, a shard's memory as it is mapped.
  *
  * Threads: functions marked "GIL" need the caller to hold it; "loop" run
  * on the engine's loop thread without it; "any" need nothing.
@@ -29,7 +36,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "xfer/consumer.h"
 #include "xfer/loop.h"
+#include "xfer/server.h"
+#include "xfer/shm.h"
 #include "xfer/tcp.h"
 #include "xfer/xfer.h"
 
@@ -56,6 +66,8 @@ int pyx_ns_of(PyObject *secs, uint64_t *ns);
 extern PyTypeObject pyx_result_type;
 /* A new xfer.Result (GIL). */
 PyObject *pyx_result_new(const xfer_result *r);
+/* The shards of a mask as a tuple of ints, lowest first (GIL). */
+PyObject *pyx_shard_tuple(uint64_t mask);
 /* The name of a phase ("reserving", ...); "?" when unknown.  Any. */
 const char *pyx_phase_name(unsigned phase);
 
@@ -70,8 +82,10 @@ enum {
     PYX_T_FUTURE = 0,   /* resolve target, an asyncio future */
     PYX_T_CALLBACK = 1, /* call target(result) on the callback thread */
     PYX_T_WAIT = 2,     /* wake a thread blocked in submit_wait */
-    PYX_T_CLOSED = 3    /* resolve target (a future) with None: the engine
+    PYX_T_CLOSED = 3,   /* resolve target (a future) with None: the engine
                            stopped (Engine.aclose) */
+    PYX_T_BOOL = 4      /* resolve target (a future) with res.status == 0
+                           (Server.adrain: drained in time) */
 };
 
 typedef struct pyx_ticket {
@@ -107,6 +121,11 @@ void pyx_channel_retire(pyx_channel *c);
 /* A ticket was made for c (+1), or was not posted after all (-1) (GIL):
  * retire waits until every expected ticket was delivered. */
 void pyx_channel_expect(pyx_channel *c, int delta);
+/* A future of the running loop and a ticket of `kind` (FUTURE, CLOSED or
+ * BOOL) that resolves it, through a channel of its own that stops
+ * watching its fd once the ticket was delivered (GIL).  Returns the
+ * future (new reference) and *t, or NULL with an exception. */
+PyObject *pyx_channel_oneshot(int kind, pyx_ticket **t);
 /* Counters of a channel (GIL). */
 void pyx_channel_counts(const pyx_channel *c, uint64_t *delivered,
                         uint64_t *unclaimed, uint64_t *errors);
@@ -152,6 +171,8 @@ struct pyx_core {
     pthread_t thread;
     bool thread_started;
     pyx_tp_slot tps[PYX_MAX_GROUPS];
+    pyx_tp_slot hosted;       /* a Server's or Consumer's C side, deleted
+                                 after the transports */
     uint16_t nshards[PYX_MAX_GROUPS];
     uint32_t ngroups;
     pyx_ticket *closers;      /* PYX_T_CLOSED tickets, under lock */
@@ -165,6 +186,9 @@ typedef int (*pyx_loop_fn)(pyx_core *c, void *arg);
 /* Create the event base and the engine on it (config from configs.c),
  * not yet running.  Returns 0 or an xfer error. */
 int pyx_core_new(const pyx_engine_opts *o, pyx_core **out);
+/* Host obj: del(obj) runs once the loop stopped, after the engine and the
+ * transports were deleted (before the thread starts, or on the loop). */
+void pyx_core_host(pyx_core *c, void *obj, void (*del)(void *obj));
 void pyx_core_ref(pyx_core *c);   /* GIL */
 void pyx_core_unref(pyx_core *c); /* GIL; frees at 0 (after close) */
 /* Start the loop thread.  Returns 0 or XFER_ERR_IO. */
@@ -173,6 +197,15 @@ int pyx_core_start(pyx_core *c);
  * while waiting).  Returns fn's rc, or XFER_ERR_SHUTDOWN when the loop no
  * longer takes work. */
 int pyx_core_call(pyx_core *c, pyx_loop_fn fn, void *arg);
+/* Post fn(ud) to run on the loop, without waiting for it (GIL held on
+ * entry; released around the post, which waits for room in a full
+ * mailbox).  Returns 0 (fn will run, before the loop stops) or
+ * XFER_ERR_SHUTDOWN (fn never runs). */
+int pyx_core_post(pyx_core *c, xfer_call_fn fn, void *ud);
+/* Hand a ticket its result: push it to its channel, or wake the thread
+ * waiting on it (a PYX_T_WAIT ticket; freed here if the waiter left).
+ * Loop, or any thread once the loop stopped. */
+void pyx_ticket_complete(pyx_ticket *t, const xfer_result *res);
 /* Post a submit whose completion fills t (GIL held on entry; released
  * around the post).  Returns 0 (t belongs to the loop until it is
  * completed) or an xfer error (t untouched). */
@@ -194,12 +227,38 @@ void pyx_core_wait_stopped(pyx_core *c);
 /* Join the loop thread and free the engine and transports (GIL held;
  * released while joining).  Only once, after the loop stopped. */
 void pyx_core_free_engine(pyx_core *c);
+/* Close once: begin, wait for the loop to stop, free the engine.  The
+ * caller's *closed (GIL) says whether some thread did it already; true
+ * when this call freed it (then let go of the memory the loop used). */
+bool pyx_core_close(pyx_core *c, bool *closed);
 /* The state now (any). */
 int pyx_core_state(pyx_core *c);
+/* *ts = CLOCK_MONOTONIC now + secs (>= 0): a deadline for the
+ * pthread_cond_timedwait of a condition variable on that clock. */
+void pyx_deadline_in(struct timespec *ts, double secs);
 
 /* ---------------------------------------------------------------------- */
 /* configs.c: every C config and stats struct, in one place                */
 /* ---------------------------------------------------------------------- */
+
+/* Server(...)'s keywords (ns, counts; 0: the library's default). */
+typedef struct pyx_server_opts {
+    const char *addr;  /* borrowed; NULL: 127.0.0.1 */
+    uint16_t port;
+    uint32_t group, max_reservations, max_tombstones;
+    uint64_t lease_ttl_ns, tombstone_ttl_ns, take_grace_ns;
+    uint64_t drain_timeout_ns;
+    bool consume;
+    uint32_t fault_ppm, drop_ppm;
+    uint64_t fault_seed;
+} pyx_server_opts;
+
+/* Consumer(...)'s keywords (ns, counts; 0: the library's default). */
+typedef struct pyx_consumer_opts {
+    uint32_t group, max_ids, max_tombstones, mailbox_cap;
+    uint64_t ready_deadline_ns, tombstone_ttl_ns, connect_timeout_ns;
+    uint64_t reconnect_min_ns, reconnect_max_ns;
+} pyx_consumer_opts;
 
 void pyx_config_engine(const pyx_engine_opts *o, struct event_base *base,
                        xfer_engine_config *cfg);
@@ -211,6 +270,14 @@ void pyx_config_loop(uint16_t nshards, uint64_t pool_bytes,
 void pyx_config_tcp(uint16_t nshards, const char *const *addrs,
                     uint32_t group, uint64_t connect_timeout_ns,
                     xfer_tcp_config *cfg);
+/* shards (nshards entries) and addrs are borrowed until the C object was
+ * made from cfg. */
+void pyx_config_server(const pyx_server_opts *o, struct event_base *base,
+                       const xfer_server_shard *shards, uint16_t nshards,
+                       xfer_server_config *cfg);
+void pyx_config_consumer(const pyx_consumer_opts *o, struct event_base *base,
+                         uint16_t nshards, const char *const *addrs,
+                         xfer_consumer_config *cfg);
 /* Stats as dicts (GIL). */
 PyObject *pyx_stats_engine(const xfer_engine_stats *st);
 PyObject *pyx_stats_loop(const xfer_loop_stats *st, uint32_t outstanding,
@@ -219,6 +286,12 @@ PyObject *pyx_stats_loop(const xfer_loop_stats *st, uint32_t outstanding,
 void pyx_loop_shard_totals(xfer_loop *l, uint16_t nshards, uint64_t *bytes,
                            uint64_t *resv);
 PyObject *pyx_stats_tcp(const xfer_tcp_stats *st);
+PyObject *pyx_stats_server(const xfer_server_stats *st);
+PyObject *pyx_stats_consumer(const xfer_consumer_stats *st);
+/* Ask for the stats of this header's version (loop). */
+int pyx_server_stats_get(const xfer_server *s, uint16_t index,
+                         xfer_server_stats *st);
+int pyx_consumer_stats_get(const xfer_consumer *c, xfer_consumer_stats *st);
 
 /* ---------------------------------------------------------------------- */
 /* pool.c, transport.c, engine.c                                           */
@@ -252,5 +325,79 @@ int pyx_transport_attach(PyObject *tp, pyx_core *c, uint32_t *group,
 bool pyx_transport_check(PyObject *tp);
 
 extern PyTypeObject pyx_engine_type;
+extern PyTypeObject pyx_server_type;
+extern PyTypeObject pyx_consumer_type;
+
+/* ---------------------------------------------------------------------- */
+/* outcome.c: a consumer's outcomes, and the memory their views show       */
+/* ---------------------------------------------------------------------- */
+
+/* A shard's memory as this process sees it: a mapped shared-memory pool
+ * (xfer_shm_map) or a buffer the Consumer was given.  Refcounted
+ * atomically: the consumer's loop takes a reference for every region of
+ * an available outcome, Python drops them.  A shm mapping is unmapped
+ * with its last reference, from any thread; a buffer's last reference is
+ * the Consumer's own, dropped with the GIL. */
+typedef struct pyx_mem pyx_mem;
+/* Takes m (closed here on failure).  NULL: out of memory.  Any. */
+pyx_mem *pyx_mem_of_shm(xfer_shm *m);
+/* Holds obj's buffer (any contiguous one; read only).  NULL with an
+ * exception (GIL). */
+pyx_mem *pyx_mem_of_buffer(PyObject *obj);
+/* A shm mapping's object generation (xfer_shm_generation); 0: a buffer. */
+uint64_t pyx_mem_generation(const pyx_mem *m);
+void pyx_mem_ref(pyx_mem *m);   /* any */
+void pyx_mem_unref(pyx_mem *m); /* any; GIL for a buffer's */
+
+typedef struct pyx_cside pyx_cside;
+
+typedef struct pyx_oregion {
+    xfer_region r;
+    pyx_mem *mem;   /* a reference, or NULL: not readable here */
+} pyx_oregion;
+
+/* One outcome: made by the consumer's loop, queued, popped by Python.  An
+ * available one then lives as long as its Available and every buffer
+ * export of its regions, and its data goes back to the shards once it was
+ * released and no export is left. */
+typedef struct pyx_outcome {
+    struct pyx_outcome *next;          /* the queue (consumer.c) */
+    struct pyx_outcome *hprev, *hnext; /* held, not yet given back (GIL) */
+    unsigned refs;      /* GIL: the Available and every live export */
+    unsigned exports;   /* GIL: buffer exports of its regions alive */
+    pyx_cside *cs;      /* a reference, once Python has it */
+    PyObject *avail;    /* borrowed: its Available while it lives */
+    uint64_t id, shards;
+    uint32_t attempt;
+    int32_t reason;     /* 0: available */
+    bool release_asked; /* release() called, or the Available went */
+    bool release_sent;  /* given back (or the consumer closed) */
+    uint16_t n;
+    pyx_oregion reg[];
+} pyx_outcome;
+
+/* n regions, zeroed.  NULL: out of memory.  Any (no Python). */
+pyx_outcome *pyx_outcome_alloc(uint16_t n);
+/* Drop its memory references and free it.  Any thread while the Consumer
+ * holds its buffers; GIL otherwise. */
+void pyx_outcome_free(pyx_outcome *o);
+/* Take o: an xfer.Available holding `consumer` (its data held until
+ * released), or an xfer.Unavailable (o freed).  NULL with an exception
+ * (then an available o was given back).  GIL. */
+PyObject *pyx_outcome_wrap(pyx_outcome *o, pyx_cside *cs, PyObject *consumer);
+/* The consumer closes: an Available's views are released now (GIL). */
+void pyx_available_drop_views(PyObject *avail);
+
+/* consumer.c, for outcome.c (GIL): reference the C side; track a held
+ * outcome and stop tracking it; give an id's data back to its shards
+ * (nothing once the consumer closed: its close gave everything back). */
+void pyx_cside_ref(pyx_cside *cs);
+void pyx_cside_unref(pyx_cside *cs);
+void pyx_cside_hold(pyx_cside *cs, pyx_outcome *o);
+void pyx_cside_unhold(pyx_cside *cs, pyx_outcome *o);
+void pyx_cside_release(pyx_cside *cs, uint64_t id);
+
+extern PyTypeObject pyx_available_type;
+extern PyTypeObject pyx_unavailable_type;
 
 #endif /* PYX_H */

@@ -51,7 +51,7 @@ static void result_dealloc(PyObject *self)
     PyObject_Free(self);
 }
 
-static PyObject *shard_tuple(unsigned long long mask)
+PyObject *pyx_shard_tuple(uint64_t mask)
 {
     PyObject *t = PyTuple_New(__builtin_popcountll(mask));
     Py_ssize_t i = 0;
@@ -85,12 +85,12 @@ static PyObject *get_error_name(PyObject *self, void *unused)
 
 static PyObject *get_shards(PyObject *self, void *unused)
 {
-    return shard_tuple(((pyx_result *)self)->failed_shards);
+    return pyx_shard_tuple(((pyx_result *)self)->failed_shards);
 }
 
 static PyObject *get_rollback_shards(PyObject *self, void *unused)
 {
-    return shard_tuple(((pyx_result *)self)->rollback_failed);
+    return pyx_shard_tuple(((pyx_result *)self)->rollback_failed);
 }
 
 static PyObject *get_first(PyObject *self, void *unused)

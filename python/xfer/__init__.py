@@ -26,8 +26,25 @@ awaitable still resolves with the engine's one outcome (I1), so a task
 cancelled while awaiting a transfer resumes only once that transfer has
 ended and no write reads its staging memory.
 
-The C half is xfer._xfer; the consumer side (xfer.Server, xfer.Consumer)
-will come with the server and consumer libraries.
+The consumer side: xfer.Server(buffers) serves a tensor-parallel
+worker's own memory (each buffer one shard's pool: the producer's bytes
+land in it); xfer.Consumer(addrs, shm=NAME or buffers=...) is the consumer
+scheduler's client, an async iterator of outcomes (and get(), blocking):
+
+    async with xfer.Consumer(addrs, shm="kv") as consumer:
+        consumer.expect(7, timeout=10)      # an outcome even if none comes
+        async for outcome in consumer:
+            if outcome.ok:                  # xfer.Available
+                with outcome:               # released at the end
+                    use(outcome.views)      # one memoryview per shard
+            else:                           # xfer.Unavailable
+                print(outcome.id, outcome.name, outcome.shards)
+
+Each id gets exactly one outcome.  An Available's views show the data in
+place (no copy) until it is released; after that using them raises, and
+the data goes back to the shards once no view derived from them is left.
+
+The C half is xfer._xfer.
 """
 import asyncio
 import atexit
@@ -38,9 +55,10 @@ from typing import NamedTuple, Optional
 from . import _xfer
 from ._xfer import (MAX_SHARDS, PHASE_CANCELLING, PHASE_COMPLETING,
                     PHASE_NONE, PHASE_RESERVING, PHASE_SUBMIT, PHASE_WRITING,
-                    Pool, Result)
+                    Available, Pool, Result, Unavailable)
 
 __all__ = ["Engine", "Loop", "Tcp", "Pool", "Result", "Transfer", "Fault",
+           "Server", "Consumer", "Available", "Unavailable",
            "Error", "split", "strerror", "MAX_SHARDS", "PHASE_NONE",
            "PHASE_RESERVING", "PHASE_WRITING", "PHASE_COMPLETING",
            "PHASE_CANCELLING", "PHASE_SUBMIT"]
@@ -283,9 +301,198 @@ class Engine(_xfer.Engine):
 
 @atexit.register
 def _shutdown_live_engines():
-    """An engine's thread must not outlive the interpreter."""
+    """No loop thread (an engine's, a server's, a consumer's) may outlive
+    the interpreter."""
     for e in list(_live):
-        e.shutdown()
+        e.shutdown() if isinstance(e, Engine) else e.close()
+
+
+# --------------------------------------------------------------------------
+# The consumer side
+# --------------------------------------------------------------------------
+
+class Server(_xfer.Server):
+    """A shard server over this process's own memory, on a loop thread of
+    its own: buffers[i] (any writable, C-contiguous buffer: bytearray,
+    mmap, numpy array, a tensor's buffer) is the pool of shard shards[i]
+    (default: shard i), served over TCP on addr:port (default 127.0.0.1
+    and a free port: .port).  The producer's bytes land in the buffers,
+    no copy; each buffer is held until the server is closed (every
+    connection is gone then), and must not be written by this process
+    meanwhile.
+
+    Keywords (0 or None: the library's default): addr, port, group,
+    max_reservations, max_tombstones, lease_ttl, tombstone_ttl, take_grace
+    (how long the data a consumer took stays taken after its connection
+    closed), drain_timeout (seconds); consume=True (a sink: take and
+    release every ready transfer at once); fault_ppm, drop_ppm, fault_seed
+    (tests: faults on the producer's ops).
+
+    stats(shard=None), drain() / await adrain() (stop taking new
+    transfers, wait until nothing is being written: True, or False after
+    drain_timeout), close() / await aclose()."""
+
+    def __init__(self, buffers, **kw):
+        super().__init__(buffers, **kw)
+        _live.add(self)
+
+    @property
+    def addrs(self):
+        """One "127.0.0.1:port" per hosted shard, for xfer.Tcp."""
+        return ["127.0.0.1:%d" % self.port] * len(self.shards)
+
+    async def adrain(self):
+        """drain() without blocking the running loop."""
+        return await self._begin_drain()
+
+    async def aclose(self):
+        """close() without blocking the running loop."""
+        if not self.closed:
+            await self._begin_aclose()
+            self._finish_close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.aclose()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "<xfer.Server port %d, shards %s%s>" % (
+            self.port, ",".join(map(str, self.shards)),
+            ", closed" if self.closed else "")
+
+
+class Consumer(_xfer.Consumer):
+    """The consumer scheduler's client: connects to the shard servers of a
+    group (addrs[k] serves shard k: "ip:port", or one "a,b,c,d" string),
+    and reports every id exactly once, as an xfer.Available (every shard's
+    data is in place, pinned until released) or an xfer.Unavailable (the
+    reason, and the shards that never reported).
+
+    Where the data is read: shm=NAME maps the shared-memory pools of
+    `xferd --shm NAME` (again whenever a shard restarts); buffers=[...]
+    (one per shard, or an xfer.Server of this process) reads the memory a
+    Server serves; with neither, an Available has regions but no views.
+
+    Outcomes: `async for outcome in consumer` (iterate from one asyncio
+    loop at a time; it ends once the consumer is closed), or get(timeout)
+    (blocking, without the GIL).  expect(id, timeout) gives an id an
+    outcome even if no shard ever reports it; cancel(id) aborts it on
+    every shard (the producer's commit fails).  Keywords (0 or None: the
+    library's default): group, max_ids, max_tombstones, mailbox_cap,
+    ready_deadline, tombstone_ttl, connect_timeout, reconnect_min,
+    reconnect_max (seconds).
+
+    close() / await aclose() give back the data of every outcome still
+    held or queued (their views are released), then close the
+    connections."""
+
+    def __init__(self, addrs, *, shm=None, buffers=None, **kw):
+        if isinstance(addrs, str):
+            addrs = [a.strip() for a in addrs.split(",") if a.strip()]
+        if isinstance(buffers, _xfer.Server):
+            by_shard = dict(zip(buffers.shards, buffers.buffers))
+            buffers = [by_shard.get(k) for k in range(len(addrs))]
+        super().__init__(list(addrs), shm=shm, buffers=buffers, **kw)
+        self._loop = None
+        self._waiters = []
+        _live.add(self)
+
+    def wait_connected(self, timeout=5.0):
+        """Block (a few ms per poll) until every shard's link is up.
+        Returns True when it is, False after timeout seconds."""
+        import time
+        end = time.monotonic() + timeout
+        while not self.connected():
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.005)
+        return True
+
+    async def wait_up(self, timeout=5.0):
+        """wait_connected() without blocking the running loop."""
+        end = asyncio.get_running_loop().time() + timeout
+        while not self.connected():
+            if asyncio.get_running_loop().time() > end:
+                return False
+            await asyncio.sleep(0.005)
+        return True
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        while True:
+            outcome = self._pop()
+            if outcome is not None:
+                return outcome
+            if self.closed:
+                raise StopAsyncIteration
+            await self._readable()
+
+    def _readable(self):
+        """A future of the running loop, resolved when the outcome queue's
+        eventfd fires (an outcome was queued, or the consumer closed)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._unwatch()
+            loop.add_reader(self.fileno(), self._on_readable)
+            self._loop = loop
+        fut = loop.create_future()
+        self._waiters.append(fut)
+        return fut
+
+    def _on_readable(self):
+        self._ack()
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+        if self.closed:
+            self._unwatch()
+
+    def _unwatch(self):
+        loop, self._loop = self._loop, None
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop or not loop.is_running():
+            loop.remove_reader(self.fileno())
+        else:   # the callback holds self, so the fd stays open until then
+            loop.call_soon_threadsafe(loop.remove_reader, self.fileno())
+
+    async def aclose(self):
+        """close() without blocking the running loop.  (Either wakes the
+        iterating task through the eventfd: its iteration ends.)"""
+        await self._begin_aclose()
+        self._finish_close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.aclose()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "<xfer.Consumer %d shards%s%s>" % (
+            self.nshards, ", shm %s" % self.shm if self.shm else "",
+            ", closed" if self.closed else "")
 
 
 def split(offset, length, nshards):

@@ -37,34 +37,45 @@ class Group:
     """nshards xferd processes on 127.0.0.1, shard k at addrs[k].
 
     consume=True passes --consume (the daemon takes and releases every
-    committed transfer at once, as a consumer would); args are more xferd
-    flags for every process (e.g. ["--faults", "20000:7"])."""
+    committed transfer at once, as a consumer would); shm=NAME passes
+    --shm NAME (shard k's pool is the shared-memory object /NAME.k, which
+    xfer.Consumer(shm=NAME) maps) and implies consume=False; args are more
+    xferd flags for every process (e.g. ["--faults", "20000:7"])."""
 
     def __init__(self, nshards, *, xferd=None, pool="64M", lease_ttl="10s",
-                 consume=True, args=(), timeout=10.0):
+                 consume=True, shm=None, args=(), timeout=10.0):
         self.exe = find(xferd)
         self.procs, self.addrs = [], []
+        self.shm = shm
         self._dir = tempfile.mkdtemp(prefix="xfer-xferd-")
+        self._opts = (pool, lease_ttl, consume and not shm, list(args))
         try:
             for k in range(nshards):
-                self._start(k, pool, lease_ttl, consume, args)
+                self._start(k)
             self._wait_ports(timeout)
         except BaseException:
             self.stop(signal.SIGKILL)
             raise
 
-    def _start(self, k, pool, lease_ttl, consume, args):
-        cmd = [self.exe, "--shards", str(k), "--port", "0", "--port-file",
-               os.path.join(self._dir, "%d.port" % k), "--pool", pool,
+    def _start(self, k, port=0):
+        pool, lease_ttl, consume, args = self._opts
+        cmd = [self.exe, "--shards", str(k), "--port", str(port),
+               "--port-file", os.path.join(self._dir, "%d.port" % k),
+               "--pool", pool,
                "--lease-ttl", lease_ttl, "--quiet"]
         if consume:
             cmd.append("--consume")
-        cmd += list(args)
-        log = open(os.path.join(self._dir, "%d.log" % k), "wb")
-        self.procs.append(subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            preexec_fn=_die_with_parent))
+        if self.shm:
+            cmd += ["--shm", self.shm]
+        cmd += args
+        log = open(os.path.join(self._dir, "%d.log" % k), "ab")
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=log, preexec_fn=_die_with_parent)
         log.close()
+        if k < len(self.procs):
+            self.procs[k] = p
+        else:
+            self.procs.append(p)
 
     def _wait_ports(self, timeout):
         end = time.monotonic() + timeout
@@ -95,6 +106,21 @@ class Group:
         if p.poll() is None:
             p.send_signal(sig)
         p.wait()
+
+    def restart(self, k, timeout=10.0):
+        """Kill shard k's process (SIGKILL) and start it again on the same
+        port (with --shm, over a new shared-memory object)."""
+        self.kill(k)
+        port = int(self.addrs[k].rsplit(":", 1)[1])
+        pf = os.path.join(self._dir, "%d.port" % k)
+        os.unlink(pf)
+        self._start(k, port)
+        end = time.monotonic() + timeout
+        while not os.path.exists(pf):
+            if self.procs[k].poll() is not None or time.monotonic() > end:
+                raise RuntimeError("xferd for shard %d did not come back: %s"
+                                   % (k, self.log(k)))
+            time.sleep(0.005)
 
     def stop(self, sig=signal.SIGTERM, timeout=5.0):
         """End every process (sig, then SIGKILL after timeout) and remove

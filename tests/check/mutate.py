@@ -64,6 +64,52 @@ MUTANTS = {
         'transfer.c',
         '        retry = retry || t->shards[k].cancel == XFER_SUB_FAILED;\n',
         '        retry = false;\n'),
+    # A cancel that gave up is not reported in rollback_failed (issue 14).
+    'rollback_unreported': (
+        'transfer.c',
+        '        t->rollback_failed |= UINT64_C(1) << r->shard;\n',
+        ''),
+    # The shard's cancel ignores the attempt it names: attempt 2's rollback
+    # frees attempt 1's committed data (issue 14, I14).
+    'cancel_any_attempt': (
+        'shard.c',
+        '                   .has_attempt = attempt != 0,\n',
+        '                   .has_attempt = false,\n'),
+    # The shard's default lease is a tenth of the documented 10 s (issue
+    # 14, class 1: found only when the checker runs the defaults).
+    'lease_default': (
+        'shard.c',
+        '        c->lease_ttl_ns = 10ull * 1000000000ull;\n',
+        '        c->lease_ttl_ns = 1ull * 1000000000ull;\n'),
+    # The core's default deadline is ten times the documented 30 s.
+    'deadline_default': (
+        'core.c',
+        '        c->default_deadline_ns = 30ull * 1000000000ull;\n',
+        '        c->default_deadline_ns = 300ull * 1000000000ull;\n'),
+    # The core's default tombstone TTL is ten times the documented 60 s.
+    'tomb_ttl_default': (
+        'core.c',
+        '        c->tombstone_ttl_ns = 60ull * 1000000000ull;\n',
+        '        c->tombstone_ttl_ns = 600ull * 1000000000ull;\n'),
+    # The tracker's default deadline is a tenth of the documented 30 s.
+    'ready_deadline_default': (
+        'readiness.c',
+        '        c->deadline_ns = 30ull * 1000000000ull;\n',
+        '        c->deadline_ns = 3ull * 1000000000ull;\n'),
+    # The core takes a reply of another attempt for its own (issue 14,
+    # class 2: found only with --dups, which injects such replies).
+    'attempt_filter': (
+        'transfer.c',
+        '    if (r->shard >= t->nshards || r->attempt != t->attempt)\n',
+        '    if (r->shard >= t->nshards)\n'),
+    # A write's end returns the reservation to RESERVED while another
+    # write into it is still landing (found only with --writes 2).
+    'write_end_early': (
+        'shard.c',
+        '    if (--r->writes == 0) {\n'
+        '        r->flags &= (uint8_t)~XFER_SHARD_F_MULTI;\n',
+        '    if (r->writes-- != 0) {\n'
+        '        r->flags &= (uint8_t)~XFER_SHARD_F_MULTI;\n'),
     # The engine model skips unregistering the staging pool at shutdown.
     'pool_leak': (
         'engine.c',

@@ -146,6 +146,10 @@ static void prod_body(void *ud, int fd)
     ec.core.max_transfers = 2 * p->inflight;
     ec.core.max_tombstones = (uint32_t)(2 * p->n + 4096);
     ec.core.tombstone_ttl_ns = 3000000000ull;
+    /* What this producer assumes of its consumer (the check of
+     * xfer_core_new); the roles end every transfer long before a lease. */
+    ec.core.consumer_lease_ns = 2000000000ull;
+    ec.core.net_margin_ns = 1000000000ull;
     xfer_tcp_config tc;
     xfer_tcp_config_default(&tc);
     tc.nshards = p->S;

@@ -29,9 +29,7 @@
 
 static uint64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return xfer_clock_monotonic(NULL) / 1000000;
 }
 
 int st_mem_new(st_mem *m, size_t len, uint8_t fill)

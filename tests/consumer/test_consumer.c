@@ -79,6 +79,7 @@ static void setup_raw(stack *s, uint16_t S, uint64_t take_grace_ns)
     xfer_server_config sc;
     xfer_server_config_default(&sc);
     sc.lease_ttl_ns = 60000000000ull; /* nothing here waits for a lease */
+    sc.tombstone_ttl_ns = 120000000000ull; /* never below the lease */
     if (take_grace_ns)
         sc.take_grace_ns = take_grace_ns;
     ck_assert_int_eq(st_start_servers(s, S, 1 << 20, 64, &sc), 0);

@@ -1,6 +1,8 @@
-"""tests/python/test_example.py - examples/python/encoder.py, the README's
-Python example, run end to end against 4 real xferd processes; and the
-README's copy of it, which must be the file."""
+"""tests/python/test_example.py - the README's Python examples run end to
+end: examples/python/encoder.py against 4 real xferd processes, and
+examples/python/connector.py (an encoder process, 4 worker processes
+serving their own memory, the consumer's scheduler); and the README's
+copies of them, which must be the files."""
 import os
 import re
 import subprocess
@@ -9,6 +11,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "python", "encoder.py")
+CONNECTOR = os.path.join(ROOT, "examples", "python", "connector.py")
 
 
 def test_example_encoder_runs_end_to_end():
@@ -23,11 +26,32 @@ def test_example_encoder_runs_end_to_end():
     assert lines[3] == "request 4: NO_SPACE in reserving"
 
 
-def test_example_readme_shows_the_file():
+def test_example_connector_runs_end_to_end():
+    p = subprocess.run([sys.executable, CONNECTOR], capture_output=True,
+                       text=True, timeout=120)
+    print(p.stdout, p.stderr)
+    assert p.returncode == 0
+    assert p.stdout.splitlines() == [
+        "request 1: encoder ok, scheduler ok",
+        "request 2: encoder ok, scheduler ok",
+        "request 3: encoder CANCELLED in reserving, scheduler CANCELLED",
+        "request 4: encoder NO_SPACE in reserving, scheduler TIMEOUT"]
+
+
+def readme_copy(name):
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
-    m = re.search(r"<!-- examples/python/encoder\.py, verbatim -->\n"
-                  r"```python\n(.*?)```\n", readme, re.S)
-    assert m, "README.md has no verbatim copy of examples/python/encoder.py"
+    m = re.search(r"<!-- examples/python/%s, verbatim -->\n"
+                  r"```python\n(.*?)```\n" % re.escape(name), readme, re.S)
+    assert m, "README.md has no verbatim copy of examples/python/" + name
+    return m.group(1)
+
+
+def test_example_readme_shows_the_file():
     with open(EXAMPLE) as f:
-        assert m.group(1) == f.read()
+        assert readme_copy("encoder.py") == f.read()
+
+
+def test_example_readme_shows_the_connector():
+    with open(CONNECTOR) as f:
+        assert readme_copy("connector.py") == f.read()

@@ -260,6 +260,8 @@ int main(int argc, char **argv)
     xfer_core_config_default(&cfg);
     cfg.max_transfers = 64;
     cfg.tombstone_ttl_ns = 2000000000ull;
+    cfg.consumer_lease_ns = 1000000000ull;
+    cfg.net_margin_ns = 1000000000ull;
     cfg.default_deadline_ns = 1000000000ull;
     cfg.cancel_op_timeout_ns = 100000000ull;
     cfg.cancel_backoff_ns = 10000000ull;

@@ -195,6 +195,8 @@ int bench_pump_new(const demo_tcp *g, uint16_t nshards, bench_pump **out,
     ec.base = u->base;
     ec.core.default_deadline_ns = 30000000000ull;
     ec.core.tombstone_ttl_ns = 5000000000ull;
+    ec.core.consumer_lease_ns = 2500000000ull;
+    ec.core.net_margin_ns = 2500000000ull;
     ec.core.max_tombstones = 1u << 22;
     if (!u->base || !u->lat || !u->staging ||
         xfer_engine_new(&ec, &u->e) != 0)

@@ -96,7 +96,7 @@ class XferSide:
     def __init__(self, addrs, notify, first_id):
         self.engine = xfer.Engine(
             xfer.Tcp(addrs), notify=notify, default_timeout=30,
-            tombstone_ttl=5, max_tombstones=1 << 22)
+            tombstone_ttl=30, max_tombstones=1 << 22)  # >= lease + margin
         if not self.engine.transports[0].wait_connected(10):
             raise RuntimeError("the xferd shards never connected")
         self.pool = self.engine.register_pool(bytearray(4096))

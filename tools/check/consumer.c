@@ -36,6 +36,7 @@ static void reply(ck_world *w, const ck_msg *op, int32_t status,
     if (op->op != XFER_OP_RESERVE)
         r.resv_id = op->resv_id;
     r.len = 0;
+    r.part = 0;
     ck_net_push(w, &r);
 }
 
@@ -128,9 +129,79 @@ static void write_finish(ck_world *w, const ck_msg *m, int how)
     reply(w, m, st, NULL);
 }
 
+/* --writes: one of the writes a WRITE landed as ends.  The producer
+ * hears once, when the last one ended, with the first error of any. */
+static void part_finish(ck_world *w, const ck_msg *m, int how)
+{
+    bool ok = how == HOW_DELIVER || how == HOW_LOST;
+    int32_t rc = end_write(w, m, ok);
+    int32_t st = how == HOW_DELIVER ? rc
+                 : how == HOW_LOST  ? XFER_ERR_CONN_LOST
+                 : how == HOW_FAIL  ? XFER_ERR_IO
+                                    : XFER_ERR_ABORTED;
+    int32_t status = m->status ? m->status : st;
+    bool more = false;
+    for (unsigned i = 0; i < w->env.nmsg; i++) {
+        ck_msg *o = &w->msg[i];
+        if (o->kind == MK_OP && o->op == XFER_OP_WRITE &&
+            (o->flags & MF_PART) && o->tr == m->tr && o->shard == m->shard &&
+            o->attempt == m->attempt && o->resv_id == m->resv_id) {
+            more = true;
+            if (!o->status)
+                o->status = status;
+        }
+    }
+    if (!more)
+        reply(w, m, status, NULL);
+}
+
+/* --writes: a WRITE arrives and begins as w->cfg->writes writes, each
+ * its own slice of the region; each then lands and ends on its own. */
+static void write_parts(ck_world *w, ck_msg m, int how)
+{
+    unsigned n = w->cfg->writes;
+    uint32_t step = m.len / n;
+    int32_t first = 0;
+    ck_msg land[CK_MAX_WRITES];
+    unsigned nl = 0;
+    for (unsigned p = 0; p < n; p++) {
+        ck_msg pm = m;
+        uint32_t off = p * step;
+        pm.len = p + 1 == n ? m.len - off : step;
+        pm.part = (uint16_t)p;
+        uint8_t *dst = NULL;
+        int rc = xfer_shard_write_begin(w->sh[m.shard], w->env.now, m.tr + 1u,
+                                        m.attempt, m.resv_id, off, pm.len,
+                                        &dst);
+        ck_monitor_shard_op(w, &pm, rc, NULL);
+        if (rc) {
+            first = first ? first : rc;
+            continue;
+        }
+        if (how == HOW_LOST) {
+            end_write(w, &pm, true);
+            continue;
+        }
+        pm.flags |= MF_BEGUN | MF_PART;
+        land[nl++] = pm;
+    }
+    if (!nl) {
+        reply(w, &m, how == HOW_LOST ? XFER_ERR_CONN_LOST : first, NULL);
+        return;
+    }
+    for (unsigned i = 0; i < nl; i++) {
+        land[i].status = first;
+        ck_net_push(w, &land[i]);
+    }
+}
+
 /* An op message reaching its shard, in one of the four ways. */
 static void op_arrives(ck_world *w, ck_msg m, int how)
 {
+    if (m.op == XFER_OP_WRITE && (m.flags & MF_PART)) {
+        part_finish(w, &m, how);
+        return;
+    }
     if (m.op == XFER_OP_WRITE && (m.flags & MF_BEGUN)) {
         write_finish(w, &m, how);
         return;
@@ -138,6 +209,10 @@ static void op_arrives(ck_world *w, ck_msg m, int how)
     if (how == HOW_FAIL || how == HOW_ABORT) {
         reply(w, &m, how == HOW_FAIL ? XFER_ERR_CONN_LOST : XFER_ERR_ABORTED,
               NULL);
+        return;
+    }
+    if (m.op == XFER_OP_WRITE && w->cfg->writes > 1) {
+        write_parts(w, m, how);
         return;
     }
     xfer_resv_info info;
@@ -197,10 +272,16 @@ static void to_readiness(ck_world *w, const ck_msg *m, int how)
         xfer_readiness_on_take_result(w->rd, w->env.now, id, m->shard,
                                       m->status);
     } else if (m->op == XFER_SHARD_EV_READY) {
+        if (w->cfg->e2e && !w->cfg->strict_e2e &&
+            xfer_readiness_state(w->rd, id) == XFER_READY_STATE_UNAVAILABLE)
+            w->env.e2e_exempt |= (uint8_t)(1u << m->tr);
         ck_monitor_ready_event_in(w, m);
         xfer_readiness_on_ready(w->rd, w->env.now, id, m->attempt, m->shard,
                                 m->resv_id);
     } else {
+        if (w->cfg->e2e &&
+            xfer_readiness_state(w->rd, id) == XFER_READY_STATE_NONE)
+            w->env.e2e_exempt |= (uint8_t)(1u << m->tr);
         xfer_readiness_on_shard_ended(w->rd, w->env.now, id, m->attempt,
                                       m->shard,
                                       m->op == XFER_SHARD_EV_CANCELLED
@@ -234,10 +315,15 @@ void ck_consumer_deliver(ck_world *w, unsigned i, int how)
     ck_msg m = w->msg[i];
     ck_net_remove(w, i);
     switch (m.kind) {
-    case MK_OP:
+    case MK_OP: {
+        /* I14: what another attempt holds here before a cancel arrives */
+        mon_cs before = w->mon.tr[m.tr].cs[m.shard];
         op_arrives(w, m, how);
         ck_consumer_drain_shard(w, m.shard);
+        if (m.op == XFER_OP_CANCEL)
+            ck_monitor_cancel_done(w, &m, &before);
         break;
+    }
     case MK_RES:
         to_producer(w, &m);
         break;

@@ -40,8 +40,10 @@ static void describe_msg(const ck_msg *m, const char *verb, char *b,
     switch (m->kind) {
     case MK_OP:
         if (m->op == XFER_OP_WRITE && (m->flags & MF_BEGUN))
-            snprintf(b, n, "%s end of the WRITE landing on shard %u (id %u "
-                     "att %" PRIu32 ")", verb, m->shard, id, m->attempt);
+            snprintf(b, n, "%s end of the WRITE%s landing on shard %u (id "
+                     "%u att %" PRIu32 ")", verb,
+                     (m->flags & MF_PART) ? " part" : "", m->shard, id,
+                     m->attempt);
         else
             snprintf(b, n, "%s %s(id %u, att %" PRIu32 ", resv %" PRIu64
                      ")%s producer -> shard %u", verb, xfer_op_name(m->op), id,
@@ -110,6 +112,15 @@ void ck_describe_move(const ck_world *w, ck_move mv, char *b, size_t n)
     case MV_FIRE_READY:
         snprintf(b, n, "readiness timer fires at %" PRIu64 " ns",
                  xfer_readiness_next_deadline(w->rd));
+        break;
+    case MV_DUP:
+        describe_msg(&w->msg[mv.arg], "RETRANSMIT (delivered, a copy stays "
+                     "in flight)", b, n);
+        break;
+    case MV_STALE:
+        snprintf(b, n, "a reply of another attempt for id %u reaches the "
+                 "producer from shard %u", mv.arg / CK_MAX_S + 1u,
+                 mv.arg % CK_MAX_S);
         break;
     default:
         snprintf(b, n, "the producer crashes");

@@ -115,7 +115,12 @@ static const numopt numopts[] = {
     {"--expiries", 0, 50, CFG_(max_expiries), 4},
     {"--budget", 0, 200, CFG_(budget), 4},
     {"--cancel-attempts", 1, 20, CFG_(cancel_max_attempts), 4},
-    {"--max-delay-ms", 1, 3600000, offsetof(opts, delay_ms), 8},
+    {"--caps", 0, CK_MAX_T, CFG_(caps), 4},
+    {"--dups", 0, 50, CFG_(max_dups), 4},
+    {"--writes", 1, CK_MAX_WRITES, CFG_(writes), 4},
+    /* above 50 s the core's 60 s tombstone no longer outlives a lease plus
+     * the delay, and xfer_core_new refuses the config */
+    {"--max-delay-ms", 1, 50000, offsetof(opts, delay_ms), 8},
     {"--max-mem-mb", 0, 1u << 30, offsetof(opts, mem_mb), 8},
     {"--seed", 0, UINT64_MAX, offsetof(opts, seed), 8},
     {"--runs", 1, UINT64_MAX, offsetof(opts, runs), 8},
@@ -229,12 +234,34 @@ static void usage(void)
            "  --expiries N             timer fires that jump time, per path "
            "(%u)\n"
            "  --cancel-attempts N      cancel attempts per shard (%u)\n"
-           "  --max-delay-ms N         every message delivered within N ms "
-           "(%llu)\n"
+           "  --max-delay-ms N         every message delivered within N ms, "
+           "at most 50000\n"
+           "                           (%llu)\n"
+           "  --caps N                 every record and tombstone cap of "
+           "the machines\n"
+           "                           (0: the number of transfers, so no "
+           "cap binds)\n"
+           "  --writes N               each WRITE lands as N writes at "
+           "different offsets,\n"
+           "                           1..%u (1)\n"
+           "  --dups N                 per path, N duplicated messages (a "
+           "retransmit) or\n"
+           "                           replies of another attempt (0)\n"
+           "  --defaults               the machines run the library "
+           "defaults (every\n"
+           "                           timing and the cancel bound left 0); "
+           "the monitors\n"
+           "                           hold them to the documented values\n"
+           "  --e2e                    the E2E monitor: a producer success "
+           "is available\n"
+           "                           or flagged on the consumer\n"
+           "  --strict-e2e             --e2e without the exemption of "
+           "finding F3\n"
+           "                           (tests/check/FINDINGS.md)\n"
            "  --depth N                BFS depth bound / walk length (%u)\n",
            c->max_faults, c->max_cancels, c->max_lates, c->max_ccancels,
            c->max_expiries, c->cancel_max_attempts,
-           (unsigned long long)d.delay_ms, c->depth);
+           (unsigned long long)d.delay_ms, (unsigned)CK_MAX_WRITES, c->depth);
     printf("  --liveness leaves|all    the liveness phase at leaves "
            "(default) or from\n"
            "                           every state\n"
@@ -276,6 +303,15 @@ static int parse(opts *o, int argc, char **argv)
             continue;
         } else if (!strcmp(k, "--paranoid")) {
             o->cfg.paranoid = true;
+            continue;
+        } else if (!strcmp(k, "--defaults")) {
+            o->cfg.defaults = true;
+            continue;
+        } else if (!strcmp(k, "--e2e")) {
+            o->cfg.e2e = true;
+            continue;
+        } else if (!strcmp(k, "--strict-e2e")) {
+            o->cfg.e2e = o->cfg.strict_e2e = true;
             continue;
         } else if (!strcmp(k, "--bench")) {
             o->bench = true;
@@ -323,12 +359,16 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
     fault_list(c->faults, f, sizeof f);
     snprintf(b, n, "--shards %u --transfers %u --faults %s --max-faults %u "
              "--budget %u --cancels %u --lates %u --ccancels %u --expiries %u "
-             "--cancel-attempts %u --depth %u --max-delay-ms %llu%s%s", c->S,
+             "--cancel-attempts %u --depth %u --max-delay-ms %llu --caps %u "
+             "--dups %u --writes %u%s%s%s%s", c->S,
              c->T, f, c->max_faults, c->budget, c->max_cancels, c->max_lates,
              c->max_ccancels, c->max_expiries, c->cancel_max_attempts,
              c->depth, (unsigned long long)(c->max_delay / 1000000u),
+             c->caps, c->max_dups, c->writes ? c->writes : 1u,
              c->liveness_all ? " --liveness all" : "",
-             c->symmetry ? "" : " --no-symmetry");
+             c->symmetry ? "" : " --no-symmetry",
+             c->defaults ? " --defaults" : "",
+             c->strict_e2e ? " --strict-e2e" : c->e2e ? " --e2e" : "");
 }
 
 static void banner(const opts *o)

@@ -240,11 +240,30 @@ static void check_rollback(ck_world *w, const mon_tr *t, uint64_t id)
             ck_monitor_fail(w, CK_I5, "id %llu failed but shard %u, which was "
                             "sent a reserve, was never sent a cancel",
                             (unsigned long long)id, k);
-        else if (p->cancels < w->cfg->cancel_max_attempts)
+        else if (p->cancels < ck_world_cancel_attempts(w))
             ck_monitor_fail(w, CK_I5, "id %llu ended its rollback with shard "
                             "%u's cancel failed after %u of %u attempts",
                             (unsigned long long)id, k, p->cancels,
-                            w->cfg->cancel_max_attempts);
+                            ck_world_cancel_attempts(w));
+    }
+}
+
+/* I12: the completion names in rollback_failed exactly the shards whose
+ * rollback never succeeded (sent a reserve, no cancel answered "nothing of
+ * ours left", none refused because the consumer took the data). */
+static void check_rollback_report(ck_world *w, const mon_tr *t,
+                                  const xfer_result *r)
+{
+    for (unsigned k = 0; k < w->cfg->S; k++) {
+        const mon_ps *p = &t->ps[k];
+        bool failed = p->resv_sent && !p->cancel_done && !p->cancel_gaveup_ok;
+        bool named = (r->rollback_failed >> k) & 1u;
+        if (failed != named)
+            ck_monitor_fail(w, CK_I12, "id %llu: shard %u's rollback %s but "
+                            "the completion %s it in rollback_failed",
+                            (unsigned long long)r->id, k,
+                            failed ? "never succeeded" : "is done",
+                            named ? "names" : "does not name");
     }
 }
 
@@ -327,6 +346,7 @@ static void act_complete(ck_world *w, mon_tr *t, const xfer_action *a)
                                 (unsigned long long)a->id, j);
     } else {
         check_rollback(w, t, a->id);
+        check_rollback_report(w, t, r);
         check_failure(w, t, r);
     }
     t->open = 0;
@@ -566,6 +586,14 @@ void ck_monitor_shard_event(ck_world *w, const xfer_shard_event *e)
         return;
     if (!c->live || c->attempt != e->attempt)
         return; /* a tombstone for an attempt that never reserved here */
+    if (e->kind == XFER_SHARD_EV_EXPIRED &&
+        w->env.now < c->reserved_at + CK_LEASE_TTL)
+        ck_monitor_fail(w, CK_TIME, "shard %u expired id %llu at %llu ns, "
+                        "before its lease of %llu ns from %llu ns ran out",
+                        e->shard, (unsigned long long)e->id,
+                        (unsigned long long)w->env.now,
+                        (unsigned long long)CK_LEASE_TTL,
+                        (unsigned long long)c->reserved_at);
     if (c->writes)
         ck_monitor_fail(w, CK_I4, "shard %u freed id %llu's region (%s) while "
                         "a write into it is still landing", e->shard,
@@ -578,6 +606,23 @@ void ck_monitor_shard_event(ck_world *w, const xfer_shard_event *e)
                         (unsigned long long)e->id);
     c->live = 0;
     c->ready = 0;
+}
+
+/* I14: a producer's cancel frees only its own attempt's region.  A region
+ * another attempt held before the cancel arrived is still held after it,
+ * in the state it had (a cancel of attempt 2 must not free attempt 1's
+ * committed data). */
+void ck_monitor_cancel_done(ck_world *w, const ck_msg *m, const mon_cs *before)
+{
+    if (!before->live || before->attempt == m->attempt || !m->attempt)
+        return;
+    xfer_resv_state rs = xfer_shard_state(w->sh[m->shard], m->tr + 1u);
+    if (rs == XFER_RESV_STATE_NONE || rs == XFER_RESV_STATE_CANCELLED ||
+        rs == XFER_RESV_STATE_CANCEL_PENDING || !w->mon.tr[m->tr].cs[m->shard].live)
+        ck_monitor_fail(w, CK_I14, "a cancel of id %u attempt %u on shard %u "
+                        "freed the region attempt %u held (now %s)",
+                        m->tr + 1u, m->attempt, m->shard, before->attempt,
+                        xfer_fsm_state_name(XFER_MACHINE_RESERVATION, rs));
 }
 
 void ck_monitor_consumer_cancel_applied(ck_world *w, const ck_msg *m, int rc)
@@ -670,6 +715,16 @@ void ck_monitor_ready_action(ck_world *w, const xfer_ready_action *a)
         ready_available(w, t, a);
         break;
     case XFER_READY_ACT_UNAVAILABLE:
+        /* TIME: a record's deadline runs from its first ready, which came
+         * after the submit of its attempt. */
+        if (a->reason == XFER_ERR_TIMEOUT && a->attempt == t->attempt &&
+            w->env.now < t->accepted_at + CK_READY_DEADLINE)
+            ck_monitor_fail(w, CK_TIME, "the tracker timed id %llu out at "
+                            "%llu ns, before %llu ns after its submit at "
+                            "%llu ns", (unsigned long long)a->id,
+                            (unsigned long long)w->env.now,
+                            (unsigned long long)CK_READY_DEADLINE,
+                            (unsigned long long)t->accepted_at);
         if (t->available && t->ready_attempt == a->attempt)
             ck_monitor_fail(w, CK_I8,
                             "id %llu reported UNAVAILABLE after "
@@ -751,11 +806,74 @@ static void global_shard(ck_world *w, unsigned k)
                         (unsigned long long)landing);
 }
 
+/* TIME: every deadline the monitors know is armed for the documented
+ * time, and no machine's next timer is later than one of them (so a
+ * driver that waits for next_deadline fires it on time).  The transfer
+ * deadline (submit without a deadline: accepted + CK_DEADLINE) while the
+ * transfer runs unstopped; the lease of every reservation that is not
+ * taken (reserved + CK_LEASE_TTL). */
+static void global_time(ck_world *w)
+{
+    uint64_t core_next = xfer_core_next_deadline(w->core);
+    for (unsigned i = 0; i < w->cfg->T; i++) {
+        const mon_tr *t = &w->mon.tr[i];
+        xfer_transfer_view v;
+        if (!t->open || t->stopped || t->failed || !t->attempt ||
+            !xfer_core_view(w->core, i + 1u, &v) || v.attempt != t->attempt ||
+            v.state == XFER_TRANSFER_STATE_CANCELLING)
+            continue;
+        uint64_t due = t->accepted_at + CK_DEADLINE;
+        if (v.deadline_ns != due)
+            ck_monitor_fail(w, CK_TIME, "id %u's deadline is armed for %llu "
+                            "ns, not accepted + %llu = %llu ns", i + 1u,
+                            (unsigned long long)v.deadline_ns,
+                            (unsigned long long)CK_DEADLINE,
+                            (unsigned long long)due);
+        else if (w->env.now < due && core_next > due)
+            ck_monitor_fail(w, CK_TIME, "the core's next timer is at %llu "
+                            "ns, after id %u's deadline at %llu ns",
+                            (unsigned long long)core_next, i + 1u,
+                            (unsigned long long)due);
+    }
+    /* A transfer's tombstone (documented TTL, woken at most 10 ms late):
+     * only on paths without a producer cancel, which may refresh it. */
+    for (unsigned i = 0; i < w->cfg->T && !w->env.cancels; i++) {
+        const mon_tr *t = &w->mon.tr[i];
+        uint64_t due = t->tomb_at + CK_CORE_TOMB_TTL + 10000000ull;
+        if (t->tomb == 1 && !t->open && w->env.now < due &&
+            core_next > due &&
+            xfer_core_state(w->core, i + 1u) == XFER_TRANSFER_STATE_TOMBSTONED)
+            ck_monitor_fail(w, CK_TIME, "the core's next timer is at %llu "
+                            "ns, after id %u's tombstone (from %llu ns) "
+                            "ends", (unsigned long long)core_next, i + 1u,
+                            (unsigned long long)t->tomb_at);
+    }
+    for (unsigned k = 0; k < w->cfg->S; k++) {
+        uint64_t next = xfer_shard_next_deadline(w->sh[k]);
+        for (unsigned i = 0; i < w->cfg->T; i++) {
+            const mon_cs *c = &w->mon.tr[i].cs[k];
+            if (!c->live || c->taken)
+                continue;
+            xfer_resv_state rs = xfer_shard_state(w->sh[k], i + 1u);
+            uint64_t due = c->reserved_at + CK_LEASE_TTL;
+            if ((rs == XFER_RESV_STATE_RESERVED ||
+                 rs == XFER_RESV_STATE_WRITING ||
+                 rs == XFER_RESV_STATE_READY) &&
+                w->env.now < due && next > due)
+                ck_monitor_fail(w, CK_TIME, "shard %u's next timer is at "
+                                "%llu ns, after the lease of id %u ends at "
+                                "%llu ns", k, (unsigned long long)next,
+                                i + 1u, (unsigned long long)due);
+        }
+    }
+}
+
 void ck_monitor_global(ck_world *w)
 {
     global_core(w);
     for (unsigned k = 0; k < w->cfg->S; k++)
         global_shard(w, k);
+    global_time(w);
     xfer_readiness_health rs;
     xfer_readiness_health_get(w->rd, &rs);
     if (rs.illegal)
@@ -805,8 +923,34 @@ static void final_producer(ck_world *w)
                         "completed");
 }
 
+/* E2E: a transfer the producer reported a success for is, on the
+ * consumer, AVAILABLE or UNAVAILABLE (flagged) for that attempt, or the
+ * consumer's own scheduler cancelled it.  A path that dropped one of its
+ * consumer-side events is exempt: a ready event lost on the way leaves
+ * the tracker nothing to flag (the shard's lease reclaims the data); so
+ * is one where a shard's end of the id (a lease that ran out before the
+ * ready event arrived) reached the tracker before any ready: the tracker
+ * tombstones an id it never had a record of without reporting it. */
+static void final_e2e(ck_world *w)
+{
+    for (unsigned i = 0; i < w->cfg->T; i++) {
+        const mon_tr *t = &w->mon.tr[i];
+        if (t->open || !t->success || t->ccancelled ||
+            (w->env.e2e_exempt >> i) & 1u)
+            continue;
+        bool told = t->ready_attempt == t->attempt &&
+                    (t->available || t->unavailable);
+        if (!told)
+            ck_monitor_fail(w, CK_E2E, "id %u attempt %u succeeded on the "
+                            "producer, but the consumer never reported it "
+                            "available or unavailable", i + 1u, t->attempt);
+    }
+}
+
 void ck_monitor_final(ck_world *w)
 {
+    if (w->cfg->e2e)
+        final_e2e(w);
     if (!w->env.crashed)
         final_producer(w);
     for (unsigned k = 0; k < w->cfg->S; k++) {

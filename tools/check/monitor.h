@@ -40,6 +40,10 @@ void ck_monitor_consumer_cancel_applied(ck_world *w, const ck_msg *m, int rc);
 void ck_monitor_staging(ck_world *w, unsigned tr, bool release);
 void ck_monitor_pool_unregistered(ck_world *w);
 void ck_monitor_shutdown_complete(ck_world *w);
+/* I14: a producer cancel reached its shard (and its events were drained);
+ * `before` is the monitors' view of that (transfer, shard) before it. */
+void ck_monitor_cancel_done(ck_world *w, const ck_msg *m,
+                            const mon_cs *before);
 void ck_monitor_global(ck_world *w);
 void ck_monitor_shard_timer(ck_world *w, unsigned k);
 void ck_monitor_final(ck_world *w);

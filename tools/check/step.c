@@ -49,6 +49,31 @@ static bool retry_waiting(const ck_world *w)
     return false;
 }
 
+/* Duplicates and stale replies (--dups): disturbances with their own
+ * budget. */
+static bool dup_budget(const ck_world *w)
+{
+    return w->env.dups < w->cfg->max_dups && calm(w);
+}
+
+/* The op a live transfer waits for in its state (the reply a stale one
+ * imitates), or XFER_OP_COUNT_ when it waits for none. */
+static unsigned waited_op(const xfer_transfer_view *v)
+{
+    switch (v->state) {
+    case XFER_TRANSFER_STATE_RESERVING:
+        return XFER_OP_RESERVE;
+    case XFER_TRANSFER_STATE_WRITING:
+        return XFER_OP_WRITE;
+    case XFER_TRANSFER_STATE_COMPLETING:
+        return XFER_OP_COMMIT;
+    case XFER_TRANSFER_STATE_CANCELLING:
+        return XFER_OP_CANCEL;
+    default:
+        return XFER_OP_COUNT_;
+    }
+}
+
 static unsigned msg_moves(const ck_world *w, unsigned i, ck_move *out)
 {
     const ck_msg *m = &w->msg[i];
@@ -56,6 +81,11 @@ static unsigned msg_moves(const ck_world *w, unsigned i, ck_move *out)
     if (i > 0 && memcmp(m, &w->msg[i - 1], sizeof *m) == 0)
         return 0; /* the same message twice: one set of moves is enough */
     out[n++] = (ck_move){MV_DELIVER, (uint8_t)i};
+    /* A retransmitted shard event (a ready, cancelled or expired seen
+     * twice by the tracker).  Ops and results are not duplicated: the
+     * transport reports each op exactly once (tools/check/consumer.c). */
+    if (m->kind == MK_EV && dup_budget(w) && w->env.nmsg < CK_MAX_MSG)
+        out[n++] = (ck_move){MV_DUP, (uint8_t)i};
     bool b = budget(w);
     if (m->kind == MK_OP) {
         if (b && fault_on(w, CK_FB_FAIL))
@@ -119,6 +149,14 @@ static unsigned env_moves(const ck_world *w, ck_move *out)
         out[n++] = (ck_move){MV_FIRE_READY, 0};
     if (up && fault_on(w, CK_FB_CRASH) && calm(w))
         out[n++] = (ck_move){MV_CRASH, 0};
+    for (unsigned t = 0; t < c->T && up && dup_budget(w); t++) {
+        xfer_transfer_view v;
+        if (!xfer_core_view(w->core, t + 1u, &v) ||
+            waited_op(&v) == XFER_OP_COUNT_)
+            continue;
+        for (unsigned k = 0; k < c->S; k++)
+            out[n++] = (ck_move){MV_STALE, (uint8_t)(t * CK_MAX_S + k)};
+    }
     return n;
 }
 
@@ -192,6 +230,39 @@ static void crash(ck_world *w)
             ck_net_remove(w, i);
 }
 
+/* A retransmit: message i arrives now, and its copy is still in flight
+ * (sent when the original was). */
+static void duplicate(ck_world *w, unsigned i)
+{
+    ck_msg copy = w->msg[i];
+    ck_consumer_deliver(w, i, HOW_DELIVER);
+    ck_net_push(w, &copy);
+    if (w->env.nmsg && w->v.inv < 0)
+        w->msg[w->env.nmsg - 1].sent_at = copy.sent_at;
+}
+
+/* A successful reply of an earlier attempt (or, for attempt 1, a later
+ * one: a replay) for the op transfer t waits for on shard k: delayed past
+ * the producer's tombstone, retransmitted or replayed.  The core must not
+ * take it for its own. */
+static void stale_reply(ck_world *w, unsigned t, unsigned k)
+{
+    xfer_transfer_view v;
+    if (!xfer_core_view(w->core, t + 1u, &v))
+        return;
+    xfer_shard_result r = {
+        .id = t + 1u,
+        .attempt = v.attempt > 1 ? v.attempt - 1 : v.attempt + 1,
+        .shard = (uint16_t)k,
+        .op = (uint8_t)waited_op(&v),
+        .status = 0,
+        .resv_id = 0xbad0u + k,
+        .remote_addr = 0,
+    };
+    xfer_core_on_result(w->core, w->env.now, &r);
+    ck_engine_drain(w);
+}
+
 static void apply_env(ck_world *w, ck_move mv)
 {
     if (!w->in_liveness && mv.kind != MV_SUBMIT && mv.kind != MV_FIRE_CORE)
@@ -234,6 +305,14 @@ static void apply_env(ck_world *w, ck_move mv)
             w->env.expiries++;
         fire_ready(w);
         break;
+    case MV_DUP:
+        w->env.dups++;
+        duplicate(w, mv.arg);
+        break;
+    case MV_STALE:
+        w->env.dups++;
+        stale_reply(w, mv.arg / CK_MAX_S, mv.arg % CK_MAX_S);
+        break;
     default:
         crash(w);
         break;
@@ -254,6 +333,8 @@ void ck_step_apply(ck_world *w, ck_move mv)
         if (mv.kind == MV_FAIL || mv.kind == MV_LOST) {
             w->env.faults++;
             w->env.disturb++;
+            if (w->cfg->e2e && w->msg[mv.arg].kind != MK_OP)
+                w->env.e2e_exempt |= (uint8_t)(1u << w->msg[mv.arg].tr);
         }
         ck_consumer_deliver(w, mv.arg, how[mv.kind]);
     } else {
@@ -279,6 +360,8 @@ unsigned ck_step_touches(const ck_world *w, ck_move mv)
             return CK_M_SH(m->shard);
         return m->kind == MK_RES ? CK_M_CORE : CK_M_RD;
     }
+    if (mv.kind == MV_DUP)
+        return ck_step_touches(w, (ck_move){MV_DELIVER, mv.arg});
     switch (mv.kind) {
     case MV_CCANCEL:
     case MV_FIRE_READY:

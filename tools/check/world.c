@@ -53,6 +53,13 @@ static xfer_trace_sink sink(ck_world *w, unsigned src)
     return t;
 }
 
+/* With --defaults every timing is 0, "the library's default": what a
+ * deployment that sets nothing (xferd) runs. */
+static uint64_t timing(const ck_world *w, uint64_t v)
+{
+    return w->cfg->defaults ? 0 : v;
+}
+
 static int make_consumer(ck_world *w)
 {
     const ck_config *c = w->cfg;
@@ -60,10 +67,10 @@ static int make_consumer(ck_world *w)
         xfer_shard_config sc;
         xfer_shard_config_default(&sc);
         sc.pool_bytes = CK_POOL_BYTES;
-        sc.max_reservations = c->T;
-        sc.max_tombstones = c->T;
-        sc.lease_ttl_ns = CK_LEASE_TTL;
-        sc.tombstone_ttl_ns = CK_SHARD_TOMB_TTL;
+        sc.max_reservations = w->caps;
+        sc.max_tombstones = w->caps;
+        sc.lease_ttl_ns = timing(w, CK_LEASE_TTL);
+        sc.tombstone_ttl_ns = timing(w, CK_SHARD_TOMB_TTL);
         sc.align = 64;
         sc.shard_index = (uint16_t)k;
         sc.rng = (xfer_rng){counter_rng, &w->env.rng[k]};
@@ -75,12 +82,38 @@ static int make_consumer(ck_world *w)
     xfer_readiness_config rc;
     xfer_readiness_config_default(&rc);
     rc.nshards = (uint16_t)c->S;
-    rc.max_records = c->T;
-    rc.max_tombstones = c->T;
-    rc.deadline_ns = CK_READY_DEADLINE;
-    rc.tombstone_ttl_ns = CK_READY_TOMB_TTL;
+    rc.max_records = w->caps;
+    rc.max_tombstones = w->caps;
+    rc.deadline_ns = timing(w, CK_READY_DEADLINE);
+    rc.tombstone_ttl_ns = timing(w, CK_READY_TOMB_TTL);
     rc.trace = sink(w, CK_MAX_S + 1);
     return xfer_readiness_new(&rc, &w->rd);
+}
+
+/* The producer core's config: caps from the world, timings as above.
+ * The deployment modelled: consumer leases of CK_LEASE_TTL, every message
+ * delivered within max_delay (the core's check of its tombstone TTL). */
+static void core_config(ck_world *w, xfer_core_config *cc)
+{
+    const ck_config *cfg = w->cfg;
+    xfer_core_config_default(cc);
+    cc->max_transfers = w->caps;
+    cc->max_tombstones = w->caps;
+    cc->tombstone_ttl_ns = timing(w, CK_CORE_TOMB_TTL);
+    cc->consumer_lease_ns = timing(w, CK_LEASE_TTL);
+    cc->net_margin_ns = cfg->defaults ? 0 : cfg->max_delay;
+    cc->default_deadline_ns = timing(w, CK_DEADLINE);
+    cc->cancel_op_timeout_ns = timing(w, CK_CANCEL_TIMEOUT);
+    cc->cancel_backoff_ns = timing(w, CK_BACKOFF);
+    cc->cancel_max_attempts = cfg->defaults ? 0 : cfg->cancel_max_attempts;
+    cc->max_shards = (uint16_t)cfg->S;
+    cc->trace = sink(w, 0);
+}
+
+unsigned ck_world_cancel_attempts(const ck_world *w)
+{
+    return w->cfg->defaults ? CK_DEFAULT_CANCEL_ATTEMPTS
+                            : w->cfg->cancel_max_attempts;
 }
 
 int ck_world_init(ck_world *w, const ck_config *cfg, const ck_tracer *tr)
@@ -89,17 +122,8 @@ int ck_world_init(ck_world *w, const ck_config *cfg, const ck_tracer *tr)
     w->cfg = cfg;
     w->tracer = tr;
     w->v.inv = -1;
-    xfer_core_config *cc = &w->core_cfg;
-    xfer_core_config_default(cc);
-    cc->max_transfers = cfg->T;
-    cc->max_tombstones = cfg->T;
-    cc->tombstone_ttl_ns = CK_CORE_TOMB_TTL;
-    cc->default_deadline_ns = CK_DEADLINE;
-    cc->cancel_op_timeout_ns = CK_CANCEL_TIMEOUT;
-    cc->cancel_backoff_ns = CK_BACKOFF;
-    cc->cancel_max_attempts = cfg->cancel_max_attempts;
-    cc->max_shards = (uint16_t)cfg->S;
-    cc->trace = sink(w, 0);
+    w->caps = cfg->caps ? cfg->caps : cfg->T;
+    core_config(w, &w->core_cfg);
     int rc = xfer_core_new(&w->core_cfg, &w->core);
     if (!rc)
         rc = make_consumer(w);

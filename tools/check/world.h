@@ -23,7 +23,7 @@
 #define CK_MAX_S 6
 #define CK_MAX_T 4
 #define CK_MAX_MSG 48
-#define CK_MAX_MOVES 160
+#define CK_MAX_MOVES 224
 #define CK_SAVE_MAX 16384
 
 /* Fault classes (bits of ck_config.faults). */
@@ -66,7 +66,9 @@ enum {
     X(I13, "leases reclaim")                                                 \
     X(I14, "attempts are isolated")                                          \
     X(ILLEGAL, "machine reached an ILLEGAL cell or asserted")                \
-    X(LIVE, "liveness: the system did not settle")
+    X(LIVE, "liveness: the system did not settle")                          \
+    X(E2E, "a producer success is available or flagged on the consumer")     \
+    X(TIME, "timers are armed for their documented time and fire on time")
 
 enum {
 #define CK_I_ENUM_(n, d) CK_##n,
@@ -77,6 +79,24 @@ enum {
 
 typedef struct ck_config {
     unsigned S, T;
+    /* World options (docs/design.md section 6), each off by default so
+     * the default spaces keep their state counts. */
+    unsigned writes;       /* each WRITE lands as this many writes at
+                            * different offsets, in any order; 0 or 1:
+                            * one write at offset 0 */
+    unsigned max_dups;     /* duplicated messages (a retransmit) and
+                            * replies of another attempt per path; 0:
+                            * none */
+    unsigned caps;         /* every record and tombstone cap of the
+                            * machines; 0: T (a cap never binds) */
+    bool e2e;              /* the E2E monitor (it keeps a bit of state,
+                            * so it is an option: off keeps the counts) */
+    bool strict_e2e;       /* the E2E monitor does not exempt finding F3
+                            * (a newer attempt's ready absorbed by the
+                            * tracker's tombstone of an older one) */
+    bool defaults;         /* the machines get every timing and the cancel
+                            * bound as 0, "the library default"; the
+                            * monitors keep the documented values below */
     uint32_t faults;       /* CK_F_* bits */
     unsigned max_faults;   /* fail/lost/drop injections per path */
     unsigned max_cancels;  /* producer user cancels per path */
@@ -94,7 +114,9 @@ typedef struct ck_config {
                             * bytes of queued states and visited set */
 } ck_config;
 
-/* Timings of the modelled deployment (ns). */
+/* Timings of the modelled deployment (ns): the library's documented
+ * defaults, which --defaults leaves to the machines (the monitors always
+ * use these, so a default that differs is a violation). */
 #define CK_LEASE_TTL (10ull * 1000000000ull)
 #define CK_SHARD_TOMB_TTL (20ull * 1000000000ull)
 #define CK_CORE_TOMB_TTL (60ull * 1000000000ull)
@@ -103,7 +125,9 @@ typedef struct ck_config {
 #define CK_BACKOFF (10ull * 1000000ull)
 #define CK_READY_DEADLINE (30ull * 1000000000ull)
 #define CK_READY_TOMB_TTL (60ull * 1000000000ull)
+#define CK_DEFAULT_CANCEL_ATTEMPTS 5u
 #define CK_SLICE 256u
+#define CK_MAX_WRITES 4u
 #define CK_POOL_BYTES (4096ull)
 
 /* Message kinds in flight. */
@@ -116,10 +140,12 @@ enum {
 };
 #define MF_ABORT 1u /* the core asked to abort this op */
 #define MF_BEGUN 2u /* a write: begun on the shard (bytes may land) */
+#define MF_PART 4u  /* one of the writes a WRITE lands as (--writes); its
+                     * status: the WRITE's first error so far */
 
 typedef struct ck_msg {
     uint8_t kind, op, flags, tr; /* tr: transfer index (id - 1) */
-    uint16_t shard, pad0;
+    uint16_t shard, part; /* part: which write of a WRITE (--writes) */
     int32_t status;
     uint32_t attempt;
     uint32_t len;
@@ -191,14 +217,25 @@ typedef struct ck_env {
     uint8_t shutdown, crashed, nmsg, disturb;
     uint8_t pool_registered;   /* engine model: staging pool registry */
     uint8_t staging[CK_MAX_T]; /* engine model: regions held */
-    uint8_t pad[2];
+    uint8_t e2e_exempt;        /* bit t: a consumer-side event or action
+                                * of transfer t was dropped, or a shard's
+                                * end of it reached the tracker before any
+                                * ready, or (F3, unless --strict-e2e) a
+                                * ready met the tracker's tombstone of
+                                * another attempt (the E2E monitor cannot
+                                * ask the consumer to report it) */
+    uint8_t dups;              /* duplicates and stale replies so far */
 } ck_env;
 
 /* A move of the environment. */
 enum {
     MV_DELIVER = 0, MV_FAIL, MV_LOST, MV_ABORT, MV_SUBMIT, MV_LATE,
     MV_CANCEL, MV_SHUTDOWN, MV_CCANCEL, MV_FIRE_CORE, MV_FIRE_SHARD,
-    MV_FIRE_READY, MV_CRASH, MV_COUNT_
+    MV_FIRE_READY, MV_CRASH,
+    MV_DUP,   /* message arg is delivered and a copy stays in flight */
+    MV_STALE, /* a reply of another attempt reaches the core: arg is
+               * transfer * CK_MAX_S + shard */
+    MV_COUNT_
 };
 typedef struct ck_move {
     uint8_t kind;
@@ -245,6 +282,7 @@ typedef struct ck_world {
     xfer_core *core;
     xfer_shard *sh[CK_MAX_S];
     xfer_readiness *rd;
+    unsigned caps; /* the caps the machines were given */
     ck_env env;
     ck_msg msg[CK_MAX_MSG];
     ck_mon mon;
@@ -263,6 +301,8 @@ typedef struct ck_world {
  * life); 0 or an xfer_err. */
 int ck_world_init(ck_world *w, const ck_config *cfg, const ck_tracer *tr);
 void ck_world_free(ck_world *w);
+/* The cancel attempts per shard the core was configured with. */
+unsigned ck_world_cancel_attempts(const ck_world *w);
 /* Encode the whole world into buf (len bytes): the bytes written, 0 when
  * it does not fit.  w->lay says where each machine's blob went. */
 size_t ck_world_save(ck_world *w, uint8_t *buf, size_t len);

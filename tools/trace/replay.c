@@ -144,6 +144,10 @@ static void config0(run *u, const xfer_trace_rec *r)
     u->cfg.max_transfers = (uint32_t)r->arg0;
     u->cfg.max_tombstones = (uint32_t)(r->arg0 >> 32);
     u->cfg.tombstone_ttl_ns = r->arg1;
+    /* The recorded core passed its own lease check; replay accepts any
+     * TTL such a core could have had. */
+    u->cfg.consumer_lease_ns = 1;
+    u->cfg.net_margin_ns = 1;
     u->cfg.default_deadline_ns = r->arg2;
 }
 

@@ -12,6 +12,7 @@
  *         [--session-max-bytes SIZE] [--session-max-tombs N]
  *         [--hello-timeout DUR] [--header-timeout DUR] [--idle-timeout DUR]
  *         [--write-timeout DUR] [--max-conns N] [--out-max SIZE]
+ *         [--rdma]
  *
  * --secret-file PATH: peers authenticate with HELLO2's challenge-response
  * (HMAC-SHA256 under the file's bytes, 16..256).  Without it only a
@@ -19,6 +20,13 @@
  * missing authentication is printed at start.  The session flags bound
  * what one peer session may hold per shard (README.md, "Running xferd on
  * a network").
+ *
+ * --rdma also serves the shards over RDMA (xfer/rdma.h): an rdmacm
+ * listener on the same address and port, and a registration of its own
+ * for every reservation, so producers of the RDMA transport write into the
+ * pools one-sidedly (TCP producers are served as before).  Without an RDMA
+ * device, or in a build without RDMA, it prints one line saying so and
+ * exits 1.
  *
  * --ctl PATH opens a Unix control socket (xfer/ctl.h) answering with every
  * open reservation (`xfer-trace stuck --live PATH`).
@@ -37,7 +45,8 @@
  * an "applied but reported failed" (PPM in a million, half each), and a
  * dropped connection (--drop).
  *
- * Prints "xferd: listening on ADDR:PORT" on stdout once it serves (port 0
+ * Prints "xferd: listening on ADDR:PORT" on stdout once it serves (with
+ * --rdma, after "xferd: rdma on ADDR:PORT ..."; port 0
  * picks a free port; --port-file also writes it).  SIGTERM/SIGINT drain:
  * close the listener, refuse new reserves, and exit once no reservation is
  * left at all (READY data taken and released or ended by its lease), or
@@ -64,6 +73,7 @@
 #include "xfer/ctl.h"
 #include "xfer/errors.h"
 #include "xfer/metrics.h"
+#include "xfer/rdma.h"
 #include "xfer/server.h"
 #include "xfer/shm.h"
 #include "xfer/tracefile.h"
@@ -93,6 +103,7 @@ typedef struct xd_config {
     /* timeouts and caps (0: the defaults) */
     uint64_t hello_to, header_to, idle_to, write_to;
     uint64_t max_conns, out_max;
+    bool rdma;                 /* --rdma */
 } xd_config;
 
 typedef struct opts {
@@ -251,7 +262,7 @@ static void usage(void)
            "             [--session-max-bytes SIZE] [--session-max-tombs N]\n"
            "             [--hello-timeout DUR] [--header-timeout DUR]\n"
            "             [--idle-timeout DUR] [--write-timeout DUR]\n"
-           "             [--max-conns N] [--out-max SIZE]\n"
+           "             [--max-conns N] [--out-max SIZE] [--rdma]\n"
            "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
            "          --lease-ttl 10s --max-resv 4096\n");
 }
@@ -387,6 +398,7 @@ static int parse_one(int c, const char *arg, opts *o)
                    : 0;
     case 1011: return parse_size(arg, &o->cfg.out_max) || !o->cfg.out_max
                           ? bad("output cap", arg) : 0;
+    case 'R': o->cfg.rdma = true; return 0;
     default: return bad("flag", arg);
     }
 }
@@ -412,6 +424,7 @@ static int parse(int argc, char **argv, opts *o)
         {"hello-timeout", 1, 0, 1006}, {"header-timeout", 1, 0, 1007},
         {"idle-timeout", 1, 0, 1008}, {"write-timeout", 1, 0, 1009},
         {"max-conns", 1, 0, 1010},  {"out-max", 1, 0, 1011},
+        {"rdma", 0, 0, 'R'},
         {0, 0, 0, 0}};
     opterr = 0;
     int c;
@@ -659,6 +672,8 @@ static int start_server(xferd *d)
     sc.write_timeout_ns = c->write_to;
     sc.max_conns = (uint32_t)c->max_conns;
     sc.out_max_bytes = c->out_max;
+    if (c->rdma)
+        return xfer_server_new_rdma(&sc, NULL, &d->srv);
     return xfer_server_new(&sc, &d->srv);
 }
 
@@ -688,6 +703,11 @@ static int start_metrics(xferd *d)
 static int setup(xferd *d)
 {
     const opts *o = d->o;
+    char why[160];
+    if (o->cfg.rdma && xfer_rdma_probe(why, sizeof why) != 0) {
+        fprintf(stderr, "xferd: --rdma: %s\n", why);
+        return XFER_ERR_NOT_SUPPORTED;
+    }
     int rc = make_pools(d);
     if (rc)
         return rc;
@@ -752,6 +772,10 @@ static int serve(opts *o)
         fprintf(stderr, "xferd: INSECURE: no --secret-file, peers are not "
                "authenticated%s\n",
                o->cfg.insecure ? " (--insecure)" : " (loopback only)");
+    if (o->cfg.rdma)
+        printf("xferd: rdma on %s:%u (rdmacm; a registration per "
+               "reservation)\n",
+               o->cfg.addr, (unsigned)xfer_server_rdma_port(d.srv));
     printf("xferd: listening on %s:%u\n", o->cfg.addr, (unsigned)port);
     fflush(stdout);
     event_base_dispatch(d.base);

@@ -1,0 +1,327 @@
+/*
+ * tests/rdma/test_rdma_inval.c - the server's per-reservation rkeys on the
+ * software fabric (suite rdma-sim), driven by hand: a raw producer speaks
+ * wire frames on TCP (reserve, commit, cancel) and writes with its own RC
+ * connection (tests/rdma/rc.c), so a write can be posted at any moment,
+ * including after the cancel the engine would never let it race.
+ *
+ * What it proves, reading the shard's memory back each time: a write with
+ * a reservation's rkey lands inside that region only; once the
+ * reservation's cancel (or commit) was answered, its rkey is dead and a
+ * write with it is refused (remote access error) and lands nothing; a new
+ * reservation of the same bytes gets another rkey.  The server and this
+ * raw producer share one thread: the server's loop runs while a reply or
+ * CM event is awaited.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "rc.h"
+#include "testutil.h"
+#include "wire.h"
+#include "xfer/rdma.h"
+#include "xfer/server.h"
+#include "xfer_fabric.h"
+
+#define MEM 65536
+#define CANARY 0xC5
+#define LEN 4096
+
+typedef struct raw {
+    struct event_base *base;
+    uint8_t *mem;
+    xfer_server *srv;
+    int fd;
+    uint32_t req;
+    rc_side c;
+    uint8_t *src;
+    struct ibv_mr *mr;
+} raw;
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Run the server's loop until fd is readable (bounded). */
+static bool wait_readable(raw *w, int fd)
+{
+    uint64_t end = now_ms() + 10000;
+    while (now_ms() < end) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0)
+            return true;
+        event_base_loop(w->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+        poll(NULL, 0, 1);
+    }
+    return false;
+}
+
+static int recv_all(int fd, uint8_t *p, size_t n)
+{
+    while (n) {
+        ssize_t r = recv(fd, p, n, 0);
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* One request, its reply. */
+static void call(raw *w, const xfer_wire_msg *m, xfer_wire_msg *reply)
+{
+    uint8_t buf[XFER_WIRE_MAX_FIXED];
+    size_t n = xfer_wire_encode(m, ++w->req, buf, sizeof buf);
+    ck_assert_uint_gt(n, 0);
+    ck_assert_int_eq(send(w->fd, buf, n, MSG_NOSIGNAL), (ssize_t)n);
+    ck_assert(wait_readable(w, w->fd));
+    xfer_wire_hdr h;
+    xfer_wire_reason why;
+    ck_assert_int_eq(recv_all(w->fd, buf, XFER_WIRE_HDR), 0);
+    ck_assert_int_eq(xfer_wire_decode_hdr(buf, XFER_WIRE_HDR, &h, &why), 0);
+    ck_assert_uint_le(h.len, sizeof buf);
+    ck_assert_int_eq(recv_all(w->fd, buf + XFER_WIRE_HDR,
+                              h.len - XFER_WIRE_HDR), 0);
+    ck_assert_int_eq(xfer_wire_decode_body(&h, buf + XFER_WIRE_HDR,
+                                           h.len - XFER_WIRE_HDR, reply,
+                                           &why), 0);
+}
+
+static void reserve(raw *w, uint64_t id, xfer_wire_msg *r)
+{
+    xfer_wire_msg m = {.type = XFER_WIRE_T_RESERVE, .id = id, .attempt = 1,
+                       .len = LEN};
+    call(w, &m, r);
+    ck_assert_uint_eq(r->type, XFER_WIRE_T_RESERVE_OK);
+    ck_assert_uint_ne(r->rkey, 0);
+    ck_assert_uint_le(r->addr + LEN, MEM);
+}
+
+static void end_resv(raw *w, uint8_t type, uint64_t id, uint64_t resv)
+{
+    xfer_wire_msg m = {.type = type, .id = id, .attempt = 1,
+                       .resv_id = resv}, r;
+    call(w, &m, &r);
+    ck_assert_uint_ne(r.type, XFER_WIRE_T_ERROR);
+}
+
+/* Server, raw TCP producer (HELLO done), RC connection established. */
+static void start(raw *w)
+{
+    memset(w, 0, sizeof *w);
+    signal(SIGPIPE, SIG_IGN);
+    ck_assert_int_eq(xfer_fabric_reset(), 0);
+    w->base = event_base_new();
+    w->mem = malloc(MEM);
+    memset(w->mem, CANARY, MEM);
+    xfer_server_shard sh = {.index = 0, .base = w->mem, .len = MEM};
+    xfer_server_config c;
+    xfer_server_config_default(&c);
+    c.base = w->base;
+    c.nshards = 1;
+    c.shards = &sh;
+    ck_assert_int_eq(xfer_server_new_rdma(&c, NULL, &w->srv), 0);
+    w->fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons(xfer_server_port(w->srv))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(w->fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    xfer_wire_msg m = {.type = XFER_WIRE_T_HELLO,
+                       .version = XFER_WIRE_VERSION,
+                       .role = XFER_WIRE_ROLE_PRODUCER}, r;
+    call(w, &m, &r);
+    ck_assert_uint_eq(r.type, XFER_WIRE_T_HELLO_ACK);
+    /* the transport's private data: "XFER", then the group (0) */
+    uint8_t pd[8] = {0x52, 0x45, 0x46, 0x58, 0, 0, 0, 0};
+    ck_assert_int_eq(rc_connect(&w->c, "127.0.0.1",
+                                xfer_server_rdma_port(w->srv), pd, 8), 0);
+    ck_assert(wait_readable(w, w->c.ch->fd));
+    ck_assert_int_eq(rc_expect(w->c.ch, RDMA_CM_EVENT_ESTABLISHED, NULL), 0);
+    w->src = malloc(LEN);
+    w->mr = ibv_reg_mr(w->c.pd, w->src, LEN, IBV_ACCESS_LOCAL_WRITE);
+    ck_assert_ptr_nonnull(w->mr);
+}
+
+/* Write LEN bytes of `fill` to (addr, rkey); the completion's status. */
+static enum ibv_wc_status write_fill(raw *w, uint64_t addr, uint32_t rkey,
+                                     uint8_t fill)
+{
+    memset(w->src, fill, LEN);
+    struct ibv_sge sge = {.addr = (uintptr_t)w->src, .length = LEN,
+                          .lkey = w->mr->lkey};
+    struct ibv_wc wc;
+    ck_assert_int_eq(rc_write(&w->c, 1, &sge, 1, addr, rkey), 0);
+    ck_assert_int_eq(rc_cqe(&w->c, &wc), 0);
+    return wc.status;
+}
+
+static bool all(const uint8_t *p, size_t n, uint8_t v)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != v)
+            return false;
+    return true;
+}
+
+static void stop(raw *w)
+{
+    ibv_dereg_mr(w->mr);
+    rc_close(&w->c);
+    close(w->fd);
+    for (int i = 0; i < 20; i++) {
+        event_base_loop(w->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+        poll(NULL, 0, 1);
+    }
+    xfer_server_del(w->srv);
+    event_base_free(w->base);
+    free(w->mem);
+    free(w->src);
+    xfer_fabric_counters c;
+    xfer_fabric_counters_get(&c);
+    ck_assert_uint_eq(c.mrs_live, 0);
+    ck_assert_uint_eq(c.mrs_created, c.mrs_destroyed);
+    ck_assert_uint_eq(c.cm_events, c.cm_events_acked);
+    ck_assert_uint_eq(c.async_events, c.async_events_acked);
+    ck_assert_int_eq(xfer_fabric_reset(), 0);
+}
+
+START_TEST(test_rdma_inval_late_write_after_cancel_lands_nothing)
+{
+    raw w;
+    start(&w);
+    xfer_wire_msg r;
+    reserve(&w, 1, &r);
+    /* the rkey works, for exactly its region */
+    ck_assert_int_eq(write_fill(&w, r.addr, r.rkey, 0xA1), IBV_WC_SUCCESS);
+    ck_assert(all(w.mem + r.addr, LEN, 0xA1));
+    ck_assert(all(w.mem + r.addr + LEN, MEM - r.addr - LEN, CANARY));
+    end_resv(&w, XFER_WIRE_T_CANCEL, 1, r.resv_id);
+    /* the cancel was answered: the rkey is dead, the write lands nothing */
+    ck_assert_int_eq(write_fill(&w, r.addr, r.rkey, 0xB2),
+                     IBV_WC_REM_ACCESS_ERR);
+    ck_assert(all(w.mem + r.addr, LEN, 0xA1));
+    xfer_fabric_counters c;
+    xfer_fabric_counters_get(&c);
+    ck_assert_uint_eq(c.writes_landed, 1);
+    stop(&w);
+}
+END_TEST
+
+/* A committed region is READY only after its rkey died: a write after
+ * the commit's answer cannot change what the consumer will read. */
+START_TEST(test_rdma_inval_write_after_commit_lands_nothing)
+{
+    raw w;
+    start(&w);
+    xfer_wire_msg r;
+    reserve(&w, 1, &r);
+    ck_assert_int_eq(write_fill(&w, r.addr, r.rkey, 0xA1), IBV_WC_SUCCESS);
+    end_resv(&w, XFER_WIRE_T_COMMIT, 1, r.resv_id);
+    ck_assert_int_eq(write_fill(&w, r.addr, r.rkey, 0xB2),
+                     IBV_WC_REM_ACCESS_ERR);
+    ck_assert(all(w.mem + r.addr, LEN, 0xA1));
+    stop(&w);
+}
+END_TEST
+
+/* An rkey covers its region only: a write one byte past it is refused. */
+START_TEST(test_rdma_inval_rkey_bounded_to_region)
+{
+    raw w;
+    start(&w);
+    xfer_wire_msg r;
+    reserve(&w, 1, &r);
+    ck_assert_int_eq(write_fill(&w, r.addr + 1, r.rkey, 0xA1),
+                     IBV_WC_REM_ACCESS_ERR);
+    ck_assert(all(w.mem, MEM, CANARY));
+    stop(&w);
+}
+END_TEST
+
+/* The same bytes reserved again (after a cancel) carry another rkey, and
+ * the old one does not reach the new reservation. */
+START_TEST(test_rdma_inval_reuse_gets_new_rkey)
+{
+    raw w;
+    start(&w);
+    xfer_wire_msg r1, r2;
+    reserve(&w, 1, &r1);
+    end_resv(&w, XFER_WIRE_T_CANCEL, 1, r1.resv_id);
+    reserve(&w, 2, &r2);
+    ck_assert_uint_eq(r2.addr, r1.addr); /* the region came back */
+    ck_assert_uint_ne(r2.rkey, r1.rkey);
+    ck_assert_int_eq(write_fill(&w, r1.addr, r1.rkey, 0xB2),
+                     IBV_WC_REM_ACCESS_ERR);
+    ck_assert(all(w.mem, MEM, CANARY));
+    stop(&w);
+}
+END_TEST
+
+/* A connection request that does not name the server's group (or is not
+ * the transport's at all) is rejected, and the server keeps serving: a
+ * proper producer connects and writes right after. */
+START_TEST(test_rdma_inval_bad_connect_request_rejected)
+{
+    raw w;
+    start(&w);
+    static const uint8_t bad[][8] = {
+        {0x52, 0x45, 0x46, 0x58, 7, 0, 0, 0}, /* group 7, not 0 */
+        {1, 2, 3, 4, 0, 0, 0, 0},             /* no magic */
+    };
+    for (int i = 0; i < 2; i++) {
+        rc_side c;
+        ck_assert_int_eq(rc_connect(&c, "127.0.0.1",
+                                    xfer_server_rdma_port(w.srv), bad[i], 8),
+                         0);
+        ck_assert(wait_readable(&w, c.ch->fd));
+        ck_assert_int_eq(rc_expect(c.ch, RDMA_CM_EVENT_REJECTED, NULL), 0);
+        rc_close(&c);
+    }
+    rc_side c;
+    ck_assert_int_eq(rc_connect(&c, "127.0.0.1",
+                                xfer_server_rdma_port(w.srv), NULL, 0), 0);
+    ck_assert(wait_readable(&w, c.ch->fd));
+    ck_assert_int_eq(rc_expect(c.ch, RDMA_CM_EVENT_REJECTED, NULL), 0);
+    rc_close(&c);
+    xfer_wire_msg r;
+    reserve(&w, 1, &r); /* the established producer still works */
+    ck_assert_int_eq(write_fill(&w, r.addr, r.rkey, 0xA1), IBV_WC_SUCCESS);
+    ck_assert(all(w.mem + r.addr, LEN, 0xA1));
+    stop(&w);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("rdma_inval");
+    TCase *tc = tcase_create("raw");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_rdma_inval_late_write_after_cancel_lands_nothing);
+    tcase_add_test(tc, test_rdma_inval_write_after_commit_lands_nothing);
+    tcase_add_test(tc, test_rdma_inval_rkey_bounded_to_region);
+    tcase_add_test(tc, test_rdma_inval_reuse_gets_new_rkey);
+    tcase_add_test(tc, test_rdma_inval_bad_connect_request_rejected);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run(suite());
+}

@@ -1,0 +1,48 @@
+/*
+ * transport/tcp_int.h - the TCP transport as the control channel of
+ * another transport: the RDMA transport (transport/rdma.c) keeps the
+ * reserve, commit and cancel of every shard on the TCP connection and the
+ * wire protocol, and moves the data itself.  Composing with tcp.c through
+ * these few calls keeps one implementation of connections, reconnects,
+ * watermarks and replies.
+ *
+ * With hooks:
+ *  - every op result goes to hooks.deliver (from the tcp transport's own
+ *    deferred event, on the loop) instead of xfer_engine_deliver, so the
+ *    owner sees reserve replies (address, rkey) and forwards everything;
+ *  - hooks.link(ud, shard, true, fd) says shard's connection is up (HELLO
+ *    answered; fd is its socket, borrowed); its ops then wait until the
+ *    owner calls xfer_tcp_open() (its data path is up too).  link(ud,
+ *    shard, false, -1) says it went down (it was told up before); ops it
+ *    carried fail with XFER_ERR_CONN_LOST as on a plain TCP transport.
+ *    The hook may not call back into the transport for that shard (no
+ *    xfer_tcp_drop from inside it);
+ *  - xfer_tcp_drop() takes the connection down when the data path broke
+ *    (it reconnects as after a loss).
+ * Loop thread only, like the rest of the transport.
+ */
+#ifndef XFER_TCP_INT_H
+#define XFER_TCP_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "xfer/tcp.h"
+
+typedef struct xfer_tcp_hooks {
+    void *ud;
+    void (*deliver)(void *ud, const xfer_shard_result *r);
+    void (*link)(void *ud, uint16_t shard, bool up, int fd);
+} xfer_tcp_hooks;
+
+/* xfer_tcp_new with hooks (copied; NULL: a plain transport). */
+int xfer_tcp_new_hooked(struct event_base *base, const xfer_tcp_config *cfg,
+                        const xfer_tcp_hooks *hooks, xfer_tcp **out);
+/* Let shard's held ops go out (its connection is up; no-op otherwise). */
+void xfer_tcp_open(xfer_tcp *t, uint16_t shard);
+/* Start / abort a RESERVE, COMMIT or CANCEL as the ops table would (a
+ * WRITE is refused: XFER_ERR_INVALID_ARG).  `a` borrowed. */
+int xfer_tcp_start_op(xfer_tcp *t, const xfer_action *a);
+void xfer_tcp_abort_op(xfer_tcp *t, const xfer_action *a);
+
+#endif /* XFER_TCP_INT_H */
