@@ -75,8 +75,7 @@ void xfer_server_conn_close(xfer_server_conn *c)
         s->out_bytes -= evbuffer_get_length(out);
     }
     xfer_list_remove(&s->conns, &c->link);
-    xfer_server_track_orphan(s, c->serial);
-    xfer_server_sess_unbind(c);
+    xfer_server_sess_unbind(c); /* the last of a session orphans its takes */
     bufferevent_free(c->bev);
     xfer_server_free(s, c);
     xfer_server_flush_all(s);

@@ -96,8 +96,9 @@ typedef struct xfer_server_resv {
     uint64_t id, resv_id;
     uint32_t attempt, len;
     uint64_t t_reserved, t_ready, t_taken;
-    uint64_t taker;    /* serial of the taking connection; 0: none */
-    bool orphaned;     /* TAKEN and its taker's connection is gone */
+    uint16_t taker;    /* owner number of the taking consumer session;
+                          0: none, or that session was forgotten */
+    bool orphaned;     /* TAKEN and its taker's session has no connection */
 } xfer_server_resv;
 
 typedef struct xfer_server_track {
@@ -195,11 +196,16 @@ void xfer_server_track_reserved(xfer_server *s, xfer_server_hosted *hs,
                                 uint64_t id, uint32_t attempt,
                                 uint64_t resv_id, uint32_t len);
 void xfer_server_track_taken(xfer_server *s, xfer_server_hosted *hs,
-                             uint64_t id, uint64_t serial);
+                             uint64_t id, uint16_t taker);
 void xfer_server_track_released(xfer_server *s, xfer_server_hosted *hs,
                                 uint64_t id);
-/* Connection `serial` is gone: its takes start their grace period. */
-void xfer_server_track_orphan(xfer_server *s, uint64_t serial);
+/* The take grace is the taker's session's (server_sess.c calls these):
+ * its last connection went, so its takes start their grace period /
+ * a connection of it came back, so they are its own again / it is
+ * forgotten, so no later session of its number may claim them. */
+void xfer_server_track_orphan(xfer_server *s, uint16_t taker);
+void xfer_server_track_adopt(xfer_server *s, uint16_t taker);
+void xfer_server_track_disown(xfer_server *s, uint16_t taker);
 /* A new subscriber of hs: a READY event for every reservation already
  * READY there, so one that (re)subscribes misses none. */
 void xfer_server_replay_ready(xfer_server_conn *c, xfer_server_hosted *hs);

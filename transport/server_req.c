@@ -160,7 +160,7 @@ static int32_t do_take(xfer_server_conn *c, xfer_server_hosted *hs,
     int rc = xfer_shard_take(hs->sh, t, m->id, m->resv_id, &data, &a->len);
     if (rc == 0) {
         a->addr = (uint64_t)(data - xfer_shard_pool_base(hs->sh));
-        xfer_server_track_taken(c->srv, hs, m->id, c->serial);
+        xfer_server_track_taken(c->srv, hs, m->id, c->owner);
     }
     return rc;
 }

@@ -10,7 +10,10 @@
  * session without a connection is kept session_grace_ns, so a reconnect
  * finds its records still its own; then its slot is free, and is given to
  * a new session only once no hosted shard holds a record or tombstone of
- * its number, so no session ever inherits another's.
+ * its number, so no session ever inherits another's.  The take grace is a
+ * session's too (server_events.c): TAKEN data of a consumer session whose
+ * last connection went is released take_grace_ns later, unless a
+ * connection of that session comes back first and so owns it again.
  *
  * What must stay true:
  *  - with a secret, no request but AUTH is served before the client's
@@ -58,8 +61,10 @@ static void sweep(xfer_server *s, uint64_t now)
     for (uint16_t i = 0; i < s->cfg.max_sessions; i++) {
         xfer_server_sess *e = &s->sess[i];
         if (e->used && e->conns == 0 &&
-            (e->own || now - e->gone_ns >= s->cfg.session_grace_ns))
+            (e->own || now - e->gone_ns >= s->cfg.session_grace_ns)) {
             e->used = false;
+            xfer_server_track_disown(s, (uint16_t)(i + 1));
+        }
     }
 }
 
@@ -83,7 +88,8 @@ static uint16_t bind_session(xfer_server *s, const uint8_t *token, uint8_t role,
             *rc = XFER_ERR_PERM;
             return 0;
         }
-        e->conns++;
+        if (e->conns++ == 0) /* back within its grace: its takes again */
+            xfer_server_track_adopt(s, (uint16_t)(i + 1));
         return (uint16_t)(i + 1);
     }
     if (free_slot < 0) {
@@ -103,8 +109,10 @@ void xfer_server_sess_unbind(xfer_server_conn *c)
     if (!c->owner)
         return;
     xfer_server_sess *e = &c->srv->sess[c->owner - 1];
-    if (--e->conns == 0)
+    if (--e->conns == 0) {
         e->gone_ns = xfer_server_now(c->srv);
+        xfer_server_track_orphan(c->srv, c->owner);
+    }
     c->owner = 0;
 }
 

@@ -32,10 +32,12 @@
  *    response (wire.h): a v1 HELLO, a bad proof or a STATUS before it
  *    answers ERROR (XFER_ERR_AUTH) or closes; reservation ids and
  *    session nonces come from the OS CSPRNG;
- *  - TAKEN data belongs to the consumer that took it.  When that consumer's
- *    connection closes, the data stays TAKEN for take_grace_ns (a consumer
- *    connection may still RELEASE it meanwhile); then the server releases
- *    it itself, so a consumer killed with kill -9 leaks nothing for good;
+ *  - TAKEN data belongs to the consumer session that took it.  When that
+ *    session's last connection closes, the data stays TAKEN for
+ *    take_grace_ns (a consumer connection may still RELEASE it meanwhile;
+ *    a connection of the same session back in time keeps it TAKEN); then
+ *    the server releases it itself, so a consumer killed with kill -9
+ *    leaks nothing for good;
  *  - a subscriber misses nothing that waits for it: after SUBSCRIBE_ACK
  *    the server sends a READY event for every reservation already READY
  *    on the shard (a consumer that reconnects sees them again; its
@@ -117,9 +119,9 @@ typedef struct xfer_server_config {
     uint32_t max_tombstones;    /* per shard; 0: 4 * max_reservations */
     uint64_t lease_ttl_ns;      /* 0: 10 s */
     uint64_t tombstone_ttl_ns;  /* 0: 2 * lease_ttl_ns */
-    uint64_t take_grace_ns;     /* TAKEN data of a closed consumer
-                                   connection is released after this;
-                                   0: 30 s */
+    uint64_t take_grace_ns;     /* TAKEN data of a consumer session
+                                   with no connection is released after
+                                   this; 0: 30 s */
     uint64_t drain_timeout_ns;  /* 0: lease_ttl_ns */
     bool consume;               /* a sink for tests and benchmarks: take
                                    and release every READY at once */

@@ -468,6 +468,54 @@ START_TEST(test_hostile_pinned_memory_reclaimed)
 }
 END_TEST
 
+/* A committed transfer of producer session 0x54 (4096 bytes): its resv. */
+static uint64_t put_ready(int p, uint64_t id)
+{
+    xfer_wire_msg r = reserve(p, id, 4096);
+    ck_assert_int_eq(code_of(&r), 0);
+    ck_assert_int_eq(write_all(p, id, r.resv_id, 4096, 7), 0);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, id, 1, r.resv_id), 0);
+    return r.resv_id;
+}
+
+/* Class 4: the take grace is the taker's session's.  A consumer session
+ * that reconnects within the grace keeps its TAKEN data past the grace
+ * and releases it from the new connection; one gone longer than the
+ * grace has its data freed, and coming back later gets nothing back. */
+START_TEST(test_hostile_take_grace_follows_the_session)
+{
+    const char *args[] = {"--pool", "1M", "--quiet", "--lease-ttl", "5s",
+                          "--take-grace", "300ms", NULL};
+    start(args);
+    int p = join(d.port, 0x54, XFER_WIRE_ROLE_PRODUCER);
+    uint64_t r20 = put_ready(p, 20), r21 = put_ready(p, 21),
+             r22 = put_ready(p, 22);
+    /* Session 0x70 takes 20 and 21, drops its connection, comes back. */
+    int c = join(d.port, 0x70, XFER_WIRE_ROLE_CONSUMER);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 20, 1, r20), 0);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 21, 1, r21), 0);
+    close(c);
+    nanosleep(&(struct timespec){0, 100000000}, NULL);
+    c = join(d.port, 0x70, XFER_WIRE_ROLE_CONSUMER);
+    /* Session 0x71 takes 22 and is gone for good (for now). */
+    int g = join(d.port, 0x71, XFER_WIRE_ROLE_CONSUMER);
+    ck_assert_int_eq(op(g, XFER_WIRE_T_TAKE, 22, 1, r22), 0);
+    close(g);
+    nanosleep(&(struct timespec){0, 900000000}, NULL); /* three graces */
+    /* 20 and 21 are still 0x70's: the new connection releases them. */
+    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 20, 1, r20), 0);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 21, 1, r21), 0);
+    /* 22 was freed by the server at the grace: 0x71 back finds it gone. */
+    g = join(d.port, 0x71, XFER_WIRE_ROLE_CONSUMER);
+    ck_assert_int_ne(op(g, XFER_WIRE_T_RELEASE, 22, 1, r22), 0);
+    close(g);
+    close(c);
+    close(p);
+    good_pair_works(23);
+    pool_whole();
+}
+END_TEST
+
 /* Class 5: connections that say nothing, or begin a frame and stop, are
  * closed by the HELLO and header timeouts; past the connection cap a new
  * one is closed at once; the good pair is served throughout. */
@@ -620,6 +668,7 @@ int main(void)
     tcase_add_test(tc, test_hostile_quota);
     tcase_add_test(tc, test_hostile_commit_needs_every_byte);
     tcase_add_test(tc, test_hostile_pinned_memory_reclaimed);
+    tcase_add_test(tc, test_hostile_take_grace_follows_the_session);
     tcase_add_test(tc, test_hostile_timeouts_and_caps);
     tcase_add_test(tc, test_hostile_idle_timeout_spares_subscribers);
     tcase_add_test(tc, test_hostile_drain_and_half_close);

@@ -37,7 +37,7 @@
  * crashed xferd is replaced at start.  --trace FILE writes every step of
  * every hosted shard, tagged as that shard (xfer-trace merges it with the
  * producer's and the consumer's files).  --take-grace DUR: how long taken
- * data of a consumer whose connection closed stays taken (default 30s).
+ * data of a consumer session with no connection stays taken (default 30s).
  * --metrics ADDR:PORT serves the Prometheus exposition of the shards on
  * http://ADDR:PORT/metrics (port 0: a free one, printed on stdout).
  *
