@@ -107,9 +107,9 @@ MUTANTS = {
     'write_end_early': (
         'shard.c',
         '    if (--r->writes == 0) {\n'
-        '        r->state = XFER_RESV_STATE_RESERVED;\n',
+        '        r->flags &= (uint8_t)~XFER_SHARD_F_MULTI;\n',
         '    if (r->writes-- != 0) {\n'
-        '        r->state = XFER_RESV_STATE_RESERVED;\n'),
+        '        r->flags &= (uint8_t)~XFER_SHARD_F_MULTI;\n'),
     # The engine model skips unregistering the staging pool at shutdown.
     'pool_leak': (
         'engine.c',
