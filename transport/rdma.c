@@ -498,8 +498,10 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
         xfer_shard_result res = r->q[i]; /* r->q may grow meanwhile */
         xfer_engine_deliver(r->engine, &res);
     }
-    /* deliver may start writes that finish at once: they queued behind */
-    memmove(r->q, r->q + n, (r->nq - n) * sizeof *r->q);
+    /* deliver may start writes that finish at once: they queued behind
+     * (nothing to move when nothing was queued: r->q may still be NULL) */
+    if (n)
+        memmove(r->q, r->q + n, (r->nq - n) * sizeof *r->q);
     r->nq -= n;
     if (r->nq)
         kick(r);
