@@ -208,14 +208,17 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
         a->resv_id = rc ? 0 : info.resv_id;
         a->addr = rc ? 0 : info.addr;
         a->rkey = 0;
-        if (rc == 0 && c->srv->rdma &&
-            xfer_server_rdma_bind(c->srv->rdma, hs, m->id, info.resv_id,
-                                  info.addr, m->len, &a->rkey) != 0) {
+        int brc = rc == 0 && c->srv->rdma
+                      ? xfer_server_rdma_bind(c->srv->rdma, hs, c, m->id,
+                                              info.resv_id, info.addr,
+                                              m->len, &a->rkey)
+                      : 0;
+        if (brc != 0) {
             /* no rkey, no reservation: give the region back, as the
              * session that reserved it (its quota, its tombstone) */
             xfer_shard_cancel_by(hs->sh, t, c->owner, m->id, m->attempt,
                                  info.resv_id);
-            rc = XFER_ERR_NOMEM;
+            rc = brc;
         }
         if (rc == 0)
             xfer_server_track_reserved(c->srv, hs, m->id, m->attempt,

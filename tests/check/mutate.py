@@ -116,19 +116,19 @@ MUTANTS = {
     'free_before_invalidate': (
         'shard.c',
         '        return XFER_ERR_BUSY;\n'
-        '    if (s->cfg.one_sided && o->step.from == XFER_RESV_STATE_RESERVED)\n'
+        '    if (s->cfg.one_sided && o->step.from == XFER_RESV_STATE_RESERVED) {\n'
         '        start_invalidation(s, o, XFER_RESV_STATE_CANCEL_INVAL, true);\n',
         '        return XFER_ERR_BUSY;\n'
-        '    if (0)\n'
+        '    if (0) {\n'
         '        start_invalidation(s, o, XFER_RESV_STATE_CANCEL_INVAL, true);\n'),
     # A one-sided shard publishes a commit READY before the rkey is
     # invalidated: a write can still change READY bytes (issue 15).
     'ready_before_invalidate': (
         'shard.c',
         '    if (s->cfg.one_sided) {\n'
-        '        start_invalidation(s, o, XFER_RESV_STATE_COMMIT_INVAL, true);\n',
+        '        o->rec->covered = o->rec->len; /* as a committed record\'s is */\n',
         '    if (0) {\n'
-        '        start_invalidation(s, o, XFER_RESV_STATE_COMMIT_INVAL, true);\n'),
+        '        o->rec->covered = o->rec->len; /* as a committed record\'s is */\n'),
     # The engine model skips unregistering the staging pool at shutdown.
     'pool_leak': (
         'engine.c',

@@ -773,9 +773,12 @@ static int serve(opts *o)
                "authenticated%s\n",
                o->cfg.insecure ? " (--insecure)" : " (loopback only)");
     if (o->cfg.rdma)
-        printf("xferd: rdma on %s:%u (rdmacm; a registration per "
-               "reservation)\n",
-               o->cfg.addr, (unsigned)xfer_server_rdma_port(d.srv));
+        printf("xferd: rdma on %s:%u (rdmacm; per-reservation rkeys via "
+               "%s)\n",
+               o->cfg.addr, (unsigned)xfer_server_rdma_port(d.srv),
+               xfer_server_rdma_windows(d.srv)
+                   ? "type-2 memory windows"
+                   : "registrations: device has no type-2 windows");
     printf("xferd: listening on %s:%u\n", o->cfg.addr, (unsigned)port);
     fflush(stdout);
     event_base_dispatch(d.base);
