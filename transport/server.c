@@ -265,14 +265,23 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd,
 
 /* accept failed (EMFILE, ENFILE, ENOBUFS...): pause accepting instead of
  * spinning on a listener that stays readable, and retry on a timer; the
- * peers already connected keep being served. */
+ * peers already connected keep being served.  One line per log interval
+ * says so, with the pauses since the last one. */
 static void on_accept_error(struct evconnlistener *lis, void *arg)
 {
     xfer_server *s = arg;
-    char what[96];
-    snprintf(what, sizeof what, "accept failed (%s), paused",
-             evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-    xfer_server_log(s, 0, what);
+    uint64_t now = xfer_server_now(s);
+    s->accept_pauses++;
+    if (!s->accept_logged || now - s->accept_log_ns >= s->cfg.log_interval_ns) {
+        char what[128];
+        snprintf(what, sizeof what, "accept failed (%s), paused (%llu times)",
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()),
+                 (unsigned long long)s->accept_pauses);
+        xfer_server_log(s, 0, what);
+        s->accept_logged = true;
+        s->accept_log_ns = now;
+        s->accept_pauses = 0;
+    }
     evconnlistener_disable(lis);
     struct timeval tv = {
         .tv_sec = (long)(s->cfg.accept_retry_ns / 1000000000ull),

@@ -144,6 +144,8 @@ struct xfer_server {
     uint64_t conns_refused, timeouts, writes_stalled;
     uint64_t out_bytes;      /* queued output of every connection */
     uint64_t log_window, log_dropped;
+    uint64_t accept_pauses, accept_log_ns; /* at the fd limit */
+    bool accept_logged;
     /* RDMA (server_rdma.h): one-sided shards, and their rkeys; NULL and
      * false on a TCP-only server */
     bool one_sided;

@@ -8,11 +8,16 @@
  * The peers speak raw frames (tests/multiproc/mp.h); a "session" here is a
  * HELLO2 with 16 bytes of our choosing, as xfer_tcp sends it.
  */
+#define _GNU_SOURCE /* prlimit(2): the fd limit of the xferd child */
 #include <check.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -516,6 +521,221 @@ START_TEST(test_hostile_take_grace_follows_the_session)
 }
 END_TEST
 
+/* The fds process pid has open now. */
+static int open_fds(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(path);
+    ck_assert_ptr_nonnull(dir);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(dir)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(dir);
+    return n;
+}
+
+/* CPU seconds (user + system) process pid has used. */
+static double cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* fields after comm */
+    unsigned long ut = 0, st = 0;
+    ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
+                            "%*u %lu %lu", &ut, &st), 2);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Lines of file path holding `what`. */
+static int lines_with(const char *path, const char *what)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, what) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* Class 5: at the fd limit (the child's RLIMIT_NOFILE lowered under it)
+ * xferd pauses accepting instead of spinning: it burns little CPU, logs
+ * one line per interval, keeps serving the peers it has, and accepts the
+ * waiting peers once the limit is raised again. */
+START_TEST(test_hostile_fd_limit_pauses_accepting)
+{
+    const char *args[] = {"--pool", "1M", "--lease-ttl", "5s", NULL};
+    start(args); /* not --quiet: the log is what is checked */
+    int p = join(d.port, 0x55, XFER_WIRE_ROLE_PRODUCER);
+    int c = join(d.port, 0x56, XFER_WIRE_ROLE_CONSUMER);
+    struct rlimit old, low;
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, NULL, &old), 0);
+    low.rlim_cur = (rlim_t)open_fds(d.pid) + 2; /* the soft limit: a
+                                                  * lowered hard one stays */
+    low.rlim_max = old.rlim_max;
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, &low, NULL), 0);
+    int wait[8];
+    for (int i = 0; i < 8; i++) { /* 2 accepted, 6 wait in the backlog */
+        wait[i] = mp_connect(d.port);
+        ck_assert_int_ge(wait[i], 0);
+    }
+    nanosleep(&(struct timespec){0, 200000000}, NULL);
+    double cpu0 = cpu_s(d.pid);
+    int log0 = lines_with(d.log, "accept failed");
+    nanosleep(&(struct timespec){1, 500000000}, NULL);
+    double cpu = cpu_s(d.pid) - cpu0;
+    int logged = lines_with(d.log, "accept failed") - log0;
+    printf("fd limit: %.3f CPU s in 1.5 s paused, %d log lines\n", cpu,
+           logged);
+    /* a spinning accept loop would use about the whole 1.5 s */
+    ck_assert_double_lt(cpu, 0.3);
+    ck_assert_int_ge(lines_with(d.log, "accept failed"), 1);
+    ck_assert_int_le(logged, 2); /* one per 1 s interval */
+    /* the peers it has are served: a whole transfer */
+    uint64_t resv = put_ready(p, 30);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 30, 1, resv), 0);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 30, 1, resv), 0);
+    /* fds back: the waiting peers are accepted and answered */
+    ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, &old, NULL), 0);
+    for (int i = 0; i < 8; i++) {
+        xfer_wire_msg m = hello2((uint8_t)(0x80 + i),
+                                 XFER_WIRE_ROLE_PRODUCER), r;
+        xfer_wire_hdr h;
+        ck_assert_int_eq(mp_send_msg(wait[i], &m, 1, NULL), 0);
+        ck_assert_int_eq(mp_recv_msg(wait[i], &h, &r), 0);
+        ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
+        close(wait[i]);
+    }
+    close(p);
+    close(c);
+    good_pair_works(31);
+    pool_whole();
+}
+END_TEST
+
+/* xferd's resident set, KiB. */
+static long rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+/* A subscriber that never reads: a 4 KiB receive buffer, HELLO2 and
+ * SUBSCRIBE answered, then silence. */
+static int deaf_subscriber(uint16_t port, uint8_t tag)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    xfer_wire_msg m = hello2(tag, XFER_WIRE_ROLE_CONSUMER), r;
+    xfer_wire_hdr h;
+    ck_assert_int_eq(mp_send_msg(fd, &m, 1, NULL), 0);
+    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
+    xfer_wire_msg sub = {.type = XFER_WIRE_T_SUBSCRIBE};
+    r = call(fd, &sub, NULL);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_SUBSCRIBE_ACK);
+    return fd;
+}
+
+/* `n` transfers of 64 bytes from p, pipelined: every RESERVE, then every
+ * WRITE, then every COMMIT, each batch's replies read after it. */
+static void put_batch(int p, uint64_t first, unsigned n)
+{
+    static uint64_t resv[256];
+    static const uint8_t data[64];
+    ck_assert_uint_le(n, 256);
+    for (int phase = 0; phase < 3; phase++) {
+        for (unsigned i = 0; i < n; i++) {
+            xfer_wire_msg m = {.type = phase == 0 ? XFER_WIRE_T_RESERVE
+                                       : phase == 1 ? XFER_WIRE_T_WRITE
+                                                    : XFER_WIRE_T_COMMIT,
+                               .id = first + i, .attempt = 1, .len = 64,
+                               .resv_id = phase ? resv[i] : 0};
+            ck_assert_int_eq(mp_send_msg(p, &m, (uint32_t)i + 1,
+                                         phase == 1 ? data : NULL), 0);
+        }
+        for (unsigned i = 0; i < n; i++) {
+            xfer_wire_hdr h;
+            xfer_wire_msg r;
+            ck_assert_int_eq(mp_recv_msg(p, &h, &r), 0);
+            ck_assert_int_eq(code_of(&r), 0);
+            if (phase == 0)
+                resv[h.req - 1] = r.resv_id;
+        }
+    }
+}
+
+/* Class 5: subscribers that never read.  With the global output cap the
+ * slow subscribers are dropped (STATUS_BAD's subs_dropped) once they hold
+ * 1 MiB each, not at the 8 MiB per-connection limit, so xferd grows by a
+ * few MiB, not by 8 MiB per subscriber; the producer is never refused. */
+START_TEST(test_hostile_output_cap_drops_deaf_subscribers)
+{
+    enum { NSUB = 8 };
+    const char *args[] = {"--pool", "16M", "--quiet", "--lease-ttl", "2s",
+                          "--consume", "--out-max", "2M", "--max-tombs",
+                          "400000", NULL};
+    start(args);
+    int p = join(d.port, 0x57, XFER_WIRE_ROLE_PRODUCER);
+    int q = join(d.port, 0xab, XFER_WIRE_ROLE_ADMIN);
+    int subs[NSUB];
+    for (int i = 0; i < NSUB; i++)
+        subs[i] = deaf_subscriber(d.port, (uint8_t)(0x90 + i));
+    long rss0 = rss_kib(d.pid), peak = rss0;
+    uint64_t id = 1000, dropped = 0;
+    while (id < 1000 + 300000 && dropped < NSUB) {
+        put_batch(p, id, 256);
+        id += 256;
+        long now = rss_kib(d.pid);
+        peak = now > peak ? now : peak;
+        xfer_wire_msg m = {.type = XFER_WIRE_T_STATUS_BAD};
+        xfer_wire_msg r = call(q, &m, NULL);
+        ck_assert_int_eq(r.type, XFER_WIRE_T_STATUS_BAD_OK);
+        dropped = r.bad.subs_dropped;
+    }
+    printf("output cap: %llu transfers, %llu of %d deaf subscribers "
+           "dropped, xferd RSS %ld KiB at start, %ld KiB at peak\n",
+           (unsigned long long)(id - 1000), (unsigned long long)dropped,
+           NSUB, rss0, peak);
+    fflush(stdout);
+    ck_assert_uint_eq(dropped, NSUB);
+    for (int i = 0; i < NSUB; i++)
+        close(subs[i]);
+    /* 8 subscribers at the 8 MiB per-connection limit alone would be
+     * 64 MiB; the global cap (2 MiB, then 1 MiB each) keeps it far under */
+#ifndef __SANITIZE_ADDRESS__ /* ASan's quarantine holds freed memory */
+    ck_assert_int_lt(peak - rss0, 32 * 1024);
+#endif
+    put_batch(p, id, 16); /* still served (the sink takes them) */
+    close(q);
+    close(p);
+    pool_whole();
+}
+END_TEST
+
 /* Class 5: connections that say nothing, or begin a frame and stop, are
  * closed by the HELLO and header timeouts; past the connection cap a new
  * one is closed at once; the good pair is served throughout. */
@@ -670,6 +890,8 @@ int main(void)
     tcase_add_test(tc, test_hostile_pinned_memory_reclaimed);
     tcase_add_test(tc, test_hostile_take_grace_follows_the_session);
     tcase_add_test(tc, test_hostile_timeouts_and_caps);
+    tcase_add_test(tc, test_hostile_fd_limit_pauses_accepting);
+    tcase_add_test(tc, test_hostile_output_cap_drops_deaf_subscribers);
     tcase_add_test(tc, test_hostile_idle_timeout_spares_subscribers);
     tcase_add_test(tc, test_hostile_drain_and_half_close);
     suite_add_tcase(s, tc);
