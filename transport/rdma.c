@@ -34,12 +34,12 @@
 #include "xfer/rdma.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include <event2/event.h>
+#include <event2/util.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
@@ -689,12 +689,6 @@ void xfer_rdma_config_default(xfer_rdma_config *cfg)
     cfg->cm_timeout_ms = 2000;
 }
 
-static int nonblock(int fd)
-{
-    int fl = fcntl(fd, F_GETFL);
-    return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -1 : 0;
-}
-
 /* The first device rdmacm knows, its PD, one CQ for every shard. */
 static int open_device(xfer_rdma *r)
 {
@@ -710,10 +704,12 @@ static int open_device(xfer_rdma *r)
         !(r->pd = ibv_alloc_pd(r->ctx)) ||
         !(r->cc = ibv_create_comp_channel(r->ctx)) ||
         !(r->cq = ibv_create_cq(r->ctx, (int)cqe, r, r->cc, 0)) ||
-        nonblock(r->cc->fd) != 0 || ibv_req_notify_cq(r->cq, 0) != 0)
+        evutil_make_socket_nonblocking(r->cc->fd) != 0 ||
+        ibv_req_notify_cq(r->cq, 0) != 0)
         return XFER_ERR_IO;
     r->max_msg = pa.max_msg_sz ? pa.max_msg_sz : 1u << 30;
-    if (!(r->ch = rdma_create_event_channel()) || nonblock(r->ch->fd) != 0)
+    if (!(r->ch = rdma_create_event_channel()) ||
+        evutil_make_socket_nonblocking(r->ch->fd) != 0)
         return XFER_ERR_IO;
     return 0;
 }
@@ -726,8 +722,9 @@ static int make_events(xfer_rdma *r)
     r->async_ev = event_new(r->base, r->ctx->async_fd, EV_READ | EV_PERSIST,
                             on_async, r);
     if (!r->cq_ev || !r->cm_ev || !r->kick_ev || !r->async_ev ||
-        nonblock(r->ctx->async_fd) != 0 || event_add(r->cq_ev, NULL) != 0 ||
-        event_add(r->cm_ev, NULL) != 0 || event_add(r->async_ev, NULL) != 0)
+        evutil_make_socket_nonblocking(r->ctx->async_fd) != 0 ||
+        event_add(r->cq_ev, NULL) != 0 || event_add(r->cm_ev, NULL) != 0 ||
+        event_add(r->async_ev, NULL) != 0)
         return XFER_ERR_NOMEM;
     return 0;
 }

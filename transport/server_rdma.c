@@ -45,7 +45,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -53,6 +52,7 @@
 
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <event2/util.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
@@ -507,12 +507,6 @@ static void on_async(evutil_socket_t fd, short what, void *arg)
 /* New and del                                                             */
 /* ---------------------------------------------------------------------- */
 
-static int nonblock(int fd)
-{
-    int fl = fcntl(fd, F_GETFL);
-    return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -1 : 0;
-}
-
 /* The listener on the server's address: its device is the one we use. */
 static int listen_rdma(xfer_server_rdma *r, uint16_t port)
 {
@@ -532,7 +526,7 @@ static int listen_rdma(xfer_server_rdma *r, uint16_t port)
     if (!(r->ch = rdma_create_event_channel()))
         return errno == ENODEV || errno == ENOSYS ? XFER_ERR_NOT_SUPPORTED
                                                   : XFER_ERR_IO;
-    if (nonblock(r->ch->fd) != 0 ||
+    if (evutil_make_socket_nonblocking(r->ch->fd) != 0 ||
         rdma_create_id(r->ch, &r->listen, r, RDMA_PS_TCP) != 0 ||
         rdma_bind_addr(r->listen, (struct sockaddr *)&ss) != 0 ||
         rdma_listen(r->listen, RDMA_BACKLOG) != 0)
@@ -556,7 +550,7 @@ static int open_device(xfer_server_rdma *r)
     if (ibv_query_device(r->ctx, &da) != 0 ||
         !(r->pd = ibv_alloc_pd(r->ctx)) ||
         !(r->cq = ibv_create_cq(r->ctx, 16, r, NULL, 0)) ||
-        nonblock(r->ctx->async_fd) != 0)
+        evutil_make_socket_nonblocking(r->ctx->async_fd) != 0)
         return XFER_ERR_IO;
     r->windows = (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0;
     xfer_server_log(r->srv, 0,
