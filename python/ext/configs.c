@@ -44,15 +44,63 @@ void pyx_config_loop(uint16_t nshards, uint64_t pool_bytes,
     cfg->shard.lease_ttl_ns = lease_ttl_ns;
 }
 
+/* The bytes of a bytes-like object into dst (lo..hi of them); -1 with
+ * ValueError naming `what` otherwise. */
+static int take_bytes(PyObject *o, const char *what, size_t lo, size_t hi,
+                      uint8_t *dst, size_t *len)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(o, &v, PyBUF_SIMPLE) < 0)
+        return -1;
+    int rc = -1;
+    if ((size_t)v.len < lo || (size_t)v.len > hi) {
+        if (lo == hi)
+            PyErr_Format(PyExc_ValueError, "%s must be %zu bytes", what, lo);
+        else
+            PyErr_Format(PyExc_ValueError, "%s must be %zu..%zu bytes", what,
+                         lo, hi);
+    } else {
+        memcpy(dst, v.buf, (size_t)v.len);
+        *len = (size_t)v.len;
+        rc = 0;
+    }
+    PyBuffer_Release(&v);
+    return rc;
+}
+
+int pyx_auth_parse(PyObject *secret, PyObject *session, pyx_auth *a)
+{
+    size_t n;
+    memset(a, 0, sizeof *a);
+    if (secret && secret != Py_None &&
+        take_bytes(secret, "secret", 16, sizeof a->secret, a->secret,
+                   &a->secret_len))
+        return -1;
+    if (session && session != Py_None &&
+        take_bytes(session, "session", sizeof a->session, sizeof a->session,
+                   a->session, &n))
+        return -1;
+    return 0;
+}
+
+static void auth_secret(const pyx_auth *a, const uint8_t **secret,
+                        size_t *len)
+{
+    *secret = a && a->secret_len ? a->secret : NULL;
+    *len = a ? a->secret_len : 0;
+}
+
 void pyx_config_tcp(uint16_t nshards, const char *const *addrs,
                     uint32_t group, uint64_t connect_timeout_ns,
-                    xfer_tcp_config *cfg)
+                    const pyx_auth *auth, xfer_tcp_config *cfg)
 {
     xfer_tcp_config_default(cfg);
     cfg->nshards = nshards;
     cfg->addrs = addrs;
     cfg->group = group;
     cfg->connect_timeout_ns = connect_timeout_ns;
+    memcpy(cfg->session, auth->session, sizeof cfg->session);
+    auth_secret(auth, &cfg->secret, &cfg->secret_len);
 }
 
 void pyx_config_server(const pyx_server_opts *o, struct event_base *base,
@@ -76,6 +124,8 @@ void pyx_config_server(const pyx_server_opts *o, struct event_base *base,
     cfg->fault_ppm = o->fault_ppm;
     cfg->drop_ppm = o->drop_ppm;
     cfg->fault_seed = o->fault_seed;
+    cfg->insecure = o->insecure;
+    auth_secret(&o->auth, &cfg->secret, &cfg->secret_len);
 }
 
 void pyx_config_consumer(const pyx_consumer_opts *o, struct event_base *base,
@@ -95,6 +145,8 @@ void pyx_config_consumer(const pyx_consumer_opts *o, struct event_base *base,
     cfg->connect_timeout_ns = o->connect_timeout_ns;
     cfg->reconnect_min_ns = o->reconnect_min_ns;
     cfg->reconnect_max_ns = o->reconnect_max_ns;
+    memcpy(cfg->session, o->auth.session, sizeof cfg->session);
+    auth_secret(&o->auth, &cfg->secret, &cfg->secret_len);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -192,7 +244,9 @@ PyObject *pyx_stats_server(const xfer_server_stats *st)
         F(st, takes), F(st, releases), F(st, stale), F(st, illegal),
         F(st, events_sent), F(st, write_bytes), F(st, taken_now),
         F(st, orphaned_now), F(st, grace_released), F(st, bad_frames),
-        F(st, errors_sent), F(st, faults), F(st, subs_dropped)};
+        F(st, errors_sent), F(st, faults), F(st, subs_dropped),
+        F(st, auth_failed), F(st, conns_refused), F(st, timeouts),
+        F(st, writes_stalled), F(st, out_bytes)};
     PyObject *d = dict_of(f, NF(f));
     PyObject *bad = PyDict_New();
     for (unsigned i = 0; d && bad && i < XFER_SERVER_BAD_REASONS; i++) {

@@ -383,9 +383,11 @@ static int consumer_init(PyObject *obj, PyObject *args, PyObject *kw)
     static char *kwl[] = {"addrs", "shm", "buffers", "group", "max_ids",
                           "max_tombstones", "mailbox_cap", "ready_deadline",
                           "tombstone_ttl", "connect_timeout",
-                          "reconnect_min", "reconnect_max", NULL};
+                          "reconnect_min", "reconnect_max", "secret",
+                          "session", NULL};
     pyx_consumer *self = (pyx_consumer *)obj;
     PyObject *addrs, *buffers = Py_None, *d[5] = {0};
+    PyObject *secret = NULL, *session = NULL;
     const char *shm = NULL;
     pyx_consumer_opts o = {0};
     const char *a[XFER_MAX_SHARDS];
@@ -393,11 +395,12 @@ static int consumer_init(PyObject *obj, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Consumer.__init__ called twice");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zOIIIIOOOOO:Consumer", kwl,
-                                     &addrs, &shm, &buffers, &o.group,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zOIIIIOOOOOOO:Consumer",
+                                     kwl, &addrs, &shm, &buffers, &o.group,
                                      &o.max_ids, &o.max_tombstones,
                                      &o.mailbox_cap, &d[0], &d[1], &d[2],
-                                     &d[3], &d[4]))
+                                     &d[3], &d[4], &secret, &session) ||
+        pyx_auth_parse(secret, session, &o.auth))
         return -1;
     if (shm && buffers != Py_None) {
         PyErr_SetString(PyExc_ValueError, "shm= or buffers=, not both");

@@ -241,6 +241,21 @@ void pyx_deadline_in(struct timespec *ts, double secs);
 /* configs.c: every C config and stats struct, in one place                */
 /* ---------------------------------------------------------------------- */
 
+/* The secret= and session= keywords of Tcp, Server and Consumer (README.md,
+ * "Running xferd on a network"), copied out of the Python objects: the
+ * shared secret of HELLO2's challenge-response (secret_len 0: none) and
+ * the 16-byte session name (all zero: drawn from the OS CSPRNG). */
+typedef struct pyx_auth {
+    uint8_t session[16];
+    uint8_t secret[256];
+    size_t secret_len;
+} pyx_auth;
+
+/* Read secret (NULL, None, or a bytes-like object of 16..256 bytes) and
+ * session (NULL, None, or bytes-like of exactly 16) into *a; 0, or -1
+ * with TypeError / ValueError set (GIL). */
+int pyx_auth_parse(PyObject *secret, PyObject *session, pyx_auth *a);
+
 /* Server(...)'s keywords (ns, counts; 0: the library's default). */
 typedef struct pyx_server_opts {
     const char *addr;  /* borrowed; NULL: 127.0.0.1 */
@@ -251,6 +266,8 @@ typedef struct pyx_server_opts {
     bool consume;
     uint32_t fault_ppm, drop_ppm;
     uint64_t fault_seed;
+    bool insecure;
+    pyx_auth auth; /* its session is unused: a server names none */
 } pyx_server_opts;
 
 /* Consumer(...)'s keywords (ns, counts; 0: the library's default). */
@@ -258,6 +275,7 @@ typedef struct pyx_consumer_opts {
     uint32_t group, max_ids, max_tombstones, mailbox_cap;
     uint64_t ready_deadline_ns, tombstone_ttl_ns, connect_timeout_ns;
     uint64_t reconnect_min_ns, reconnect_max_ns;
+    pyx_auth auth;
 } pyx_consumer_opts;
 
 void pyx_config_engine(const pyx_engine_opts *o, struct event_base *base,
@@ -267,9 +285,10 @@ void pyx_config_loop(uint16_t nshards, uint64_t pool_bytes,
                      uint32_t max_reservations, uint64_t lease_ttl_ns,
                      uint64_t seed, uint64_t write_ns, xfer_loop_event_cb ev,
                      void *ev_ud, xfer_loop_config *cfg);
+/* auth is borrowed until the C object was made from cfg. */
 void pyx_config_tcp(uint16_t nshards, const char *const *addrs,
                     uint32_t group, uint64_t connect_timeout_ns,
-                    xfer_tcp_config *cfg);
+                    const pyx_auth *auth, xfer_tcp_config *cfg);
 /* shards (nshards entries) and addrs are borrowed until the C object was
  * made from cfg. */
 void pyx_config_server(const pyx_server_opts *o, struct event_base *base,

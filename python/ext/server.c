@@ -191,24 +191,27 @@ static int server_init(PyObject *obj, PyObject *args, PyObject *kw)
                           "max_reservations", "max_tombstones", "lease_ttl",
                           "tombstone_ttl", "take_grace", "drain_timeout",
                           "consume", "fault_ppm", "drop_ppm", "fault_seed",
-                          NULL};
+                          "secret", "insecure", NULL};
     pyx_server *self = (pyx_server *)obj;
     PyObject *buffers, *shards = NULL, *d[4] = {NULL, NULL, NULL, NULL};
+    PyObject *secret = NULL;
     pyx_server_opts o = {0};
     unsigned short port = 0;
-    int consume = 0;
+    int consume = 0, insecure = 0;
     if (self->core || self->views) {
         PyErr_SetString(PyExc_RuntimeError, "Server.__init__ called twice");
         return -1;
     }
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|$OzHIIIOOOOpIIK:Server", kwl, &buffers, &shards,
+            args, kw, "O|$OzHIIIOOOOpIIKOp:Server", kwl, &buffers, &shards,
             &o.addr, &port, &o.group, &o.max_reservations,
             &o.max_tombstones, &d[0], &d[1], &d[2], &d[3], &consume,
-            &o.fault_ppm, &o.drop_ppm, &o.fault_seed))
+            &o.fault_ppm, &o.drop_ppm, &o.fault_seed, &secret, &insecure) ||
+        pyx_auth_parse(secret, NULL, &o.auth))
         return -1;
     o.port = port;
     o.consume = consume;
+    o.insecure = insecure;
     if (parse_durations(d, &o) || take_buffers(self, buffers) ||
         take_indexes(self, shards))
         goto fail;

@@ -60,6 +60,7 @@ typedef struct pyx_tcp {
     uint16_t nshards;
     uint32_t wire_group;
     uint64_t connect_ns;
+    pyx_auth auth;
     pyx_core *core;
     xfer_tcp *t;
     uint32_t group;
@@ -171,7 +172,7 @@ static int attach_tcp(pyx_core *c, pyx_tcp *tc, uint32_t *group)
 {
     xfer_tcp_config cfg;
     pyx_config_tcp(tc->nshards, (const char *const *)tc->addrs,
-                   tc->wire_group, tc->connect_ns, &cfg);
+                   tc->wire_group, tc->connect_ns, &tc->auth, &cfg);
     xfer_tcp *t;
     int rc = xfer_tcp_new(xfer_engine_base(c->e), &cfg, &t);
     if (rc)
@@ -532,16 +533,18 @@ static void free_addrs(pyx_tcp *tc)
 
 static int tcp_init(PyObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwl[] = {"addrs", "group", "connect_timeout", NULL};
+    static char *kwl[] = {"addrs", "group", "connect_timeout", "secret",
+                          "session", NULL};
     pyx_tcp *tc = (pyx_tcp *)self;
-    PyObject *addrs, *ct = NULL;
+    PyObject *addrs, *ct = NULL, *secret = NULL, *session = NULL;
     unsigned int group = 0;
     if (tc->core) {
         PyErr_SetString(PyExc_ValueError, "attached already");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$IO:Tcp", kwl, &addrs,
-                                     &group, &ct))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$IOOO:Tcp", kwl, &addrs,
+                                     &group, &ct, &secret, &session) ||
+        pyx_auth_parse(secret, session, &tc->auth))
         return -1;
     PyObject *seq = PySequence_Fast(addrs, "addrs must be a sequence of "
                                            "'host:port' strings");

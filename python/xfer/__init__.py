@@ -234,13 +234,18 @@ class Loop(_xfer.Loop):
 class Tcp(_xfer.Tcp):
     """Shards served by xferd over TCP: addrs[k] ("ip:port", numeric) serves
     shard k; a "host:port,host:port" string works too.  group is the group
-    number sent in HELLO (xferd --group)."""
+    number sent in HELLO (xferd --group).  secret (bytes, 16..256) answers
+    the shards' challenge (xferd --secret-file); session (16 bytes, default
+    drawn at random) names this producer to the shards, the same across
+    reconnects, so the reservations it made stay its own."""
 
-    def __init__(self, addrs, *, group=0, connect_timeout=None):
+    def __init__(self, addrs, *, group=0, connect_timeout=None, secret=None,
+                 session=None):
         if isinstance(addrs, str):
             addrs = [a.strip() for a in addrs.split(",") if a.strip()]
         super().__init__(list(addrs), group=group,
-                         connect_timeout=connect_timeout)
+                         connect_timeout=connect_timeout, secret=secret,
+                         session=session)
 
     def wait_connected(self, timeout=5.0):
         """Block (a few ms per poll) until every shard connection is up.
@@ -338,7 +343,9 @@ class Server(_Closing, _xfer.Server):
     (how long the data a consumer took stays taken after its connection
     closed), drain_timeout (seconds); consume=True (a sink: take and
     release every ready transfer at once); fault_ppm, drop_ppm, fault_seed
-    (tests: faults on the producer's ops).
+    (tests: faults on the producer's ops); secret (bytes, 16..256: every
+    peer must answer HELLO2's challenge with it), insecure=True (bind an
+    address other than loopback without a secret).
 
     stats(shard=None), drain() / await adrain() (stop taking new
     transfers, wait until nothing is being written: True, or False after
@@ -385,7 +392,8 @@ class Consumer(_Closing, _xfer.Consumer):
     every shard (the producer's commit fails).  Keywords (0 or None: the
     library's default): group, max_ids, max_tombstones, mailbox_cap,
     ready_deadline, tombstone_ttl, connect_timeout, reconnect_min,
-    reconnect_max (seconds).
+    reconnect_max (seconds); secret (bytes, 16..256) and session (16
+    bytes, default drawn at random) as for xfer.Tcp.
 
     close() / await aclose() give back the data of every outcome still
     held or queued (their views are released), then close the
