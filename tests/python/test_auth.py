@@ -12,6 +12,7 @@ import os
 import pytest
 
 import xfer
+import xfer.xferd
 from conftest import run, wait_for
 
 SECRET = b"s3cret-of-the-shard-group-0123"
@@ -66,6 +67,27 @@ def test_auth_wrong_secret_is_never_served(theirs):
     cons.close()
     eng.shutdown()
     srv.close()
+
+
+def test_auth_secret_against_xferd(tmp_path):
+    """The same secret in xferd's --secret-file and in xfer.Tcp."""
+    f = tmp_path / "secret"
+    f.write_bytes(SECRET)
+    with xfer.xferd.Group(2, args=["--secret-file", str(f)]) as g:
+        good = xfer.Tcp(g.addrs, secret=SECRET)
+        eng = xfer.Engine(good, default_timeout=5)
+        assert good.wait_connected(10)
+        bad = xfer.Tcp(g.addrs, secret=b"x" * 16)
+        eng2 = xfer.Engine(bad, default_timeout=1)
+        pool = eng.register_pool(bytearray(os.urandom(8192)))
+
+        async def go():
+            return await eng.submit(3, pool, xfer.split(0, 8192, 2))
+        assert run(go()).ok
+        assert not bad.wait_connected(0.5)
+        assert wait_for(lambda: bad.stats()["hello_refused"] > 0, 5)
+        eng2.shutdown()
+        eng.shutdown()
 
 
 def test_auth_keywords_of_the_wrong_size_are_refused():
