@@ -8,6 +8,8 @@
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include "stack.h"
 
+#include "rawwire.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,41 +302,15 @@ static bool readable(void *ud)
     return poll(&p, 1, 0) > 0;
 }
 
-static int recv_all(int fd, uint8_t *p, size_t n)
-{
-    while (n) {
-        ssize_t r = recv(fd, p, n, 0);
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 int st_raw_call(stack *s, int fd, const xfer_wire_msg *m, const void *data,
                 xfer_wire_msg *reply)
 {
     static uint32_t req;
-    uint8_t buf[XFER_WIRE_MAX_FIXED];
-    size_t n = xfer_wire_encode(m, ++req, buf, sizeof buf);
-    if (n == 0 || send(fd, buf, n, MSG_NOSIGNAL) != (ssize_t)n)
-        return -1;
-    if (m->type == XFER_WIRE_T_WRITE && m->len &&
-        send(fd, data, m->len, MSG_NOSIGNAL) != (ssize_t)m->len)
-        return -1;
-    if (!st_run(s, readable, &fd, 5000))
-        return -1;
     xfer_wire_hdr h;
-    xfer_wire_reason why;
-    if (recv_all(fd, buf, XFER_WIRE_HDR) != 0 ||
-        xfer_wire_decode_hdr(buf, XFER_WIRE_HDR, &h, &why) != 0 ||
-        h.len > sizeof buf ||
-        recv_all(fd, buf + XFER_WIRE_HDR, h.len - XFER_WIRE_HDR) != 0 ||
-        xfer_wire_decode_body(&h, buf + XFER_WIRE_HDR, h.len - XFER_WIRE_HDR,
-                              reply, &why) != 0)
+    if (tw_send_msg(fd, m, ++req, data) != 0 ||
+        !st_run(s, readable, &fd, 5000))
         return -1;
-    return 0;
+    return tw_recv_msg(fd, &h, reply);
 }
 
 int st_raw_connect(stack *s, uint16_t k)

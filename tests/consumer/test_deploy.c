@@ -147,18 +147,18 @@ static void raw_put(int k, uint64_t id)
                        .len = sizeof data};
     xfer_wire_hdr h;
     xfer_wire_msg r;
-    ck_assert_int_eq(mp_send_msg(fd, &m, 2, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(fd, &m, 2, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_RESERVE_OK);
     uint64_t resv = r.resv_id;
     m = (xfer_wire_msg){.type = XFER_WIRE_T_WRITE, .id = id, .attempt = 1,
                         .len = sizeof data, .resv_id = resv};
-    ck_assert_int_eq(mp_send_msg(fd, &m, 3, data), 0);
-    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(fd, &m, 3, data), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
     m = (xfer_wire_msg){.type = XFER_WIRE_T_COMMIT, .id = id, .attempt = 1,
                         .resv_id = resv};
-    ck_assert_int_eq(mp_send_msg(fd, &m, 4, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(fd, &m, 4, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_COMMIT_ACK);
     close(fd);
 }
@@ -307,7 +307,7 @@ static char *http_get(uint16_t port)
     ck_assert_int_ge(fd, 0);
     const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n"
                        "Connection: close\r\n\r\n";
-    ck_assert_int_eq(mp_send(fd, req, sizeof req - 1), 0);
+    ck_assert_int_eq(tw_send_all(fd, req, sizeof req - 1), 0);
     size_t cap = 1 << 20, n = 0;
     char *buf = malloc(cap);
     for (;;) {

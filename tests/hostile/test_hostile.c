@@ -52,8 +52,8 @@ static int join(uint16_t port, uint8_t tag, uint8_t role)
     ck_assert_int_ge(fd, 0);
     xfer_wire_msg m = hello2(tag, role), r;
     xfer_wire_hdr h;
-    ck_assert_int_eq(mp_send_msg(fd, &m, 1, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(fd, &m, 1, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
     ck_assert_msg(r.type == XFER_WIRE_T_HELLO_ACK, "HELLO answered %u code %d",
                   r.type, r.code);
     ck_assert_uint_eq(r.version, 2);
@@ -66,8 +66,8 @@ static xfer_wire_msg call(int fd, const xfer_wire_msg *m, const void *data)
     xfer_wire_hdr h;
     xfer_wire_msg r;
     uint32_t q = req++;
-    ck_assert_int_eq(mp_send_msg(fd, m, q, data), 0);
-    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(fd, m, q, data), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
     ck_assert_uint_eq(h.req, q);
     return r;
 }
@@ -170,8 +170,8 @@ START_TEST(test_hostile_ownership)
     int fd = mp_connect(d.port);
     xfer_wire_msg m = hello2(0x01, XFER_WIRE_ROLE_CONSUMER);
     xfer_wire_hdr h;
-    ck_assert_int_eq(mp_send_msg(fd, &m, 1, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(fd, &m, 1, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
     ck_assert_int_eq(code_of(&r), XFER_ERR_PERM);
     ck_assert(mp_closed(fd));
     close(fd);
@@ -230,8 +230,8 @@ static int auth_join(const char *secret, uint8_t tag, uint8_t role,
     int fd = mp_connect(d.port);
     xfer_wire_msg m = hello2(tag, role), r, a;
     xfer_wire_hdr h;
-    ck_assert_int_eq(mp_send_msg(fd, &m, 1, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(fd, &m, 1, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_CHALLENGE);
     /* The server proves it knows the secret (ours or not). */
     int rc = xfer_auth_answer((const uint8_t *)secret, strlen(secret), &m,
@@ -241,8 +241,8 @@ static int auth_join(const char *secret, uint8_t tag, uint8_t role,
         xfer_auth_proof((const uint8_t *)secret, strlen(secret), false, &m,
                         r.nonce, a.mac);
     }
-    ck_assert_int_eq(mp_send_msg(fd, &a, 1, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(fd, &a, 1, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
     *ok = r.type == XFER_WIRE_T_HELLO_ACK;
     if (!*ok)
         ck_assert_int_eq(code_of(&r), XFER_ERR_AUTH);
@@ -454,8 +454,8 @@ START_TEST(test_hostile_pinned_memory_reclaimed)
                        .len = 65536, .resv_id = r.resv_id};
     uint8_t buf[XFER_WIRE_MAX_FIXED];
     size_t n = xfer_wire_encode(&w, req++, buf, sizeof buf);
-    ck_assert_int_eq(mp_send(a, buf, n), 0);
-    ck_assert_int_eq(mp_send(a, buf, 100), 0); /* 100 bytes, then silence */
+    ck_assert_int_eq(tw_send_all(a, buf, n), 0);
+    ck_assert_int_eq(tw_send_all(a, buf, 100), 0); /* 100 bytes, then silence */
     ck_assert(mp_closed(a)); /* the write timeout closed it (mp_closed
                                 fails at the socket's 5 s receive timeout) */
     close(a);
@@ -609,8 +609,8 @@ START_TEST(test_hostile_fd_limit_pauses_accepting)
         xfer_wire_msg m = hello2((uint8_t)(0x80 + i),
                                  XFER_WIRE_ROLE_PRODUCER), r;
         xfer_wire_hdr h;
-        ck_assert_int_eq(mp_send_msg(wait[i], &m, 1, NULL), 0);
-        ck_assert_int_eq(mp_recv_msg(wait[i], &h, &r), 0);
+        ck_assert_int_eq(tw_send_msg(wait[i], &m, 1, NULL), 0);
+        ck_assert_int_eq(tw_recv_msg(wait[i], &h, &r), 0);
         ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
         close(wait[i]);
     }
@@ -651,8 +651,8 @@ static int deaf_subscriber(uint16_t port, uint8_t tag)
     ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     xfer_wire_msg m = hello2(tag, XFER_WIRE_ROLE_CONSUMER), r;
     xfer_wire_hdr h;
-    ck_assert_int_eq(mp_send_msg(fd, &m, 1, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(fd, &m, 1, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
     xfer_wire_msg sub = {.type = XFER_WIRE_T_SUBSCRIBE};
     r = call(fd, &sub, NULL);
@@ -674,13 +674,13 @@ static void put_batch(int p, uint64_t first, unsigned n)
                                                     : XFER_WIRE_T_COMMIT,
                                .id = first + i, .attempt = 1, .len = 64,
                                .resv_id = phase ? resv[i] : 0};
-            ck_assert_int_eq(mp_send_msg(p, &m, (uint32_t)i + 1,
+            ck_assert_int_eq(tw_send_msg(p, &m, (uint32_t)i + 1,
                                          phase == 1 ? data : NULL), 0);
         }
         for (unsigned i = 0; i < n; i++) {
             xfer_wire_hdr h;
             xfer_wire_msg r;
-            ck_assert_int_eq(mp_recv_msg(p, &h, &r), 0);
+            ck_assert_int_eq(tw_recv_msg(p, &h, &r), 0);
             ck_assert_int_eq(code_of(&r), 0);
             if (phase == 0)
                 resv[h.req - 1] = r.resv_id;
@@ -754,9 +754,9 @@ START_TEST(test_hostile_timeouts_and_caps)
             xfer_wire_msg m = hello2((uint8_t)(0x70 + i),
                                      XFER_WIRE_ROLE_PRODUCER), r;
             xfer_wire_hdr h;
-            ck_assert_int_eq(mp_send_msg(p, &m, 1, NULL), 0);
-            ck_assert_int_eq(mp_recv_msg(p, &h, &r), 0);
-            ck_assert_int_eq(mp_send(p, "XFRW\x01", 5), 0);
+            ck_assert_int_eq(tw_send_msg(p, &m, 1, NULL), 0);
+            ck_assert_int_eq(tw_recv_msg(p, &h, &r), 0);
+            ck_assert_int_eq(tw_send_all(p, "XFRW\x01", 5), 0);
         }
     }
     /* 30 + these 10 fill the cap: the 41st is closed at once */
@@ -774,7 +774,7 @@ START_TEST(test_hostile_timeouts_and_caps)
     }
     /* Bad input, then the refusals by reason (STATUS_BAD). */
     int b = mp_connect(d.port);
-    ck_assert_int_eq(mp_send(b, "NOPE-NOT-A-FRAME", 16), 0);
+    ck_assert_int_eq(tw_send_all(b, "NOPE-NOT-A-FRAME", 16), 0);
     ck_assert(mp_closed(b));
     close(b);
     int q = join(d.port, 0xaa, XFER_WIRE_ROLE_ADMIN);
@@ -813,7 +813,7 @@ START_TEST(test_hostile_idle_timeout_spares_subscribers)
     ck_assert_int_eq(write_all(p, 60, r.resv_id, 256, 5), 0);
     ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 60, 1, r.resv_id), 0);
     xfer_wire_hdr h;
-    ck_assert_int_eq(mp_recv_msg(sub, &h, &r), 0);
+    ck_assert_int_eq(tw_recv_msg(sub, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_EVENT);
     ck_assert_uint_eq(r.id, 60);
     ck_assert_int_eq(op(sub, XFER_WIRE_T_TAKE, 60, 1, r.resv_id), 0);
@@ -835,13 +835,13 @@ START_TEST(test_hostile_drain_and_half_close)
     for (uint32_t i = 0; i < 3; i++) {
         xfer_wire_msg m = {.type = XFER_WIRE_T_RESERVE, .id = 30 + i,
                            .attempt = 1, .len = 128};
-        ck_assert_int_eq(mp_send_msg(h, &m, 900 + i, NULL), 0);
+        ck_assert_int_eq(tw_send_msg(h, &m, 900 + i, NULL), 0);
     }
     shutdown(h, SHUT_WR);
     for (uint32_t i = 0; i < 3; i++) {
         xfer_wire_hdr hd;
         xfer_wire_msg r;
-        ck_assert_int_eq(mp_recv_msg(h, &hd, &r), 0);
+        ck_assert_int_eq(tw_recv_msg(h, &hd, &r), 0);
         ck_assert_uint_eq(hd.req, 900 + i);
         ck_assert_int_eq(r.type, XFER_WIRE_T_RESERVE_OK);
     }

@@ -65,7 +65,7 @@ static uint16_t ports[NSHARDS];
 static int hostile_recv(int fd, xfer_wire_msg *r)
 {
     xfer_wire_hdr h;
-    return mp_recv_msg(fd, &h, r);
+    return tw_recv_msg(fd, &h, r);
 }
 
 static void hconn_open(hconn *c, uint32_t sess, bool hello)
@@ -83,7 +83,7 @@ static void hconn_open(hconn *c, uint32_t sess, bool hello)
     xfer_wire_msg m, r;
     if (xfer_auth_hello(&m, XFER_WIRE_ROLE_PRODUCER, 0, c->shard,
                         session) != 0 ||
-        mp_send_msg(c->fd, &m, 1, NULL) != 0 || hostile_recv(c->fd, &r) ||
+        tw_send_msg(c->fd, &m, 1, NULL) != 0 || hostile_recv(c->fd, &r) ||
         r.type != XFER_WIRE_T_HELLO_ACK) {
         close(c->fd);
         c->fd = -1;
@@ -94,7 +94,7 @@ static void hconn_open(hconn *c, uint32_t sess, bool hello)
 static bool hcall(hconn *c, const xfer_wire_msg *m, const void *data,
                   xfer_wire_msg *r)
 {
-    return mp_send_msg(c->fd, m, 7, data) == 0 && hostile_recv(c->fd, r) == 0;
+    return tw_send_msg(c->fd, m, 7, data) == 0 && hostile_recv(c->fd, r) == 0;
 }
 
 static void attack(hconn *c, int cls, uint64_t *rng, shared *sh)
@@ -133,8 +133,8 @@ static void attack(hconn *c, int cls, uint64_t *rng, shared *sh)
                                .resv_id = r.resv_id};
             uint8_t buf[XFER_WIRE_MAX_FIXED];
             size_t n = xfer_wire_encode(&w, 8, buf, sizeof buf);
-            mp_send(c->fd, buf, n);
-            mp_send(c->fd, junk, 100); /* and then nothing */
+            tw_send_all(c->fd, buf, n);
+            tw_send_all(c->fd, junk, 100); /* and then nothing */
             c->stalled = true;
         }
         break;
@@ -143,7 +143,7 @@ static void attack(hconn *c, int cls, uint64_t *rng, shared *sh)
         close(c->fd);
         hconn_open(c, c->sess + 7919, false);
         if (c->fd >= 0 && tu_rand(rng) % 2)
-            mp_send(c->fd, "XFRW\x01", 5);
+            tw_send_all(c->fd, "XFRW\x01", 5);
         c->stalled = true;
         break;
     case A_QUOTA:

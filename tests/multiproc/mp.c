@@ -178,66 +178,6 @@ int mp_connect(uint16_t port)
     return fd;
 }
 
-int mp_send(int fd, const void *buf, size_t n)
-{
-    const uint8_t *p = buf;
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w <= 0) {
-            if (w < 0 && errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-int mp_send_msg(int fd, const xfer_wire_msg *m, uint32_t req,
-                const void *data)
-{
-    uint8_t buf[XFER_WIRE_MAX_FIXED];
-    size_t n = xfer_wire_encode(m, req, buf, sizeof buf);
-    if (n == 0 || mp_send(fd, buf, n) != 0)
-        return -1;
-    if (m->type == XFER_WIRE_T_WRITE && m->len)
-        return mp_send(fd, data, m->len);
-    return 0;
-}
-
-static int recv_all(int fd, void *buf, size_t n)
-{
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t r = recv(fd, p, n, 0);
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-int mp_recv_msg(int fd, xfer_wire_hdr *h, xfer_wire_msg *m)
-{
-    uint8_t buf[XFER_WIRE_MAX_FIXED];
-    xfer_wire_reason why;
-    if (recv_all(fd, buf, XFER_WIRE_HDR) != 0 ||
-        xfer_wire_decode_hdr(buf, XFER_WIRE_HDR, h, &why) != 0 ||
-        h->type == XFER_WIRE_T_WRITE)
-        return -1;
-    if (recv_all(fd, buf + XFER_WIRE_HDR, h->len - XFER_WIRE_HDR) != 0)
-        return -1;
-    return xfer_wire_decode_body(h, buf + XFER_WIRE_HDR,
-                                 h->len - XFER_WIRE_HDR, m, &why) == 0
-               ? 0
-               : -1;
-}
-
 bool mp_closed(int fd)
 {
     uint8_t b[4096];
@@ -261,7 +201,7 @@ int mp_hello_role(int fd, uint16_t shard, uint8_t role)
                        .role = role, .shard = shard};
     xfer_wire_hdr h;
     xfer_wire_msg r;
-    if (mp_send_msg(fd, &m, 1, NULL) != 0 || mp_recv_msg(fd, &h, &r) != 0)
+    if (tw_send_msg(fd, &m, 1, NULL) != 0 || tw_recv_msg(fd, &h, &r) != 0)
         return -1;
     return r.type == XFER_WIRE_T_HELLO_ACK && h.req == 1 ? 0 : -1;
 }
@@ -299,7 +239,7 @@ static int status_on(int fd, xfer_wire_status *st)
     xfer_wire_hdr h;
     xfer_wire_msg r;
     int rc = -1;
-    if (mp_send_msg(fd, &m, 7, NULL) == 0 && mp_recv_msg(fd, &h, &r) == 0 &&
+    if (tw_send_msg(fd, &m, 7, NULL) == 0 && tw_recv_msg(fd, &h, &r) == 0 &&
         r.type == XFER_WIRE_T_STATUS_OK && h.req == 7) {
         *st = r.st;
         rc = 0;

@@ -2,7 +2,7 @@
  * tests/multiproc/mp.h - helpers for multi-process tests: start xferd
  * processes on ephemeral loopback ports, kill them (always, even when a
  * test fails: PR_SET_PDEATHSIG plus an atexit sweep), and speak raw wire
- * frames to them (status queries, hand-made bad input).
+ * frames to them (status queries, hand-made bad input: rawwire.h).
  */
 #ifndef XFER_TEST_MP_H
 #define XFER_TEST_MP_H
@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "rawwire.h"
 #include "wire.h"
 
 struct event_base;
@@ -33,12 +34,7 @@ void mp_track(pid_t pid);
 
 /* A blocking client socket to 127.0.0.1:port with a receive timeout. */
 int mp_connect(uint16_t port);
-int mp_send(int fd, const void *buf, size_t n);
-/* Encode and send m (for WRITE, followed by `data`). */
-int mp_send_msg(int fd, const xfer_wire_msg *m, uint32_t req,
-                const void *data);
-/* Receive one frame.  Returns 0, -1 on EOF/timeout/bad frame. */
-int mp_recv_msg(int fd, xfer_wire_hdr *h, xfer_wire_msg *m);
+/* Frames over it: tw_send_msg, tw_recv_msg (rawwire.h). */
 /* True when the peer closed the connection (EOF within the timeout). */
 bool mp_closed(int fd);
 /* HELLO for shard on group 0 and expect HELLO_ACK. */

@@ -31,7 +31,7 @@ static int reserve(int fd, uint64_t id, uint32_t len, xfer_wire_msg *r)
                        .len = len};
     xfer_wire_hdr h;
     uint32_t q = req++;
-    if (mp_send_msg(fd, &m, q, NULL) || mp_recv_msg(fd, &h, r) || h.req != q)
+    if (tw_send_msg(fd, &m, q, NULL) || tw_recv_msg(fd, &h, r) || h.req != q)
         return -1;
     return 0;
 }
@@ -72,8 +72,8 @@ static void good_round(uint64_t id, uint64_t resv)
                        .len = 4096, .resv_id = resv};
     xfer_wire_hdr h;
     xfer_wire_msg r;
-    ck_assert_int_eq(mp_send_msg(good, &w, 1000, data), 0);
-    ck_assert_int_eq(mp_recv_msg(good, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(good, &w, 1000, data), 0);
+    ck_assert_int_eq(tw_recv_msg(good, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_WRITE_ACK);
     ck_assert_uint_eq(h.req, 1000);
 }
@@ -91,12 +91,12 @@ static void good_still_served(uint64_t in_use)
     xfer_wire_msg a;
     xfer_wire_msg c = {.type = XFER_WIRE_T_COMMIT, .id = id, .attempt = 1,
                        .resv_id = r.resv_id};
-    ck_assert_int_eq(mp_send_msg(good, &c, 1001, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(good, &h, &a), 0);
+    ck_assert_int_eq(tw_send_msg(good, &c, 1001, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(good, &h, &a), 0);
     ck_assert_int_eq(a.type, XFER_WIRE_T_COMMIT_ACK);
     c.type = XFER_WIRE_T_CANCEL;
-    ck_assert_int_eq(mp_send_msg(good, &c, 1002, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(good, &h, &a), 0);
+    ck_assert_int_eq(tw_send_msg(good, &c, 1002, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(good, &h, &a), 0);
     ck_assert_int_eq(a.type, XFER_WIRE_T_CANCEL_ACK);
     ck_assert_uint_eq(status().bytes_in_use, in_use);
 }
@@ -109,7 +109,7 @@ static void expect_closed(const void *bytes, size_t n, bool hello)
     ck_assert_int_ge(fd, 0);
     if (hello)
         ck_assert_int_eq(mp_hello(fd, 0), 0);
-    ck_assert_int_eq(mp_send(fd, bytes, n), 0);
+    ck_assert_int_eq(tw_send_all(fd, bytes, n), 0);
     ck_assert(mp_closed(fd));
     close(fd);
     ck_assert_uint_eq(status().bad_frames, before + 1);
@@ -149,7 +149,7 @@ START_TEST(test_badinput_truncated)
     uint64_t before = status().bad_frames;
     int fd = mp_connect(d.port);
     ck_assert_int_eq(mp_hello(fd, 0), 0);
-    ck_assert_int_eq(mp_send(fd, buf, n - 5), 0);
+    ck_assert_int_eq(tw_send_all(fd, buf, n - 5), 0);
     shutdown(fd, SHUT_WR); /* the frame ends early */
     ck_assert(mp_closed(fd));
     close(fd);
@@ -173,8 +173,8 @@ START_TEST(test_badinput_truncated_write)
                        .len = 8192, .resv_id = r.resv_id};
     size_t n = xfer_wire_encode(&w, 5, buf, sizeof buf);
     uint64_t before = status().bad_frames;
-    ck_assert_int_eq(mp_send(fd, buf, n), 0);
-    ck_assert_int_eq(mp_send(fd, data, sizeof data), 0);
+    ck_assert_int_eq(tw_send_all(fd, buf, n), 0);
+    ck_assert_int_eq(tw_send_all(fd, data, sizeof data), 0);
     shutdown(fd, SHUT_WR);
     ck_assert(mp_closed(fd));
     close(fd);
@@ -227,8 +227,8 @@ static void expect_error(int fd, const xfer_wire_msg *m, const void *data,
     xfer_wire_hdr h;
     xfer_wire_msg r;
     uint32_t q = req++;
-    ck_assert_int_eq(mp_send_msg(fd, m, q, data), 0);
-    ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(fd, m, q, data), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_ERROR);
     ck_assert_uint_eq(h.req, q);
     ck_assert_int_eq(r.code, code);
@@ -253,7 +253,7 @@ START_TEST(test_badinput_write_bounds)
                                 off + len overflows, so decoder refuses */
     uint64_t before = status().bad_frames;
     w.len = 100;
-    ck_assert_int_eq(mp_send_msg(fd, &w, req++, data), 0);
+    ck_assert_int_eq(tw_send_msg(fd, &w, req++, data), 0);
     ck_assert(mp_closed(fd));
     close(fd);
     ck_assert_uint_eq(status().bad_frames, before + 1);
@@ -303,8 +303,8 @@ START_TEST(test_badinput_unknown_id)
                         .role = XFER_WIRE_ROLE_PRODUCER, .shard = 9};
     xfer_wire_hdr h;
     xfer_wire_msg rr;
-    ck_assert_int_eq(mp_send_msg(fd2, &hm, 3, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(fd2, &h, &rr), 0);
+    ck_assert_int_eq(tw_send_msg(fd2, &hm, 3, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(fd2, &h, &rr), 0);
     ck_assert_int_eq(rr.type, XFER_WIRE_T_ERROR);
     ck_assert_int_eq(rr.code, XFER_ERR_NOT_FOUND);
     ck_assert(mp_closed(fd2));
@@ -343,8 +343,8 @@ START_TEST(test_badinput_reserve_flood)
                            .attempt = 1, .resv_id = resv[id - 100]};
         xfer_wire_hdr h;
         xfer_wire_msg r;
-        ck_assert_int_eq(mp_send_msg(fd, &c, req++, NULL), 0);
-        ck_assert_int_eq(mp_recv_msg(fd, &h, &r), 0);
+        ck_assert_int_eq(tw_send_msg(fd, &c, req++, NULL), 0);
+        ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
         ck_assert_int_eq(r.type, XFER_WIRE_T_CANCEL_ACK);
     }
     close(fd);
@@ -362,40 +362,40 @@ START_TEST(test_xferd_events_take_release)
     xfer_wire_msg m = {.type = XFER_WIRE_T_SUBSCRIBE};
     xfer_wire_hdr h;
     xfer_wire_msg r;
-    ck_assert_int_eq(mp_send_msg(sub, &m, 50, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(sub, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(sub, &m, 50, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(sub, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_SUBSCRIBE_ACK);
     /* A commit needs every byte written first (issue 12). */
     static uint8_t data[4096];
     xfer_wire_msg w = {.type = XFER_WIRE_T_WRITE, .id = 1, .attempt = 1,
                        .len = 4096, .resv_id = good_resv};
-    ck_assert_int_eq(mp_send_msg(good, &w, 49, data), 0);
-    ck_assert_int_eq(mp_recv_msg(good, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(good, &w, 49, data), 0);
+    ck_assert_int_eq(tw_recv_msg(good, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_WRITE_ACK);
     xfer_wire_msg c = {.type = XFER_WIRE_T_COMMIT, .id = 1, .attempt = 1,
                        .resv_id = good_resv};
-    ck_assert_int_eq(mp_send_msg(good, &c, 51, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(good, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(good, &c, 51, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(good, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_COMMIT_ACK);
-    ck_assert_int_eq(mp_recv_msg(sub, &h, &r), 0);
+    ck_assert_int_eq(tw_recv_msg(sub, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_EVENT);
     ck_assert_uint_eq(r.kind, 0); /* READY */
     ck_assert_uint_eq(r.id, 1);
     ck_assert_uint_eq(r.resv_id, good_resv);
     xfer_wire_msg t = {.type = XFER_WIRE_T_TAKE, .id = 1, .attempt = 1,
                        .resv_id = good_resv};
-    ck_assert_int_eq(mp_send_msg(sub, &t, 52, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(sub, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(sub, &t, 52, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(sub, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_TAKE_OK);
     ck_assert_uint_eq(r.len, 4096);
     c.type = XFER_WIRE_T_CANCEL; /* TAKEN belongs to the consumer */
-    ck_assert_int_eq(mp_send_msg(good, &c, 53, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(good, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(good, &c, 53, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(good, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_ERROR);
     ck_assert_int_eq(r.code, XFER_ERR_STATE);
     t.type = XFER_WIRE_T_RELEASE;
-    ck_assert_int_eq(mp_send_msg(sub, &t, 54, NULL), 0);
-    ck_assert_int_eq(mp_recv_msg(sub, &h, &r), 0);
+    ck_assert_int_eq(tw_send_msg(sub, &t, 54, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(sub, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_RELEASE_ACK);
     ck_assert_uint_eq(status().bytes_in_use, 0);
     close(sub);

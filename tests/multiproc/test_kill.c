@@ -217,7 +217,7 @@ static void stalled_writer(uint16_t port, int fd)
                        .attempt = 1, .len = 1u << 20};
     xfer_wire_hdr h;
     xfer_wire_msg r;
-    if (mp_send_msg(c, &m, 2, NULL) || mp_recv_msg(c, &h, &r) ||
+    if (tw_send_msg(c, &m, 2, NULL) || tw_recv_msg(c, &h, &r) ||
         r.type != XFER_WIRE_T_RESERVE_OK)
         _exit(1);
     uint8_t buf[XFER_WIRE_MAX_FIXED];
@@ -225,7 +225,7 @@ static void stalled_writer(uint16_t port, int fd)
     xfer_wire_msg w = {.type = XFER_WIRE_T_WRITE, .id = 4242, .attempt = 1,
                        .len = 1u << 20, .resv_id = r.resv_id};
     size_t n = xfer_wire_encode(&w, 3, buf, sizeof buf);
-    if (mp_send(c, buf, n) || mp_send(c, half, sizeof half))
+    if (tw_send_all(c, buf, n) || tw_send_all(c, half, sizeof half))
         _exit(1);
     (void)!write(fd, "x", 1);
     for (;;)

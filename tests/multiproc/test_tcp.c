@@ -78,11 +78,11 @@ static void fake_accept_hello(ctx *c)
         struct timespec ts = {0, 5000000};
         nanosleep(&ts, NULL);
     }
-    ck_assert_int_eq(mp_recv_msg(c->f.conn, &h, &m), 0);
+    ck_assert_int_eq(tw_recv_msg(c->f.conn, &h, &m), 0);
     ck_assert_int_eq(m.type, XFER_WIRE_T_HELLO2); /* sessions: issue 12 */
     xfer_wire_msg a = {.type = XFER_WIRE_T_HELLO_ACK, .version = 1,
                        .shard = 0, .max_write = XFER_WIRE_MAX_DATA};
-    ck_assert_int_eq(mp_send_msg(c->f.conn, &a, h.req, NULL), 0);
+    ck_assert_int_eq(tw_send_msg(c->f.conn, &a, h.req, NULL), 0);
     ck_assert(mp_producer_wait_connected(&c->p, 5000));
 }
 
@@ -93,13 +93,13 @@ static void fake_reserve_ok(ctx *c, uint32_t len)
     xfer_wire_msg m;
     for (int i = 0; i < 100; i++)
         event_base_loop(c->p.base, EVLOOP_NONBLOCK);
-    ck_assert_int_eq(mp_recv_msg(c->f.conn, &h, &m), 0);
+    ck_assert_int_eq(tw_recv_msg(c->f.conn, &h, &m), 0);
     ck_assert_int_eq(m.type, XFER_WIRE_T_RESERVE);
     ck_assert_uint_eq(m.len, len);
     xfer_wire_msg a = m;
     a.type = XFER_WIRE_T_RESERVE_OK;
     a.resv_id = 99;
-    ck_assert_int_eq(mp_send_msg(c->f.conn, &a, h.req, NULL), 0);
+    ck_assert_int_eq(tw_send_msg(c->f.conn, &a, h.req, NULL), 0);
 }
 
 static void start(ctx *c, uint32_t len)

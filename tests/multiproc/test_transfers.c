@@ -202,10 +202,10 @@ START_TEST(test_transfers_ctl_lists_open_reservation)
     ck_assert_int_eq(mp_hello(fd, 3), 0);
     xfer_wire_msg m = {.type = XFER_WIRE_T_RESERVE, .id = 4242, .attempt = 1,
                        .len = 4096};
-    ck_assert_int_eq(mp_send_msg(fd, &m, 7, NULL), 0);
+    ck_assert_int_eq(tw_send_msg(fd, &m, 7, NULL), 0);
     xfer_wire_hdr h;
     xfer_wire_msg ok;
-    ck_assert_int_eq(mp_recv_msg(fd, &h, &ok), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &ok), 0);
     ck_assert_uint_eq(h.type, XFER_WIRE_T_RESERVE_OK);
     char *reply = ctl_read(path);
     printf("ctl reply:\n%s", reply);

@@ -28,6 +28,7 @@
 
 #include <event2/event.h>
 
+#include "rawwire.h"
 #include "rc.h"
 #include "testutil.h"
 #include "wire.h"
@@ -91,36 +92,13 @@ static bool wait_readable(raw *w, int fd)
     return false;
 }
 
-static int recv_all(int fd, uint8_t *p, size_t n)
-{
-    while (n) {
-        ssize_t r = recv(fd, p, n, 0);
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 /* One request, its reply. */
 static void call(raw *w, const xfer_wire_msg *m, xfer_wire_msg *reply)
 {
-    uint8_t buf[XFER_WIRE_MAX_FIXED];
-    size_t n = xfer_wire_encode(m, ++w->req, buf, sizeof buf);
-    ck_assert_uint_gt(n, 0);
-    ck_assert_int_eq(send(w->fd, buf, n, MSG_NOSIGNAL), (ssize_t)n);
-    ck_assert(wait_readable(w, w->fd));
     xfer_wire_hdr h;
-    xfer_wire_reason why;
-    ck_assert_int_eq(recv_all(w->fd, buf, XFER_WIRE_HDR), 0);
-    ck_assert_int_eq(xfer_wire_decode_hdr(buf, XFER_WIRE_HDR, &h, &why), 0);
-    ck_assert_uint_le(h.len, sizeof buf);
-    ck_assert_int_eq(recv_all(w->fd, buf + XFER_WIRE_HDR,
-                              h.len - XFER_WIRE_HDR), 0);
-    ck_assert_int_eq(xfer_wire_decode_body(&h, buf + XFER_WIRE_HDR,
-                                           h.len - XFER_WIRE_HDR, reply,
-                                           &why), 0);
+    ck_assert_int_eq(tw_send_msg(w->fd, m, ++w->req, NULL), 0);
+    ck_assert(wait_readable(w, w->fd));
+    ck_assert_int_eq(tw_recv_msg(w->fd, &h, reply), 0);
 }
 
 static void reserve(raw *w, uint64_t id, xfer_wire_msg *r)
