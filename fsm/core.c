@@ -56,7 +56,8 @@ void xfer_core_config_default(xfer_core_config *cfg)
         .cancel_op_timeout_ns = 5ull * 1000000000ull,
         .cancel_backoff_ns = 10000000ull,
         .cancel_max_attempts = 5,
-        .max_shards = XFER_MAX_SHARDS};
+        .max_shards = XFER_MAX_SHARDS,
+        .eager_max_bytes = 0};
 }
 
 /* Zero fields take their defaults (those of xfer_core_config_default, and
@@ -112,6 +113,14 @@ static void emit_config(xfer_core *core)
         .arg0 = c->cancel_op_timeout_ns, .arg1 = c->cancel_backoff_ns,
         .arg2 = c->cancel_max_attempts | (uint64_t)c->attempt_base << 32};
     xfer_util_emit(&core->ctx.trace, &core->ctx.seq, &r1);
+    if (c->eager_max_bytes) {
+        /* Only when on, so traces without the eager path stay as they
+         * were. */
+        xfer_trace_rec r2 = {.machine = XFER_MACHINE_CONFIG, .event = 2,
+                             .shard = c->max_shards,
+                             .arg0 = c->eager_max_bytes};
+        xfer_util_emit(&core->ctx.trace, &core->ctx.seq, &r2);
+    }
 }
 
 static int alloc_tables(xfer_core *core)
@@ -629,7 +638,8 @@ bool xfer_core_view_versioned(const xfer_core *core, uint64_t id,
     for (unsigned k = 0; k < t->nshards; k++) {
         const xfer_transfer_shard *s = &t->shards[k];
         v.shards[k] = (xfer_shard_view){s->resv, s->write, s->commit,
-                                        s->cancel, s->cancel_attempts};
+                                        s->cancel, s->cancel_attempts,
+                                        s->eager};
     }
     return xfer_util_versioned_copy(out, &v, version, view_lens,
                                     XFER_UTIL_NVERSIONS(view_lens)) == 0;
