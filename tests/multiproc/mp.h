@@ -34,7 +34,7 @@ void mp_track(pid_t pid);
 /* A blocking client socket to 127.0.0.1:port with a receive timeout. */
 int mp_connect(uint16_t port);
 int mp_send(int fd, const void *buf, size_t n);
-/* Encode and send m (for WRITE, followed by `data`). */
+/* Encode and send m (for WRITE and EAGER, followed by `data`). */
 int mp_send_msg(int fd, const xfer_wire_msg *m, uint32_t req,
                 const void *data);
 /* Receive one frame.  Returns 0, -1 on EOF/timeout/bad frame. */

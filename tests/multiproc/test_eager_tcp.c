@@ -9,13 +9,17 @@
  * (refuse, apply-then-report-failure, drop the connection) every
  * transfer still completes exactly once, a failure carries
  * consumer_may_hold, and at the end every shard pool is back to full and
- * the producer's staging is free.
+ * the producer's staging is free.  Raw clients: HELLO_ACK carries the
+ * eager flag; an EAGER from a consumer connection is refused (PERM) with
+ * its data consumed and the connection kept; an EAGER whose header claims
+ * more than XFER_WIRE_MAX_EAGER closes the connection.
  */
 #include <check.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mp.h"
 #include "testutil.h"
@@ -153,6 +157,63 @@ START_TEST(test_eager_tcp_faults_roll_back)
 }
 END_TEST
 
+START_TEST(test_eager_tcp_hostile_frames)
+{
+    mp_proc d;
+    const char *args[] = {"--shards", "0", "--pool", "4M", "--quiet", NULL};
+    ck_assert_int_eq(mp_xferd(&d, 0, args), 0);
+    /* HELLO_ACK says the shard takes EAGER */
+    int fd = mp_connect(d.port);
+    ck_assert_int_ge(fd, 0);
+    xfer_wire_msg hello = {.type = XFER_WIRE_T_HELLO, .version = 1,
+                           .role = XFER_WIRE_ROLE_PRODUCER, .shard = 0};
+    ck_assert_int_eq(mp_send_msg(fd, &hello, 1, NULL), 0);
+    xfer_wire_hdr h;
+    xfer_wire_msg m;
+    ck_assert_int_eq(mp_recv_msg(fd, &h, &m), 0);
+    ck_assert_uint_eq(m.type, XFER_WIRE_T_HELLO_ACK);
+    ck_assert_uint_eq(m.hello_flags & XFER_WIRE_HELLO_EAGER,
+                      XFER_WIRE_HELLO_EAGER);
+    /* applied whole: EAGER_OK with a reservation id */
+    static uint8_t data[512];
+    xfer_wire_msg e = {.type = XFER_WIRE_T_EAGER, .id = 7, .attempt = 1,
+                       .len = sizeof data};
+    ck_assert_int_eq(mp_send_msg(fd, &e, 2, data), 0);
+    ck_assert_int_eq(mp_recv_msg(fd, &h, &m), 0);
+    ck_assert_uint_eq(m.type, XFER_WIRE_T_EAGER_OK);
+    ck_assert_uint_eq(h.req, 2);
+    ck_assert_uint_ne(m.resv_id, 0);
+    close(fd);
+    /* a consumer may not: PERM, its data skipped, the connection stays */
+    fd = mp_connect(d.port);
+    ck_assert_int_eq(mp_hello_role(fd, 0, XFER_WIRE_ROLE_CONSUMER), 0);
+    e.id = 8;
+    ck_assert_int_eq(mp_send_msg(fd, &e, 3, data), 0);
+    ck_assert_int_eq(mp_recv_msg(fd, &h, &m), 0);
+    ck_assert_uint_eq(m.type, XFER_WIRE_T_ERROR);
+    ck_assert_int_eq(m.code, XFER_ERR_PERM);
+    xfer_wire_msg st = {.type = XFER_WIRE_T_STATUS, .shard = 0};
+    ck_assert_int_eq(mp_send_msg(fd, &st, 4, NULL), 0);
+    ck_assert_int_eq(mp_recv_msg(fd, &h, &m), 0);
+    ck_assert_uint_eq(m.type, XFER_WIRE_T_STATUS_OK);
+    ck_assert_uint_eq(h.req, 4);
+    close(fd);
+    /* a header claiming more than the limit: closed on sight */
+    fd = mp_connect(d.port);
+    ck_assert_int_eq(mp_hello_role(fd, 0, XFER_WIRE_ROLE_PRODUCER), 0);
+    uint8_t frame[32];
+    e.len = 16;
+    ck_assert_uint_eq(xfer_wire_encode(&e, 5, frame, sizeof frame), 32);
+    uint32_t big = 32 + XFER_WIRE_MAX_EAGER + 1;
+    for (int i = 0; i < 4; i++)
+        frame[8 + i] = (uint8_t)(big >> (8 * i));
+    ck_assert_int_eq(mp_send(fd, frame, sizeof frame), 0);
+    ck_assert(mp_closed(fd));
+    close(fd);
+    mp_kill_all();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("eager_tcp");
@@ -160,6 +221,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_eager_tcp_one_frame_per_shard);
     tcase_add_test(tc, test_eager_tcp_faults_roll_back);
+    tcase_add_test(tc, test_eager_tcp_hostile_frames);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
