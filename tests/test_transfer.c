@@ -86,7 +86,8 @@ static xfer_core_config limits(uint32_t transfers, uint32_t tombstones)
     return cfg;
 }
 
-static xfer_core *mk(const xfer_core_config *over)
+/* The config of the scenarios' cores (mk(NULL)). */
+static xfer_core_config scenario_cfg(void)
 {
     xfer_core_config cfg = limits(64, 256);
     cfg.tombstone_ttl_ns = 1000 * MS;
@@ -94,6 +95,12 @@ static xfer_core *mk(const xfer_core_config *over)
     cfg.cancel_op_timeout_ns = 100 * MS;
     cfg.cancel_backoff_ns = 10 * MS;
     cfg.cancel_max_attempts = 3;
+    return cfg;
+}
+
+static xfer_core *mk(const xfer_core_config *over)
+{
+    xfer_core_config cfg = scenario_cfg();
     if (over)
         cfg = *over;
     xfer_core *c = NULL;
@@ -1000,12 +1007,7 @@ END_TEST
 /* A core with the eager path on for slices of up to `max` bytes. */
 static xfer_core *mk_eager(uint32_t max)
 {
-    xfer_core_config cfg = limits(64, 256);
-    cfg.tombstone_ttl_ns = 1000 * MS;
-    cfg.default_deadline_ns = 500 * MS;
-    cfg.cancel_op_timeout_ns = 100 * MS;
-    cfg.cancel_backoff_ns = 10 * MS;
-    cfg.cancel_max_attempts = 3;
+    xfer_core_config cfg = scenario_cfg();
     cfg.eager_max_bytes = max;
     return mk(&cfg);
 }
