@@ -56,7 +56,8 @@ void xfer_core_config_default(xfer_core_config *cfg)
         .cancel_op_timeout_ns = 5ull * 1000000000ull,
         .cancel_backoff_ns = 10000000ull,
         .cancel_max_attempts = 5,
-        .max_shards = XFER_MAX_SHARDS};
+        .max_shards = XFER_MAX_SHARDS,
+        .eager_max_bytes = 0};
 }
 
 /* Zero fields take their defaults (those of xfer_core_config_default, and
@@ -107,6 +108,14 @@ static void emit_config(xfer_core *core)
         .arg0 = c->max_transfers | (uint64_t)c->max_tombstones << 32,
         .arg1 = c->tombstone_ttl_ns, .arg2 = c->default_deadline_ns};
     xfer_util_emit(&core->ctx.trace, &core->ctx.seq, &r0);
+    if (c->eager_max_bytes) {
+        /* Only when on, so traces without the eager path stay as they
+         * were; before record 1, which makes a replaying core. */
+        xfer_trace_rec r2 = {.machine = XFER_MACHINE_CONFIG, .event = 2,
+                             .shard = c->max_shards,
+                             .arg0 = c->eager_max_bytes};
+        xfer_util_emit(&core->ctx.trace, &core->ctx.seq, &r2);
+    }
     xfer_trace_rec r1 = {
         .machine = XFER_MACHINE_CONFIG, .event = 1, .shard = c->max_shards,
         .arg0 = c->cancel_op_timeout_ns, .arg1 = c->cancel_backoff_ns,
@@ -193,16 +202,19 @@ void xfer_core_del(xfer_core *core)
 /* Tracing of inputs and notes                                             */
 /* ---------------------------------------------------------------------- */
 
+/* An input record: a result's op in old_state, or for a SUBMIT whether
+ * its group allowed the eager path (0 otherwise, as before it existed). */
 static void trace_input(xfer_core *core, uint64_t now, unsigned ev,
                         uint64_t id, uint16_t shard,
                         const xfer_shard_result *r, uint64_t a0,
-                        uint64_t a1, uint64_t a2)
+                        uint64_t a1, uint64_t a2, bool eager_ok)
 {
     if (!core->ctx.trace.fn)
         return;
     xfer_trace_rec rec = {.time_ns = now, .id = id, .machine = XFER_MACHINE_INPUT,
                           .event = (uint8_t)ev, .shard = shard, .arg0 = a0,
-                          .arg1 = a1, .arg2 = a2};
+                          .arg1 = a1, .arg2 = a2,
+                          .old_state = eager_ok};
     if (r) {
         rec.attempt = r->attempt;
         rec.error = r->status;
@@ -418,7 +430,8 @@ int xfer_core_submit(xfer_core *core, uint64_t now_ns,
     if (a)
         trace_input(core, now_ns, XFER_TRANSFER_EVENT_SUBMIT, a->id,
                     a->nshards, NULL, deadline,
-                    (uint64_t)a->group << 32 | a->pool, a->user_data);
+                    (uint64_t)a->group << 32 | a->pool, a->user_data,
+                    a->eager_ok);
     if (!submit_args_ok(core, a))
         return XFER_ERR_INVALID_ARG;
     if (core->shutting_down)
@@ -444,7 +457,7 @@ int xfer_core_cancel(xfer_core *core, uint64_t now_ns, uint64_t id)
     if (!room(core))
         return XFER_ERR_BUSY;
     trace_input(core, now_ns, XFER_TRANSFER_EVENT_USER_CANCEL, id, XFER_SHARD_NONE, NULL,
-                0, 0, 0);
+                0, 0, 0, false);
     xfer_transfer_step e =
         xfer_transfer_step_make(now_ns, XFER_TRANSFER_EVENT_USER_CANCEL, id);
     e.t = locate(core, &e);
@@ -470,7 +483,7 @@ int xfer_core_on_result(xfer_core *core, uint64_t now_ns,
     now_ns = clamp_now(core, now_ns);
     unsigned ev = xfer_transfer_result_event(r);
     trace_input(core, now_ns, ev, r->id, r->shard, r, r->resv_id,
-                r->remote_addr, r->rkey);
+                r->remote_addr, r->rkey, false);
     xfer_transfer_step e = xfer_transfer_step_make(now_ns, ev, r->id);
     xfer_transfer *t = locate(core, &e);
     if (t && !xfer_transfer_expects(t, r)) {
@@ -498,7 +511,7 @@ void xfer_core_on_timer(xfer_core *core, uint64_t now_ns)
         return;
     now_ns = clamp_now(core, now_ns);
     trace_input(core, now_ns, XFER_TRANSFER_EVENT_DEADLINE, 0, XFER_SHARD_NONE, NULL, 0,
-                0, 0);
+                0, 0, false);
     for (unsigned i = 0; i < XFER_CORE_BATCH && room(core); i++) {
         uint32_t slot;
         uint64_t due;
@@ -544,7 +557,7 @@ void xfer_core_shutdown(xfer_core *core, uint64_t now_ns)
         return;
     now_ns = clamp_now(core, now_ns);
     trace_input(core, now_ns, XFER_TRANSFER_EVENT_SHUTDOWN, 0, XFER_SHARD_NONE, NULL, 0,
-                0, 0);
+                0, 0, false);
     core->shutting_down = 1;
     for (uint32_t s = 0; s < core->cfg.max_transfers; s++)
         if (core->recs[s])
@@ -629,7 +642,8 @@ bool xfer_core_view_versioned(const xfer_core *core, uint64_t id,
     for (unsigned k = 0; k < t->nshards; k++) {
         const xfer_transfer_shard *s = &t->shards[k];
         v.shards[k] = (xfer_shard_view){s->resv, s->write, s->commit,
-                                        s->cancel, s->cancel_attempts};
+                                        s->cancel, s->cancel_attempts,
+                                        s->eager};
     }
     return xfer_util_versioned_copy(out, &v, version, view_lens,
                                     XFER_UTIL_NVERSIONS(view_lens)) == 0;

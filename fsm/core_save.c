@@ -1,6 +1,6 @@
 /*
  * fsm/core_save.c - save, load and canonical form of the transfer core
- * (fsm/save.h), format version 2.
+ * (fsm/save.h), format version 3 (2 had no eager fields).
  *
  * The save, little-endian (fsm/le.h): the header ('X' 'C' 'S' 2); a
  * fingerprint of the config; next attempt (u32), shutting down and
@@ -38,10 +38,10 @@
 _Static_assert(sizeof(xfer_transfer) == 96, "save the new xfer_transfer field");
 _Static_assert(sizeof(xfer_transfer_shard) == 40, "save the new xfer_transfer_shard field");
 
-#define SHARD_BYTES 37u /* one saved xfer_transfer_shard (put_shard) */
+#define SHARD_BYTES 38u /* one saved xfer_transfer_shard (put_shard) */
 /* A saved record's head (put_record without its shards): its length, and
  * where its id and timer sit, for walking a checked save quickly. */
-#define HEAD_BYTES 85u
+#define HEAD_BYTES 86u
 #define HEAD_ID_AT 2u
 #define HEAD_TIMER_AT 34u
 
@@ -56,7 +56,7 @@ static uint64_t fingerprint(const xfer_core *core)
                           c->tombstone_ttl_ns, c->default_deadline_ns,
                           c->cancel_op_timeout_ns, c->cancel_backoff_ns,
                           c->cancel_max_attempts, c->attempt_base,
-                          c->max_shards};
+                          c->max_shards, c->eager_max_bytes};
     uint64_t h = XFER_CORE_SAVE_VERSION;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         h = xfer_util_mix64(h ^ v[i]);
@@ -114,6 +114,7 @@ static void put_shard(xfer_le_enc *to, const xfer_transfer_shard *s)
     xfer_le_enc_u8(e, s->commit);
     xfer_le_enc_u8(e, s->cancel);
     xfer_le_enc_u8(e, s->cancel_attempts);
+    xfer_le_enc_u8(e, s->eager);
 }
 
 static void put_record(xfer_canon_out *o, const xfer_transfer *t)
@@ -143,6 +144,7 @@ static void put_record(xfer_canon_out *o, const xfer_transfer *t)
     xfer_le_enc_u8(e, t->may_hold);
     xfer_le_enc_u8(e, t->stop_deferred);
     xfer_le_enc_u8(e, t->cancel_round);
+    xfer_le_enc_u8(e, t->eager);
     for (uint16_t k = 0; k < t->nshards; k++)
         put_shard(xfer_canon_shard(o, k), &t->shards[k]);
 }
@@ -226,6 +228,7 @@ static void get_shard(xfer_le_dec *from, xfer_transfer_shard *s)
     s->commit = xfer_le_dec_u8(d);
     s->cancel = xfer_le_dec_u8(d);
     s->cancel_attempts = xfer_le_dec_u8(d);
+    s->eager = xfer_le_dec_u8(d);
     assert(!xfer_le_dec_ok(from) || xfer_le_dec_done(d)); /* SHARD_BYTES */
 }
 
@@ -255,6 +258,7 @@ static void get_head(xfer_le_dec *from, xfer_transfer *t)
     t->may_hold = xfer_le_dec_u8(d);
     t->stop_deferred = xfer_le_dec_u8(d);
     t->cancel_round = xfer_le_dec_u8(d);
+    t->eager = xfer_le_dec_u8(d);
     assert(!xfer_le_dec_ok(from) || xfer_le_dec_done(d)); /* HEAD_BYTES */
 }
 

@@ -35,9 +35,10 @@ static const char *const shard_event_names[] = {
 /* The words of each op's column, in sub-state order (NULL: not a state of
  * that op). */
 static const char *const sub_words[XFER_OP_COUNT_][XFER_SUB_COUNT_] = {
-#define SUB_AT_(name, value, r, w, c, x)                                      \
+#define SUB_AT_(name, value, r, w, c, x, g)                                   \
     [XFER_OP_RESERVE][value] = r, [XFER_OP_WRITE][value] = w,                 \
-    [XFER_OP_COMMIT][value] = c, [XFER_OP_CANCEL][value] = x,
+    [XFER_OP_COMMIT][value] = c, [XFER_OP_CANCEL][value] = x,                 \
+    [XFER_OP_EAGER][value] = g,
     XFER_SUB_STATES(SUB_AT_)
 #undef SUB_AT_
 };

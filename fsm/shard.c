@@ -103,6 +103,7 @@ typedef struct resv_step {
     uint8_t **dst;
     const uint8_t **data;
     uint32_t *data_len;
+    const void *src; /* EAGER: the len bytes to copy in */
 } resv_step;
 
 /* A step of `event` at now on the reservation machine; lookup() finds the
@@ -342,14 +343,41 @@ static int h_reserve(xfer_shard *s, resv_step *o)
     return 0;
 }
 
+/* NONE + EAGER: reserve, copy and commit in one step, or refuse whole
+ * with nothing held (the refusal of a reserve: no tombstone is left).  A
+ * one-sided shard never allows it: its commit needs an invalidation, so
+ * the data could not be READY in the same step. */
+static int h_eager(xfer_shard *s, resv_step *o)
+{
+    if (s->cfg.one_sided)
+        return XFER_ERR_NOT_SUPPORTED;
+    if (!ev_room(s))
+        return XFER_ERR_BUSY;
+    int rc = h_reserve(s, o);
+    if (rc)
+        return rc;
+    xfer_shard_resv *r = o->rec;
+    if (r->len)
+        memcpy(s->mem + r->off, o->src, r->len);
+    r->covered = r->len;
+    r->state = XFER_RESV_STATE_READY;
+    o->step.to = XFER_RESV_STATE_READY;
+    push_event(s, XFER_SHARD_EV_READY, r);
+    s->st.writes++;
+    s->st.commits++;
+    return 0;
+}
+
 /* Refusals: the error says why (stale, unknown, cancelled, expired, or not
  * in a state that allows it). */
 static int h_refuse(xfer_shard *s, resv_step *o)
 {
     if (mismatch(o))
         return XFER_ERR_STALE;
-    /* A reserve of an id held, or tombstoned in any way. */
-    if (o->step.event == XFER_RESV_EVENT_RESERVE)
+    /* A reserve (or an eager op, which starts with one) of an id held,
+     * or tombstoned in any way. */
+    if (o->step.event == XFER_RESV_EVENT_RESERVE ||
+        o->step.event == XFER_RESV_EVENT_EAGER)
         return xfer_shard_is_tomb(o->step.from) ? XFER_ERR_CANCELLED
                                                 : XFER_ERR_STATE;
     switch ((xfer_resv_state)o->step.from) {
@@ -801,6 +829,27 @@ int xfer_shard_reserve_by(xfer_shard *s, uint64_t now_ns, uint16_t owner,
     resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_RESERVE), .id = id,
                    .attempt = attempt, .len = len, .owner = owner,
                    .has_attempt = true, .has_region = true, .info = info};
+    return run(s, &o);
+}
+
+int xfer_shard_eager(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                     uint32_t attempt, const void *data, uint32_t len,
+                     xfer_resv_info *info)
+{
+    return xfer_shard_eager_by(s, now_ns, 0, id, attempt, data, len, info);
+}
+
+int xfer_shard_eager_by(xfer_shard *s, uint64_t now_ns, uint16_t owner,
+                        uint64_t id, uint32_t attempt, const void *data,
+                        uint32_t len, xfer_resv_info *info)
+{
+    if (!s || id == 0 || !info || (!data && len))
+        return XFER_ERR_INVALID_ARG;
+    make_tomb_room(s, now_ns);
+    resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_EAGER), .id = id,
+                   .attempt = attempt, .len = len, .owner = owner,
+                   .has_attempt = true, .has_region = true, .info = info,
+                   .src = data};
     return run(s, &o);
 }
 

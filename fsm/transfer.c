@@ -19,6 +19,13 @@
  *  - I12: the result names shards by the rule written at xfer_result in
  *    xfer/core.h: failed ops, and after a deadline every shard it waited
  *    on; first_failed_shard is NONE only when failed_shards is 0.
+ *  - The eager path (EAGER): one op per shard carries reserve + data +
+ *    commit.  It is left only when every eager op answered (I2); success
+ *    only when every shard applied it (so every shard holds the data and
+ *    has emitted READY); any failure sets may_hold exactly as a failed
+ *    commit does (the op may have been applied with its reply lost) and
+ *    rolls back through CANCELLING, which sends a cancel to every shard
+ *    the eager op went to (I5).  A stop there behaves as in COMPLETING.
  *  - Every cell runs through xfer_transfer_dispatch() and a handler named
  *    by its token (step.h), the rows NEW and TOMBSTONED included: the
  *    container (fsm/core.c) owns ids and tombstones and hands those rows
@@ -60,6 +67,7 @@ void xfer_transfer_init(xfer_transfer *t, const xfer_submit_args *a,
     t->nshards = a->nshards;
     t->first_failed = XFER_SHARD_NONE;
     t->state = XFER_TRANSFER_STATE_NEW;
+    t->eager = a->eager_ok;
     for (unsigned k = 0; k < a->nshards; k++) {
         t->shards[k].staging_off = a->slices[k].off;
         t->shards[k].len = a->slices[k].len;
@@ -87,7 +95,11 @@ static void send_op(xfer_transfer_ctx *c, const xfer_transfer *t, uint8_t kind,
     const xfer_transfer_shard *s = &t->shards[k];
     xfer_action *a = push(c, t, kind, k);
     a->len = s->len;
-    a->resv_id = s->resv == XFER_SUB_OK ? s->resv_id : XFER_RESV_NONE;
+    a->resv_id = s->resv == XFER_SUB_OK || s->eager == XFER_SUB_OK
+                     ? s->resv_id
+                     : XFER_RESV_NONE;
+    if (kind == XFER_ACT_EAGER)
+        a->staging_off = s->staging_off;
     if (kind == XFER_ACT_WRITE) {
         a->remote_addr = s->remote_addr;
         a->staging_off = s->staging_off;
@@ -192,14 +204,16 @@ static void finish(xfer_transfer *t, xfer_transfer_ctx *c)
     set_timer(t, XFER_TIMER_NONE, 0);
 }
 
-/* Send the cancels of one round to every shard whose cancel is `from`. */
+/* Send the cancels of one round to every shard whose cancel is `from`
+ * among those ever sent a reserve or an eager op. */
 static uint16_t send_cancels(xfer_transfer *t, xfer_transfer_ctx *c,
                              uint8_t from)
 {
     uint16_t n = 0;
     for (uint16_t k = 0; k < t->nshards; k++) {
         xfer_transfer_shard *s = &t->shards[k];
-        if (s->resv == XFER_SUB_NONE || s->cancel != from)
+        if ((s->resv == XFER_SUB_NONE && s->eager == XFER_SUB_NONE) ||
+            s->cancel != from)
             continue;
         s->cancel = XFER_SUB_PENDING;
         s->cancel_attempts++;
@@ -253,10 +267,36 @@ static void phase_drained(xfer_transfer *t, xfer_transfer_ctx *c, uint64_t now)
 /* Handlers of the record rows, one per handler token                      */
 /* ---------------------------------------------------------------------- */
 
-/* NEW + SUBMIT: the container made the record; send every reserve. */
+/* The submit takes the eager path: the group allows it, the core has it
+ * on, and every shard's slice fits. */
+static bool goes_eager(const xfer_transfer_ctx *c, const xfer_transfer *t)
+{
+    uint32_t max = c->cfg->eager_max_bytes;
+    if (!t->eager || max == 0)
+        return false;
+    for (uint16_t k = 0; k < t->nshards; k++)
+        if (t->shards[k].len > max)
+            return false;
+    return true;
+}
+
+/* NEW + SUBMIT: the container made the record; send every reserve, or on
+ * the eager path every eager op. */
 static int h_submit(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
     xfer_transfer *t = e->t;
+    if (!goes_eager(c, t)) {
+        t->eager = 0;
+    } else {
+        t->state = XFER_TRANSFER_STATE_EAGER;
+        for (uint16_t k = 0; k < t->nshards; k++) {
+            t->shards[k].eager = XFER_SUB_PENDING;
+            send_op(c, t, XFER_ACT_EAGER, k);
+        }
+        t->pending = t->nshards;
+        set_timer(t, XFER_TIMER_DEADLINE, t->deadline_ns);
+        return 0;
+    }
     t->state = XFER_TRANSFER_STATE_RESERVING;
     for (uint16_t k = 0; k < t->nshards; k++) {
         t->shards[k].resv = XFER_SUB_PENDING;
@@ -302,6 +342,20 @@ static int h_write_result(xfer_transfer_ctx *c, xfer_transfer_step *e)
     return 0;
 }
 
+/* The last commit (or eager op) answered.  Every shard acked: success,
+ * even if a stop came meanwhile.  Otherwise roll back every shard. */
+static void end_wait(xfer_transfer *t, xfer_transfer_ctx *c, uint64_t now,
+                     bool all_acked)
+{
+    if (all_acked) {
+        t->status = 0;
+        t->failed_shards = 0;
+        finish(t, c);
+        return;
+    }
+    enter_cancelling(t, c, now);
+}
+
 static int h_commit_result(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
     xfer_transfer *t = e->t;
@@ -320,14 +374,33 @@ static int h_commit_result(xfer_transfer_ctx *c, xfer_transfer_step *e)
     bool all_acked = true;
     for (uint16_t k = 0; k < t->nshards; k++)
         all_acked = all_acked && t->shards[k].commit == XFER_SUB_OK;
-    if (all_acked) {
-        /* Every commit acked: success, even if a stop came meanwhile. */
-        t->status = 0;
-        t->failed_shards = 0;
-        finish(t, c);
-        return 0;
+    end_wait(t, c, e->step.now_ns, all_acked);
+    return 0;
+}
+
+/* EAGER + a shard's answer.  Success only when every shard applied it;
+ * a failed eager op may have been applied (its reply lost), so the result
+ * says the consumer may hold the data, exactly as for a failed commit, and
+ * the transfer rolls back every shard. */
+static int h_eager_result(xfer_transfer_ctx *c, xfer_transfer_step *e)
+{
+    xfer_transfer *t = e->t;
+    const xfer_shard_result *r = e->r;
+    xfer_transfer_shard *s = &t->shards[r->shard];
+    if (e->step.event == XFER_TRANSFER_EVENT_EAGER_OK) {
+        s->eager = XFER_SUB_OK;
+        s->resv_id = r->resv_id;
+    } else {
+        s->eager = XFER_SUB_FAILED;
+        t->may_hold = 1;
+        note_failure(t, r->shard, r->status, XFER_PHASE_COMPLETING);
     }
-    enter_cancelling(t, c, e->step.now_ns);
+    if (--t->pending != 0)
+        return 0;
+    bool all_applied = true;
+    for (uint16_t k = 0; k < t->nshards; k++)
+        all_applied = all_applied && t->shards[k].eager == XFER_SUB_OK;
+    end_wait(t, c, e->step.now_ns, all_applied);
     return 0;
 }
 
@@ -351,6 +424,7 @@ static uint8_t phase_of(uint8_t state)
     case XFER_TRANSFER_STATE_WRITING:
         return XFER_PHASE_WRITING;
     case XFER_TRANSFER_STATE_COMPLETING:
+    case XFER_TRANSFER_STATE_EAGER: /* the consumer may hold the data */
         return XFER_PHASE_COMPLETING;
     default:
         return XFER_PHASE_CANCELLING;
@@ -368,6 +442,8 @@ static uint8_t pending_op(const xfer_transfer *t, uint16_t k)
     if (t->state == XFER_TRANSFER_STATE_COMPLETING &&
         s->commit == XFER_SUB_PENDING)
         return XFER_OP_COMMIT;
+    if (t->state == XFER_TRANSFER_STATE_EAGER && s->eager == XFER_SUB_PENDING)
+        return XFER_OP_EAGER;
     return XFER_OP_COUNT_;
 }
 
@@ -397,8 +473,9 @@ static int h_stop(xfer_transfer_ctx *c, xfer_transfer_step *e)
     return 0;
 }
 
-/* COMPLETING: a user cancel or shutdown starts nothing; if every commit is
- * acked the transfer still succeeds (docs/design.md, section 2.1). */
+/* COMPLETING and EAGER: a user cancel or shutdown starts nothing; if every
+ * commit (eager op) is acked the transfer still succeeds (docs/design.md,
+ * section 2.1). */
 static int h_defer_stop(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
     e->t->stop_deferred = 1;
@@ -573,6 +650,8 @@ unsigned xfer_transfer_result_event(const xfer_shard_result *r)
         return ok ? XFER_TRANSFER_EVENT_WRITE_OK : XFER_TRANSFER_EVENT_WRITE_FAIL;
     case XFER_OP_COMMIT:
         return ok ? XFER_TRANSFER_EVENT_COMMIT_OK : XFER_TRANSFER_EVENT_COMMIT_FAIL;
+    case XFER_OP_EAGER:
+        return ok ? XFER_TRANSFER_EVENT_EAGER_OK : XFER_TRANSFER_EVENT_EAGER_FAIL;
     default:
         return ok ? XFER_TRANSFER_EVENT_CANCEL_OK : XFER_TRANSFER_EVENT_CANCEL_FAIL;
     }
@@ -594,6 +673,9 @@ bool xfer_transfer_expects(const xfer_transfer *t, const xfer_shard_result *r)
     case XFER_OP_CANCEL:
         return t->state == XFER_TRANSFER_STATE_CANCELLING &&
                s->cancel == XFER_SUB_PENDING;
+    case XFER_OP_EAGER:
+        return t->state == XFER_TRANSFER_STATE_EAGER &&
+               s->eager == XFER_SUB_PENDING;
     default:
         return false;
     }

@@ -36,7 +36,8 @@ typedef struct xfer_transfer_shard {
     uint32_t rkey;
     uint8_t resv, write, commit, cancel; /* xfer_sub_state (shard_op.h) */
     uint8_t cancel_attempts;
-    uint8_t pad_[3];
+    uint8_t eager;  /* xfer_sub_state of the eager op (eager path) */
+    uint8_t pad_[2];
 } xfer_transfer_shard;
 
 typedef struct xfer_transfer {
@@ -59,7 +60,9 @@ typedef struct xfer_transfer {
     uint8_t may_hold;         /* consumer may hold the data */
     uint8_t stop_deferred;    /* user cancel / shutdown seen in COMPLETING */
     uint8_t cancel_round;     /* retry rounds so far */
-    uint8_t pad_[5];
+    uint8_t eager;            /* the submit allowed eager; after SUBMIT:
+                                 the transfer took the eager path */
+    uint8_t pad_[4];
     xfer_transfer_shard shards[];
 } xfer_transfer;
 

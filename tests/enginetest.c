@@ -62,6 +62,7 @@ void et_init(et_env *v, const et_opts *o)
     ec.core.cancel_backoff_ns = 2 * ET_MS;
     ec.core.cancel_max_attempts = 3;
     ec.core.alloc = o->core_alloc;
+    ec.core.eager_max_bytes = o->eager_max_bytes;
     ec.mailbox_cap = o->mailbox_cap;
     if (o->max_transfers == ET_DEFAULT)
         ec.core.max_transfers = ec.core.max_tombstones = 0;

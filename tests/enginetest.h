@@ -49,6 +49,7 @@ typedef struct et_opts {
     xfer_loop_event_cb on_event; /* NULL: the take-check-release consumer */
     uint32_t max_transfers; /* 0: 256; ET_DEFAULT: the engine's default */
     uint32_t mailbox_cap;   /* 0: the engine's default */
+    uint32_t eager_max_bytes; /* the core's eager path; 0: off */
 } et_opts;
 
 /* et_opts.max_transfers: leave the engine's limits at their defaults. */

@@ -46,7 +46,7 @@ int tw_send_msg(int fd, const xfer_wire_msg *m, uint32_t req,
     size_t n = xfer_wire_encode(m, req, buf, sizeof buf);
     if (n == 0 || tw_send_all(fd, buf, n) != 0)
         return -1;
-    if (m->type == XFER_WIRE_T_WRITE && m->len)
+    if (xfer_wire_has_data(m->type) && m->len)
         return tw_send_all(fd, data, m->len);
     return 0;
 }

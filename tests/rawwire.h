@@ -17,8 +17,8 @@
 int tw_send_all(int fd, const void *buf, size_t n);
 /* Receive exactly n bytes.  Returns 0, -1 on EOF, timeout or error. */
 int tw_recv_all(int fd, void *buf, size_t n);
-/* Encode m with request number req and send it; a WRITE is followed by
- * its m->len bytes of `data`.  Returns 0, -1 when it could not. */
+/* Encode m with request number req and send it; a WRITE or an EAGER is
+ * followed by its m->len bytes of `data`.  Returns 0, -1 when it could not. */
 int tw_send_msg(int fd, const xfer_wire_msg *m, uint32_t req,
                 const void *data);
 /* Receive one frame of fixed size (every reply a shard sends: no WRITE

@@ -407,7 +407,8 @@ START_TEST(test_config_ops_version_checked)
     xfer_transport_ops ops = *tp.ops;
     uint32_t g = 77;
     for (size_t i = 0; i < NBAD; i++) {
-        ops.version = bad_versions[i];
+        ops.version = past_newest(bad_versions[i],
+                                  XFER_TRANSPORT_OPS_VERSION);
         xfer_transport bad = {&ops, tp.self};
         ck_assert_int_eq(xfer_engine_add_group(e, bad, &g),
                          XFER_ERR_INVALID_ARG);

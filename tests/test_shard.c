@@ -1883,6 +1883,11 @@ static void probe(xfer_shard *s, uint64_t now, uint64_t id, uint32_t attempt)
     ck_assert_int_ne(st, XFER_RESV_STATE_NONE);
     ck_assert_int_ne(xfer_shard_reserve(s, now, id, attempt + 100, 64, &info),
                      0);
+    static const uint8_t bytes[64];
+    /* An eager op of an id held in any state, or tombstoned, is refused
+     * whole, for its own attempt too. */
+    ck_assert_int_ne(xfer_shard_eager(s, now, id, attempt, bytes, 64, &info),
+                     0);
     ck_assert_int_ne(
         xfer_shard_write_begin(s, now, id, attempt, BAD_RESV, 0, 1, &dst), 0);
     xfer_shard_commit(s, now, id, attempt, BAD_RESV);
@@ -2009,6 +2014,126 @@ static void coverage_one_sided(xfer_shard *s)
     ck_assert_uint_eq(stats(s).bytes_in_use, 0);
 }
 
+/* ---------------------------------------------------------------------- */
+/* The eager path: reserve + data + commit in one step                     */
+/* ---------------------------------------------------------------------- */
+
+/* Applied whole: READY at once with one READY event naming the
+ * reservation it hands back, the bytes in the pool, takeable as if
+ * reserved, written and committed. */
+static void eager_apply(xfer_shard *s)
+{
+    uint8_t src[100];
+    for (unsigned i = 0; i < sizeof src; i++)
+        src[i] = (uint8_t)(i * 7 + 1);
+    xfer_shard_events_clear(s);
+    xfer_shard_stats before = stats(s);
+    xfer_resv_info info;
+    ck_assert_int_eq(xfer_shard_eager(s, 5, 40, 2, src, sizeof src, &info), 0);
+    ck_assert_uint_ne(info.resv_id, XFER_RESV_NONE);
+    ck_assert_uint_eq(info.len, sizeof src);
+    ck_assert_int_eq(xfer_shard_state(s, 40), XFER_RESV_STATE_READY);
+    size_t n;
+    const xfer_shard_event *ev = xfer_shard_events(s, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(ev[0].kind, XFER_SHARD_EV_READY);
+    ck_assert_uint_eq(ev[0].id, 40);
+    ck_assert_uint_eq(ev[0].attempt, 2);
+    ck_assert_uint_eq(ev[0].resv_id, info.resv_id);
+    ck_assert_uint_eq(ev[0].len, sizeof src);
+    xfer_shard_events_clear(s);
+    ck_assert_uint_eq(stats(s).live, before.live + 1);
+    ck_assert_uint_eq(stats(s).bytes_in_use,
+                      before.bytes_in_use + rnd(sizeof src));
+    ck_assert_uint_eq(stats(s).commits, before.commits + 1);
+    const uint8_t *data;
+    uint32_t len;
+    ck_assert_int_eq(xfer_shard_take(s, 6, 40, info.resv_id, &data, &len), 0);
+    ck_assert_uint_eq(len, sizeof src);
+    ck_assert_int_eq(memcmp(data, src, sizeof src), 0);
+    ck_assert_int_eq(xfer_shard_release(s, 7, 40, info.resv_id), 0);
+}
+
+START_TEST(test_shard_eager_applies_whole)
+{
+    xfer_shard *s = mk();
+    eager_apply(s);
+    /* A cancel of the producer's attempt frees an eager READY record as
+     * it frees a committed one. */
+    xfer_resv_info info;
+    static const uint8_t z[64];
+    ck_assert_int_eq(xfer_shard_eager(s, 8, 41, 1, z, 64, &info), 0);
+    ck_assert_int_eq(xfer_shard_cancel(s, 9, 41, 1, XFER_RESV_NONE), 0);
+    ck_assert_int_eq(xfer_shard_state(s, 41), XFER_RESV_STATE_CANCELLED);
+    ck_assert_uint_eq(stats(s).live, 0);
+    ck_assert_uint_eq(stats(s).bytes_in_use, 0);
+    xfer_shard_del(s);
+}
+END_TEST
+
+/* Nothing is held after a refusal: no record, no tombstone, no event, no
+ * pool bytes; the same id reserves normally afterwards. */
+static void refused_whole(xfer_shard *s, uint64_t id, int want, size_t evs)
+{
+    static const uint8_t z[128];
+    xfer_resv_info info;
+    xfer_shard_stats before = stats(s);
+    ck_assert_int_eq(xfer_shard_eager(s, 10, id, 1, z, 128, &info), want);
+    ck_assert_int_eq(xfer_shard_state(s, id), XFER_RESV_STATE_NONE);
+    ck_assert_uint_eq(stats(s).live, before.live);
+    ck_assert_uint_eq(stats(s).tombstones, before.tombstones);
+    ck_assert_uint_eq(stats(s).bytes_in_use, before.bytes_in_use);
+    ck_assert_uint_eq(count_events(s, -1, 0), evs);
+}
+
+START_TEST(test_shard_eager_refused_whole)
+{
+    /* the pool has no room */
+    xfer_shard_config c = base_cfg();
+    c.pool_bytes = 64;
+    xfer_shard *s = mk_cfg(c);
+    refused_whole(s, 50, XFER_ERR_NO_SPACE, 0);
+    xfer_shard_del(s);
+    /* one-sided shards never allow it */
+    c = base_cfg();
+    c.one_sided = true;
+    s = mk_cfg(c);
+    refused_whole(s, 51, XFER_ERR_NOT_SUPPORTED, 0);
+    reserve_ok(s, 11, 51, 1, 64);
+    xfer_shard_del(s);
+    /* the event list is full (the driver did not drain it) */
+    s = mk();
+    static const uint8_t z[64];
+    xfer_resv_info info;
+    for (uint64_t id = 60; id < 76; id++) {
+        ck_assert_int_eq(xfer_shard_eager(s, 1, id, 1, z, 64, &info), 0);
+        ck_assert_int_eq(xfer_shard_cancel(s, 2, id, 1, info.resv_id), 0);
+    }
+    size_t full = count_events(s, -1, 0);
+    refused_whole(s, 80, XFER_ERR_BUSY, full);
+    xfer_shard_events_clear(s);
+    reserve_ok(s, 12, 80, 1, 64);
+    /* held by another attempt, by the same, or tombstoned */
+    ck_assert_int_eq(xfer_shard_eager(s, 12, 80, 2, z, 64, &info),
+                     XFER_ERR_STALE);
+    ck_assert_int_eq(xfer_shard_eager(s, 12, 80, 1, z, 64, &info),
+                     XFER_ERR_STATE);
+    ck_assert_int_eq(xfer_shard_state(s, 80), XFER_RESV_STATE_RESERVED);
+    ck_assert_int_eq(xfer_shard_cancel(s, 13, 81, 1, XFER_RESV_NONE), 0);
+    ck_assert_int_eq(xfer_shard_eager(s, 13, 81, 1, z, 64, &info),
+                     XFER_ERR_CANCELLED);
+    ck_assert_int_eq(xfer_shard_eager(NULL, 13, 82, 1, z, 64, &info),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_shard_eager(s, 13, 0, 1, z, 64, &info),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_shard_eager(s, 13, 82, 1, NULL, 64, &info),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_shard_eager(s, 13, 82, 1, z, 64, NULL),
+                     XFER_ERR_INVALID_ARG);
+    xfer_shard_del(s);
+}
+END_TEST
+
 START_TEST(test_shard_transition_coverage)
 {
     xfer_shard_config cfg = base_cfg();
@@ -2017,6 +2142,7 @@ START_TEST(test_shard_transition_coverage)
     xfer_shard *s = mk_cfg(cfg);
     coverage_lifecycle(s);
     coverage_endings(s);
+    eager_apply(s);
     xfer_shard_config ocfg = base_cfg();
     ocfg.one_sided = true;
     xfer_shard *os = mk_cfg(ocfg); /* the one-sided rows */
@@ -2380,6 +2506,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_shard_event_list_is_bounded);
     tcase_add_test(tc, test_shard_trace_one_record_per_call);
     tcase_add_test(tc, test_shard_foreach_order);
+    tcase_add_test(tc, test_shard_eager_applies_whole);
+    tcase_add_test(tc, test_shard_eager_refused_whole);
     tcase_add_test(tc, test_shard_transition_coverage);
     tcase_add_test(tc, test_shard_commit_needs_every_byte_written);
     tcase_add_test(tc, test_shard_owner_may_not_touch_another_owners_record);

@@ -86,7 +86,8 @@ static xfer_core_config limits(uint32_t transfers, uint32_t tombstones)
     return cfg;
 }
 
-static xfer_core *mk(const xfer_core_config *over)
+/* The config of the scenarios' cores (mk(NULL)). */
+static xfer_core_config scenario_cfg(void)
 {
     xfer_core_config cfg = limits(64, 256);
     cfg.tombstone_ttl_ns = 1000 * MS;
@@ -94,6 +95,12 @@ static xfer_core *mk(const xfer_core_config *over)
     cfg.cancel_op_timeout_ns = 100 * MS;
     cfg.cancel_backoff_ns = 10 * MS;
     cfg.cancel_max_attempts = 3;
+    return cfg;
+}
+
+static xfer_core *mk(const xfer_core_config *over)
+{
+    xfer_core_config cfg = scenario_cfg();
     if (over)
         cfg = *over;
     xfer_core *c = NULL;
@@ -138,7 +145,7 @@ static void answer(xfer_core *c, uint64_t now, uint64_t id, uint32_t att,
 {
     xfer_shard_result r = {.id = id, .attempt = att, .shard = k, .op = op,
                            .status = status};
-    if (op == XFER_OP_RESERVE && status == 0) {
+    if ((op == XFER_OP_RESERVE || op == XFER_OP_EAGER) && status == 0) {
         r.resv_id = 1000 + k;
         r.remote_addr = 64 * k;
     }
@@ -993,6 +1000,182 @@ START_TEST(test_transfer_save_load_roundtrip)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------- */
+/* The eager path (docs/design.md 2.1)                                     */
+/* ---------------------------------------------------------------------- */
+
+/* A core with the eager path on for slices of up to `max` bytes. */
+static xfer_core *mk_eager(uint32_t max)
+{
+    xfer_core_config cfg = scenario_cfg();
+    cfg.eager_max_bytes = max;
+    return mk(&cfg);
+}
+
+static int submit_eager(xfer_core *c, uint64_t now, uint64_t id, bool ok)
+{
+    xfer_submit_args a = {.id = id, .group = 7, .nshards = S, .pool = 1,
+                          .slices = slices, .user_data = id * 10,
+                          .eager_ok = ok};
+    int rc = xfer_core_submit(c, now, &a);
+    collect(c);
+    return rc;
+}
+
+/* One EAGER op per shard, carrying the slice; every shard applied it:
+ * success, staging released first, and nothing else was ever sent. */
+static void sc_eager_success(void)
+{
+    xfer_core *c = mk_eager(100);
+    ck_assert_int_eq(submit_eager(c, 0, 300, true), 0);
+    ck_assert_int_eq(xfer_core_state(c, 300), XFER_TRANSFER_STATE_EAGER);
+    ck_assert_uint_eq(count(XFER_ACT_EAGER, -1), S);
+    ck_assert_uint_eq(count(XFER_ACT_RESERVE, -1), 0);
+    const xfer_action *a = find(XFER_ACT_EAGER, 3);
+    ck_assert_uint_eq(a->staging_off, 300);
+    ck_assert_uint_eq(a->len, 100);
+    ck_assert_uint_eq(a->pool, 1);
+    uint32_t att = attempt_of(300);
+    ck_assert_int_eq(submit_eager(c, 1, 300, true), XFER_ERR_EXISTS);
+    xfer_transfer_view v;
+    ck_assert(xfer_core_view(c, 300, &v));
+    ck_assert_uint_eq(v.shards[1].eager, XFER_SUB_PENDING);
+    ck_assert_uint_eq(v.pending, S);
+    for (uint16_t k = 0; k + 1 < S; k++)
+        answer(c, 2, 300, att, k, XFER_OP_EAGER, 0);
+    /* I2: no result while one shard has not answered. */
+    ck_assert_ptr_null(result_of(300));
+    ck_assert(xfer_core_view(c, 300, &v));
+    ck_assert_uint_eq(v.shards[0].eager, XFER_SUB_OK);
+    answer(c, 3, 300, att, S - 1, XFER_OP_EAGER, 0);
+    const xfer_result *r = result_of(300);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->status, 0);
+    ck_assert(!r->consumer_may_hold);
+    ck_assert_uint_eq(r->first_failed_shard, XFER_SHARD_NONE);
+    ck_assert_int_lt(index_of(XFER_ACT_RELEASE_STAGING),
+                     index_of(XFER_ACT_COMPLETE));
+    ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1) + count(XFER_ACT_WRITE, -1) +
+                          count(XFER_ACT_COMMIT, -1),
+                      0);
+    ck_assert_int_eq(xfer_core_state(c, 300), XFER_TRANSFER_STATE_TOMBSTONED);
+    done(c);
+}
+
+/* The eager path needs all three: the core's size limit, every slice
+ * within it, and the group's consent; otherwise the three rounds. */
+static void sc_eager_not_taken(void)
+{
+    const struct {
+        uint32_t max;
+        bool ok;
+    } cases[] = {{0, true}, {99, true}, {100, false}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        xfer_core *c = mk_eager(cases[i].max);
+        reset();
+        ck_assert_int_eq(submit_eager(c, 0, 310, cases[i].ok), 0);
+        ck_assert_int_eq(xfer_core_state(c, 310),
+                         XFER_TRANSFER_STATE_RESERVING);
+        ck_assert_uint_eq(count(XFER_ACT_EAGER, -1), 0);
+        ck_assert_uint_eq(count(XFER_ACT_RESERVE, -1), S);
+        done(c);
+    }
+}
+
+/* One shard refuses (or its reply is lost): the result waits for every
+ * shard, then every shard the eager op went to gets a cancel, naming the
+ * reservation where its reply gave one; the consumer may hold the data. */
+static void sc_eager_partial_failure(int32_t err)
+{
+    xfer_core *c = mk_eager(100);
+    ck_assert_int_eq(submit_eager(c, 0, 320, true), 0);
+    uint32_t att = attempt_of(320);
+    reset();
+    answer(c, 1, 320, att, 2, XFER_OP_EAGER, err);
+    answer(c, 1, 320, att, 0, XFER_OP_EAGER, 0);
+    answer(c, 1, 320, att, 1, XFER_OP_EAGER, 0);
+    ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1), 0); /* I2 */
+    answer(c, 1, 320, att, 3, XFER_OP_EAGER, 0);
+    ck_assert_int_eq(xfer_core_state(c, 320), XFER_TRANSFER_STATE_CANCELLING);
+    ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1), S); /* I5 */
+    ck_assert_uint_eq(find(XFER_ACT_CANCEL, 1)->resv_id, 1001);
+    ck_assert_uint_eq(find(XFER_ACT_CANCEL, 2)->resv_id, XFER_RESV_NONE);
+    ck_assert_ptr_null(result_of(320));
+    answer_all(c, 2, 320, att, XFER_OP_CANCEL, 0);
+    const xfer_result *r = result_of(320);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->status, err);
+    ck_assert_int_eq(r->phase, XFER_PHASE_COMPLETING);
+    ck_assert(r->consumer_may_hold);
+    ck_assert_uint_eq(r->first_failed_shard, 2);
+    ck_assert_uint_eq(r->failed_shards, 1u << 2);
+    ck_assert_uint_eq(r->rollback_failed, 0);
+    done(c);
+}
+
+/* A user cancel or shutdown in EAGER starts nothing (the ops may be
+ * applied): all applied still succeeds; a deadline aborts every op in
+ * flight, names those shards, and rolls back with the flag set. */
+static void sc_eager_stops(bool deadline)
+{
+    xfer_core *c = mk_eager(100);
+    ck_assert_int_eq(submit_eager(c, 0, 330, true), 0);
+    uint32_t att = attempt_of(330);
+    answer(c, 1, 330, att, 0, XFER_OP_EAGER, 0);
+    reset();
+    if (!deadline) {
+        ck_assert_int_eq(xfer_core_cancel(c, 2, 330), 0);
+        xfer_core_shutdown(c, 2);
+        collect(c);
+        ck_assert_uint_eq(O.n, 0); /* nothing new, nothing aborted */
+        for (uint16_t k = 1; k < S; k++)
+            answer(c, 3, 330, att, k, XFER_OP_EAGER, 0);
+        ck_assert_int_eq(result_of(330)->status, 0);
+        ck_assert_ptr_nonnull(find(XFER_ACT_SHUTDOWN_DONE, -1));
+        done(c);
+        return;
+    }
+    ck_assert_uint_eq(xfer_core_next_deadline(c), 500 * MS);
+    xfer_core_on_timer(c, 500 * MS);
+    collect(c);
+    ck_assert_uint_eq(count(XFER_ACT_ABORT, -1), S - 1);
+    ck_assert_uint_eq(find(XFER_ACT_ABORT, 2)->op, XFER_OP_EAGER);
+    for (uint16_t k = 1; k < S; k++)
+        answer(c, 501 * MS, 330, att, k, XFER_OP_EAGER, XFER_ERR_ABORTED);
+    ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1), S);
+    answer_all(c, 502 * MS, 330, att, XFER_OP_CANCEL, 0);
+    const xfer_result *r = result_of(330);
+    ck_assert_int_eq(r->status, XFER_ERR_TIMEOUT);
+    ck_assert_int_eq(r->phase, XFER_PHASE_COMPLETING);
+    ck_assert(r->consumer_may_hold);
+    ck_assert_uint_eq(r->failed_shards, 0xeu); /* those it waited on */
+    done(c);
+}
+
+START_TEST(test_transfer_eager_success)
+{
+    sc_eager_success();
+}
+END_TEST
+
+START_TEST(test_transfer_eager_needs_size_and_group)
+{
+    sc_eager_not_taken();
+}
+END_TEST
+
+START_TEST(test_transfer_eager_failure_rolls_back_every_shard)
+{
+    sc_eager_partial_failure(_i == 0 ? XFER_ERR_NO_SPACE : XFER_ERR_CONN_LOST);
+}
+END_TEST
+
+START_TEST(test_transfer_eager_stops)
+{
+    sc_eager_stops(_i == 1);
+}
+END_TEST
+
 /* Every non-ILLEGAL cell of the transfer table is hit by the scenarios
  * above; a cell no scenario reaches fails here by name. */
 START_TEST(test_transfer_transition_coverage)
@@ -1013,6 +1196,11 @@ START_TEST(test_transfer_transition_coverage)
     sc_shutdown();
     sc_sync_failures();
     sc_absorbed_inputs();
+    sc_eager_success();
+    sc_eager_not_taken();
+    sc_eager_partial_failure(XFER_ERR_NO_SPACE);
+    sc_eager_stops(false);
+    sc_eager_stops(true);
     int missing = 0;
     for (unsigned s = 0; s < XFER_TRANSFER_STATE_COUNT_; s++)
         for (unsigned e = 0; e < XFER_TRANSFER_EVENT_COUNT_; e++) {
@@ -1054,6 +1242,11 @@ static Suite *suite(void)
     tcase_add_test(tc, test_transfer_alloc_failure_each_allocation);
     tcase_add_test(tc, test_transfer_save_load_roundtrip);
     tcase_add_test(tc, test_transfer_repeated_cancel_extends_tombstone);
+    tcase_add_test(tc, test_transfer_eager_success);
+    tcase_add_test(tc, test_transfer_eager_needs_size_and_group);
+    tcase_add_loop_test(tc, test_transfer_eager_failure_rolls_back_every_shard,
+                        0, 2);
+    tcase_add_loop_test(tc, test_transfer_eager_stops, 0, 2);
     tcase_add_test(tc, test_transfer_transition_coverage);
     suite_add_tcase(s, tc);
     return s;

@@ -44,7 +44,8 @@ enum {
     F_MAXW = 1u << 9, F_CODE = 1u << 10, F_ID = 1u << 11, F_RESV = 1u << 12,
     F_ADDR = 1u << 13, F_OFF = 1u << 14, F_POOL = 1u << 15,
     F_LEASE = 1u << 16, F_ST = 1u << 17, F_SESS = 1u << 18,
-    F_NONCE = 1u << 19, F_MAC = 1u << 20, F_BAD = 1u << 21
+    F_NONCE = 1u << 19, F_MAC = 1u << 20, F_BAD = 1u << 21,
+    F_HFLAGS = 1u << 22
 };
 #define F_OP (F_ID | F_ATTEMPT | F_LEN | F_RESV)
 
@@ -55,10 +56,13 @@ static unsigned fields_of(unsigned type)
     case XFER_WIRE_T_HELLO:
         return F_VERSION | F_ROLE | F_GROUP | F_SHARD;
     case XFER_WIRE_T_HELLO_ACK:
-        return F_VERSION | F_SHARD | F_GROUP | F_POOL | F_LEASE | F_MAXW;
+        return F_VERSION | F_SHARD | F_GROUP | F_POOL | F_LEASE | F_MAXW |
+               F_HFLAGS;
     case XFER_WIRE_T_RESERVE:
+    case XFER_WIRE_T_EAGER:
         return F_ID | F_ATTEMPT | F_LEN;
     case XFER_WIRE_T_RESERVE_OK:
+    case XFER_WIRE_T_EAGER_OK:
         return F_OP | F_ADDR | F_RKEY;
     case XFER_WIRE_T_WRITE:
         return F_OP | F_OFF;
@@ -112,12 +116,14 @@ static xfer_wire_msg random_msg(unsigned type, uint64_t *rng)
     if (f & F_ATTEMPT)
         m.attempt = (uint32_t)tu_rand(rng);
     if (f & F_LEN)
-        m.len = type == XFER_WIRE_T_WRITE ? (uint32_t)(tu_rand(rng) % 4096)
-                                          : (uint32_t)tu_rand(rng);
+        m.len = xfer_wire_has_data(type) ? (uint32_t)(tu_rand(rng) % 4096)
+                                         : (uint32_t)tu_rand(rng);
     if (f & F_RKEY)
         m.rkey = (uint32_t)tu_rand(rng);
     if (f & F_MAXW)
         m.max_write = (uint32_t)tu_rand(rng);
+    if (f & F_HFLAGS)
+        m.hello_flags = (uint32_t)tu_rand(rng);
     if (f & F_CODE)
         m.code = -1 - (int32_t)(tu_rand(rng) % 0x7FFFFFFF);
     if (f & F_ID)
@@ -181,6 +187,7 @@ static void assert_same_msg(const xfer_wire_msg *a, const xfer_wire_msg *b)
     ck_assert_uint_eq(a->len, b->len);
     ck_assert_uint_eq(a->rkey, b->rkey);
     ck_assert_uint_eq(a->max_write, b->max_write);
+    ck_assert_uint_eq(a->hello_flags, b->hello_flags);
     ck_assert_int_eq(a->code, b->code);
     ck_assert_uint_eq(a->id, b->id);
     ck_assert_uint_eq(a->resv_id, b->resv_id);
@@ -270,7 +277,7 @@ START_TEST(test_wire_every_type_round_trips)
             ck_assert_uint_eq(buf[5], type);
             ck_assert_uint_eq(buf[6] | buf[7], 0);
             uint32_t want_len = (uint32_t)n;
-            if (type == XFER_WIRE_T_WRITE)
+            if (xfer_wire_has_data(type))
                 want_len += in.len; /* the data the caller sends next */
             ck_assert_uint_eq(le32(buf + 8), want_len);
             ck_assert_uint_eq(le32(buf + 12), req);
@@ -373,7 +380,7 @@ START_TEST(test_wire_length_exact_per_type)
 {
     for (size_t t = 0; t < NELEM(all_types); t++) {
         unsigned type = all_types[t];
-        if (type == XFER_WIRE_T_WRITE)
+        if (xfer_wire_has_data(type))
             continue;
         uint8_t buf[XFER_WIRE_MAX_FIXED];
         size_t n;
@@ -586,6 +593,43 @@ START_TEST(test_wire_names_and_sizes)
 }
 END_TEST
 
+/* EAGER carries its data after a 16-byte fixed part: the frame is 32 +
+ * len long, a len field that disagrees with the frame is refused, and so
+ * is data over the limit; HELLO_ACK's flags word says whether the shard
+ * takes it. */
+START_TEST(test_wire_eager_frame)
+{
+    xfer_wire_msg m = {.type = XFER_WIRE_T_EAGER, .id = 0x1122334455667788u,
+                       .attempt = 7, .len = 100};
+    uint8_t buf[XFER_WIRE_MAX_FIXED];
+    size_t n = xfer_wire_encode(&m, 9, buf, sizeof buf);
+    ck_assert_uint_eq(n, 32);
+    ck_assert_uint_eq(le32(buf + 8), 132);
+    xfer_wire_hdr h;
+    xfer_wire_msg out;
+    xfer_wire_reason why;
+    ck_assert_int_eq(xfer_wire_decode(buf, n, &h, &out, &why), 0);
+    ck_assert_uint_eq(h.len, 132);
+    ck_assert_uint_eq(out.id, m.id);
+    ck_assert_uint_eq(out.attempt, 7);
+    ck_assert_uint_eq(out.len, 100);
+    set_le32(buf + 8, 131); /* one data byte fewer than len says */
+    assert_refused(buf, n, XFER_WIRE_R_BAD_FIELD);
+    set_le32(buf + 8, 31); /* shorter than the fixed part */
+    assert_refused(buf, n, XFER_WIRE_R_BAD_LENGTH);
+    set_le32(buf + 8, 32 + XFER_WIRE_MAX_DATA + 1);
+    assert_refused(buf, n, XFER_WIRE_R_BAD_LENGTH);
+    m.len = XFER_WIRE_MAX_DATA + 1;
+    ck_assert_uint_eq(xfer_wire_encode(&m, 9, buf, sizeof buf), 0);
+    xfer_wire_msg ack = {.type = XFER_WIRE_T_HELLO_ACK, .shard = 2,
+                         .hello_flags = XFER_WIRE_HELLO_EAGER};
+    n = xfer_wire_encode(&ack, 1, buf, sizeof buf);
+    ck_assert_uint_eq(le32(buf + 44), XFER_WIRE_HELLO_EAGER);
+    ck_assert_int_eq(xfer_wire_decode(buf, n, &h, &out, &why), 0);
+    ck_assert_uint_eq(out.hello_flags, XFER_WIRE_HELLO_EAGER);
+}
+END_TEST
+
 /* Flipped bytes in valid frames: every decode either refuses with a reason
  * or yields a message that re-encodes and decodes to itself. */
 START_TEST(test_wire_mutated_frames_refused_or_stable)
@@ -653,6 +697,7 @@ int main(void)
     tcase_add_test(tc, test_wire_encode_limits);
     tcase_add_test(tc, test_wire_names_and_sizes);
     tcase_add_test(tc, test_wire_mutated_frames_refused_or_stable);
+    tcase_add_test(tc, test_wire_eager_frame);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -91,24 +91,28 @@ static const char *lower(char *buf, size_t len, const char *name)
     return buf;
 }
 
-/* The op each sub-state of a shard view belongs to, in view order. */
-static const uint8_t view_ops[4] = {XFER_OP_RESERVE, XFER_OP_WRITE,
-                                    XFER_OP_COMMIT, XFER_OP_CANCEL};
+/* The op each sub-state of a shard view belongs to, in view order (the
+ * eager op last: it is shown only on the eager path). */
+#define VIEW_OPS 5
+static const uint8_t view_ops[VIEW_OPS] = {XFER_OP_RESERVE, XFER_OP_WRITE,
+                                           XFER_OP_COMMIT, XFER_OP_CANCEL,
+                                           XFER_OP_EAGER};
 
-static void view_subs(const xfer_shard_view *s, uint8_t sub[4])
+static void view_subs(const xfer_shard_view *s, uint8_t sub[VIEW_OPS])
 {
     sub[0] = s->resv;
     sub[1] = s->write;
     sub[2] = s->commit;
     sub[3] = s->cancel;
+    sub[4] = s->eager;
 }
 
 /* The op that shard view `s` has in flight, or XFER_OP_COUNT_. */
 static unsigned op_in_flight(const xfer_shard_view *s)
 {
-    uint8_t sub[4];
+    uint8_t sub[VIEW_OPS];
     view_subs(s, sub);
-    for (unsigned i = 0; i < 4; i++)
+    for (unsigned i = 0; i < VIEW_OPS; i++)
         if (sub[i] == XFER_SUB_PENDING)
             return view_ops[i];
     return XFER_OP_COUNT_;
@@ -135,16 +139,18 @@ static const char *shard_waits(const xfer_shard_view *s, unsigned state,
 static void put_shard(xfer_ctl_reply *rep, const xfer_shard_view *s,
                       unsigned k, unsigned state)
 {
-    uint8_t sub[4];
-    char w[4][16], waits[32];
+    uint8_t sub[VIEW_OPS];
+    char w[VIEW_OPS][16], waits[32], eager[32] = "";
     view_subs(s, sub);
-    for (unsigned i = 0; i < 4; i++)
+    for (unsigned i = 0; i < VIEW_OPS; i++)
         lower(w[i], sizeof w[i], xfer_sub_name(view_ops[i], sub[i]));
+    if (s->eager != XFER_SUB_NONE) /* the eager path only */
+        snprintf(eager, sizeof eager, ",\"eager\":\"%s\"", w[4]);
     add(rep,
         "%s{\"shard\":%u,\"resv\":\"%s\",\"write\":\"%s\","
-        "\"commit\":\"%s\",\"cancel\":\"%s\",\"cancel_attempts\":%u,"
+        "\"commit\":\"%s\",\"cancel\":\"%s\"%s,\"cancel_attempts\":%u,"
         "\"waits\":\"%s\"}",
-        k ? "," : "", k, w[0], w[1], w[2], w[3],
+        k ? "," : "", k, w[0], w[1], w[2], w[3], eager,
         (unsigned)s->cancel_attempts,
         shard_waits(s, state, waits, sizeof waits));
 }

@@ -181,8 +181,7 @@ static void refuse(xfer_engine *e, const xfer_action *a, int rc)
     e->refused[xfer_ring_push(&e->ref)] =
         (xfer_shard_result){.id = a->id, .attempt = a->attempt,
                             .shard = a->shard,
-                            .op = (uint8_t)(a->kind - XFER_ACT_RESERVE +
-                                            XFER_OP_RESERVE),
+                            .op = (uint8_t)xfer_action_op(a->kind),
                             .status = rc};
     e->st.ops_start_failed++;
     kick(e);
@@ -192,7 +191,7 @@ static void start_op(xfer_engine *e, const xfer_action *a)
 {
     group_rec *g = a->group < e->cfg.max_groups ? &e->groups[a->group] : NULL;
     const void *src = NULL;
-    if (a->kind == XFER_ACT_WRITE) {
+    if (a->kind == XFER_ACT_WRITE || a->kind == XFER_ACT_EAGER) {
         const pool_rec *p = &e->pools[a->pool];
         src = (const uint8_t *)p->base + a->staging_off;
     }
@@ -262,6 +261,7 @@ static void perform(xfer_engine *e, const xfer_action *acts, size_t n,
     case XFER_ACT_WRITE:
     case XFER_ACT_COMMIT:
     case XFER_ACT_CANCEL:
+    case XFER_ACT_EAGER:
         start_op(e, a);
         break;
     case XFER_ACT_ABORT: {
@@ -687,6 +687,15 @@ static int refuse_full(const xfer_engine *e, uint64_t id)
     return st == XFER_TRANSFER_STATE_NEW ? XFER_ERR_BUSY : XFER_ERR_EXISTS;
 }
 
+/* The group's transport allows the eager path now (a version 2 ops table
+ * that says so); the core still decides by size (eager_max_bytes). */
+static bool group_eager(const xfer_engine *e, uint32_t group)
+{
+    const xfer_transport *tp = &e->groups[group].tp;
+    return e->cfg.core.eager_max_bytes && tp->ops->version >= 2 &&
+           tp->ops->eager_ok && tp->ops->eager_ok(tp->self);
+}
+
 /*
  * Refusals come in this order, so each says what is really wrong: a
  * malformed call (INVALID_ARG), then SHUTDOWN (nothing is accepted any
@@ -714,7 +723,7 @@ int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
         .id = d->id, .group = d->group, .nshards = d->nslices,
         .pool = d->pool, .slices = d->slices,
         .deadline_ns = d->timeout_ns ? now + d->timeout_ns : 0,
-        .user_data = slot};
+        .user_data = slot, .eager_ok = group_eager(e, d->group)};
     rc = xfer_core_submit(e->core, now, &a);
     if (rc)
         return rc;

@@ -366,6 +366,18 @@ static int32_t apply_op(xfer_loop *l, loop_op *op, uint64_t now)
         return xfer_shard_commit(s, now, a->id, a->attempt, a->resv_id);
     case XFER_ACT_CANCEL:
         return xfer_shard_cancel(s, now, a->id, a->attempt, a->resv_id);
+    case XFER_ACT_EAGER: {
+        /* Reserve, copy and commit in one: the staging bytes are read
+         * here, at ARRIVE, before the REPLY (I3). */
+        xfer_resv_info info;
+        int rc = xfer_shard_eager(s, now, a->id, a->attempt, op->src, a->len,
+                                  &info);
+        if (rc == 0) {
+            op->res.resv_id = info.resv_id;
+            op->res.remote_addr = info.addr;
+        }
+        return rc;
+    }
     case XFER_ACT_WRITE:
     case XFER_ACT_ABORT:
     case XFER_ACT_RELEASE_STAGING:
@@ -537,7 +549,7 @@ static uint64_t next_rand(xfer_loop *l)
 static bool rule_matches(xfer_loop *l, uint32_t i, const xfer_action *a)
 {
     const xfer_fault_rule *r = &l->rules[i];
-    uint8_t op = (uint8_t)a->kind; /* RESERVE..CANCEL == op kinds */
+    unsigned op = xfer_action_op(a->kind);
     if (r->op != XFER_FAULT_ANY_OP && r->op != op)
         return false;
     if (r->shard != XFER_FAULT_ANY_SHARD && r->shard != (int16_t)a->shard)
@@ -593,7 +605,8 @@ static int t_attach(void *self, struct xfer_engine *e, uint32_t group)
 static int t_start(void *self, const xfer_action *a, const void *src)
 {
     xfer_loop *l = self;
-    if (a->shard >= l->cfg.nshards || a->kind > XFER_ACT_CANCEL)
+    if (a->shard >= l->cfg.nshards ||
+        xfer_action_op(a->kind) == XFER_OP_COUNT_)
         return XFER_ERR_INVALID_ARG;
     loop_op *op = new_op(l);
     if (!op)
@@ -602,7 +615,8 @@ static int t_start(void *self, const xfer_action *a, const void *src)
     op->src = src;
     op->fault = 0xFF;
     op->res = (xfer_shard_result){.id = a->id, .attempt = a->attempt,
-                                  .shard = a->shard, .op = (uint8_t)a->kind};
+                                  .shard = a->shard,
+                                  .op = (uint8_t)xfer_action_op(a->kind)};
     uint64_t delay = decide(l, op);
     if (post(l, op, MSG_ARRIVE, delay) != 0) {
         free_op(l, op);
@@ -616,7 +630,8 @@ static loop_op *find_op(xfer_loop *l, const xfer_action *a)
 {
     for (loop_op *op = op_of(l->ops.head); op; op = op_of(op->link.next))
         if (op->a.id == a->id && op->a.attempt == a->attempt &&
-            op->a.shard == a->shard && op->a.kind == a->op && !op->replied &&
+            op->a.shard == a->shard && xfer_action_op(op->a.kind) == a->op &&
+            !op->replied &&
             op->state != OP_REPLYING)
             return op;
     return NULL;
@@ -645,6 +660,13 @@ static void t_detach(void *self)
     l->run_ev = NULL;
 }
 
+/* In-process shards are two-sided unless configured one-sided, and a
+ * two-sided shard applies an eager op whole (xfer_shard_eager). */
+static bool t_eager_ok(void *self)
+{
+    return !((xfer_loop *)self)->cfg.shard.one_sided;
+}
+
 static const xfer_transport_ops loop_ops = {
     .version = XFER_TRANSPORT_OPS_VERSION,
     .name = "loop",
@@ -653,6 +675,7 @@ static const xfer_transport_ops loop_ops = {
     .start = t_start,
     .abort = t_abort,
     .detach = t_detach,
+    .eager_ok = t_eager_ok,
 };
 
 xfer_transport xfer_loop_transport(xfer_loop *l)

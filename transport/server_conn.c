@@ -175,6 +175,7 @@ static bool is_request(uint8_t type)
     case XFER_WIRE_T_HELLO:
     case XFER_WIRE_T_RESERVE:
     case XFER_WIRE_T_WRITE:
+    case XFER_WIRE_T_EAGER:
     case XFER_WIRE_T_COMMIT:
     case XFER_WIRE_T_CANCEL:
     case XFER_WIRE_T_SUBSCRIBE:

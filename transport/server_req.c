@@ -17,6 +17,10 @@
  *    a consumer connection is never dropped by the fault mix;
  *  - a take is recorded with its taker (server_events.c), and a release
  *    clears it, whichever consumer connection sends it;
+ *  - an EAGER is applied whole by the shard (xfer_shard_eager) or refused
+ *    whole, its data (all in the input buffer: xfer_wire_frame_cut) is
+ *    consumed either way, and its READY event is published before its
+ *    EAGER_OK, as a commit's before its COMMIT_ACK;
  *  - a SUBSCRIBE is answered first, then followed by a READY event for
  *    every reservation already READY on the shard, so a consumer that
  *    (re)connects misses no data that is waiting for it.
@@ -25,6 +29,7 @@
 
 #include <string.h>
 
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
@@ -177,6 +182,7 @@ static bool role_may(const xfer_server_conn *c, uint8_t type,
     case XFER_WIRE_T_RESERVE:
     case XFER_WIRE_T_WRITE:
     case XFER_WIRE_T_COMMIT:
+    case XFER_WIRE_T_EAGER:
         return c->role == XFER_WIRE_ROLE_PRODUCER;
     case XFER_WIRE_T_CANCEL:
         return consumer || (c->role == XFER_WIRE_ROLE_PRODUCER && attempt);
@@ -351,6 +357,64 @@ static bool start_write(xfer_server_conn *c, uint32_t req,
 }
 
 /* ---------------------------------------------------------------------- */
+/* The eager path                                                          */
+/* ---------------------------------------------------------------------- */
+
+/* Apply an EAGER whose data (m->len bytes) is at the front of `in`:
+ * reserve, copy and commit in one shard step.  0 fills *a (EAGER_OK). */
+static int32_t apply_eager(xfer_server_conn *c, const xfer_wire_msg *m,
+                           struct evbuffer *in, xfer_wire_msg *a)
+{
+    xfer_server_hosted *hs = &c->srv->shards[c->hosted];
+    if (c->srv->draining)
+        return XFER_ERR_SHUTDOWN;
+    const uint8_t *data = m->len ? evbuffer_pullup(in, m->len) : NULL;
+    if (m->len && !data)
+        return XFER_ERR_NOMEM;
+    xfer_resv_info info;
+    int rc = xfer_shard_eager_by(hs->sh, xfer_server_now(c->srv), c->owner,
+                                 m->id, m->attempt, data ? data : (const uint8_t *)"",
+                                 m->len, &info);
+    if (rc)
+        return rc;
+    xfer_server_track_reserved(c->srv, hs, m->id, m->attempt, info.resv_id,
+                               m->len);
+    hs->write_bytes += m->len;
+    *a = (xfer_wire_msg){.type = XFER_WIRE_T_EAGER_OK, .id = m->id,
+                         .attempt = m->attempt, .len = m->len,
+                         .resv_id = info.resv_id, .addr = info.addr};
+    return 0;
+}
+
+/* An EAGER, with an injected fault if one is drawn (as on_op's).  Its
+ * data is consumed whatever the answer.  Returns false when the
+ * connection was closed. */
+static bool on_eager(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    bool may = role_may(c, m->type, m->attempt);
+    uint8_t fault = may ? draw_fault(c) : XFER_SERVER_F_NONE;
+    xfer_wire_msg a;
+    int32_t rc = !may                         ? XFER_ERR_PERM
+                 : fault == XFER_SERVER_F_FAIL ? XFER_ERR_REMOTE
+                                               : apply_eager(c, m, in, &a);
+    if (fault == XFER_SERVER_F_APPLIED_LOST)
+        rc = XFER_ERR_REMOTE;
+    evbuffer_drain(in, m->len);
+    xfer_server_flush_all(c->srv); /* READY out before the reply */
+    if (fault == XFER_SERVER_F_DROP) {
+        xfer_server_log(c->srv, c->serial, "fault: connection dropped");
+        xfer_server_conn_close(c);
+        return false;
+    }
+    if (rc)
+        xfer_server_req_error(c, req, m->type, m, rc);
+    else
+        xfer_server_conn_send(c, &a, req);
+    return true;
+}
+
+/* ---------------------------------------------------------------------- */
 /* Dispatch                                                                */
 /* ---------------------------------------------------------------------- */
 
@@ -382,6 +446,8 @@ bool xfer_server_req_handle(xfer_server_conn *c, const xfer_wire_hdr *h,
     }
     case XFER_WIRE_T_WRITE:
         return start_write(c, h->req, m);
+    case XFER_WIRE_T_EAGER:
+        return on_eager(c, h->req, m);
     default:
         return on_op(c, h->req, m);
     }

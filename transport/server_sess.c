@@ -143,7 +143,11 @@ static bool admit(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
                        .shard = m->shard, .group = s->cfg.group,
                        .pool_bytes = s->shard_cfg[idx].len,
                        .lease_ttl_ns = s->cfg.lease_ttl_ns,
-                       .max_write = XFER_WIRE_MAX_DATA};
+                       .max_write = XFER_WIRE_MAX_DATA,
+                       /* two-sided shards apply EAGER (one-sided ones
+                        * cannot publish READY in the same step) */
+                       .hello_flags = s->one_sided ? 0
+                                                   : XFER_WIRE_HELLO_EAGER};
     xfer_server_conn_send(c, &a, req);
     return true;
 }

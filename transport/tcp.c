@@ -26,7 +26,12 @@
  *    matches no request or not its request's kind, closes the connection
  *    (counted as bad_frames) exactly like a loss;
  *  - every allocation goes through cfg.alloc; an orphan carries a copy of
- *    it, since its cleanup runs after the transport is gone.
+ *    it, since its cleanup runs after the transport is gone;
+ *  - the eager path: the group allows it (eager_ok) only while every
+ *    connection is up and its shard's HELLO_ACK said XFER_WIRE_HELLO_EAGER;
+ *    an EAGER goes out like a WRITE (head copied, staging bytes by
+ *    reference, the same I3 rule) and one that meets a connection whose
+ *    shard does not take it fails with XFER_ERR_NOT_SUPPORTED, unsent.
  *
  * As the control channel of another transport (tcp_int.h: the RDMA
  * transport), results go to the owner's deliver hook instead of the
@@ -96,6 +101,7 @@ struct tcp_conn {
     xfer_list wait, sent; /* of tcp_op, oldest first */
     xfer_wire_msg hello;  /* the HELLO2 sent on this connection */
     bool challenged;      /* the shard proved it knows the secret */
+    bool eager;           /* its HELLO_ACK said the shard takes EAGER */
 };
 
 struct xfer_tcp {
@@ -248,9 +254,13 @@ static bool above_high(const tcp_conn *c)
 
 /* Encode op onto the connection.  Returns false when the connection had
  * to be dropped (a staging reference could not be added). */
+static bool send_eager(tcp_conn *c, tcp_op *op);
+
 static bool send_op(tcp_conn *c, tcp_op *op)
 {
     const xfer_action *a = &op->a;
+    if (a->kind == XFER_ACT_EAGER)
+        return send_eager(c, op);
     xfer_wire_msg m = {.type = wire_type_of(a->kind), .id = a->id,
                        .attempt = a->attempt, .resv_id = a->resv_id,
                        .len = a->kind == XFER_ACT_RESERVE ||
@@ -302,7 +312,8 @@ static bool reply_fits(const tcp_op *op, const xfer_wire_msg *m)
         [XFER_ACT_RESERVE] = XFER_WIRE_T_RESERVE_OK,
         [XFER_ACT_WRITE] = XFER_WIRE_T_WRITE_ACK,
         [XFER_ACT_COMMIT] = XFER_WIRE_T_COMMIT_ACK,
-        [XFER_ACT_CANCEL] = XFER_WIRE_T_CANCEL_ACK};
+        [XFER_ACT_CANCEL] = XFER_WIRE_T_CANCEL_ACK,
+        [XFER_ACT_EAGER] = XFER_WIRE_T_EAGER_OK};
     if (m->type != XFER_WIRE_T_ERROR && m->type != ack[op->a.kind])
         return false;
     return m->id == op->a.id && m->attempt == op->a.attempt;
@@ -368,6 +379,7 @@ static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
         return false;
     }
     c->backoff_ns = 0;
+    c->eager = (m->hello_flags & XFER_WIRE_HELLO_EAGER) != 0;
     c->t->st.connects++;
     bufferevent_set_timeouts(c->bev, NULL, NULL);
     if (c->t->hooks.link) {
@@ -381,6 +393,74 @@ static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
     c->state = C_UP;
     flush_wait(c);
     return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The eager path                                                          */
+/* ---------------------------------------------------------------------- */
+
+/* An EAGER: its 32-byte head, then the staging bytes by reference (the
+ * reference's cleanup releases them, as a WRITE's).  Returns false when
+ * the connection had to be dropped. */
+static bool send_eager(tcp_conn *c, tcp_op *op)
+{
+    const xfer_action *a = &op->a;
+    if (!c->eager) {
+        /* a reconnect found a shard that does not take it */
+        finish(c->t, op, XFER_ERR_NOT_SUPPORTED);
+        maybe_free(op);
+        return true;
+    }
+    xfer_wire_msg m = {.type = XFER_WIRE_T_EAGER, .id = a->id,
+                       .attempt = a->attempt, .len = a->len};
+    uint8_t buf[XFER_WIRE_MAX_FIXED];
+    size_t n = xfer_wire_encode(&m, c->next_req, buf, sizeof buf);
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    op->req = c->next_req++;
+    list_push(&c->sent, op, L_SENT);
+    c->t->st.ops_sent++;
+    if (!n || evbuffer_add(out, buf, n) != 0) {
+        conn_lost(c, false);
+        return false;
+    }
+    if (a->len) {
+        op->ref_held = true;
+        c->t->st.refs_outstanding++;
+        if (evbuffer_add_reference(out, op->src, a->len, on_ref_done, op)) {
+            op->ref_held = false;
+            c->t->st.refs_outstanding--;
+            conn_lost(c, false);
+            return false;
+        }
+        c->t->st.bytes_referenced += a->len;
+    }
+    return true;
+}
+
+/* EAGER_OK: the shard applied it whole; the reservation it names is what
+ * a rollback cancels. */
+static bool on_eager_ok(tcp_conn *c, const xfer_wire_hdr *h,
+                        const xfer_wire_msg *m)
+{
+    tcp_op *op = find_sent(c, h->req);
+    if (!op || !reply_fits(op, m) || m->resv_id == XFER_RESV_NONE)
+        return false;
+    list_unlink(&c->sent, op);
+    op->res.resv_id = m->resv_id;
+    op->res.remote_addr = m->addr;
+    finish(c->t, op, 0);
+    maybe_free(op);
+    return true;
+}
+
+/* Every shard's connection is up and takes EAGER. */
+static bool t_eager_ok(void *self)
+{
+    const xfer_tcp *t = self;
+    for (uint16_t k = 0; k < t->cfg.nshards; k++)
+        if (t->conns[k].state != C_UP || !t->conns[k].eager)
+            return false;
+    return t->cfg.nshards > 0;
 }
 
 static bool on_frame(tcp_conn *c, const xfer_wire_hdr *h,
@@ -397,6 +477,8 @@ static bool on_frame(tcp_conn *c, const xfer_wire_hdr *h,
     case XFER_WIRE_T_CANCEL_ACK:
     case XFER_WIRE_T_ERROR:
         return on_reply(c, h, m);
+    case XFER_WIRE_T_EAGER_OK:
+        return on_eager_ok(c, h, m);
     default:
         return false;
     }
@@ -579,9 +661,12 @@ static void t_detach(void *self)
 static int t_start(void *self, const xfer_action *a, const void *src)
 {
     xfer_tcp *t = self;
-    if (a->shard >= t->cfg.nshards || a->kind > XFER_ACT_CANCEL ||
-        (a->kind == XFER_ACT_WRITE && (a->len > XFER_WIRE_MAX_DATA ||
-                                       (a->len && !src))))
+    bool data = a->kind == XFER_ACT_WRITE || a->kind == XFER_ACT_EAGER;
+    uint32_t max = a->kind == XFER_ACT_EAGER ? XFER_WIRE_MAX_EAGER
+                                             : XFER_WIRE_MAX_DATA;
+    if (a->shard >= t->cfg.nshards ||
+        xfer_action_op(a->kind) == XFER_OP_COUNT_ ||
+        (data && (a->len > max || (a->len && !src))))
         return XFER_ERR_INVALID_ARG;
     if (q_reserve(t, (size_t)t->qring.n + t->outstanding + 1) != 0)
         return XFER_ERR_NOMEM;
@@ -593,7 +678,8 @@ static int t_start(void *self, const xfer_action *a, const void *src)
     op->src = src;
     op->conn = c;
     op->res = (xfer_shard_result){.id = a->id, .attempt = a->attempt,
-                                  .shard = a->shard, .op = (uint8_t)a->kind};
+                                  .shard = a->shard,
+                                  .op = (uint8_t)xfer_action_op(a->kind)};
     t->outstanding++;
     t->st.ops_started++;
     if (c->state == C_DOWN) {
@@ -616,7 +702,7 @@ static tcp_op *find_abortable(tcp_conn *c, const xfer_action *a)
     for (int i = 0; i < 2; i++)
         for (tcp_op *op = op_of(ls[i]->head); op; op = op_of(op->link.next))
             if (op->a.id == a->id && op->a.attempt == a->attempt &&
-                op->a.kind == a->op && !op->done)
+                xfer_action_op(op->a.kind) == a->op && !op->done)
                 return op;
     return NULL;
 }
@@ -654,6 +740,7 @@ static const xfer_transport_ops tcp_ops = {
     .start = t_start,
     .abort = t_abort,
     .detach = t_detach,
+    .eager_ok = t_eager_ok,
 };
 
 xfer_transport xfer_tcp_transport(xfer_tcp *t)

@@ -97,8 +97,10 @@ int xfer_wire_decode_hdr(const void *buf, size_t n, xfer_wire_hdr *h,
     size_t body = xfer_wire_body_size(type);
     if (body == 0)
         return refuse(reason, XFER_WIRE_R_BAD_TYPE);
-    if (type == XFER_WIRE_T_WRITE) {
-        if (len < XFER_WIRE_HDR + body || len > XFER_WIRE_MAX_FRAME)
+    if (xfer_wire_has_data(type)) {
+        uint32_t max = type == XFER_WIRE_T_EAGER ? XFER_WIRE_MAX_EAGER
+                                                 : XFER_WIRE_MAX_DATA;
+        if (len < XFER_WIRE_HDR + body || len - XFER_WIRE_HDR - body > max)
             return refuse(reason, XFER_WIRE_R_BAD_LENGTH);
     } else if (len != XFER_WIRE_HDR + body) {
         return refuse(reason, XFER_WIRE_R_BAD_LENGTH);
@@ -142,6 +144,7 @@ static int get_hello(xfer_le_dec *r, xfer_wire_msg *m, bool ack)
         m->pool_bytes = xfer_le_dec_u64(r);
         m->lease_ttl_ns = xfer_le_dec_u64(r);
         m->max_write = xfer_le_dec_u32(r);
+        m->hello_flags = xfer_le_dec_u32(r);
         return 0;
     }
     m->role = xfer_le_dec_u8(r);
@@ -233,6 +236,18 @@ static int get_write(xfer_le_dec *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
     return 0;
 }
 
+/* EAGER: its data follows the 16-byte fixed part, len bytes exactly. */
+static int get_eager(xfer_le_dec *r, const xfer_wire_hdr *h,
+                     xfer_wire_msg *m)
+{
+    m->id = xfer_le_dec_u64(r);
+    m->attempt = xfer_le_dec_u32(r);
+    m->len = xfer_le_dec_u32(r);
+    uint64_t data = (uint64_t)h->len - XFER_WIRE_HDR -
+                    xfer_wire_body_size(XFER_WIRE_T_EAGER);
+    return m->len == data ? 0 : -1;
+}
+
 static int get_error(xfer_le_dec *r, xfer_wire_msg *m)
 {
     m->code = (int32_t)xfer_le_dec_u32(r);
@@ -258,12 +273,15 @@ static int get_body(xfer_le_dec *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
         m->len = xfer_le_dec_u32(r);
         return 0;
     case XFER_WIRE_T_RESERVE_OK:
+    case XFER_WIRE_T_EAGER_OK:
         get_op(r, m);
         m->addr = xfer_le_dec_u64(r);
         m->rkey = xfer_le_dec_u32(r);
         return 0;
     case XFER_WIRE_T_WRITE:
         return get_write(r, h, m);
+    case XFER_WIRE_T_EAGER:
+        return get_eager(r, h, m);
     case XFER_WIRE_T_TAKE_OK:
         get_op(r, m);
         m->addr = xfer_le_dec_u64(r);
@@ -372,6 +390,7 @@ static void put_hello(xfer_le_enc *w, const xfer_wire_msg *m, bool ack)
         xfer_le_enc_u64(w, m->pool_bytes);
         xfer_le_enc_u64(w, m->lease_ttl_ns);
         xfer_le_enc_u32(w, m->max_write);
+        xfer_le_enc_u32(w, m->hello_flags);
         return;
     }
     xfer_le_enc_u8(w, m->role);
@@ -399,11 +418,13 @@ static void put_body(xfer_le_enc *w, const xfer_wire_msg *m)
         put_hello(w, m, m->type == XFER_WIRE_T_HELLO_ACK);
         break;
     case XFER_WIRE_T_RESERVE:
+    case XFER_WIRE_T_EAGER:
         xfer_le_enc_u64(w, m->id);
         xfer_le_enc_u32(w, m->attempt);
         xfer_le_enc_u32(w, m->len);
         break;
     case XFER_WIRE_T_RESERVE_OK:
+    case XFER_WIRE_T_EAGER_OK:
         put_op(w, m);
         xfer_le_enc_u64(w, m->addr);
         xfer_le_enc_u32(w, m->rkey);
@@ -469,8 +490,9 @@ size_t xfer_wire_encode(const xfer_wire_msg *m, uint32_t req, void *buf,
     if (body == 0 || cap < n)
         return 0;
     uint64_t len = n;
-    if (m->type == XFER_WIRE_T_WRITE) {
-        if (m->len > XFER_WIRE_MAX_DATA)
+    if (xfer_wire_has_data(m->type)) {
+        if (m->len > (m->type == XFER_WIRE_T_EAGER ? XFER_WIRE_MAX_EAGER
+                                                   : XFER_WIRE_MAX_DATA))
             return 0;
         len += m->len;
     }

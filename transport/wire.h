@@ -15,10 +15,11 @@
  *      12   4  req      request id chosen by the sender of a request; every
  *                       reply (including ERROR) echoes it; events carry 0
  *
- * Every type except WRITE has one exact length (header + its fixed body);
- * any other length is a protocol error.  A WRITE is its 32-byte fixed body
- * followed by `len` data bytes, so its length is exactly 48 + len and at
- * most XFER_WIRE_MAX_FRAME.  A receiver therefore knows from the 16 header
+ * Every type except WRITE and EAGER has one exact length (header + its
+ * fixed body); any other length is a protocol error.  A WRITE is its
+ * 32-byte fixed body followed by `len` data bytes, so its length is exactly
+ * 48 + len and at most XFER_WIRE_MAX_FRAME; an EAGER is its 16-byte fixed
+ * body followed by `len` data bytes (32 + len).  A receiver therefore knows from the 16 header
  * bytes alone whether a frame is acceptable and how long it is, before it
  * buffers anything: an oversize length is refused on sight.
  *
@@ -30,7 +31,11 @@
  *                   u16 rsv (12).  Names the shard this connection talks
  *                   to; every op on the connection is for that shard.
  *  HELLO_ACK  s->c  u16 version, u16 shard, u32 group, u64 pool_bytes,
- *                   u64 lease_ttl_ns, u32 max_write, u32 rsv (32).
+ *                   u64 lease_ttl_ns, u32 max_write, u32 flags (32).
+ *                   flags bit 0 (XFER_WIRE_HELLO_EAGER): the shard applies
+ *                   EAGER; the other bits are sent as 0 and ignored.  A
+ *                   server from before the eager path sends 0 there (it
+ *                   was reserved), so its producers never send EAGER.
  *  RESERVE    c->s  u64 id, u32 attempt, u32 len (16).
  *  RESERVE_OK s->c  u64 id, u32 attempt, u32 len, u64 resv_id, u64 addr,
  *                   u32 rkey, u32 rsv (40).  addr is the region's offset in
@@ -79,6 +84,14 @@
  *                   order), u64 auth_failed, conns_refused, timeouts,
  *                   writes_stalled, subs_dropped (120).
  *
+ *  EAGER      c->s  u64 id, u32 attempt, u32 len (16), then len data
+ *                   bytes: reserve len bytes, copy the data in and commit,
+ *                   applied whole or refused whole (the eager path of
+ *                   small blocks, docs/design.md 2.1).  Answered by
+ *                   EAGER_OK (the body of RESERVE_OK, 40: the reservation
+ *                   id, its offset, rkey 0) or ERROR.  A server that never
+ *                   set XFER_WIRE_HELLO_EAGER refuses it as BAD_TYPE.
+ *
  * SESSIONS AND AUTHENTICATION (the v1 extension of issue 12).  A peer that
  * knows no better sends HELLO (type 1): the server, when it runs without a
  * secret, gives that connection a session of its own that ends with it;
@@ -116,6 +129,10 @@
 #define XFER_WIRE_MAX_DATA (64u << 20)
 #define XFER_WIRE_MAX_FRAME (XFER_WIRE_HDR + XFER_WIRE_WRITE_FIXED + \
                              XFER_WIRE_MAX_DATA)
+/* The most data an EAGER carries: it is buffered whole before it is cut
+ * (xfer_wire_frame_cut), so it stays small; larger blocks take the
+ * three rounds. */
+#define XFER_WIRE_MAX_EAGER (256u << 10)
 /* Largest fixed-size frame (STATUS_OK); a buffer this big decodes any
  * frame but a WRITE's data. */
 #define XFER_WIRE_MAX_FIXED 136u
@@ -147,7 +164,9 @@
     X(CHALLENGE, 22, 48)                                                      \
     X(AUTH, 23, 32)                                                           \
     X(STATUS_BAD, 24, 8)                                                      \
-    X(STATUS_BAD_OK, 25, 120)
+    X(STATUS_BAD_OK, 25, 120)                                                 \
+    X(EAGER, 26, 16)                                                          \
+    X(EAGER_OK, 27, 40)
 
 typedef enum xfer_wire_type {
     XFER_WIRE_T_INVALID = 0,
@@ -156,6 +175,15 @@ typedef enum xfer_wire_type {
 #undef XFER_WIRE_ENUM_
     XFER_WIRE_T_COUNT_
 } xfer_wire_type;
+
+/* HELLO_ACK flags. */
+#define XFER_WIRE_HELLO_EAGER 1u
+
+/* The types followed by `len` data bytes (WRITE, EAGER). */
+static inline int xfer_wire_has_data(unsigned type)
+{
+    return type == XFER_WIRE_T_WRITE || type == XFER_WIRE_T_EAGER;
+}
 
 /* HELLO roles. */
 enum { XFER_WIRE_ROLE_PRODUCER = 1, XFER_WIRE_ROLE_CONSUMER = 2,
@@ -214,6 +242,7 @@ typedef struct xfer_wire_msg {
     uint8_t role, kind, req_type;
     uint16_t version, shard;
     uint32_t group, attempt, len, rkey, max_write;
+    uint32_t hello_flags; /* HELLO_ACK: XFER_WIRE_HELLO_* */
     int32_t code;
     uint64_t id, resv_id, addr, off;
     uint64_t pool_bytes, lease_ttl_ns;

@@ -22,7 +22,10 @@ int xfer_wire_frame_cut(struct evbuffer *in, xfer_wire_hdr *h,
     if (xfer_wire_decode_hdr(buf, XFER_WIRE_HDR, h, why) != 0)
         return -1;
     size_t need = XFER_WIRE_HDR + xfer_wire_body_size(h->type);
-    if (have < need)
+    /* An EAGER is applied whole, so it is cut only once its data is in
+     * too (at most XFER_WIRE_MAX_EAGER bytes, checked with the header):
+     * its reader finds all of it right after the fixed part. */
+    if (have < need || (h->type == XFER_WIRE_T_EAGER && have < h->len))
         return 0;
     evbuffer_remove(in, buf, need);
     if (xfer_wire_decode_body(h, buf + XFER_WIRE_HDR, need - XFER_WIRE_HDR,

@@ -108,7 +108,10 @@ typedef struct xfer_result {
                              COMPLETE of the same transfer follows in the    \
                              same action list */                             \
     X(COMPLETE, 6)        /* report `result` to the user */                  \
-    X(SHUTDOWN_DONE, 7)   /* shutdown requested and no transfer left */
+    X(SHUTDOWN_DONE, 7)   /* shutdown requested and no transfer left */  \
+    X(EAGER, 8)           /* reserve `len` bytes, copy staging[off, len)     \
+                             into them and commit, all in one op on shard    \
+                             (op XFER_OP_EAGER; the eager path) */
 
 typedef enum xfer_action_kind {
 #define XFER_ACT_ENUM_(name, value) XFER_ACT_##name = (value),
@@ -121,6 +124,17 @@ typedef enum xfer_action_kind {
  * NULL; any thread. */
 XFER_API const char *xfer_action_name(unsigned kind);
 
+/* The op (xfer_op_kind) an action of kind `kind` starts on a shard:
+ * RESERVE..CANCEL have its value, EAGER is XFER_OP_EAGER; XFER_OP_COUNT_
+ * for a kind that starts none.  Any thread. */
+static inline unsigned xfer_action_op(unsigned kind)
+{
+    if (kind <= XFER_ACT_CANCEL)
+        return kind;
+    return kind == XFER_ACT_EAGER ? (unsigned)XFER_OP_EAGER
+                                  : (unsigned)XFER_OP_COUNT_;
+}
+
 /*
  * One action.  Fields not used by a kind are 0.  Pointers: none, so an action
  * can be copied, queued and compared bit for bit.
@@ -132,12 +146,12 @@ typedef struct xfer_action {
     uint32_t attempt;
     uint64_t id;
     uint32_t group;
-    uint32_t len;         /* RESERVE/WRITE: bytes */
+    uint32_t len;         /* RESERVE/WRITE/EAGER: bytes */
     uint64_t resv_id;     /* WRITE/COMMIT/CANCEL: XFER_RESV_NONE if unknown */
     uint64_t remote_addr; /* WRITE: from the reserve reply */
-    uint64_t staging_off; /* WRITE: offset in the staging pool */
+    uint64_t staging_off; /* WRITE/EAGER: offset in the staging pool */
     uint32_t rkey;        /* WRITE: from the reserve reply (rdma) */
-    uint32_t pool;        /* WRITE/RELEASE_STAGING: staging pool handle */
+    uint32_t pool;        /* WRITE/EAGER/RELEASE_STAGING: staging pool */
     xfer_result result;   /* COMPLETE */
 } xfer_action;
 
@@ -156,6 +170,12 @@ typedef struct xfer_submit_args {
     const xfer_slice *slices; /* nshards entries; borrowed until return */
     uint64_t deadline_ns; /* absolute; 0: now + config default */
     uint64_t user_data;   /* echoed in the result */
+    bool eager_ok;        /* the group allows the eager path (every shard
+                             said so, none is one-sided): with
+                             eager_max_bytes set and every slice at most
+                             that long, the transfer sends one EAGER op per
+                             shard instead of reserve, write and commit.
+                             false (zeroed args): never eager */
 } xfer_submit_args;
 
 /*
@@ -189,6 +209,12 @@ typedef struct xfer_core_config {
     xfer_allocator alloc;         /* every allocation of the core; zeroed
                                      (the default): libc */
     xfer_trace_sink trace;        /* zeroed (the default): no trace */
+    uint32_t eager_max_bytes;     /* the eager path: a submit whose group
+                                     allows it (xfer_submit_args.eager_ok)
+                                     and whose every slice is at most this
+                                     long sends one EAGER op per shard
+                                     (docs/design.md 2.1); 0 (the default):
+                                     off, every transfer takes 3 rounds */
 } xfer_core_config;
 
 /* Write version 1 and every default above into *cfg (a derived default,

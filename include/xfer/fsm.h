@@ -74,7 +74,8 @@ typedef struct xfer_rng {
     X(WRITING)      /* one write per shard */                                 \
     X(COMPLETING)   /* a commit to every shard */                             \
     X(CANCELLING)   /* a cancel to every shard ever sent a reserve */         \
-    X(TOMBSTONED)   /* ended; only a tombstone remains */
+    X(TOMBSTONED)   /* ended; only a tombstone remains */                 \
+    X(EAGER)        /* one eager op (reserve + data + commit) per shard */
 
 #define XFER_TRANSFER_EVENTS(X)                                               \
     X(SUBMIT)                                                                 \
@@ -89,7 +90,10 @@ typedef struct xfer_rng {
     X(USER_CANCEL)                                                            \
     X(DEADLINE)      /* transfer deadline, or cancel-op timeout */            \
     X(RETRY)         /* cancel retry backoff ran out */                       \
-    X(SHUTDOWN)
+    X(SHUTDOWN)                                                               \
+    X(EAGER_OK)      /* the shard applied the eager op whole */               \
+    X(EAGER_FAIL)    /* refused whole, lost (may have been applied), or      \
+                        aborted and confirmed */
 
 #define XFER_TRANSFER_TABLE(X)                                                \
     X(NEW, SUBMIT,             TRANSITION, submit)                            \
@@ -105,6 +109,8 @@ typedef struct xfer_rng {
     X(NEW, DEADLINE,           ILLEGAL,    none)                              \
     X(NEW, RETRY,              ILLEGAL,    none)                              \
     X(NEW, SHUTDOWN,           ILLEGAL,    none)                              \
+    X(NEW, EAGER_OK, IGNORE, unknown_reply)                                   \
+    X(NEW, EAGER_FAIL, IGNORE, unknown_reply)                                 \
                                                                               \
     X(RESERVING, SUBMIT,       IGNORE,     live_submit)                       \
     X(RESERVING, RESERVE_OK,   TRANSITION, reserve_result)                    \
@@ -119,6 +125,8 @@ typedef struct xfer_rng {
     X(RESERVING, DEADLINE,     TRANSITION, stop)                              \
     X(RESERVING, RETRY,        ILLEGAL,    none)                              \
     X(RESERVING, SHUTDOWN,     TRANSITION, stop)                              \
+    X(RESERVING, EAGER_OK, ILLEGAL, none)                                     \
+    X(RESERVING, EAGER_FAIL, ILLEGAL, none)                                   \
                                                                               \
     X(WRITING, SUBMIT,         IGNORE,     live_submit)                       \
     X(WRITING, RESERVE_OK,     ILLEGAL,    none)                              \
@@ -133,6 +141,8 @@ typedef struct xfer_rng {
     X(WRITING, DEADLINE,       TRANSITION, stop)                              \
     X(WRITING, RETRY,          ILLEGAL,    none)                              \
     X(WRITING, SHUTDOWN,       TRANSITION, stop)                              \
+    X(WRITING, EAGER_OK, ILLEGAL, none)                                       \
+    X(WRITING, EAGER_FAIL, ILLEGAL, none)                                     \
                                                                               \
     X(COMPLETING, SUBMIT,      IGNORE,     live_submit)                       \
     X(COMPLETING, RESERVE_OK,  ILLEGAL,    none)                              \
@@ -147,6 +157,8 @@ typedef struct xfer_rng {
     X(COMPLETING, DEADLINE,    TRANSITION, stop)                              \
     X(COMPLETING, RETRY,       ILLEGAL,    none)                              \
     X(COMPLETING, SHUTDOWN,    DEFER,      defer_stop)                        \
+    X(COMPLETING, EAGER_OK, ILLEGAL, none)                                    \
+    X(COMPLETING, EAGER_FAIL, ILLEGAL, none)                                  \
                                                                               \
     X(CANCELLING, SUBMIT,      IGNORE,     live_submit)                       \
     X(CANCELLING, RESERVE_OK,  ILLEGAL,    none)                              \
@@ -161,6 +173,8 @@ typedef struct xfer_rng {
     X(CANCELLING, DEADLINE,    TRANSITION, cancel_timeout)                    \
     X(CANCELLING, RETRY,       TRANSITION, cancel_retry)                      \
     X(CANCELLING, SHUTDOWN,    IGNORE,     none)                              \
+    X(CANCELLING, EAGER_OK, ILLEGAL, none)                                    \
+    X(CANCELLING, EAGER_FAIL, ILLEGAL, none)                                  \
                                                                               \
     X(TOMBSTONED, SUBMIT,      IGNORE,     late_submit)                       \
     X(TOMBSTONED, RESERVE_OK,  IGNORE,     late_reply)                        \
@@ -174,7 +188,27 @@ typedef struct xfer_rng {
     X(TOMBSTONED, USER_CANCEL, IGNORE,     refresh)                           \
     X(TOMBSTONED, DEADLINE,    ILLEGAL,    none)                              \
     X(TOMBSTONED, RETRY,       ILLEGAL,    none)                              \
-    X(TOMBSTONED, SHUTDOWN,    ILLEGAL,    none)
+    X(TOMBSTONED, SHUTDOWN, ILLEGAL, none)                                    \
+    X(TOMBSTONED, EAGER_OK, ILLEGAL, none)                                    \
+    X(TOMBSTONED, EAGER_FAIL, ILLEGAL, none)                                  \
+                                                                              \
+    /* The eager path (docs/design.md 2.1): like COMPLETING, a stop           \
+     * starts nothing (the op may be applied) and a deadline aborts. */       \
+    X(EAGER, SUBMIT, IGNORE, live_submit)                                     \
+    X(EAGER, RESERVE_OK, ILLEGAL, none)                                       \
+    X(EAGER, RESERVE_FAIL, ILLEGAL, none)                                     \
+    X(EAGER, WRITE_OK, ILLEGAL, none)                                         \
+    X(EAGER, WRITE_FAIL, ILLEGAL, none)                                       \
+    X(EAGER, COMMIT_OK, ILLEGAL, none)                                        \
+    X(EAGER, COMMIT_FAIL, ILLEGAL, none)                                      \
+    X(EAGER, CANCEL_OK, ILLEGAL, none)                                        \
+    X(EAGER, CANCEL_FAIL, ILLEGAL, none)                                      \
+    X(EAGER, USER_CANCEL, DEFER, defer_stop)                                  \
+    X(EAGER, DEADLINE, TRANSITION, stop)                                      \
+    X(EAGER, RETRY, ILLEGAL, none)                                            \
+    X(EAGER, SHUTDOWN, DEFER, defer_stop)                                     \
+    X(EAGER, EAGER_OK, TRANSITION, eager_result)                              \
+    X(EAGER, EAGER_FAIL, TRANSITION, eager_result)
 
 /*
  * The edges a TRANSITION handler may take to another state: X(FROM, EVENT,
@@ -202,7 +236,11 @@ typedef struct xfer_rng {
     X(COMPLETING, COMMIT_FAIL, CANCELLING)                                    \
     X(COMPLETING, DEADLINE, CANCELLING)                                       \
     X(CANCELLING, CANCEL_OK, TOMBSTONED)                                      \
-    X(CANCELLING, CANCEL_FAIL, TOMBSTONED)
+    X(CANCELLING, CANCEL_FAIL, TOMBSTONED)                                    \
+    X(NEW, SUBMIT, EAGER)                                                     \
+    X(EAGER, EAGER_OK, TOMBSTONED)                                            \
+    X(EAGER, EAGER_OK, CANCELLING)                                            \
+    X(EAGER, EAGER_FAIL, CANCELLING)
 
 typedef enum xfer_transfer_state {
 #define XFER_ENUM_(s) XFER_TRANSFER_STATE_##s,
@@ -251,7 +289,8 @@ typedef enum xfer_transfer_event {
     X(TAKE)                                                                   \
     X(RELEASE)                                                                \
     X(TOMB_EXPIRE)                                                            \
-    X(INVALIDATED)     /* one-sided: the rkey's invalidation completed */
+    X(INVALIDATED)     /* one-sided: the rkey's invalidation completed */   \
+    X(EAGER)           /* reserve + data + commit, applied whole or refused */
 
 #define XFER_RESV_TABLE(X)                                                    \
     X(NONE, RESERVE,              TRANSITION, reserve)                        \
@@ -265,6 +304,7 @@ typedef enum xfer_transfer_event {
     X(NONE, RELEASE,              IGNORE,     refuse)                         \
     X(NONE, TOMB_EXPIRE,          ILLEGAL,    none)                           \
     X(NONE, INVALIDATED,          ILLEGAL,    none)                           \
+    X(NONE, EAGER, TRANSITION, eager)                                         \
                                                                               \
     X(RESERVED, RESERVE,          IGNORE,     reserve_again)                  \
     X(RESERVED, WRITE_BEGIN,      TRANSITION, write_begin)                    \
@@ -277,6 +317,7 @@ typedef enum xfer_transfer_event {
     X(RESERVED, RELEASE,          IGNORE,     refuse)                         \
     X(RESERVED, TOMB_EXPIRE,      ILLEGAL,    none)                           \
     X(RESERVED, INVALIDATED,      ILLEGAL,    none)                           \
+    X(RESERVED, EAGER, IGNORE, refuse)                                        \
                                                                               \
     X(WRITING, RESERVE,           IGNORE,     reserve_again)                  \
     X(WRITING, WRITE_BEGIN,       TRANSITION, write_begin)                    \
@@ -289,6 +330,7 @@ typedef enum xfer_transfer_event {
     X(WRITING, RELEASE,           IGNORE,     refuse)                         \
     X(WRITING, TOMB_EXPIRE,       ILLEGAL,    none)                           \
     X(WRITING, INVALIDATED,       ILLEGAL,    none)                           \
+    X(WRITING, EAGER, IGNORE, refuse)                                         \
                                                                               \
     X(READY, RESERVE,             IGNORE,     refuse)                         \
     X(READY, WRITE_BEGIN,         IGNORE,     refuse)                         \
@@ -301,6 +343,7 @@ typedef enum xfer_transfer_event {
     X(READY, RELEASE,             IGNORE,     refuse)                         \
     X(READY, TOMB_EXPIRE,         ILLEGAL,    none)                           \
     X(READY, INVALIDATED,         ILLEGAL,    none)                           \
+    X(READY, EAGER, IGNORE, refuse)                                           \
                                                                               \
     X(TAKEN, RESERVE,             IGNORE,     refuse)                         \
     X(TAKEN, WRITE_BEGIN,         IGNORE,     refuse)                         \
@@ -313,6 +356,7 @@ typedef enum xfer_transfer_event {
     X(TAKEN, RELEASE,             TRANSITION, release)                        \
     X(TAKEN, TOMB_EXPIRE,         ILLEGAL,    none)                           \
     X(TAKEN, INVALIDATED,         ILLEGAL,    none)                           \
+    X(TAKEN, EAGER, IGNORE, refuse)                                           \
                                                                               \
     X(CANCEL_PENDING, RESERVE,        IGNORE,     refuse)                     \
     X(CANCEL_PENDING, WRITE_BEGIN,    IGNORE,     refuse)                     \
@@ -325,6 +369,7 @@ typedef enum xfer_transfer_event {
     X(CANCEL_PENDING, RELEASE,        IGNORE,     refuse)                     \
     X(CANCEL_PENDING, TOMB_EXPIRE,    ILLEGAL,    none)                       \
     X(CANCEL_PENDING, INVALIDATED,ILLEGAL,    none)                           \
+    X(CANCEL_PENDING, EAGER, IGNORE, refuse)                                  \
                                                                               \
     X(EXPIRE_PENDING, RESERVE,        IGNORE,     refuse)                     \
     X(EXPIRE_PENDING, WRITE_BEGIN,    IGNORE,     refuse)                     \
@@ -337,6 +382,7 @@ typedef enum xfer_transfer_event {
     X(EXPIRE_PENDING, RELEASE,        IGNORE,     refuse)                     \
     X(EXPIRE_PENDING, TOMB_EXPIRE,    ILLEGAL,    none)                       \
     X(EXPIRE_PENDING, INVALIDATED,ILLEGAL,    none)                           \
+    X(EXPIRE_PENDING, EAGER, IGNORE, refuse)                                  \
                                                                               \
     X(CANCELLED, RESERVE,         IGNORE,     refuse)                         \
     X(CANCELLED, WRITE_BEGIN,     IGNORE,     refuse)                         \
@@ -349,6 +395,7 @@ typedef enum xfer_transfer_event {
     X(CANCELLED, RELEASE,         IGNORE,     refuse)                         \
     X(CANCELLED, TOMB_EXPIRE,     TRANSITION, drop)                           \
     X(CANCELLED, INVALIDATED,     ILLEGAL,    none)                           \
+    X(CANCELLED, EAGER, IGNORE, refuse)                                       \
                                                                               \
     X(EXPIRED, RESERVE,           IGNORE,     refuse)                         \
     X(EXPIRED, WRITE_BEGIN,       IGNORE,     refuse)                         \
@@ -361,6 +408,7 @@ typedef enum xfer_transfer_event {
     X(EXPIRED, RELEASE,           IGNORE,     refuse)                         \
     X(EXPIRED, TOMB_EXPIRE,       TRANSITION, drop)                           \
     X(EXPIRED, INVALIDATED,       ILLEGAL,    none)                           \
+    X(EXPIRED, EAGER, IGNORE, refuse)                                         \
                                                                               \
     X(DONE, RESERVE,              IGNORE,     refuse)                         \
     X(DONE, WRITE_BEGIN,          IGNORE,     refuse)                         \
@@ -373,6 +421,7 @@ typedef enum xfer_transfer_event {
     X(DONE, RELEASE,              IGNORE,     refuse)                         \
     X(DONE, TOMB_EXPIRE,          TRANSITION, drop)                           \
     X(DONE, INVALIDATED,          ILLEGAL,    none)                           \
+    X(DONE, EAGER, IGNORE, refuse)                                            \
                                                                               \
     X(COMMIT_INVAL, RESERVE,      IGNORE,     refuse)                         \
     X(COMMIT_INVAL, WRITE_BEGIN,  IGNORE,     refuse)                         \
@@ -385,6 +434,7 @@ typedef enum xfer_transfer_event {
     X(COMMIT_INVAL, RELEASE,      IGNORE,     refuse)                         \
     X(COMMIT_INVAL, TOMB_EXPIRE,  ILLEGAL,    none)                           \
     X(COMMIT_INVAL, INVALIDATED,  TRANSITION, invalidated)                    \
+    X(COMMIT_INVAL, EAGER, IGNORE, refuse)                                    \
                                                                               \
     X(CANCEL_INVAL, RESERVE,      IGNORE,     refuse)                         \
     X(CANCEL_INVAL, WRITE_BEGIN,  IGNORE,     refuse)                         \
@@ -397,6 +447,7 @@ typedef enum xfer_transfer_event {
     X(CANCEL_INVAL, RELEASE,      IGNORE,     refuse)                         \
     X(CANCEL_INVAL, TOMB_EXPIRE,  ILLEGAL,    none)                           \
     X(CANCEL_INVAL, INVALIDATED,  TRANSITION, invalidated)                    \
+    X(CANCEL_INVAL, EAGER, IGNORE, refuse)                                    \
                                                                               \
     X(EXPIRE_INVAL, RESERVE,      IGNORE,     refuse)                         \
     X(EXPIRE_INVAL, WRITE_BEGIN,  IGNORE,     refuse)                         \
@@ -408,7 +459,8 @@ typedef enum xfer_transfer_event {
     X(EXPIRE_INVAL, TAKE,         IGNORE,     refuse)                         \
     X(EXPIRE_INVAL, RELEASE,      IGNORE,     refuse)                         \
     X(EXPIRE_INVAL, TOMB_EXPIRE,  ILLEGAL,    none)                           \
-    X(EXPIRE_INVAL, INVALIDATED,  TRANSITION, invalidated)
+    X(EXPIRE_INVAL, INVALIDATED,  TRANSITION, invalidated)                    \
+    X(EXPIRE_INVAL, EAGER, IGNORE, refuse)
 
 /* Edges of the reservation machine (see XFER_TRANSFER_EDGES). */
 #define XFER_RESV_EDGES(X)                                                    \
@@ -445,7 +497,9 @@ typedef enum xfer_transfer_event {
     X(COMMIT_INVAL, LEASE_EXPIRE, EXPIRE_INVAL)                               \
     X(COMMIT_INVAL, INVALIDATED, READY)                                       \
     X(CANCEL_INVAL, INVALIDATED, CANCELLED)                                   \
-    X(EXPIRE_INVAL, INVALIDATED, EXPIRED)
+    X(EXPIRE_INVAL, INVALIDATED, EXPIRED)                                     \
+    /* the eager path: reserved, written and committed in one step */       \
+    X(NONE, EAGER, READY)
 
 typedef enum xfer_resv_state {
 #define XFER_ENUM_(s) XFER_RESV_STATE_##s,

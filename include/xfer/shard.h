@@ -195,6 +195,26 @@ XFER_API int xfer_shard_reserve_by(xfer_shard *s, uint64_t now_ns,
                                    xfer_resv_info *info);
 
 /*
+ * The eager path: reserve len bytes for (id, attempt), copy `data` (borrowed
+ * until return) into them and commit, in one step: on 0 the reservation is
+ * READY, its READY event is in the event list and *info is written, as a
+ * reserve, a write of every byte and a commit would leave it.  On an error
+ * nothing is held and no tombstone is left (a refused reserve's rule): the
+ * errors of reserve, and XFER_ERR_BUSY when the event list is full,
+ * XFER_ERR_NOT_SUPPORTED on a one-sided shard (its commit waits for an
+ * invalidation).  An id the shard holds in any state is refused
+ * (XFER_ERR_STATE, XFER_ERR_STALE for another attempt, XFER_ERR_CANCELLED
+ * when tombstoned), so a repeated eager op is never applied twice.
+ */
+XFER_API int xfer_shard_eager(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                              uint32_t attempt, const void *data,
+                              uint32_t len, xfer_resv_info *info);
+XFER_API int xfer_shard_eager_by(xfer_shard *s, uint64_t now_ns,
+                                 uint16_t owner, uint64_t id,
+                                 uint32_t attempt, const void *data,
+                                 uint32_t len, xfer_resv_info *info);
+
+/*
  * Begin a write of len bytes at off inside the reservation.  On 0, *dst
  * points into the pool (valid until the matching write_end) and the write
  * is in flight: the memory is pinned until write_end.

@@ -30,7 +30,9 @@ extern "C" {
     X(RESERVE, 0)                                                             \
     X(WRITE, 1)                                                               \
     X(COMMIT, 2)                                                              \
-    X(CANCEL, 3)
+    X(CANCEL, 3)                                                              \
+    X(EAGER, 4)  /* reserve + data + commit in one op, applied whole or   \
+                    refused whole (docs/design.md 2.1, the eager path) */
 
 typedef enum xfer_op_kind {
 #define XFER_OP_ENUM_(name, value) XFER_OP_##name = (value),
@@ -56,27 +58,31 @@ typedef struct xfer_shard_result {
 } xfer_shard_result;
 
 /*
- * X(NAME, value, reserve, write, commit, cancel): how one op of a transfer
- * stands on one shard (the fields of xfer_shard_view), and the word each
- * op's column reads for it (NULL: not a state of that op; only a cancel
- * gives up).
+ * X(NAME, value, reserve, write, commit, cancel, eager): how one op of a
+ * transfer stands on one shard (the fields of xfer_shard_view), and the
+ * word each op's column reads for it (NULL: not a state of that op; only a
+ * cancel gives up).  An eager op that succeeded was APPLIED: the shard
+ * holds the data, committed.
  */
 #define XFER_SUB_STATES(X)                                                    \
-    X(NONE, 0, "NONE", "NONE", "NONE", "NONE")     /* not sent */           \
-    X(PENDING, 1, "PENDING", "PENDING", "PENDING", "PENDING") /* in flight */ \
-    X(OK, 2, "OK", "DONE", "ACKED", "OK")          /* succeeded */          \
-    X(FAILED, 3, "FAILED", "FAILED", "FAILED", "FAILED") /* failed */        \
-    X(GAVE_UP, 4, NULL, NULL, NULL, "GAVE_UP")     /* retries ran out */
+    X(NONE, 0, "NONE", "NONE", "NONE", "NONE", "NONE")     /* not sent */   \
+    X(PENDING, 1, "PENDING", "PENDING", "PENDING", "PENDING", "PENDING")     \
+                                                         /* in flight */   \
+    X(OK, 2, "OK", "DONE", "ACKED", "OK", "APPLIED")       /* succeeded */  \
+    X(FAILED, 3, "FAILED", "FAILED", "FAILED", "FAILED", "FAILED")          \
+                                                         /* failed */      \
+    X(GAVE_UP, 4, NULL, NULL, NULL, "GAVE_UP", NULL) /* retries ran out */
 
 typedef enum xfer_sub_state {
-#define XFER_SUB_ENUM_(name, value, r, w, c, x) XFER_SUB_##name = (value),
+#define XFER_SUB_ENUM_(name, value, r, w, c, x, g) XFER_SUB_##name = (value),
     XFER_SUB_STATES(XFER_SUB_ENUM_)
 #undef XFER_SUB_ENUM_
     XFER_SUB_COUNT_
 } xfer_sub_state;
 
 /* The word sub-state `sub` reads in the column of op `op` (xfer_op_kind):
- * "PENDING", a write's OK is "DONE", a commit's "ACKED"; "?" when `sub`
+ * "PENDING", a write's OK is "DONE", a commit's "ACKED", an eager op's
+ * "APPLIED"; "?" when `sub`
  * is no state of that op or either is out of range.  Never NULL; any
  * thread. */
 XFER_API const char *xfer_sub_name(unsigned op, unsigned sub);
@@ -89,6 +95,7 @@ typedef struct xfer_shard_view {
     uint8_t commit; /* the commit */
     uint8_t cancel; /* the cancel (GAVE_UP once its retries ran out) */
     uint8_t cancel_attempts;
+    uint8_t eager;  /* the eager op (eager path only; NONE otherwise) */
 } xfer_shard_view;
 
 #ifdef __cplusplus

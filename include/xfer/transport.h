@@ -17,6 +17,7 @@
 #ifndef XFER_TRANSPORT_H
 #define XFER_TRANSPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,7 +36,7 @@ struct xfer_engine;
  * xfer_engine_add_group() refuses a version it does not know.  A later
  * version only appends ops.
  */
-#define XFER_TRANSPORT_OPS_VERSION 1
+#define XFER_TRANSPORT_OPS_VERSION 2
 typedef struct xfer_transport_ops {
     uint32_t version; /* XFER_TRANSPORT_OPS_VERSION */
     const char *name;
@@ -44,9 +45,9 @@ typedef struct xfer_transport_ops {
     /* The engine adopts the transport; results go to xfer_engine_deliver(e,
      * ...).  Returns 0 or an error. */
     int (*attach)(void *self, struct xfer_engine *e, uint32_t group);
-    /* Start the op of a RESERVE/WRITE/COMMIT/CANCEL action.  `a` borrowed;
-     * `src` (WRITE only) points at the staging bytes and is retained until
-     * the op's result is delivered.  Returns 0 (a result will follow) or an
+    /* Start the op of a RESERVE/WRITE/COMMIT/CANCEL/EAGER action.  `a`
+     * borrowed; `src` (WRITE and EAGER only) points at the staging bytes
+     * and is retained until the op's result is delivered.  Returns 0 (a result will follow) or an
      * error (no result will follow; the engine reports the op failed). */
     int (*start)(void *self, const xfer_action *a, const void *src);
     /* Abort the op named by an ABORT action.  The op's result still comes,
@@ -59,6 +60,13 @@ typedef struct xfer_transport_ops {
     void (*pool_removed)(void *self, uint32_t pool);
     /* The engine lets go of the transport (no op outstanding). */
     void (*detach)(void *self);
+    /* Version 2.  True when every shard of the group can apply an EAGER op
+     * (reserve + data + commit in one, docs/design.md 2.1) now; asked at
+     * every submit, so it may change (a reconnect).  NULL, or a version 1
+     * table: never.  A transport that answers true and then meets a shard
+     * that cannot fails that op (XFER_ERR_NOT_SUPPORTED): the transfer
+     * rolls back as for any failed eager op. */
+    bool (*eager_ok)(void *self);
 } xfer_transport_ops;
 
 typedef struct xfer_transport {

@@ -129,6 +129,20 @@ MUTANTS = {
         '        o->rec->covered = o->rec->len; /* as a committed record\'s is */\n',
         '    if (0) {\n'
         '        o->rec->covered = o->rec->len; /* as a committed record\'s is */\n'),
+    # Issue 13: the eager path reports success on the first shard's ack,
+    # while the other shards' eager ops are still unanswered (they may
+    # never apply it).
+    'eager_early_success': (
+        'transfer.c',
+        '        s->eager = XFER_SUB_OK;\n'
+        '        s->resv_id = r->resv_id;\n',
+        '        s->eager = XFER_SUB_OK;\n'
+        '        s->resv_id = r->resv_id;\n'
+        '        if (t->pending == t->nshards) {\n'
+        '            t->pending = 1;\n'
+        '            for (uint16_t j = 0; j < t->nshards; j++)\n'
+        '                t->shards[j].eager = XFER_SUB_OK;\n'
+        '        }\n'),
     # The engine model skips unregistering the staging pool at shutdown.
     'pool_leak': (
         'engine.c',

@@ -310,6 +310,8 @@ int mp_producer_new(mp_producer *p, const uint16_t *ports, uint16_t n,
     return mp_producer_new_addrs(p, addrs, n, staging_len, deadline_ns);
 }
 
+uint32_t mp_eager_max_bytes;
+
 int mp_producer_new_addrs(mp_producer *p, const char *const *addrs,
                           uint16_t n, size_t staging_len,
                           uint64_t deadline_ns)
@@ -331,6 +333,7 @@ int mp_producer_new_secret(mp_producer *p, const char *const *addrs,
     xfer_engine_config_default(&ec);
     ec.base = p->base;
     ec.core.default_deadline_ns = deadline_ns;
+    ec.core.eager_max_bytes = mp_eager_max_bytes;
     xfer_tcp_config tc;
     xfer_tcp_config_default(&tc);
     tc.nshards = n;

@@ -76,6 +76,10 @@ typedef struct mp_producer {
     volatile bool shut;
 } mp_producer;
 
+/* The engine's xfer_core_config.eager_max_bytes for the producers made
+ * after it is set (0, the default: the eager path off). */
+extern uint32_t mp_eager_max_bytes;
+
 /* addrs[k] ("ip:port") serves shard k. */
 int mp_producer_new_addrs(mp_producer *p, const char *const *addrs,
                           uint16_t n, size_t staging_len,

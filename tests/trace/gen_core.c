@@ -12,7 +12,13 @@
  * retried, a duplicate (late) reply, a late submit, a pre-emptive cancel,
  * tombstone expiry, and one transfer left stuck on purpose: shard 1 never
  * answers its write (deadline 60 s, trace ends at 3.5 s).
+ *
+ * With XFER_GEN_EAGER=1 in the environment the same script runs on the
+ * eager path (eager_max_bytes 4096, every group allows it): one EAGER op
+ * per shard, shard 2 refusing transfer 3's, and transfer 8 stuck on shard
+ * 1's EAGER that never answers.
  */
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +50,12 @@ static const fault faults[] = {
     {9, 0, XFER_OP_WRITE, F_FAIL, XFER_ERR_REMOTE, 0},
     {9, 1, XFER_OP_CANCEL, F_FAIL, XFER_ERR_IO, 1},
     {10, 2, XFER_OP_RESERVE, F_DUP, 0, 0},
+    /* the eager path (XFER_GEN_EAGER=1) */
+    {3, 2, XFER_OP_EAGER, F_FAIL, XFER_ERR_NO_SPACE, 0},
+    {5, 0, XFER_OP_EAGER, F_FAIL, XFER_ERR_CONN_LOST, 0},
+    {8, 1, XFER_OP_EAGER, F_HOLE, 0, 0},
 };
+static bool eager; /* XFER_GEN_EAGER=1 */
 static uint32_t fired[sizeof faults / sizeof faults[0]];
 
 typedef struct msg {
@@ -92,16 +103,17 @@ static void enqueue(sim *s, uint64_t at, const xfer_shard_result *r)
 
 static void start_op(sim *s, const xfer_action *a)
 {
+    uint8_t op = (uint8_t)xfer_action_op(a->kind);
     xfer_shard_result r = {.id = a->id, .attempt = a->attempt,
-                           .shard = a->shard, .op = a->kind};
-    if (a->kind == XFER_ACT_RESERVE) {
+                           .shard = a->shard, .op = op};
+    if (a->kind == XFER_ACT_RESERVE || a->kind == XFER_ACT_EAGER) {
         r.resv_id = (a->id << 8) | (a->shard + 1u);
         r.remote_addr = (uint64_t)a->shard << 20 | a->id << 12;
     }
     uint64_t lat = 50000 + rnd(s) % 100000;
     if (a->kind == XFER_ACT_WRITE)
         lat += 100000 + rnd(s) % 300000;
-    const fault *f = match(a->id, a->shard, a->kind);
+    const fault *f = match(a->id, a->shard, op);
     if (f && f->kind == F_HOLE)
         return;
     if (f && f->kind == F_FAIL)
@@ -140,7 +152,7 @@ static void drain(sim *s)
     memcpy(copy, acts, n * sizeof *copy);
     xfer_core_actions_clear(s->core);
     for (size_t i = 0; i < n; i++) {
-        if (copy[i].kind <= XFER_ACT_CANCEL)
+        if (copy[i].kind <= XFER_ACT_CANCEL || copy[i].kind == XFER_ACT_EAGER)
             start_op(s, &copy[i]);
         else if (copy[i].kind == XFER_ACT_ABORT)
             abort_op(s, &copy[i]);
@@ -154,7 +166,7 @@ static void submit(sim *s, uint64_t id, uint64_t deadline)
         sl[k] = (xfer_slice){.off = (id * NSHARDS + k) * 4096, .len = 4096};
     xfer_submit_args a = {.id = id, .group = 1, .nshards = NSHARDS,
                           .pool = 2, .slices = sl, .user_data = id * 100,
-                          .deadline_ns = deadline};
+                          .deadline_ns = deadline, .eager_ok = eager};
     (void)xfer_core_submit(s->core, s->now, &a);
     drain(s);
 }
@@ -266,6 +278,9 @@ int main(int argc, char **argv)
     cfg.cancel_op_timeout_ns = 100000000ull;
     cfg.cancel_backoff_ns = 10000000ull;
     cfg.cancel_max_attempts = 3;
+    const char *ge = getenv("XFER_GEN_EAGER");
+    eager = ge && strcmp(ge, "1") == 0;
+    cfg.eager_max_bytes = eager ? 4096 : 0;
     cfg.trace = xfer_tracefile_sink(tf);
     if (xfer_core_new(&cfg, &s.core))
         return 1;

@@ -6,7 +6,7 @@
  *   xfer-bench-tcp [--only PARTS] [--runs N] [--seconds S]
  *                  [--inflight N[,N...]] [--warmup S] [--xferd PATH]
  *                  [--python PATH] [--pyref PATH] [--py-stdlib] [--smoke]
- *                  [--verbose] [--pause-ms MS]
+ *                  [--verbose] [--pause-ms MS] [--eager]
  *
  * Parts (--only takes a comma list; default all):
  *   echo    the floor: a minimal C fan-out echo to 4 echo processes over
@@ -30,6 +30,10 @@
  * field-by-field median.  --smoke runs a few hundred units of each part
  * instead of timed figures and checks that the counts add up (exit 1 if
  * not): the suite's test of this program.
+ *
+ * --eager: the xfer engine sends blocks up to 4 KiB (the 0-byte transfers
+ * of `xfer`) as one EAGER frame per shard, so the 1-in-flight figure
+ * compares with the 1-round echo.
  *
  * For profilers (tools/bench/profile.sh): --verbose prints the pids of
  * the bench (the producer and the clients) and of every xferd, and each
@@ -510,8 +514,12 @@ static void print_all(const opts *o, const world *w, const figs *f)
                      "wire protocol, one write\nper connection per turn; "
                      "no engine): what the shard servers cost", o, f->wire);
     if (o->parts & P_XFER)
-        print_levels("xfer: engine + tcp transport -> 4 xferd processes "
-                     "(reserve, write, commit on every shard)", o, f->xfer);
+        print_levels(bench_pump_eager_max_bytes
+                         ? "xfer: engine + tcp transport -> 4 xferd processes "
+                           "(--eager: one EAGER op on every shard)"
+                         : "xfer: engine + tcp transport -> 4 xferd processes "
+                           "(reserve, write, commit on every shard)",
+                     o, f->xfer);
     if ((o->parts & P_PYTHON) && w->py) {
         char title[160];
         snprintf(title, sizeof title, "Python reference (%s, the same "
@@ -808,6 +816,8 @@ static int parse(int argc, char **argv, opts *o)
             o->verbose = true;
         else if (!strcmp(a, "--py-stdlib"))
             o->py_stdlib = true;
+        else if (!strcmp(a, "--eager"))
+            bench_pump_eager_max_bytes = 4096;
         else if (!v)
             return bad_arg("argument", a);
         else if (i++, !strcmp(a, "--only")) {

@@ -173,6 +173,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
 }
 
+uint32_t bench_pump_eager_max_bytes;
+
 int bench_pump_new(const demo_tcp *g, uint16_t nshards, bench_pump **out,
                    char *err, size_t cap)
 {
@@ -198,6 +200,7 @@ int bench_pump_new(const demo_tcp *g, uint16_t nshards, bench_pump **out,
     ec.core.consumer_lease_ns = 2500000000ull;
     ec.core.net_margin_ns = 2500000000ull;
     ec.core.max_tombstones = 1u << 22;
+    ec.core.eager_max_bytes = bench_pump_eager_max_bytes;
     if (!u->base || !u->lat || !u->staging ||
         xfer_engine_new(&ec, &u->e) != 0)
         goto out_fail;

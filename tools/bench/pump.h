@@ -40,6 +40,9 @@ typedef struct bench_pump_counts {
  */
 int bench_pump_new(const demo_tcp *g, uint16_t nshards, bench_pump **out,
                    char *err, size_t cap);
+/* The engine's eager_max_bytes for pumps made after it is set (0, the
+ * default: three rounds; `xfer-bench tcp --eager` sets 4096). */
+extern uint32_t bench_pump_eager_max_bytes;
 
 /*
  * One closed loop; fill *f (CPU of this process and every xferd; payload

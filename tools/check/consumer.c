@@ -34,7 +34,7 @@ static void reply(ck_world *w, const ck_msg *op, int32_t status,
         r.resv_id = info->resv_id;
         r.addr = info->addr;
     }
-    if (op->op != XFER_OP_RESERVE)
+    if (op->op != XFER_OP_RESERVE && op->op != XFER_OP_EAGER)
         r.resv_id = op->resv_id;
     r.len = 0;
     r.part = 0;
@@ -107,6 +107,11 @@ static int32_t apply_op(ck_world *w, const ck_msg *m, xfer_resv_info *info)
                                       m->resv_id, 0, m->len, &dst);
     case XFER_OP_COMMIT:
         return xfer_shard_commit(s, w->env.now, id, m->attempt, m->resv_id);
+    case XFER_OP_EAGER: {
+        static const uint8_t bytes[CK_SLICE]; /* the staging slice */
+        return xfer_shard_eager(s, w->env.now, id, m->attempt, bytes,
+                                m->len, info);
+    }
     default:
         return xfer_shard_cancel(s, w->env.now, id, m->attempt, m->resv_id);
     }

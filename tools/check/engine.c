@@ -47,6 +47,7 @@ int ck_engine_submit(ck_world *w, unsigned tr)
         .pool = 1,
         .slices = sl,
         .user_data = 100u + tr,
+        .eager_ok = w->cfg->eager,
     };
     bool took = !w->env.staging[tr];
     if (took)
@@ -62,10 +63,7 @@ static void send_op(ck_world *w, const xfer_action *a)
     ck_msg m;
     memset(&m, 0, sizeof m);
     m.kind = MK_OP;
-    m.op = a->kind == XFER_ACT_RESERVE  ? XFER_OP_RESERVE
-           : a->kind == XFER_ACT_WRITE  ? XFER_OP_WRITE
-           : a->kind == XFER_ACT_COMMIT ? XFER_OP_COMMIT
-                                        : XFER_OP_CANCEL;
+    m.op = (uint8_t)xfer_action_op(a->kind);
     m.tr = (uint8_t)(a->id - 1);
     m.shard = a->shard;
     m.attempt = a->attempt;
@@ -103,6 +101,7 @@ static void act(ck_world *w, const xfer_action *a)
     case XFER_ACT_WRITE:
     case XFER_ACT_COMMIT:
     case XFER_ACT_CANCEL:
+    case XFER_ACT_EAGER:
         send_op(w, a);
         break;
     case XFER_ACT_ABORT:

@@ -258,6 +258,9 @@ static void usage(void)
            "invalidates\n"
            "                           rkeys (monitors RLAND, RREADY, "
            "RINVAL)\n"
+           "  --eager                  the eager path: every submit sends "
+           "one EAGER op\n"
+           "                           (reserve + data + commit) per shard\n"
            "  --e2e                    the E2E monitor: a producer success "
            "is available\n"
            "                           or flagged on the consumer\n"
@@ -316,6 +319,9 @@ static int parse(opts *o, int argc, char **argv)
         } else if (!strcmp(k, "--rdma")) {
             o->cfg.rdma = true;
             continue;
+        } else if (!strcmp(k, "--eager")) {
+            o->cfg.eager = true;
+            continue;
         } else if (!strcmp(k, "--e2e")) {
             o->cfg.e2e = true;
             continue;
@@ -338,6 +344,9 @@ static int parse(opts *o, int argc, char **argv)
             return rc;
         i++;
     }
+    if (o->cfg.rdma && o->cfg.eager)
+        return bad("--rdma shards are one-sided, which never allow the "
+                   "eager path; --eager is not modelled with it", NULL);
     if (o->cfg.rdma && o->cfg.writes > 1)
         return bad("--rdma posts each WRITE as one write; --writes above 1 "
                    "is not modelled with it", NULL);
@@ -372,7 +381,7 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
     snprintf(b, n, "--shards %u --transfers %u --faults %s --max-faults %u "
              "--budget %u --cancels %u --lates %u --ccancels %u --expiries %u "
              "--cancel-attempts %u --depth %u --max-delay-ms %llu --caps %u "
-             "--dups %u --writes %u%s%s%s%s%s", c->S,
+             "--dups %u --writes %u%s%s%s%s%s%s", c->S,
              c->T, f, c->max_faults, c->budget, c->max_cancels, c->max_lates,
              c->max_ccancels, c->max_expiries, c->cancel_max_attempts,
              c->depth, (unsigned long long)(c->max_delay / 1000000u),
@@ -380,6 +389,7 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
              c->liveness_all ? " --liveness all" : "",
              c->symmetry ? "" : " --no-symmetry",
              c->defaults ? " --defaults" : "", c->rdma ? " --rdma" : "",
+             c->eager ? " --eager" : "",
              c->strict_e2e ? " --strict-e2e" : c->e2e ? " --e2e" : "");
 }
 

@@ -162,7 +162,8 @@ void ck_monitor_batch(ck_world *w)
 {
     for (unsigned i = 0; i < w->cfg->T; i++)
         for (unsigned k = 0; k < w->cfg->S; k++)
-            memcpy(w->snap_out[i][k], w->mon.tr[i].ps[k].out, 4);
+            memcpy(w->snap_out[i][k], w->mon.tr[i].ps[k].out,
+                   sizeof w->snap_out[i][k]);
 }
 
 /* Is any op of the listed kinds outstanding on any shard?  Names the first
@@ -172,7 +173,7 @@ static bool outstanding(const ck_world *w, const mon_tr *t, unsigned mask,
 {
     unsigned tr = (unsigned)(t - w->mon.tr);
     for (unsigned j = 0; j < w->cfg->S; j++)
-        for (unsigned o = 0; o < 4; o++) {
+        for (unsigned o = 0; o < XFER_OP_COUNT_; o++) {
             uint8_t n = snap ? w->snap_out[tr][j][o] : t->ps[j].out[o];
             if ((mask & (1u << o)) && n) {
                 *op = o;
@@ -183,6 +184,9 @@ static bool outstanding(const ck_world *w, const mon_tr *t, unsigned mask,
     return false;
 }
 
+/* Every op kind, as a mask of outstanding(). */
+#define ALL_OPS ((1u << XFER_OP_COUNT_) - 1u)
+
 static void act_op(ck_world *w, mon_tr *t, const xfer_action *a, unsigned op)
 {
     unsigned o, k;
@@ -191,7 +195,8 @@ static void act_op(ck_world *w, mon_tr *t, const xfer_action *a, unsigned op)
         ck_monitor_fail(w, CK_I1, "%s to shard %u for id %llu, which has no "
                         "accepted submit open", xfer_op_name(op), a->shard,
                         (unsigned long long)a->id);
-    if (op == XFER_OP_RESERVE && t->attempt == 0) {
+    /* A reserve, or an eager op, opens the attempt. */
+    if ((op == XFER_OP_RESERVE || op == XFER_OP_EAGER) && t->attempt == 0) {
         if (a->attempt <= t->last_attempt)
             ck_monitor_fail(w, CK_I14,
                             "a new submit of id %llu reuses attempt "
@@ -208,20 +213,23 @@ static void act_op(ck_world *w, mon_tr *t, const xfer_action *a, unsigned op)
     unsigned before = op == XFER_OP_WRITE ? 1u << XFER_OP_RESERVE
                       : op == XFER_OP_COMMIT
                           ? (1u << XFER_OP_RESERVE) | (1u << XFER_OP_WRITE)
-                      : op == XFER_OP_CANCEL ? 0xfu : 0u;
+                      : op == XFER_OP_CANCEL ? ALL_OPS : 0u;
     if (before && outstanding(w, t, before, op == XFER_OP_CANCEL, &o, &k))
         ck_monitor_fail(w, CK_I2,
                         "%s sent to shard %u of id %llu while its "
                         "%s to shard %u is still unanswered",
                         xfer_op_name(op), a->shard, (unsigned long long)a->id,
                         xfer_op_name(o), k);
-    if (op == XFER_OP_WRITE && !w->env.staging[a->id - 1])
+    if ((op == XFER_OP_WRITE || op == XFER_OP_EAGER) &&
+        !w->env.staging[a->id - 1])
         ck_monitor_fail(w, CK_I3,
-                        "WRITE to shard %u of id %llu reads a staging "
+                        "%s to shard %u of id %llu reads a staging "
                         "region that was already released",
-                        a->shard, (unsigned long long)a->id);
+                        xfer_op_name(op), a->shard, (unsigned long long)a->id);
     p->out[op]++;
-    if (op == XFER_OP_RESERVE)
+    if (op == XFER_OP_EAGER) /* a reserve and a commit in one */
+        p->resv_sent = p->commit_sent = p->eager = 1;
+    else if (op == XFER_OP_RESERVE)
         p->resv_sent = 1;
     else if (op == XFER_OP_COMMIT)
         p->commit_sent = 1;
@@ -334,7 +342,7 @@ static void act_complete(ck_world *w, mon_tr *t, const xfer_action *a)
                         "completion of id %llu names attempt %u, the "
                         "open one is %u",
                         (unsigned long long)a->id, r->attempt, t->attempt);
-    if (outstanding(w, t, 0xf, false, &o, &k))
+    if (outstanding(w, t, ALL_OPS, false, &o, &k))
         ck_monitor_fail(w, CK_I2, "id %llu completed while its %s to shard %u "
                         "is still unanswered", (unsigned long long)a->id,
                         xfer_op_name(o), k);
@@ -343,8 +351,9 @@ static void act_complete(ck_world *w, mon_tr *t, const xfer_action *a)
             if (!t->ps[j].commit_ok)
                 ck_monitor_fail(w, CK_I12,
                                 "id %llu reported success but shard "
-                                "%u never acked its commit",
-                                (unsigned long long)a->id, j);
+                                "%u never acked its %s",
+                                (unsigned long long)a->id, j,
+                                t->ps[j].eager ? "eager op" : "commit");
     } else {
         check_rollback(w, t, a->id);
         check_rollback_report(w, t, r);
@@ -369,8 +378,9 @@ void ck_monitor_action(ck_world *w, const xfer_action *a)
     case XFER_ACT_WRITE:
     case XFER_ACT_COMMIT:
     case XFER_ACT_CANCEL:
+    case XFER_ACT_EAGER:
         if (t)
-            act_op(w, t, a, a->kind - XFER_ACT_RESERVE);
+            act_op(w, t, a, xfer_action_op(a->kind));
         break;
     case XFER_ACT_ABORT:
         if (t && a->shard < CK_MAX_S)
@@ -421,7 +431,7 @@ void ck_monitor_result_in(ck_world *w, const ck_msg *m)
         return;
     }
     if (m->status == 0) {
-        if (m->op == XFER_OP_COMMIT)
+        if (m->op == XFER_OP_COMMIT || m->op == XFER_OP_EAGER)
             p->commit_ok = 1;
         return;
     }
@@ -431,7 +441,10 @@ void ck_monitor_result_in(ck_world *w, const ck_msg *m)
     if (!t->failed && !t->stopped) {
         t->failed = 1;
         t->fail_shard = (uint8_t)m->shard;
-        t->fail_phase = (uint8_t)(m->op + 1);
+        /* RESERVE..COMMIT fail in the phase after them; an eager op in
+         * COMPLETING (the consumer may hold the data). */
+        t->fail_phase = m->op == XFER_OP_EAGER ? (uint8_t)XFER_PHASE_COMPLETING
+                                               : (uint8_t)(m->op + 1);
     }
 }
 
@@ -554,6 +567,17 @@ void ck_monitor_shard_op(ck_world *w, const ck_msg *m, int rc,
                             "shard %u committed id %llu attempt %u "
                             "without a reservation of that attempt",
                             m->shard, id, m->attempt);
+        c->ready = 1;
+        break;
+    case XFER_OP_EAGER:
+        /* A fresh region (as a reserve's), written from staging and
+         * committed in the same step. */
+        if (!w->env.staging[m->tr])
+            ck_monitor_fail(w, CK_I3,
+                            "an eager op of id %llu applied on shard %u "
+                            "after its staging region was released",
+                            id, m->shard);
+        new_region(w, m, info);
         c->ready = 1;
         break;
     default:

@@ -67,6 +67,8 @@ static unsigned waited_op(const xfer_transfer_view *v)
         return XFER_OP_WRITE;
     case XFER_TRANSFER_STATE_COMPLETING:
         return XFER_OP_COMMIT;
+    case XFER_TRANSFER_STATE_EAGER:
+        return XFER_OP_EAGER;
     case XFER_TRANSFER_STATE_CANCELLING:
         return XFER_OP_CANCEL;
     default:

@@ -108,6 +108,7 @@ static void core_config(ck_world *w, xfer_core_config *cc)
     cc->cancel_backoff_ns = timing(w, CK_BACKOFF);
     cc->cancel_max_attempts = cfg->defaults ? 0 : cfg->cancel_max_attempts;
     cc->max_shards = (uint16_t)cfg->S;
+    cc->eager_max_bytes = cfg->eager && !cfg->rdma ? CK_SLICE : 0;
     cc->trace = sink(w, 0);
 }
 

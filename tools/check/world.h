@@ -104,6 +104,10 @@ typedef struct ck_config {
                             * its rkey is live), the driver invalidates
                             * rkeys the shard asks for (docs/design.md
                             * section 6) */
+    bool eager;            /* the eager path: the core sends one EAGER op
+                            * per shard (reserve + data + commit) for
+                            * every submit; off with --rdma (one-sided
+                            * shards never allow it) */
     bool defaults;         /* the machines get every timing and the cancel
                             * bound as 0, "the library default"; the
                             * monitors keep the documented values below */
@@ -180,15 +184,18 @@ typedef struct ck_msg {
 
 /* Monitor bookkeeping: producer view of one (transfer, shard). */
 typedef struct mon_ps {
-    uint8_t out[4];      /* ops of each xfer_op_kind without a result */
+    uint8_t out[XFER_OP_COUNT_]; /* ops of each xfer_op_kind without a
+                                  * result */
     uint8_t resv_sent;   /* a reserve was sent in this attempt */
     uint8_t cancels;     /* cancels sent in this attempt */
     uint8_t cancel_done; /* a cancel result "nothing of ours left" seen */
     uint8_t cancel_gaveup_ok; /* last cancel failed with STATE (taken) */
-    uint8_t commit_ok;   /* commit acked */
-    uint8_t commit_sent; /* a commit was sent (consumer may hold data) */
+    uint8_t commit_ok;   /* commit (or eager op) acked */
+    uint8_t commit_sent; /* a commit or an eager op was sent (consumer may
+                          * hold data) */
     uint8_t op_failed;   /* reserve/write/commit failure seen */
     uint8_t abort_req;   /* ABORT seen for an op of this shard */
+    uint8_t eager;       /* an eager op was sent in this attempt */
 } mon_ps;
 
 /* Monitor bookkeeping: the consumer view of one (transfer, shard). */
@@ -315,7 +322,8 @@ typedef struct ck_world {
     uint64_t out_hash; /* I10: hash of every output seen */
     const ck_tracer *tracer;
     bool in_liveness;
-    uint8_t snap_out[CK_MAX_T][CK_MAX_S][4]; /* ops out at batch start */
+    uint8_t snap_out[CK_MAX_T][CK_MAX_S][XFER_OP_COUNT_]; /* ops out at
+                                                           * batch start */
     ck_src srcs[CK_MAX_S + 2];
     /* where the last save or load found each machine's blob (not
      * encoded) */

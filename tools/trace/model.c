@@ -1,12 +1,14 @@
 /*
  * tools/trace/model.c - load a trace file and rebuild every transfer from
  * its records: state, per-shard op in flight, end, staging bytes and writes
- * in flight.
+ * in flight.  An EAGER op (the eager path) is one op per shard like any
+ * other: it opens at its action and closes at its result.
  *
  * What must stay true: the model is built from the producer core's records
  * only (INPUT, TRANSFER, ACTION); reservation and readiness records are
  * shown by the commands but never change it.  A transfer is one attempt of
- * an id: it starts at its SUBMIT step (NEW -> RESERVING) and ends at its
+ * an id: it starts at its SUBMIT step (NEW -> RESERVING, or NEW -> EAGER on
+ * the eager path) and ends at its
  * COMPLETE action; it is open in between.  A shard waits while an op sent to
  * it (RESERVE/WRITE/COMMIT/CANCEL action) has no result input yet.
  * A transfer whose submit was rotated out of the file is picked up at its
@@ -245,7 +247,7 @@ static xt_xfer *adopt(xt_model *m, const xfer_trace_rec *r)
                     ? r->old_state != XFER_TRANSFER_STATE_NEW &&
                           r->old_state != XFER_TRANSFER_STATE_TOMBSTONED &&
                           r->new_state != XFER_TRANSFER_STATE_TOMBSTONED
-                    : r->event <= XFER_ACT_ABORT;
+                    : r->event <= XFER_ACT_ABORT || r->event == XFER_ACT_EAGER;
     if (!live || r->attempt == 0)
         return NULL;
     xt_xfer *x = create(m, r);
@@ -267,9 +269,7 @@ static void see_shard(xt_xfer *x, uint16_t shard)
 static void on_transfer(xt_model *m, const xfer_trace_rec *r, xt_effect *e)
 {
     xt_xfer *x = xt_model_find(m, r->id);
-    bool submit = r->old_state == XFER_TRANSFER_STATE_NEW &&
-                  r->event == XFER_TRANSFER_EVENT_SUBMIT &&
-                  r->new_state == XFER_TRANSFER_STATE_RESERVING;
+    bool submit = xt_submit_step(r);
     if (submit || !x || x->attempt != r->attempt) {
         x = submit ? create(m, r) : adopt(m, r);
         e->x = x;
@@ -308,16 +308,17 @@ static void on_action(xt_model *m, const xfer_trace_rec *r, xt_effect *e)
     case XFER_ACT_WRITE:
     case XFER_ACT_COMMIT:
     case XFER_ACT_CANCEL:
+    case XFER_ACT_EAGER:
         if (!op)
             return;
-        *op = (xt_op){.open = 1, .kind = r->event, .sent_ns = r->time_ns,
-                      .len = op->len};
-        if (r->event == XFER_ACT_RESERVE) {
+        *op = (xt_op){.open = 1, .kind = (uint8_t)xfer_action_op(r->event),
+                      .sent_ns = r->time_ns, .len = op->len};
+        if (r->event == XFER_ACT_RESERVE || r->event == XFER_ACT_EAGER) {
             op->len = (uint32_t)r->arg1;
             m->staging_in_use += op->len;
         }
-        if (r->event == XFER_ACT_WRITE)
-            m->writes_in_flight++;
+        if (r->event == XFER_ACT_WRITE || r->event == XFER_ACT_EAGER)
+            m->writes_in_flight++; /* both read staging until answered */
         e->op_started = true;
         return;
     case XFER_ACT_ABORT:
@@ -351,7 +352,7 @@ static void on_input(xt_model *m, const xfer_trace_rec *r, xt_effect *e)
         m->sub_deadline = r->arg0;
         return;
     }
-    if (r->event > XFER_TRANSFER_EVENT_CANCEL_FAIL)
+    if (!xt_result_event(r->event))
         return; /* user cancel, timer, shutdown: no shard op */
     xt_xfer *x = xt_model_find(m, r->id);
     if (!x || x->attempt != r->attempt || r->shard >= x->nshards)
@@ -361,7 +362,8 @@ static void on_input(xt_model *m, const xfer_trace_rec *r, xt_effect *e)
         return;
     op->open = 0;
     op->last_ok = r->error == 0;
-    if (op->kind == XFER_OP_WRITE && m->writes_in_flight)
+    if ((op->kind == XFER_OP_WRITE || op->kind == XFER_OP_EAGER) &&
+        m->writes_in_flight)
         m->writes_in_flight--;
     e->x = x;
     e->shard = r->shard;
@@ -376,8 +378,7 @@ int xt_model_apply(xt_model *m, const xfer_trace_rec *r, xt_effect *eff)
     switch (r->machine) {
     case XFER_MACHINE_TRANSFER:
         on_transfer(m, r, e);
-        if (r->old_state == XFER_TRANSFER_STATE_NEW && r->event == XFER_TRANSFER_EVENT_SUBMIT &&
-            r->new_state == XFER_TRANSFER_STATE_RESERVING && !e->x)
+        if (xt_submit_step(r) && !e->x)
             return -1;
         return 0;
     case XFER_MACHINE_ACTION:

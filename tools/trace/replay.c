@@ -174,7 +174,8 @@ static void feed(run *u, const xfer_trace_rec *r)
         xfer_submit_args a = {
             .id = r->id, .group = (uint32_t)(r->arg1 >> 32),
             .nshards = r->shard, .pool = (uint32_t)r->arg1,
-            .slices = slices, .deadline_ns = r->arg0, .user_data = r->arg2};
+            .slices = slices, .deadline_ns = r->arg0, .user_data = r->arg2,
+            .eager_ok = r->old_state != 0};
         (void)xfer_core_submit(u->core, r->time_ns, &a);
     } else if (r->event == XFER_TRANSFER_EVENT_USER_CANCEL) {
         (void)xfer_core_cancel(u->core, r->time_ns, r->id);
@@ -182,7 +183,7 @@ static void feed(run *u, const xfer_trace_rec *r)
         xfer_core_on_timer(u->core, r->time_ns);
     } else if (r->event == XFER_TRANSFER_EVENT_SHUTDOWN && r->id == 0) {
         xfer_core_shutdown(u->core, r->time_ns);
-    } else if (r->event <= XFER_TRANSFER_EVENT_CANCEL_FAIL) {
+    } else if (xt_result_event(r->event)) {
         xfer_shard_result s = {
             .id = r->id, .attempt = r->attempt, .shard = r->shard,
             .op = r->old_state, .status = r->error, .resv_id = r->arg0,
@@ -218,6 +219,10 @@ static int step(replay *rp, const xfer_trace_rec *r, size_t at)
     u->next_seq++;
     if (r->machine == XFER_MACHINE_CONFIG && r->event == 1 && !u->core)
         return config1(u, r);
+    if (r->machine == XFER_MACHINE_CONFIG && r->event == 2 && !u->core) {
+        u->cfg.eager_max_bytes = (uint32_t)r->arg0; /* the eager path */
+        return 0;
+    }
     if (!u->core)
         return 0;
     if (r->machine == XFER_MACHINE_INPUT)

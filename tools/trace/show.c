@@ -46,8 +46,9 @@ static void action_text(const xfer_trace_rec *r, char *buf, size_t len)
     case XFER_ACT_WRITE:
     case XFER_ACT_COMMIT:
     case XFER_ACT_CANCEL:
+    case XFER_ACT_EAGER:
         snprintf(buf, len, "send %s, len %" PRIu64 ", resv %" PRIu64,
-                 xt_op_name(r->event), r->arg1, r->arg0);
+                 xt_op_name(xfer_action_op(r->event)), r->arg1, r->arg0);
         return;
     case XFER_ACT_ABORT:
         snprintf(buf, len, "abort %s", xt_op_name(r->old_state));

@@ -475,10 +475,18 @@ static size_t live_shards(const char *line, char *buf, size_t len, size_t at)
             xt_json_str(one, "write", wv, sizeof wv) &&
             xt_json_str(one, "commit", cv, sizeof cv) &&
             xt_json_str(one, "cancel", xv, sizeof xv)) {
-            int w = snprintf(buf + at, len - at,
-                             "  shard %" PRIu64 ": %s in flight (reserve %s, "
-                             "write %s, commit %s, cancel %s)\n",
-                             k, waits, rv, wv, cv, xv);
+            char ev[16];
+            /* "eager" is there only on the eager path */
+            int w = xt_json_str(one, "eager", ev, sizeof ev)
+                        ? snprintf(buf + at, len - at,
+                                   "  shard %" PRIu64 ": %s in flight "
+                                   "(eager %s, cancel %s)\n",
+                                   k, waits, ev, xv)
+                        : snprintf(buf + at, len - at,
+                                   "  shard %" PRIu64 ": %s in flight "
+                                   "(reserve %s, write %s, commit %s, "
+                                   "cancel %s)\n",
+                                   k, waits, rv, wv, cv, xv);
             at += w > 0 ? (size_t)w : 0;
         }
         p = end;

@@ -63,11 +63,12 @@ static void count_rec(summary *s, const xfer_trace_rec *r)
     if (r->shard >= XFER_MAX_SHARDS)
         return;
     shard_counts *sc = &s->shards[r->shard];
-    if (r->machine == XFER_MACHINE_ACTION && r->event <= XFER_ACT_CANCEL)
-        sc->sent[r->event]++;
+    if (r->machine == XFER_MACHINE_ACTION &&
+        xfer_action_op(r->event) < XFER_OP_COUNT_)
+        sc->sent[xfer_action_op(r->event)]++;
     if (r->machine == XFER_MACHINE_ACTION && r->event == XFER_ACT_ABORT)
         sc->aborts++;
-    if (r->machine == XFER_MACHINE_INPUT && r->event <= XFER_TRANSFER_EVENT_CANCEL_FAIL &&
+    if (r->machine == XFER_MACHINE_INPUT && xt_result_event(r->event) &&
         r->error != 0 && r->old_state < XFER_OP_COUNT_) {
         sc->failed[r->old_state]++;
         s->op_errors[err_slot(r->error)]++;
@@ -166,9 +167,21 @@ static void print_errors(const xt_model *m, const summary *s)
                    s->op_errors[e]);
 }
 
+/* The eager column is printed only for a trace that has eager ops, so
+ * the table of every other trace reads as it did. */
+static bool any_eager(const summary *s)
+{
+    for (unsigned k = 0; k < XFER_MAX_SHARDS; k++)
+        if (s->shards[k].sent[XFER_OP_EAGER])
+            return true;
+    return false;
+}
+
 static void print_shards(const summary *s)
 {
-    printf("per shard:   reserve   write  commit  cancel  failed  aborts\n");
+    bool eager = any_eager(s);
+    printf("per shard:   reserve   write  commit  cancel  failed  aborts%s\n",
+           eager ? "   eager" : "");
     for (unsigned k = 0; k < XFER_MAX_SHARDS; k++) {
         const shard_counts *c = &s->shards[k];
         uint64_t any = c->aborts, failed = 0;
@@ -179,9 +192,12 @@ static void print_shards(const summary *s)
         if (!any)
             continue;
         printf("  shard %-3u %9" PRIu64 " %7" PRIu64 " %7" PRIu64
-               " %7" PRIu64 " %7" PRIu64 " %7" PRIu64 "\n",
+               " %7" PRIu64 " %7" PRIu64 " %7" PRIu64,
                k, c->sent[0], c->sent[1], c->sent[2], c->sent[3], failed,
                c->aborts);
+        if (eager)
+            printf(" %7" PRIu64, c->sent[XFER_OP_EAGER]);
+        printf("\n");
     }
 }
 

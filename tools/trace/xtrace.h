@@ -137,4 +137,24 @@ int xt_cmd_dot(int argc, char **argv);
 /* Print a usage error line and return XT_USAGE. */
 int xt_usage(const char *fmt, const char *arg);
 
+/* A TRANSFER step that starts a transfer: NEW --SUBMIT--> RESERVING, or
+ * EAGER on the eager path. */
+static inline bool xt_submit_step(const xfer_trace_rec *r)
+{
+    return r->old_state == XFER_TRANSFER_STATE_NEW &&
+           r->event == XFER_TRANSFER_EVENT_SUBMIT &&
+           (r->new_state == XFER_TRANSFER_STATE_RESERVING ||
+            r->new_state == XFER_TRANSFER_STATE_EAGER);
+}
+
+/* A transfer event that is a shard's result (RESERVE_OK .. CANCEL_FAIL,
+ * EAGER_OK, EAGER_FAIL): an INPUT record of it carries the op in
+ * old_state. */
+static inline bool xt_result_event(unsigned ev)
+{
+    return ev <= XFER_TRANSFER_EVENT_CANCEL_FAIL ||
+           ev == XFER_TRANSFER_EVENT_EAGER_OK ||
+           ev == XFER_TRANSFER_EVENT_EAGER_FAIL;
+}
+
 #endif /* XFER_XTRACE_H */
