@@ -198,9 +198,14 @@ typedef struct mon_cs {
     uint8_t taken;  /* taken by the readiness tracker */
     uint8_t ready;  /* committed on the shard */
     uint32_t cancelled_attempt; /* last attempt cancelled here (0: none) */
-    uint32_t pad1;
+    uint8_t in_tomb;            /* TIME: the shard holds a tombstone of
+                                 * the id, since tomb_at */
+    uint8_t pad1[3];
     uint64_t cancelled_at;
     uint64_t take_resv;         /* resv id a take succeeded on */
+    uint64_t tomb_at;           /* the move that made the tombstone (0
+                                 * while none), so a function of the
+                                 * shard's state: the counts stay */
 } mon_cs;
 
 typedef struct mon_tr {
