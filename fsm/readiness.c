@@ -16,8 +16,17 @@
  *    reported ready for the record's attempt, every take succeeded and no
  *    give-up was deferred; a record ends exactly once (end_record), so at
  *    most one outcome per record, and a tombstone never emits an outcome.
- *    A tombstoned id never gets a record: a ready for it is answered with a
- *    CANCEL, or absorbed when it repeats the attempt that was AVAILABLE.
+ *    A tombstoned id never gets a record for its tombstone's attempt or an
+ *    older one: such a ready is answered with a CANCEL, or absorbed when it
+ *    repeats the attempt that was AVAILABLE.  A consumer's cancel leaves a
+ *    tombstone of attempt 0, which covers every attempt.
+ *  - A newer attempt is a new transfer (xfer-check finding F3): the
+ *    producer's tombstone may end before the tracker's, and the producer
+ *    then numbers a resubmit of the id above every earlier attempt (one
+ *    counter per core, fsm/core.c).  Its ready or shard's end on an
+ *    UNAVAILABLE tombstone of an older attempt leaves the tombstone and runs
+ *    as from NONE (a record that ends AVAILABLE or reports UNAVAILABLE, or a
+ *    pre-emptive tombstone of the new attempt), never a silent cancel.
  *  - Wait for all: a TAKING record ends only when every take has a result;
  *    a give-up during TAKING is deferred until then.  A record that ends
  *    other than AVAILABLE releases what it took, and every take that failed
@@ -182,8 +191,8 @@ static void end_record(xfer_readiness *r, ready_step *e, uint8_t state)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
     snap(r, e, rec);
-    xfer_tomb_insert_held(&r->tombs, e->step.now_ns, rec->id, rec->attempt,
-                          state);
+    xfer_tomb_insert_held(&r->tombs, e->step.now_ns, rec->id,
+                          rec->ccancel ? 0 : rec->attempt, state);
     xfer_heap_remove(&r->deadlines, e->slot);
     xfer_idmap_del(&r->live, rec->id);
     memset(rec, 0, sizeof *rec);
@@ -255,6 +264,24 @@ static void mark_ready(xfer_readiness *r, ready_step *e,
         push(r, XFER_READY_ACT_TAKE, k, rec->attempt, rec->id, resv[k]);
 }
 
+/* Is attempt a newer than the tombstone attempt b?  Attempts come from one
+ * counter per producer core that skips 0 when it wraps, so they are
+ * compared as serial numbers (RFC 1982): a is newer when it is 1 .. 2^31 - 1
+ * ahead of b.  Attempt 0 (the consumer's cancel) covers every attempt:
+ * nothing is newer. */
+static bool newer_attempt(uint32_t a, uint32_t b)
+{
+    return b != 0 && a - b - 1u < UINT32_C(0x7fffffff);
+}
+
+/* Does the event start a new transfer over the id's tombstone (F3)? */
+static bool takes_over(const ready_step *e)
+{
+    return e->step.from == XFER_READY_STATE_UNAVAILABLE &&
+           e->step.event != XFER_READY_EVENT_CANCEL &&
+           newer_attempt(e->attempt, e->tomb_attempt);
+}
+
 /* A ready the record cannot use: cancel that attempt's data on the shard. */
 static void answer_stale(xfer_readiness *r, const ready_step *e)
 {
@@ -318,9 +345,14 @@ static int h_stale_ready(xfer_readiness *r, ready_step *e)
     return 0;
 }
 
-/* UNAVAILABLE + READY: the id is over; cancel whatever the shard holds. */
-static int h_late_ready(xfer_readiness *r, ready_step *e)
+/* UNAVAILABLE + READY: a newer attempt is a new transfer of the id (F3;
+ * the caller took over the tombstone's room and reserved a slot); the
+ * tombstone's own or an older attempt is late: cancel its data on the
+ * shard. */
+static int h_tomb_ready(xfer_readiness *r, ready_step *e)
 {
+    if (takes_over(e))
+        return h_first_ready(r, e);
     answer_stale(r, e);
     return 0;
 }
@@ -328,10 +360,13 @@ static int h_late_ready(xfer_readiness *r, ready_step *e)
 /* UNAVAILABLE + CANCEL / SHARD_ENDED: the id is still wanted gone, so its
  * tombstone gets a full TTL from now (xfer-check finding F1: a repeated
  * consumer cancel must protect the id for a TTL after the last cancel).
- * At the cap the old entry keeps its expiry and the miss is noted. */
+ * The consumer's cancel makes it cover every attempt (attempt 0), even at
+ * the cap, where the old entry keeps its expiry and the miss is noted. */
 static int h_refresh(xfer_readiness *r, ready_step *e)
 {
-    if (xfer_tomb_refresh(&r->tombs, e->step.now_ns, e->id, e->tomb_attempt,
+    uint32_t attempt =
+        e->step.event == XFER_READY_EVENT_CANCEL ? 0 : e->tomb_attempt;
+    if (xfer_tomb_refresh(&r->tombs, e->step.now_ns, e->id, attempt,
                           XFER_READY_STATE_UNAVAILABLE) != 0)
         note(r, e->step.now_ns, XFER_NOTE_TOMB_FULL, e->id, e->tomb_attempt,
              XFER_SHARD_NONE, XFER_ERR_BUSY);
@@ -351,12 +386,24 @@ static int h_preempt(xfer_readiness *r, ready_step *e)
     return 0;
 }
 
+/* UNAVAILABLE + SHARD_ENDED: a newer attempt's end is a new transfer's
+ * end before any ready (F3; the caller took over the tombstone's room):
+ * a pre-emptive tombstone of that attempt.  Its own or an older attempt's
+ * refreshes the tombstone. */
+static int h_tomb_ended(xfer_readiness *r, ready_step *e)
+{
+    if (takes_over(e))
+        return h_preempt(r, e);
+    return h_refresh(r, e);
+}
+
 /* WAITING + CANCEL / SHARD_ENDED / DEADLINE. */
 static int h_give_up(xfer_readiness *r, ready_step *e)
 {
     xfer_readiness_rec *rec = rec_of(r, e);
     if (!applies(e, rec))
         return 0;
+    rec->ccancel = e->step.event == XFER_READY_EVENT_CANCEL;
     cancel_all(r, rec->id, rec->attempt, rec->ready,
                xfer_readiness_resv_of(r, e->slot));
     report_unavailable(r, e, e->err);
@@ -370,6 +417,8 @@ static int h_defer_give_up(xfer_readiness *r, ready_step *e)
     xfer_readiness_rec *rec = rec_of(r, e);
     if (applies(e, rec) && rec->deferred == 0)
         rec->deferred = e->err;
+    if (e->step.event == XFER_READY_EVENT_CANCEL)
+        rec->ccancel = 1;
     return 0;
 }
 
@@ -622,13 +671,28 @@ void xfer_readiness_del(xfer_readiness *r)
 /* Inputs                                                                  */
 /* ---------------------------------------------------------------------- */
 
-/* A ready for an id with neither record nor tombstone: find a slot and a
- * tombstone hold for the record it will create. */
+/* A newer attempt leaves the id's tombstone (F3): the tombstone's room
+ * becomes the hold of what the attempt makes (a record, or its own
+ * tombstone). */
+static int over_room(xfer_readiness *r, const ready_step *e)
+{
+    int rc = xfer_tomb_hold_over(&r->tombs, e->step.now_ns, e->id);
+    if (rc)
+        note(r, e->step.now_ns, XFER_NOTE_TOMB_FULL, e->id, e->attempt,
+             XFER_SHARD_NONE, XFER_ERR_BUSY);
+    return rc;
+}
+
+/* A ready for an id with neither record nor tombstone, or of an attempt
+ * newer than its tombstone's: find a slot and a tombstone hold for the
+ * record it will create. */
 static int new_record_room(xfer_readiness *r, ready_step *e)
 {
     if (r->nfree == 0)
         return XFER_ERR_BUSY;
-    int rc = tomb_room(r, e->step.now_ns, e->id);
+    int rc = e->step.from == XFER_READY_STATE_NONE
+                 ? tomb_room(r, e->step.now_ns, e->id)
+                 : over_room(r, e);
     if (rc)
         return rc;
     e->slot = r->free_slots[--r->nfree];
@@ -650,7 +714,7 @@ int xfer_readiness_on_ready(xfer_readiness *r, uint64_t now_ns, uint64_t id,
     e.shard = shard;
     e.resv_id = resv_id;
     locate(r, &e);
-    if (e.step.from == XFER_READY_STATE_NONE) {
+    if (e.step.from == XFER_READY_STATE_NONE || takes_over(&e)) {
         int rc = new_record_room(r, &e);
         if (rc)
             return rc;
@@ -697,10 +761,15 @@ int xfer_readiness_on_take_result(xfer_readiness *r, uint64_t now_ns,
     return dispatch(r, &e);
 }
 
-/* CANCEL or SHARD_ENDED: an unknown id needs a tombstone slot first. */
+/* CANCEL or SHARD_ENDED: an unknown id needs a tombstone slot first, and
+ * a newer attempt's end the room of the tombstone it leaves. */
 static int give_up_input(xfer_readiness *r, ready_step *e)
 {
     locate(r, e);
+    if (takes_over(e)) {
+        int rc = over_room(r, e);
+        return rc ? rc : dispatch(r, e);
+    }
     if (e->step.from != XFER_READY_STATE_NONE)
         return dispatch(r, e);
     int rc = tomb_room(r, e->step.now_ns, e->id);

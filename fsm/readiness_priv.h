@@ -32,6 +32,8 @@ typedef struct xfer_readiness_rec {
     uint32_t attempt;
     int32_t deferred; /* give-up reason seen in TAKING; 0: none */
     uint8_t state;    /* xfer_ready_state */
+    uint8_t ccancel;  /* TAKING: the consumer's cancel was deferred, so the
+                         tombstone will cover every attempt (attempt 0) */
 } xfer_readiness_rec;
 
 /* Scratch entry for sorting (save) and marking (load). */

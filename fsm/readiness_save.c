@@ -1,12 +1,13 @@
 /*
  * fsm/readiness_save.c - save, load and canonical form of a readiness
- * tracker's dynamic state (fsm/save.h), format version 1, for the model
+ * tracker's dynamic state (fsm/save.h), format version 2, for the model
  * checker (tools/check) and the tests.
  *
  * The save holds everything that decides what the tracker does next: the
  * header (the config the load must match, the counts), the live records
  * in id order (state, attempt, ready mask, reservation ids, take results,
- * deferred give-up reason, deadline), the armed deadlines as ids in the
+ * deferred give-up reason and whether the consumer's cancel was among
+ * them, deadline), the armed deadlines as ids in the
  * order they fire (which keeps the rank among equal deadlines), the
  * tombstones oldest first (xfer_tomb_save) and the pending actions.  It
  * leaves out counters, stats, cells_hit, the trace sequence number, slot
@@ -55,7 +56,7 @@ static const uint8_t MAGIC[XFER_SAVE_HDR] = {'X', XFER_SAVE_READINESS, 'S',
                                              XFER_READINESS_SAVE_VERSION};
 /* A saved record's fixed part (put_record, before one reservation id per
  * shard). */
-#define REC_FIXED 57u
+#define REC_FIXED 58u
 
 static int cmp_key(const void *pa, const void *pb)
 {
@@ -82,6 +83,7 @@ static void put_record(xfer_canon_out *o, const xfer_readiness *r,
     xfer_le_enc_u64(e, rec->id);
     xfer_le_enc_u32(e, rec->attempt);
     xfer_le_enc_u8(e, rec->state);
+    xfer_le_enc_u8(e, rec->ccancel);
     xfer_le_enc_u32(e, (uint32_t)rec->deferred);
     xfer_canon_mask(o, e, rec->ready);
     xfer_canon_mask(o, e, rec->take_ok);
@@ -215,6 +217,7 @@ static bool get_record(xfer_le_dec *b, const xfer_readiness *r,
     rec->id = xfer_le_dec_u64(f);
     rec->attempt = xfer_le_dec_u32(f);
     rec->state = xfer_le_dec_u8(f);
+    rec->ccancel = xfer_le_dec_u8(f);
     rec->deferred = (int32_t)xfer_le_dec_u32(f);
     rec->ready = xfer_le_dec_u64(f);
     rec->take_ok = xfer_le_dec_u64(f);
@@ -223,7 +226,8 @@ static bool get_record(xfer_le_dec *b, const xfer_readiness *r,
     rec->deadline_ns = xfer_le_dec_u64(f);
     bool ok = xfer_le_dec_ok(b) && rec->id && rec->attempt && rec->ready &&
               !(rec->ready & ~r->full) && !(rec->unsure & ~rec->take_fail) &&
-              deferred_ok(rec->deferred);
+              deferred_ok(rec->deferred) && rec->ccancel <= 1 &&
+              (!rec->ccancel || rec->deferred);
     for (uint16_t k = 0; k < r->cfg.nshards; k++) {
         resv[k] = xfer_le_dec_u64(b);
         ok = ok && (resv[k] != XFER_RESV_NONE) ==

@@ -56,7 +56,7 @@ typedef enum xfer_save_machine {
 #define XFER_CORE_SAVE_VERSION 3      /* 1: raw structs, records past 256 dropped;
                                          2: no eager fields */
 #define XFER_SHARD_SAVE_VERSION 2      /* 1: no written prefix, no owners */
-#define XFER_READINESS_SAVE_VERSION 1
+#define XFER_READINESS_SAVE_VERSION 2 /* 1: no deferred consumer cancel */
 #define XFER_SAVE_HDR 4
 
 /* Read the header of a save: 0 with *machine and *version set, or

@@ -236,6 +236,10 @@ int xfer_tomb_refresh(xfer_tomb *t, uint64_t now_ns, uint64_t id,
     uint32_t at;
     if (!xfer_idmap_get(&t->map, id, &at))
         return xfer_tomb_insert(t, now_ns, id, attempt, reason);
+    /* The entry that stays (in place, or until a full table has room)
+     * says what the latest refresh says. */
+    t->ents[at].attempt = attempt;
+    t->ents[at].reason = reason;
     if (at == xfer_ring_newest(&t->ring)) {
         /* The newest entry: a later expiry keeps the ring in order. */
         t->ents[at].expires_ns = now_ns + t->ttl_ns;
@@ -246,6 +250,32 @@ int xfer_tomb_refresh(xfer_tomb *t, uint64_t now_ns, uint64_t id,
     /* the map now points here */
     append(t, now_ns, id, attempt, reason, 0, 0);
     t->dead++;
+    return 0;
+}
+
+int xfer_tomb_hold_over(xfer_tomb *t, uint64_t now_ns, uint64_t id)
+{
+    uint32_t at;
+    if (!xfer_idmap_get(&t->map, id, &at))
+        return XFER_ERR_NOT_FOUND;
+    if (at == t->ring.head) {
+        /* the oldest entry: its slot is free at once, for the hold */
+        xfer_tomb_entry e = pop_head(t);
+        xfer_idmap_del(&t->map, id);
+        t->held++;
+        charge(t, e.owner, 1);
+        return 0;
+    }
+    int rc = xfer_tomb_hold_by(t, now_ns, t->ents[at].owner);
+    if (rc)
+        return rc;
+    /* The hold may have dropped expired entries, this one among them
+     * (then it is gone already); else it dies where it is. */
+    uint32_t still;
+    if (xfer_idmap_get(&t->map, id, &still) && still == at) {
+        xfer_idmap_del(&t->map, id);
+        t->dead++;
+    }
     return 0;
 }
 

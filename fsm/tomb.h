@@ -137,11 +137,20 @@ int xfer_tomb_insert_by(xfer_tomb *t, uint64_t now_ns, uint64_t id,
                         uint8_t flags);
 /* Mark the entry of id GLOBAL (nothing when there is none). */
 void xfer_tomb_make_global(xfer_tomb *t, uint64_t id);
-/* Give an id's tombstone a full TTL from now (insert it when absent).
- * Errors: XFER_ERR_BUSY (no room even after dropping expired entries: the
- * old entry, if any, keeps its expiry). */
+/* Give an id's tombstone a full TTL from now, with `attempt` and `reason`
+ * (insert it when absent).  Errors: XFER_ERR_BUSY (no room even after
+ * dropping expired entries: the old entry, if any, keeps its expiry but
+ * takes `attempt` and `reason`). */
 int xfer_tomb_refresh(xfer_tomb *t, uint64_t now_ns, uint64_t id,
                       uint32_t attempt, uint8_t reason);
+/* Forget id's entry and take a hold in its place, for a new record of the
+ * id (readiness: a newer attempt leaves an older one's tombstone).  The
+ * oldest entry's slot becomes the hold at once, so at a cap that binds
+ * this never fails; any other entry stays, dead, until it would have
+ * expired, and the hold is taken like xfer_tomb_hold_by's for the entry's
+ * owner.  Errors: XFER_ERR_NOT_FOUND (no entry), XFER_ERR_BUSY (no room
+ * for the hold: nothing changed). */
+int xfer_tomb_hold_over(xfer_tomb *t, uint64_t now_ns, uint64_t id);
 /* Tombstones that are not dead entries. */
 uint32_t xfer_tomb_live(const xfer_tomb *t);
 /* Ring entries, dead ones included (what takes room with the holds). */

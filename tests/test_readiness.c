@@ -729,6 +729,268 @@ START_TEST(test_readiness_invalid_config)
 END_TEST
 
 /* ---------------------------------------------------------------------- */
+/* A newer attempt after a tombstone (xfer-check finding F3)               */
+/* ---------------------------------------------------------------------- */
+
+static void ended(xfer_readiness *r, uint64_t now, uint64_t id,
+                  uint32_t attempt, unsigned k)
+{
+    ck_assert_int_eq(xfer_readiness_on_shard_ended(r, now, id, attempt,
+                                                   (uint16_t)k,
+                                                   XFER_ERR_EXPIRED),
+                     0);
+    collect(r);
+}
+
+/* Attempt 1 of id 9 ends UNAVAILABLE (a lease ran out on shard 1). */
+static xfer_readiness *unavailable_attempt_1(void)
+{
+    xfer_readiness *r = mk(2);
+    ready(r, 10, 9, 1, 0);
+    ended(r, 11, 9, 1, 1);
+    ck_assert_uint_eq(count(XFER_READY_ACT_UNAVAILABLE, -1), 1);
+    ck_assert_int_eq(xfer_readiness_state(r, 9),
+                     XFER_READY_STATE_UNAVAILABLE);
+    reset();
+    return r;
+}
+
+/* The producer's tombstone may end before the tracker's, and a resubmit
+ * is then attempt 2: its data is a new transfer, reported like a first
+ * attempt, never cancelled silently. */
+START_TEST(test_readiness_newer_attempt_after_unavailable_is_new_transfer)
+{
+    xfer_readiness *r = unavailable_attempt_1();
+    ready(r, 20, 9, 2, 0);
+    ck_assert_int_eq(xfer_readiness_state(r, 9), XFER_READY_STATE_WAITING);
+    ck_assert_uint_eq(O.n, 0); /* no cancel of attempt 2's data */
+    /* attempt 1's late ready is still late */
+    ready(r, 21, 9, 1, 1);
+    ck_assert_uint_eq(count(XFER_READY_ACT_CANCEL, 1), 1);
+    ck_assert_uint_eq(find(XFER_READY_ACT_CANCEL, 1)->attempt, 1);
+    ck_assert_uint_eq(stats(r).late_ready, 1);
+    reset();
+    ready(r, 22, 9, 2, 1);
+    ck_assert_uint_eq(count(XFER_READY_ACT_TAKE, -1), 2);
+    ck_assert_uint_eq(find(XFER_READY_ACT_TAKE, 1)->attempt, 2);
+    reset();
+    all_take(r, 23, 9, 2);
+    ck_assert_uint_eq(O.n, 1);
+    ck_assert_uint_eq(O.a[0].kind, XFER_READY_ACT_AVAILABLE);
+    ck_assert_uint_eq(O.a[0].attempt, 2);
+    xfer_readiness_stats st = stats(r);
+    ck_assert_uint_eq(st.available, 1);
+    ck_assert_uint_eq(st.unavailable, 1);
+    ck_assert_uint_eq(st.tombstones, 1); /* attempt 2's; attempt 1's left */
+    ck_assert_uint_eq(st.illegal, 0);
+    /* attempt 2's first ready left the tombstone; attempt 1's met the
+     * record of attempt 2 */
+    ck_assert_uint_eq(xfer_readiness_cell_hits(r, XFER_READY_STATE_UNAVAILABLE,
+                                               XFER_READY_EVENT_READY),
+                      1);
+    /* the new record's deadline runs from its own first ready */
+    xfer_readiness_del(r);
+    r = unavailable_attempt_1();
+    ready(r, 20, 9, 2, 0);
+    ck_assert_uint_eq(xfer_readiness_next_deadline(r), 20 + DEADLINE);
+    xfer_readiness_on_timer(r, 20 + DEADLINE);
+    collect(r);
+    ck_assert_uint_eq(count(XFER_READY_ACT_UNAVAILABLE, -1), 1);
+    ck_assert_uint_eq(find(XFER_READY_ACT_UNAVAILABLE, -1)->attempt, 2);
+    ck_assert_uint_eq(find(XFER_READY_ACT_UNAVAILABLE, -1)->missing, 2);
+    assert_cancel_all(9, 2, 2);
+    xfer_readiness_del(r);
+}
+END_TEST
+
+/* A newer attempt's end before any ready of it: a pre-emptive tombstone
+ * of that attempt (its CANCELs name it); then that attempt is late, and a
+ * newer one again is new. */
+START_TEST(test_readiness_newer_attempt_end_is_preemptive)
+{
+    xfer_readiness *r = unavailable_attempt_1();
+    ended(r, 20, 9, 1, 0); /* attempt 1 again: a refresh, nothing sent */
+    ck_assert_uint_eq(O.n, 0);
+    ck_assert_uint_eq(stats(r).preemptive, 0);
+    ended(r, 21, 9, 2, 0);
+    ck_assert_uint_eq(stats(r).preemptive, 1);
+    assert_cancel_all(9, 2, 2);
+    ck_assert_uint_eq(count(XFER_READY_ACT_UNAVAILABLE, -1), 0);
+    reset();
+    ready(r, 22, 9, 2, 1);
+    ck_assert_uint_eq(count(XFER_READY_ACT_CANCEL, 1), 1);
+    ck_assert_uint_eq(stats(r).late_ready, 1);
+    ck_assert_int_eq(xfer_readiness_state(r, 9),
+                     XFER_READY_STATE_UNAVAILABLE);
+    reset();
+    ready(r, 23, 9, 3, 1);
+    ck_assert_int_eq(xfer_readiness_state(r, 9), XFER_READY_STATE_WAITING);
+    ck_assert_uint_eq(O.n, 0);
+    /* the refreshed tombstone of attempt 2 was left: one tombstone slot
+     * (the new record's hold), none live */
+    ck_assert_uint_eq(stats(r).tombstones, 0);
+    ck_assert_uint_eq(stats(r).live, 1);
+    xfer_readiness_del(r);
+}
+END_TEST
+
+/* The consumer's own cancel covers every attempt of the id for the
+ * tombstone's life: on an unknown id, on a WAITING record, deferred in
+ * TAKING, and on an UNAVAILABLE tombstone of an older attempt. */
+START_TEST(test_readiness_consumer_cancel_covers_every_attempt)
+{
+    for (unsigned how = 0; how < 4; how++) {
+        xfer_readiness *r = how == 3 ? unavailable_attempt_1() : mk(2);
+        if (how == 1)
+            ready(r, 10, 9, 1, 0);
+        if (how == 2) {
+            all_ready(r, 10, 9, 1, 2);
+            take(r, 11, 9, 0, 0);
+        }
+        ck_assert_int_eq(xfer_readiness_cancel(r, 12, 9), 0);
+        collect(r);
+        if (how == 2)
+            take(r, 13, 9, 1, 0);
+        ck_assert_int_eq(xfer_readiness_state(r, 9),
+                         XFER_READY_STATE_UNAVAILABLE);
+        reset();
+        ready(r, 14, 9, 2, 0);
+        ready(r, 15, 9, 7, 1);
+        ck_assert_int_eq(xfer_readiness_state(r, 9),
+                         XFER_READY_STATE_UNAVAILABLE);
+        ck_assert_uint_eq(count(XFER_READY_ACT_CANCEL, -1), 2);
+        ck_assert_uint_eq(count(XFER_READY_ACT_TAKE, -1), 0);
+        ck_assert_uint_eq(stats(r).late_ready, 2);
+        /* nor does a newer attempt's end leave it */
+        reset();
+        ended(r, 16, 9, 8, 0);
+        ck_assert_uint_eq(stats(r).preemptive, how == 0 ? 1 : 0);
+        ck_assert_uint_eq(count(XFER_READY_ACT_CANCEL, -1), 0);
+        /* once it expired, the id is new again */
+        xfer_readiness_on_timer(r, 16 + TTL);
+        collect(r);
+        ck_assert_int_eq(xfer_readiness_state(r, 9), XFER_READY_STATE_NONE);
+        ready(r, 16 + TTL, 9, 8, 0);
+        ck_assert_int_eq(xfer_readiness_state(r, 9),
+                         XFER_READY_STATE_WAITING);
+        xfer_readiness_del(r);
+    }
+}
+END_TEST
+
+/* Attempts are one counter per producer core that skips 0 when it wraps:
+ * newer is serial order, so attempt 1 after 0xffffffff is newer, and an
+ * attempt 2^31 or more ahead is not. */
+START_TEST(test_readiness_newer_attempt_is_serial_order)
+{
+    static const struct {
+        uint32_t old, next;
+        bool newer;
+    } c[] = {{UINT32_MAX, 1, true},   {UINT32_MAX - 1, UINT32_MAX, true},
+             {5, 4, false},           {5, 5, false},
+             {5, 6, true},            {1, UINT32_C(0x80000000), true},
+             {1, UINT32_C(0x80000001), false}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        xfer_readiness *r = mk(1);
+        ended(r, 10, 4, c[i].old, 0);
+        reset();
+        ready(r, 11, 4, c[i].next, 0);
+        ck_assert_int_eq(xfer_readiness_state(r, 4) == XFER_READY_STATE_TAKING,
+                         c[i].newer);
+        ck_assert_uint_eq(count(XFER_READY_ACT_CANCEL, 0), !c[i].newer);
+        xfer_readiness_del(r);
+    }
+}
+END_TEST
+
+/* A table that is full with the tombstone the newer attempt leaves: its
+ * room becomes the new record's (a cap equal to the number of ids never
+ * binds); a full table without that room answers BUSY and changes
+ * nothing. */
+START_TEST(test_readiness_newer_attempt_takes_the_tombstone_room)
+{
+    xfer_readiness_config c = rcfg(1);
+    c.max_records = 1;
+    c.max_tombstones = 1;
+    c.deadline_ns = DEADLINE;
+    c.tombstone_ttl_ns = TTL;
+    xfer_readiness *r = mk_cfg(&c);
+    ended(r, 10, 4, 1, 0);
+    ck_assert_uint_eq(stats(r).tombstones, 1);
+    reset();
+    ready(r, 11, 4, 2, 0);
+    ck_assert_int_eq(xfer_readiness_state(r, 4), XFER_READY_STATE_TAKING);
+    take(r, 12, 4, 0, 0);
+    ck_assert_uint_eq(count(XFER_READY_ACT_AVAILABLE, -1), 1);
+    ck_assert_uint_eq(stats(r).tombstones, 1);
+    xfer_readiness_del(r);
+    /* two tombstones, one slot each, the older one is not the id's */
+    c.max_tombstones = 2;
+    r = mk_cfg(&c);
+    ended(r, 10, 3, 1, 0);
+    ended(r, 11, 4, 1, 0);
+    reset();
+    ck_assert_int_eq(xfer_readiness_on_ready(r, 12, 4, 2, 0, rid(4, 2, 0)),
+                     XFER_ERR_BUSY);
+    ck_assert_int_eq(xfer_readiness_state(r, 4),
+                     XFER_READY_STATE_UNAVAILABLE);
+    ck_assert_int_eq(xfer_readiness_on_shard_ended(r, 12, 4, 2, 0,
+                                                   XFER_ERR_EXPIRED),
+                     XFER_ERR_BUSY);
+    collect(r);
+    ck_assert_uint_eq(O.n, 0);
+    ck_assert_uint_eq(stats(r).tombstones, 2);
+    /* id 3's tombstone is the oldest: its newer attempt takes its room */
+    ready(r, 12, 3, 2, 0);
+    ck_assert_int_eq(xfer_readiness_state(r, 3), XFER_READY_STATE_TAKING);
+    xfer_readiness_del(r);
+}
+END_TEST
+
+/* A TAKING record whose consumer cancel was deferred keeps that across a
+ * save and a load: its tombstone still covers every attempt. */
+START_TEST(test_readiness_deferred_consumer_cancel_saved)
+{
+    xfer_readiness *a = mk(2), *b = mk(2);
+    all_ready(a, 10, 9, 1, 2);
+    ck_assert_int_eq(xfer_readiness_cancel(a, 11, 9), 0);
+    xfer_readiness_actions_clear(a);
+    uint8_t buf[4096];
+    size_t n = 0;
+    ck_assert_int_eq(xfer_readiness_save(a, buf, sizeof buf, &n), 0);
+    ck_assert_int_eq(xfer_readiness_load(b, buf, n), 0);
+    xfer_readiness *m[2] = {a, b};
+    for (unsigned i = 0; i < 2; i++) {
+        reset();
+        all_take(m[i], 12, 9, 2);
+        ck_assert_uint_eq(count(XFER_READY_ACT_UNAVAILABLE, -1), 1);
+        reset();
+        ready(m[i], 13, 9, 2, 0);
+        ck_assert_uint_eq(count(XFER_READY_ACT_CANCEL, 0), 1);
+        ck_assert_int_eq(xfer_readiness_state(m[i], 9),
+                         XFER_READY_STATE_UNAVAILABLE);
+    }
+    /* a saved flag without a deferred give-up is no state the handlers
+     * make: the load refuses it */
+    xfer_readiness *c = mk(2);
+    all_ready(c, 10, 9, 1, 2);
+    xfer_readiness_actions_clear(c);
+    size_t nc = 0;
+    ck_assert_int_eq(xfer_readiness_save(c, buf, sizeof buf, &nc), 0);
+    ck_assert_int_eq(xfer_readiness_load(b, buf, nc), 0);
+    /* the record's fixed part: magic 4, nshards 2, 3 x u32, 2 x u64,
+     * 3 x u32 counts = 46 bytes; then id 8, attempt 4, state 1, flag */
+    size_t flag = 46 + 8 + 4 + 1;
+    ck_assert_uint_eq(buf[flag], 0);
+    buf[flag] = 1;
+    ck_assert_int_eq(xfer_readiness_load(b, buf, nc), XFER_ERR_FORMAT);
+    xfer_readiness_del(a);
+    xfer_readiness_del(b);
+    xfer_readiness_del(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
 /* Random walk with independent I8 bookkeeping                             */
 /* ---------------------------------------------------------------------- */
 
@@ -743,6 +1005,7 @@ typedef struct model {
     uint8_t cancelled;     /* the consumer cancelled in this lifetime */
     uint8_t avail_attempt;
     uint8_t pending;       /* takes outstanding (bit per shard) */
+    uint8_t tomb_attempt;  /* UNAVAILABLE: the attempt it ended (0: all) */
 } model;
 
 typedef struct walk {
@@ -780,6 +1043,7 @@ static void check_action(walk *w, const xfer_ready_action *a)
         ck_assert_uint_eq(m->outcome, 0);
         ck_assert_uint_eq(m->pending, 0);
         m->outcome = 2;
+        m->tomb_attempt = m->cancelled ? 0 : (uint8_t)a->attempt;
         break;
     case XFER_READY_ACT_RELEASE:
     case XFER_READY_ACT_CANCEL:
@@ -835,21 +1099,72 @@ static void feed_take(walk *w, uint64_t *rng)
     }
 }
 
+/* F3: may an event of `attempt` leave the id's UNAVAILABLE tombstone and
+ * start a new lifetime?  Only when it is newer than the attempt the
+ * tombstone ended and the consumer did not cancel the id. */
+static bool may_take_over(const model *m, uint32_t attempt)
+{
+    return !m->cancelled && m->tomb_attempt != 0 &&
+           attempt > m->tomb_attempt;
+}
+
+/* A shard's end of `attempt`: a pre-emptive tombstone of that attempt when
+ * the id was unknown, or when it leaves an older attempt's tombstone (F3:
+ * counted as pre-emptive exactly then). */
+static void feed_ended(walk *w, uint64_t id, uint32_t attempt, uint16_t k)
+{
+    model *m = &w->m[id];
+    xfer_ready_state before = xfer_readiness_state(w->r, id);
+    uint64_t pre = stats(w->r).preemptive;
+    int rc = xfer_readiness_on_shard_ended(w->r, w->now, id, attempt, k,
+                                           XFER_ERR_EXPIRED);
+    ck_assert(rc == 0 || rc == XFER_ERR_BUSY);
+    if (rc != 0 || before != XFER_READY_STATE_UNAVAILABLE) {
+        if (rc == 0 && before == XFER_READY_STATE_NONE)
+            m->tomb_attempt = (uint8_t)attempt;
+        return;
+    }
+    bool over = stats(w->r).preemptive != pre;
+    ck_assert_int_eq(over, may_take_over(m, attempt));
+    if (over) {
+        memset(m, 0, sizeof *m); /* a new transfer of the id */
+        m->tomb_attempt = (uint8_t)attempt;
+    }
+}
+
+/* A ready: on an UNAVAILABLE tombstone it starts a record exactly when the
+ * rule says so (F3), and the model a new lifetime then. */
+static void feed_ready(walk *w, uint64_t id, uint32_t attempt, uint16_t k)
+{
+    model *m = &w->m[id];
+    xfer_ready_state before = xfer_readiness_state(w->r, id);
+    int rc = xfer_readiness_on_ready(w->r, w->now, id, attempt, k,
+                                     rid(id, attempt, k));
+    ck_assert(rc == 0 || rc == XFER_ERR_BUSY);
+    if (rc != 0)
+        return;
+    if (before == XFER_READY_STATE_UNAVAILABLE) {
+        bool over =
+            xfer_readiness_state(w->r, id) != XFER_READY_STATE_UNAVAILABLE;
+        ck_assert_int_eq(over, may_take_over(m, attempt));
+        if (over)
+            memset(m, 0, sizeof *m);
+    }
+    m->ready[attempt] |= (uint8_t)(1u << k);
+}
+
 static void walk_step(walk *w, uint64_t *rng)
 {
     uint64_t id = 1 + tu_rand(rng) % RIDS;
     uint32_t attempt = 1 + (uint32_t)(tu_rand(rng) % 8 == 0);
     uint16_t k = (uint16_t)(tu_rand(rng) % RS);
-    int rc;
     switch (tu_rand(rng) % 32) {
     case 0:
         if (xfer_readiness_cancel(w->r, w->now, id) == 0)
             w->m[id].cancelled = 1;
         break;
     case 1:
-        rc = xfer_readiness_on_shard_ended(w->r, w->now, id, attempt, k,
-                                           XFER_ERR_EXPIRED);
-        ck_assert(rc == 0 || rc == XFER_ERR_BUSY);
+        feed_ended(w, id, attempt, k);
         break;
     case 2:
     case 3:
@@ -872,11 +1187,7 @@ static void walk_step(walk *w, uint64_t *rng)
         feed_take(w, rng);
         break;
     default:
-        rc = xfer_readiness_on_ready(w->r, w->now, id, attempt, k,
-                                     rid(id, attempt, k));
-        ck_assert(rc == 0 || rc == XFER_ERR_BUSY);
-        if (rc == 0)
-            w->m[id].ready[attempt] |= (uint8_t)(1u << k);
+        feed_ready(w, id, attempt, k);
         break;
     }
     drain(w);
@@ -1186,6 +1497,12 @@ static Suite *suite(void)
     tcase_add_test(tc, test_readiness_all_ready_gives_one_available);
     tcase_add_test(tc, test_readiness_single_shard_takes_at_once);
     tcase_add_test(tc, test_readiness_late_ready_after_cancel_dropped);
+    tcase_add_test(tc, test_readiness_newer_attempt_after_unavailable_is_new_transfer);
+    tcase_add_test(tc, test_readiness_newer_attempt_end_is_preemptive);
+    tcase_add_test(tc, test_readiness_consumer_cancel_covers_every_attempt);
+    tcase_add_test(tc, test_readiness_newer_attempt_is_serial_order);
+    tcase_add_test(tc, test_readiness_newer_attempt_takes_the_tombstone_room);
+    tcase_add_test(tc, test_readiness_deferred_consumer_cancel_saved);
     tcase_add_test(tc, test_readiness_deadline_names_missing_shards);
     tcase_add_test(tc, test_readiness_take_failure_rolls_back);
     tcase_add_test(tc, test_readiness_unsure_take_failure_released);

@@ -82,6 +82,70 @@ START_TEST(test_tomb_refresh_gives_full_ttl)
 }
 END_TEST
 
+/* A refresh that cannot extend the entry (a full table, not the newest)
+ * still gives it the new attempt and reason. */
+START_TEST(test_tomb_refresh_at_cap_takes_attempt)
+{
+    xfer_tomb t;
+    ck_assert_int_eq(xfer_tomb_init(&t, 2, 100, &A), 0);
+    ck_assert_int_eq(xfer_tomb_insert(&t, 0, 1, 5, 7), 0);
+    ck_assert_int_eq(xfer_tomb_insert(&t, 10, 2, 1, 7), 0);
+    ck_assert_int_eq(xfer_tomb_refresh(&t, 20, 1, 0, 8), XFER_ERR_BUSY);
+    ck_assert_uint_eq(xfer_tomb_find(&t, 1)->expires_ns, 100);
+    ck_assert_uint_eq(xfer_tomb_find(&t, 1)->attempt, 0);
+    ck_assert_uint_eq(xfer_tomb_find(&t, 1)->reason, 8);
+    /* the newest entry, in place: expiry, attempt and reason */
+    ck_assert_int_eq(xfer_tomb_refresh(&t, 30, 2, 3, 9), 0);
+    ck_assert_uint_eq(xfer_tomb_find(&t, 2)->expires_ns, 130);
+    ck_assert_uint_eq(xfer_tomb_find(&t, 2)->attempt, 3);
+    ck_assert_uint_eq(xfer_tomb_find(&t, 2)->reason, 9);
+    xfer_tomb_clear(&t, &A);
+}
+END_TEST
+
+/* hold_over: the oldest entry's slot becomes the hold even in a full
+ * table; another entry dies in place and needs room for the hold. */
+START_TEST(test_tomb_hold_over_reuses_the_oldest_slot)
+{
+    xfer_tomb t;
+    ck_assert_int_eq(xfer_tomb_init(&t, 2, 100, &A), 0);
+    ck_assert_int_eq(xfer_tomb_hold_over(&t, 0, 1), XFER_ERR_NOT_FOUND);
+    ck_assert_int_eq(xfer_tomb_insert(&t, 0, 1, 1, 7), 0);
+    ck_assert_int_eq(xfer_tomb_insert(&t, 10, 2, 1, 7), 0);
+    ck_assert(xfer_tomb_full(&t));
+    /* id 2 is not the oldest: no room for its hold, nothing changes */
+    ck_assert_int_eq(xfer_tomb_hold_over(&t, 20, 2), XFER_ERR_BUSY);
+    ck_assert_ptr_nonnull(xfer_tomb_find(&t, 2));
+    ck_assert_uint_eq(xfer_tomb_live(&t), 2);
+    /* id 1 is: its slot is the hold at once */
+    ck_assert_int_eq(xfer_tomb_hold_over(&t, 20, 1), 0);
+    ck_assert_ptr_null(xfer_tomb_find(&t, 1));
+    ck_assert_uint_eq(xfer_tomb_live(&t), 1);
+    ck_assert_uint_eq(xfer_tomb_entries(&t), 1);
+    ck_assert(xfer_tomb_full(&t)); /* the hold takes the room */
+    xfer_tomb_insert_held(&t, 30, 1, 2, 8);
+    ck_assert_uint_eq(xfer_tomb_find(&t, 1)->attempt, 2);
+    ck_assert_uint_eq(xfer_tomb_find(&t, 1)->expires_ns, 130);
+    /* now id 2 is the oldest and id 1 is not: with room, id 1's entry
+     * dies in place (silent at expiry) and a hold is taken */
+    xfer_tomb_clear(&t, &A);
+    ck_assert_int_eq(xfer_tomb_init(&t, 3, 100, &A), 0);
+    ck_assert_int_eq(xfer_tomb_insert(&t, 0, 2, 1, 7), 0);
+    ck_assert_int_eq(xfer_tomb_insert(&t, 10, 1, 1, 7), 0);
+    ck_assert_int_eq(xfer_tomb_hold_over(&t, 20, 1), 0);
+    ck_assert_ptr_null(xfer_tomb_find(&t, 1));
+    ck_assert_uint_eq(xfer_tomb_live(&t), 1);
+    ck_assert_uint_eq(xfer_tomb_entries(&t), 2); /* the dead one */
+    ck_assert(xfer_tomb_full(&t));
+    dropped = 0;
+    ck_assert_uint_eq(xfer_tomb_expire(&t, 110, 0, on_drop, NULL), 1);
+    ck_assert_int_eq(dropped, 1); /* id 2; id 1's dead entry is silent */
+    ck_assert_uint_eq(xfer_tomb_entries(&t), 0);
+    xfer_tomb_unhold(&t);
+    xfer_tomb_clear(&t, &A);
+}
+END_TEST
+
 START_TEST(test_tomb_owners_quota_visibility_and_room)
 {
     xfer_tomb t;
@@ -225,6 +289,8 @@ int main(void)
     tcase_add_test(tc, test_tomb_ttl_and_fifo_expiry);
     tcase_add_test(tc, test_tomb_cap_never_evicts_young);
     tcase_add_test(tc, test_tomb_refresh_gives_full_ttl);
+    tcase_add_test(tc, test_tomb_refresh_at_cap_takes_attempt);
+    tcase_add_test(tc, test_tomb_hold_over_reuses_the_oldest_slot);
     tcase_add_test(tc, test_tomb_find_any_order_after_reset_and_restore);
     tcase_add_test(tc, test_tomb_alloc_failure);
     tcase_add_test(tc, test_tomb_owners_quota_visibility_and_room);

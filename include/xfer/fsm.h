@@ -535,6 +535,11 @@ typedef enum xfer_resv_event {
     X(DEADLINE)                                                              \
     X(TOMB_EXPIRE)
 
+/* A ready or a shard's end of an attempt newer than an UNAVAILABLE
+ * tombstone's is a new transfer of the id (xfer-check finding F3): it
+ * leaves the tombstone and runs as from NONE (tomb_ready, tomb_ended).  A
+ * tombstone of attempt 0 (the consumer's own cancel) covers every attempt.
+ * AVAILABLE keeps every other attempt's ready out (stale_ready). */
 #define XFER_READY_TABLE(X)                                                   \
     X(NONE, READY,              TRANSITION, first_ready)                      \
     X(NONE, TAKE_OK,            ILLEGAL,    none)                             \
@@ -568,11 +573,11 @@ typedef enum xfer_resv_event {
     X(AVAILABLE, DEADLINE,      ILLEGAL,    none)                             \
     X(AVAILABLE, TOMB_EXPIRE,   TRANSITION, drop)                             \
                                                                               \
-    X(UNAVAILABLE, READY,       TRANSITION, late_ready)                       \
+    X(UNAVAILABLE, READY,       TRANSITION, tomb_ready)                       \
     X(UNAVAILABLE, TAKE_OK,     ILLEGAL,    none)                             \
     X(UNAVAILABLE, TAKE_FAIL,   ILLEGAL,    none)                             \
     X(UNAVAILABLE, CANCEL,      IGNORE,     refresh)                          \
-    X(UNAVAILABLE, SHARD_ENDED, IGNORE,     refresh)                          \
+    X(UNAVAILABLE, SHARD_ENDED, TRANSITION, tomb_ended)                       \
     X(UNAVAILABLE, DEADLINE,    ILLEGAL,    none)                             \
     X(UNAVAILABLE, TOMB_EXPIRE, TRANSITION, drop)
 
@@ -590,6 +595,8 @@ typedef enum xfer_resv_event {
     X(TAKING, TAKE_OK, UNAVAILABLE)                                           \
     X(TAKING, TAKE_FAIL, UNAVAILABLE)                                         \
     X(AVAILABLE, TOMB_EXPIRE, NONE)                                           \
+    X(UNAVAILABLE, READY, WAITING)                                            \
+    X(UNAVAILABLE, READY, TAKING)                                             \
     X(UNAVAILABLE, TOMB_EXPIRE, NONE)
 
 typedef enum xfer_ready_state {

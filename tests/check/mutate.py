@@ -91,6 +91,13 @@ MUTANTS = {
         'core.c',
         '        c->tombstone_ttl_ns = 60ull * 1000000000ull;\n',
         '        c->tombstone_ttl_ns = 600ull * 1000000000ull;\n'),
+    # The shard's default tombstone TTL is ten times the documented 20 s
+    # (twice the lease): caught by the TIME monitor of shard tombstones,
+    # which takes each one's start from the move that made it.
+    'shard_tomb_ttl_default': (
+        'shard.c',
+        '                                  : 2 * c->lease_ttl_ns;\n',
+        '                                  : 20 * c->lease_ttl_ns;\n'),
     # The tracker's default deadline is a tenth of the documented 30 s.
     'ready_deadline_default': (
         'readiness.c',

@@ -895,12 +895,47 @@ static void global_time(ck_world *w)
     }
 }
 
+/* TIME: a shard tombstone (cancelled, expired or released) lives its
+ * documented TTL from the move that made it, and the shard's next timer
+ * is no later than its end.  Shard tombstones are never refreshed, and
+ * the monitors look after every move, so the first move after which the
+ * shard holds the id as a tombstone is its exact start, wherever it
+ * began: a cancel, a lease, a release, or a deferred free that ended
+ * with a write or an invalidation. */
+static void shard_tomb_time(ck_world *w, unsigned k)
+{
+    uint64_t next = xfer_shard_next_deadline(w->sh[k]);
+    for (unsigned i = 0; i < w->cfg->T; i++) {
+        mon_cs *c = &w->mon.tr[i].cs[k];
+        xfer_resv_state rs = xfer_shard_state(w->sh[k], i + 1u);
+        if (rs != XFER_RESV_STATE_CANCELLED && rs != XFER_RESV_STATE_EXPIRED &&
+            rs != XFER_RESV_STATE_DONE) {
+            c->in_tomb = 0;
+            c->tomb_at = 0;
+            continue;
+        }
+        if (!c->in_tomb) {
+            c->in_tomb = 1;
+            c->tomb_at = w->env.now;
+        }
+        uint64_t due = c->tomb_at + CK_SHARD_TOMB_TTL;
+        if (w->env.now < due && next > due)
+            ck_monitor_fail(w, CK_TIME, "shard %u's next timer is at %llu "
+                            "ns, after id %u's tombstone (from %llu ns, TTL "
+                            "%llu ns) ends", k, (unsigned long long)next,
+                            i + 1u, (unsigned long long)c->tomb_at,
+                            (unsigned long long)CK_SHARD_TOMB_TTL);
+    }
+}
+
 void ck_monitor_global(ck_world *w)
 {
     global_core(w);
     for (unsigned k = 0; k < w->cfg->S; k++)
         global_shard(w, k);
     global_time(w);
+    for (unsigned k = 0; k < w->cfg->S; k++)
+        shard_tomb_time(w, k);
     xfer_readiness_health rs;
     xfer_readiness_health_get(w->rd, &rs);
     if (rs.illegal)

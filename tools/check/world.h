@@ -96,9 +96,6 @@ typedef struct ck_config {
                             * machines; 0: T (a cap never binds) */
     bool e2e;              /* the E2E monitor (it keeps a bit of state,
                             * so it is an option: off keeps the counts) */
-    bool strict_e2e;       /* the E2E monitor does not exempt finding F3
-                            * (a newer attempt's ready absorbed by the
-                            * tracker's tombstone of an older one) */
     bool rdma;             /* one-sided shards: a WRITE is posted at the
                             * producer and lands without the shard (while
                             * its rkey is live), the driver invalidates
@@ -208,9 +205,14 @@ typedef struct mon_cs {
     uint8_t taken;  /* taken by the readiness tracker */
     uint8_t ready;  /* committed on the shard */
     uint32_t cancelled_attempt; /* last attempt cancelled here (0: none) */
-    uint32_t pad1;
+    uint8_t in_tomb;            /* TIME: the shard holds a tombstone of
+                                 * the id, since tomb_at */
+    uint8_t pad1[3];
     uint64_t cancelled_at;
     uint64_t take_resv;         /* resv id a take succeeded on */
+    uint64_t tomb_at;           /* the move that made the tombstone (0
+                                 * while none), so a function of the
+                                 * shard's state: the counts stay */
 } mon_cs;
 
 typedef struct mon_tr {
@@ -251,11 +253,10 @@ typedef struct ck_env {
     uint8_t staging[CK_MAX_T]; /* engine model: regions held */
     uint8_t e2e_exempt;        /* bit t: a consumer-side event or action
                                 * of transfer t was dropped, or a shard's
-                                * end of it reached the tracker before any
-                                * ready, or (F3, unless --strict-e2e) a
-                                * ready met the tracker's tombstone of
-                                * another attempt (the E2E monitor cannot
-                                * ask the consumer to report it) */
+                                * end of an attempt of it reached the
+                                * tracker before any ready of that attempt
+                                * (the tracker then tombstones it without
+                                * a report: F3 and F4) */
     uint8_t dups;              /* duplicates and stale replies so far */
 } ck_env;
 
