@@ -98,14 +98,12 @@ uint32_t xfer_tomb_expire(xfer_tomb *t, uint64_t now_ns, uint32_t max,
     while (!xfer_ring_empty(&t->ring) &&
            t->ents[t->ring.head].expires_ns <= now_ns &&
            (max == 0 || dropped < max)) {
-        uint32_t slot = t->ring.head, at;
+        uint32_t slot = t->ring.head;
         xfer_tomb_entry e = pop_head(t);
-        bool live = xfer_idmap_get(&t->map, e.id, &at) && at == slot;
-        if (!live) {
-            t->dead--;
+        if (!xfer_idmap_del_if(&t->map, e.id, slot)) {
+            t->dead--; /* superseded: the map points at a newer entry */
             continue;
         }
-        xfer_idmap_del(&t->map, e.id);
         dropped++;
         if (drop)
             drop(ud, &e);
