@@ -4,7 +4,8 @@
  *
  * Invariant: every key sits at or after its home bucket (cyclically, over
  * nb buckets) with no empty bucket in between, so a probe stops at the
- * first empty bucket; n <= cap < nb, so there always is one.  The home of
+ * first empty bucket; n <= cap < nb, so there always is one.  A full
+ * bucket's `home` is its key's home.  The home of
  * an id is a line chosen by its run (id >> XFER_IDMAP_RUN_BITS) plus its
  * place in the run: a line holds a run's ids in order, and probing walks on
  * into the next line only on a collision of runs.
@@ -61,10 +62,12 @@ uint32_t xfer_idmap_home(const xfer_idmap *m, uint64_t id)
            (uint32_t)(id & (XFER_IDMAP_RUN - 1));
 }
 
-/* The bucket of id (true), or the empty bucket where it would go. */
-static bool find(const xfer_idmap *m, uint64_t id, uint32_t *at)
+/* The bucket of id (true), or the empty bucket where it would go, probing
+ * from its home h. */
+static bool find_from(const xfer_idmap *m, uint64_t id, uint32_t h,
+                      uint32_t *at)
 {
-    uint32_t i = xfer_idmap_home(m, id);
+    uint32_t i = h;
     for (;;) {
         uint64_t k = m->b[i].key;
         if (k == id || k == 0) {
@@ -74,6 +77,11 @@ static bool find(const xfer_idmap *m, uint64_t id, uint32_t *at)
         if (++i == m->nb)
             i = 0;
     }
+}
+
+static bool find(const xfer_idmap *m, uint64_t id, uint32_t *at)
+{
+    return find_from(m, id, xfer_idmap_home(m, id), at);
 }
 
 bool xfer_idmap_get(const xfer_idmap *m, uint64_t id, uint32_t *val)
@@ -87,11 +95,12 @@ bool xfer_idmap_get(const xfer_idmap *m, uint64_t id, uint32_t *val)
 
 void xfer_idmap_put(xfer_idmap *m, uint64_t id, uint32_t val)
 {
-    uint32_t at;
+    uint32_t at, h = xfer_idmap_home(m, id);
     assert(id != 0);
-    if (!find(m, id, &at)) {
+    if (!find_from(m, id, h, &at)) {
         assert(m->n < m->cap);
         m->b[at].key = id;
+        m->b[at].home = h;
         m->n++;
         if (id > m->max_id)
             m->max_id = id;
@@ -109,7 +118,7 @@ static void erase(xfer_idmap *m, uint32_t i)
             j = 0;
         if (!m->b[j].key)
             break;
-        uint32_t h = xfer_idmap_home(m, m->b[j].key);
+        uint32_t h = m->b[j].home;
         bool stays = (i <= j) ? (i < h && h <= j) : (i < h || h <= j);
         if (stays)
             continue;

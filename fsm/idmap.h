@@ -2,9 +2,10 @@
  * fsm/idmap.h - an open-addressing map from a 64-bit id (never 0) to a
  * 32-bit slot, with linear probing and backward-shift deletion.
  *
- * Each bucket holds its key and its value side by side (16 B, four to a
- * 64-byte line, the array aligned to a line), so a hit costs one cache
- * miss, not one for the key and one for the value.  Ids from one producer
+ * Each bucket holds its key and its value side by side (16 B with the
+ * key's home bucket, four to a 64-byte line, the array aligned to a line),
+ * so a hit costs one cache miss, not one for the key and one for the
+ * value.  Ids from one producer
  * are mostly sequential, so the home bucket keeps runs of ids together:
  * ids 4k .. 4k+3 go to the four buckets of one line, in order, the line
  * chosen by Fibonacci hashing of k (reduced to the line count by a
@@ -36,6 +37,8 @@
 typedef struct xfer_idmap_bucket {
     uint64_t key; /* 0 = empty */
     uint32_t val;
+    uint32_t home; /* xfer_idmap_home(key), kept in what was padding so
+                    * that a delete's backward shift need not rehash */
 } xfer_idmap_bucket;
 
 typedef struct xfer_idmap {

@@ -27,6 +27,7 @@ static void check_invariant(const xfer_idmap *m)
             continue;
         keys++;
         ck_assert_uint_le(m->b[i].key, m->max_id);
+        ck_assert_uint_eq(m->b[i].home, xfer_idmap_home(m, m->b[i].key));
         for (uint32_t j = xfer_idmap_home(m, m->b[i].key); j != i;
              j = (j + 1) % m->nb)
             ck_assert_uint_ne(m->b[j].key, 0);
