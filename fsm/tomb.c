@@ -4,8 +4,9 @@
  *
  * Invariants: ring.n + held <= ring.cap; the ring's items (ents, oldest
  * first) have non-decreasing expires_ns; the map holds each id once,
- * pointing at the slot of its newest entry; the others (`dead` of them)
- * were superseded by a refresh and are popped silently.  With owners,
+ * pointing at the slot of its newest entry; the others (`dead` of them,
+ * exactly the entries flagged XFER_TOMB_DEAD_) were superseded by a
+ * refresh and are popped silently.  With owners,
  * owned[o] is the holds of owner o plus the ring entries (live or dead)
  * that name o, so the owners' counts add up to at most ring.n + held; every
  * pop of the ring goes through pop_head, which gives the entry's room back
@@ -98,14 +99,15 @@ uint32_t xfer_tomb_expire(xfer_tomb *t, uint64_t now_ns, uint32_t max,
     while (!xfer_ring_empty(&t->ring) &&
            t->ents[t->ring.head].expires_ns <= now_ns &&
            (max == 0 || dropped < max)) {
-        uint32_t slot = t->ring.head, at;
+        uint32_t slot = t->ring.head;
         xfer_tomb_entry e = pop_head(t);
-        bool live = xfer_idmap_get(&t->map, e.id, &at) && at == slot;
-        if (!live) {
-            t->dead--;
+        if (e.flags & XFER_TOMB_DEAD_) {
+            t->dead--; /* superseded: the map points at a newer entry */
             continue;
         }
-        xfer_idmap_del(&t->map, e.id);
+        bool gone = xfer_idmap_del_if(&t->map, e.id, slot);
+        assert(gone); /* a live entry is the one its id maps to */
+        (void)gone;
         dropped++;
         if (drop)
             drop(ud, &e);
@@ -178,8 +180,9 @@ void xfer_tomb_insert_held_by(xfer_tomb *t, uint64_t now_ns, uint64_t id,
     now_ns = clamp(t, now_ns);
     assert(t->held > 0);
     t->held--;
-    const xfer_tomb_entry *old = xfer_tomb_find(t, id);
-    if (old) {
+    uint32_t at;
+    if (xfer_idmap_get(&t->map, id, &at)) {
+        xfer_tomb_entry *old = &t->ents[at];
         /* The hold's room carries a fresh entry; the old dies (its room
          * stays its owner's until it is popped).  A block of everyone
          * survives it; another owner's block does not become everyone's
@@ -187,6 +190,7 @@ void xfer_tomb_insert_held_by(xfer_tomb *t, uint64_t now_ns, uint64_t id,
          * late reserve of that owner is freed by its lease. */
         if (old->owner == 0 || (old->flags & XFER_TOMB_GLOBAL))
             flags |= XFER_TOMB_GLOBAL;
+        old->flags |= XFER_TOMB_DEAD_;
         t->dead++;
     }
     append(t, now_ns, id, attempt, reason, owner, flags);
@@ -247,6 +251,7 @@ int xfer_tomb_refresh(xfer_tomb *t, uint64_t now_ns, uint64_t id,
     }
     if (xfer_tomb_full(t))
         return XFER_ERR_BUSY;
+    t->ents[at].flags |= XFER_TOMB_DEAD_;
     /* the map now points here */
     append(t, now_ns, id, attempt, reason, 0, 0);
     t->dead++;
@@ -309,10 +314,11 @@ void xfer_tomb_foreach(const xfer_tomb *t,
                        void (*fn)(void *ud, const xfer_tomb_entry *e),
                        void *ud)
 {
+    /* The dead flag, not the map: a sequential walk of the ring (this
+     * runs over every tombstone, e.g. at each of xferd's empty ticks). */
     for (uint32_t i = 0; i < t->ring.n; i++) {
-        uint32_t pos = xfer_ring_slot(&t->ring, i), at;
-        const xfer_tomb_entry *e = &t->ents[pos];
-        if (xfer_idmap_get(&t->map, e->id, &at) && at == pos)
+        const xfer_tomb_entry *e = &t->ents[xfer_ring_slot(&t->ring, i)];
+        if (!(e->flags & XFER_TOMB_DEAD_))
             fn(ud, e);
     }
 }
@@ -402,7 +408,8 @@ int xfer_tomb_restore(xfer_tomb *t, xfer_le_dec *d, uint32_t holds)
     for (uint32_t i = 0; i < n; i++) {
         xfer_tomb_entry e = get_entry(t, d);
         if (!xfer_le_dec_ok(d) || e.id == 0 || e.expires_ns < t->ttl_ns ||
-            e.owner > t->nowners || xfer_tomb_find(t, e.id))
+            e.owner > t->nowners || (e.flags & ~XFER_TOMB_GLOBAL) ||
+            xfer_tomb_find(t, e.id))
             goto out_bad;
         uint32_t at = xfer_ring_push(&t->ring);
         t->ents[at] = e;

@@ -16,7 +16,8 @@
  *
  * Refreshing a tombstone (a second cancel of the same id) appends a new
  * entry with a full TTL and points the map at it; the old entry stays in the
- * ring, dead, until it reaches the head and is popped without a callback.
+ * ring, dead (flagged XFER_TOMB_DEAD_), until it reaches the head and is
+ * popped without a callback.
  * Dead entries take room until then; they are never reported or saved.
  *
  * Owners (the consumer shard's sessions, xfer_tomb_owners_init): an entry
@@ -54,6 +55,10 @@
 
 /* Entry flags. */
 #define XFER_TOMB_GLOBAL 1u /* visible to every owner */
+/* Internal: a ring entry superseded by a newer one of its id (dead).  Only
+ * dead entries carry it, so find, foreach and save never show it; it lets
+ * foreach and expiry tell dead from live without a probe of the map. */
+#define XFER_TOMB_DEAD_ 0x80u
 
 typedef struct xfer_tomb_entry {
     uint64_t id;

@@ -1,6 +1,8 @@
 /*
  * tests/test_tomb.c - the bounded tombstone table (fsm/tomb.c): TTL, cap,
- * holds, FIFO expiry, and refresh (a repeated cancel gives a full TTL).
+ * holds, FIFO expiry, refresh (a repeated cancel gives a full TTL), and
+ * dead entries (superseded ones) that foreach, find, save and expiry never
+ * show.
  */
 #include <check.h>
 
@@ -263,6 +265,85 @@ START_TEST(test_tomb_find_any_order_after_reset_and_restore)
 }
 END_TEST
 
+/* What foreach shows, as (id, expiry) pairs in order. */
+typedef struct seen {
+    uint64_t id[16], exp[16];
+    int n;
+} seen;
+
+static void note(void *ud, const xfer_tomb_entry *e)
+{
+    seen *v = ud;
+    ck_assert_int_lt(v->n, 16);
+    ck_assert_uint_eq(e->flags & XFER_TOMB_DEAD_, 0);
+    v->id[v->n] = e->id;
+    v->exp[v->n++] = e->expires_ns;
+}
+
+/* Dead entries, made by a refresh and by a second owner's record ending,
+ * stay in the ring (they take room) but foreach, find and save show only
+ * the newest entry of each id; a saved entry carrying the internal dead
+ * flag is refused; expiry pops the dead ones without a callback. */
+START_TEST(test_tomb_dead_entries_never_shown)
+{
+    xfer_tomb t, u;
+    ck_assert_int_eq(xfer_tomb_init(&t, 8, 100, &A), 0);
+    ck_assert_int_eq(xfer_tomb_owners_init(&t, 2, 8, &A), 0);
+    ck_assert_int_eq(xfer_tomb_init(&u, 8, 100, &A), 0);
+    ck_assert_int_eq(xfer_tomb_owners_init(&u, 2, 8, &A), 0);
+    ck_assert_int_eq(xfer_tomb_insert(&t, 0, 1, 1, 7), 0);
+    ck_assert_int_eq(xfer_tomb_insert_by(&t, 1, 2, 1, 7, 1, 0), 0);
+    ck_assert_int_eq(xfer_tomb_insert(&t, 2, 3, 1, 7), 0);
+    ck_assert_int_eq(xfer_tomb_refresh(&t, 10, 1, 1, 7), 0); /* 1 dies */
+    ck_assert_int_eq(xfer_tomb_hold_by(&t, 20, 2), 0);
+    xfer_tomb_insert_held_by(&t, 20, 2, 1, 8, 2, 0); /* 2 dies */
+    ck_assert_uint_eq(xfer_tomb_entries(&t), 5);
+    ck_assert_uint_eq(xfer_tomb_live(&t), 3);
+    seen v = {0};
+    xfer_tomb_foreach(&t, note, &v);
+    ck_assert_int_eq(v.n, 3);
+    ck_assert_uint_eq(v.id[0], 3);
+    ck_assert_uint_eq(v.exp[0], 102);
+    ck_assert_uint_eq(v.id[1], 1);
+    ck_assert_uint_eq(v.exp[1], 110);
+    ck_assert_uint_eq(v.id[2], 2);
+    ck_assert_uint_eq(v.exp[2], 120);
+    ck_assert_uint_eq(xfer_tomb_find(&t, 2)->owner, 2);
+    ck_assert_uint_eq(xfer_tomb_find(&t, 2)->flags, 0);
+    ck_assert_uint_eq(xfer_tomb_find(&t, 1)->flags, 0);
+    /* save and restore: the same three, no dead entry */
+    uint8_t buf[256];
+    xfer_le_enc w = xfer_le_enc_start(buf, sizeof buf);
+    xfer_tomb_save(&t, &w);
+    ck_assert_uint_eq(w.at, 4 + 3 * 24);
+    xfer_le_dec d = xfer_le_dec_start(buf, w.at);
+    ck_assert_int_eq(xfer_tomb_restore(&u, &d, 0), 0);
+    ck_assert_uint_eq(xfer_tomb_entries(&u), 3);
+    seen v2 = {0};
+    xfer_tomb_foreach(&u, note, &v2);
+    ck_assert_mem_eq(&v2, &v, sizeof v);
+    /* the dead flag in a save is refused by check and by restore */
+    buf[4 + 23] = XFER_TOMB_DEAD_;
+    d = xfer_le_dec_start(buf, w.at);
+    ck_assert(!xfer_tomb_check(&u, &d, 0, NULL, NULL));
+    d = xfer_le_dec_start(buf, w.at);
+    ck_assert_int_eq(xfer_tomb_restore(&u, &d, 0), XFER_ERR_FORMAT);
+    /* expiry at 110: the dead 1 and 2 go silently, 3 and the new 1 with
+     * a callback, in ring order */
+    dropped = 0;
+    ck_assert_uint_eq(xfer_tomb_expire(&t, 110, 0, on_drop, NULL), 2);
+    ck_assert_int_eq(dropped, 2);
+    ck_assert_uint_eq(xfer_tomb_entries(&t), 1);
+    ck_assert_uint_eq(xfer_tomb_live(&t), 1);
+    ck_assert_ptr_null(xfer_tomb_find(&t, 1));
+    ck_assert_ptr_nonnull(xfer_tomb_find(&t, 2));
+    ck_assert_uint_eq(xfer_tomb_owned(&t, 1), 0);
+    ck_assert_uint_eq(xfer_tomb_owned(&t, 2), 1);
+    xfer_tomb_clear(&t, &A);
+    xfer_tomb_clear(&u, &A);
+}
+END_TEST
+
 START_TEST(test_tomb_alloc_failure)
 {
     for (long n = 0; n < 4; n++) {
@@ -295,6 +376,7 @@ int main(void)
     tcase_add_test(tc, test_tomb_alloc_failure);
     tcase_add_test(tc, test_tomb_owners_quota_visibility_and_room);
     tcase_add_test(tc, test_tomb_owners_save_restore);
+    tcase_add_test(tc, test_tomb_dead_entries_never_shown);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
