@@ -279,6 +279,7 @@ int xfer_tomb_hold_over(xfer_tomb *t, uint64_t now_ns, uint64_t id)
     uint32_t still;
     if (xfer_idmap_get(&t->map, id, &still) && still == at) {
         xfer_idmap_del(&t->map, id);
+        t->ents[at].flags |= XFER_TOMB_DEAD_; /* expiry pops it unprobed */
         t->dead++;
     }
     return 0;
