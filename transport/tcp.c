@@ -11,14 +11,20 @@
  * libevent has let go of them.
  *
  * What must stay true:
- *  - every started op gets exactly one result, delivered from a deferred
- *    event on the loop, never from inside start/abort (transport.h);
+ *  - every started op gets exactly one result, never from inside
+ *    start/abort (transport.h): the results of one read's replies are
+ *    delivered at the end of that read callback, as one engine batch
+ *    (xfer_engine_batch_begin/_end: one clock reading, one drain of the
+ *    core's next ops); any other from a deferred event, activated once
+ *    per batch (never once per result);
  *  - a WRITE result is queued only when its reply (or failure) is known AND
  *    its staging reference was released (I3): `done` records the outcome,
  *    `ref_held` the reference, and the result leaves when both allow;
  *  - an op's memory lives until it is on no list, holds no reference, and
- *    its result is queued; an op whose transport is gone is freed by its
- *    reference cleanup (orphan);
+ *    its result is queued; then it goes to a free list (at most
+ *    TCP_FREE_MAX records, from cfg.alloc, freed at del), so the hot path
+ *    allocates nothing once warm; an op whose transport is gone is freed
+ *    by its reference cleanup (orphan);
  *  - a lost connection fails every op on its `sent` list with CONN_LOST;
  *    ops still waiting survive an immediate reconnect and fail only when a
  *    connect fails;
@@ -58,6 +64,7 @@
 
 #define TCP_ADDR_MAX 64
 #define TCP_DELIVER_BATCH 4096
+#define TCP_FREE_MAX 1024 /* op records kept for reuse */
 
 /* C_GATED: HELLO answered, ops held until the owner opens the connection
  * (only with hooks; see tcp_int.h). */
@@ -69,6 +76,7 @@ typedef struct tcp_conn tcp_conn;
 
 struct tcp_op {
     xfer_action a;
+    tcp_op *next_free; /* on the transport's free list */
     const uint8_t *src;
     xfer_list_node link; /* on its connection's wait or sent list */
     uint32_t req;
@@ -112,6 +120,11 @@ struct xfer_tcp {
     uint8_t secret[XFER_AUTH_SECRET_MAX];
     size_t secret_len;
     xfer_tcp_hooks hooks;   /* deliver NULL: plain TCP transport */
+    tcp_op *free_ops;       /* records kept for reuse (at most */
+    uint32_t nfree;         /* TCP_FREE_MAX), freed at del */
+    uint32_t in_read;       /* inside a read callback: its end delivers */
+    bool deliver_armed;     /* deliver_ev is active */
+    xfer_tcp_io io;         /* the hot path's counters (tcp_int.h) */
 };
 
 /* ---------------------------------------------------------------------- */
@@ -159,16 +172,56 @@ static int q_reserve(xfer_tcp *t, size_t need)
     return 0;
 }
 
+/* Activate the deliver event once until it runs (activating an active
+ * event changes nothing in libevent). */
+static void arm_deliver(xfer_tcp *t)
+{
+    if (t->deliver_armed)
+        return;
+    t->deliver_armed = true;
+    t->io.deliver_wakeups++;
+    event_active(t->deliver_ev, EV_TIMEOUT, 0);
+}
+
+/* A result queued inside a read callback is delivered at its end, with
+ * the read's other results (deliver_queued); any other leaves from the
+ * deferred event, never from inside start/abort. */
 static void q_push(xfer_tcp *t, const xfer_shard_result *r)
 {
     t->q[xfer_ring_push(&t->qring)] = *r;
-    event_active(t->deliver_ev, EV_TIMEOUT, 0);
+    if (!t->in_read)
+        arm_deliver(t);
+}
+
+/* An op record: one kept from an earlier op, else a new one. */
+static tcp_op *op_get(xfer_tcp *t)
+{
+    tcp_op *op = t->free_ops;
+    if (!op) {
+        t->io.op_allocs++;
+        return xfer_util_calloc(&t->cfg.alloc, 1, sizeof *op);
+    }
+    t->free_ops = op->next_free;
+    t->nfree--;
+    memset(op, 0, sizeof *op);
+    return op;
+}
+
+static void op_put(xfer_tcp *t, tcp_op *op)
+{
+    if (t->nfree >= TCP_FREE_MAX) {
+        xfer_util_free(&t->cfg.alloc, op);
+        return;
+    }
+    op->next_free = t->free_ops;
+    t->free_ops = op;
+    t->nfree++;
 }
 
 static void maybe_free(tcp_op *op)
 {
     if (op->list == L_NONE && !op->ref_held && op->queued)
-        xfer_util_free(&op->conn->t->cfg.alloc, op);
+        op_put(op->conn->t, op);
 }
 
 /* Queue op's result if its outcome is known and its staging bytes are no
@@ -193,19 +246,39 @@ static void finish(xfer_tcp *t, tcp_op *op, int32_t status)
     try_queue(t, op);
 }
 
-static void on_deliver(evutil_socket_t fd, short what, void *arg)
+/*
+ * Hand the queued results to the engine (or the owner's hook) as one
+ * batch: one clock reading, and the core's next ops produced in one drain
+ * at batch_end (engine_int.h).  Results queued meanwhile (an op that
+ * fails at start, from that drain) wait for the deferred event: in_read
+ * stays up so that they do not arm it twice.
+ */
+static void deliver_queued(xfer_tcp *t)
 {
-    xfer_tcp *t = arg;
+    xfer_engine *e = t->hooks.deliver ? NULL : t->engine;
+    t->in_read++;
+    if (e)
+        xfer_engine_batch_begin(e);
     for (int i = 0; i < TCP_DELIVER_BATCH && !xfer_ring_empty(&t->qring);
          i++) {
         xfer_shard_result r = t->q[xfer_ring_pop(&t->qring)];
         if (t->hooks.deliver)
             t->hooks.deliver(t->hooks.ud, &r);
-        else if (t->engine)
-            xfer_engine_deliver(t->engine, &r);
+        else if (e)
+            xfer_engine_deliver(e, &r);
     }
-    if (!xfer_ring_empty(&t->qring))
-        event_active(t->deliver_ev, EV_TIMEOUT, 0);
+    if (e)
+        xfer_engine_batch_end(e);
+    t->in_read--;
+    if (!xfer_ring_empty(&t->qring) && !t->in_read)
+        arm_deliver(t);
+}
+
+static void on_deliver(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_tcp *t = arg;
+    t->deliver_armed = false;
+    deliver_queued(t);
 }
 
 /* libevent let go of a WRITE's staging bytes. */
@@ -402,9 +475,9 @@ static bool on_frame(tcp_conn *c, const xfer_wire_hdr *h,
     }
 }
 
-static void on_read(struct bufferevent *bev, void *arg)
+/* Every frame the read brought, then their results as one batch. */
+static void cut_frames(tcp_conn *c, struct bufferevent *bev)
 {
-    tcp_conn *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
     for (;;) {
         xfer_wire_hdr h;
@@ -420,6 +493,18 @@ static void on_read(struct bufferevent *bev, void *arg)
         if (c->bev != bev)
             return; /* the connection was replaced meanwhile */
     }
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    tcp_conn *c = arg;
+    xfer_tcp *t = c->t;
+    t->io.reads++;
+    t->in_read++;
+    cut_frames(c, bev);
+    t->in_read--;
+    if (!t->in_read)
+        deliver_queued(t);
 }
 
 static void on_write(struct bufferevent *bev, void *arg)
@@ -585,7 +670,7 @@ static int t_start(void *self, const xfer_action *a, const void *src)
         return XFER_ERR_INVALID_ARG;
     if (q_reserve(t, (size_t)t->qring.n + t->outstanding + 1) != 0)
         return XFER_ERR_NOMEM;
-    tcp_op *op = xfer_util_calloc(&t->cfg.alloc, 1, sizeof *op);
+    tcp_op *op = op_get(t);
     if (!op)
         return XFER_ERR_NOMEM;
     tcp_conn *c = &t->conns[a->shard];
@@ -801,6 +886,11 @@ void xfer_tcp_del(xfer_tcp *t)
     if (t->deliver_ev)
         event_free(t->deliver_ev);
     xfer_allocator a = t->cfg.alloc;
+    while (t->free_ops) {
+        tcp_op *op = t->free_ops;
+        t->free_ops = op->next_free;
+        xfer_util_free(&a, op);
+    }
     xfer_util_free(&a, t->q);
     xfer_util_free(&a, t);
 }
@@ -848,6 +938,11 @@ int xfer_tcp_start_op(xfer_tcp *t, const xfer_action *a)
 void xfer_tcp_abort_op(xfer_tcp *t, const xfer_action *a)
 {
     t_abort(t, a);
+}
+
+void xfer_tcp_io_get(const xfer_tcp *t, xfer_tcp_io *out)
+{
+    *out = t->io;
 }
 
 int xfer_tcp_split_addrs(const char *list, char *buf, size_t cap,
