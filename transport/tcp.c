@@ -7,8 +7,17 @@
  * watermark, else encoded and sent (`sent` list, in request order, which is
  * also reply order since xferd answers each connection's frames in order).
  * A WRITE goes out as its 48-byte head (copied) followed by the staging
- * bytes added by reference; the reference's cleanup callback tells us when
- * libevent has let go of them.
+ * bytes by reference.
+ *
+ * Output: frames are queued on their connection during the loop turn (a
+ * flat buffer of heads, and segments pointing into it or into staging)
+ * and each connection is written once, at the end of the read callback
+ * whose replies produced them or from one deferred flush event: straight
+ * to the socket with one sendmsg when the bufferevent holds nothing, so
+ * that EV_WRITE is registered only when the socket did not take it all;
+ * the rest goes to the bufferevent, staging bytes by reference, whose
+ * cleanup callback tells us when libevent has let go of them.  The
+ * bufferevent still connects, reads, and writes what is left over.
  *
  * What must stay true:
  *  - every started op gets exactly one result, never from inside
@@ -19,7 +28,11 @@
  *    per batch (never once per result);
  *  - a WRITE result is queued only when its reply (or failure) is known AND
  *    its staging reference was released (I3): `done` records the outcome,
- *    `ref_held` the reference, and the result leaves when both allow;
+ *    `ref_held` the reference (held from queueing until the kernel took
+ *    the bytes, the bufferevent let go of them, or the connection dropped
+ *    them unsent), and the result leaves when both allow;
+ *  - queued output is in stream order: the bufferevent's output comes
+ *    first, so nothing is written past it while it holds bytes;
  *  - an op's memory lives until it is on no list, holds no reference, and
  *    its result is queued; then it goes to a free list (at most
  *    TCP_FREE_MAX records, from cfg.alloc, freed at del), so the hot path
@@ -47,8 +60,11 @@
 #include <event2/event.h>
 #include <event2/util.h>
 #include <netinet/in.h>
+#include <errno.h>
+#include <limits.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "auth.h"
 #include "engine_int.h"
@@ -65,6 +81,7 @@
 #define TCP_ADDR_MAX 64
 #define TCP_DELIVER_BATCH 4096
 #define TCP_FREE_MAX 1024 /* op records kept for reuse */
+#define TCP_IOV 64        /* iovecs per writev */
 
 /* C_GATED: HELLO answered, ops held until the owner opens the connection
  * (only with hooks; see tcp_int.h). */
@@ -73,6 +90,14 @@ enum { L_NONE, L_WAIT, L_SENT };
 
 typedef struct tcp_op tcp_op;
 typedef struct tcp_conn tcp_conn;
+
+/* A piece of a connection's queued output: `len` bytes at `off` of its
+ * flat buffer (op NULL), or of op's staging bytes (a WRITE's data, by
+ * reference: `off` is how far into them). */
+typedef struct tcp_seg {
+    tcp_op *op;
+    uint32_t off, len;
+} tcp_seg;
 
 struct tcp_op {
     xfer_action a;
@@ -104,6 +129,13 @@ struct tcp_conn {
     xfer_list wait, sent; /* of tcp_op, oldest first */
     xfer_wire_msg hello;  /* the HELLO2 sent on this connection */
     bool challenged;      /* the shard proved it knows the secret */
+    /* Output queued during this loop turn, written once (flush_conn). */
+    uint8_t *flat;        /* frame heads, back to back */
+    uint32_t flat_len, flat_cap;
+    tcp_seg *segs;        /* in stream order */
+    uint32_t nsegs, segs_cap;
+    uint64_t pending;     /* bytes in segs */
+    bool dirty;           /* listed in t->dirty */
 };
 
 struct xfer_tcp {
@@ -124,6 +156,10 @@ struct xfer_tcp {
     uint32_t nfree;         /* TCP_FREE_MAX), freed at del */
     uint32_t in_read;       /* inside a read callback: its end delivers */
     bool deliver_armed;     /* deliver_ev is active */
+    struct event *flush_ev; /* writes what ops queued outside a read */
+    bool flush_armed;       /* flush_ev is active */
+    uint16_t dirty[XFER_MAX_SHARDS]; /* connections with queued output */
+    uint16_t ndirty;
     xfer_tcp_io io;         /* the hot path's counters (tcp_int.h) */
 };
 
@@ -246,6 +282,8 @@ static void finish(xfer_tcp *t, tcp_op *op, int32_t status)
     try_queue(t, op);
 }
 
+static void flush_dirty(xfer_tcp *t);
+
 /*
  * Hand the queued results to the engine (or the owner's hook) as one
  * batch: one clock reading, and the core's next ops produced in one drain
@@ -270,8 +308,11 @@ static void deliver_queued(xfer_tcp *t)
     if (e)
         xfer_engine_batch_end(e);
     t->in_read--;
-    if (!xfer_ring_empty(&t->qring) && !t->in_read)
+    if (t->in_read)
+        return;
+    if (!xfer_ring_empty(&t->qring))
         arm_deliver(t);
+    flush_dirty(t); /* the ops the batch started: one write each */
 }
 
 static void on_deliver(evutil_socket_t fd, short what, void *arg)
@@ -281,20 +322,27 @@ static void on_deliver(evutil_socket_t fd, short what, void *arg)
     deliver_queued(t);
 }
 
+/* The staging bytes of a WRITE are no longer referenced: written, or
+ * dropped with their connection. */
+static void release_ref(tcp_op *op)
+{
+    xfer_tcp *t = op->conn->t;
+    op->ref_held = false;
+    t->st.refs_outstanding--;
+    try_queue(t, op);
+    maybe_free(op);
+}
+
 /* libevent let go of a WRITE's staging bytes. */
 static void on_ref_done(const void *data, size_t len, void *extra)
 {
     tcp_op *op = extra;
-    op->ref_held = false;
     if (op->orphan) {
         xfer_allocator a = op->orphan_alloc;
         xfer_util_free(&a, op);
         return;
     }
-    xfer_tcp *t = op->conn->t;
-    t->st.refs_outstanding--;
-    try_queue(t, op);
-    maybe_free(op);
+    release_ref(op);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -315,8 +363,197 @@ static uint8_t wire_type_of(uint8_t kind)
 
 static bool above_high(const tcp_conn *c)
 {
-    return evbuffer_get_length(bufferevent_get_output(c->bev)) >
+    return c->pending +
+               evbuffer_get_length(bufferevent_get_output(c->bev)) >
            c->t->cfg.high_watermark;
+}
+
+/* Grow *p (of *cap elements of `size` bytes) to hold `need`. */
+static bool grow(xfer_tcp *t, void **p, uint32_t *cap, uint32_t need,
+                 size_t size)
+{
+    if (need <= *cap)
+        return true;
+    uint32_t n = *cap ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    void *q = xfer_util_alloc(&t->cfg.alloc, (size_t)n * size);
+    if (!q)
+        return false;
+    if (*p)
+        memcpy(q, *p, (size_t)*cap * size);
+    xfer_util_free(&t->cfg.alloc, *p);
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+static void arm_flush(xfer_tcp *t)
+{
+    if (t->flush_armed || t->in_read)
+        return; /* the read callback flushes at its end */
+    t->flush_armed = true;
+    event_active(t->flush_ev, EV_TIMEOUT, 0);
+}
+
+static bool push_seg(tcp_conn *c, tcp_op *op, uint32_t off, uint32_t len)
+{
+    xfer_tcp *t = c->t;
+    if (!grow(t, (void **)&c->segs, &c->segs_cap, c->nsegs + 1,
+              sizeof *c->segs))
+        return false;
+    c->segs[c->nsegs++] = (tcp_seg){.op = op, .off = off, .len = len};
+    c->pending += len;
+    if (!c->dirty) {
+        c->dirty = true;
+        t->dirty[t->ndirty++] = c->shard;
+    }
+    arm_flush(t);
+    return true;
+}
+
+/* Queue n bytes (copied) for this turn's write.  False: out of memory. */
+static bool queue_bytes(tcp_conn *c, const uint8_t *b, size_t n)
+{
+    if (!grow(c->t, (void **)&c->flat, &c->flat_cap,
+              c->flat_len + (uint32_t)n, 1))
+        return false;
+    memcpy(c->flat + c->flat_len, b, n);
+    tcp_seg *last = c->nsegs ? &c->segs[c->nsegs - 1] : NULL;
+    if (last && !last->op && last->off + last->len == c->flat_len) {
+        last->len += (uint32_t)n;
+        c->pending += n;
+        c->flat_len += (uint32_t)n;
+        return true;
+    }
+    uint32_t off = c->flat_len;
+    c->flat_len += (uint32_t)n;
+    return push_seg(c, NULL, off, (uint32_t)n);
+}
+
+/* Forget the queued output; staging bytes in it are released. */
+static void drop_queued(tcp_conn *c)
+{
+    uint32_t n = c->nsegs;
+    c->nsegs = 0;
+    c->flat_len = 0;
+    c->pending = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (c->segs[i].op)
+            release_ref(c->segs[i].op);
+}
+
+/* Write the queued segments from the first straight to the socket, one
+ * writev per TCP_IOV of them, until all are out or the socket is full.
+ * Returns how many segments went out whole (segs[done].off advanced past
+ * what went of the next one); -1 on a socket error. */
+static int write_direct(tcp_conn *c)
+{
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
+    uint32_t done = 0;
+    while (done < c->nsegs) {
+        struct iovec iov[TCP_IOV];
+        int k = 0;
+        for (uint32_t i = done; i < c->nsegs && k < TCP_IOV; i++, k++) {
+            tcp_seg *g = &c->segs[i];
+            iov[k].iov_base = g->op ? (void *)(g->op->src + g->off)
+                                    : (void *)(c->flat + g->off);
+            iov[k].iov_len = g->len;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+        c->t->io.writes++;
+        ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (w < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR
+                       ? (int)done
+                       : -1;
+        size_t left = (size_t)w;
+        while (done < c->nsegs && left >= c->segs[done].len) {
+            left -= c->segs[done].len;
+            c->pending -= c->segs[done].len;
+            done++;
+        }
+        if (done < c->nsegs && left) {
+            tcp_seg *g = &c->segs[done];
+            g->off += (uint32_t)left;
+            g->len -= (uint32_t)left;
+            c->pending -= left;
+            return (int)done; /* a short write: the socket is full */
+        }
+        if (k < TCP_IOV && done < c->nsegs)
+            return (int)done;
+    }
+    return (int)done;
+}
+
+/* Hand segments [from, nsegs) to the bufferevent, which writes them when
+ * the socket takes more (EV_WRITE).  False when the connection must be
+ * dropped. */
+static bool hand_to_bev(tcp_conn *c, uint32_t from)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    for (uint32_t i = from; i < c->nsegs; i++) {
+        tcp_seg *g = &c->segs[i];
+        int rc = g->op ? evbuffer_add_reference(out, g->op->src + g->off,
+                                                g->len, on_ref_done, g->op)
+                       : evbuffer_add(out, c->flat + g->off, g->len);
+        if (rc != 0) {
+            c->nsegs -= i;
+            memmove(c->segs, c->segs + i, c->nsegs * sizeof *c->segs);
+            return false;
+        }
+        c->pending -= g->len;
+    }
+    c->nsegs = 0;
+    c->flat_len = 0;
+    return true;
+}
+
+static void flush_wait(tcp_conn *c);
+
+/*
+ * Write the connection's queued output: straight to the socket when the
+ * bufferevent holds nothing (so no EV_WRITE registration and no extra
+ * loop turn), and what the socket did not take, or everything when the
+ * bufferevent is still writing, goes to the bufferevent behind what it
+ * holds (by reference for staging bytes: no copy).  A WRITE whose data
+ * went out whole is released at once.
+ */
+static void flush_conn(tcp_conn *c)
+{
+    c->dirty = false;
+    if (!c->nsegs || !c->bev)
+        return;
+    int done = 0;
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        done = write_direct(c);
+    if (done < 0) {
+        conn_lost(c, false);
+        return;
+    }
+    for (int i = 0; i < done; i++)
+        if (c->segs[i].op)
+            release_ref(c->segs[i].op);
+    if (!hand_to_bev(c, (uint32_t)done)) {
+        conn_lost(c, false);
+        return;
+    }
+    flush_wait(c); /* ops held back by the watermark: the socket took it */
+}
+
+/* A connection is in t->dirty exactly while its flag is up: taken out
+ * before it is flushed, so one queued again meanwhile comes back. */
+static void flush_dirty(xfer_tcp *t)
+{
+    while (t->ndirty)
+        flush_conn(&t->conns[t->dirty[--t->ndirty]]);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_tcp *t = arg;
+    t->flush_armed = false;
+    flush_dirty(t);
 }
 
 /* Encode op onto the connection.  Returns false when the connection had
@@ -332,19 +569,18 @@ static bool send_op(tcp_conn *c, tcp_op *op)
                                   : 0};
     uint8_t buf[XFER_WIRE_MAX_FIXED];
     size_t n = xfer_wire_encode(&m, c->next_req, buf, sizeof buf);
-    struct evbuffer *out = bufferevent_get_output(c->bev);
     op->req = c->next_req++;
     list_push(&c->sent, op, L_SENT);
     c->t->st.ops_sent++;
-    if (evbuffer_add(out, buf, n) != 0) {
+    if (!queue_bytes(c, buf, n)) {
         conn_lost(c, false);
         return false;
     }
     if (a->kind == XFER_ACT_WRITE && a->len) {
         op->ref_held = true;
         c->t->st.refs_outstanding++;
-        if (evbuffer_add_reference(out, op->src, a->len, on_ref_done, op)) {
-            op->ref_held = false; /* never added: no cleanup will run */
+        if (!push_seg(c, op, 0, a->len)) {
+            op->ref_held = false; /* never queued: nothing releases it */
             c->t->st.refs_outstanding--;
             conn_lost(c, false);
             return false;
@@ -423,7 +659,7 @@ static bool on_challenge(tcp_conn *c, const xfer_wire_msg *m)
     }
     c->challenged = true;
     size_t n = xfer_wire_encode(&a, c->hello_req, buf, sizeof buf);
-    return n && bufferevent_write(c->bev, buf, n) == 0;
+    return n && queue_bytes(c, buf, n);
 }
 
 static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
@@ -509,7 +745,8 @@ static void on_read(struct bufferevent *bev, void *arg)
 
 static void on_write(struct bufferevent *bev, void *arg)
 {
-    flush_wait(arg); /* output fell below the low watermark */
+    flush_wait(arg); /* output fell below the low watermark; what it
+                        queues goes out from the flush event */
 }
 
 /* ---------------------------------------------------------------------- */
@@ -538,6 +775,7 @@ static void close_bev(tcp_conn *c)
     }
     if (!c->bev)
         return;
+    drop_queued(c);
     /* Freeing the bufferevent releases its output; the staging references
      * in it are let go (their cleanups run) when libevent finalizes it. */
     bufferevent_free(c->bev);
@@ -593,7 +831,8 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         size_t n = xfer_wire_encode(&c->hello, c->next_req, buf, sizeof buf);
         c->hello_req = c->next_req++;
         c->state = C_HELLO;
-        bufferevent_write(bev, buf, n);
+        if (!queue_bytes(c, buf, n))
+            conn_lost(c, false);
         return;
     }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
@@ -835,7 +1074,8 @@ int xfer_tcp_new_hooked(struct event_base *base, const xfer_tcp_config *cfg,
     }
     rc = XFER_ERR_IO;
     t->deliver_ev = event_new(base, -1, 0, on_deliver, t);
-    if (!t->deliver_ev)
+    t->flush_ev = event_new(base, -1, 0, on_flush, t);
+    if (!t->deliver_ev || !t->flush_ev)
         goto out_fail;
     for (uint16_t k = 0; k < c.nshards; k++) {
         rc = init_conn(t, k, c.addrs[k]);
@@ -874,8 +1114,13 @@ void xfer_tcp_del(xfer_tcp *t)
         return;
     for (uint16_t k = 0; k < t->cfg.nshards; k++) {
         tcp_conn *c = &t->conns[k];
+        for (uint32_t i = 0; i < c->nsegs; i++)
+            if (c->segs[i].op)
+                c->segs[i].op->ref_held = false; /* never written */
         drop_list(&c->wait, &t->cfg.alloc);
         drop_list(&c->sent, &t->cfg.alloc);
+        xfer_util_free(&t->cfg.alloc, c->flat);
+        xfer_util_free(&t->cfg.alloc, c->segs);
         if (c->bev)
             bufferevent_free(c->bev);
         if (c->retry_ev)
@@ -885,6 +1130,8 @@ void xfer_tcp_del(xfer_tcp *t)
     }
     if (t->deliver_ev)
         event_free(t->deliver_ev);
+    if (t->flush_ev)
+        event_free(t->flush_ev);
     xfer_allocator a = t->cfg.alloc;
     while (t->free_ops) {
         tcp_op *op = t->free_ops;

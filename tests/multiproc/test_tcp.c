@@ -14,7 +14,9 @@
  * deliver hook starts a COMMIT for every RESERVE_OK, as the engine would:
  * test_tcp_batch_answered_in_one_turn: 64 replies sent in one segment are
  * read once and delivered in one loop iteration, from the read callback
- * (no deferred-event wake-up);
+ * (no deferred-event wake-up), and the 64 COMMITs they cause are on the
+ * socket before the loop turns again, sent with one write (a bufferevent
+ * would register EV_WRITE and write on the next turn);
  * test_tcp_reuses_op_records: a second round of 64 ops allocates nothing
  * (op records come back from the free list).
  */
@@ -296,14 +298,18 @@ START_TEST(test_tcp_batch_answered_in_one_turn)
     hk_reserve_round(&h, 1);
     xfer_tcp_io before, after;
     xfer_tcp_io_get(h.t, &before);
-    /* One iteration: the replies are read and delivered, and the hook
-     * starts a COMMIT for each. */
+    /* One iteration: the replies are read and delivered, the hook starts
+     * a COMMIT for each, and those are written before the loop goes
+     * round again. */
     event_base_loop(h.base, EVLOOP_ONCE);
     xfer_tcp_io_get(h.t, &after);
     ck_assert_int_eq(h.got, HK_N);
     ck_assert_int_eq(h.commits_ok, HK_N);
     ck_assert_uint_eq(after.reads - before.reads, 1);
     ck_assert_uint_eq(after.deliver_wakeups - before.deliver_wakeups, 0);
+    ck_assert_uint_eq(after.writes - before.writes, 1);
+    uint8_t b;
+    ck_assert_int_eq(recv(h.f.conn, &b, 1, MSG_PEEK | MSG_DONTWAIT), 1);
     hk_commit_round(&h, 2 * HK_N);
     hk_stop(&h);
 }
