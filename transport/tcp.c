@@ -17,7 +17,11 @@
  * that EV_WRITE is registered only when the socket did not take it all;
  * the rest goes to the bufferevent, staging bytes by reference, whose
  * cleanup callback tells us when libevent has let go of them.  The
- * bufferevent still connects, reads, and writes what is left over.
+ * bufferevent still connects and writes what is left over; it reads only
+ * until HELLO is answered.  Then the connection reads its socket itself
+ * (take_reads): one recv per readiness into a flat 64 KiB buffer, every
+ * whole frame decoded in place, the tail of an incomplete one kept at the
+ * front (no ioctl(FIONREAD), no copy-out and removal per frame).
  *
  * What must stay true:
  *  - every started op gets exactly one result, never from inside
@@ -82,6 +86,7 @@
 #define TCP_DELIVER_BATCH 4096
 #define TCP_FREE_MAX 1024 /* op records kept for reuse */
 #define TCP_IOV 64        /* iovecs per writev */
+#define TCP_IN_CAP (64u << 10) /* a connection's read buffer */
 
 /* C_GATED: HELLO answered, ops held until the owner opens the connection
  * (only with hooks; see tcp_int.h). */
@@ -136,6 +141,12 @@ struct tcp_conn {
     uint32_t nsegs, segs_cap;
     uint64_t pending;     /* bytes in segs */
     bool dirty;           /* listed in t->dirty */
+    /* Input once HELLO is answered: our own read event on the socket,
+     * one recv into `in`, frames parsed in place (parse_in). */
+    struct event *rd_ev;
+    uint8_t *in;          /* TCP_IN_CAP bytes, from cfg.alloc */
+    uint32_t in_len;      /* bytes of a frame not complete yet */
+    bool own_read;        /* switch to rd_ev (set by on_hello_ack) */
 };
 
 struct xfer_tcp {
@@ -679,6 +690,7 @@ static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
     c->backoff_ns = 0;
     c->t->st.connects++;
     bufferevent_set_timeouts(c->bev, NULL, NULL);
+    c->own_read = true; /* cut_frames hands the reads to take_reads */
     if (c->t->hooks.link) {
         /* the owner sets up the rest and opens the connection */
         c->state = C_GATED;
@@ -711,6 +723,38 @@ static bool on_frame(tcp_conn *c, const xfer_wire_hdr *h,
     }
 }
 
+static void parse_in(tcp_conn *c);
+static void on_sock_read(evutil_socket_t fd, short what, void *arg);
+
+/*
+ * HELLO is answered: read the socket ourselves from now on (one recv per
+ * readiness into the connection's flat buffer, frames decoded in place)
+ * instead of through the bufferevent (an ioctl(FIONREAD), a readv into
+ * its chains, and a copy-out and removal per frame).  The bufferevent
+ * keeps connecting and writing.  Bytes it already read are moved over.
+ * False: out of memory or libevent refused (the caller drops).
+ */
+static bool take_reads(tcp_conn *c, struct bufferevent *bev)
+{
+    xfer_tcp *t = c->t;
+    c->own_read = false;
+    if (!c->in)
+        c->in = xfer_util_alloc(&t->cfg.alloc, TCP_IN_CAP);
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t left = evbuffer_get_length(in);
+    if (!c->in || left > TCP_IN_CAP)
+        return false;
+    c->in_len = (uint32_t)evbuffer_remove(in, c->in, left);
+    bufferevent_disable(bev, EV_READ);
+    c->rd_ev = event_new(t->base, bufferevent_getfd(bev), EV_READ | EV_PERSIST,
+                         on_sock_read, c);
+    if (!c->rd_ev || event_add(c->rd_ev, NULL) != 0)
+        return false;
+    if (c->in_len)
+        parse_in(c);
+    return true;
+}
+
 /* Every frame the read brought, then their results as one batch. */
 static void cut_frames(tcp_conn *c, struct bufferevent *bev)
 {
@@ -728,7 +772,67 @@ static void cut_frames(tcp_conn *c, struct bufferevent *bev)
         }
         if (c->bev != bev)
             return; /* the connection was replaced meanwhile */
+        if (c->own_read) {
+            if (!take_reads(c, bev))
+                conn_lost(c, false);
+            return;
+        }
     }
+}
+
+/* Decode the frames in c->in in place; keep an incomplete one's bytes at
+ * the front.  A frame the decoder refuses, or that is not a reply we can
+ * take, drops the connection (its ops fail with CONN_LOST). */
+static void parse_in(tcp_conn *c)
+{
+    struct event *ev = c->rd_ev;
+    size_t off = 0;
+    while (c->in_len - off >= XFER_WIRE_HDR) {
+        xfer_wire_hdr h;
+        xfer_wire_msg m;
+        xfer_wire_reason why;
+        const uint8_t *p = c->in + off;
+        if (xfer_wire_decode_hdr(p, XFER_WIRE_HDR, &h, &why) != 0) {
+            conn_lost(c, true);
+            return;
+        }
+        size_t need = XFER_WIRE_HDR + xfer_wire_body_size(h.type);
+        if (c->in_len - off < need)
+            break;
+        if (xfer_wire_decode_body(&h, p + XFER_WIRE_HDR, need - XFER_WIRE_HDR,
+                                  &m, &why) != 0 ||
+            h.type == XFER_WIRE_T_WRITE || !on_frame(c, &h, &m)) {
+            conn_lost(c, true);
+            return;
+        }
+        off += need;
+        if (c->rd_ev != ev)
+            return; /* the connection was replaced meanwhile */
+    }
+    c->in_len -= (uint32_t)off;
+    if (off && c->in_len)
+        memmove(c->in, c->in + off, c->in_len);
+}
+
+static void on_sock_read(evutil_socket_t fd, short what, void *arg)
+{
+    tcp_conn *c = arg;
+    xfer_tcp *t = c->t;
+    t->io.reads++;
+    ssize_t r = recv(fd, c->in + c->in_len, TCP_IN_CAP - c->in_len, 0);
+    if (r <= 0) {
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+                      errno == EINTR))
+            return;
+        conn_lost(c, false); /* EOF or a socket error */
+        return;
+    }
+    c->in_len += (uint32_t)r;
+    t->in_read++;
+    parse_in(c);
+    t->in_read--;
+    if (!t->in_read)
+        deliver_queued(t);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -773,6 +877,12 @@ static void close_bev(tcp_conn *c)
         c->told_up = false;
         c->t->hooks.link(c->t->hooks.ud, c->shard, false, -1);
     }
+    if (c->rd_ev) {
+        event_free(c->rd_ev);
+        c->rd_ev = NULL;
+    }
+    c->in_len = 0;
+    c->own_read = false;
     if (!c->bev)
         return;
     drop_queued(c);
@@ -1121,6 +1231,9 @@ void xfer_tcp_del(xfer_tcp *t)
         drop_list(&c->sent, &t->cfg.alloc);
         xfer_util_free(&t->cfg.alloc, c->flat);
         xfer_util_free(&t->cfg.alloc, c->segs);
+        xfer_util_free(&t->cfg.alloc, c->in);
+        if (c->rd_ev)
+            event_free(c->rd_ev);
         if (c->bev)
             bufferevent_free(c->bev);
         if (c->retry_ev)

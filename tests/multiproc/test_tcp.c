@@ -18,7 +18,9 @@
  * socket before the loop turns again, sent with one write (a bufferevent
  * would register EV_WRITE and write on the next turn);
  * test_tcp_reuses_op_records: a second round of 64 ops allocates nothing
- * (op records come back from the free list).
+ * (op records come back from the free list);
+ * test_tcp_split_reply_then_bad_frame: a reply cut across three reads is
+ * delivered once whole; a bad frame after it drops the connection.
  */
 #include <check.h>
 #include <signal.h>
@@ -27,6 +29,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -222,6 +225,8 @@ static void hk_start(hk *h)
     ck_assert_int_ge(h->f.conn, 0);
     struct timeval tv = {5, 0};
     setsockopt(h->f.conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    int one = 1; /* each piece of a cut reply leaves at once */
+    setsockopt(h->f.conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     for (int i = 0; i < 50; i++)
         event_base_loop(h->base, EVLOOP_NONBLOCK);
     xfer_wire_hdr wh;
@@ -335,6 +340,59 @@ START_TEST(test_tcp_reuses_op_records)
 }
 END_TEST
 
+/* Replies are parsed in place across reads: one cut in three pieces at
+ * odd offsets (the loop reads each piece on its own) is delivered once
+ * whole; then a frame the decoder refuses drops the connection, failing
+ * the op still sent with CONN_LOST and counting one bad frame. */
+START_TEST(test_tcp_split_reply_then_bad_frame)
+{
+    static hk h;
+    hk_start(&h);
+    for (uint64_t id = 1; id <= 2; id++) {
+        xfer_action a = {.kind = XFER_ACT_CANCEL, .id = id, .attempt = 1,
+                         .shard = 0};
+        ck_assert_int_eq(xfer_tcp_start_op(h.t, &a), 0);
+    }
+    uint8_t buf[2 * XFER_WIRE_MAX_FIXED];
+    xfer_wire_hdr wh;
+    xfer_wire_msg m;
+    for (int i = 0; i < 1000 &&
+                    recv(h.f.conn, buf, 1, MSG_PEEK | MSG_DONTWAIT) != 1;
+         i++)
+        event_base_loop(h.base, EVLOOP_NONBLOCK);
+    ck_assert_int_eq(mp_recv_msg(h.f.conn, &wh, &m), 0);
+    m.type = XFER_WIRE_T_CANCEL_ACK;
+    size_t n = xfer_wire_encode(&m, wh.req, buf, sizeof buf);
+    size_t cut[4] = {0, 5, 23, n};
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(mp_send(h.f.conn, buf + cut[k], cut[k + 1] - cut[k]),
+                         0);
+        xfer_tcp_io before, after;
+        xfer_tcp_io_get(h.t, &before);
+        uint64_t until = mp_now_ms() + 5000;
+        do {
+            event_base_loop(h.base, EVLOOP_NONBLOCK);
+            xfer_tcp_io_get(h.t, &after);
+        } while (after.reads == before.reads && mp_now_ms() < until);
+        ck_assert_uint_gt(after.reads, before.reads);
+        ck_assert_int_eq(h.got, k == 2 ? 1 : 0);
+    }
+    ck_assert_int_eq(mp_recv_msg(h.f.conn, &wh, &m), 0); /* the 2nd */
+    uint8_t garbage[XFER_WIRE_HDR] = "not a frame....";
+    ck_assert_int_eq(mp_send(h.f.conn, garbage, sizeof garbage), 0);
+    uint64_t until = mp_now_ms() + 5000;
+    while (h.got < 2 && mp_now_ms() < until)
+        event_base_loop(h.base, EVLOOP_NONBLOCK);
+    ck_assert_int_eq(h.got, 2);
+    xfer_tcp_stats st;
+    xfer_tcp_stats_get(h.t, &st);
+    ck_assert_uint_eq(st.bad_frames, 1);
+    ck_assert_uint_eq(st.failed_conn_lost, 1);
+    ck_assert(!h.linked);
+    hk_stop(&h);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tcp");
@@ -344,6 +402,7 @@ int main(void)
     tcase_add_test(tc, test_tcp_lost_connection_fails_ops);
     tcase_add_test(tc, test_tcp_batch_answered_in_one_turn);
     tcase_add_test(tc, test_tcp_reuses_op_records);
+    tcase_add_test(tc, test_tcp_split_reply_then_bad_frame);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
