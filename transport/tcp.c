@@ -9,19 +9,12 @@
  * A WRITE goes out as its 48-byte head (copied) followed by the staging
  * bytes by reference.
  *
- * Output: frames are queued on their connection during the loop turn (a
- * flat buffer of heads, and segments pointing into it or into staging)
- * and each connection is written once, at the end of the read callback
- * whose replies produced them or from one deferred flush event: straight
- * to the socket with one sendmsg when the bufferevent holds nothing, so
- * that EV_WRITE is registered only when the socket did not take it all;
- * the rest goes to the bufferevent, staging bytes by reference, whose
- * cleanup callback tells us when libevent has let go of them.  The
- * bufferevent still connects and writes what is left over; it reads only
- * until HELLO is answered.  Then the connection reads its socket itself
- * (take_reads): one recv per readiness into a flat 64 KiB buffer, every
- * whole frame decoded in place, the tail of an incomplete one kept at the
- * front (no ioctl(FIONREAD), no copy-out and removal per frame).
+ * The hot path's bytes are tcp_io.c's: each connection's output is
+ * queued during the loop turn and written once (straight to the socket
+ * when the bufferevent holds nothing; the bufferevent, which also
+ * connects, takes only what the socket did not), and once HELLO is
+ * answered the connection reads its socket itself and decodes frames in
+ * place.  The records both files share are in tcp_conn.h.
  *
  * What must stay true:
  *  - every started op gets exactly one result, never from inside
@@ -35,8 +28,6 @@
  *    `ref_held` the reference (held from queueing until the kernel took
  *    the bytes, the bufferevent let go of them, or the connection dropped
  *    them unsent), and the result leaves when both allow;
- *  - queued output is in stream order: the bufferevent's output comes
- *    first, so nothing is written past it while it holds bytes;
  *  - an op's memory lives until it is on no list, holds no reference, and
  *    its result is queued; then it goes to a free list (at most
  *    TCP_FREE_MAX records, from cfg.alloc, freed at del), so the hot path
@@ -64,115 +55,17 @@
 #include <event2/event.h>
 #include <event2/util.h>
 #include <netinet/in.h>
-#include <errno.h>
-#include <limits.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 
 #include "auth.h"
 #include "engine_int.h"
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
 #include "util.h"
-#include "list.h" /* fsm/: the one intrusive list (fsm_private_dep) */
-#include "ring.h" /* fsm/: the one ring buffer (fsm_private_dep) */
-#include "tcp_int.h"
+#include "tcp_conn.h"
 #include "timer.h"
 #include "wire_frame.h"
-#include "xfer/tcp.h"
-
-#define TCP_ADDR_MAX 64
-#define TCP_DELIVER_BATCH 4096
-#define TCP_FREE_MAX 1024 /* op records kept for reuse */
-#define TCP_IOV 64        /* iovecs per writev */
-#define TCP_IN_CAP (64u << 10) /* a connection's read buffer */
-
-/* C_GATED: HELLO answered, ops held until the owner opens the connection
- * (only with hooks; see tcp_int.h). */
-enum { C_DOWN, C_CONNECTING, C_HELLO, C_GATED, C_UP };
-enum { L_NONE, L_WAIT, L_SENT };
-
-typedef struct tcp_op tcp_op;
-typedef struct tcp_conn tcp_conn;
-
-/* A piece of a connection's queued output: `len` bytes at `off` of its
- * flat buffer (op NULL), or of op's staging bytes (a WRITE's data, by
- * reference: `off` is how far into them). */
-typedef struct tcp_seg {
-    tcp_op *op;
-    uint32_t off, len;
-} tcp_seg;
-
-struct tcp_op {
-    xfer_action a;
-    tcp_op *next_free; /* on the transport's free list */
-    const uint8_t *src;
-    xfer_list_node link; /* on its connection's wait or sent list */
-    uint32_t req;
-    uint8_t list;      /* L_NONE / L_WAIT / L_SENT */
-    bool done;         /* outcome known (res filled) */
-    bool queued;       /* result handed to the delivery queue */
-    bool ref_held;     /* libevent still references src */
-    bool orphan;       /* the transport is gone: cleanup frees */
-    tcp_conn *conn;
-    xfer_shard_result res;
-    xfer_allocator orphan_alloc; /* the transport's, once it is gone */
-};
-
-struct tcp_conn {
-    xfer_tcp *t;
-    uint16_t shard;
-    uint8_t state;
-    struct sockaddr_storage sa;
-    int salen;
-    struct bufferevent *bev;
-    struct event *retry_ev, *grace_ev;
-    uint64_t backoff_ns;
-    uint32_t next_req, hello_req;
-    bool told_up;         /* the owner heard it come up (hooks) */
-    xfer_list wait, sent; /* of tcp_op, oldest first */
-    xfer_wire_msg hello;  /* the HELLO2 sent on this connection */
-    bool challenged;      /* the shard proved it knows the secret */
-    /* Output queued during this loop turn, written once (flush_conn). */
-    uint8_t *flat;        /* frame heads, back to back */
-    uint32_t flat_len, flat_cap;
-    tcp_seg *segs;        /* in stream order */
-    uint32_t nsegs, segs_cap;
-    uint64_t pending;     /* bytes in segs */
-    bool dirty;           /* listed in t->dirty */
-    /* Input once HELLO is answered: our own read event on the socket,
-     * one recv into `in`, frames parsed in place (parse_in). */
-    struct event *rd_ev;
-    uint8_t *in;          /* TCP_IN_CAP bytes, from cfg.alloc */
-    uint32_t in_len;      /* bytes of a frame not complete yet */
-    bool own_read;        /* switch to rd_ev (set by on_hello_ack) */
-};
-
-struct xfer_tcp {
-    struct event_base *base;
-    xfer_tcp_config cfg;
-    struct xfer_engine *engine;
-    struct event *deliver_ev;
-    xfer_shard_result *q;   /* results to deliver, */
-    xfer_ring qring;        /* in a FIFO over this ring */
-    tcp_conn conns[XFER_MAX_SHARDS];
-    uint32_t outstanding;
-    xfer_tcp_stats st;
-    uint8_t session[XFER_WIRE_SESSION];   /* ours, for every HELLO2 */
-    uint8_t secret[XFER_AUTH_SECRET_MAX];
-    size_t secret_len;
-    xfer_tcp_hooks hooks;   /* deliver NULL: plain TCP transport */
-    tcp_op *free_ops;       /* records kept for reuse (at most */
-    uint32_t nfree;         /* TCP_FREE_MAX), freed at del */
-    uint32_t in_read;       /* inside a read callback: its end delivers */
-    bool deliver_armed;     /* deliver_ev is active */
-    struct event *flush_ev; /* writes what ops queued outside a read */
-    bool flush_armed;       /* flush_ev is active */
-    uint16_t dirty[XFER_MAX_SHARDS]; /* connections with queued output */
-    uint16_t ndirty;
-    xfer_tcp_io io;         /* the hot path's counters (tcp_int.h) */
-};
 
 /* ---------------------------------------------------------------------- */
 /* Lists                                                                   */
@@ -231,8 +124,8 @@ static void arm_deliver(xfer_tcp *t)
 }
 
 /* A result queued inside a read callback is delivered at its end, with
- * the read's other results (deliver_queued); any other leaves from the
- * deferred event, never from inside start/abort. */
+ * the read's other results (xfer_tcp_deliver_queued); any other leaves
+ * from the deferred event, never from inside start/abort. */
 static void q_push(xfer_tcp *t, const xfer_shard_result *r)
 {
     t->q[xfer_ring_push(&t->qring)] = *r;
@@ -293,7 +186,6 @@ static void finish(xfer_tcp *t, tcp_op *op, int32_t status)
     try_queue(t, op);
 }
 
-static void flush_dirty(xfer_tcp *t);
 
 /*
  * Hand the queued results to the engine (or the owner's hook) as one
@@ -302,7 +194,7 @@ static void flush_dirty(xfer_tcp *t);
  * fails at start, from that drain) wait for the deferred event: in_read
  * stays up so that they do not arm it twice.
  */
-static void deliver_queued(xfer_tcp *t)
+void xfer_tcp_deliver_queued(xfer_tcp *t)
 {
     xfer_engine *e = t->hooks.deliver ? NULL : t->engine;
     t->in_read++;
@@ -323,19 +215,19 @@ static void deliver_queued(xfer_tcp *t)
         return;
     if (!xfer_ring_empty(&t->qring))
         arm_deliver(t);
-    flush_dirty(t); /* the ops the batch started: one write each */
+    xfer_tcp_io_flush_dirty(t); /* the batch's new ops: one write each */
 }
 
 static void on_deliver(evutil_socket_t fd, short what, void *arg)
 {
     xfer_tcp *t = arg;
     t->deliver_armed = false;
-    deliver_queued(t);
+    xfer_tcp_deliver_queued(t);
 }
 
 /* The staging bytes of a WRITE are no longer referenced: written, or
  * dropped with their connection. */
-static void release_ref(tcp_op *op)
+void xfer_tcp_release_ref(tcp_op *op)
 {
     xfer_tcp *t = op->conn->t;
     op->ref_held = false;
@@ -345,7 +237,7 @@ static void release_ref(tcp_op *op)
 }
 
 /* libevent let go of a WRITE's staging bytes. */
-static void on_ref_done(const void *data, size_t len, void *extra)
+void xfer_tcp_ref_done(const void *data, size_t len, void *extra)
 {
     tcp_op *op = extra;
     if (op->orphan) {
@@ -353,14 +245,13 @@ static void on_ref_done(const void *data, size_t len, void *extra)
         xfer_util_free(&a, op);
         return;
     }
-    release_ref(op);
+    xfer_tcp_release_ref(op);
 }
 
 /* ---------------------------------------------------------------------- */
 /* Sending                                                                 */
 /* ---------------------------------------------------------------------- */
 
-static void conn_lost(tcp_conn *c, bool bad_peer);
 
 static uint8_t wire_type_of(uint8_t kind)
 {
@@ -379,194 +270,6 @@ static bool above_high(const tcp_conn *c)
            c->t->cfg.high_watermark;
 }
 
-/* Grow *p (of *cap elements of `size` bytes) to hold `need`. */
-static bool grow(xfer_tcp *t, void **p, uint32_t *cap, uint32_t need,
-                 size_t size)
-{
-    if (need <= *cap)
-        return true;
-    uint32_t n = *cap ? *cap : 16;
-    while (n < need)
-        n *= 2;
-    void *q = xfer_util_alloc(&t->cfg.alloc, (size_t)n * size);
-    if (!q)
-        return false;
-    if (*p)
-        memcpy(q, *p, (size_t)*cap * size);
-    xfer_util_free(&t->cfg.alloc, *p);
-    *p = q;
-    *cap = n;
-    return true;
-}
-
-static void arm_flush(xfer_tcp *t)
-{
-    if (t->flush_armed || t->in_read)
-        return; /* the read callback flushes at its end */
-    t->flush_armed = true;
-    event_active(t->flush_ev, EV_TIMEOUT, 0);
-}
-
-static bool push_seg(tcp_conn *c, tcp_op *op, uint32_t off, uint32_t len)
-{
-    xfer_tcp *t = c->t;
-    if (!grow(t, (void **)&c->segs, &c->segs_cap, c->nsegs + 1,
-              sizeof *c->segs))
-        return false;
-    c->segs[c->nsegs++] = (tcp_seg){.op = op, .off = off, .len = len};
-    c->pending += len;
-    if (!c->dirty) {
-        c->dirty = true;
-        t->dirty[t->ndirty++] = c->shard;
-    }
-    arm_flush(t);
-    return true;
-}
-
-/* Queue n bytes (copied) for this turn's write.  False: out of memory. */
-static bool queue_bytes(tcp_conn *c, const uint8_t *b, size_t n)
-{
-    if (!grow(c->t, (void **)&c->flat, &c->flat_cap,
-              c->flat_len + (uint32_t)n, 1))
-        return false;
-    memcpy(c->flat + c->flat_len, b, n);
-    tcp_seg *last = c->nsegs ? &c->segs[c->nsegs - 1] : NULL;
-    if (last && !last->op && last->off + last->len == c->flat_len) {
-        last->len += (uint32_t)n;
-        c->pending += n;
-        c->flat_len += (uint32_t)n;
-        return true;
-    }
-    uint32_t off = c->flat_len;
-    c->flat_len += (uint32_t)n;
-    return push_seg(c, NULL, off, (uint32_t)n);
-}
-
-/* Forget the queued output; staging bytes in it are released. */
-static void drop_queued(tcp_conn *c)
-{
-    uint32_t n = c->nsegs;
-    c->nsegs = 0;
-    c->flat_len = 0;
-    c->pending = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (c->segs[i].op)
-            release_ref(c->segs[i].op);
-}
-
-/* Write the queued segments from the first straight to the socket, one
- * writev per TCP_IOV of them, until all are out or the socket is full.
- * Returns how many segments went out whole (segs[done].off advanced past
- * what went of the next one); -1 on a socket error. */
-static int write_direct(tcp_conn *c)
-{
-    evutil_socket_t fd = bufferevent_getfd(c->bev);
-    uint32_t done = 0;
-    while (done < c->nsegs) {
-        struct iovec iov[TCP_IOV];
-        int k = 0;
-        for (uint32_t i = done; i < c->nsegs && k < TCP_IOV; i++, k++) {
-            tcp_seg *g = &c->segs[i];
-            iov[k].iov_base = g->op ? (void *)(g->op->src + g->off)
-                                    : (void *)(c->flat + g->off);
-            iov[k].iov_len = g->len;
-        }
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
-        c->t->io.writes++;
-        ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
-        if (w < 0)
-            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR
-                       ? (int)done
-                       : -1;
-        size_t left = (size_t)w;
-        while (done < c->nsegs && left >= c->segs[done].len) {
-            left -= c->segs[done].len;
-            c->pending -= c->segs[done].len;
-            done++;
-        }
-        if (done < c->nsegs && left) {
-            tcp_seg *g = &c->segs[done];
-            g->off += (uint32_t)left;
-            g->len -= (uint32_t)left;
-            c->pending -= left;
-            return (int)done; /* a short write: the socket is full */
-        }
-        if (k < TCP_IOV && done < c->nsegs)
-            return (int)done;
-    }
-    return (int)done;
-}
-
-/* Hand segments [from, nsegs) to the bufferevent, which writes them when
- * the socket takes more (EV_WRITE).  False when the connection must be
- * dropped. */
-static bool hand_to_bev(tcp_conn *c, uint32_t from)
-{
-    struct evbuffer *out = bufferevent_get_output(c->bev);
-    for (uint32_t i = from; i < c->nsegs; i++) {
-        tcp_seg *g = &c->segs[i];
-        int rc = g->op ? evbuffer_add_reference(out, g->op->src + g->off,
-                                                g->len, on_ref_done, g->op)
-                       : evbuffer_add(out, c->flat + g->off, g->len);
-        if (rc != 0) {
-            c->nsegs -= i;
-            memmove(c->segs, c->segs + i, c->nsegs * sizeof *c->segs);
-            return false;
-        }
-        c->pending -= g->len;
-    }
-    c->nsegs = 0;
-    c->flat_len = 0;
-    return true;
-}
-
-static void flush_wait(tcp_conn *c);
-
-/*
- * Write the connection's queued output: straight to the socket when the
- * bufferevent holds nothing (so no EV_WRITE registration and no extra
- * loop turn), and what the socket did not take, or everything when the
- * bufferevent is still writing, goes to the bufferevent behind what it
- * holds (by reference for staging bytes: no copy).  A WRITE whose data
- * went out whole is released at once.
- */
-static void flush_conn(tcp_conn *c)
-{
-    c->dirty = false;
-    if (!c->nsegs || !c->bev)
-        return;
-    int done = 0;
-    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-        done = write_direct(c);
-    if (done < 0) {
-        conn_lost(c, false);
-        return;
-    }
-    for (int i = 0; i < done; i++)
-        if (c->segs[i].op)
-            release_ref(c->segs[i].op);
-    if (!hand_to_bev(c, (uint32_t)done)) {
-        conn_lost(c, false);
-        return;
-    }
-    flush_wait(c); /* ops held back by the watermark: the socket took it */
-}
-
-/* A connection is in t->dirty exactly while its flag is up: taken out
- * before it is flushed, so one queued again meanwhile comes back. */
-static void flush_dirty(xfer_tcp *t)
-{
-    while (t->ndirty)
-        flush_conn(&t->conns[t->dirty[--t->ndirty]]);
-}
-
-static void on_flush(evutil_socket_t fd, short what, void *arg)
-{
-    xfer_tcp *t = arg;
-    t->flush_armed = false;
-    flush_dirty(t);
-}
-
 /* Encode op onto the connection.  Returns false when the connection had
  * to be dropped (a staging reference could not be added). */
 static bool send_op(tcp_conn *c, tcp_op *op)
@@ -583,17 +286,17 @@ static bool send_op(tcp_conn *c, tcp_op *op)
     op->req = c->next_req++;
     list_push(&c->sent, op, L_SENT);
     c->t->st.ops_sent++;
-    if (!queue_bytes(c, buf, n)) {
-        conn_lost(c, false);
+    if (!xfer_tcp_io_queue(c, buf, n)) {
+        xfer_tcp_conn_lost(c, false);
         return false;
     }
     if (a->kind == XFER_ACT_WRITE && a->len) {
         op->ref_held = true;
         c->t->st.refs_outstanding++;
-        if (!push_seg(c, op, 0, a->len)) {
+        if (!xfer_tcp_io_queue_ref(c, op, 0, a->len)) {
             op->ref_held = false; /* never queued: nothing releases it */
             c->t->st.refs_outstanding--;
-            conn_lost(c, false);
+            xfer_tcp_conn_lost(c, false);
             return false;
         }
         c->t->st.bytes_referenced += a->len;
@@ -602,7 +305,7 @@ static bool send_op(tcp_conn *c, tcp_op *op)
 }
 
 /* Send waiting ops while the connection is up and below the watermark. */
-static void flush_wait(tcp_conn *c)
+void xfer_tcp_flush_wait(tcp_conn *c)
 {
     while (c->state == C_UP && !xfer_list_empty(&c->wait) && !above_high(c)) {
         tcp_op *op = op_of(c->wait.head);
@@ -670,7 +373,7 @@ static bool on_challenge(tcp_conn *c, const xfer_wire_msg *m)
     }
     c->challenged = true;
     size_t n = xfer_wire_encode(&a, c->hello_req, buf, sizeof buf);
-    return n && queue_bytes(c, buf, n);
+    return n && xfer_tcp_io_queue(c, buf, n);
 }
 
 static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
@@ -690,7 +393,7 @@ static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
     c->backoff_ns = 0;
     c->t->st.connects++;
     bufferevent_set_timeouts(c->bev, NULL, NULL);
-    c->own_read = true; /* cut_frames hands the reads to take_reads */
+    c->own_read = true; /* cut_frames hands the reads over (tcp_io.c) */
     if (c->t->hooks.link) {
         /* the owner sets up the rest and opens the connection */
         c->state = C_GATED;
@@ -700,11 +403,11 @@ static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
         return true;
     }
     c->state = C_UP;
-    flush_wait(c);
+    xfer_tcp_flush_wait(c);
     return true;
 }
 
-static bool on_frame(tcp_conn *c, const xfer_wire_hdr *h,
+bool xfer_tcp_on_frame(tcp_conn *c, const xfer_wire_hdr *h,
                      const xfer_wire_msg *m)
 {
     if (c->state == C_HELLO)
@@ -723,38 +426,6 @@ static bool on_frame(tcp_conn *c, const xfer_wire_hdr *h,
     }
 }
 
-static void parse_in(tcp_conn *c);
-static void on_sock_read(evutil_socket_t fd, short what, void *arg);
-
-/*
- * HELLO is answered: read the socket ourselves from now on (one recv per
- * readiness into the connection's flat buffer, frames decoded in place)
- * instead of through the bufferevent (an ioctl(FIONREAD), a readv into
- * its chains, and a copy-out and removal per frame).  The bufferevent
- * keeps connecting and writing.  Bytes it already read are moved over.
- * False: out of memory or libevent refused (the caller drops).
- */
-static bool take_reads(tcp_conn *c, struct bufferevent *bev)
-{
-    xfer_tcp *t = c->t;
-    c->own_read = false;
-    if (!c->in)
-        c->in = xfer_util_alloc(&t->cfg.alloc, TCP_IN_CAP);
-    struct evbuffer *in = bufferevent_get_input(bev);
-    size_t left = evbuffer_get_length(in);
-    if (!c->in || left > TCP_IN_CAP)
-        return false;
-    c->in_len = (uint32_t)evbuffer_remove(in, c->in, left);
-    bufferevent_disable(bev, EV_READ);
-    c->rd_ev = event_new(t->base, bufferevent_getfd(bev), EV_READ | EV_PERSIST,
-                         on_sock_read, c);
-    if (!c->rd_ev || event_add(c->rd_ev, NULL) != 0)
-        return false;
-    if (c->in_len)
-        parse_in(c);
-    return true;
-}
-
 /* Every frame the read brought, then their results as one batch. */
 static void cut_frames(tcp_conn *c, struct bufferevent *bev)
 {
@@ -766,73 +437,19 @@ static void cut_frames(tcp_conn *c, struct bufferevent *bev)
         int rc = xfer_wire_frame_cut(in, &h, &m, &why);
         if (rc == 0)
             return;
-        if (rc < 0 || h.type == XFER_WIRE_T_WRITE || !on_frame(c, &h, &m)) {
-            conn_lost(c, true);
+        if (rc < 0 || h.type == XFER_WIRE_T_WRITE ||
+            !xfer_tcp_on_frame(c, &h, &m)) {
+            xfer_tcp_conn_lost(c, true);
             return;
         }
         if (c->bev != bev)
             return; /* the connection was replaced meanwhile */
         if (c->own_read) {
-            if (!take_reads(c, bev))
-                conn_lost(c, false);
+            if (!xfer_tcp_io_take_reads(c, bev))
+                xfer_tcp_conn_lost(c, false);
             return;
         }
     }
-}
-
-/* Decode the frames in c->in in place; keep an incomplete one's bytes at
- * the front.  A frame the decoder refuses, or that is not a reply we can
- * take, drops the connection (its ops fail with CONN_LOST). */
-static void parse_in(tcp_conn *c)
-{
-    struct event *ev = c->rd_ev;
-    size_t off = 0;
-    while (c->in_len - off >= XFER_WIRE_HDR) {
-        xfer_wire_hdr h;
-        xfer_wire_msg m;
-        xfer_wire_reason why;
-        const uint8_t *p = c->in + off;
-        if (xfer_wire_decode_hdr(p, XFER_WIRE_HDR, &h, &why) != 0) {
-            conn_lost(c, true);
-            return;
-        }
-        size_t need = XFER_WIRE_HDR + xfer_wire_body_size(h.type);
-        if (c->in_len - off < need)
-            break;
-        if (xfer_wire_decode_body(&h, p + XFER_WIRE_HDR, need - XFER_WIRE_HDR,
-                                  &m, &why) != 0 ||
-            h.type == XFER_WIRE_T_WRITE || !on_frame(c, &h, &m)) {
-            conn_lost(c, true);
-            return;
-        }
-        off += need;
-        if (c->rd_ev != ev)
-            return; /* the connection was replaced meanwhile */
-    }
-    c->in_len -= (uint32_t)off;
-    if (off && c->in_len)
-        memmove(c->in, c->in + off, c->in_len);
-}
-
-static void on_sock_read(evutil_socket_t fd, short what, void *arg)
-{
-    tcp_conn *c = arg;
-    xfer_tcp *t = c->t;
-    t->io.reads++;
-    ssize_t r = recv(fd, c->in + c->in_len, TCP_IN_CAP - c->in_len, 0);
-    if (r <= 0) {
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
-                      errno == EINTR))
-            return;
-        conn_lost(c, false); /* EOF or a socket error */
-        return;
-    }
-    c->in_len += (uint32_t)r;
-    t->in_read++;
-    parse_in(c);
-    t->in_read--;
-    if (!t->in_read)
-        deliver_queued(t);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -844,13 +461,14 @@ static void on_read(struct bufferevent *bev, void *arg)
     cut_frames(c, bev);
     t->in_read--;
     if (!t->in_read)
-        deliver_queued(t);
+        xfer_tcp_deliver_queued(t);
 }
 
 static void on_write(struct bufferevent *bev, void *arg)
 {
-    flush_wait(arg); /* output fell below the low watermark; what it
-                        queues goes out from the flush event */
+    /* Output fell below the low watermark; what this queues goes out
+     * from the flush event. */
+    xfer_tcp_flush_wait(arg);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -885,7 +503,7 @@ static void close_bev(tcp_conn *c)
     c->own_read = false;
     if (!c->bev)
         return;
-    drop_queued(c);
+    xfer_tcp_io_drop(c);
     /* Freeing the bufferevent releases its output; the staging references
      * in it are let go (their cleanups run) when libevent finalizes it. */
     bufferevent_free(c->bev);
@@ -910,7 +528,7 @@ static void go_down(tcp_conn *c)
 
 /* The connection broke (or the peer misbehaved): fail what was sent,
  * reconnect at once; ops still waiting go out on the new connection. */
-static void conn_lost(tcp_conn *c, bool bad_peer)
+void xfer_tcp_conn_lost(tcp_conn *c, bool bad_peer)
 {
     if (c->state != C_UP) {
         go_down(c);
@@ -935,18 +553,18 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         c->challenged = false;
         if (xfer_auth_hello(&c->hello, XFER_WIRE_ROLE_PRODUCER,
                             c->t->cfg.group, c->shard, c->t->session) != 0) {
-            conn_lost(c, false);
+            xfer_tcp_conn_lost(c, false);
             return;
         }
         size_t n = xfer_wire_encode(&c->hello, c->next_req, buf, sizeof buf);
         c->hello_req = c->next_req++;
         c->state = C_HELLO;
-        if (!queue_bytes(c, buf, n))
-            conn_lost(c, false);
+        if (!xfer_tcp_io_queue(c, buf, n))
+            xfer_tcp_conn_lost(c, false);
         return;
     }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
-        conn_lost(c, false);
+        xfer_tcp_conn_lost(c, false);
 }
 
 static void start_connect(tcp_conn *c)
@@ -982,7 +600,7 @@ static void on_grace(evutil_socket_t fd, short what, void *arg)
     for (tcp_op *op = op_of(c->sent.head); op; op = op_of(op->link.next))
         if (op->done && op->ref_held) {
             c->t->st.resets++;
-            conn_lost(c, false);
+            xfer_tcp_conn_lost(c, false);
             return;
         }
 }
@@ -1184,7 +802,7 @@ int xfer_tcp_new_hooked(struct event_base *base, const xfer_tcp_config *cfg,
     }
     rc = XFER_ERR_IO;
     t->deliver_ev = event_new(base, -1, 0, on_deliver, t);
-    t->flush_ev = event_new(base, -1, 0, on_flush, t);
+    t->flush_ev = event_new(base, -1, 0, xfer_tcp_io_on_flush, t);
     if (!t->deliver_ev || !t->flush_ev)
         goto out_fail;
     for (uint16_t k = 0; k < c.nshards; k++) {
@@ -1277,7 +895,7 @@ uint32_t xfer_tcp_outstanding(const xfer_tcp *t)
 void xfer_tcp_drop(xfer_tcp *t, uint16_t shard)
 {
     if (t && shard < t->cfg.nshards && t->conns[shard].bev)
-        conn_lost(&t->conns[shard], false);
+        xfer_tcp_conn_lost(&t->conns[shard], false);
 }
 
 void xfer_tcp_open(xfer_tcp *t, uint16_t shard)
@@ -1286,7 +904,7 @@ void xfer_tcp_open(xfer_tcp *t, uint16_t shard)
     if (c->state != C_GATED)
         return;
     c->state = C_UP;
-    flush_wait(c);
+    xfer_tcp_flush_wait(c);
 }
 
 int xfer_tcp_start_op(xfer_tcp *t, const xfer_action *a)
@@ -1298,11 +916,6 @@ int xfer_tcp_start_op(xfer_tcp *t, const xfer_action *a)
 void xfer_tcp_abort_op(xfer_tcp *t, const xfer_action *a)
 {
     t_abort(t, a);
-}
-
-void xfer_tcp_io_get(const xfer_tcp *t, xfer_tcp_io *out)
-{
-    *out = t->io;
 }
 
 int xfer_tcp_split_addrs(const char *list, char *buf, size_t cap,
