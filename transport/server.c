@@ -57,7 +57,29 @@ void xfer_server_config_default(xfer_server_config *cfg)
 
 uint64_t xfer_server_now(const xfer_server *s)
 {
+    if (s->batch_depth && s->own_clock)
+        return s->batch_now;
     return s->cfg.clock(s->cfg.clock_ud);
+}
+
+void xfer_server_batch_begin(xfer_server *s)
+{
+    if (s->batch_depth++ == 0 && s->own_clock)
+        s->batch_now = s->cfg.clock(s->cfg.clock_ud);
+}
+
+void xfer_server_batch_end(xfer_server *s)
+{
+    if (s->batch_depth > 1) {
+        s->batch_depth--;
+        return;
+    }
+    xfer_server_conn_flush_all(s);
+    s->batch_depth = 0;
+    if (s->timer_due) {
+        s->timer_due = false;
+        xfer_server_flush_all(s); /* arms the timer, once per batch */
+    }
 }
 
 void *xfer_server_calloc(const xfer_server *s, size_t n, size_t size)
@@ -177,6 +199,7 @@ static int take_config(xfer_server *s, const xfer_server_config *cfg)
         c->take_grace_ns = 30000000000ull;
     if (!c->drain_timeout_ns)
         c->drain_timeout_ns = c->lease_ttl_ns;
+    s->own_clock = !c->clock;
     if (!c->clock)
         c->clock = xfer_clock_monotonic;
     if (!c->max_sessions)
@@ -372,10 +395,12 @@ static int server_new(const xfer_server_config *cfg, bool rdma,
     s->drain_ev =
         event_new(s->base, -1, EV_PERSIST, xfer_server_on_drain_tick, s);
     s->reap_ev = event_new(s->base, -1, 0, on_reap, s);
+    s->flush_ev = event_new(s->base, -1, 0, xfer_server_conn_on_flush, s);
     s->accept_ev = event_new(s->base, -1, 0, on_accept_retry, s);
     s->sweep_ev = event_new(s->base, -1, EV_PERSIST, xfer_server_conn_sweep,
                             s);
-    if (trc || !s->drain_ev || !s->reap_ev || !s->accept_ev || !s->sweep_ev)
+    if (trc || !s->drain_ev || !s->reap_ev || !s->accept_ev ||
+        !s->sweep_ev || !s->flush_ev)
         goto out_fail;
     s->one_sided = rdma;
     uint64_t probe;
@@ -438,6 +463,8 @@ void xfer_server_del(xfer_server *s)
         event_free(s->drain_ev);
     if (s->reap_ev)
         event_free(s->reap_ev);
+    if (s->flush_ev)
+        event_free(s->flush_ev);
     if (s->accept_ev)
         event_free(s->accept_ev);
     if (s->sweep_ev)

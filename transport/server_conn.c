@@ -31,13 +31,21 @@
  *    callback per connection); past out_max_bytes, a connection with more
  *    than OUT_LOW unread stops being read;
  *  - on a half-close (EOF) the replies already queued are sent before the
- *    connection closes.
+ *    connection closes;
+ *  - replies and events are queued in the connection's flat buffer during
+ *    the callback (or loop turn) that makes them and written once at its
+ *    end (xfer_server_batch_end, or the flush event for output made
+ *    outside one): straight to the socket when the bufferevent holds
+ *    nothing, else behind its output, so stream order is kept and EV_WRITE
+ *    is registered only for what the socket did not take.
  */
 #include "server_int.h"
 
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
@@ -46,13 +54,104 @@
 
 #include "wire_frame.h"
 
+/* ---------------------------------------------------------------------- */
+/* Output: queued during the turn, written once                            */
+/* ---------------------------------------------------------------------- */
+
+/* Room for n more bytes in c's queued output.  False: out of memory (the
+ * reply is then lost, as a bufferevent_write that fails loses it). */
+static bool obuf_room(xfer_server_conn *c, uint32_t n)
+{
+    if (c->olen + n <= c->ocap)
+        return true;
+    uint32_t cap = c->ocap ? 2 * c->ocap : 4096;
+    while (cap < c->olen + n)
+        cap *= 2;
+    uint8_t *b = xfer_server_calloc(c->srv, 1, cap);
+    if (!b)
+        return false;
+    if (c->olen)
+        memcpy(b, c->obuf, c->olen);
+    xfer_server_free(c->srv, c->obuf);
+    c->obuf = b;
+    c->ocap = cap;
+    return true;
+}
+
 void xfer_server_conn_send(xfer_server_conn *c, const xfer_wire_msg *m,
                            uint32_t req)
 {
-    uint8_t buf[XFER_WIRE_MAX_FIXED];
-    size_t n = xfer_wire_encode(m, req, buf, sizeof buf);
-    if (n)
-        bufferevent_write(c->bev, buf, n);
+    xfer_server *s = c->srv;
+    if (!obuf_room(c, XFER_WIRE_MAX_FIXED))
+        return;
+    size_t n = xfer_wire_encode(m, req, c->obuf + c->olen, XFER_WIRE_MAX_FIXED);
+    c->olen += (uint32_t)n;
+    if (!n || c->odirty)
+        return;
+    c->odirty = true;
+    xfer_list_push_back(&s->dirty, &c->dlink);
+    if (!s->batch_depth && !s->flush_armed) {
+        s->flush_armed = true; /* queued outside a callback's batch */
+        event_active(s->flush_ev, EV_TIMEOUT, 0);
+    }
+}
+
+/*
+ * Write c's queued output: straight to the socket with one send when its
+ * bufferevent holds nothing (no EV_WRITE registration, no extra loop
+ * turn), and what the socket did not take, or all of it while the
+ * bufferevent still writes, behind the bufferevent's output.  A closing
+ * connection whose replies are all out is reaped; one whose socket
+ * failed too (the read side sees the error).
+ */
+static void conn_flush(xfer_server_conn *c)
+{
+    xfer_server *s = c->srv;
+    xfer_list_remove(&s->dirty, &c->dlink);
+    c->odirty = false;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    size_t w = 0;
+    if (evbuffer_get_length(out) == 0) {
+        ssize_t r = send(bufferevent_getfd(c->bev), c->obuf, c->olen,
+                         MSG_NOSIGNAL);
+        s->sends++;
+        if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+            errno != EINTR) {
+            c->olen = 0;
+            xfer_server_conn_doom(c);
+            return;
+        }
+        w = r > 0 ? (size_t)r : 0;
+    }
+    if (w < c->olen)
+        evbuffer_add(out, c->obuf + w, c->olen - w);
+    c->olen = 0;
+    if (c->closing && evbuffer_get_length(out) == 0)
+        xfer_server_conn_doom(c);
+}
+
+void xfer_server_conn_flush_all(xfer_server *s)
+{
+    while (!xfer_list_empty(&s->dirty))
+        conn_flush(XFER_LIST_ITEM(s->dirty.head, xfer_server_conn, dlink));
+}
+
+void xfer_server_conn_on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_server *s = arg;
+    s->flush_armed = false;
+    xfer_server_conn_flush_all(s);
+}
+
+uint64_t xfer_server_sends(const xfer_server *s)
+{
+    return s->sends;
+}
+
+/* What c has queued: this turn's and the bufferevent's. */
+static size_t out_len(xfer_server_conn *c)
+{
+    return c->olen + evbuffer_get_length(bufferevent_get_output(c->bev));
 }
 
 /* The output buffer of a connection grew or shrank. */
@@ -75,6 +174,9 @@ void xfer_server_conn_close(xfer_server_conn *c)
         s->out_bytes -= evbuffer_get_length(out);
     }
     xfer_list_remove(&s->conns, &c->link);
+    if (c->odirty)
+        xfer_list_remove(&s->dirty, &c->dlink);
+    xfer_server_free(s, c->obuf);
     xfer_server_sess_unbind(c); /* the last of a session orphans its takes */
     bufferevent_free(c->bev);
     xfer_server_free(s, c);
@@ -223,9 +325,8 @@ static bool must_pause(const xfer_server_conn *c, size_t out)
             out > XFER_SERVER_OUT_LOW);
 }
 
-static void on_read(struct bufferevent *bev, void *arg)
+static void read_frames(struct bufferevent *bev, xfer_server_conn *c)
 {
-    xfer_server_conn *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
     while (!c->closing && !c->doomed) {
         if (c->in_write) {
@@ -248,12 +349,24 @@ static void on_read(struct bufferevent *bev, void *arg)
         c->t_active = xfer_server_now(c->srv);
         if (!acceptable(c, &h) || !xfer_server_req_handle(c, &h, &m))
             return; /* c may be gone */
-        if (must_pause(c, evbuffer_get_length(bufferevent_get_output(bev)))) {
+        if (must_pause(c, out_len(c))) {
             c->paused = true;
             bufferevent_disable(bev, EV_READ);
             break;
         }
     }
+}
+
+/* Every frame of the read is answered in one pass, under one clock
+ * reading, and every connection's replies leave in one write each at the
+ * batch's end (c may be gone by then). */
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    xfer_server_conn *c = arg;
+    xfer_server *s = c->srv;
+    xfer_server_batch_begin(s);
+    read_frames(bev, c);
+    xfer_server_batch_end(s);
 }
 
 static void on_write(struct bufferevent *bev, void *arg)
@@ -280,7 +393,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         bad_frame(c, XFER_WIRE_R_TRUNCATED); /* ended inside a frame */
         return;
     }
-    size_t out = evbuffer_get_length(bufferevent_get_output(bev));
+    size_t out = out_len(c);
     if ((what & BEV_EVENT_ERROR) || out == 0) {
         xfer_server_conn_close(c);
         return;

@@ -322,8 +322,15 @@ static void flush_events(xfer_server *s, xfer_server_hosted *hs)
     xfer_shard_events_clear(hs->sh);
 }
 
+/* Inside a batch with the library's own clock, once at its end
+ * (xfer_server_batch_end): the earliest deadline is looked up, and the
+ * timer re-added if it moved, once per read instead of after every op. */
 static void arm_timer(xfer_server *s)
 {
+    if (s->batch_depth && s->own_clock) {
+        s->timer_due = true;
+        return;
+    }
     uint64_t next = UINT64_MAX;
     for (uint16_t i = 0; i < s->cfg.nshards; i++) {
         uint64_t d = xfer_shard_next_deadline(s->shards[i].sh);
@@ -344,6 +351,7 @@ void xfer_server_flush_all(xfer_server *s)
 void xfer_server_on_timer(evutil_socket_t fd, short what, void *arg)
 {
     xfer_server *s = arg;
+    xfer_server_batch_begin(s);
     uint64_t t = xfer_server_now(s);
     xfer_timer_fired(&s->timer);
     for (uint16_t i = 0; i < s->cfg.nshards; i++) {
@@ -351,4 +359,5 @@ void xfer_server_on_timer(evutil_socket_t fd, short what, void *arg)
         fire_grace(s, &s->shards[i], t);
     }
     xfer_server_flush_all(s);
+    xfer_server_batch_end(s);
 }

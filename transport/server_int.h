@@ -58,6 +58,12 @@ struct xfer_server_conn {
     uint64_t t_partial; /* since when a frame is begun and unfinished;
                            0: none */
     struct evbuffer_cb_entry *out_cb; /* counts its output in out_bytes */
+    /* Replies and events queued during this loop turn, written once at
+     * its end (xfer_server_conn_flush); on srv->dirty while any. */
+    uint8_t *obuf;
+    uint32_t olen, ocap;
+    xfer_list_node dlink;
+    bool odirty;
     bool doomed;       /* closed by the reaper, outside its own callbacks */
     /* A WRITE being streamed in. */
     bool in_write;
@@ -138,11 +144,23 @@ struct xfer_server {
     uint16_t port;
     uint64_t bad_frames, bad_by_reason[XFER_WIRE_R_COUNT_];
     uint64_t errors_sent, subs_dropped, faults, logged;
+    uint64_t sends;          /* send() calls on connections */
     uint8_t secret[XFER_AUTH_SECRET_MAX]; /* cfg.secret points here */
     xfer_server_sess *sess; /* [max_sessions]; owner i + 1 is sess[i] */
     uint64_t auth_failed, sess_refused;
     uint64_t conns_refused, timeouts, writes_stalled;
     uint64_t out_bytes;      /* queued output of every connection */
+    xfer_list dirty;         /* connections with output queued this turn */
+    struct event *flush_ev;  /* writes it, for output queued outside a
+                                read callback */
+    bool flush_armed;
+    /* One reading of the library's own clock per read callback (and per
+     * timer tick): xfer_server_now returns batch_now while batch_depth;
+     * the lease timer is re-armed once, at the batch's end. */
+    bool own_clock;
+    uint32_t batch_depth;
+    uint64_t batch_now;
+    bool timer_due;
     uint64_t log_window, log_dropped;
     uint64_t accept_pauses, accept_log_ns; /* at the fd limit */
     bool accept_logged;
@@ -160,6 +178,12 @@ static inline xfer_server_conn *xfer_server_conn_of(xfer_list_node *n)
 
 /* server.c */
 uint64_t xfer_server_now(const xfer_server *s);
+/* Bracket one callback's work (pairs nest): with the library's own clock,
+ * one clock reading for all of it and the timer armed once at the end;
+ * with an injected clock the clock is read where it always was.  The end
+ * also writes every connection's queued output (one write each). */
+void xfer_server_batch_begin(xfer_server *s);
+void xfer_server_batch_end(xfer_server *s);
 void xfer_server_log(xfer_server *s, uint64_t serial, const char *what);
 void *xfer_server_calloc(const xfer_server *s, size_t n, size_t size);
 void xfer_server_free(const xfer_server *s, void *p);
@@ -171,6 +195,13 @@ void xfer_server_conn_send(xfer_server_conn *c, const xfer_wire_msg *m,
                            uint32_t req);
 /* Mark c to be closed by the reaper (from inside a callback of c's). */
 void xfer_server_conn_doom(xfer_server_conn *c);
+/* Write the output every connection queued this turn (one write each;
+ * what the socket does not take goes to the bufferevent). */
+void xfer_server_conn_flush_all(xfer_server *s);
+void xfer_server_conn_on_flush(evutil_socket_t fd, short what, void *arg);
+/* send() calls made on connections so far (for the tests that pin the
+ * one-write-per-read batching). */
+uint64_t xfer_server_sends(const xfer_server *s);
 void xfer_server_conn_reap(xfer_server *s);
 /* The timeouts of every connection (a persistent timer's callback), and
  * its period: a quarter of the shortest timeout, 1 ms to 250 ms. */

@@ -7,18 +7,32 @@
  * watermark, else encoded and sent (`sent` list, in request order, which is
  * also reply order since xferd answers each connection's frames in order).
  * A WRITE goes out as its 48-byte head (copied) followed by the staging
- * bytes added by reference; the reference's cleanup callback tells us when
- * libevent has let go of them.
+ * bytes by reference.
+ *
+ * The hot path's bytes are tcp_io.c's: each connection's output is
+ * queued during the loop turn and written once (straight to the socket
+ * when the bufferevent holds nothing; the bufferevent, which also
+ * connects, takes only what the socket did not), and once HELLO is
+ * answered the connection reads its socket itself and decodes frames in
+ * place.  The records both files share are in tcp_conn.h.
  *
  * What must stay true:
- *  - every started op gets exactly one result, delivered from a deferred
- *    event on the loop, never from inside start/abort (transport.h);
+ *  - every started op gets exactly one result, never from inside
+ *    start/abort (transport.h): the results of one read's replies are
+ *    delivered at the end of that read callback, as one engine batch
+ *    (xfer_engine_batch_begin/_end: one clock reading, one drain of the
+ *    core's next ops); any other from a deferred event, activated once
+ *    per batch (never once per result);
  *  - a WRITE result is queued only when its reply (or failure) is known AND
  *    its staging reference was released (I3): `done` records the outcome,
- *    `ref_held` the reference, and the result leaves when both allow;
+ *    `ref_held` the reference (held from queueing until the kernel took
+ *    the bytes, the bufferevent let go of them, or the connection dropped
+ *    them unsent), and the result leaves when both allow;
  *  - an op's memory lives until it is on no list, holds no reference, and
- *    its result is queued; an op whose transport is gone is freed by its
- *    reference cleanup (orphan);
+ *    its result is queued; then it goes to a free list (at most
+ *    TCP_FREE_MAX records, from cfg.alloc, freed at del), so the hot path
+ *    allocates nothing once warm; an op whose transport is gone is freed
+ *    by its reference cleanup (orphan);
  *  - a lost connection fails every op on its `sent` list with CONN_LOST;
  *    ops still waiting survive an immediate reconnect and fail only when a
  *    connect fails;
@@ -54,71 +68,9 @@
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
 #include "util.h"
-#include "list.h" /* fsm/: the one intrusive list (fsm_private_dep) */
-#include "ring.h" /* fsm/: the one ring buffer (fsm_private_dep) */
-#include "tcp_int.h"
+#include "tcp_conn.h"
 #include "timer.h"
 #include "wire_frame.h"
-#include "xfer/tcp.h"
-
-#define TCP_ADDR_MAX 64
-#define TCP_DELIVER_BATCH 4096
-
-/* C_GATED: HELLO answered, ops held until the owner opens the connection
- * (only with hooks; see tcp_int.h). */
-enum { C_DOWN, C_CONNECTING, C_HELLO, C_GATED, C_UP };
-enum { L_NONE, L_WAIT, L_SENT };
-
-typedef struct tcp_op tcp_op;
-typedef struct tcp_conn tcp_conn;
-
-struct tcp_op {
-    xfer_action a;
-    const uint8_t *src;
-    xfer_list_node link; /* on its connection's wait or sent list */
-    uint32_t req;
-    uint8_t list;      /* L_NONE / L_WAIT / L_SENT */
-    bool done;         /* outcome known (res filled) */
-    bool queued;       /* result handed to the delivery queue */
-    bool ref_held;     /* libevent still references src */
-    bool orphan;       /* the transport is gone: cleanup frees */
-    tcp_conn *conn;
-    xfer_shard_result res;
-    xfer_allocator orphan_alloc; /* the transport's, once it is gone */
-};
-
-struct tcp_conn {
-    xfer_tcp *t;
-    uint16_t shard;
-    uint8_t state;
-    struct sockaddr_storage sa;
-    int salen;
-    struct bufferevent *bev;
-    struct event *retry_ev, *grace_ev;
-    uint64_t backoff_ns;
-    uint32_t next_req, hello_req;
-    bool told_up;         /* the owner heard it come up (hooks) */
-    xfer_list wait, sent; /* of tcp_op, oldest first */
-    xfer_wire_msg hello;  /* the HELLO2 sent on this connection */
-    bool challenged;      /* the shard proved it knows the secret */
-    bool eager;           /* its HELLO_ACK said the shard takes EAGER */
-};
-
-struct xfer_tcp {
-    struct event_base *base;
-    xfer_tcp_config cfg;
-    struct xfer_engine *engine;
-    struct event *deliver_ev;
-    xfer_shard_result *q;   /* results to deliver, */
-    xfer_ring qring;        /* in a FIFO over this ring */
-    tcp_conn conns[XFER_MAX_SHARDS];
-    uint32_t outstanding;
-    xfer_tcp_stats st;
-    uint8_t session[XFER_WIRE_SESSION];   /* ours, for every HELLO2 */
-    uint8_t secret[XFER_AUTH_SECRET_MAX];
-    size_t secret_len;
-    xfer_tcp_hooks hooks;   /* deliver NULL: plain TCP transport */
-};
 
 /* ---------------------------------------------------------------------- */
 /* Lists                                                                   */
@@ -165,16 +117,56 @@ static int q_reserve(xfer_tcp *t, size_t need)
     return 0;
 }
 
+/* Activate the deliver event once until it runs (activating an active
+ * event changes nothing in libevent). */
+static void arm_deliver(xfer_tcp *t)
+{
+    if (t->deliver_armed)
+        return;
+    t->deliver_armed = true;
+    t->io.deliver_wakeups++;
+    event_active(t->deliver_ev, EV_TIMEOUT, 0);
+}
+
+/* A result queued inside a read callback is delivered at its end, with
+ * the read's other results (xfer_tcp_deliver_queued); any other leaves
+ * from the deferred event, never from inside start/abort. */
 static void q_push(xfer_tcp *t, const xfer_shard_result *r)
 {
     t->q[xfer_ring_push(&t->qring)] = *r;
-    event_active(t->deliver_ev, EV_TIMEOUT, 0);
+    if (!t->in_read)
+        arm_deliver(t);
+}
+
+/* An op record: one kept from an earlier op, else a new one. */
+static tcp_op *op_get(xfer_tcp *t)
+{
+    tcp_op *op = t->free_ops;
+    if (!op) {
+        t->io.op_allocs++;
+        return xfer_util_calloc(&t->cfg.alloc, 1, sizeof *op);
+    }
+    t->free_ops = op->next_free;
+    t->nfree--;
+    memset(op, 0, sizeof *op);
+    return op;
+}
+
+static void op_put(xfer_tcp *t, tcp_op *op)
+{
+    if (t->nfree >= TCP_FREE_MAX) {
+        xfer_util_free(&t->cfg.alloc, op);
+        return;
+    }
+    op->next_free = t->free_ops;
+    t->free_ops = op;
+    t->nfree++;
 }
 
 static void maybe_free(tcp_op *op)
 {
     if (op->list == L_NONE && !op->ref_held && op->queued)
-        xfer_util_free(&op->conn->t->cfg.alloc, op);
+        op_put(op->conn->t, op);
 }
 
 /* Queue op's result if its outcome is known and its staging bytes are no
@@ -199,42 +191,72 @@ static void finish(xfer_tcp *t, tcp_op *op, int32_t status)
     try_queue(t, op);
 }
 
-static void on_deliver(evutil_socket_t fd, short what, void *arg)
+
+/*
+ * Hand the queued results to the engine (or the owner's hook) as one
+ * batch: one clock reading, and the core's next ops produced in one drain
+ * at batch_end (engine_int.h).  Results queued meanwhile (an op that
+ * fails at start, from that drain) wait for the deferred event: in_read
+ * stays up so that they do not arm it twice.
+ */
+void xfer_tcp_deliver_queued(xfer_tcp *t)
 {
-    xfer_tcp *t = arg;
+    xfer_engine *e = t->hooks.deliver ? NULL : t->engine;
+    t->in_read++;
+    if (e)
+        xfer_engine_batch_begin(e);
     for (int i = 0; i < TCP_DELIVER_BATCH && !xfer_ring_empty(&t->qring);
          i++) {
         xfer_shard_result r = t->q[xfer_ring_pop(&t->qring)];
         if (t->hooks.deliver)
             t->hooks.deliver(t->hooks.ud, &r);
-        else if (t->engine)
-            xfer_engine_deliver(t->engine, &r);
+        else if (e)
+            xfer_engine_deliver(e, &r);
     }
+    if (e)
+        xfer_engine_batch_end(e);
+    t->in_read--;
+    if (t->in_read)
+        return;
     if (!xfer_ring_empty(&t->qring))
-        event_active(t->deliver_ev, EV_TIMEOUT, 0);
+        arm_deliver(t);
+    xfer_tcp_io_flush_dirty(t); /* the batch's new ops: one write each */
+}
+
+static void on_deliver(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_tcp *t = arg;
+    t->deliver_armed = false;
+    xfer_tcp_deliver_queued(t);
+}
+
+/* The staging bytes of a WRITE are no longer referenced: written, or
+ * dropped with their connection. */
+void xfer_tcp_release_ref(tcp_op *op)
+{
+    xfer_tcp *t = op->conn->t;
+    op->ref_held = false;
+    t->st.refs_outstanding--;
+    try_queue(t, op);
+    maybe_free(op);
 }
 
 /* libevent let go of a WRITE's staging bytes. */
-static void on_ref_done(const void *data, size_t len, void *extra)
+void xfer_tcp_ref_done(const void *data, size_t len, void *extra)
 {
     tcp_op *op = extra;
-    op->ref_held = false;
     if (op->orphan) {
         xfer_allocator a = op->orphan_alloc;
         xfer_util_free(&a, op);
         return;
     }
-    xfer_tcp *t = op->conn->t;
-    t->st.refs_outstanding--;
-    try_queue(t, op);
-    maybe_free(op);
+    xfer_tcp_release_ref(op);
 }
 
 /* ---------------------------------------------------------------------- */
 /* Sending                                                                 */
 /* ---------------------------------------------------------------------- */
 
-static void conn_lost(tcp_conn *c, bool bad_peer);
 
 static uint8_t wire_type_of(uint8_t kind)
 {
@@ -242,48 +264,52 @@ static uint8_t wire_type_of(uint8_t kind)
     case XFER_ACT_RESERVE: return XFER_WIRE_T_RESERVE;
     case XFER_ACT_WRITE: return XFER_WIRE_T_WRITE;
     case XFER_ACT_COMMIT: return XFER_WIRE_T_COMMIT;
+    case XFER_ACT_EAGER: return XFER_WIRE_T_EAGER;
     default: return XFER_WIRE_T_CANCEL;
     }
 }
 
 static bool above_high(const tcp_conn *c)
 {
-    return evbuffer_get_length(bufferevent_get_output(c->bev)) >
+    return c->pending +
+               evbuffer_get_length(bufferevent_get_output(c->bev)) >
            c->t->cfg.high_watermark;
 }
 
 /* Encode op onto the connection.  Returns false when the connection had
  * to be dropped (a staging reference could not be added). */
-static bool send_eager(tcp_conn *c, tcp_op *op);
 
 static bool send_op(tcp_conn *c, tcp_op *op)
 {
     const xfer_action *a = &op->a;
-    if (a->kind == XFER_ACT_EAGER)
-        return send_eager(c, op);
+    bool data = a->kind == XFER_ACT_WRITE || a->kind == XFER_ACT_EAGER;
+    if (a->kind == XFER_ACT_EAGER && !c->eager) {
+        /* a reconnect found a shard that does not take it */
+        finish(c->t, op, XFER_ERR_NOT_SUPPORTED);
+        maybe_free(op);
+        return true;
+    }
     xfer_wire_msg m = {.type = wire_type_of(a->kind), .id = a->id,
                        .attempt = a->attempt, .resv_id = a->resv_id,
-                       .len = a->kind == XFER_ACT_RESERVE ||
-                                      a->kind == XFER_ACT_WRITE
-                                  ? a->len
-                                  : 0};
+                       .len = a->kind == XFER_ACT_RESERVE || data ? a->len
+                                                                 : 0};
     uint8_t buf[XFER_WIRE_MAX_FIXED];
     size_t n = xfer_wire_encode(&m, c->next_req, buf, sizeof buf);
-    struct evbuffer *out = bufferevent_get_output(c->bev);
     op->req = c->next_req++;
     list_push(&c->sent, op, L_SENT);
     c->t->st.ops_sent++;
-    if (evbuffer_add(out, buf, n) != 0) {
-        conn_lost(c, false);
+    if (!n || !xfer_tcp_io_queue(c, buf, n)) {
+        xfer_tcp_conn_lost(c, false);
         return false;
     }
-    if (a->kind == XFER_ACT_WRITE && a->len) {
+    if (data && a->len) {
+        /* the staging bytes by reference, released once written */
         op->ref_held = true;
         c->t->st.refs_outstanding++;
-        if (evbuffer_add_reference(out, op->src, a->len, on_ref_done, op)) {
-            op->ref_held = false; /* never added: no cleanup will run */
+        if (!xfer_tcp_io_queue_ref(c, op, 0, a->len)) {
+            op->ref_held = false; /* never queued: nothing releases it */
             c->t->st.refs_outstanding--;
-            conn_lost(c, false);
+            xfer_tcp_conn_lost(c, false);
             return false;
         }
         c->t->st.bytes_referenced += a->len;
@@ -292,7 +318,7 @@ static bool send_op(tcp_conn *c, tcp_op *op)
 }
 
 /* Send waiting ops while the connection is up and below the watermark. */
-static void flush_wait(tcp_conn *c)
+void xfer_tcp_flush_wait(tcp_conn *c)
 {
     while (c->state == C_UP && !xfer_list_empty(&c->wait) && !above_high(c)) {
         tcp_op *op = op_of(c->wait.head);
@@ -361,7 +387,7 @@ static bool on_challenge(tcp_conn *c, const xfer_wire_msg *m)
     }
     c->challenged = true;
     size_t n = xfer_wire_encode(&a, c->hello_req, buf, sizeof buf);
-    return n && bufferevent_write(c->bev, buf, n) == 0;
+    return n && xfer_tcp_io_queue(c, buf, n);
 }
 
 static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
@@ -382,6 +408,7 @@ static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
     c->eager = (m->hello_flags & XFER_WIRE_HELLO_EAGER) != 0;
     c->t->st.connects++;
     bufferevent_set_timeouts(c->bev, NULL, NULL);
+    c->own_read = true; /* cut_frames hands the reads over (tcp_io.c) */
     if (c->t->hooks.link) {
         /* the owner sets up the rest and opens the connection */
         c->state = C_GATED;
@@ -391,51 +418,13 @@ static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
         return true;
     }
     c->state = C_UP;
-    flush_wait(c);
+    xfer_tcp_flush_wait(c);
     return true;
 }
 
 /* ---------------------------------------------------------------------- */
 /* The eager path                                                          */
 /* ---------------------------------------------------------------------- */
-
-/* An EAGER: its 32-byte head, then the staging bytes by reference (the
- * reference's cleanup releases them, as a WRITE's).  Returns false when
- * the connection had to be dropped. */
-static bool send_eager(tcp_conn *c, tcp_op *op)
-{
-    const xfer_action *a = &op->a;
-    if (!c->eager) {
-        /* a reconnect found a shard that does not take it */
-        finish(c->t, op, XFER_ERR_NOT_SUPPORTED);
-        maybe_free(op);
-        return true;
-    }
-    xfer_wire_msg m = {.type = XFER_WIRE_T_EAGER, .id = a->id,
-                       .attempt = a->attempt, .len = a->len};
-    uint8_t buf[XFER_WIRE_MAX_FIXED];
-    size_t n = xfer_wire_encode(&m, c->next_req, buf, sizeof buf);
-    struct evbuffer *out = bufferevent_get_output(c->bev);
-    op->req = c->next_req++;
-    list_push(&c->sent, op, L_SENT);
-    c->t->st.ops_sent++;
-    if (!n || evbuffer_add(out, buf, n) != 0) {
-        conn_lost(c, false);
-        return false;
-    }
-    if (a->len) {
-        op->ref_held = true;
-        c->t->st.refs_outstanding++;
-        if (evbuffer_add_reference(out, op->src, a->len, on_ref_done, op)) {
-            op->ref_held = false;
-            c->t->st.refs_outstanding--;
-            conn_lost(c, false);
-            return false;
-        }
-        c->t->st.bytes_referenced += a->len;
-    }
-    return true;
-}
 
 /* EAGER_OK: the shard applied it whole; the reservation it names is what
  * a rollback cancels. */
@@ -463,7 +452,7 @@ static bool t_eager_ok(void *self)
     return t->cfg.nshards > 0;
 }
 
-static bool on_frame(tcp_conn *c, const xfer_wire_hdr *h,
+bool xfer_tcp_on_frame(tcp_conn *c, const xfer_wire_hdr *h,
                      const xfer_wire_msg *m)
 {
     if (c->state == C_HELLO)
@@ -484,9 +473,9 @@ static bool on_frame(tcp_conn *c, const xfer_wire_hdr *h,
     }
 }
 
-static void on_read(struct bufferevent *bev, void *arg)
+/* Every frame the read brought, then their results as one batch. */
+static void cut_frames(tcp_conn *c, struct bufferevent *bev)
 {
-    tcp_conn *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
     for (;;) {
         xfer_wire_hdr h;
@@ -495,18 +484,38 @@ static void on_read(struct bufferevent *bev, void *arg)
         int rc = xfer_wire_frame_cut(in, &h, &m, &why);
         if (rc == 0)
             return;
-        if (rc < 0 || h.type == XFER_WIRE_T_WRITE || !on_frame(c, &h, &m)) {
-            conn_lost(c, true);
+        if (rc < 0 || h.type == XFER_WIRE_T_WRITE ||
+            !xfer_tcp_on_frame(c, &h, &m)) {
+            xfer_tcp_conn_lost(c, true);
             return;
         }
         if (c->bev != bev)
             return; /* the connection was replaced meanwhile */
+        if (c->own_read) {
+            if (!xfer_tcp_io_take_reads(c, bev))
+                xfer_tcp_conn_lost(c, false);
+            return;
+        }
     }
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    tcp_conn *c = arg;
+    xfer_tcp *t = c->t;
+    t->io.reads++;
+    t->in_read++;
+    cut_frames(c, bev);
+    t->in_read--;
+    if (!t->in_read)
+        xfer_tcp_deliver_queued(t);
 }
 
 static void on_write(struct bufferevent *bev, void *arg)
 {
-    flush_wait(arg); /* output fell below the low watermark */
+    /* Output fell below the low watermark; what this queues goes out
+     * from the flush event. */
+    xfer_tcp_flush_wait(arg);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -533,8 +542,15 @@ static void close_bev(tcp_conn *c)
         c->told_up = false;
         c->t->hooks.link(c->t->hooks.ud, c->shard, false, -1);
     }
+    if (c->rd_ev) {
+        event_free(c->rd_ev);
+        c->rd_ev = NULL;
+    }
+    c->in_len = 0;
+    c->own_read = false;
     if (!c->bev)
         return;
+    xfer_tcp_io_drop(c);
     /* Freeing the bufferevent releases its output; the staging references
      * in it are let go (their cleanups run) when libevent finalizes it. */
     bufferevent_free(c->bev);
@@ -559,7 +575,7 @@ static void go_down(tcp_conn *c)
 
 /* The connection broke (or the peer misbehaved): fail what was sent,
  * reconnect at once; ops still waiting go out on the new connection. */
-static void conn_lost(tcp_conn *c, bool bad_peer)
+void xfer_tcp_conn_lost(tcp_conn *c, bool bad_peer)
 {
     if (c->state != C_UP) {
         go_down(c);
@@ -584,17 +600,18 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         c->challenged = false;
         if (xfer_auth_hello(&c->hello, XFER_WIRE_ROLE_PRODUCER,
                             c->t->cfg.group, c->shard, c->t->session) != 0) {
-            conn_lost(c, false);
+            xfer_tcp_conn_lost(c, false);
             return;
         }
         size_t n = xfer_wire_encode(&c->hello, c->next_req, buf, sizeof buf);
         c->hello_req = c->next_req++;
         c->state = C_HELLO;
-        bufferevent_write(bev, buf, n);
+        if (!xfer_tcp_io_queue(c, buf, n))
+            xfer_tcp_conn_lost(c, false);
         return;
     }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
-        conn_lost(c, false);
+        xfer_tcp_conn_lost(c, false);
 }
 
 static void start_connect(tcp_conn *c)
@@ -630,7 +647,7 @@ static void on_grace(evutil_socket_t fd, short what, void *arg)
     for (tcp_op *op = op_of(c->sent.head); op; op = op_of(op->link.next))
         if (op->done && op->ref_held) {
             c->t->st.resets++;
-            conn_lost(c, false);
+            xfer_tcp_conn_lost(c, false);
             return;
         }
 }
@@ -670,7 +687,7 @@ static int t_start(void *self, const xfer_action *a, const void *src)
         return XFER_ERR_INVALID_ARG;
     if (q_reserve(t, (size_t)t->qring.n + t->outstanding + 1) != 0)
         return XFER_ERR_NOMEM;
-    tcp_op *op = xfer_util_calloc(&t->cfg.alloc, 1, sizeof *op);
+    tcp_op *op = op_get(t);
     if (!op)
         return XFER_ERR_NOMEM;
     tcp_conn *c = &t->conns[a->shard];
@@ -837,7 +854,8 @@ int xfer_tcp_new_hooked(struct event_base *base, const xfer_tcp_config *cfg,
     }
     rc = XFER_ERR_IO;
     t->deliver_ev = event_new(base, -1, 0, on_deliver, t);
-    if (!t->deliver_ev)
+    t->flush_ev = event_new(base, -1, 0, xfer_tcp_io_on_flush, t);
+    if (!t->deliver_ev || !t->flush_ev)
         goto out_fail;
     for (uint16_t k = 0; k < c.nshards; k++) {
         rc = init_conn(t, k, c.addrs[k]);
@@ -876,8 +894,16 @@ void xfer_tcp_del(xfer_tcp *t)
         return;
     for (uint16_t k = 0; k < t->cfg.nshards; k++) {
         tcp_conn *c = &t->conns[k];
+        for (uint32_t i = 0; i < c->nsegs; i++)
+            if (c->segs[i].op)
+                c->segs[i].op->ref_held = false; /* never written */
         drop_list(&c->wait, &t->cfg.alloc);
         drop_list(&c->sent, &t->cfg.alloc);
+        xfer_util_free(&t->cfg.alloc, c->flat);
+        xfer_util_free(&t->cfg.alloc, c->segs);
+        xfer_util_free(&t->cfg.alloc, c->in);
+        if (c->rd_ev)
+            event_free(c->rd_ev);
         if (c->bev)
             bufferevent_free(c->bev);
         if (c->retry_ev)
@@ -887,7 +913,14 @@ void xfer_tcp_del(xfer_tcp *t)
     }
     if (t->deliver_ev)
         event_free(t->deliver_ev);
+    if (t->flush_ev)
+        event_free(t->flush_ev);
     xfer_allocator a = t->cfg.alloc;
+    while (t->free_ops) {
+        tcp_op *op = t->free_ops;
+        t->free_ops = op->next_free;
+        xfer_util_free(&a, op);
+    }
     xfer_util_free(&a, t->q);
     xfer_util_free(&a, t);
 }
@@ -914,7 +947,7 @@ uint32_t xfer_tcp_outstanding(const xfer_tcp *t)
 void xfer_tcp_drop(xfer_tcp *t, uint16_t shard)
 {
     if (t && shard < t->cfg.nshards && t->conns[shard].bev)
-        conn_lost(&t->conns[shard], false);
+        xfer_tcp_conn_lost(&t->conns[shard], false);
 }
 
 void xfer_tcp_open(xfer_tcp *t, uint16_t shard)
@@ -923,7 +956,7 @@ void xfer_tcp_open(xfer_tcp *t, uint16_t shard)
     if (c->state != C_GATED)
         return;
     c->state = C_UP;
-    flush_wait(c);
+    xfer_tcp_flush_wait(c);
 }
 
 int xfer_tcp_start_op(xfer_tcp *t, const xfer_action *a)

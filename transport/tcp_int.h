@@ -45,4 +45,14 @@ void xfer_tcp_open(xfer_tcp *t, uint16_t shard);
 int xfer_tcp_start_op(xfer_tcp *t, const xfer_action *a);
 void xfer_tcp_abort_op(xfer_tcp *t, const xfer_action *a);
 
+/* What the hot path did, for the tests that pin its batching (not API,
+ * not in xfer_tcp_stats): read callbacks run, write(v) calls made on
+ * the sockets, activations of the deferred deliver event, op records
+ * allocated (the rest came from the free list). */
+typedef struct xfer_tcp_io {
+    uint64_t reads, writes, deliver_wakeups, op_allocs;
+} xfer_tcp_io;
+/* Copy the counters into *out (borrowed). */
+void xfer_tcp_io_get(const xfer_tcp *t, xfer_tcp_io *out);
+
 #endif /* XFER_TCP_INT_H */

@@ -126,6 +126,48 @@ START_TEST(test_server_bad_frame_closes_one_connection)
 }
 END_TEST
 
+/* Every frame of one read is answered in that read's own callback: 32
+ * RESERVEs sent in one segment are all answered after one loop iteration
+ * (a bufferevent_write per reply waited for EV_WRITE and the next turn),
+ * in request order. */
+START_TEST(test_server_answers_a_read_in_one_pass)
+{
+    enum { K = 32 };
+    stack s;
+    ck_assert_int_eq(st_start_servers(&s, 1, 1 << 20, 2 * K, NULL), 0);
+    int fd = st_raw_connect(&s, 0);
+    ck_assert_int_ge(fd, 0);
+    uint8_t buf[K * XFER_WIRE_MAX_FIXED];
+    size_t n = 0;
+    for (uint32_t i = 0; i < K; i++) {
+        xfer_wire_msg m = {.type = XFER_WIRE_T_RESERVE, .id = 100 + i,
+                           .attempt = 1, .len = 512};
+        n += xfer_wire_encode(&m, 1000 + i, buf + n, sizeof buf - n);
+    }
+    ck_assert_int_eq(send(fd, buf, n, 0), (ssize_t)n);
+    event_base_loop(s.base, EVLOOP_ONCE);
+    for (uint32_t i = 0; i < K; i++) {
+        uint8_t h[XFER_WIRE_MAX_FIXED];
+        xfer_wire_hdr hd;
+        xfer_wire_msg r;
+        xfer_wire_reason why;
+        ck_assert_int_eq(recv(fd, h, XFER_WIRE_HDR, MSG_DONTWAIT),
+                         XFER_WIRE_HDR);
+        ck_assert_int_eq(xfer_wire_decode_hdr(h, XFER_WIRE_HDR, &hd, &why), 0);
+        size_t body = hd.len - XFER_WIRE_HDR;
+        ck_assert_int_eq(recv(fd, h + XFER_WIRE_HDR, body, MSG_DONTWAIT),
+                         (ssize_t)body);
+        ck_assert_int_eq(
+            xfer_wire_decode_body(&hd, h + XFER_WIRE_HDR, body, &r, &why), 0);
+        ck_assert_uint_eq(hd.req, 1000 + i);
+        ck_assert_int_eq(r.type, XFER_WIRE_T_RESERVE_OK);
+        ck_assert_uint_eq(r.id, 100 + i);
+    }
+    close(fd);
+    st_stop(&s);
+}
+END_TEST
+
 typedef struct drain_ctx {
     int calls;
     bool drained;
@@ -310,6 +352,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_server_writes_land_only_in_reserved_ranges);
     tcase_add_test(tc, test_server_bad_frame_closes_one_connection);
+    tcase_add_test(tc, test_server_answers_a_read_in_one_pass);
     tcase_add_test(tc, test_server_drain_waits_for_reservations);
     tcase_add_test(tc, test_server_config_checked);
     tcase_add_test(tc, test_server_authenticated_stack);
