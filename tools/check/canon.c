@@ -306,7 +306,8 @@ static void shard_sig_renamed(const ck_world *w, const ck_parts *q, unsigned k,
     ck_msg ms[CK_MAX_MSG];
     unsigned n = 0;
     for (unsigned i = 0; i < w->env.nmsg; i++) {
-        ck_msg m = w->msg[i];
+        ck_msg m;
+        memcpy(&m, &w->msg[i], sizeof m); /* padding too (zero, net.c) */
         if (m.shard != k)
             continue;
         m.shard = 0;
