@@ -30,10 +30,12 @@
  * the same future, renamed.  The machines write their canonical forms with
  * the ids renamed (xfer_canon.ids, xfer_shard_canon), the messages and
  * the driver's and monitors' per-transfer data are renamed here, and the
- * key is the least over the T! renamings of the key of the renamed state
- * (shard-sorted as above).  Every renaming of a state gives the same set
- * of keys, so the same least one.  The renamed parts are computed afresh
- * for every key (T! - 1 extra canonical forms of every machine).
+ * key is the least key of the renamed state (shard-sorted as above) over
+ * the renamings that sort the transfers by their data outside the
+ * machines (transfer_key).  Every renaming of a state gives the same set
+ * of keys, so the same least one.  Parts of a renaming other than the
+ * identity are computed afresh (one more canonical form of every machine
+ * for a state whose transfers are out of order).
  */
 #include <string.h>
 
