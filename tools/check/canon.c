@@ -260,8 +260,12 @@ static void rest(const ck_world *w, const ck_parts *p, kbuf *o)
 /* Symmetry over transfers                                                 */
 /* ---------------------------------------------------------------------- */
 
-/* Where a shard's form with renamed ids goes. */
-static uint8_t g_tform[CK_SAVE_MAX];
+/* The scratch of the renamed keys (one search at a time, like g_form):
+ * a shard's form with renamed ids, and the parts of a renamed state. */
+static struct {
+    uint8_t form[CK_SAVE_MAX];
+    ck_parts parts;
+} g_tsym;
 
 /* The parts of the state held by w's machines with transfer t renamed
  * pi[t], computed afresh (a renaming changes every machine that holds
@@ -284,10 +288,10 @@ static bool parts_renamed(ck_parts *q, const ck_world *w, const uint8_t *pi)
         return false;
     for (unsigned k = 0; k < S; k++) {
         size_t need = 0;
-        if (xfer_shard_canon(w->sh[k], &ids, g_tform, sizeof g_tform,
-                             &need) != 0)
+        if (xfer_shard_canon(w->sh[k], &ids, g_tsym.form,
+                             sizeof g_tsym.form, &need) != 0)
             return false;
-        hash128(g_tform, need, 7, q->sh[k]);
+        hash128(g_tsym.form, need, 7, q->sh[k]);
     }
     q->ok_core = q->ok_rd = true;
     return true;
@@ -371,16 +375,15 @@ static void rest_renamed(const ck_world *w, const ck_parts *q,
 static bool key_renamed(const ck_world *w, const ck_parts *p,
                         const uint8_t *pi, bool identity, uint64_t key[2])
 {
-    static ck_parts q;
     unsigned S = w->cfg->S;
     uint8_t inv[CK_MAX_T];
     for (unsigned t = 0; t < w->cfg->T; t++)
         inv[pi[t]] = (uint8_t)t;
     const ck_parts *use = p;
     if (!identity) {
-        if (!parts_renamed(&q, w, pi))
+        if (!parts_renamed(&g_tsym.parts, w, pi))
             return false;
-        use = &q;
+        use = &g_tsym.parts;
     }
     bool sort = w->cfg->symmetry && S > 1;
     uint64_t sig[CK_MAX_S][2];
