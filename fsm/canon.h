@@ -14,7 +14,9 @@
  *    in shard k's part;
  *  - a shard reference (xfer_canon_ref): in a save the u16; in a canonical
  *    form XFER_CANON_REF_SHARD for a shard of the group (else the value),
- *    and in every shard's part a u8 saying whether it is that shard.
+ *    and in every shard's part a u8 saying whether it is that shard;
+ *  - a transfer id (xfer_canon_id): in a save the id; in a canonical form
+ *    that renames ids (xfer_canon.ids), the renamed id.
  * Only the save files of fsm/ include this; everything else uses save.h.
  */
 #ifndef XFER_FSM_CANON_H
@@ -24,6 +26,7 @@
 
 #include "le.h"
 #include "save.h"
+#include "tomb.h"
 
 /* What a canonical form writes for a reference to a shard of the group. */
 #define XFER_CANON_REF_SHARD UINT16_C(0xFFFE)
@@ -32,6 +35,7 @@ typedef struct xfer_canon_out {
     xfer_le_enc main;                  /* the save, or part 0 */
     xfer_le_enc part[XFER_MAX_SHARDS]; /* canonical form: shard k's part */
     uint16_t nshards;                  /* 0: a save */
+    const xfer_canon_ids *ids;         /* transfer ids renamed; NULL: none */
 } xfer_canon_out;
 
 /* Write a save into buf (len bytes). */
@@ -40,6 +44,7 @@ static inline void xfer_canon_begin_save(xfer_canon_out *o, uint8_t *buf,
 {
     o->main = xfer_le_enc_start(buf, len);
     o->nshards = 0;
+    o->ids = NULL;
 }
 
 /* Write the canonical form of a group of nshards (1..XFER_MAX_SHARDS)
@@ -53,6 +58,7 @@ static inline void xfer_canon_begin(xfer_canon_out *o, xfer_canon *c,
             c->buf ? c->buf + (size_t)(k + 1) * c->stride : NULL,
             c->buf ? c->stride : 0);
     o->nshards = nshards;
+    o->ids = c->ids;
 }
 
 /* The end of a canonical form: c->len[] set; 0 or XFER_ERR_TOO_SMALL. */
@@ -66,6 +72,28 @@ static inline int xfer_canon_end(const xfer_canon_out *o, xfer_canon *c)
             rc = XFER_ERR_TOO_SMALL;
     }
     return rc;
+}
+
+/* A transfer id as the form writes it (renamed, in a canonical form that
+ * renames ids). */
+static inline uint64_t xfer_canon_id(const xfer_canon_out *o, uint64_t id)
+{
+    return xfer_canon_ids_map(o->ids, id);
+}
+
+static inline uint64_t xfer_canon_tomb_id_(const void *ids, uint64_t id)
+{
+    return xfer_canon_ids_map(ids, id);
+}
+
+/* A tombstone table (xfer_tomb_save) into e, its ids through xfer_canon_id. */
+static inline void xfer_canon_tombs(const xfer_canon_out *o,
+                                    const xfer_tomb *t, xfer_le_enc *e)
+{
+    if (o->ids)
+        xfer_tomb_save_map(t, e, xfer_canon_tomb_id_, o->ids);
+    else
+        xfer_tomb_save(t, e);
 }
 
 /* Where data that names no shard goes. */

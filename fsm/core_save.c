@@ -9,7 +9,9 @@
  * section per shard); the armed timers as ids in the order they fire (a
  * count, then the ids); the tombstone table's clock (u64) and its entries
  * (xfer_tomb_save).  One walk of the state (put_record, through
- * fsm/canon.h) writes both the save and the canonical form.
+ * fsm/canon.h) writes both the save and the canonical form; a form that
+ * renames transfer ids writes every id renamed and the records in the
+ * order of the renamed ids.
  *
  * What must stay true:
  *  - every field of xfer_transfer and xfer_transfer_shard but `slot` and the pads
@@ -67,15 +69,20 @@ static uint64_t fingerprint(const xfer_core *core)
 /* Saving                                                                  */
 /* ---------------------------------------------------------------------- */
 
-/* The live slot with the smallest id above `after`, or UINT32_MAX. */
-static uint32_t next_by_id(const xfer_core *core, uint64_t after)
+/* The live slot with the smallest id as o writes it (xfer_canon_id)
+ * above `after`, or UINT32_MAX. */
+static uint32_t next_by_id(const xfer_canon_out *o, const xfer_core *core,
+                           uint64_t after)
 {
     uint32_t best = UINT32_MAX;
+    uint64_t best_id = 0;
     for (uint32_t s = 0; s < core->cfg.max_transfers; s++) {
         const xfer_transfer *t = core->recs[s];
-        if (t && t->id > after &&
-            (best == UINT32_MAX || t->id < core->recs[best]->id))
+        uint64_t id = t ? xfer_canon_id(o, t->id) : 0;
+        if (t && id > after && (best == UINT32_MAX || id < best_id)) {
             best = s;
+            best_id = id;
+        }
     }
     return best;
 }
@@ -124,7 +131,7 @@ static void put_record(xfer_canon_out *o, const xfer_transfer *t)
     xfer_le_enc span = xfer_le_enc_span(xfer_canon_rest(o), HEAD_BYTES);
     xfer_le_enc *e = &span;
     xfer_le_enc_u16(e, t->nshards);
-    xfer_le_enc_u64(e, t->id);
+    xfer_le_enc_u64(e, xfer_canon_id(o, t->id));
     xfer_le_enc_u64(e, t->user_data);
     xfer_le_enc_u64(e, t->started_ns);
     xfer_le_enc_u64(e, t->deadline_ns);
@@ -162,9 +169,9 @@ static void put_core(xfer_canon_out *o, const xfer_core *core)
     xfer_le_enc_u64(e, core->last_now);
     xfer_le_enc_u32(e, core->live.n);
     uint64_t id = 0;
-    for (uint32_t s; (s = next_by_id(core, id)) != UINT32_MAX;) {
+    for (uint32_t s; (s = next_by_id(o, core, id)) != UINT32_MAX;) {
         put_record(o, core->recs[s]);
-        id = core->recs[s]->id;
+        id = xfer_canon_id(o, core->recs[s]->id);
     }
     xfer_le_enc_u32(e, xfer_heap_count(&core->timers));
     uint64_t key = 0, order = 0;
@@ -172,10 +179,10 @@ static void put_core(xfer_canon_out *o, const xfer_core *core)
     for (uint32_t s; (s = next_timer(core, key, order, first)) != UINT32_MAX;
          first = false) {
         xfer_heap_get(&core->timers, s, &key, &order);
-        xfer_le_enc_u64(e, core->recs[s]->id);
+        xfer_le_enc_u64(e, xfer_canon_id(o, core->recs[s]->id));
     }
     xfer_le_enc_u64(e, xfer_tomb_clock(&core->tombs));
-    xfer_tomb_save(&core->tombs, e);
+    xfer_canon_tombs(o, &core->tombs, e);
 }
 
 int xfer_core_save(const xfer_core *core, uint8_t *buf, size_t len,

@@ -16,7 +16,10 @@
  * backwards across save and load (the tombstone table's clock is rebuilt
  * from the newest tombstone).  All integers are little-endian (fsm/le.h).
  * One walk of the state (put_tracker, through fsm/canon.h) writes both the
- * save and the canonical form, so the two cannot disagree.
+ * save and the canonical form, so the two cannot disagree; a form that
+ * renames transfer ids writes every id renamed and the records in the
+ * order of the renamed ids (the pending actions, which would name ids in
+ * an order, never reach a canonical form).
  *
  * What must stay true:
  *  - Save is canonical: live records go in id order, armed deadlines in the
@@ -80,7 +83,7 @@ static void put_record(xfer_canon_out *o, const xfer_readiness *r,
     /* the fixed part at once (masks keep their width in the rest) */
     xfer_le_enc span = xfer_le_enc_span(xfer_canon_rest(o), REC_FIXED);
     xfer_le_enc *e = &span;
-    xfer_le_enc_u64(e, rec->id);
+    xfer_le_enc_u64(e, xfer_canon_id(o, rec->id));
     xfer_le_enc_u32(e, rec->attempt);
     xfer_le_enc_u8(e, rec->state);
     xfer_le_enc_u8(e, rec->ccancel);
@@ -94,20 +97,22 @@ static void put_record(xfer_canon_out *o, const xfer_readiness *r,
         xfer_le_enc_u64(xfer_canon_shard(o, k), resv[k]);
 }
 
-/* Live records in id order. */
+/* Live records in id order (of the ids as o writes them). */
 static void put_records(xfer_canon_out *o, const xfer_readiness *r)
 {
     uint32_t n = 0;
     for (uint32_t s = 0; s < r->cfg.max_records; s++)
         if (r->recs[s].id)
-            r->scratch[n++] = (xfer_readiness_sortkey){r->recs[s].id, 0, s};
+            r->scratch[n++] = (xfer_readiness_sortkey){
+                xfer_canon_id(o, r->recs[s].id), 0, s};
     qsort(r->scratch, n, sizeof *r->scratch, cmp_key);
     for (uint32_t i = 0; i < n; i++)
         put_record(o, r, r->scratch[i].slot);
 }
 
 /* Armed deadlines in the order they fire (deadline, then set order). */
-static void put_heap(xfer_le_enc *w, const xfer_readiness *r)
+static void put_heap(const xfer_canon_out *o, xfer_le_enc *w,
+                     const xfer_readiness *r)
 {
     const xfer_heap *h = &r->deadlines;
     uint32_t n = xfer_heap_count(h);
@@ -119,7 +124,7 @@ static void put_heap(xfer_le_enc *w, const xfer_readiness *r)
     }
     qsort(r->scratch, n, sizeof *r->scratch, cmp_key);
     for (uint32_t i = 0; i < n; i++)
-        xfer_le_enc_u64(w, r->recs[r->scratch[i].slot].id);
+        xfer_le_enc_u64(w, xfer_canon_id(o, r->recs[r->scratch[i].slot].id));
 }
 
 static void put_action(xfer_le_enc *w, const xfer_ready_action *a)
@@ -148,8 +153,8 @@ static void put_tracker(xfer_canon_out *o, const xfer_readiness *r)
     xfer_le_enc_u32(w, xfer_heap_count(&r->deadlines));
     xfer_le_enc_u32(w, (uint32_t)r->nacts);
     put_records(o, r);
-    put_heap(w, r);
-    xfer_tomb_save(&r->tombs, w);
+    put_heap(o, w, r);
+    xfer_canon_tombs(o, &r->tombs, w);
     for (size_t i = 0; i < r->nacts; i++)
         put_action(w, &r->acts[i]);
 }

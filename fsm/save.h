@@ -30,6 +30,14 @@
  *    when their first parts are equal and their per-shard parts are equal
  *    as multisets.  A shard's own save names no shard (its index is
  *    config), so it is its own canonical form.
+ *  - Symmetry over transfers: a canonical form may also rename transfer
+ *    ids (xfer_canon.ids, xfer_shard_canon).  It is then the canonical
+ *    form the machine would give had every id been renamed in its whole
+ *    history: each id written through the map, and whatever is ordered by
+ *    id (records) ordered by the renamed ids; what is ordered by time or
+ *    by arrival (timers, tombstones, events) keeps its order.  So two
+ *    machines are one another with ids renamed by p exactly when the form
+ *    of one renamed by p equals the form of the other.
  *
  * Thread: a save or a load runs on the thread that drives the machine; a
  * save uses the machine's scratch space (shard, tracker), so two saves of
@@ -92,15 +100,38 @@ int xfer_shard_load(xfer_shard *s, const uint8_t *buf, size_t len);
 int xfer_readiness_load(xfer_readiness *r, const uint8_t *buf, size_t len);
 
 /*
+ * A renaming of transfer ids: from[i] is written as to[i] (i < n), every
+ * other id as it is.  to[] must be a permutation of from[] (the ids are
+ * distinct), so the renaming is a bijection and the order of renamed ids
+ * is well defined.  A zeroed map renames nothing.
+ */
+#define XFER_CANON_MAX_IDS 4
+typedef struct xfer_canon_ids {
+    unsigned n;
+    uint64_t from[XFER_CANON_MAX_IDS], to[XFER_CANON_MAX_IDS];
+} xfer_canon_ids;
+
+/* id renamed by m (NULL: no renaming). */
+static inline uint64_t xfer_canon_ids_map(const xfer_canon_ids *m,
+                                          uint64_t id)
+{
+    for (unsigned i = 0; m && i < m->n && i < XFER_CANON_MAX_IDS; i++)
+        if (m->from[i] == id)
+            return m->to[i];
+    return id;
+}
+
+/*
  * Where a canonical form goes: the caller's buffer of nshards + 1 parts of
  * `stride` bytes each; part 0 names no shard, part 1 + k is about shard k.
  * On return len[i] is the bytes of part i (what it needs, on
- * XFER_ERR_TOO_SMALL).
+ * XFER_ERR_TOO_SMALL).  ids (borrowed, NULL: none) renames transfer ids.
  */
 typedef struct xfer_canon {
     uint8_t *buf;
     size_t stride;
     size_t len[XFER_MAX_SHARDS + 1];
+    const xfer_canon_ids *ids;
 } xfer_canon;
 
 /* Part i of a canonical form. */
@@ -120,5 +151,14 @@ static inline const uint8_t *xfer_canon_part(const xfer_canon *c, unsigned i)
  */
 int xfer_core_canon(const xfer_core *core, uint16_t nshards, xfer_canon *out);
 int xfer_readiness_canon(const xfer_readiness *r, xfer_canon *out);
+
+/*
+ * A shard's save with its transfer ids renamed by ids (NULL: the save
+ * itself), into buf as xfer_shard_save: what the shard would save had
+ * every id been renamed in its history.  It is a canonical form, not a
+ * save to load (its records may name ids the shard never saw).
+ */
+int xfer_shard_canon(const xfer_shard *s, const xfer_canon_ids *ids,
+                     uint8_t *buf, size_t len, size_t *need);
 
 #endif /* XFER_FSM_SAVE_H */

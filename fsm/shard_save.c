@@ -16,7 +16,8 @@
  * number, slot numbers, the heap's insertion counter, the shard's index
  * and the bytes in the pool (data, not machine state), so two shards that
  * behave alike save alike, and it names no shard: it is its own canonical
- * form.  It assumes time never runs backwards across save and load (the
+ * form, but for transfer ids: xfer_shard_canon writes the same bytes with
+ * every id renamed and the records in the order of the renamed ids.  It assumes time never runs backwards across save and load (the
  * tombstone table's clock is rebuilt from the newest tombstone).  All
  * integers are little-endian (fsm/le.h).
  *
@@ -41,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "canon.h" /* xfer_canon_tomb_id_ */
 #include "le.h"
 #include "save.h"
 #include "shard_int.h"
@@ -82,11 +84,12 @@ static uint64_t fingerprint(const xfer_shard *s)
     return s->cfg.one_sided ? xfer_util_mix64(h ^ 0x31736964ull) : h;
 }
 
-static void save_record(xfer_le_enc *to, const xfer_shard_resv *r,
+static void save_record(xfer_le_enc *to, const xfer_canon_ids *ids,
+                        const xfer_shard_resv *r,
                         const xfer_shard_sort_ent *e)
 {
     xfer_le_enc span = xfer_le_enc_span(to, REC_BYTES), *w = &span;
-    xfer_le_enc_u64(w, r->id);
+    xfer_le_enc_u64(w, xfer_canon_ids_map(ids, r->id));
     xfer_le_enc_u32(w, r->attempt);
     xfer_le_enc_u64(w, r->resv_id);
     xfer_le_enc_u64(w, r->off);
@@ -104,8 +107,22 @@ static void save_record(xfer_le_enc *to, const xfer_shard_resv *r,
     xfer_le_enc_u32(w, e->rank);
 }
 
-int xfer_shard_save(const xfer_shard *s, uint8_t *buf, size_t len,
-                    size_t *need)
+/* The live records in the order of their ids renamed by ids (the scratch
+ * array, as xfer_shard_sorted_live leaves it for ids NULL); their count. */
+static uint32_t sorted_renamed(const xfer_shard *s, const xfer_canon_ids *ids)
+{
+    uint32_t n = xfer_shard_sorted_live(s);
+    if (!ids)
+        return n;
+    for (uint32_t i = 0; i < n; i++)
+        s->scratch[i].k1 = xfer_canon_ids_map(ids, s->scratch[i].k1);
+    qsort(s->scratch, n, sizeof *s->scratch, xfer_shard_cmp_ent);
+    return n;
+}
+
+/* The save (ids NULL) or the canonical form with ids renamed. */
+static int put_shard(const xfer_shard *s, const xfer_canon_ids *ids,
+                     uint8_t *buf, size_t len, size_t *need)
 {
     if (!s || !need || (!buf && len))
         return XFER_ERR_INVALID_ARG;
@@ -113,31 +130,46 @@ int xfer_shard_save(const xfer_shard *s, uint8_t *buf, size_t len,
     xfer_le_enc_bytes(&w, MAGIC, sizeof MAGIC);
     xfer_le_enc_u64(&w, fingerprint(s));
     xfer_le_enc_u64(&w, s->cfg.rng.next ? 0 : s->rng_state);
-    uint32_t n = xfer_shard_sorted_live(s);
+    uint32_t n = sorted_renamed(s, ids);
     xfer_le_enc_u32(&w, n);
     for (uint32_t i = 0; i < n; i++)
-        save_record(&w, &s->recs[s->scratch[i].slot], &s->scratch[i]);
+        save_record(&w, ids, &s->recs[s->scratch[i].slot], &s->scratch[i]);
     xfer_pool_save(&s->pool, &w);
-    xfer_tomb_save(&s->tombs, &w);
+    if (ids)
+        xfer_tomb_save_map(&s->tombs, &w, xfer_canon_tomb_id_, ids);
+    else
+        xfer_tomb_save(&s->tombs, &w);
     xfer_le_enc_u32(&w, s->nev);
     for (uint32_t i = 0; i < s->nev; i++) {
         const xfer_shard_event *e = &s->evs[i];
         xfer_le_enc_u8(&w, e->kind);
         xfer_le_enc_u32(&w, e->attempt);
-        xfer_le_enc_u64(&w, e->id);
+        xfer_le_enc_u64(&w, xfer_canon_ids_map(ids, e->id));
         xfer_le_enc_u64(&w, e->resv_id);
         xfer_le_enc_u32(&w, e->len);
     }
     if (s->cfg.one_sided) {
         xfer_le_enc_u32(&w, s->ninval);
         for (uint32_t i = 0; i < s->ninval; i++) {
-            xfer_le_enc_u64(&w, s->invals[i].id);
+            xfer_le_enc_u64(&w, xfer_canon_ids_map(ids, s->invals[i].id));
             xfer_le_enc_u64(&w, s->invals[i].resv_id);
             xfer_le_enc_u32(&w, s->invals[i].attempt);
         }
     }
     *need = w.at;
     return xfer_le_enc_fits(&w) ? 0 : XFER_ERR_TOO_SMALL;
+}
+
+int xfer_shard_save(const xfer_shard *s, uint8_t *buf, size_t len,
+                    size_t *need)
+{
+    return put_shard(s, NULL, buf, len, need);
+}
+
+int xfer_shard_canon(const xfer_shard *s, const xfer_canon_ids *ids,
+                     uint8_t *buf, size_t len, size_t *need)
+{
+    return put_shard(s, ids, buf, len, need);
 }
 
 typedef struct saved_rec {

@@ -347,12 +347,14 @@ void xfer_tomb_reset(xfer_tomb *t)
 typedef struct save_ctx {
     xfer_le_enc *w;
     bool owners;
+    xfer_tomb_map_fn map;
+    const void *map_ud;
 } save_ctx;
 
 static void save_entry(void *ud, const xfer_tomb_entry *e)
 {
     const save_ctx *c = ud;
-    xfer_le_enc_u64(c->w, e->id);
+    xfer_le_enc_u64(c->w, c->map ? c->map(c->map_ud, e->id) : e->id);
     xfer_le_enc_u64(c->w, e->expires_ns);
     xfer_le_enc_u32(c->w, e->attempt);
     xfer_le_enc_u8(c->w, e->reason);
@@ -362,11 +364,17 @@ static void save_entry(void *ud, const xfer_tomb_entry *e)
     }
 }
 
-void xfer_tomb_save(const xfer_tomb *t, xfer_le_enc *e)
+void xfer_tomb_save_map(const xfer_tomb *t, xfer_le_enc *e,
+                        xfer_tomb_map_fn map, const void *ud)
 {
-    save_ctx c = {e, t->nowners > 0};
+    save_ctx c = {e, t->nowners > 0, map, ud};
     xfer_le_enc_u32(e, xfer_tomb_live(t));
     xfer_tomb_foreach(t, save_entry, &c);
+}
+
+void xfer_tomb_save(const xfer_tomb *t, xfer_le_enc *e)
+{
+    xfer_tomb_save_map(t, e, NULL, NULL);
 }
 
 static xfer_tomb_entry get_entry(const xfer_tomb *t, xfer_le_dec *d)

@@ -177,6 +177,11 @@ size_t xfer_tomb_bytes_per_entry(void);
 void xfer_tomb_reset(xfer_tomb *t);
 /* Write the live entries (see the top of this file) to e (borrowed). */
 void xfer_tomb_save(const xfer_tomb *t, xfer_le_enc *e);
+/* The same with every id written as map(ud, id) (map NULL: as it is): the
+ * machines' canonical forms that rename transfer ids (fsm/save.h). */
+typedef uint64_t (*xfer_tomb_map_fn)(const void *ud, uint64_t id);
+void xfer_tomb_save_map(const xfer_tomb *t, xfer_le_enc *e,
+                        xfer_tomb_map_fn map, const void *ud);
 /* A saved entry (borrowed) is acceptable to its owner (its reason, an id
  * that is not live). */
 typedef bool (*xfer_tomb_ok_fn)(void *ud, const xfer_tomb_entry *e);

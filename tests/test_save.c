@@ -5,7 +5,9 @@
  * dropped those past 256); a buffer too small is an error with the size
  * needed and nothing written past it; the canonical form of a machine
  * equals that of a hand-built copy with its shards renamed, part for
- * renamed part; and a save names its machine and version.
+ * renamed part, and with its transfer ids renamed (xfer_canon.ids,
+ * xfer_shard_canon) to that of a copy whose history used the renamed ids;
+ * and a save names its machine and version.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -301,6 +303,93 @@ START_TEST(test_save_core_canon_matches_renamed_copy)
 }
 END_TEST
 
+/*
+ * Symmetry over transfers: the history of core_history with the ids x, y,
+ * z = id[0..2], every id given the same slices and user data (so only the
+ * ids tell the transfers apart).
+ */
+static void core_ids_history(xfer_core *c, const uint64_t *id, uint64_t salt)
+{
+    static const xfer_slice sl[NS3] = {{0, 64}, {64, 128}, {192, 32}};
+    xfer_submit_args a = {.group = 1, .nshards = NS3, .slices = sl,
+                          .user_data = 42};
+    xfer_transfer_view v;
+    a.id = id[0];
+    ck_assert_int_eq(xfer_core_submit(c, 10, &a), 0);
+    xfer_core_actions_clear(c);
+    ck_assert(xfer_core_view(c, id[0], &v));
+    attempt = v.attempt;
+    c_reserved(c, 11, id[0], 0, 0, 100);
+    c_reserved(c, 12, id[0], 1, XFER_ERR_NO_SPACE, 0);
+    a.id = id[1];
+    ck_assert_int_eq(xfer_core_submit(c, 13, &a), 0);
+    xfer_core_actions_clear(c);
+    ck_assert(xfer_core_view(c, id[1], &v));
+    attempt = v.attempt;
+    for (uint16_t k = 0; k < NS3; k++)
+        c_reserved(c, 14, id[1], k, 0, 200 + k + (k == 2 ? salt : 0));
+    ck_assert_int_eq(xfer_core_cancel(c, 15, id[2]), 0);
+    xfer_core_actions_clear(c);
+}
+
+/* The renaming 1 -> 2 -> 3 -> 1 (or its first n pairs of another list). */
+static xfer_canon_ids cycle_ids(const uint64_t *from, unsigned n)
+{
+    xfer_canon_ids m = {.n = n};
+    for (unsigned i = 0; i < n; i++) {
+        m.from[i] = from[i];
+        m.to[i] = from[(i + 1) % n];
+    }
+    return m;
+}
+
+/* Equal canonical forms, part for part (no shard renamed). */
+static void same_form(const xfer_canon *a, const xfer_canon *b, unsigned parts)
+{
+    for (unsigned i = 0; i < parts; i++) {
+        ck_assert_uint_eq(a->len[i], b->len[i]);
+        ck_assert_mem_eq(xfer_canon_part(a, i), xfer_canon_part(b, i),
+                         a->len[i]);
+    }
+}
+
+START_TEST(test_save_core_canon_renames_transfer_ids)
+{
+    static const uint64_t ida[3] = {1, 2, 3}, idb[3] = {2, 3, 1};
+    xfer_core *a = mk_core(8, NS3), *b = mk_core(8, NS3);
+    xfer_core *c = mk_core(8, NS3);
+    core_ids_history(a, ida, 0);
+    core_ids_history(b, idb, 0); /* a with every id renamed by the cycle */
+    core_ids_history(c, ida, 5); /* another state: one resv id differs */
+    xfer_canon_ids ren = cycle_ids(ida, 3);
+    static uint8_t fa[4][1024], fb[4][1024], fc[4][1024];
+    xfer_canon ca = {.buf = &fa[0][0], .stride = 1024, .ids = &ren};
+    xfer_canon cb = {.buf = &fb[0][0], .stride = 1024};
+    xfer_canon cc = {.buf = &fc[0][0], .stride = 1024, .ids = &ren};
+    ck_assert_int_eq(xfer_core_canon(a, NS3, &ca), 0);
+    ck_assert_int_eq(xfer_core_canon(b, NS3, &cb), 0);
+    ck_assert_int_eq(xfer_core_canon(c, NS3, &cc), 0);
+    /* a renamed is b: records in renamed-id order, timers and the
+     * tombstone (of id 3, renamed 1) renamed. */
+    same_form(&ca, &cb, NS3 + 1);
+    /* Without the renaming they differ: the forms name the ids. */
+    ca.ids = NULL;
+    ck_assert_int_eq(xfer_core_canon(a, NS3, &ca), 0);
+    ck_assert(part_differs(&ca, 0, &cb, 0));
+    /* Another state renamed is not b. */
+    ck_assert(part_differs(&cc, 3, &cb, 3));
+    /* A map that renames nothing is no map. */
+    xfer_canon_ids none = {.n = 0};
+    static uint8_t fn[4][1024];
+    xfer_canon cn = {.buf = &fn[0][0], .stride = 1024, .ids = &none};
+    ck_assert_int_eq(xfer_core_canon(a, NS3, &cn), 0);
+    same_form(&ca, &cn, NS3 + 1);
+    xfer_core_del(a);
+    xfer_core_del(b);
+    xfer_core_del(c);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------- */
 /* The shard                                                               */
 /* ---------------------------------------------------------------------- */
@@ -341,6 +430,63 @@ static void shard_history(xfer_shard *s)
     ck_assert_int_eq(xfer_shard_commit(s, 5, 3, 1, r3.resv_id), 0);
     ck_assert_int_eq(xfer_shard_cancel(s, 6, 1, 1, r1.resv_id), 0);
 }
+
+/* shard_history with the ids x, y, z = id[0..2]. */
+static void shard_ids_history(xfer_shard *s, const uint64_t *id, bool extra)
+{
+    xfer_resv_info r1, r2, r3;
+    ck_assert_int_eq(xfer_shard_reserve(s, 1, id[0], 1, 100, &r1), 0);
+    ck_assert_int_eq(xfer_shard_reserve(s, 2, id[1], 1, 200, &r2), 0);
+    ck_assert_int_eq(xfer_shard_reserve(s, 3, id[2], 1, 50, &r3), 0);
+    uint8_t *dst;
+    ck_assert_int_eq(xfer_shard_write_begin(s, 4, id[1], 1, r2.resv_id, 0,
+                                            10, &dst), 0);
+    static const uint8_t bytes[50];
+    ck_assert_int_eq(xfer_shard_write(s, 5, id[2], 1, r3.resv_id, 0, bytes,
+                                      50), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 5, id[2], 1, r3.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_cancel(s, 6, id[0], 1, r1.resv_id), 0);
+    if (extra)
+        ck_assert_int_eq(xfer_shard_write_end(s, 7, id[1], r2.resv_id, true),
+                         0);
+}
+
+START_TEST(test_save_shard_canon_renames_transfer_ids)
+{
+    static const uint64_t ida[3] = {1, 2, 3}, idb[3] = {2, 3, 1};
+    counters[0] = counters[1] = counters[2] = 0;
+    xfer_shard *a = mk_shard(0), *b = mk_shard(1), *c = mk_shard(2);
+    shard_ids_history(a, ida, false);
+    shard_ids_history(b, idb, false);
+    shard_ids_history(c, ida, true);
+    xfer_canon_ids ren = cycle_ids(ida, 3);
+    size_t nb, na = 0, nc = 0, n0 = 0;
+    uint8_t *sb = save_all(shard_save, b, &nb);
+    static uint8_t fa[2048], fc[2048], f0[2048];
+    ck_assert_int_eq(xfer_shard_canon(a, &ren, fa, sizeof fa, &na), 0);
+    ck_assert_uint_eq(na, nb);
+    ck_assert_mem_eq(fa, sb, nb); /* a renamed is b's save */
+    /* No renaming: the save itself, which differs from b's. */
+    ck_assert_int_eq(xfer_shard_canon(a, NULL, f0, sizeof f0, &n0), 0);
+    size_t ns;
+    uint8_t *sa = save_all(shard_save, a, &ns);
+    ck_assert_uint_eq(n0, ns);
+    ck_assert_mem_eq(f0, sa, ns);
+    ck_assert(memcmp(sa, sb, nb) != 0);
+    /* Another state renamed is not b. */
+    ck_assert_int_eq(xfer_shard_canon(c, &ren, fc, sizeof fc, &nc), 0);
+    ck_assert(nc != nb || memcmp(fc, sb, nb) != 0);
+    /* Too small: the size it needs. */
+    ck_assert_int_eq(xfer_shard_canon(a, &ren, fc, 8, &nc),
+                     XFER_ERR_TOO_SMALL);
+    ck_assert_uint_eq(nc, nb);
+    free(sa);
+    free(sb);
+    xfer_shard_del(a);
+    xfer_shard_del(b);
+    xfer_shard_del(c);
+}
+END_TEST
 
 START_TEST(test_save_shard_round_trip)
 {
@@ -584,6 +730,54 @@ START_TEST(test_save_readiness_canon_matches_renamed_copy)
 }
 END_TEST
 
+/* rd_history with the ids 5, 6, 7, 8 called id[0..3]. */
+static void rd_ids_history(xfer_readiness *r, const uint64_t *id, bool extra)
+{
+    ck_assert_int_eq(xfer_readiness_on_ready(r, 1, id[0], 1, 0, 50), 0);
+    ck_assert_int_eq(xfer_readiness_on_ready(r, 2, id[0], 1, 2, 52), 0);
+    ck_assert_int_eq(xfer_readiness_on_ready(r, 3, id[1], 1, 1, 61), 0);
+    for (uint16_t k = 0; k < NS3; k++)
+        ck_assert_int_eq(
+            xfer_readiness_on_ready(r, 4, id[2], 2, k, 70 + k), 0);
+    xfer_readiness_actions_clear(r);
+    ck_assert_int_eq(xfer_readiness_on_take_result(r, 5, id[2], 0, 0), 0);
+    ck_assert_int_eq(xfer_readiness_on_take_result(r, 5, id[2], 1,
+                                                   XFER_ERR_CONN_LOST), 0);
+    ck_assert_int_eq(xfer_readiness_cancel(r, 6, id[3]), 0);
+    if (extra)
+        ck_assert_int_eq(xfer_readiness_on_ready(r, 7, id[1], 1, 2, 62), 0);
+    xfer_readiness_actions_clear(r);
+}
+
+START_TEST(test_save_readiness_canon_renames_transfer_ids)
+{
+    static const uint64_t ida[4] = {5, 6, 7, 8}, idb[4] = {6, 7, 8, 5};
+    xfer_readiness *a = mk_rd(), *b = mk_rd(), *c = mk_rd();
+    rd_ids_history(a, ida, false);
+    rd_ids_history(b, idb, false);
+    rd_ids_history(c, ida, true);
+    xfer_canon_ids ren = cycle_ids(ida, 4);
+    static uint8_t fa[4][512], fb[4][512], fc[4][512];
+    xfer_canon ca = {.buf = &fa[0][0], .stride = 512, .ids = &ren};
+    xfer_canon cb = {.buf = &fb[0][0], .stride = 512};
+    xfer_canon cc = {.buf = &fc[0][0], .stride = 512, .ids = &ren};
+    ck_assert_int_eq(xfer_readiness_canon(a, &ca), 0);
+    ck_assert_int_eq(xfer_readiness_canon(b, &cb), 0);
+    ck_assert_int_eq(xfer_readiness_canon(c, &cc), 0);
+    same_form(&ca, &cb, NS3 + 1); /* records, deadlines, tombstone */
+    ca.ids = NULL;
+    ck_assert_int_eq(xfer_readiness_canon(a, &ca), 0);
+    ck_assert(part_differs(&ca, 0, &cb, 0));
+    bool differs = false;
+    for (unsigned i = 0; i <= NS3; i++)
+        differs |= part_differs(&cc, i, &cb, i);
+    ck_assert(differs);
+    xfer_readiness_del(a);
+    xfer_readiness_del(b);
+    xfer_readiness_del(c);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------- */
 /* Every machine                                                           */
 /* ---------------------------------------------------------------------- */
@@ -698,6 +892,9 @@ int main(void)
     tcase_add_test(tc, test_save_core_round_trip);
     tcase_add_test(tc, test_save_core_keeps_every_record);
     tcase_add_test(tc, test_save_core_canon_matches_renamed_copy);
+    tcase_add_test(tc, test_save_core_canon_renames_transfer_ids);
+    tcase_add_test(tc, test_save_shard_canon_renames_transfer_ids);
+    tcase_add_test(tc, test_save_readiness_canon_renames_transfer_ids);
     tcase_add_test(tc, test_save_shard_round_trip);
     tcase_add_test(tc, test_save_shard_owners_and_one_sided_round_trip);
     tcase_add_test(tc, test_save_readiness_round_trip);

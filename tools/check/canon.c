@@ -23,6 +23,19 @@
  * The parts are cached (ck_parts) so that a move re-hashes only the
  * machines it touched; the plain data (messages, monitors) is re-read for
  * every key.
+ *
+ * Symmetry reduction over transfers (T >= 2, unless
+ * --no-transfer-symmetry): the driver treats every transfer id alike, so
+ * renaming the transfers of a state by a permutation gives a state with
+ * the same future, renamed.  The machines write their canonical forms with
+ * the ids renamed (xfer_canon.ids, xfer_shard_canon), the messages and
+ * the driver's and monitors' per-transfer data are renamed here, and the
+ * key is the least key of the renamed state (shard-sorted as above) over
+ * the renamings that sort the transfers by their data outside the
+ * machines (transfer_key).  Every renaming of a state gives the same set
+ * of keys, so the same least one.  Parts of a renaming other than the
+ * identity are computed afresh (one more canonical form of every machine
+ * for a state whose transfers are out of order).
  */
 #include <string.h>
 
@@ -243,10 +256,254 @@ static void rest(const ck_world *w, const ck_parts *p, kbuf *o)
     kput(o, p->rd, 16);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Symmetry over transfers                                                 */
+/* ---------------------------------------------------------------------- */
+
+/* The scratch of the renamed keys (one search at a time, like g_form):
+ * a shard's form with renamed ids, and the parts of a renamed state. */
+static struct {
+    uint8_t form[CK_SAVE_MAX];
+    ck_parts parts;
+} g_tsym;
+
+/* The parts of the state held by w's machines with transfer t renamed
+ * pi[t], computed afresh (a renaming changes every machine that holds
+ * an id, so nothing is cached).  False when a machine gives none. */
+static bool parts_renamed(ck_parts *q, const ck_world *w, const uint8_t *pi)
+{
+    unsigned S = w->cfg->S;
+    xfer_canon_ids ids = {.n = w->cfg->T};
+    for (unsigned t = 0; t < w->cfg->T; t++) {
+        ids.from[t] = t + 1u;
+        ids.to[t] = pi[t] + 1u;
+    }
+    xfer_canon c = {.buf = g_form, .stride = CK_SAVE_MAX, .ids = &ids};
+    if (!take_form(xfer_core_canon(w->core, (uint16_t)S, &c), &c, S, 0xc03e,
+                   q->core, q->cps, q->ncps))
+        return false;
+    xfer_canon r = {.buf = g_form, .stride = CK_SAVE_MAX, .ids = &ids};
+    if (!take_form(xfer_readiness_canon(w->rd, &r), &r, S, 0x4ead, q->rd,
+                   q->rps, q->nrps))
+        return false;
+    for (unsigned k = 0; k < S; k++) {
+        size_t need = 0;
+        if (xfer_shard_canon(w->sh[k], &ids, g_tsym.form,
+                             sizeof g_tsym.form, &need) != 0)
+            return false;
+        hash128(g_tsym.form, need, 7, q->sh[k]);
+    }
+    q->ok_core = q->ok_rd = true;
+    return true;
+}
+
+/* Shard k's signature (the bytes of shard_sig) in the world renamed by pi
+ * (inv its inverse): its messages with their transfers renamed, in the
+ * order the renamed net would sort them; the monitors' per-shard data of
+ * renamed transfer u from transfer inv[u]. */
+static void shard_sig_renamed(const ck_world *w, const ck_parts *q, unsigned k,
+                              const uint8_t *pi, const uint8_t *inv,
+                              uint64_t sig[2])
+{
+    kbuf o;
+    o.at = 0;
+    kput(&o, q->sh[k], 16);
+    kput(&o, &w->env.rng[k], 8);
+    ck_msg ms[CK_MAX_MSG];
+    unsigned n = 0;
+    for (unsigned i = 0; i < w->env.nmsg; i++) {
+        ck_msg m;
+        memcpy(&m, &w->msg[i], sizeof m); /* padding too (zero, net.c) */
+        if (m.shard != k)
+            continue;
+        m.shard = 0;
+        m.tr = m.tr < w->cfg->T ? pi[m.tr] : m.tr;
+        unsigned j = n++;
+        while (j > 0 && memcmp(&ms[j - 1], &m, sizeof m) > 0) {
+            ms[j] = ms[j - 1];
+            j--;
+        }
+        ms[j] = m;
+    }
+    kput(&o, ms, n * sizeof ms[0]);
+    for (unsigned u = 0; u < w->cfg->T; u++) {
+        const mon_tr *m = &w->mon.tr[inv[u]];
+        uint8_t b[3] = {(uint8_t)(m->ready_mask_lo >> k & 1),
+                        (uint8_t)(m->take_mask_lo >> k & 1),
+                        (uint8_t)(m->failed && m->fail_shard == k)};
+        kput(&o, &m->ps[k], sizeof m->ps[k]);
+        kput(&o, &m->cs[k], sizeof m->cs[k]);
+        kput(&o, b, sizeof b);
+    }
+    kput(&o, q->cps[k], q->ncps[k]);
+    kput(&o, q->rps[k], q->nrps[k]);
+    hash128(o.b, o.at, 0x516, sig);
+}
+
+/* rest() of the world renamed by inv (renamed transfer u is inv[u]). */
+static void rest_renamed(const ck_world *w, const ck_parts *q,
+                         const uint8_t *inv, kbuf *o)
+{
+    unsigned S = w->cfg->S, T = w->cfg->T;
+    ck_env env = w->env;
+    memset(env.rng, 0, sizeof env.rng);
+    env.e2e_exempt = 0;
+    for (unsigned u = 0; u < T; u++) {
+        env.submitted[u] = w->env.submitted[inv[u]];
+        env.staging[u] = w->env.staging[inv[u]];
+        env.e2e_exempt |= (uint8_t)((w->env.e2e_exempt >> inv[u] & 1u) << u);
+    }
+    env.e2e_exempt |= (uint8_t)(w->env.e2e_exempt & ~((1u << T) - 1u));
+    kput(o, &env, sizeof env);
+    for (unsigned u = 0; u < T; u++) {
+        mon_tr m;
+        memcpy(&m, &w->mon.tr[inv[u]], offsetof(mon_tr, ps));
+        m.ready_mask_lo = (uint8_t)(m.ready_mask_lo & ~low_bits(S));
+        m.take_mask_lo = (uint8_t)(m.take_mask_lo & ~low_bits(S));
+        if (m.failed && m.fail_shard < S)
+            m.fail_shard = 0;
+        kput(o, &m, offsetof(mon_tr, ps));
+    }
+    kput(o, &w->mon.shutdown_req, 4);
+    kput(o, q->core, 16);
+    kput(o, q->rd, 16);
+}
+
+/* The key of the world renamed by pi: its rest, then the shard
+ * signatures, sorted when the shard symmetry is on.  False when a machine
+ * gives no form for it. */
+static bool key_renamed(const ck_world *w, const ck_parts *p,
+                        const uint8_t *pi, bool identity, uint64_t key[2])
+{
+    unsigned S = w->cfg->S;
+    uint8_t inv[CK_MAX_T];
+    for (unsigned t = 0; t < w->cfg->T; t++)
+        inv[pi[t]] = (uint8_t)t;
+    const ck_parts *use = p;
+    if (!identity) {
+        if (!parts_renamed(&g_tsym.parts, w, pi))
+            return false;
+        use = &g_tsym.parts;
+    }
+    bool sort = w->cfg->symmetry && S > 1;
+    uint64_t sig[CK_MAX_S][2];
+    uint8_t perm[CK_MAX_S];
+    for (unsigned k = 0; k < S; k++) {
+        if (identity)
+            shard_sig(w, use, k, sig[k]);
+        else
+            shard_sig_renamed(w, use, k, pi, inv, sig[k]);
+        unsigned j = k;
+        while (sort && j > 0 && memcmp(sig[perm[j - 1]], sig[k], 16) > 0) {
+            perm[j] = perm[j - 1];
+            j--;
+        }
+        perm[j] = (uint8_t)k;
+    }
+    kbuf o;
+    o.at = 0;
+    rest_renamed(w, use, inv, &o);
+    for (unsigned j = 0; j < S; j++)
+        kput(&o, sig[perm[j]], 16);
+    hash128(o.b, o.at, sort ? 0xc4a1 : 0xc4a2, key);
+    return true;
+}
+
+/* The next permutation of pi[0..n-1] in lexicographic order; false after
+ * the last. */
+static bool next_perm(uint8_t *pi, unsigned n)
+{
+    unsigned i = n - 1;
+    while (i > 0 && pi[i - 1] >= pi[i])
+        i--;
+    if (i == 0)
+        return false;
+    unsigned j = n - 1;
+    while (pi[j] <= pi[i - 1])
+        j--;
+    uint8_t x = pi[i - 1];
+    pi[i - 1] = pi[j];
+    pi[j] = x;
+    for (unsigned a = i, b = n - 1; a < b; a++, b--) {
+        x = pi[a];
+        pi[a] = pi[b];
+        pi[b] = x;
+    }
+    return true;
+}
+
+/* What the world holds about transfer t outside the machines, shard
+ * references taken out (as rest() writes it): a datum that a renaming of
+ * the transfers moves with t and a renaming of the shards leaves alone. */
+#define TSIG_LEN (offsetof(mon_tr, ps) + 3u)
+static void transfer_sig(const ck_world *w, unsigned t, uint8_t *b)
+{
+    mon_tr m;
+    memcpy(&m, &w->mon.tr[t], offsetof(mon_tr, ps));
+    m.ready_mask_lo = (uint8_t)(m.ready_mask_lo & ~low_bits(w->cfg->S));
+    m.take_mask_lo = (uint8_t)(m.take_mask_lo & ~low_bits(w->cfg->S));
+    if (m.failed && m.fail_shard < w->cfg->S)
+        m.fail_shard = 0;
+    memcpy(b, &m, offsetof(mon_tr, ps));
+    b[offsetof(mon_tr, ps)] = w->env.submitted[t];
+    b[offsetof(mon_tr, ps) + 1] = w->env.staging[t];
+    b[offsetof(mon_tr, ps) + 2] = (uint8_t)(w->env.e2e_exempt >> t & 1u);
+}
+
+/* Symmetry over transfers: the transfers are interchangeable (the driver
+ * treats every id alike: same slices, user data, deadlines and moves), so
+ * a state and its copy with the ids renamed have the same future up to
+ * that renaming.  The key is the least key of the renamed state over the
+ * renamings that put the transfers in the order of their signatures
+ * (transfer_sig; ties in any order), with the shard sorting inside each.
+ * Renaming a state renames its signatures, so every renaming of one state
+ * gives the same set of renamed states and the same least key; and a key
+ * is always that of some renaming of the state, so two states share one
+ * only when one is the other renamed (up to hash collisions).  Most states
+ * have distinct signatures (attempt numbers are unique): one renaming,
+ * often the identity, whose parts are cached.  False when a machine gives
+ * no form, and the caller then keys the blob itself. */
+static bool transfer_key(const ck_world *w, const ck_parts *p,
+                         uint64_t key[2])
+{
+    unsigned T = w->cfg->T;
+    uint8_t pi[CK_MAX_T], sig[CK_MAX_T][TSIG_LEN];
+    for (unsigned t = 0; t < T; t++) {
+        pi[t] = (uint8_t)t;
+        transfer_sig(w, t, sig[t]);
+    }
+    bool identity = true, any = false;
+    do {
+        uint8_t inv[CK_MAX_T];
+        for (unsigned t = 0; t < T; t++)
+            inv[pi[t]] = (uint8_t)t;
+        bool sorted = true;
+        for (unsigned u = 1; u < T && sorted; u++)
+            sorted = memcmp(sig[inv[u - 1]], sig[inv[u]], TSIG_LEN) <= 0;
+        if (!sorted) {
+            identity = false;
+            continue;
+        }
+        uint64_t k[2];
+        if (!key_renamed(w, p, pi, identity, k))
+            return false;
+        if (!any || k[0] < key[0] || (k[0] == key[0] && k[1] < key[1])) {
+            key[0] = k[0];
+            key[1] = k[1];
+        }
+        any = true;
+        identity = false;
+    } while (next_perm(pi, T));
+    return true;
+}
+
 void ck_canon_key(const ck_world *w, const ck_parts *p, const uint8_t *blob,
                   size_t len, uint64_t key[2])
 {
     unsigned S = w->cfg->S;
+    if (w->cfg->transfer_symmetry && w->cfg->T > 1 && p->ok_core &&
+        p->ok_rd && transfer_key(w, p, key))
+        return;
     if (!w->cfg->symmetry || S == 1 || !p->ok_core || !p->ok_rd) {
         hash128(blob, len, 0x5eed, key);
         return;

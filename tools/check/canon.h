@@ -1,7 +1,8 @@
 /*
  * tools/check/canon.h - the key of a state in the visited set (canon.c): a
- * 128-bit hash of its canonical encoding, with symmetry over shards, from
- * per-part hashes cached so that a move re-hashes only what it touched.
+ * 128-bit hash of its canonical encoding, with symmetry over shards and
+ * (T >= 2) over transfers, from per-part hashes cached so that a move
+ * re-hashes only what it touched.
  */
 #ifndef XFER_CHECK_CANON_H
 #define XFER_CHECK_CANON_H

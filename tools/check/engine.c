@@ -25,11 +25,15 @@ void ck_engine_start(ck_world *w)
 }
 
 /* Every shard gets the same slice of the transfer's staging region (the
- * same bytes go to every rank), so shards stay interchangeable. */
-static void slices(const ck_world *w, unsigned tr, xfer_slice *out)
+ * same bytes go to every rank), so shards stay interchangeable; and every
+ * transfer the same offset (the model holds a flag per region, never its
+ * bytes), so transfers stay interchangeable too (symmetry over transfers,
+ * canon.c): an offset per transfer would be a datum that tells the ids
+ * apart in the core's records. */
+static void slices(const ck_world *w, xfer_slice *out)
 {
     for (unsigned k = 0; k < w->cfg->S; k++) {
-        out[k].off = (uint64_t)tr * CK_SLICE;
+        out[k].off = 0;
         out[k].len = CK_SLICE;
     }
 }
@@ -39,14 +43,14 @@ static void slices(const ck_world *w, unsigned tr, xfer_slice *out)
 int ck_engine_submit(ck_world *w, unsigned tr)
 {
     xfer_slice sl[CK_MAX_S];
-    slices(w, tr, sl);
+    slices(w, sl);
     xfer_submit_args a = {
         .id = tr + 1u,
         .group = 7,
         .nshards = (uint16_t)w->cfg->S,
         .pool = 1,
         .slices = sl,
-        .user_data = 100u + tr,
+        .user_data = 100u, /* alike for every id, as the slices */
         .eager_ok = w->cfg->eager,
     };
     bool took = !w->env.staging[tr];

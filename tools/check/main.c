@@ -7,8 +7,8 @@
  *              [--depth N] [--max-faults N] [--cancels N] [--lates N]
  *              [--ccancels N] [--expiries N] [--cancel-attempts N]
  *              [--max-delay-ms N] [--liveness leaves|all] [--max-mem-mb N]
- *              [--no-symmetry] [--paranoid] [--out PREFIX] [--replay FILE]
- *              [--bench] [--help]
+ *              [--no-symmetry] [--no-transfer-symmetry] [--paranoid]
+ *              [--out PREFIX] [--replay FILE] [--bench] [--help]
  *
  * --budget N: disturbances per path in all.  Its default depends on S: 3,
  * or less where a space that large cannot finish (default_budget() below;
@@ -193,7 +193,7 @@ static void defaults(opts *o)
                          .max_ccancels = 1, .max_expiries = 2, .budget = ~0u,
                          .cancel_max_attempts = 2, .depth = 400,
                          .max_delay = 15ull * 1000000000ull,
-                         .symmetry = true};
+                         .symmetry = true, .transfer_symmetry = true};
     o->seed = 1;
     o->delay_ms = 15000;
     o->mem_mb = 8192;
@@ -275,6 +275,7 @@ static void usage(void)
            "(default) or from\n"
            "                           every state\n"
            "  --no-symmetry            no symmetry reduction over shards\n"
+           "  --no-transfer-symmetry   no symmetry reduction over transfers\n"
            "  --max-mem-mb N           stop a BFS that outgrows N MB, "
            "and say so (%llu;\n"
            "                           0: no bound)\n"
@@ -309,6 +310,9 @@ static int parse(opts *o, int argc, char **argv)
             rc = set_num(o, n, v);
         else if (!strcmp(k, "--no-symmetry")) {
             o->cfg.symmetry = false;
+            continue;
+        } else if (!strcmp(k, "--no-transfer-symmetry")) {
+            o->cfg.transfer_symmetry = false;
             continue;
         } else if (!strcmp(k, "--paranoid")) {
             o->cfg.paranoid = true;
@@ -381,13 +385,14 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
     snprintf(b, n, "--shards %u --transfers %u --faults %s --max-faults %u "
              "--budget %u --cancels %u --lates %u --ccancels %u --expiries %u "
              "--cancel-attempts %u --depth %u --max-delay-ms %llu --caps %u "
-             "--dups %u --writes %u%s%s%s%s%s%s", c->S,
+             "--dups %u --writes %u%s%s%s%s%s%s%s", c->S,
              c->T, f, c->max_faults, c->budget, c->max_cancels, c->max_lates,
              c->max_ccancels, c->max_expiries, c->cancel_max_attempts,
              c->depth, (unsigned long long)(c->max_delay / 1000000u),
              c->caps, c->max_dups, c->writes ? c->writes : 1u,
              c->liveness_all ? " --liveness all" : "",
              c->symmetry ? "" : " --no-symmetry",
+             c->transfer_symmetry ? "" : " --no-transfer-symmetry",
              c->defaults ? " --defaults" : "", c->rdma ? " --rdma" : "",
              c->eager ? " --eager" : "", c->e2e ? " --e2e" : "");
 }
@@ -405,11 +410,12 @@ static void banner(const opts *o)
            "%u late submit, %u consumer cancel, %u timer fires that jump "
            "time (deadline, lease, tombstone); cancel retried up to %u "
            "attempts; messages delivered within %llu ms; depth %u; symmetry "
-           "over shards %s\n", o->cfg.budget, o->cfg.max_faults,
+           "over shards %s, over transfers %s\n", o->cfg.budget, o->cfg.max_faults,
            o->cfg.max_cancels, o->cfg.max_lates, o->cfg.max_ccancels,
            o->cfg.max_expiries, o->cfg.cancel_max_attempts,
            (unsigned long long)(o->cfg.max_delay / 1000000u), o->cfg.depth,
-           o->cfg.symmetry && o->cfg.S > 1 ? "on" : "off");
+           o->cfg.symmetry && o->cfg.S > 1 ? "on" : "off",
+           o->cfg.transfer_symmetry && o->cfg.T > 1 ? "on" : "off");
 }
 
 static int violation(const opts *o, ck_outcome *r, const ck_config *cfg)

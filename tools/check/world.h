@@ -120,6 +120,7 @@ typedef struct ck_config {
     uint64_t max_delay;    /* network delay bound (ns) */
     bool liveness_all;     /* liveness phase from every state, not leaves */
     bool symmetry;
+    bool transfer_symmetry; /* symmetry reduction over transfers (T >= 2) */
     bool paranoid;         /* BFS: check every delta save (slow) */
     uint64_t max_mem;      /* BFS: stop (not exhaustive) past this many
                             * bytes of queued states and visited set */
