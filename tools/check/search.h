@@ -27,9 +27,12 @@ typedef struct ck_outcome {
     uint32_t faults;     /* the fault classes of the failing run */
 } ck_outcome;
 
-/* Exhaustive BFS; the violated invariant (shortest counterexample in
- * out->path) or -1. */
-int ck_search_bfs(const ck_config *cfg, ck_outcome *out);
+/* Exhaustive BFS on `threads` threads (0 means 1); the violated
+ * invariant (shortest counterexample in out->path) or -1.  Everything in
+ * out but secs and mem_bytes is the same for every number of threads,
+ * unless the memory bound stopped the search.  cfg is borrowed until
+ * return. */
+int ck_search_bfs(const ck_config *cfg, unsigned threads, ck_outcome *out);
 /* `runs` seeded random walks (swarm: each with a random subset of the
  * fault classes); the violated invariant or -1. */
 int ck_search_random(const ck_config *cfg, uint64_t seed, uint64_t runs,
