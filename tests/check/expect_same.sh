@@ -21,7 +21,7 @@ done
 cat "$out".t2.log
 grep -q '^states [0-9]* distinct, transitions [0-9]*, depth [0-9]*' \
     "$out".t1.log || fail "no counts printed"
-grep -q '(2 threads)' "$out".t2.log || fail "--threads 2 did not say so"
+grep -q '(2 threads' "$out".t2.log || fail "--threads 2 did not say so"
 cmp -s "$out".t1.rc "$out".t2.rc ||
     fail "exit status $(cat "$out".t1.rc) on one thread, $(cat "$out".t2.rc) on two"
 diff "$out".t1.cmp "$out".t2.cmp || fail "one and two threads printed different results"

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "canon.h"
 #include "guard.h"
@@ -36,6 +37,12 @@
 static double now_s(void)
 {
     return (double)xfer_clock_monotonic(NULL) / 1e9;
+}
+
+/* CPU seconds of the process, all threads (the rate per core). */
+static double cpu_s(void)
+{
+    return (double)clock() / CLOCKS_PER_SEC;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -625,7 +632,7 @@ int ck_search_bfs(const ck_config *cfg, unsigned threads, ck_outcome *out)
         if (worker_init(b, &b->wk[t]))
             goto out_free;
     atomic_store(&b->vtag, NO_TAG);
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     add_root(b);
     bool bad = false;
     for (uint16_t d = 0; b->cur.n && !bad && !out->out_of_memory; d++) {
@@ -649,6 +656,7 @@ int ck_search_bfs(const ck_config *cfg, unsigned threads, ck_outcome *out)
         out->states = ck_seen_count(&b->seen);
     out->mem_bytes = atomic_load(&b->peak_mem);
     out->secs = now_s() - t0;
+    out->cpu_secs = cpu_s() - c0;
     rc = out->inv;
 out_free:
     bfs_free(b);

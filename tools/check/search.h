@@ -23,6 +23,7 @@ typedef struct ck_outcome {
     bool out_of_memory;  /* BFS stopped at the memory bound */
     uint64_t mem_bytes;  /* BFS: peak memory of the search structures */
     double secs;
+    double cpu_secs;     /* BFS: CPU time of the process, every thread */
     uint64_t seed;       /* random: the seed of the failing run */
     uint32_t faults;     /* the fault classes of the failing run */
 } ck_outcome;
