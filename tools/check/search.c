@@ -11,7 +11,15 @@
  *    what is printed is exactly what the machines do;
  *  - every move runs under the guard (guard.c): an assertion inside a
  *    machine is reported as a violation of its own kind instead of killing
- *    the checker.
+ *    the checker;
+ *  - the BFS gives the same counts, verdict and counterexample on any
+ *    number of threads: the states of a level, their node ids and order
+ *    are those one thread finds (the lowest tag owns a state, seen.h), and
+ *    the lowest violation of a level wins, with the counts one thread has
+ *    when it stops there.  Threads share only the visited set (locked per
+ *    shard), the counters they take work from and the lowest violation
+ *    tag (atomics); each writes its own chunks, and the merge between
+ *    levels runs on one thread.
  */
 #include "search.h"
 
