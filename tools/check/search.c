@@ -541,7 +541,13 @@ static bool bfs_level(bfs *b)
     gather(b);
     if (v || atomic_load(&b->oom))
         return v != NULL;
-    run_phase(b, mark_phase);
+    /* On one thread the order of the claims is the order of the tags, so
+     * no state loses its claim: nothing to mark. */
+    if (b->nthreads > 1)
+        run_phase(b, mark_phase);
+    else
+        for (size_t i = 0; i < b->next.n; i++)
+            b->next.v[i]->live = b->next.v[i]->lv.n;
     b->out->states += number(b);
     return false;
 }
@@ -627,11 +633,13 @@ int ck_search_bfs(const ck_config *cfg, unsigned threads, ck_outcome *out)
     bfs *b = calloc(1, sizeof *b);
     int rc = -1;
     out->inv = -1;
-    if (!b || ck_seen_init(&b->seen))
+    if (!b)
         abort();
     b->cfg = cfg;
     b->out = out;
     b->nthreads = threads ? threads : 1;
+    if (ck_seen_init(&b->seen, b->nthreads > 1))
+        abort();
     b->wk = calloc(b->nthreads, sizeof *b->wk);
     if (!b->wk)
         abort();

@@ -30,10 +30,12 @@ typedef struct ck_seen_shard {
 typedef struct ck_seen {
     ck_seen_shard sh[CK_SEEN_SHARDS];
     _Atomic uint64_t bytes; /* of all the tables */
+    bool unlocked;          /* one thread only: claims take no lock */
 } ck_seen;
 
-/* 0, or -1 when out of memory (nothing to free then). */
-int ck_seen_init(ck_seen *s);
+/* 0, or -1 when out of memory (nothing to free then).  `shared`: claims
+ * may come from several threads at once. */
+int ck_seen_init(ck_seen *s, bool shared);
 void ck_seen_free(ck_seen *s);
 /* Record key (copied) as found by tag; true when tag now owns it (the key
  * is new, or was found before only in the same level by a higher tag).
