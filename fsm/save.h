@@ -54,7 +54,7 @@ typedef enum xfer_save_machine {
 
 /* The format versions written (and the only ones loaded). */
 #define XFER_CORE_SAVE_VERSION 2      /* 1: raw structs, records past 256 dropped */
-#define XFER_SHARD_SAVE_VERSION 1
+#define XFER_SHARD_SAVE_VERSION 2      /* 1: no written prefix, no owners */
 #define XFER_READINESS_SAVE_VERSION 1
 #define XFER_SAVE_HDR 4
 

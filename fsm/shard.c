@@ -16,6 +16,18 @@
  *    CANCEL_PENDING / EXPIRE_PENDING and the last write_end frees it.
  *  - TAKEN memory is the consumer's: no lease runs in TAKEN and a cancel is
  *    refused; only release frees it.
+ *  - A commit needs the whole region written: `covered` only grows by a
+ *    write that ended ok while it ran alone and started inside what was
+ *    covered, and shrinks from a failed write's offset (to 0 when writes
+ *    ran side by side), so covered == len means every byte came from a
+ *    completed write of this reservation.
+ *  - Owners (shard.h): a call made for an owner that finds another owner's
+ *    record is refused with XFER_ERR_PERM before dispatch, like a stray
+ *    write_end (the consumer's cancel excepted); a tombstone the caller may
+ *    not see is looked through (lookup); use[] counts each owner's live
+ *    records and pool bytes, the tombstone table its tombstone slots (a
+ *    tombstone the consumer's release or cancel made is nobody's: owner
+ *    0, GLOBAL, on no producer's quota).
  *  - I14: a call carrying another attempt or another reservation id than the
  *    record's is refused with XFER_ERR_STALE before anything is touched.
  *  - Peer input never reaches an ILLEGAL cell: write_end is checked against
@@ -82,7 +94,9 @@ typedef struct resv_step {
     xfer_step step; /* now, event, from, to (step.h) */
     uint64_t id, resv_id, off; /* off: write offset or region addr */
     uint32_t attempt, len;
+    uint16_t owner; /* who the call is made for; 0: nobody in particular */
     bool has_attempt, has_resv, has_region;
+    bool consumer;  /* the consumer's cancel (attempt 0) */
     xfer_shard_resv *rec; /* the live record, or NULL */
     uint32_t slot;
     xfer_resv_info *info;
@@ -138,6 +152,14 @@ static void ask_invalidation(xfer_shard *s, const xfer_shard_resv *r)
         .id = r->id, .resv_id = r->resv_id, .attempt = r->attempt};
 }
 
+/* A record that will only be freed: what was written no longer matters,
+ * so two such records save alike (canonical, fsm/save.h). */
+static void forget_writes(xfer_shard_resv *r)
+{
+    r->covered = r->woff = r->wlen = 0;
+    r->flags &= (uint8_t)~XFER_SHARD_F_MULTI;
+}
+
 /* One-sided: r leaves RESERVED (or its deferred state) for `to`, one of
  * the *_INVAL states; its event comes when the invalidation completes.
  * `reserve` is false when the record already holds an event slot (a
@@ -147,6 +169,8 @@ static void start_invalidation(xfer_shard *s, resv_step *o, uint8_t to,
 {
     if (reserve)
         s->ev_reserved++;
+    if (to != XFER_RESV_STATE_COMMIT_INVAL)
+        forget_writes(o->rec);
     o->rec->state = to;
     o->step.to = to;
     ask_invalidation(s, o->rec);
@@ -199,9 +223,28 @@ static void lookup(xfer_shard *s, resv_step *o)
         return;
     }
     const xfer_tomb_entry *e = xfer_tomb_find(&s->tombs, o->id);
+    if (e && !xfer_tomb_visible(e, o->consumer ? 0 : o->owner))
+        e = NULL; /* another owner's: it does not block this one */
     o->step.from = e ? e->reason : XFER_RESV_STATE_NONE;
     if (e && !o->has_attempt)
         o->attempt = e->attempt;
+}
+
+/* The call is made for an owner, and the record is another owner's. */
+static bool foreign(const resv_step *o)
+{
+    return o->owner && o->rec && !o->consumer && o->rec->owner != o->owner;
+}
+
+/* Whom the tombstone of a record ended now blocks: everyone when the
+ * consumer ended it (its cancel, a release), else its owner. */
+static uint8_t tomb_flags(const resv_step *o, uint8_t reason)
+{
+    const xfer_shard_resv *r = o->rec;
+    bool consumer = reason == XFER_RESV_STATE_DONE ||
+                    (reason == XFER_RESV_STATE_CANCELLED &&
+                     (o->consumer || (r->flags & XFER_SHARD_F_CONSUMER)));
+    return consumer ? XFER_TOMB_GLOBAL : 0;
 }
 
 /* End a live record: free its region, stop its lease, tombstone it with
@@ -212,11 +255,23 @@ static void end_record(xfer_shard *s, resv_step *o, uint8_t reason, int kind)
     assert(r && r->writes == 0);
     if (kind >= 0)
         push_event(s, (uint8_t)kind, r);
+    if (r->owner) {
+        s->use[r->owner].live--;
+        s->use[r->owner].bytes -= xfer_pool_round(&s->pool, r->len);
+    }
     xfer_pool_free(&s->pool, r->off, r->len);
     xfer_heap_remove(&s->leases, o->slot);
     xfer_idmap_del(&s->ids, r->id);
-    xfer_tomb_insert_held(&s->tombs, o->step.now_ns, r->id, r->attempt,
-                          reason);
+    /* The consumer's end (a release, its cancel) leaves a tombstone of
+     * everyone's that no producer's quota pays for. */
+    uint8_t flags = tomb_flags(o, reason);
+    uint16_t tomb_owner = r->owner;
+    if ((flags & XFER_TOMB_GLOBAL) && tomb_owner) {
+        xfer_tomb_uncharge_hold(&s->tombs, tomb_owner);
+        tomb_owner = 0;
+    }
+    xfer_tomb_insert_held_by(&s->tombs, o->step.now_ns, r->id, r->attempt,
+                             reason, tomb_owner, flags);
     memset(r, 0, sizeof *r);
     s->free_slots[s->nfree++] = o->slot;
     s->live--;
@@ -238,15 +293,31 @@ static void give_info(resv_step *o, const xfer_shard_resv *r)
     o->off = r->off;
 }
 
+/* The owner of the call may take one more record of len bytes. */
+static bool within_quota(const xfer_shard *s, const resv_step *o)
+{
+    if (!o->owner)
+        return true;
+    const xfer_shard_use *u = &s->use[o->owner];
+    uint64_t size = xfer_pool_round(&s->pool, o->len);
+    return u->live < s->cfg.owner_max_reservations &&
+           u->bytes <= s->cfg.owner_max_bytes &&
+           size <= s->cfg.owner_max_bytes - u->bytes;
+}
+
 /* NONE + RESERVE: a tombstone hold, a region and a lease, or nothing. */
 static int h_reserve(xfer_shard *s, resv_step *o)
 {
     uint64_t off;
-    if (s->live >= s->cfg.max_reservations ||
-        xfer_tomb_hold(&s->tombs, o->step.now_ns) != 0)
+    /* A region larger than the pool never fits (NO_SPACE, whoever asks);
+     * one that could is refused at a cap or the owner's quota (BUSY). */
+    if (xfer_pool_round(&s->pool, o->len) > s->pool.size)
+        return XFER_ERR_NO_SPACE;
+    if (s->live >= s->cfg.max_reservations || !within_quota(s, o) ||
+        xfer_tomb_hold_by(&s->tombs, o->step.now_ns, o->owner) != 0)
         return XFER_ERR_BUSY;
     if (xfer_pool_alloc(&s->pool, o->len, &off) != 0) {
-        xfer_tomb_unhold(&s->tombs);
+        xfer_tomb_unhold_by(&s->tombs, o->owner);
         return XFER_ERR_NO_SPACE;
     }
     uint32_t slot = s->free_slots[--s->nfree];
@@ -254,7 +325,12 @@ static int h_reserve(xfer_shard *s, resv_step *o)
     *r = (xfer_shard_resv){.id = o->id, .resv_id = draw_resv_id(s),
                            .off = off, .created_ns = o->step.now_ns,
                            .attempt = o->attempt, .len = o->len,
+                           .owner = o->owner,
                            .state = XFER_RESV_STATE_RESERVED};
+    if (r->owner) {
+        s->use[r->owner].live++;
+        s->use[r->owner].bytes += xfer_pool_round(&s->pool, r->len);
+    }
     xfer_idmap_put(&s->ids, r->id, slot);
     xfer_heap_set(&s->leases, slot, lease_deadline(s, o->step.now_ns));
     s->live++;
@@ -303,8 +379,9 @@ static int h_refuse(xfer_shard *s, resv_step *o)
  * for the id is refused (I7). */
 static int h_preempt(xfer_shard *s, resv_step *o)
 {
-    if (xfer_tomb_insert(&s->tombs, o->step.now_ns, o->id, o->attempt,
-                         XFER_RESV_STATE_CANCELLED) != 0)
+    if (xfer_tomb_insert_by(&s->tombs, o->step.now_ns, o->id, o->attempt,
+                            XFER_RESV_STATE_CANCELLED, o->owner,
+                            o->consumer ? XFER_TOMB_GLOBAL : 0) != 0)
         return XFER_ERR_BUSY;
     s->st.cancels++;
     o->step.to = XFER_RESV_STATE_CANCELLED;
@@ -332,6 +409,13 @@ static int h_write_begin(xfer_shard *s, resv_step *o)
         return XFER_ERR_BOUNDS;
     if (r->writes == UINT32_MAX)
         return XFER_ERR_BUSY;
+    if (r->writes == 0) {
+        r->woff = (uint32_t)o->off; /* within len, so within 32 bits */
+        r->wlen = o->len;
+    } else {
+        r->flags |= XFER_SHARD_F_MULTI; /* side by side: no credit */
+        r->woff = r->wlen = 0;
+    }
     r->writes++;
     r->state = XFER_RESV_STATE_WRITING;
     o->step.to = XFER_RESV_STATE_WRITING;
@@ -344,9 +428,15 @@ static int h_commit(xfer_shard *s, resv_step *o)
 {
     if (mismatch(o))
         return XFER_ERR_STALE;
+    /* A one-sided shard never sees the RDMA writes that fill a region, so
+     * it cannot check what was written: the commit is the producer's word
+     * (the region's registration is this reservation's alone). */
+    if (!s->cfg.one_sided && o->rec->covered < o->rec->len)
+        return XFER_ERR_INCOMPLETE;
     if (!ev_room(s))
         return XFER_ERR_BUSY;
     if (s->cfg.one_sided) {
+        o->rec->covered = o->rec->len; /* as a committed record's is */
         start_invalidation(s, o, XFER_RESV_STATE_COMMIT_INVAL, true);
         s->st.commits++;
         return 0;
@@ -365,9 +455,11 @@ static int h_free_cancelled(xfer_shard *s, resv_step *o)
         return XFER_ERR_STALE;
     if (!ev_room(s))
         return XFER_ERR_BUSY;
-    if (s->cfg.one_sided && o->step.from == XFER_RESV_STATE_RESERVED)
+    if (s->cfg.one_sided && o->step.from == XFER_RESV_STATE_RESERVED) {
         start_invalidation(s, o, XFER_RESV_STATE_CANCEL_INVAL, true);
-    else
+        if (o->consumer) /* its tombstone will block everyone */
+            o->rec->flags |= XFER_SHARD_F_CONSUMER;
+    } else
         end_record(s, o, XFER_RESV_STATE_CANCELLED, XFER_SHARD_EV_CANCELLED);
     s->st.cancels++;
     return 0;
@@ -384,11 +476,27 @@ static int h_free_expired(xfer_shard *s, resv_step *o)
     return 0;
 }
 
+/* What a write that ends does to the written prefix (see the top). */
+static void cover(xfer_shard_resv *r, bool ok)
+{
+    bool alone = !(r->flags & XFER_SHARD_F_MULTI);
+    if (!ok) {
+        uint32_t from = alone ? r->woff : 0;
+        r->covered = r->covered < from ? r->covered : from;
+    } else if (alone && r->woff <= r->covered &&
+               r->woff + r->wlen > r->covered) {
+        r->covered = r->woff + r->wlen;
+    }
+}
+
 static int h_write_end(xfer_shard *s, resv_step *o)
 {
     xfer_shard_resv *r = o->rec;
     assert(r->writes > 0);
+    cover(r, o->step.event == XFER_RESV_EVENT_WRITE_END_OK);
     if (--r->writes == 0) {
+        r->flags &= (uint8_t)~XFER_SHARD_F_MULTI;
+        r->woff = r->wlen = 0;
         r->state = XFER_RESV_STATE_RESERVED;
         o->step.to = XFER_RESV_STATE_RESERVED;
     }
@@ -404,6 +512,9 @@ static int h_defer_cancel(xfer_shard *s, resv_step *o)
     if (!ev_room(s))
         return XFER_ERR_BUSY;
     s->ev_reserved++;
+    forget_writes(o->rec);
+    if (o->consumer)
+        o->rec->flags |= XFER_SHARD_F_CONSUMER;
     o->rec->state = XFER_RESV_STATE_CANCEL_PENDING;
     o->step.to = XFER_RESV_STATE_CANCEL_PENDING;
     s->st.cancels++;
@@ -413,6 +524,7 @@ static int h_defer_cancel(xfer_shard *s, resv_step *o)
 static int h_defer_expire(xfer_shard *s, resv_step *o)
 {
     s->ev_reserved++;
+    forget_writes(o->rec);
     o->rec->state = XFER_RESV_STATE_EXPIRE_PENDING;
     o->step.to = XFER_RESV_STATE_EXPIRE_PENDING;
     s->st.expiries++;
@@ -424,6 +536,15 @@ static int h_defer_expire(xfer_shard *s, resv_step *o)
 static int h_ack(xfer_shard *s, resv_step *o)
 {
     return mismatch(o) ? XFER_ERR_STALE : 0;
+}
+
+/* CANCELLED/EXPIRED + CANCEL: already ended.  The consumer's cancel makes
+ * the tombstone block every reserve of the id, whoever made it. */
+static int h_tomb_cancel(xfer_shard *s, resv_step *o)
+{
+    if (o->consumer)
+        xfer_tomb_make_global(&s->tombs, o->id);
+    return 0;
 }
 
 static int h_take(xfer_shard *s, resv_step *o)
@@ -479,6 +600,9 @@ static int h_defer_cancel_inval(xfer_shard *s, resv_step *o)
 {
     if (mismatch(o))
         return XFER_ERR_STALE;
+    forget_writes(o->rec);
+    if (o->consumer) /* its tombstone will block everyone */
+        o->rec->flags |= XFER_SHARD_F_CONSUMER;
     o->rec->state = XFER_RESV_STATE_CANCEL_INVAL;
     o->step.to = XFER_RESV_STATE_CANCEL_INVAL;
     s->st.cancels++;
@@ -487,6 +611,7 @@ static int h_defer_cancel_inval(xfer_shard *s, resv_step *o)
 
 static int h_defer_expire_inval(xfer_shard *s, resv_step *o)
 {
+    forget_writes(o->rec);
     o->rec->state = XFER_RESV_STATE_EXPIRE_INVAL;
     o->step.to = XFER_RESV_STATE_EXPIRE_INVAL;
     s->st.expiries++;
@@ -601,7 +726,13 @@ static int counted(xfer_shard *s, int rc)
 
 static int run(xfer_shard *s, resv_step *o)
 {
+    if (o->owner > s->cfg.max_owners)
+        return XFER_ERR_INVALID_ARG;
     lookup(s, o);
+    /* Another owner's record: refused before the machine sees it (peer
+     * input, like a stray write_end). */
+    if (foreign(o))
+        return counted(s, XFER_ERR_PERM);
     return counted(s, dispatch(s, o));
 }
 
@@ -657,12 +788,19 @@ static void fire_leases(xfer_shard *s, uint64_t now)
 int xfer_shard_reserve(xfer_shard *s, uint64_t now_ns, uint64_t id,
                        uint32_t attempt, uint32_t len, xfer_resv_info *info)
 {
+    return xfer_shard_reserve_by(s, now_ns, 0, id, attempt, len, info);
+}
+
+int xfer_shard_reserve_by(xfer_shard *s, uint64_t now_ns, uint16_t owner,
+                          uint64_t id, uint32_t attempt, uint32_t len,
+                          xfer_resv_info *info)
+{
     if (!s || id == 0 || !info)
         return XFER_ERR_INVALID_ARG;
     make_tomb_room(s, now_ns);
     resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_RESERVE), .id = id,
-                   .attempt = attempt, .len = len, .has_attempt = true,
-                   .has_region = true, .info = info};
+                   .attempt = attempt, .len = len, .owner = owner,
+                   .has_attempt = true, .has_region = true, .info = info};
     return run(s, &o);
 }
 
@@ -670,12 +808,22 @@ int xfer_shard_write_begin(xfer_shard *s, uint64_t now_ns, uint64_t id,
                            uint32_t attempt, uint64_t resv_id, uint64_t off,
                            uint32_t len, uint8_t **dst)
 {
+    return xfer_shard_write_begin_by(s, now_ns, 0, id, attempt, resv_id, off,
+                                     len, dst);
+}
+
+int xfer_shard_write_begin_by(xfer_shard *s, uint64_t now_ns,
+                              uint16_t owner, uint64_t id, uint32_t attempt,
+                              uint64_t resv_id, uint64_t off, uint32_t len,
+                              uint8_t **dst)
+{
     if (!s || id == 0 || !dst)
         return XFER_ERR_INVALID_ARG;
     resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_WRITE_BEGIN),
                    .id = id, .resv_id = resv_id, .off = off,
-                   .attempt = attempt, .len = len, .has_attempt = true,
-                   .has_resv = true, .has_region = true, .dst = dst};
+                   .attempt = attempt, .len = len, .owner = owner,
+                   .has_attempt = true, .has_resv = true, .has_region = true,
+                   .dst = dst};
     return run(s, &o);
 }
 
@@ -748,10 +896,16 @@ int xfer_shard_write(xfer_shard *s, uint64_t now_ns, uint64_t id,
 int xfer_shard_commit(xfer_shard *s, uint64_t now_ns, uint64_t id,
                       uint32_t attempt, uint64_t resv_id)
 {
+    return xfer_shard_commit_by(s, now_ns, 0, id, attempt, resv_id);
+}
+
+int xfer_shard_commit_by(xfer_shard *s, uint64_t now_ns, uint16_t owner,
+                         uint64_t id, uint32_t attempt, uint64_t resv_id)
+{
     if (!s || id == 0)
         return XFER_ERR_INVALID_ARG;
     resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_COMMIT), .id = id,
-                   .resv_id = resv_id, .attempt = attempt,
+                   .resv_id = resv_id, .attempt = attempt, .owner = owner,
                    .has_attempt = true, .has_resv = true};
     return run(s, &o);
 }
@@ -759,15 +913,22 @@ int xfer_shard_commit(xfer_shard *s, uint64_t now_ns, uint64_t id,
 int xfer_shard_cancel(xfer_shard *s, uint64_t now_ns, uint64_t id,
                       uint32_t attempt, uint64_t resv_id)
 {
+    return xfer_shard_cancel_by(s, now_ns, 0, id, attempt, resv_id);
+}
+
+int xfer_shard_cancel_by(xfer_shard *s, uint64_t now_ns, uint16_t owner,
+                         uint64_t id, uint32_t attempt, uint64_t resv_id)
+{
     if (!s || id == 0)
         return XFER_ERR_INVALID_ARG;
     make_tomb_room(s, now_ns);
     /* Attempt 0 is never a producer attempt: it is the consumer
      * scheduler's cancel of the id, whatever attempt holds it. */
     resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_CANCEL), .id = id,
-                   .resv_id = resv_id, .attempt = attempt,
+                   .resv_id = resv_id, .attempt = attempt, .owner = owner,
                    .has_attempt = attempt != 0,
-                   .has_resv = resv_id != XFER_RESV_NONE};
+                   .has_resv = resv_id != XFER_RESV_NONE,
+                   .consumer = attempt == 0};
     return run(s, &o);
 }
 
@@ -834,6 +995,17 @@ int xfer_shard_stats_get_versioned(const xfer_shard *s, uint32_t version,
     cur.tombstones = xfer_tomb_entries(&s->tombs);
     return xfer_util_versioned_copy(st, &cur, version, stats_lens,
                                     XFER_UTIL_NVERSIONS(stats_lens));
+}
+
+int xfer_shard_owner_get(const xfer_shard *s, uint16_t owner,
+                         xfer_shard_owner_use *out)
+{
+    if (!s || !out || owner == 0 || owner > s->cfg.max_owners)
+        return XFER_ERR_INVALID_ARG;
+    *out = (xfer_shard_owner_use){
+        .live = s->use[owner].live, .bytes = s->use[owner].bytes,
+        .tombstones = xfer_tomb_owned(&s->tombs, owner)};
+    return 0;
 }
 
 uint64_t xfer_shard_cell_hits(const xfer_shard *s, unsigned state,
@@ -972,6 +1144,18 @@ static int apply_defaults(const xfer_shard_config *in, xfer_shard_config *c)
                                   : 2 * c->lease_ttl_ns;
     if (!c->align)
         c->align = 64;
+    if (c->max_owners) {
+        /* A fair share each, at least one of everything. */
+        if (!c->owner_max_reservations)
+            c->owner_max_reservations = c->max_reservations / c->max_owners;
+        if (!c->owner_max_bytes)
+            c->owner_max_bytes = c->pool_bytes / c->max_owners;
+        if (!c->owner_max_tombstones)
+            c->owner_max_tombstones = c->max_tombstones / c->max_owners;
+        c->owner_max_reservations += !c->owner_max_reservations;
+        c->owner_max_bytes += !c->owner_max_bytes;
+        c->owner_max_tombstones += !c->owner_max_tombstones;
+    }
     bool bad = c->pool_bytes < c->align ||
                c->max_reservations > MAX_RECORDS || !c->max_tombstones ||
                c->max_tombstones > MAX_TOMBS || c->lease_ttl_ns > MAX_TTL ||
@@ -1037,6 +1221,13 @@ static int build(xfer_shard *s)
         rc = xfer_pool_init(&s->pool, s->cfg.pool_bytes, s->cfg.align, n, a);
     if (!rc)
         rc = alloc_memory(s);
+    if (!rc && s->cfg.max_owners) {
+        s->use = xfer_util_calloc(a, (size_t)s->cfg.max_owners + 1,
+                                  sizeof *s->use);
+        rc = s->use ? xfer_tomb_owners_init(&s->tombs, s->cfg.max_owners,
+                                            s->cfg.owner_max_tombstones, a)
+                    : XFER_ERR_NOMEM;
+    }
     if (!rc) {
         xfer_shard_reset_slots(s);
         s->rng_state = RNG_SEED ^ s->cfg.shard_index;
@@ -1074,6 +1265,7 @@ void xfer_shard_del(xfer_shard *s)
     xfer_tomb_clear(&s->tombs, &a);
     xfer_heap_clear(&s->leases, &a);
     xfer_idmap_clear(&s->ids, &a);
+    xfer_util_free(&a, s->use);
     xfer_util_free(&a, s->mem_block);
     xfer_util_free(&a, s->evs);
     xfer_util_free(&a, s->invals);

@@ -22,12 +22,30 @@
 
 #define XFER_SHARD_NO_LEASE UINT32_MAX /* rank of a record without a lease */
 
-/* One live reservation.  state NONE marks a free slot. */
+/* Record flags. */
+#define XFER_SHARD_F_MULTI 1u    /* writes ran next to each other since the
+                                    record last had none in flight */
+#define XFER_SHARD_F_CONSUMER 2u /* CANCEL_PENDING by the consumer's cancel:
+                                    its tombstone blocks everyone */
+
+/* One live reservation.  state NONE marks a free slot.  covered: bytes
+ * [0, covered) written by completed writes (shard.h says how); woff and
+ * wlen: the range of the one write in flight (writes > 0, no F_MULTI),
+ * else 0. */
 typedef struct xfer_shard_resv {
     uint64_t id, resv_id, off, created_ns;
     uint32_t attempt, len, writes;
+    uint32_t covered, woff, wlen;
+    uint16_t owner; /* 0: nobody in particular */
     uint8_t state;
+    uint8_t flags;  /* XFER_SHARD_F_* */
 } xfer_shard_resv;
+
+/* What one owner holds (index 1..max_owners of xfer_shard.use). */
+typedef struct xfer_shard_use {
+    uint32_t live;
+    uint64_t bytes;
+} xfer_shard_use;
 
 /* Scratch entry for sorting records (save, load, foreach). */
 typedef struct xfer_shard_sort_ent {
@@ -49,6 +67,7 @@ struct xfer_shard {
     void *mem_block;         /* what we allocated for it, or NULL */
     xfer_shard_event *evs;
     uint32_t nev, ev_cap, ev_reserved;
+    xfer_shard_use *use;     /* [max_owners + 1], or NULL without owners */
     xfer_shard_inval *invals; /* one-sided: invalidations asked for */
     uint32_t ninval;          /* at most max_reservations */
     uint64_t rng_state;      /* internal splitmix64 when no rng injected */

@@ -1,17 +1,18 @@
 /*
  * fsm/shard_save.c - save and load of a consumer shard's dynamic state
- * (fsm/save.h), format version 1, for the model checker (tools/check) and
+ * (fsm/save.h), format version 2, for the model checker (tools/check) and
  * the tests.
  *
  * The save holds everything that decides what the shard does next: the
  * live records in id order (state, attempt, reservation id, region, writes
- * in flight, creation time, lease deadline and its rank among equal
- * deadlines), the pool's free extents (xfer_pool_save), the tombstones
- * oldest first (xfer_tomb_save), the pending shard events, the internal
- * RNG state and, on a one-sided shard only, the pending invalidation
- * requests (so a two-sided shard saves exactly what it saved before
- * one-sided shards existed, and the model checker's state counts do not
- * move).  It leaves out counters, stats, cells_hit, the trace sequence
+ * in flight, what is written of it and the range of its one write in
+ * flight, its owner and flags, creation time, lease deadline and its rank
+ * among equal deadlines), the pool's free extents (xfer_pool_save), the
+ * tombstones oldest first (xfer_tomb_save), the pending shard events, the
+ * internal RNG state and, on a one-sided shard only, the pending
+ * invalidation requests (so a two-sided shard saves exactly what version 2
+ * saved before one-sided shards existed).  It leaves out counters, stats,
+ * cells_hit, the trace sequence
  * number, slot numbers, the heap's insertion counter, the shard's index
  * and the bytes in the pool (data, not machine state), so two shards that
  * behave alike save alike, and it names no shard: it is its own canonical
@@ -48,12 +49,12 @@
 #include "xfer/core.h"
 
 /* A field added to a record must be saved and loaded below. */
-_Static_assert(sizeof(xfer_shard_resv) == 48,
+_Static_assert(sizeof(xfer_shard_resv) == 64,
                "save the new xfer_shard_resv field");
 
 static const uint8_t MAGIC[XFER_SAVE_HDR] = {'X', XFER_SAVE_SHARD, 'S',
                                              XFER_SHARD_SAVE_VERSION};
-#define REC_BYTES 57u
+#define REC_BYTES 72u
 
 /* A record holding an event slot for later (ev_reserved). */
 static bool is_pending(unsigned st)
@@ -70,7 +71,10 @@ static uint64_t fingerprint(const xfer_shard *s)
     const uint64_t v[] = {s->pool.size, s->cfg.align,
                           s->cfg.max_reservations, s->cfg.max_tombstones,
                           s->cfg.lease_ttl_ns, s->cfg.tombstone_ttl_ns,
-                          s->cfg.rng.next != NULL};
+                          s->cfg.rng.next != NULL, s->cfg.max_owners,
+                          s->cfg.owner_max_reservations,
+                          s->cfg.owner_max_bytes,
+                          s->cfg.owner_max_tombstones};
     uint64_t h = xfer_le_get32(MAGIC);
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         h = xfer_util_mix64(h ^ v[i]);
@@ -89,6 +93,11 @@ static void save_record(xfer_le_enc *to, const xfer_shard_resv *r,
     xfer_le_enc_u32(w, r->len);
     xfer_le_enc_u8(w, r->state);
     xfer_le_enc_u32(w, r->writes);
+    xfer_le_enc_u32(w, r->covered);
+    xfer_le_enc_u32(w, r->woff);
+    xfer_le_enc_u32(w, r->wlen);
+    xfer_le_enc_u16(w, r->owner);
+    xfer_le_enc_u8(w, r->flags);
     xfer_le_enc_u64(w, r->created_ns);
     /* the lease deadline, and its rank among equal deadlines */
     xfer_le_enc_u64(w, e->rank == XFER_SHARD_NO_LEASE ? 0 : e->k2);
@@ -149,6 +158,11 @@ static saved_rec get_record(xfer_le_dec *from)
     x.r.len = xfer_le_dec_u32(b);
     x.r.state = xfer_le_dec_u8(b);
     x.r.writes = xfer_le_dec_u32(b);
+    x.r.covered = xfer_le_dec_u32(b);
+    x.r.woff = xfer_le_dec_u32(b);
+    x.r.wlen = xfer_le_dec_u32(b);
+    x.r.owner = xfer_le_dec_u16(b);
+    x.r.flags = xfer_le_dec_u8(b);
     x.r.created_ns = xfer_le_dec_u64(b);
     x.lease = xfer_le_dec_u64(b);
     x.rank = xfer_le_dec_u32(b);
@@ -159,6 +173,33 @@ static saved_rec get_record(xfer_le_dec *from)
 static uint64_t lease_key(const saved_rec *x)
 {
     return x->rank == XFER_SHARD_NO_LEASE ? UINT64_MAX : x->lease;
+}
+
+/* What is written of a saved record, and its flags, as the machine
+ * leaves them: whole once committed; nothing kept once it only waits to
+ * be freed; the one write's range inside the region, and only while that
+ * write runs alone; the consumer's mark only on its pending cancel (of
+ * writes, or, one-sided, of the invalidation). */
+static bool writes_ok(const xfer_shard_resv *r)
+{
+    unsigned st = r->state;
+    bool multi = r->flags & XFER_SHARD_F_MULTI;
+    bool solo = r->writes > 0 && !multi;
+    if (r->flags & ~(XFER_SHARD_F_MULTI | XFER_SHARD_F_CONSUMER) ||
+        r->covered > r->len || (multi && r->writes == 0) ||
+        ((r->flags & XFER_SHARD_F_CONSUMER) &&
+         st != XFER_RESV_STATE_CANCEL_PENDING &&
+         st != XFER_RESV_STATE_CANCEL_INVAL))
+        return false;
+    if (st == XFER_RESV_STATE_READY || st == XFER_RESV_STATE_TAKEN ||
+        st == XFER_RESV_STATE_COMMIT_INVAL)
+        return r->covered == r->len && r->writes == 0 && r->woff == 0 &&
+               r->wlen == 0 && !multi;
+    if (is_pending(st))
+        return r->covered == 0 && r->woff == 0 && r->wlen == 0 && !multi;
+    if (!solo)
+        return r->woff == 0 && r->wlen == 0;
+    return r->woff <= r->len && r->wlen <= r->len - r->woff;
 }
 
 /* A saved record that the machine could have produced. */
@@ -181,6 +222,7 @@ static bool record_ok(const xfer_shard *s, const saved_rec *x, uint64_t prev)
                  (inval && s->cfg.one_sided);
     uint64_t size = xfer_pool_round(&s->pool, r->len);
     return r->id > prev && r->resv_id != XFER_RESV_NONE && known &&
+           writes_ok(r) && r->owner <= s->cfg.max_owners &&
            (r->writes > 0) == writing && (leased ? may_lease : !must_lease) &&
            (leased || x->lease == 0) && r->off % s->pool.align == 0 &&
            size <= s->pool.size && r->off <= s->pool.size - size;
@@ -338,6 +380,8 @@ static void reset_dynamic(xfer_shard *s)
         xfer_heap_remove(&s->leases, slot);
     }
     xfer_shard_reset_slots(s);
+    if (s->use)
+        memset(s->use, 0, ((size_t)s->cfg.max_owners + 1) * sizeof *s->use);
     xfer_pool_reset(&s->pool);
     xfer_tomb_reset(&s->tombs);
     s->nev = 0;
@@ -355,6 +399,10 @@ static void apply_records(xfer_shard *s, xfer_le_dec *b, uint32_t n)
         s->recs[slot] = x.r;
         xfer_idmap_put(&s->ids, x.r.id, slot);
         s->live++;
+        if (x.r.owner) {
+            s->use[x.r.owner].live++;
+            s->use[x.r.owner].bytes += xfer_pool_round(&s->pool, x.r.len);
+        }
         s->ev_reserved += is_pending(x.r.state);
         s->scratch[i] = (xfer_shard_sort_ent){
             .k1 = lease_key(&x), .k2 = x.rank, .slot = slot, .rank = x.rank};
@@ -372,8 +420,12 @@ static void apply_records(xfer_shard *s, xfer_le_dec *b, uint32_t n)
  * duplicate id (s is then reset). */
 static bool apply_tombs(xfer_shard *s, xfer_le_dec *b, uint32_t nrec)
 {
-    if (xfer_tomb_restore(&s->tombs, b, nrec) == 0)
+    if (xfer_tomb_restore(&s->tombs, b, nrec) == 0) {
+        for (uint32_t slot = 0; slot < s->cfg.max_reservations; slot++)
+            if (s->recs[slot].state != XFER_RESV_STATE_NONE)
+                xfer_tomb_charge_hold(&s->tombs, s->recs[slot].owner);
         return true;
+    }
     reset_dynamic(s);
     return false;
 }

@@ -5,7 +5,11 @@
  * Invariants: ring.n + held <= ring.cap; the ring's items (ents, oldest
  * first) have non-decreasing expires_ns; the map holds each id once,
  * pointing at the slot of its newest entry; the others (`dead` of them)
- * were superseded by a refresh and are popped silently.
+ * were superseded by a refresh and are popped silently.  With owners,
+ * owned[o] is the holds of owner o plus the ring entries (live or dead)
+ * that name o, so the owners' counts add up to at most ring.n + held; every
+ * pop of the ring goes through pop_head, which gives the entry's room back
+ * to its owner.
  */
 #include "tomb.h"
 
@@ -37,8 +41,45 @@ int xfer_tomb_init(xfer_tomb *t, uint32_t cap, uint64_t ttl_ns,
 void xfer_tomb_clear(xfer_tomb *t, const xfer_allocator *a)
 {
     xfer_util_free(a, t->ents);
+    xfer_util_free(a, t->owned);
     xfer_idmap_clear(&t->map, a);
     memset(t, 0, sizeof *t);
+}
+
+int xfer_tomb_owners_init(xfer_tomb *t, uint16_t nowners, uint32_t quota,
+                          const xfer_allocator *a)
+{
+    if (nowners == 0 || quota == 0 || t->owned || t->ring.n || t->held)
+        return XFER_ERR_INVALID_ARG;
+    t->owned = xfer_util_calloc(a, (size_t)nowners + 1, sizeof *t->owned);
+    if (!t->owned)
+        return XFER_ERR_NOMEM;
+    t->nowners = nowners;
+    t->owner_quota = quota;
+    return 0;
+}
+
+uint32_t xfer_tomb_owned(const xfer_tomb *t, uint16_t owner)
+{
+    return owner && owner <= t->nowners ? t->owned[owner] : 0;
+}
+
+/* Count (+1) or give back (-1) room of owner; nobody in particular (0) and
+ * a table without owners count nothing. */
+static void charge(xfer_tomb *t, uint16_t owner, int delta)
+{
+    if (!owner || owner > t->nowners)
+        return;
+    assert(delta > 0 || t->owned[owner] > 0);
+    t->owned[owner] += (uint32_t)delta;
+}
+
+/* Remove the oldest ring entry, giving its room back to its owner. */
+static xfer_tomb_entry pop_head(xfer_tomb *t)
+{
+    xfer_tomb_entry e = t->ents[xfer_ring_pop(&t->ring)];
+    charge(t, e.owner, -1);
+    return e;
 }
 
 static uint64_t clamp(xfer_tomb *t, uint64_t now_ns)
@@ -57,8 +98,8 @@ uint32_t xfer_tomb_expire(xfer_tomb *t, uint64_t now_ns, uint32_t max,
     while (!xfer_ring_empty(&t->ring) &&
            t->ents[t->ring.head].expires_ns <= now_ns &&
            (max == 0 || dropped < max)) {
-        uint32_t slot = xfer_ring_pop(&t->ring), at;
-        xfer_tomb_entry e = t->ents[slot];
+        uint32_t slot = t->ring.head, at;
+        xfer_tomb_entry e = pop_head(t);
         bool live = xfer_idmap_get(&t->map, e.id, &at) && at == slot;
         if (!live) {
             t->dead--;
@@ -82,52 +123,106 @@ const xfer_tomb_entry *xfer_tomb_find(const xfer_tomb *t, uint64_t id)
 
 int xfer_tomb_hold(xfer_tomb *t, uint64_t now_ns)
 {
+    return xfer_tomb_hold_by(t, now_ns, 0);
+}
+
+int xfer_tomb_hold_by(xfer_tomb *t, uint64_t now_ns, uint16_t owner)
+{
+    if (owner && owner <= t->nowners && t->owned[owner] >= t->owner_quota)
+        return XFER_ERR_BUSY; /* what the owner holds is its own to free */
     if (xfer_tomb_full(t))
         xfer_tomb_expire(t, now_ns, 0, NULL, NULL);
     if (xfer_tomb_full(t))
         return XFER_ERR_BUSY;
     t->held++;
+    charge(t, owner, 1);
     return 0;
 }
 
 void xfer_tomb_unhold(xfer_tomb *t)
 {
+    xfer_tomb_unhold_by(t, 0);
+}
+
+void xfer_tomb_unhold_by(xfer_tomb *t, uint16_t owner)
+{
     assert(t->held > 0);
     t->held--;
+    charge(t, owner, -1);
 }
 
 static void append(xfer_tomb *t, uint64_t now_ns, uint64_t id,
-                   uint32_t attempt, uint8_t reason)
+                   uint32_t attempt, uint8_t reason, uint16_t owner,
+                   uint8_t flags)
 {
     uint32_t at = xfer_ring_push(&t->ring);
     t->ents[at] = (xfer_tomb_entry){.id = id,
                                     .expires_ns = now_ns + t->ttl_ns,
                                     .attempt = attempt,
-                                    .reason = reason};
+                                    .owner = owner,
+                                    .reason = reason,
+                                    .flags = flags};
     xfer_idmap_put(&t->map, id, at);
 }
 
 void xfer_tomb_insert_held(xfer_tomb *t, uint64_t now_ns, uint64_t id,
                            uint32_t attempt, uint8_t reason)
 {
+    xfer_tomb_insert_held_by(t, now_ns, id, attempt, reason, 0, 0);
+}
+
+void xfer_tomb_insert_held_by(xfer_tomb *t, uint64_t now_ns, uint64_t id,
+                              uint32_t attempt, uint8_t reason,
+                              uint16_t owner, uint8_t flags)
+{
     now_ns = clamp(t, now_ns);
     assert(t->held > 0);
     t->held--;
-    if (xfer_tomb_find(t, id))
-        t->dead++; /* the hold's room carries a fresh entry; the old dies */
-    append(t, now_ns, id, attempt, reason);
+    const xfer_tomb_entry *old = xfer_tomb_find(t, id);
+    if (old) {
+        /* The hold's room carries a fresh entry; the old dies (its room
+         * stays its owner's until it is popped).  A block of everyone
+         * survives it; another owner's block does not become everyone's
+         * (that would let two owners block a third): it is lost, and a
+         * late reserve of that owner is freed by its lease. */
+        if (old->owner == 0 || (old->flags & XFER_TOMB_GLOBAL))
+            flags |= XFER_TOMB_GLOBAL;
+        t->dead++;
+    }
+    append(t, now_ns, id, attempt, reason, owner, flags);
 }
 
 int xfer_tomb_insert(xfer_tomb *t, uint64_t now_ns, uint64_t id,
                      uint32_t attempt, uint8_t reason)
 {
-    if (xfer_tomb_find(t, id))
+    return xfer_tomb_insert_by(t, now_ns, id, attempt, reason, 0, 0);
+}
+
+int xfer_tomb_insert_by(xfer_tomb *t, uint64_t now_ns, uint64_t id,
+                        uint32_t attempt, uint8_t reason, uint16_t owner,
+                        uint8_t flags)
+{
+    uint32_t at;
+    if (xfer_idmap_get(&t->map, id, &at)) {
+        /* Another owner's entry stays its own unless flags make it
+         * everyone's (the consumer): two owners' tombstones never block a
+         * third.  This owner's late reserve of the id is then not refused
+         * by it; its lease frees it. */
+        t->ents[at].flags |= flags;
         return 0;
-    int rc = xfer_tomb_hold(t, now_ns);
+    }
+    int rc = xfer_tomb_hold_by(t, now_ns, owner);
     if (rc)
         return rc;
-    xfer_tomb_insert_held(t, now_ns, id, attempt, reason);
+    xfer_tomb_insert_held_by(t, now_ns, id, attempt, reason, owner, flags);
     return 0;
+}
+
+void xfer_tomb_make_global(xfer_tomb *t, uint64_t id)
+{
+    uint32_t at;
+    if (xfer_idmap_get(&t->map, id, &at))
+        t->ents[at].flags |= XFER_TOMB_GLOBAL;
 }
 
 int xfer_tomb_refresh(xfer_tomb *t, uint64_t now_ns, uint64_t id,
@@ -148,7 +243,8 @@ int xfer_tomb_refresh(xfer_tomb *t, uint64_t now_ns, uint64_t id,
     }
     if (xfer_tomb_full(t))
         return XFER_ERR_BUSY;
-    append(t, now_ns, id, attempt, reason); /* the map now points here */
+    /* the map now points here */
+    append(t, now_ns, id, attempt, reason, 0, 0);
     t->dead++;
     return 0;
 }
@@ -207,30 +303,46 @@ void xfer_tomb_reset(xfer_tomb *t)
     t->held = 0;
     t->dead = 0;
     t->last_now = 0;
+    if (t->owned)
+        memset(t->owned, 0, ((size_t)t->nowners + 1) * sizeof *t->owned);
 }
+
+typedef struct save_ctx {
+    xfer_le_enc *w;
+    bool owners;
+} save_ctx;
 
 static void save_entry(void *ud, const xfer_tomb_entry *e)
 {
-    xfer_le_enc *w = ud;
-    xfer_le_enc_u64(w, e->id);
-    xfer_le_enc_u64(w, e->expires_ns);
-    xfer_le_enc_u32(w, e->attempt);
-    xfer_le_enc_u8(w, e->reason);
+    const save_ctx *c = ud;
+    xfer_le_enc_u64(c->w, e->id);
+    xfer_le_enc_u64(c->w, e->expires_ns);
+    xfer_le_enc_u32(c->w, e->attempt);
+    xfer_le_enc_u8(c->w, e->reason);
+    if (c->owners) {
+        xfer_le_enc_u16(c->w, e->owner);
+        xfer_le_enc_u8(c->w, e->flags);
+    }
 }
 
 void xfer_tomb_save(const xfer_tomb *t, xfer_le_enc *e)
 {
+    save_ctx c = {e, t->nowners > 0};
     xfer_le_enc_u32(e, xfer_tomb_live(t));
-    xfer_tomb_foreach(t, save_entry, e);
+    xfer_tomb_foreach(t, save_entry, &c);
 }
 
-static xfer_tomb_entry get_entry(xfer_le_dec *d)
+static xfer_tomb_entry get_entry(const xfer_tomb *t, xfer_le_dec *d)
 {
     xfer_tomb_entry e = {0};
     e.id = xfer_le_dec_u64(d);
     e.expires_ns = xfer_le_dec_u64(d);
     e.attempt = xfer_le_dec_u32(d);
     e.reason = xfer_le_dec_u8(d);
+    if (t->nowners) {
+        e.owner = xfer_le_dec_u16(d);
+        e.flags = xfer_le_dec_u8(d);
+    }
     return e;
 }
 
@@ -241,9 +353,10 @@ bool xfer_tomb_check(const xfer_tomb *t, xfer_le_dec *d, uint32_t holds,
     if (!xfer_le_dec_ok(d) || n + holds > t->ring.cap)
         return false;
     for (uint64_t i = 0; i < n; i++) {
-        xfer_tomb_entry e = get_entry(d);
+        xfer_tomb_entry e = get_entry(t, d);
         if (!xfer_le_dec_ok(d) || e.id == 0 || e.expires_ns < prev ||
-            e.expires_ns < t->ttl_ns || (ok && !ok(ud, &e)))
+            e.expires_ns < t->ttl_ns || e.owner > t->nowners ||
+            (e.flags & ~XFER_TOMB_GLOBAL) || (ok && !ok(ud, &e)))
             return false;
         prev = e.expires_ns;
     }
@@ -257,13 +370,14 @@ int xfer_tomb_restore(xfer_tomb *t, xfer_le_dec *d, uint32_t holds)
     if (!xfer_le_dec_ok(d) || (uint64_t)n + holds > t->ring.cap)
         goto out_bad;
     for (uint32_t i = 0; i < n; i++) {
-        xfer_tomb_entry e = get_entry(d);
+        xfer_tomb_entry e = get_entry(t, d);
         if (!xfer_le_dec_ok(d) || e.id == 0 || e.expires_ns < t->ttl_ns ||
-            xfer_tomb_find(t, e.id))
+            e.owner > t->nowners || xfer_tomb_find(t, e.id))
             goto out_bad;
         uint32_t at = xfer_ring_push(&t->ring);
         t->ents[at] = e;
         xfer_idmap_put(&t->map, e.id, at);
+        charge(t, e.owner, 1);
         clamp(t, e.expires_ns - t->ttl_ns); /* its birth */
     }
     t->held = holds;
@@ -271,6 +385,17 @@ int xfer_tomb_restore(xfer_tomb *t, xfer_le_dec *d, uint32_t holds)
 out_bad:
     xfer_tomb_reset(t);
     return XFER_ERR_FORMAT;
+}
+
+void xfer_tomb_uncharge_hold(xfer_tomb *t, uint16_t owner)
+{
+    assert(t->held > 0);
+    charge(t, owner, -1);
+}
+
+void xfer_tomb_charge_hold(xfer_tomb *t, uint16_t owner)
+{
+    charge(t, owner, 1);
 }
 
 bool xfer_tomb_set_clock(xfer_tomb *t, uint64_t now_ns)

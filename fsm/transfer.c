@@ -413,11 +413,13 @@ static int h_cancel_result(xfer_transfer_ctx *c, xfer_transfer_step *e)
     xfer_transfer_shard *s = &t->shards[r->shard];
     bool done = e->step.event == XFER_TRANSFER_EVENT_CANCEL_OK ||
                 r->status == XFER_ERR_CANCELLED ||
-                r->status == XFER_ERR_STALE || r->status == XFER_ERR_STATE;
+                r->status == XFER_ERR_STALE || r->status == XFER_ERR_STATE ||
+                r->status == XFER_ERR_PERM;
     if (done) {
         /* CANCELLED: already tombstoned there; STALE: the shard holds only
-         * another attempt, so nothing of ours remains; STATE: the consumer
-         * took the data, so it is the consumer's to free, not ours. */
+         * another attempt, and PERM only another session's record, so
+         * nothing of ours remains; STATE: the consumer took the data, so
+         * it is the consumer's to free, not ours. */
         s->cancel = XFER_SUB_OK;
         if (r->status == XFER_ERR_STATE)
             t->may_hold = 1;

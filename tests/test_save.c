@@ -335,6 +335,9 @@ static void shard_history(xfer_shard *s)
     uint8_t *dst;
     ck_assert_int_eq(xfer_shard_write_begin(s, 4, 2, 1, r2.resv_id, 0, 10,
                                             &dst), 0);
+    static const uint8_t bytes[50];
+    ck_assert_int_eq(xfer_shard_write(s, 5, 3, 1, r3.resv_id, 0, bytes, 50),
+                     0); /* a commit needs the region written */
     ck_assert_int_eq(xfer_shard_commit(s, 5, 3, 1, r3.resv_id), 0);
     ck_assert_int_eq(xfer_shard_cancel(s, 6, 1, 1, r1.resv_id), 0);
 }
@@ -366,6 +369,124 @@ START_TEST(test_save_shard_round_trip)
     xfer_shard_del(a);
     xfer_shard_del(b);
     xfer_shard_del(c);
+}
+END_TEST
+
+/* Owners and one-sided shards in one save format (version 2): */
+static xfer_shard *mk_owned(uint16_t index, bool one_sided)
+{
+    xfer_shard_config c = {.version = XFER_SHARD_CONFIG_VERSION,
+                           .pool_bytes = 4096, .max_reservations = 8,
+                           .lease_ttl_ns = 100 * MS, .shard_index = index,
+                           .rng = {count_up, &counters[index]},
+                           .one_sided = one_sided, .max_owners = 2,
+                           .owner_max_reservations = 3};
+    xfer_shard *s = NULL;
+    ck_assert_int_eq(xfer_shard_new(&c, &s), 0);
+    return s;
+}
+
+/* Owner 1: id 1 half written, id 3 committed; owner 2: id 2 reserved, a
+ * tombstone of id 4 that only it sees, id 5 cancelled by the consumer. */
+static void owned_history(xfer_shard *s)
+{
+    static const uint8_t bytes[100];
+    xfer_resv_info r1, r2, r3, r5;
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 1, 1, 1, 1, 100, &r1), 0);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 1, 2, 2, 1, 200, &r2), 0);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 1, 1, 3, 1, 100, &r3), 0);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 1, 2, 5, 1, 64, &r5), 0);
+    ck_assert_int_eq(xfer_shard_write(s, 2, 1, 1, r1.resv_id, 0, bytes, 50),
+                     0);
+    ck_assert_int_eq(xfer_shard_write(s, 2, 3, 1, r3.resv_id, 0, bytes, 100),
+                     0);
+    ck_assert_int_eq(xfer_shard_commit_by(s, 3, 1, 3, 1, r3.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 3, 2, 4, 1, XFER_RESV_NONE), 0);
+    ck_assert_int_eq(xfer_shard_cancel(s, 3, 5, 0, XFER_RESV_NONE), 0);
+}
+
+/* What the loaded shard must still know: whose records are whose, what
+ * is written of them, whom a tombstone blocks, and the quotas. */
+static void owned_behaviour(xfer_shard *s)
+{
+    xfer_shard_owner_use u;
+    ck_assert_int_eq(xfer_shard_owner_get(s, 1, &u), 0);
+    ck_assert_uint_eq(u.live, 2);
+    ck_assert_int_eq(xfer_shard_owner_get(s, 2, &u), 0);
+    ck_assert_uint_eq(u.live, 1); /* id 2; id 5 is gone */
+    xfer_resv_info r;
+    /* owner 2's tombstone blocks owner 2, not owner 1 */
+    ck_assert_int_ne(xfer_shard_reserve_by(s, 4, 2, 4, 1, 8, &r), 0);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 4, 1, 4, 1, 8, &r), 0);
+    /* owner 1 is at its quota of 3 now */
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 4, 1, 6, 1, 8, &r),
+                     XFER_ERR_BUSY);
+}
+
+START_TEST(test_save_shard_owners_and_one_sided_round_trip)
+{
+    for (int one = 0; one < 2; one++) {
+        for (unsigned i = 0; i < 4; i++)
+            counters[i] = 0;
+        xfer_shard *a = mk_owned(0, one), *b = mk_owned(2, one);
+        owned_history(a);
+        size_t na = 0, nb = 0;
+        const xfer_shard_inval *q = xfer_shard_invalidations(a, &na);
+        ck_assert_uint_eq(na, one ? 2 : 0); /* ids 3 and 5 */
+        size_t n;
+        uint8_t *buf = save_all(shard_save, a, &n);
+        ck_assert_uint_eq(buf[3], XFER_SHARD_SAVE_VERSION);
+        ck_assert_int_eq(xfer_shard_load(b, buf, n), 0);
+        same_save(shard_save, a, b);
+        (void)xfer_shard_invalidations(b, &nb);
+        ck_assert_uint_eq(nb, na);
+        /* another owner's commit is refused; the half-written id 1 is
+         * INCOMPLETE on a two-sided shard */
+        ck_assert_int_eq(xfer_shard_state(b, 1), XFER_RESV_STATE_RESERVED);
+        xfer_resv_info r1;
+        ck_assert_int_eq(xfer_shard_reserve_by(b, 4, 1, 1, 1, 100, &r1), 0);
+        ck_assert_int_eq(xfer_shard_commit_by(b, 4, 2, 1, 1, r1.resv_id),
+                         XFER_ERR_PERM);
+        if (!one) {
+            ck_assert_int_eq(xfer_shard_commit_by(b, 4, 1, 1, 1, r1.resv_id),
+                             XFER_ERR_INCOMPLETE);
+            ck_assert_int_eq(xfer_shard_state(b, 3),
+                             XFER_RESV_STATE_READY);
+        } else {
+            ck_assert_int_eq(xfer_shard_state(b, 3),
+                             XFER_RESV_STATE_COMMIT_INVAL);
+            ck_assert_int_eq(xfer_shard_state(b, 5),
+                             XFER_RESV_STATE_CANCEL_INVAL);
+            /* both answer the same invalidations alike */
+            uint64_t ids[2] = {q[0].id, q[1].id}, rv[2] = {q[0].resv_id,
+                                                           q[1].resv_id};
+            for (int k = 0; k < 2; k++) {
+                ck_assert_int_eq(xfer_shard_invalidated(a, 4, ids[k], rv[k]),
+                                 0);
+                ck_assert_int_eq(xfer_shard_invalidated(b, 4, ids[k], rv[k]),
+                                 0);
+            }
+            xfer_shard_invalidations_clear(a);
+            xfer_shard_invalidations_clear(b);
+            ck_assert_int_eq(xfer_shard_state(b, 3), XFER_RESV_STATE_READY);
+            /* the consumer's cancel leaves a tombstone everyone sees */
+            xfer_resv_info r;
+            ck_assert_int_ne(xfer_shard_reserve_by(b, 4, 1, 5, 1, 8, &r), 0);
+        }
+        /* the same history and calls again on a: they still save alike */
+        ck_assert_int_eq(xfer_shard_reserve_by(a, 4, 1, 1, 1, 100, &r1), 0);
+        ck_assert_int_eq(xfer_shard_commit_by(a, 4, 2, 1, 1, r1.resv_id),
+                         XFER_ERR_PERM);
+        if (!one)
+            ck_assert_int_eq(
+                xfer_shard_commit_by(a, 4, 1, 1, 1, r1.resv_id),
+                XFER_ERR_INCOMPLETE);
+        same_save(shard_save, a, b);
+        owned_behaviour(b);
+        free(buf);
+        xfer_shard_del(a);
+        xfer_shard_del(b);
+    }
 }
 END_TEST
 
@@ -578,6 +699,7 @@ int main(void)
     tcase_add_test(tc, test_save_core_keeps_every_record);
     tcase_add_test(tc, test_save_core_canon_matches_renamed_copy);
     tcase_add_test(tc, test_save_shard_round_trip);
+    tcase_add_test(tc, test_save_shard_owners_and_one_sided_round_trip);
     tcase_add_test(tc, test_save_readiness_round_trip);
     tcase_add_test(tc, test_save_readiness_canon_matches_renamed_copy);
     tcase_add_test(tc, test_save_too_small_buffer_is_an_error);

@@ -90,6 +90,15 @@ static uint8_t *begin_ok(xfer_shard *s, uint64_t now, uint64_t id,
     return dst;
 }
 
+/* Write every byte of the reservation in one write that ends ok, as the
+ * transports do, so that a commit finds it whole (shard.h). */
+static void write_whole(xfer_shard *s, uint64_t now, uint64_t id,
+                        uint32_t attempt, const xfer_resv_info *i)
+{
+    begin_ok(s, now, id, attempt, i);
+    ck_assert_int_eq(xfer_shard_write_end(s, now, id, i->resv_id, true), 0);
+}
+
 static void same_info(const xfer_resv_info *a, const xfer_resv_info *b)
 {
     ck_assert_uint_eq(a->resv_id, b->resv_id);
@@ -139,6 +148,7 @@ START_TEST(test_shard_lease_expiry_frees_idle_reservation)
     xfer_shard *s = mk();
     xfer_resv_info a = reserve_ok(s, 0, 1, 1, 1000);
     xfer_resv_info b = reserve_ok(s, 10 * MS, 2, 1, 100);
+    write_whole(s, 20 * MS, 2, 1, &b);
     ck_assert_int_eq(xfer_shard_commit(s, 20 * MS, 2, 1, b.resv_id), 0);
     xfer_shard_events_clear(s);
     ck_assert_uint_eq(stats(s).bytes_in_use, rnd(1000) + rnd(100));
@@ -256,6 +266,7 @@ START_TEST(test_shard_cancel_frees_reserved_and_ready_at_once)
     xfer_shard *s = mk();
     xfer_resv_info a = reserve_ok(s, 0, 1, 1, 100);
     xfer_resv_info b = reserve_ok(s, 0, 2, 1, 200);
+    write_whole(s, 1, 2, 1, &b);
     ck_assert_int_eq(xfer_shard_commit(s, 1, 2, 1, b.resv_id), 0);
     ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_READY, 2), 1);
     xfer_shard_events_clear(s);
@@ -356,8 +367,10 @@ static xfer_resv_info setup_state(xfer_shard *s, unsigned st)
     if (st == XFER_RESV_STATE_WRITING || st == XFER_RESV_STATE_CANCEL_PENDING ||
         st == XFER_RESV_STATE_EXPIRE_PENDING)
         begin_ok(s, 1, 1, 2, &b);
-    if (st == XFER_RESV_STATE_READY || st == XFER_RESV_STATE_TAKEN)
+    if (st == XFER_RESV_STATE_READY || st == XFER_RESV_STATE_TAKEN) {
+        write_whole(s, 1, 1, 2, &b);
         ck_assert_int_eq(xfer_shard_commit(s, 1, 1, 2, b.resv_id), 0);
+    }
     if (st == XFER_RESV_STATE_TAKEN)
         ck_assert_int_eq(xfer_shard_take(s, 2, 1, b.resv_id, &data, &len),
                          0);
@@ -719,6 +732,7 @@ START_TEST(test_shard_event_list_is_bounded)
     /* Nobody drains the events: commit and cancel refuse, never grow. */
     while (rc == 0 && id < 100) {
         xfer_resv_info a = reserve_ok(s, 0, id, 1, 64);
+        write_whole(s, 0, id, 1, &a);
         rc = xfer_shard_commit(s, 0, id, 1, a.resv_id);
         if (rc == 0)
             rc = xfer_shard_cancel(s, 0, id, 1, a.resv_id);
@@ -1083,6 +1097,7 @@ START_TEST(test_shard_one_sided_off_by_default_and_in_version_1)
         }
         xfer_shard *s = mk_cfg(c);
         xfer_resv_info a = reserve_ok(s, 0, 1, 1, 64);
+        write_whole(s, 0, 1, 1, &a); /* two-sided: commit needs it */
         ck_assert_int_eq(xfer_shard_commit(s, 0, 1, 1, a.resv_id), 0);
         ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_READY);
         ck_assert_uint_eq(asked(s), 0);
@@ -1140,6 +1155,7 @@ typedef struct mid {
     bool known;
     uint8_t *snap; /* TAKEN: the bytes at take time */
     uint32_t snap_len;
+    uint8_t *written; /* [info.len]: 1 where a completed write landed */
 } mid;
 
 typedef struct world {
@@ -1166,6 +1182,7 @@ typedef struct call {
     uint64_t id, resv, off, now;
     uint32_t attempt, len;
     bool ok;
+    bool alone;  /* C_WBEGIN: end it (ok) at once, as a transport does */
     unsigned wi; /* C_WEND: index into world.w */
 } call;
 
@@ -1212,6 +1229,11 @@ static call gen(world *w)
         }
         c.len = (uint32_t)pick(w, 600);
         c.off = pick(w, 4) ? pick(w, 600) : pick(w, 4000);
+        if (w->m[c.id].known && pick(w, 2)) { /* the whole region, */
+            c.off = 0;
+            c.len = w->m[c.id].info.len;
+            c.alone = true; /* ended before another write of it begins */
+        }
         break;
     case C_WEND:
         if (w->nw == 0) {
@@ -1268,6 +1290,8 @@ static result apply(xfer_shard *s, const world *w, const call *c)
             r.dst_off = (uint64_t)(dst - base);
             fill(dst, c->len, c->id);
         }
+        if (r.rc == 0 && c->alone)
+            r.rc = xfer_shard_write_end(s, c->now, c->id, c->resv, true);
         break;
     case C_WEND:
         /* The bytes land until the write ends. */
@@ -1306,6 +1330,17 @@ static result apply(xfer_shard *s, const world *w, const call *c)
     return r;
 }
 
+/* A write of the current reservation of m ended: its bytes are written
+ * (ok) or garbage (not ok). */
+static void mark_written(mid *m, const mwrite *wr, bool ok)
+{
+    if (!m->known || wr->resv != m->info.resv_id || !m->written)
+        return;
+    uint64_t at = wr->pool_off - m->info.addr;
+    for (uint32_t i = 0; i < wr->len && at + i < m->info.len; i++)
+        m->written[at + i] = ok;
+}
+
 /* One-sided walks: take the shard's new invalidation requests, as a
  * driver does after every call. */
 static void take_requests(world *w, xfer_shard *s)
@@ -1328,6 +1363,7 @@ static void learn(world *w, xfer_shard *s, const call *c, const result *r)
         /* A write in flight always ends, whatever became of its record. */
         ck_assert(r->rc == 0 || r->rc == XFER_ERR_CANCELLED ||
                   r->rc == XFER_ERR_EXPIRED);
+        mark_written(m, &w->w[c->wi], c->ok);
         w->w[c->wi] = w->w[--w->nw];
         return;
     }
@@ -1344,11 +1380,26 @@ static void learn(world *w, xfer_shard *s, const call *c, const result *r)
             }
         return;
     }
+    if (c->kind == C_COMMIT && !w->one_sided &&
+        xfer_shard_state(s, c->id) == XFER_RESV_STATE_READY) {
+        /* Committed: every byte came from a completed write of it (a
+         * one-sided shard cannot see the RDMA writes: its commit is the
+         * producer's word). */
+        for (uint32_t i = 0; i < m->info.len; i++)
+            ck_assert_uint_eq(m->written[i], 1);
+    }
     if (c->kind == C_RESERVE) {
+        if (!m->known || m->info.resv_id != r->info.resv_id) {
+            free(m->written);
+            m->written = calloc(r->info.len ? r->info.len : 1, 1);
+        }
         m->info = r->info;
         m->attempt = c->attempt;
         m->known = true;
         w->rkey[c->id] = w->one_sided;
+    } else if (c->kind == C_WBEGIN && c->alone) {
+        mwrite done = {c->id, c->resv, r->dst_off, c->len};
+        mark_written(m, &done, true);
     } else if (c->kind == C_WBEGIN) {
         ck_assert_uint_lt(w->nw, MAXW);
         w->w[w->nw++] = (mwrite){c->id, c->resv, r->dst_off, c->len};
@@ -1448,8 +1499,10 @@ static xfer_shard_config walk_cfg(void)
 
 static void world_free(world *w)
 {
-    for (int i = 0; i <= NID; i++)
+    for (int i = 0; i <= NID; i++) {
         free(w->m[i].snap);
+        free(w->m[i].written);
+    }
 }
 
 START_TEST(test_shard_random_ops_keep_memory_invariants)
@@ -1564,8 +1617,10 @@ static xfer_shard *varied_shard(void)
         reserve_ok(s, LEASE, tied[i], 1, 64);
     uint64_t t = LEASE + 1;
     r = reserve_ok(s, t, 40, 2, 500);
+    write_whole(s, t, 40, 2, &r);
     ck_assert_int_eq(xfer_shard_commit(s, t, 40, 2, r.resv_id), 0);
     r = reserve_ok(s, t, 50, 1, 64);
+    write_whole(s, t, 50, 1, &r);
     ck_assert_int_eq(xfer_shard_commit(s, t, 50, 1, r.resv_id), 0);
     const uint8_t *d;
     uint32_t n;
@@ -1661,6 +1716,7 @@ START_TEST(test_shard_save_ignores_shard_index)
         s[k] = mk_cfg(c);
         xfer_resv_info a = reserve_ok(s[k], 0, 5, 1, 64);
         ck_assert_uint_eq(a.resv_id, 1);
+        write_whole(s[k], 1, 5, 1, &a);
         ck_assert_int_eq(xfer_shard_commit(s[k], 1, 5, 1, a.resv_id), 0);
     }
     ck_assert(same_state(s[0], s[1]));
@@ -1855,9 +1911,9 @@ static void coverage_lifecycle(xfer_shard *s)
     probe(s, 0, 1, 1);
     begin_ok(s, 0, 1, 1, &a);
     probe(s, 0, 1, 1);
-    ck_assert_int_eq(xfer_shard_write_end(s, 0, 1, a.resv_id, true), 0);
-    begin_ok(s, 0, 1, 1, &a);
     ck_assert_int_eq(xfer_shard_write_end(s, 0, 1, a.resv_id, false), 0);
+    begin_ok(s, 0, 1, 1, &a);
+    ck_assert_int_eq(xfer_shard_write_end(s, 0, 1, a.resv_id, true), 0);
     ck_assert_int_eq(xfer_shard_commit(s, 0, 1, 1, a.resv_id), 0);
     probe(s, 0, 1, 1);
     ck_assert_int_eq(xfer_shard_take(s, 0, 1, a.resv_id, &data, &len), 0);
@@ -1874,6 +1930,7 @@ static void coverage_endings(xfer_shard *s)
     ck_assert_int_eq(xfer_shard_cancel(s, 0, 2, 1, b.resv_id), 0);
     probe(s, 0, 2, 1);
     b = reserve_ok(s, 0, 3, 1, 64);
+    write_whole(s, 0, 3, 1, &b);
     ck_assert_int_eq(xfer_shard_commit(s, 0, 3, 1, b.resv_id), 0);
     ck_assert_int_eq(xfer_shard_cancel(s, 0, 3, 1, 0), 0);
     xfer_resv_info c = reserve_ok(s, 0, 4, 1, 64);
@@ -1887,6 +1944,7 @@ static void coverage_endings(xfer_shard *s)
     begin_ok(s, 0, 5, 1, &d);
     reserve_ok(s, 0, 6, 1, 64);
     b = reserve_ok(s, 0, 7, 1, 64);
+    write_whole(s, 0, 7, 1, &b);
     ck_assert_int_eq(xfer_shard_commit(s, 0, 7, 1, b.resv_id), 0);
     xfer_shard_events_clear(s);
     xfer_shard_on_timer(s, LEASE);
@@ -1998,6 +2056,306 @@ START_TEST(test_shard_transition_coverage)
 }
 END_TEST
 
+
+/* ---------------------------------------------------------------------- */
+/* Commits need every byte written; owners (issue 12)                      */
+/* ---------------------------------------------------------------------- */
+
+static int write_part(xfer_shard *s, uint64_t now, uint64_t id,
+                      uint32_t attempt, const xfer_resv_info *i, uint64_t off,
+                      uint32_t len, bool ok)
+{
+    uint8_t *dst = NULL;
+    int rc = xfer_shard_write_begin(s, now, id, attempt, i->resv_id, off, len,
+                                    &dst);
+    if (rc == 0)
+        rc = xfer_shard_write_end(s, now, id, i->resv_id, ok);
+    return rc;
+}
+
+START_TEST(test_shard_commit_needs_every_byte_written)
+{
+    xfer_shard *s = mk();
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 256);
+    /* Nothing written: refused, and the reservation stays as it was. */
+    ck_assert_int_eq(xfer_shard_commit(s, 1, 1, 1, a.resv_id),
+                     XFER_ERR_INCOMPLETE);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_RESERVED);
+    ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_READY, 1), 0);
+    /* A part, then the rest: whole. */
+    ck_assert_int_eq(write_part(s, 2, 1, 1, &a, 0, 100, true), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 3, 1, 1, a.resv_id),
+                     XFER_ERR_INCOMPLETE);
+    ck_assert_int_eq(write_part(s, 4, 1, 1, &a, 100, 156, true), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 5, 1, 1, a.resv_id), 0);
+    ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_READY, 1), 1);
+
+    /* A failed write makes garbage of what it touched, and after. */
+    xfer_resv_info b = reserve_ok(s, 10, 2, 1, 256);
+    write_whole(s, 11, 2, 1, &b);
+    ck_assert_int_eq(write_part(s, 12, 2, 1, &b, 50, 10, false), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 13, 2, 1, b.resv_id),
+                     XFER_ERR_INCOMPLETE);
+    ck_assert_int_eq(write_part(s, 14, 2, 1, &b, 50, 206, true), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 15, 2, 1, b.resv_id), 0);
+
+    /* Writes side by side mark nothing, even when both end ok; a failed
+     * one beside another unmarks everything. */
+    xfer_resv_info c = reserve_ok(s, 20, 3, 1, 128);
+    begin_ok(s, 21, 3, 1, &c);
+    begin_ok(s, 21, 3, 1, &c);
+    ck_assert_int_eq(xfer_shard_write_end(s, 22, 3, c.resv_id, true), 0);
+    ck_assert_int_eq(xfer_shard_write_end(s, 22, 3, c.resv_id, true), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 23, 3, 1, c.resv_id),
+                     XFER_ERR_INCOMPLETE);
+    write_whole(s, 24, 3, 1, &c);
+    begin_ok(s, 25, 3, 1, &c);
+    begin_ok(s, 25, 3, 1, &c);
+    ck_assert_int_eq(xfer_shard_write_end(s, 26, 3, c.resv_id, true), 0);
+    ck_assert_int_eq(xfer_shard_write_end(s, 26, 3, c.resv_id, false), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 27, 3, 1, c.resv_id),
+                     XFER_ERR_INCOMPLETE);
+
+    /* Out of order: the tail first counts only once the head joins it
+     * (conservative: the head alone is what is known to be a prefix). */
+    xfer_resv_info d = reserve_ok(s, 30, 4, 1, 200);
+    ck_assert_int_eq(write_part(s, 31, 4, 1, &d, 100, 100, true), 0);
+    ck_assert_int_eq(write_part(s, 32, 4, 1, &d, 0, 100, true), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 33, 4, 1, d.resv_id),
+                     XFER_ERR_INCOMPLETE);
+    ck_assert_int_eq(write_part(s, 34, 4, 1, &d, 50, 150, true), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 35, 4, 1, d.resv_id), 0);
+
+    /* A reservation of no bytes has nothing to write. */
+    xfer_resv_info e = reserve_ok(s, 40, 5, 1, 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 41, 5, 1, e.resv_id), 0);
+    xfer_shard_del(s);
+}
+END_TEST
+
+static xfer_shard_config owners_cfg(void)
+{
+    xfer_shard_config c = base_cfg();
+    c.max_owners = 4;
+    c.max_reservations = 16; /* 4 each */
+    c.max_tombstones = 64;   /* 16 each */
+    return c;
+}
+
+static xfer_resv_info reserve_by_ok(xfer_shard *s, uint64_t now,
+                                    uint16_t owner, uint64_t id,
+                                    uint32_t attempt, uint32_t len)
+{
+    xfer_resv_info info;
+    ck_assert_int_eq(
+        xfer_shard_reserve_by(s, now, owner, id, attempt, len, &info), 0);
+    return info;
+}
+
+START_TEST(test_shard_owner_may_not_touch_another_owners_record)
+{
+    xfer_shard *s = mk_cfg(owners_cfg());
+    xfer_resv_info a = reserve_by_ok(s, 0, 1, 7, 1, 64), info;
+    uint8_t *dst = NULL;
+    /* Owner 2 knows everything about it, and may do nothing with it. */
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 1, 2, 7, 1, 64, &info),
+                     XFER_ERR_PERM);
+    ck_assert_int_eq(xfer_shard_write_begin_by(s, 1, 2, 7, 1, a.resv_id, 0,
+                                               64, &dst),
+                     XFER_ERR_PERM);
+    ck_assert_int_eq(xfer_shard_commit_by(s, 1, 2, 7, 1, a.resv_id),
+                     XFER_ERR_PERM);
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 1, 2, 7, 1, a.resv_id),
+                     XFER_ERR_PERM);
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 1, 2, 7, 1, XFER_RESV_NONE),
+                     XFER_ERR_PERM);
+    ck_assert_int_eq(xfer_shard_state(s, 7), XFER_RESV_STATE_RESERVED);
+    ck_assert_ptr_null(dst);
+    /* Its owner may; so may nobody in particular (the plain calls). */
+    ck_assert_int_eq(xfer_shard_write_begin_by(s, 2, 1, 7, 1, a.resv_id, 0,
+                                               64, &dst),
+                     0);
+    ck_assert_int_eq(xfer_shard_write_end(s, 2, 7, a.resv_id, true), 0);
+    ck_assert_int_eq(xfer_shard_commit_by(s, 3, 1, 7, 1, a.resv_id), 0);
+    /* The consumer's cancel (attempt 0) reaches every owner's record. */
+    xfer_resv_info b = reserve_by_ok(s, 4, 1, 8, 1, 64);
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 5, 3, 8, 0, XFER_RESV_NONE), 0);
+    ck_assert_int_eq(xfer_shard_state(s, 8), XFER_RESV_STATE_CANCELLED);
+    (void)b;
+    ck_assert_uint_eq(stats(s).illegal, 0);
+    xfer_shard_del(s);
+}
+END_TEST
+
+START_TEST(test_shard_tombstone_blocks_only_its_maker)
+{
+    xfer_shard *s = mk_cfg(owners_cfg());
+    xfer_resv_info info;
+    /* A producer's pre-emptive cancel blocks that producer only. */
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 0, 2, 5, 1, XFER_RESV_NONE), 0);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 1, 2, 5, 1, 64, &info),
+                     XFER_ERR_CANCELLED);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 1, 2, 5, 2, 64, &info),
+                     XFER_ERR_CANCELLED); /* every attempt of its own */
+    xfer_resv_info a = reserve_by_ok(s, 2, 1, 5, 1, 64);
+    /* Its end by its owner's cancel: the one tombstone of the id is now
+     * owner 1's, never everyone's (two owners cannot block a third). */
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 3, 1, 5, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 4, 1, 5, 2, 64, &info),
+                     XFER_ERR_CANCELLED);
+    reserve_by_ok(s, 4, 3, 5, 1, 64);
+    /* Two owners' cancels of one unknown id block neither a third. */
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 4, 1, 50, 1, XFER_RESV_NONE),
+                     0);
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 4, 2, 50, 1, XFER_RESV_NONE),
+                     0);
+    reserve_by_ok(s, 4, 3, 50, 1, 64);
+    /* A reservation ended by its owner's cancel, or by its lease, blocks
+     * only its owner. */
+    xfer_resv_info b = reserve_by_ok(s, 5, 1, 6, 1, 64);
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 6, 1, 6, 1, b.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 7, 1, 6, 2, 64, &info),
+                     XFER_ERR_CANCELLED);
+    reserve_by_ok(s, 7, 2, 6, 1, 64);
+    reserve_by_ok(s, 8, 1, 9, 1, 64);
+    xfer_shard_on_timer(s, 8 + LEASE);
+    ck_assert_int_eq(xfer_shard_state(s, 9), XFER_RESV_STATE_EXPIRED);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 9 + LEASE, 1, 9, 2, 64, &info),
+                     XFER_ERR_CANCELLED);
+    reserve_by_ok(s, 9 + LEASE, 2, 9, 1, 64);
+    /* The consumer's cancel blocks everyone, and so does a release. */
+    uint64_t t = 10 + LEASE;
+    ck_assert_int_eq(xfer_shard_cancel_by(s, t, 3, 10, 0, XFER_RESV_NONE), 0);
+    for (uint16_t o = 1; o <= 4; o++)
+        ck_assert_int_eq(xfer_shard_reserve_by(s, t, o, 10, 1, 64, &info),
+                         XFER_ERR_CANCELLED);
+    ck_assert_int_eq(xfer_shard_reserve(s, t, 10, 1, 64, &info),
+                     XFER_ERR_CANCELLED);
+    xfer_resv_info c = reserve_by_ok(s, t, 1, 11, 1, 64);
+    write_whole(s, t, 11, 1, &c);
+    ck_assert_int_eq(xfer_shard_commit_by(s, t, 1, 11, 1, c.resv_id), 0);
+    const uint8_t *data;
+    uint32_t len;
+    ck_assert_int_eq(xfer_shard_take(s, t, 11, c.resv_id, &data, &len), 0);
+    ck_assert_int_eq(xfer_shard_release(s, t, 11, c.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, t, 2, 11, 1, 64, &info),
+                     XFER_ERR_CANCELLED);
+    /* A producer's tombstone a consumer then cancels blocks everyone. */
+    ck_assert_int_eq(xfer_shard_cancel_by(s, t, 2, 12, 1, XFER_RESV_NONE), 0);
+    ck_assert_int_eq(xfer_shard_cancel_by(s, t, 3, 12, 0, XFER_RESV_NONE), 0);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, t, 1, 12, 1, 64, &info),
+                     XFER_ERR_CANCELLED);
+    /* Nobody in particular (the plain calls) sees every tombstone. */
+    ck_assert_int_eq(xfer_shard_cancel_by(s, t, 2, 13, 1, XFER_RESV_NONE), 0);
+    ck_assert_int_eq(xfer_shard_reserve(s, t, 13, 1, 64, &info),
+                     XFER_ERR_CANCELLED);
+    xfer_shard_del(s);
+}
+END_TEST
+
+static xfer_shard_owner_use use_of(const xfer_shard *s, uint16_t owner)
+{
+    xfer_shard_owner_use u;
+    ck_assert_int_eq(xfer_shard_owner_get(s, owner, &u), 0);
+    return u;
+}
+
+START_TEST(test_shard_owner_quota_busy_for_itself_only)
+{
+    xfer_shard_config cfg = owners_cfg();
+    xfer_shard *s = mk_cfg(cfg);
+    xfer_resv_info info;
+    /* Reservations: owner 1 takes its 4, then is refused; owner 2 is not. */
+    for (uint64_t id = 1; id <= 4; id++)
+        reserve_by_ok(s, 0, 1, id, 1, 64);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 0, 1, 5, 1, 64, &info),
+                     XFER_ERR_BUSY);
+    for (uint64_t id = 11; id <= 14; id++)
+        reserve_by_ok(s, 0, 2, id, 1, 64);
+    ck_assert_uint_eq(use_of(s, 1).live, 4);
+    ck_assert_uint_eq(use_of(s, 1).bytes, 4 * rnd(64));
+    ck_assert_uint_eq(use_of(s, 1).tombstones, 4); /* one slot per record */
+    /* Bytes: a quarter of the pool each. */
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 0, 3, 21, 1, 16 * 1024 + 1,
+                                           &info),
+                     XFER_ERR_BUSY);
+    reserve_by_ok(s, 0, 3, 21, 1, 16 * 1024 - 4 * 64);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 0, 3, 22, 1, 64, &info), 0);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 0, 3, 23, 1, 4 * 64, &info),
+                     XFER_ERR_BUSY);
+    /* Tombstones: owner 4 floods cancels of ids it never used until its
+     * quota (16) is spent; everyone else keeps room. */
+    uint64_t id = 100;
+    int rc = 0;
+    while ((rc = xfer_shard_cancel_by(s, 1, 4, id, 1, 0)) == 0)
+        id++;
+    ck_assert_int_eq(rc, XFER_ERR_BUSY);
+    ck_assert_uint_eq(id - 100, 16);
+    ck_assert_uint_eq(use_of(s, 4).tombstones, 16);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 1, 4, 30, 1, 64, &info),
+                     XFER_ERR_BUSY); /* no slot left for its own record */
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 1, 1, 200, 1, 0), 0);
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 1, 2, 201, 1, 0), 0);
+    /* Ending a record gives its bytes back but keeps its slot (now a
+     * tombstone) until that expires. */
+    ck_assert_int_eq(xfer_shard_cancel_by(s, 1, 1, 1, 1, 0), 0);
+    ck_assert_uint_eq(use_of(s, 1).live, 3);
+    ck_assert_uint_eq(use_of(s, 1).bytes, 3 * rnd(64));
+    ck_assert_uint_eq(use_of(s, 1).tombstones, 5); /* 3 records, 2 tombs */
+    /* Room comes back as the owner's tombstones expire. */
+    xfer_shard_on_timer(s, 1 + TTTL);
+    ck_assert_uint_eq(use_of(s, 4).tombstones, 0);
+    reserve_by_ok(s, 2 + TTTL, 4, 30, 1, 64);
+    ck_assert_int_eq(xfer_shard_owner_get(s, 0, &(xfer_shard_owner_use){0}),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_shard_owner_get(s, 5, &(xfer_shard_owner_use){0}),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_shard_reserve_by(s, 0, 5, 1, 1, 64, &info),
+                     XFER_ERR_INVALID_ARG);
+    xfer_shard_del(s);
+}
+END_TEST
+
+START_TEST(test_shard_save_load_with_owners)
+{
+    xfer_shard_config cfg = owners_cfg();
+    xfer_shard *a = mk_cfg(cfg), *b = mk_cfg(cfg);
+    xfer_resv_info r1 = reserve_by_ok(a, 0, 1, 1, 1, 64);
+    xfer_resv_info r2 = reserve_by_ok(a, 0, 2, 2, 1, 100);
+    write_whole(a, 1, 2, 1, &r2);
+    begin_ok(a, 1, 1, 1, &r1); /* one write in flight, alone */
+    ck_assert_int_eq(xfer_shard_cancel_by(a, 2, 3, 9, 0, 0), 0);
+    ck_assert_int_eq(xfer_shard_cancel_by(a, 2, 2, 8, 1, 0), 0);
+    load_from(b, a);
+    ck_assert(same_state(a, b));
+    for (uint16_t o = 1; o <= 4; o++) {
+        xfer_shard_owner_use ua = use_of(a, o), ub = use_of(b, o);
+        ck_assert_uint_eq(ua.live, ub.live);
+        ck_assert_uint_eq(ua.bytes, ub.bytes);
+        ck_assert_uint_eq(ua.tombstones, ub.tombstones);
+    }
+    /* Both answer alike: the write ends ok and completes the region; the
+     * scoped tombstone still blocks only owner 2. */
+    xfer_shard *ab[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        xfer_resv_info info;
+        ck_assert_int_eq(xfer_shard_write_end(ab[k], 3, 1, r1.resv_id, true),
+                         0);
+        ck_assert_int_eq(xfer_shard_commit_by(ab[k], 3, 1, 1, 1, r1.resv_id),
+                         0);
+        ck_assert_int_eq(xfer_shard_commit_by(ab[k], 3, 2, 2, 1, r2.resv_id),
+                         0);
+        ck_assert_int_eq(xfer_shard_reserve_by(ab[k], 3, 2, 8, 1, 64, &info),
+                         XFER_ERR_CANCELLED);
+        ck_assert_int_eq(xfer_shard_reserve_by(ab[k], 3, 1, 8, 1, 64, &info),
+                         0);
+    }
+    ck_assert(same_state(a, b));
+    xfer_shard_del(a);
+    xfer_shard_del(b);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("shard");
@@ -2023,6 +2381,11 @@ static Suite *suite(void)
     tcase_add_test(tc, test_shard_trace_one_record_per_call);
     tcase_add_test(tc, test_shard_foreach_order);
     tcase_add_test(tc, test_shard_transition_coverage);
+    tcase_add_test(tc, test_shard_commit_needs_every_byte_written);
+    tcase_add_test(tc, test_shard_owner_may_not_touch_another_owners_record);
+    tcase_add_test(tc, test_shard_tombstone_blocks_only_its_maker);
+    tcase_add_test(tc, test_shard_owner_quota_busy_for_itself_only);
+    tcase_add_test(tc, test_shard_save_load_with_owners);
     suite_add_tcase(s, tc);
 
     TCase *model = tcase_create("model");

@@ -43,7 +43,8 @@ enum {
     F_ATTEMPT = 1u << 6, F_LEN = 1u << 7, F_RKEY = 1u << 8,
     F_MAXW = 1u << 9, F_CODE = 1u << 10, F_ID = 1u << 11, F_RESV = 1u << 12,
     F_ADDR = 1u << 13, F_OFF = 1u << 14, F_POOL = 1u << 15,
-    F_LEASE = 1u << 16, F_ST = 1u << 17
+    F_LEASE = 1u << 16, F_ST = 1u << 17, F_SESS = 1u << 18,
+    F_NONCE = 1u << 19, F_MAC = 1u << 20, F_BAD = 1u << 21
 };
 #define F_OP (F_ID | F_ATTEMPT | F_LEN | F_RESV)
 
@@ -71,6 +72,15 @@ static unsigned fields_of(unsigned type)
         return F_ST;
     case XFER_WIRE_T_ERROR:
         return F_CODE | F_REQTYPE | F_SHARD | F_ID | F_ATTEMPT;
+    case XFER_WIRE_T_HELLO2:
+        return F_VERSION | F_ROLE | F_GROUP | F_SHARD | F_SESS | F_NONCE;
+    case XFER_WIRE_T_CHALLENGE:
+        return F_NONCE | F_MAC;
+    case XFER_WIRE_T_AUTH:
+        return F_MAC;
+    case XFER_WIRE_T_STATUS_BAD_OK:
+        return F_BAD;
+    case XFER_WIRE_T_STATUS_BAD:
     case XFER_WIRE_T_SUBSCRIBE:
     case XFER_WIRE_T_SUBSCRIBE_ACK:
         return 0;
@@ -135,6 +145,25 @@ static xfer_wire_msg random_msg(unsigned type, uint64_t *rng)
         for (size_t i = 0; i < NELEM(c); i++)
             *c[i] = tu_rand(rng);
     }
+    if (f & F_BAD) {
+        xfer_wire_bad *b = &m.bad;
+        b->n = XFER_WIRE_BAD_SLOTS;
+        for (size_t i = 0; i < XFER_WIRE_BAD_SLOTS; i++)
+            b->by_reason[i] = tu_rand(rng);
+        b->auth_failed = tu_rand(rng);
+        b->conns_refused = tu_rand(rng);
+        b->timeouts = tu_rand(rng);
+        b->writes_stalled = tu_rand(rng);
+        b->subs_dropped = tu_rand(rng);
+    }
+    for (size_t i = 0; i < sizeof m.mac; i++) {
+        if ((f & F_SESS) && i < sizeof m.session)
+            m.session[i] = (uint8_t)tu_rand(rng);
+        if ((f & F_NONCE) && i < sizeof m.nonce)
+            m.nonce[i] = (uint8_t)tu_rand(rng);
+        if (f & F_MAC)
+            m.mac[i] = (uint8_t)tu_rand(rng);
+    }
     return m;
 }
 
@@ -159,6 +188,10 @@ static void assert_same_msg(const xfer_wire_msg *a, const xfer_wire_msg *b)
     ck_assert_uint_eq(a->off, b->off);
     ck_assert_uint_eq(a->pool_bytes, b->pool_bytes);
     ck_assert_uint_eq(a->lease_ttl_ns, b->lease_ttl_ns);
+    ck_assert(memcmp(a->session, b->session, sizeof a->session) == 0);
+    ck_assert(memcmp(a->nonce, b->nonce, sizeof a->nonce) == 0);
+    ck_assert(memcmp(a->mac, b->mac, sizeof a->mac) == 0);
+    ck_assert(memcmp(&a->bad, &b->bad, sizeof a->bad) == 0);
     const xfer_wire_status *x = &a->st, *y = &b->st;
     ck_assert_uint_eq(x->shard, y->shard);
     ck_assert_uint_eq(x->nshards, y->nshards);

@@ -212,7 +212,11 @@ int xfer_consumer_new(const xfer_consumer_config *cfg, xfer_consumer **out)
         return rc;
     }
     c->base = cfg->base;
-    rc = xfer_consumer_ready_init(c);
+    rc = xfer_auth_client_init(cfg->secret, cfg->secret_len, cfg->session,
+                               c->secret, &c->secret_len, c->session);
+    c->cfg.secret = NULL; /* copied */
+    if (!rc)
+        rc = xfer_consumer_ready_init(c);
     if (!rc)
         rc = make_loop(c);
     for (uint16_t k = 0; !rc && k < c->cfg.nshards; k++)

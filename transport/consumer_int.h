@@ -19,6 +19,7 @@
 
 #include <event2/util.h>
 
+#include "auth.h"   /* HELLO2: the session, the secret */
 #include "engine_int.h"
 #include "timer.h" /* the deadline timer, xfer_timer_delay */
 #include "heap.h"  /* fsm_private_dep: expect deadlines, by time */
@@ -55,6 +56,8 @@ typedef struct xfer_consumer_link {
     xfer_consumer_req *q; /* outstanding requests, oldest first, */
     xfer_ring qr;         /* in a FIFO over this ring */
     uint64_t pool_bytes;  /* from HELLO_ACK */
+    xfer_wire_msg hello;  /* the HELLO2 sent on this connection */
+    bool challenged;      /* the shard proved it knows the secret */
 } xfer_consumer_link;
 
 /* Record states. */
@@ -84,6 +87,9 @@ typedef struct xfer_consumer_rec {
 
 struct xfer_consumer {
     xfer_consumer_config cfg;
+    uint8_t session[XFER_WIRE_SESSION]; /* ours, for every HELLO2 */
+    uint8_t secret[XFER_AUTH_SECRET_MAX];
+    size_t secret_len;
     struct event_base *base;
     xfer_readiness *rd;
     xfer_consumer_link links[XFER_MAX_SHARDS];

@@ -118,12 +118,31 @@ static bool on_event(xfer_consumer_link *l, const xfer_wire_msg *m)
     return true;
 }
 
+/* The shard's CHALLENGE to our HELLO2: check its proof, answer AUTH, and
+ * only then SUBSCRIBE (the shard serves nothing before the AUTH). */
+static bool on_challenge(xfer_consumer_link *l, const xfer_wire_hdr *h,
+                         const xfer_wire_msg *m)
+{
+    xfer_consumer *c = l->c;
+    xfer_wire_msg a, sub = {.type = XFER_WIRE_T_SUBSCRIBE};
+    if (l->state != XFER_CLINK_HELLO || h->req != REQ_HELLO ||
+        l->challenged ||
+        xfer_auth_answer(c->secret, c->secret_len, &l->hello, m, &a) != 0)
+        return false;
+    l->challenged = true;
+    return send_frame(l, &a, REQ_HELLO) == 0 &&
+           send_frame(l, &sub, REQ_SUBSCRIBE) == 0;
+}
+
 /* The handshake's replies: HELLO_ACK then SUBSCRIBE_ACK. */
 static bool on_handshake(xfer_consumer_link *l, const xfer_wire_hdr *h,
                          const xfer_wire_msg *m, const xfer_consumer_req *r)
 {
     if (r->req == REQ_HELLO && h->type == XFER_WIRE_T_HELLO_ACK) {
-        if (m->shard != l->shard || m->group != l->c->cfg.group)
+        /* With a secret, a shard that did not prove it knows it is
+         * refused. */
+        if (m->shard != l->shard || m->group != l->c->cfg.group ||
+            (l->c->secret_len && !l->challenged))
             return false;
         l->pool_bytes = m->pool_bytes;
         return true;
@@ -179,6 +198,8 @@ static bool on_frame(xfer_consumer_link *l, const xfer_wire_hdr *h,
 {
     if (h->type == XFER_WIRE_T_EVENT)
         return l->state == XFER_CLINK_UP && on_event(l, m);
+    if (h->type == XFER_WIRE_T_CHALLENGE)
+        return on_challenge(l, h, m);
     switch (h->type) {
     case XFER_WIRE_T_HELLO_ACK:
     case XFER_WIRE_T_SUBSCRIBE_ACK:
@@ -231,7 +252,8 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     start_connect(l);
 }
 
-/* The handshake, pipelined: HELLO and SUBSCRIBE at once. */
+/* The handshake, pipelined: HELLO2 and SUBSCRIBE at once; with a secret,
+ * SUBSCRIBE waits for the AUTH (on_challenge). */
 static void on_connected(xfer_consumer_link *l)
 {
     xfer_consumer *c = l->c;
@@ -240,15 +262,14 @@ static void on_connected(xfer_consumer_link *l)
                sizeof one);
     l->state = XFER_CLINK_HELLO;
     bufferevent_set_timeouts(l->bev, NULL, NULL);
-    xfer_wire_msg hello = {.type = XFER_WIRE_T_HELLO,
-                           .version = XFER_WIRE_VERSION,
-                           .role = XFER_WIRE_ROLE_CONSUMER,
-                           .group = c->cfg.group, .shard = l->shard};
     xfer_wire_msg sub = {.type = XFER_WIRE_T_SUBSCRIBE};
-    if (q_push(l, REQ_HELLO, XFER_WIRE_T_HELLO, 0) != 0 ||
+    l->challenged = false;
+    if (xfer_auth_hello(&l->hello, XFER_WIRE_ROLE_CONSUMER, c->cfg.group,
+                        l->shard, c->session) != 0 ||
+        q_push(l, REQ_HELLO, XFER_WIRE_T_HELLO2, 0) != 0 ||
         q_push(l, REQ_SUBSCRIBE, XFER_WIRE_T_SUBSCRIBE, 0) != 0 ||
-        send_frame(l, &hello, REQ_HELLO) != 0 ||
-        send_frame(l, &sub, REQ_SUBSCRIBE) != 0)
+        send_frame(l, &l->hello, REQ_HELLO) != 0 ||
+        (!c->secret_len && send_frame(l, &sub, REQ_SUBSCRIBE) != 0))
         link_down(l, false);
 }
 

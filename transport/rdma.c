@@ -34,23 +34,23 @@
 #include "xfer/rdma.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include <event2/event.h>
+#include <event2/util.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
 #include "list.h" /* fsm/: the one intrusive list (fsm_private_dep) */
+#include "rdma_pdata.h"
 #include "tcp_int.h"
 #include "util.h" /* fsm/: the injected allocator (fsm_private_dep) */
 
 #define RD_MAX_POOLS 64
 #define RD_POLL_BATCH 32
 #define RD_POST_BATCH 16
-#define RD_PDATA_MAGIC 0x58464552u /* "XFER", little-endian */
 
 enum { EP_ADDR, EP_ROUTE, EP_CONNECTING, EP_UP };
 
@@ -64,6 +64,7 @@ struct rd_ep {
     int state;
     bool zombie;          /* down: waits for its posted WRs to flush */
     struct rdma_cm_id *id;
+    xfer_rdma_pdata pdata; /* sent with the connect: group, TCP identity */
     uint32_t wr_out;      /* posted WRs whose completion was not polled */
     rd_ep *next_zombie;
 };
@@ -210,6 +211,14 @@ static void ep_start(xfer_rdma *r, uint16_t shard, int fd)
     ep->shard = shard;
     ep->state = EP_ADDR;
     r->shards[shard].ep = ep;
+    /* the control connection's own address: the server finds this RC
+     * connection's QP from it (rdma_pdata.h) */
+    ep->pdata.magic = XFER_RDMA_PDATA_MAGIC;
+    ep->pdata.group = r->cfg.tcp.group;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        ep->pdata.has_tcp = xfer_rdma_pdata_addr(&ss, &ep->pdata.tcp_port,
+                                                 ep->pdata.tcp_addr);
+    sl = sizeof ss;
     if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0 ||
         rdma_create_id(r->ch, &ep->id, ep, RDMA_PS_TCP) != 0 ||
         rdma_resolve_addr(ep->id, NULL, (struct sockaddr *)&ss,
@@ -405,10 +414,8 @@ static void on_route(xfer_rdma *r, rd_ep *ep)
         .qp_type = IBV_QPT_RC,
         .sq_sig_all = 1,
     };
-    uint32_t g = r->cfg.tcp.group;
-    uint8_t pd[8] = {RD_PDATA_MAGIC & 0xff, (RD_PDATA_MAGIC >> 8) & 0xff,
-                     (RD_PDATA_MAGIC >> 16) & 0xff, RD_PDATA_MAGIC >> 24,
-                     g & 0xff, (g >> 8) & 0xff, (g >> 16) & 0xff, g >> 24};
+    uint8_t pd[XFER_RDMA_PDATA_LEN];
+    xfer_rdma_pdata_encode(&ep->pdata, pd);
     struct rdma_conn_param p = {.private_data = pd,
                                 .private_data_len = sizeof pd,
                                 .responder_resources = 1,
@@ -491,8 +498,10 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
         xfer_shard_result res = r->q[i]; /* r->q may grow meanwhile */
         xfer_engine_deliver(r->engine, &res);
     }
-    /* deliver may start writes that finish at once: they queued behind */
-    memmove(r->q, r->q + n, (r->nq - n) * sizeof *r->q);
+    /* deliver may start writes that finish at once: they queued behind
+     * (nothing to move when nothing was queued: r->q may still be NULL) */
+    if (n)
+        memmove(r->q, r->q + n, (r->nq - n) * sizeof *r->q);
     r->nq -= n;
     if (r->nq)
         kick(r);
@@ -680,12 +689,6 @@ void xfer_rdma_config_default(xfer_rdma_config *cfg)
     cfg->cm_timeout_ms = 2000;
 }
 
-static int nonblock(int fd)
-{
-    int fl = fcntl(fd, F_GETFL);
-    return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -1 : 0;
-}
-
 /* The first device rdmacm knows, its PD, one CQ for every shard. */
 static int open_device(xfer_rdma *r)
 {
@@ -701,10 +704,12 @@ static int open_device(xfer_rdma *r)
         !(r->pd = ibv_alloc_pd(r->ctx)) ||
         !(r->cc = ibv_create_comp_channel(r->ctx)) ||
         !(r->cq = ibv_create_cq(r->ctx, (int)cqe, r, r->cc, 0)) ||
-        nonblock(r->cc->fd) != 0 || ibv_req_notify_cq(r->cq, 0) != 0)
+        evutil_make_socket_nonblocking(r->cc->fd) != 0 ||
+        ibv_req_notify_cq(r->cq, 0) != 0)
         return XFER_ERR_IO;
     r->max_msg = pa.max_msg_sz ? pa.max_msg_sz : 1u << 30;
-    if (!(r->ch = rdma_create_event_channel()) || nonblock(r->ch->fd) != 0)
+    if (!(r->ch = rdma_create_event_channel()) ||
+        evutil_make_socket_nonblocking(r->ch->fd) != 0)
         return XFER_ERR_IO;
     return 0;
 }
@@ -717,8 +722,9 @@ static int make_events(xfer_rdma *r)
     r->async_ev = event_new(r->base, r->ctx->async_fd, EV_READ | EV_PERSIST,
                             on_async, r);
     if (!r->cq_ev || !r->cm_ev || !r->kick_ev || !r->async_ev ||
-        nonblock(r->ctx->async_fd) != 0 || event_add(r->cq_ev, NULL) != 0 ||
-        event_add(r->cm_ev, NULL) != 0 || event_add(r->async_ev, NULL) != 0)
+        evutil_make_socket_nonblocking(r->ctx->async_fd) != 0 ||
+        event_add(r->cq_ev, NULL) != 0 || event_add(r->cm_ev, NULL) != 0 ||
+        event_add(r->async_ev, NULL) != 0)
         return XFER_ERR_NOMEM;
     return 0;
 }

@@ -24,6 +24,9 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include <openssl/crypto.h>
+
+#include "auth.h"
 #include "server_rdma.h"
 #include "util.h"       /* fsm_private_dep: the injected allocator */
 
@@ -40,6 +43,16 @@ void xfer_server_config_default(xfer_server_config *cfg)
     cfg->tombstone_ttl_ns = 20000000000ull;
     cfg->take_grace_ns = 30000000000ull;
     cfg->drain_timeout_ns = 10000000000ull;
+    cfg->max_sessions = 1024;
+    cfg->session_grace_ns = cfg->take_grace_ns;
+    cfg->hello_timeout_ns = 5000000000ull;
+    cfg->header_timeout_ns = 10000000000ull;
+    cfg->idle_timeout_ns = 300000000000ull;
+    cfg->write_timeout_ns = 10000000000ull;
+    cfg->max_conns = 4096;
+    cfg->out_max_bytes = 64ull << 20;
+    cfg->accept_retry_ns = 100000000ull;
+    cfg->log_interval_ns = 1000000000ull;
 }
 
 uint64_t xfer_server_now(const xfer_server *s)
@@ -57,13 +70,30 @@ void xfer_server_free(const xfer_server *s, void *p)
     xfer_util_free(&s->cfg.alloc, p);
 }
 
-/* One line for the log callback: "conn N what", at most LOG_MAX lines. */
+/* One line for the log callback: "conn N what", at most LOG_BURST lines
+ * per log_interval_ns; the lines dropped are counted and said first in
+ * the next interval that logs. */
 void xfer_server_log(xfer_server *s, uint64_t serial, const char *what)
 {
-    if (!s->cfg.log || s->logged >= XFER_SERVER_LOG_MAX)
+    if (!s->cfg.log)
         return;
+    uint64_t now = xfer_server_now(s);
+    if (now - s->log_window >= s->cfg.log_interval_ns) {
+        s->log_window = now;
+        s->logged = 0;
+    }
+    if (s->logged >= XFER_SERVER_LOG_BURST) {
+        s->log_dropped++;
+        return;
+    }
     s->logged++;
     char line[256];
+    if (s->log_dropped) {
+        snprintf(line, sizeof line, "(%llu log lines dropped by the rate "
+                 "limit)", (unsigned long long)s->log_dropped);
+        s->log_dropped = 0;
+        s->cfg.log(s->cfg.log_ud, line);
+    }
     snprintf(line, sizeof line, "conn %llu %s", (unsigned long long)serial,
              what);
     s->cfg.log(s->cfg.log_ud, line);
@@ -86,6 +116,38 @@ static bool shards_ok(const xfer_server_config *c)
         seen |= 1ull << h->index;
     }
     return true;
+}
+
+static int make_addr(const char *addr, uint16_t port,
+                     struct sockaddr_storage *ss, int *sl);
+
+/* A numeric address of the loopback interface (127/8, ::1). */
+static bool is_loopback(const char *addr)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (evutil_inet_pton(AF_INET, addr, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    return evutil_inet_pton(AF_INET6, addr, &a6) == 1 &&
+           IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+/* The secret, copied; a non-loopback bind needs one unless insecure. */
+static int take_secret(xfer_server *s, const xfer_server_config *cfg)
+{
+    s->cfg.secret = NULL;
+    struct sockaddr_storage ss;
+    int sl;
+    if (make_addr(s->addr, 0, &ss, &sl) != 0)
+        return XFER_ERR_INVALID_ARG;
+    if (!cfg->secret)
+        return cfg->insecure || is_loopback(s->addr) ? 0 : XFER_ERR_AUTH;
+    if (cfg->secret_len < XFER_AUTH_SECRET_MIN ||
+        cfg->secret_len > XFER_AUTH_SECRET_MAX)
+        return XFER_ERR_INVALID_ARG;
+    memcpy(s->secret, cfg->secret, cfg->secret_len);
+    s->cfg.secret = s->secret;
+    return 0;
 }
 
 /* Copy cfg into s with every "0 means the default" filled in. */
@@ -117,7 +179,31 @@ static int take_config(xfer_server *s, const xfer_server_config *cfg)
         c->drain_timeout_ns = c->lease_ttl_ns;
     if (!c->clock)
         c->clock = xfer_clock_monotonic;
-    return 0;
+    if (!c->max_sessions)
+        c->max_sessions = 1024;
+    if (!c->session_grace_ns)
+        c->session_grace_ns = c->take_grace_ns;
+    if (!c->session_max_reservations)
+        c->session_max_reservations = c->max_reservations / 4;
+    if (!c->session_max_tombstones)
+        c->session_max_tombstones = c->max_tombstones / 4;
+    if (!c->hello_timeout_ns)
+        c->hello_timeout_ns = 5000000000ull;
+    if (!c->header_timeout_ns)
+        c->header_timeout_ns = 10000000000ull;
+    if (!c->idle_timeout_ns)
+        c->idle_timeout_ns = 300000000000ull;
+    if (!c->write_timeout_ns)
+        c->write_timeout_ns = 10000000000ull;
+    if (!c->max_conns)
+        c->max_conns = 4096;
+    if (!c->out_max_bytes)
+        c->out_max_bytes = 64ull << 20;
+    if (!c->accept_retry_ns)
+        c->accept_retry_ns = 100000000ull;
+    if (!c->log_interval_ns)
+        c->log_interval_ns = 1000000000ull;
+    return take_secret(s, cfg);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -141,6 +227,14 @@ static int make_shards(xfer_server *s)
             .one_sided = s->one_sided,
             .alloc = s->cfg.alloc,
             .trace = h->trace.fn ? h->trace : s->cfg.trace,
+            /* ids nobody can predict, and one owner per session */
+            .rng = {.next = xfer_auth_rng_next},
+            .max_owners = s->cfg.max_sessions,
+            .owner_max_reservations = s->cfg.session_max_reservations,
+            .owner_max_bytes = s->cfg.session_max_bytes
+                                   ? s->cfg.session_max_bytes
+                                   : h->len / 4,
+            .owner_max_tombstones = s->cfg.session_max_tombstones,
         };
         hs->index = h->index;
         int rc = xfer_shard_new(&sc, &hs->sh);
@@ -159,7 +253,47 @@ static int make_shards(xfer_server *s)
 static void on_accept(struct evconnlistener *lis, evutil_socket_t fd,
                       struct sockaddr *sa, int salen, void *arg)
 {
-    xfer_server_conn_accept(arg, fd);
+    xfer_server *s = arg;
+    if (s->conns.n >= s->cfg.max_conns) {
+        s->conns_refused++;
+        xfer_server_log(s, 0, "connection cap reached, refused");
+        evutil_closesocket(fd);
+        return;
+    }
+    xfer_server_conn_accept(s, fd);
+}
+
+/* accept failed (EMFILE, ENFILE, ENOBUFS...): pause accepting instead of
+ * spinning on a listener that stays readable, and retry on a timer; the
+ * peers already connected keep being served.  One line per log interval
+ * says so, with the pauses since the last one. */
+static void on_accept_error(struct evconnlistener *lis, void *arg)
+{
+    xfer_server *s = arg;
+    uint64_t now = xfer_server_now(s);
+    s->accept_pauses++;
+    if (!s->accept_logged || now - s->accept_log_ns >= s->cfg.log_interval_ns) {
+        char what[128];
+        snprintf(what, sizeof what, "accept failed (%s), paused (%llu times)",
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()),
+                 (unsigned long long)s->accept_pauses);
+        xfer_server_log(s, 0, what);
+        s->accept_logged = true;
+        s->accept_log_ns = now;
+        s->accept_pauses = 0;
+    }
+    evconnlistener_disable(lis);
+    struct timeval tv = {
+        .tv_sec = (long)(s->cfg.accept_retry_ns / 1000000000ull),
+        .tv_usec = (long)(s->cfg.accept_retry_ns % 1000000000ull / 1000)};
+    event_add(s->accept_ev, &tv);
+}
+
+static void on_accept_retry(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_server *s = arg;
+    if (s->lis && !s->draining)
+        evconnlistener_enable(s->lis);
 }
 
 /* Parse a numeric IPv4 or IPv6 address with a port (0 allowed). */
@@ -197,6 +331,7 @@ static int listen_on(xfer_server *s)
         128, (struct sockaddr *)&ss, sl);
     if (!s->lis)
         return XFER_ERR_IO;
+    evconnlistener_set_error_cb(s->lis, on_accept_error);
     socklen_t len = sizeof ss;
     if (getsockname(evconnlistener_get_fd(s->lis), (struct sockaddr *)&ss,
                     &len) != 0)
@@ -237,10 +372,18 @@ static int server_new(const xfer_server_config *cfg, bool rdma,
     s->drain_ev =
         event_new(s->base, -1, EV_PERSIST, xfer_server_on_drain_tick, s);
     s->reap_ev = event_new(s->base, -1, 0, on_reap, s);
-    if (trc || !s->drain_ev || !s->reap_ev)
+    s->accept_ev = event_new(s->base, -1, 0, on_accept_retry, s);
+    s->sweep_ev = event_new(s->base, -1, EV_PERSIST, xfer_server_conn_sweep,
+                            s);
+    if (trc || !s->drain_ev || !s->reap_ev || !s->accept_ev || !s->sweep_ev)
         goto out_fail;
     s->one_sided = rdma;
-    rc = make_shards(s);
+    uint64_t probe;
+    rc = xfer_auth_random(&probe, sizeof probe); /* the CSPRNG answers */
+    if (!rc)
+        rc = xfer_server_sess_init(s);
+    if (!rc)
+        rc = make_shards(s);
     if (rc)
         goto out_fail;
     rc = listen_on(s);
@@ -248,6 +391,8 @@ static int server_new(const xfer_server_config *cfg, bool rdma,
         rc = xfer_server_rdma_new(s, rcfg, &s->rdma);
     if (rc)
         goto out_fail;
+    struct timeval tick = xfer_server_sweep_tick(s);
+    event_add(s->sweep_ev, &tick);
     *out = s;
     return 0;
 out_fail:
@@ -293,10 +438,16 @@ void xfer_server_del(xfer_server *s)
         event_free(s->drain_ev);
     if (s->reap_ev)
         event_free(s->reap_ev);
+    if (s->accept_ev)
+        event_free(s->accept_ev);
+    if (s->sweep_ev)
+        event_free(s->sweep_ev);
     for (uint16_t i = 0; i < s->cfg.nshards; i++) {
         xfer_server_track_clear(s, &s->shards[i]);
         xfer_shard_del(s->shards[i].sh);
     }
+    xfer_server_sess_clear(s);
+    OPENSSL_cleanse(s->secret, sizeof s->secret);
     xfer_allocator a = s->cfg.alloc;
     xfer_util_free(&a, s);
 }

@@ -20,7 +20,18 @@
  *    drains below OUT_LOW;
  *  - a connection is freed only outside its own callbacks' use of it: from
  *    a callback, the request code marks it doomed and the reaper (a
- *    deferred event) closes it.
+ *    deferred event) closes it;
+ *  - nothing a peer does holds a connection for good (the sweep): no
+ *    finished HELLO within hello_timeout_ns, a frame begun and not finished
+ *    (or replies a closing peer does not take) within header_timeout_ns,
+ *    a streamed write without a byte for write_timeout_ns (it ends
+ *    failed), no request for idle_timeout_ns (subscribers excepted) each
+ *    close it;
+ *  - srv->out_bytes is the output queued on every connection (an evbuffer
+ *    callback per connection); past out_max_bytes, a connection with more
+ *    than OUT_LOW unread stops being read;
+ *  - on a half-close (EOF) the replies already queued are sent before the
+ *    connection closes.
  */
 #include "server_int.h"
 
@@ -44,13 +55,27 @@ void xfer_server_conn_send(xfer_server_conn *c, const xfer_wire_msg *m,
         bufferevent_write(c->bev, buf, n);
 }
 
+/* The output buffer of a connection grew or shrank. */
+static void on_out_change(struct evbuffer *b,
+                          const struct evbuffer_cb_info *info, void *arg)
+{
+    xfer_server_conn *c = arg;
+    c->srv->out_bytes += info->n_added;
+    c->srv->out_bytes -= info->n_deleted;
+}
+
 void xfer_server_conn_close(xfer_server_conn *c)
 {
     xfer_server *s = c->srv;
     if (c->in_write)
         xfer_server_req_end_write(c, false);
+    if (c->out_cb) {
+        struct evbuffer *out = bufferevent_get_output(c->bev);
+        evbuffer_remove_cb_entry(out, c->out_cb);
+        s->out_bytes -= evbuffer_get_length(out);
+    }
     xfer_list_remove(&s->conns, &c->link);
-    xfer_server_track_orphan(s, c->serial);
+    xfer_server_sess_unbind(c); /* the last of a session orphans its takes */
     bufferevent_free(c->bev);
     xfer_server_free(s, c);
     xfer_server_flush_all(s);
@@ -108,6 +133,7 @@ static void recv_direct(xfer_server_conn *c)
  * the write finished, 0 when more data is needed. */
 static int pump_write(xfer_server_conn *c, struct evbuffer *in)
 {
+    uint32_t before = c->wgot;
     size_t have = evbuffer_get_length(in);
     size_t left = c->wm.len - c->wgot;
     size_t n = have < left ? have : left;
@@ -118,6 +144,8 @@ static int pump_write(xfer_server_conn *c, struct evbuffer *in)
     c->wgot += (uint32_t)n;
     if (c->dst && c->wgot < c->wm.len)
         recv_direct(c);
+    if (c->wgot > before)
+        c->t_active = xfer_server_now(c->srv);
     if (c->wgot < c->wm.len)
         return 0;
     xfer_server_req_finish_write(c);
@@ -153,6 +181,9 @@ static bool is_request(uint8_t type)
     case XFER_WIRE_T_TAKE:
     case XFER_WIRE_T_RELEASE:
     case XFER_WIRE_T_STATUS:
+    case XFER_WIRE_T_STATUS_BAD:
+    case XFER_WIRE_T_HELLO2:
+    case XFER_WIRE_T_AUTH:
         return true;
     default:
         return false;
@@ -160,18 +191,35 @@ static bool is_request(uint8_t type)
 }
 
 /* A frame that makes no sense on this connection (a reply type, a second
- * HELLO, an op before HELLO) is bad input: close. */
+ * HELLO, an op before HELLO, anything but AUTH while one is awaited, an
+ * AUTH that is not, a STATUS before HELLO on a server with a secret) is
+ * bad input: close. */
 static bool acceptable(xfer_server_conn *c, const xfer_wire_hdr *h)
 {
-    bool needs_hello =
-        h->type != XFER_WIRE_T_HELLO && h->type != XFER_WIRE_T_STATUS;
-    if (!is_request(h->type) ||
-        (h->type == XFER_WIRE_T_HELLO && c->hosted >= 0) ||
-        (needs_hello && c->hosted < 0)) {
+    bool hello = h->type == XFER_WIRE_T_HELLO ||
+                 h->type == XFER_WIRE_T_HELLO2;
+    bool open_status = (h->type == XFER_WIRE_T_STATUS ||
+                        h->type == XFER_WIRE_T_STATUS_BAD) &&
+                       !c->srv->cfg.secret;
+    bool needs_hello = !hello && !open_status;
+    if (!is_request(h->type) || (hello && c->hosted >= 0) ||
+        (c->await_auth != (h->type == XFER_WIRE_T_AUTH)) ||
+        (hello && c->await_auth) ||
+        (needs_hello && c->hosted < 0 && h->type != XFER_WIRE_T_AUTH)) {
         bad_frame(c, XFER_WIRE_R_UNEXPECTED);
         return false;
     }
     return true;
+}
+
+/* Stop reading c: its peer does not read its replies (OUT_HIGH), or
+ * every connection's together are past out_max_bytes and c has more
+ * than OUT_LOW of them. */
+static bool must_pause(const xfer_server_conn *c, size_t out)
+{
+    return out > XFER_SERVER_OUT_HIGH ||
+           (c->srv->out_bytes > c->srv->cfg.out_max_bytes &&
+            out > XFER_SERVER_OUT_LOW);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -187,12 +235,20 @@ static void on_read(struct bufferevent *bev, void *arg)
         xfer_wire_hdr h;
         xfer_wire_msg m;
         int rc = next_frame(c, in, &h, &m);
-        if (rc <= 0 || !acceptable(c, &h) ||
-            !xfer_server_req_handle(c, &h, &m))
-            return; /* need more, or c may be gone */
-        if (evbuffer_get_length(bufferevent_get_output(bev)) >
-            XFER_SERVER_OUT_HIGH) {
-            c->paused = true; /* the peer does not read its replies */
+        if (rc < 0)
+            return; /* closed */
+        if (rc == 0) {
+            /* a frame begun: the header timeout runs from now */
+            if (evbuffer_get_length(in) && !c->t_partial)
+                c->t_partial = xfer_server_now(c->srv);
+            break;
+        }
+        c->t_partial = 0;
+        c->t_active = xfer_server_now(c->srv);
+        if (!acceptable(c, &h) || !xfer_server_req_handle(c, &h, &m))
+            return; /* c may be gone */
+        if (must_pause(c, evbuffer_get_length(bufferevent_get_output(bev)))) {
+            c->paused = true;
             bufferevent_disable(bev, EV_READ);
             break;
         }
@@ -223,7 +279,77 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         bad_frame(c, XFER_WIRE_R_TRUNCATED); /* ended inside a frame */
         return;
     }
-    xfer_server_conn_close(c);
+    size_t out = evbuffer_get_length(bufferevent_get_output(bev));
+    if ((what & BEV_EVENT_ERROR) || out == 0) {
+        xfer_server_conn_close(c);
+        return;
+    }
+    /* A half-close: the replies already queued go out first (on_write
+     * closes once they are; the header timeout bounds the wait). */
+    c->closing = true;
+    c->t_active = xfer_server_now(c->srv);
+    bufferevent_disable(bev, EV_READ);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Timeouts                                                                */
+/* ---------------------------------------------------------------------- */
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+    return a < b ? a : b;
+}
+
+struct timeval xfer_server_sweep_tick(const xfer_server *s)
+{
+    const xfer_server_config *k = &s->cfg;
+    uint64_t t = min_u64(min_u64(k->hello_timeout_ns, k->header_timeout_ns),
+                         min_u64(k->idle_timeout_ns, k->write_timeout_ns)) /
+                 4;
+    t = t < 1000000ull ? 1000000ull : min_u64(t, 250000000ull);
+    return (struct timeval){.tv_sec = 0, .tv_usec = (long)(t / 1000)};
+}
+
+/* Why c is to be closed now, or NULL. */
+static const char *expired(xfer_server_conn *c, uint64_t now)
+{
+    const xfer_server_config *k = &c->srv->cfg;
+    if (c->closing)
+        return now - c->t_active >= k->header_timeout_ns
+                   ? "replies not read after close, closed"
+                   : NULL;
+    if (c->in_write)
+        return now - c->t_active >= k->write_timeout_ns
+                   ? "write stalled, ended failed, closed"
+                   : NULL;
+    if (c->hosted < 0 && now - c->t_accept >= k->hello_timeout_ns)
+        return "no HELLO in time, closed";
+    if (c->t_partial && !c->paused &&
+        now - c->t_partial >= k->header_timeout_ns)
+        return "frame not finished in time, closed";
+    if (!c->subscribed && now - c->t_active >= k->idle_timeout_ns)
+        return "idle, closed";
+    return NULL;
+}
+
+void xfer_server_conn_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_server *s = arg;
+    uint64_t now = xfer_server_now(s);
+    xfer_server_conn *next;
+    for (xfer_server_conn *c = xfer_server_conn_of(s->conns.head); c;
+         c = next) {
+        next = xfer_server_conn_of(c->link.next);
+        const char *why = c->doomed ? NULL : expired(c, now);
+        if (!why)
+            continue;
+        if (c->in_write)
+            s->writes_stalled++;
+        else
+            s->timeouts++;
+        xfer_server_log(s, c->serial, why);
+        xfer_server_conn_close(c);
+    }
 }
 
 void xfer_server_conn_accept(xfer_server *s, evutil_socket_t fd)
@@ -242,7 +368,10 @@ void xfer_server_conn_accept(xfer_server *s, evutil_socket_t fd)
     c->bev = bev;
     c->hosted = -1;
     c->serial = ++s->serial;
+    c->t_accept = c->t_active = xfer_server_now(s);
     xfer_list_push_front(&s->conns, &c->link);
+    c->out_cb = evbuffer_add_cb(bufferevent_get_output(bev), on_out_change,
+                                c);
     bufferevent_set_max_single_read(bev, 64 << 10);
     bufferevent_set_max_single_write(bev, 1 << 20);
     bufferevent_setwatermark(bev, EV_WRITE, XFER_SERVER_OUT_LOW, 0);

@@ -1,7 +1,9 @@
 /*
- * transport/server_drain.c - the shard server's drain: stop accepting,
- * refuse new reserves, and tell the caller once nothing can land in the
- * shard memory any more (or the drain timeout passed).
+ * transport/server_drain.c - the shard server's drain: close the
+ * listener, refuse new reserves, and tell the caller once nothing can
+ * land in the shard memory any more (or the drain timeout passed); READY
+ * data stays until taken and released or its lease ends (its subscribers
+ * get the EXPIRED event), which xfer_server_empty tells.
  *
  * What must stay true: "drained" means no reservation of any hosted shard
  * is RESERVED, WRITING or waiting for its write to end, and no connection
@@ -44,6 +46,22 @@ bool xfer_server_drained(const xfer_server *s)
     return busy == 0;
 }
 
+static void count_live(void *ud, uint64_t id, uint32_t attempt,
+                       xfer_resv_state st, uint64_t since_ns)
+{
+    ++*(uint64_t *)ud;
+}
+
+bool xfer_server_empty(const xfer_server *s)
+{
+    if (!s)
+        return true;
+    uint64_t live = 0;
+    for (uint16_t i = 0; i < s->cfg.nshards; i++)
+        xfer_shard_foreach(s->shards[i].sh, count_live, &live);
+    return live == 0 && xfer_server_drained(s);
+}
+
 void xfer_server_on_drain_tick(evutil_socket_t fd, short what, void *arg)
 {
     xfer_server *s = arg;
@@ -64,8 +82,11 @@ int xfer_server_drain(xfer_server *s, xfer_server_drain_cb cb, void *ud)
     s->draining = true;
     s->drain_cb = cb;
     s->drain_ud = ud;
-    if (s->lis)
-        evconnlistener_disable(s->lis);
+    if (s->lis) { /* closed: the kernel refuses new peers, none hang */
+        evconnlistener_free(s->lis);
+        s->lis = NULL;
+    }
+    event_del(s->accept_ev);
     s->drain_deadline = xfer_server_now(s) + s->cfg.drain_timeout_ns;
     struct timeval tick = {0, 20000};
     event_add(s->drain_ev, &tick);

@@ -7,10 +7,12 @@
  * The table (one per hosted shard, as big as the shard's reservation cap)
  * has an entry from a reserve until the reservation ends: a CANCELLED or
  * EXPIRED event, or a release.  It gives the phase histograms (reserve ->
- * READY -> TAKEN -> released) and the take grace period: when the
- * connection that took a region closes, the entry becomes an orphan with a
- * deadline in a heap; if no RELEASE for it came by then, the server
- * releases the region itself.
+ * READY -> TAKEN -> released) and the take grace period, which is the
+ * taking consumer session's: when the session's last connection closes,
+ * its entries become orphans with a deadline in a heap; a connection of
+ * the same session that comes back before it makes them its own again;
+ * if no RELEASE came by the deadline, the server releases the region
+ * itself.
  *
  * What must stay true:
  *  - the lease timer is armed for the earliest deadline of every shard and
@@ -128,12 +130,12 @@ void xfer_server_track_reserved(xfer_server *s, xfer_server_hosted *hs,
 }
 
 void xfer_server_track_taken(xfer_server *s, xfer_server_hosted *hs,
-                             uint64_t id, uint64_t serial)
+                             uint64_t id, uint16_t taker)
 {
     xfer_server_resv *r = entry(&hs->track, id, NULL);
     if (!r || r->taker || r->orphaned)
         return;
-    r->taker = serial;
+    r->taker = taker;
     r->t_taken = xfer_server_now(s);
     hs->track.taken++;
     if (r->t_ready)
@@ -152,22 +154,46 @@ void xfer_server_track_released(xfer_server *s, xfer_server_hosted *hs,
     drop(&hs->track, slot);
 }
 
-void xfer_server_track_orphan(xfer_server *s, uint64_t serial)
+void xfer_server_track_orphan(xfer_server *s, uint16_t taker)
 {
     uint64_t due = xfer_server_now(s) + s->cfg.take_grace_ns;
-    for (uint16_t i = 0; i < s->cfg.nshards; i++) {
+    for (uint16_t i = 0; taker && i < s->cfg.nshards; i++) {
         xfer_server_track *t = &s->shards[i].track;
         if (t->taken == t->orphaned)
             continue;
         for (uint32_t k = 0; k < t->cap; k++) {
             xfer_server_resv *r = &t->e[k];
-            if (!r->id || r->taker != serial)
+            if (!r->id || r->taker != taker || r->orphaned)
                 continue;
-            r->taker = 0;
             r->orphaned = true;
             t->orphaned++;
             xfer_heap_set(&t->grace, k, due);
         }
+    }
+}
+
+void xfer_server_track_adopt(xfer_server *s, uint16_t taker)
+{
+    for (uint16_t i = 0; taker && i < s->cfg.nshards; i++) {
+        xfer_server_track *t = &s->shards[i].track;
+        for (uint32_t k = 0; t->orphaned && k < t->cap; k++) {
+            xfer_server_resv *r = &t->e[k];
+            if (!r->id || r->taker != taker || !r->orphaned)
+                continue;
+            r->orphaned = false;
+            t->orphaned--;
+            xfer_heap_remove(&t->grace, k);
+        }
+    }
+}
+
+void xfer_server_track_disown(xfer_server *s, uint16_t taker)
+{
+    for (uint16_t i = 0; taker && i < s->cfg.nshards; i++) {
+        xfer_server_track *t = &s->shards[i].track;
+        for (uint32_t k = 0; t->taken && k < t->cap; k++)
+            if (t->e[k].id && t->e[k].taker == taker)
+                t->e[k].taker = 0; /* still orphaned: its deadline holds */
     }
 }
 
@@ -204,8 +230,10 @@ static void publish(xfer_server *s, xfer_server_hosted *hs,
         if (!c->subscribed || c->closing || c->doomed || c->hosted < 0 ||
             &s->shards[c->hosted] != hs)
             continue;
-        if (evbuffer_get_length(bufferevent_get_output(c->bev)) >
-            XFER_SERVER_OUT_HIGH) {
+        size_t out = evbuffer_get_length(bufferevent_get_output(c->bev));
+        if (out > XFER_SERVER_OUT_HIGH ||
+            (s->out_bytes > s->cfg.out_max_bytes &&
+             out > XFER_SERVER_OUT_LOW)) {
             s->subs_dropped++;
             xfer_server_log(s, c->serial, "subscriber too slow, dropped");
             c->subscribed = false;

@@ -10,9 +10,10 @@
  *                    per-reservation table (phase times, takers, grace)
  *   server_drain.c   drain
  *   server_stats.c   counters, the control socket
+ *   server_sess.c    sessions: HELLO, HELLO2 and AUTH, owners, roles
  *
- * Per-connection state is one struct (xfer_server_conn), where the
- * sessions of issue 12 attach (`session`).
+ * Per-connection state is one struct (xfer_server_conn); its session is
+ * an owner number (1..max_sessions) of the hosted shards.
  */
 #ifndef XFER_SERVER_INT_H
 #define XFER_SERVER_INT_H
@@ -26,6 +27,7 @@
 #include "idmap.h" /* fsm_private_dep: id -> reservation entry */
 #include "list.h"  /* fsm_private_dep: the one intrusive list (connections) */
 #include "timer.h" /* the deadline timer */
+#include "auth.h"
 #include "wire.h"
 #include "xfer/hist.h"
 #include "xfer/server.h"
@@ -33,10 +35,11 @@
 
 #define XFER_SERVER_OUT_HIGH (8u << 20)
 #define XFER_SERVER_OUT_LOW (1u << 20)
-#define XFER_SERVER_LOG_MAX 200
+#define XFER_SERVER_LOG_BURST 20 /* lines per log interval */
 
 struct bufferevent;
 struct evbuffer;
+struct evbuffer_cb_entry;
 struct evconnlistener;
 struct event;
 
@@ -50,6 +53,11 @@ struct xfer_server_conn {
     int hosted;        /* index into srv->shards, -1 before HELLO */
     uint8_t role;      /* HELLO's role */
     bool subscribed, closing, paused;
+    uint64_t t_accept;  /* when accepted */
+    uint64_t t_active;  /* the last request, or byte of a streamed write */
+    uint64_t t_partial; /* since when a frame is begun and unfinished;
+                           0: none */
+    struct evbuffer_cb_entry *out_cb; /* counts its output in out_bytes */
     bool doomed;       /* closed by the reaper, outside its own callbacks */
     /* A WRITE being streamed in. */
     bool in_write;
@@ -58,8 +66,25 @@ struct xfer_server_conn {
     uint8_t *dst;      /* NULL: the data is skipped */
     int32_t wrc;       /* the error to answer after skipping, or a fault */
     uint8_t wfault;
-    void *session;     /* issue 12: the peer's session; NULL today */
+    /* The session (server_sess.c): its owner number once HELLO is done
+     * (0 before); while a HELLO2 waits for its AUTH, that HELLO2 and the
+     * server nonce. */
+    uint16_t owner;
+    bool await_auth;
+    uint32_t hello_req;
+    xfer_wire_msg hello;
+    uint8_t snonce[XFER_WIRE_NONCE];
 };
+
+/* One session: a peer identity and the owner number of its records. */
+typedef struct xfer_server_sess {
+    uint8_t token[XFER_WIRE_SESSION];
+    uint32_t conns;    /* connections bound to it now */
+    uint64_t gone_ns;  /* when the last one went (conns 0) */
+    uint8_t role;
+    bool used;         /* bound, or kept for its grace period */
+    bool own;          /* a v1 HELLO's: ends with its one connection */
+} xfer_server_sess;
 
 /* Injected faults (server_req.c). */
 enum { XFER_SERVER_F_NONE, XFER_SERVER_F_FAIL, XFER_SERVER_F_APPLIED_LOST,
@@ -71,8 +96,9 @@ typedef struct xfer_server_resv {
     uint64_t id, resv_id;
     uint32_t attempt, len;
     uint64_t t_reserved, t_ready, t_taken;
-    uint64_t taker;    /* serial of the taking connection; 0: none */
-    bool orphaned;     /* TAKEN and its taker's connection is gone */
+    uint16_t taker;    /* owner number of the taking consumer session;
+                          0: none, or that session was forgotten */
+    bool orphaned;     /* TAKEN and its taker's session has no connection */
 } xfer_server_resv;
 
 typedef struct xfer_server_track {
@@ -101,6 +127,8 @@ struct xfer_server {
     struct evconnlistener *lis;
     xfer_timer timer;     /* leases, tombstones and grace periods */
     struct event *drain_ev, *reap_ev;
+    struct event *accept_ev; /* re-enables accepting after the fd limit */
+    struct event *sweep_ev;  /* the connection timeouts */
     xfer_server_hosted shards[XFER_MAX_SHARDS];
     xfer_list conns;      /* of xfer_server_conn; conns.n counts them */
     uint64_t serial, rng, drain_deadline;
@@ -110,6 +138,14 @@ struct xfer_server {
     uint16_t port;
     uint64_t bad_frames, bad_by_reason[XFER_WIRE_R_COUNT_];
     uint64_t errors_sent, subs_dropped, faults, logged;
+    uint8_t secret[XFER_AUTH_SECRET_MAX]; /* cfg.secret points here */
+    xfer_server_sess *sess; /* [max_sessions]; owner i + 1 is sess[i] */
+    uint64_t auth_failed, sess_refused;
+    uint64_t conns_refused, timeouts, writes_stalled;
+    uint64_t out_bytes;      /* queued output of every connection */
+    uint64_t log_window, log_dropped;
+    uint64_t accept_pauses, accept_log_ns; /* at the fd limit */
+    bool accept_logged;
     /* RDMA (server_rdma.h): one-sided shards, and their rkeys; NULL and
      * false on a TCP-only server */
     bool one_sided;
@@ -136,12 +172,21 @@ void xfer_server_conn_send(xfer_server_conn *c, const xfer_wire_msg *m,
 /* Mark c to be closed by the reaper (from inside a callback of c's). */
 void xfer_server_conn_doom(xfer_server_conn *c);
 void xfer_server_conn_reap(xfer_server *s);
+/* The timeouts of every connection (a persistent timer's callback), and
+ * its period: a quarter of the shortest timeout, 1 ms to 250 ms. */
+void xfer_server_conn_sweep(evutil_socket_t fd, short what, void *arg);
+struct timeval xfer_server_sweep_tick(const xfer_server *s);
 
 /* server_req.c: one decoded frame of c; false when c closed (or is
  * closing).  Streamed writes: start (false when c closed) and finish. */
 bool xfer_server_req_handle(xfer_server_conn *c, const xfer_wire_hdr *h,
                             const xfer_wire_msg *m);
 void xfer_server_req_finish_write(xfer_server_conn *c);
+/* Send c an ERROR for request (req, type, m) with `code`. */
+void xfer_server_req_error(xfer_server_conn *c, uint32_t req, uint8_t type,
+                           const xfer_wire_msg *m, int32_t code);
+/* The slot of hosted shard `index`, or -1. */
+int xfer_server_find_shard(const xfer_server *s, uint16_t index);
 void xfer_server_req_end_write(xfer_server_conn *c, bool ok);
 
 /* server_events.c */
@@ -153,17 +198,31 @@ void xfer_server_track_reserved(xfer_server *s, xfer_server_hosted *hs,
                                 uint64_t id, uint32_t attempt,
                                 uint64_t resv_id, uint32_t len);
 void xfer_server_track_taken(xfer_server *s, xfer_server_hosted *hs,
-                             uint64_t id, uint64_t serial);
+                             uint64_t id, uint16_t taker);
 void xfer_server_track_released(xfer_server *s, xfer_server_hosted *hs,
                                 uint64_t id);
-/* Connection `serial` is gone: its takes start their grace period. */
-void xfer_server_track_orphan(xfer_server *s, uint64_t serial);
+/* The take grace is the taker's session's (server_sess.c calls these):
+ * its last connection went, so its takes start their grace period /
+ * a connection of it came back, so they are its own again / it is
+ * forgotten, so no later session of its number may claim them. */
+void xfer_server_track_orphan(xfer_server *s, uint16_t taker);
+void xfer_server_track_adopt(xfer_server *s, uint16_t taker);
+void xfer_server_track_disown(xfer_server *s, uint16_t taker);
 /* A new subscriber of hs: a READY event for every reservation already
  * READY there, so one that (re)subscribes misses none. */
 void xfer_server_replay_ready(xfer_server_conn *c, xfer_server_hosted *hs);
 /* Publish every pending shard event, then re-arm the lease timer. */
 void xfer_server_flush_all(xfer_server *s);
 void xfer_server_on_timer(evutil_socket_t fd, short what, void *arg);
+
+/* server_sess.c */
+int xfer_server_sess_init(xfer_server *s);
+void xfer_server_sess_clear(xfer_server *s);
+/* HELLO, HELLO2, AUTH of c; false when c is closing. */
+bool xfer_server_sess_hello(xfer_server_conn *c, const xfer_wire_hdr *h,
+                            const xfer_wire_msg *m);
+/* c is closing: its session loses a connection. */
+void xfer_server_sess_unbind(xfer_server_conn *c);
 
 /* server_drain.c */
 void xfer_server_on_drain_tick(evutil_socket_t fd, short what,

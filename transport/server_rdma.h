@@ -4,7 +4,8 @@
  * server's files through these few hooks only:
  *
  *   server.c         new (after the TCP listener is bound) and del;
- *   server_req.c     a reserve succeeded: give it its own rkey;
+ *   server_req.c     a reserve succeeded: give it its own rkey (through
+ *                    the reserving connection's QP, for a window);
  *   server_events.c  before the shards' events are published: invalidate
  *                    every rkey the shards asked for, then tell them.
  *
@@ -20,6 +21,7 @@
 #include "xfer/rdma.h"
 
 struct xfer_server;
+struct xfer_server_conn;
 struct xfer_server_hosted;
 typedef struct xfer_server_rdma xfer_server_rdma;
 
@@ -33,16 +35,22 @@ int xfer_server_rdma_new(struct xfer_server *s,
 void xfer_server_rdma_del(xfer_server_rdma *r);
 uint16_t xfer_server_rdma_bound_port(const xfer_server_rdma *r);
 
-/* Reservation (id, resv_id) of hs holds [off, off + len) of its pool:
- * register it (iova = off) unless it already is; *rkey gets its rkey.
- * 0 or XFER_ERR_NOMEM (the registration failed: the caller cancels the
- * reservation). */
+/* Reservation (id, resv_id) of hs, reserved over control connection ctl
+ * (borrowed), holds [off, off + len) of its pool: give it its own rkey
+ * unless it has one, and *rkey gets it.  With type 2 windows, a window
+ * bound through the QP of ctl's RC connection, the bind's completion
+ * polled before this returns.  0, XFER_ERR_NOMEM (no window or
+ * registration) or XFER_ERR_REMOTE (ctl has no RC connection, or the bind
+ * failed); on error the caller cancels the reservation. */
 int xfer_server_rdma_bind(xfer_server_rdma *r, struct xfer_server_hosted *hs,
-                          uint64_t id, uint64_t resv_id, uint64_t off,
-                          uint32_t len, uint32_t *rkey);
-/* Deregister every region hs's shard asked to invalidate and tell the
- * shard (xfer_shard_invalidated): the deregistration is synchronous, so
- * when it returns no write can land there any more. */
+                          struct xfer_server_conn *ctl, uint64_t id,
+                          uint64_t resv_id, uint64_t off, uint32_t len,
+                          uint32_t *rkey);
+/* Kill the rkey of every region hs's shard asked to invalidate (a window:
+ * local invalidation on its QP, its completion polled, then dealloc; a
+ * registration: deregistration), then tell the shard
+ * (xfer_shard_invalidated): when that is called, no write can land there
+ * any more. */
 void xfer_server_rdma_invalidate(xfer_server_rdma *r,
                                  struct xfer_server_hosted *hs, uint64_t now);
 

@@ -27,10 +27,12 @@ uint16_t xfer_server_rdma_bound_port(const xfer_server_rdma *r)
 }
 
 int xfer_server_rdma_bind(xfer_server_rdma *r, struct xfer_server_hosted *hs,
-                          uint64_t id, uint64_t resv_id, uint64_t off,
-                          uint32_t len, uint32_t *rkey)
+                          struct xfer_server_conn *ctl, uint64_t id,
+                          uint64_t resv_id, uint64_t off, uint32_t len,
+                          uint32_t *rkey)
 {
-    (void)r, (void)hs, (void)id, (void)resv_id, (void)off, (void)len;
+    (void)r, (void)hs, (void)ctl, (void)id, (void)resv_id, (void)off;
+    (void)len;
     (void)rkey;
     return XFER_ERR_NOT_SUPPORTED;
 }
@@ -39,4 +41,10 @@ void xfer_server_rdma_invalidate(xfer_server_rdma *r,
                                  struct xfer_server_hosted *hs, uint64_t now)
 {
     (void)r, (void)hs, (void)now;
+}
+
+bool xfer_server_rdma_windows(const struct xfer_server *s)
+{
+    (void)s;
+    return false;
 }

@@ -1,14 +1,14 @@
 /*
- * transport/server_req.c - the shard server's requests: HELLO binds a
- * connection to a hosted shard, STATUS reports counters, RESERVE, COMMIT,
+ * transport/server_req.c - the shard server's requests (HELLO and its kin
+ * are server_sess.c's): STATUS reports counters, RESERVE, COMMIT,
  * CANCEL, TAKE and RELEASE go to the connection's shard, SUBSCRIBE turns
  * on its events, and a streamed WRITE begins and ends here.
  *
  * What must stay true:
  *  - a well-formed request the shard refuses gets an ERROR with the
- *    shard's code, and the connection stays; a HELLO for another group,
- *    version or shard is answered with ERROR and the connection closes
- *    once it is sent;
+ *    shard's code, and the connection stays; so does one its role may not
+ *    make (XFER_ERR_PERM: role_may); every op acts for the connection's
+ *    session (its owner number on the shard);
  *  - the shard's pending events are published (server_events.c) before an
  *    op's reply is queued, so a subscriber sees READY no later than the
  *    producer sees the COMMIT_ACK's bytes leave;
@@ -16,12 +16,14 @@
  *    producer-side ops (a connection whose HELLO did not say consumer), so
  *    a consumer connection is never dropped by the fault mix;
  *  - a take is recorded with its taker (server_events.c), and a release
- *    clears it, whichever connection sends it;
+ *    clears it, whichever consumer connection sends it;
  *  - a SUBSCRIBE is answered first, then followed by a READY event for
  *    every reservation already READY on the shard, so a consumer that
  *    (re)connects misses no data that is waiting for it.
  */
 #include "server_int.h"
+
+#include <string.h>
 
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -32,8 +34,8 @@
 /* Replies and faults                                                      */
 /* ---------------------------------------------------------------------- */
 
-static void send_error(xfer_server_conn *c, uint32_t req, uint8_t type,
-                       const xfer_wire_msg *m, int32_t code)
+void xfer_server_req_error(xfer_server_conn *c, uint32_t req, uint8_t type,
+                           const xfer_wire_msg *m, int32_t code)
 {
     xfer_wire_msg e = {.type = XFER_WIRE_T_ERROR, .code = code,
                        .req_type = type, .id = m->id, .attempt = m->attempt,
@@ -49,7 +51,7 @@ static void answer(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
                    uint8_t ack, int32_t rc)
 {
     if (rc) {
-        send_error(c, req, m->type, m, rc);
+        xfer_server_req_error(c, req, m->type, m, rc);
         return;
     }
     xfer_wire_msg a = *m;
@@ -83,7 +85,7 @@ static uint8_t draw_fault(xfer_server_conn *c)
     return (uint8_t)(XFER_SERVER_F_FAIL + rnd(s) % 2);
 }
 
-static int find_shard(const xfer_server *s, uint16_t index)
+int xfer_server_find_shard(const xfer_server *s, uint16_t index)
 {
     for (int i = 0; i < (int)s->cfg.nshards; i++)
         if (s->shards[i].index == index)
@@ -94,34 +96,6 @@ static int find_shard(const xfer_server *s, uint16_t index)
 /* ---------------------------------------------------------------------- */
 /* HELLO, STATUS, SUBSCRIBE                                                */
 /* ---------------------------------------------------------------------- */
-
-/* HELLO: bind the connection to a hosted shard of our group. */
-static bool on_hello(xfer_server_conn *c, uint32_t req,
-                     const xfer_wire_msg *m)
-{
-    xfer_server *s = c->srv;
-    int idx = find_shard(s, m->shard);
-    int32_t rc = idx < 0 ? XFER_ERR_NOT_FOUND
-                 : m->group != s->cfg.group ? XFER_ERR_INVALID_ARG
-                 : m->version != XFER_WIRE_VERSION ? XFER_ERR_NOT_SUPPORTED
-                                                   : 0;
-    if (rc) {
-        send_error(c, req, m->type, m, rc);
-        c->closing = true; /* closed once the ERROR is out */
-        bufferevent_disable(c->bev, EV_READ);
-        return false;
-    }
-    c->hosted = idx;
-    c->role = m->role;
-    xfer_wire_msg a = {.type = XFER_WIRE_T_HELLO_ACK,
-                       .version = XFER_WIRE_VERSION, .shard = m->shard,
-                       .group = s->cfg.group,
-                       .pool_bytes = s->shard_cfg[idx].len,
-                       .lease_ttl_ns = s->cfg.lease_ttl_ns,
-                       .max_write = XFER_WIRE_MAX_DATA};
-    xfer_server_conn_send(c, &a, req);
-    return true;
-}
 
 /* The counters a STATUS_OK carries: of hosted shard `idx`, or of every
  * hosted shard summed (idx < 0). */
@@ -147,14 +121,30 @@ static void on_status(xfer_server_conn *c, uint32_t req,
 {
     int idx = -1;
     if (m->shard != XFER_WIRE_SHARD_ALL) {
-        idx = find_shard(c->srv, m->shard);
+        idx = xfer_server_find_shard(c->srv, m->shard);
         if (idx < 0) {
-            send_error(c, req, m->type, m, XFER_ERR_NOT_FOUND);
+            xfer_server_req_error(c, req, m->type, m, XFER_ERR_NOT_FOUND);
             return;
         }
     }
     xfer_wire_msg a = {.type = XFER_WIRE_T_STATUS_OK};
     fill_status(c->srv, idx, &a.st);
+    xfer_server_conn_send(c, &a, req);
+}
+
+/* The whole server's refusals: bad frames by reason, and the rest. */
+static void on_status_bad(xfer_server_conn *c, uint32_t req)
+{
+    xfer_server_stats ss;
+    xfer_server_stats_get(c->srv, XFER_SHARD_NONE, &ss);
+    xfer_wire_msg a = {.type = XFER_WIRE_T_STATUS_BAD_OK};
+    a.bad.n = XFER_WIRE_BAD_SLOTS;
+    memcpy(a.bad.by_reason, ss.bad_by_reason, sizeof a.bad.by_reason);
+    a.bad.auth_failed = ss.auth_failed;
+    a.bad.conns_refused = ss.conns_refused;
+    a.bad.timeouts = ss.timeouts;
+    a.bad.writes_stalled = ss.writes_stalled;
+    a.bad.subs_dropped = ss.subs_dropped;
     xfer_server_conn_send(c, &a, req);
 }
 
@@ -170,9 +160,33 @@ static int32_t do_take(xfer_server_conn *c, xfer_server_hosted *hs,
     int rc = xfer_shard_take(hs->sh, t, m->id, m->resv_id, &data, &a->len);
     if (rc == 0) {
         a->addr = (uint64_t)(data - xfer_shard_pool_base(hs->sh));
-        xfer_server_track_taken(c->srv, hs, m->id, c->serial);
+        xfer_server_track_taken(c->srv, hs, m->id, c->owner);
     }
     return rc;
+}
+
+/* May c's role send op `type` (attempt: a CANCEL's)?  A producer
+ * reserves, writes, commits and cancels its own attempts; a consumer
+ * takes, releases and cancels as the consumer (any attempt, any
+ * session's record); an admin only asks for STATUS. */
+static bool role_may(const xfer_server_conn *c, uint8_t type,
+                     uint32_t attempt)
+{
+    bool consumer = c->role == XFER_WIRE_ROLE_CONSUMER;
+    switch (type) {
+    case XFER_WIRE_T_RESERVE:
+    case XFER_WIRE_T_WRITE:
+    case XFER_WIRE_T_COMMIT:
+        return c->role == XFER_WIRE_ROLE_PRODUCER;
+    case XFER_WIRE_T_CANCEL:
+        return consumer || (c->role == XFER_WIRE_ROLE_PRODUCER && attempt);
+    case XFER_WIRE_T_TAKE:
+    case XFER_WIRE_T_RELEASE:
+    case XFER_WIRE_T_SUBSCRIBE:
+        return consumer;
+    default:
+        return false;
+    }
 }
 
 /* Apply a control op to the connection's shard; fills the ack. */
@@ -188,17 +202,23 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
         if (c->srv->draining)
             return XFER_ERR_SHUTDOWN;
         xfer_resv_info info;
-        rc = xfer_shard_reserve(hs->sh, t, m->id, m->attempt, m->len, &info);
+        rc = xfer_shard_reserve_by(hs->sh, t, c->owner, m->id, m->attempt,
+                                   m->len, &info);
         a->type = XFER_WIRE_T_RESERVE_OK;
         a->resv_id = rc ? 0 : info.resv_id;
         a->addr = rc ? 0 : info.addr;
         a->rkey = 0;
-        if (rc == 0 && c->srv->rdma &&
-            xfer_server_rdma_bind(c->srv->rdma, hs, m->id, info.resv_id,
-                                  info.addr, m->len, &a->rkey) != 0) {
-            /* no rkey, no reservation: give the region back */
-            xfer_shard_cancel(hs->sh, t, m->id, m->attempt, info.resv_id);
-            rc = XFER_ERR_NOMEM;
+        int brc = rc == 0 && c->srv->rdma
+                      ? xfer_server_rdma_bind(c->srv->rdma, hs, c, m->id,
+                                              info.resv_id, info.addr,
+                                              m->len, &a->rkey)
+                      : 0;
+        if (brc != 0) {
+            /* no rkey, no reservation: give the region back, as the
+             * session that reserved it (its quota, its tombstone) */
+            xfer_shard_cancel_by(hs->sh, t, c->owner, m->id, m->attempt,
+                                 info.resv_id);
+            rc = brc;
         }
         if (rc == 0)
             xfer_server_track_reserved(c->srv, hs, m->id, m->attempt,
@@ -207,10 +227,19 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
     }
     case XFER_WIRE_T_COMMIT:
         a->type = XFER_WIRE_T_COMMIT_ACK;
-        return xfer_shard_commit(hs->sh, t, m->id, m->attempt, m->resv_id);
+        return xfer_shard_commit_by(hs->sh, t, c->owner, m->id, m->attempt,
+                                    m->resv_id);
     case XFER_WIRE_T_CANCEL:
         a->type = XFER_WIRE_T_CANCEL_ACK;
-        return xfer_shard_cancel(hs->sh, t, m->id, m->attempt, m->resv_id);
+        /* The consumer's cancel of one attempt applies to whoever made
+         * it (owner 0: nobody in particular, its tombstone blocks all);
+         * of attempt 0, the shard knows it for the consumer's and counts
+         * its tombstone against the consumer's session. */
+        if (c->role == XFER_WIRE_ROLE_CONSUMER && m->attempt)
+            return xfer_shard_cancel(hs->sh, t, m->id, m->attempt,
+                                     m->resv_id);
+        return xfer_shard_cancel_by(hs->sh, t, c->owner, m->id, m->attempt,
+                                    m->resv_id);
     case XFER_WIRE_T_TAKE:
         return do_take(c, hs, t, m, a);
     case XFER_WIRE_T_RELEASE:
@@ -230,6 +259,10 @@ static bool on_op(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m)
 {
     bool control = m->type != XFER_WIRE_T_TAKE &&
                    m->type != XFER_WIRE_T_RELEASE;
+    if (!role_may(c, m->type, m->attempt)) {
+        xfer_server_req_error(c, req, m->type, m, XFER_ERR_PERM);
+        return true;
+    }
     uint8_t fault = control ? draw_fault(c) : XFER_SERVER_F_NONE;
     xfer_wire_msg a;
     int32_t rc = fault == XFER_SERVER_F_FAIL ? XFER_ERR_REMOTE
@@ -245,7 +278,7 @@ static bool on_op(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m)
         return false;
     }
     if (rc)
-        send_error(c, req, m->type, m, rc);
+        xfer_server_req_error(c, req, m->type, m, rc);
     else
         xfer_server_conn_send(c, &a, req);
     return true;
@@ -291,14 +324,17 @@ static bool start_write(xfer_server_conn *c, uint32_t req,
     c->wgot = 0;
     c->dst = NULL;
     c->wrc = 0;
-    c->wfault = draw_fault(c);
-    if (c->wfault == XFER_SERVER_F_FAIL) {
+    bool may = role_may(c, m->type, m->attempt);
+    c->wfault = may ? draw_fault(c) : XFER_SERVER_F_NONE;
+    if (!may) {
+        c->wrc = XFER_ERR_PERM; /* its data is skipped */
+    } else if (c->wfault == XFER_SERVER_F_FAIL) {
         c->wrc = XFER_ERR_REMOTE;
     } else {
         uint8_t *dst = NULL;
-        int rc = xfer_shard_write_begin(sh, xfer_server_now(c->srv), m->id,
-                                        m->attempt, m->resv_id, m->off,
-                                        m->len, &dst);
+        int rc = xfer_shard_write_begin_by(sh, xfer_server_now(c->srv),
+                                           c->owner, m->id, m->attempt,
+                                           m->resv_id, m->off, m->len, &dst);
         if (rc == 0)
             c->dst = dst ? dst : (uint8_t *)"";
         c->wrc = rc;
@@ -323,11 +359,20 @@ bool xfer_server_req_handle(xfer_server_conn *c, const xfer_wire_hdr *h,
 {
     switch (h->type) {
     case XFER_WIRE_T_HELLO:
-        return on_hello(c, h->req, m);
+    case XFER_WIRE_T_HELLO2:
+    case XFER_WIRE_T_AUTH:
+        return xfer_server_sess_hello(c, h, m);
     case XFER_WIRE_T_STATUS:
         on_status(c, h->req, m);
         return true;
+    case XFER_WIRE_T_STATUS_BAD:
+        on_status_bad(c, h->req);
+        return true;
     case XFER_WIRE_T_SUBSCRIBE: {
+        if (!role_may(c, h->type, 0)) {
+            xfer_server_req_error(c, h->req, h->type, m, XFER_ERR_PERM);
+            return true;
+        }
         xfer_wire_msg a = {.type = XFER_WIRE_T_SUBSCRIBE_ACK};
         xfer_server_conn_send(c, &a, h->req);
         if (!c->subscribed)

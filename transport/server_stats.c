@@ -62,6 +62,11 @@ int xfer_server_stats_get_versioned(const xfer_server *s, uint16_t index,
     cur.errors_sent = s->errors_sent;
     cur.faults = s->faults;
     cur.subs_dropped = s->subs_dropped;
+    cur.auth_failed = s->auth_failed;
+    cur.conns_refused = s->conns_refused + s->sess_refused;
+    cur.timeouts = s->timeouts;
+    cur.writes_stalled = s->writes_stalled;
+    cur.out_bytes = s->out_bytes;
     return xfer_util_versioned_copy(st, &cur, version, stats_lens,
                                     XFER_UTIL_NVERSIONS(stats_lens));
 }

@@ -44,6 +44,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include "auth.h"
 #include "engine_int.h"
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
@@ -93,6 +94,8 @@ struct tcp_conn {
     uint32_t next_req, hello_req;
     bool told_up;         /* the owner heard it come up (hooks) */
     xfer_list wait, sent; /* of tcp_op, oldest first */
+    xfer_wire_msg hello;  /* the HELLO2 sent on this connection */
+    bool challenged;      /* the shard proved it knows the secret */
 };
 
 struct xfer_tcp {
@@ -105,6 +108,9 @@ struct xfer_tcp {
     tcp_conn conns[XFER_MAX_SHARDS];
     uint32_t outstanding;
     xfer_tcp_stats st;
+    uint8_t session[XFER_WIRE_SESSION];   /* ours, for every HELLO2 */
+    uint8_t secret[XFER_AUTH_SECRET_MAX];
+    size_t secret_len;
     xfer_tcp_hooks hooks;   /* deliver NULL: plain TCP transport */
 };
 
@@ -331,13 +337,33 @@ static bool on_reply(tcp_conn *c, const xfer_wire_hdr *h,
     return true;
 }
 
+/* The shard's CHALLENGE: check its proof and answer ours (AUTH). */
+static bool on_challenge(tcp_conn *c, const xfer_wire_msg *m)
+{
+    xfer_wire_msg a;
+    uint8_t buf[XFER_WIRE_MAX_FIXED];
+    if (c->challenged ||
+        xfer_auth_answer(c->t->secret, c->t->secret_len, &c->hello, m,
+                         &a) != 0) {
+        c->t->st.hello_refused++;
+        return false;
+    }
+    c->challenged = true;
+    size_t n = xfer_wire_encode(&a, c->hello_req, buf, sizeof buf);
+    return n && bufferevent_write(c->bev, buf, n) == 0;
+}
+
 static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
                          const xfer_wire_msg *m)
 {
     if (c->state != C_HELLO || h->req != c->hello_req)
         return false;
+    if (m->type == XFER_WIRE_T_CHALLENGE)
+        return on_challenge(c, m);
+    /* With a secret, a shard that did not prove it knows it is refused. */
     if (m->type == XFER_WIRE_T_ERROR || m->shard != c->shard ||
-        m->group != c->t->cfg.group) {
+        m->group != c->t->cfg.group ||
+        (c->t->secret_len && !c->challenged)) {
         c->t->st.hello_refused++;
         return false;
     }
@@ -472,12 +498,14 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         int one = 1;
         evutil_socket_t fd = bufferevent_getfd(bev);
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        xfer_wire_msg m = {.type = XFER_WIRE_T_HELLO,
-                           .version = XFER_WIRE_VERSION,
-                           .role = XFER_WIRE_ROLE_PRODUCER,
-                           .group = c->t->cfg.group, .shard = c->shard};
         uint8_t buf[XFER_WIRE_MAX_FIXED];
-        size_t n = xfer_wire_encode(&m, c->next_req, buf, sizeof buf);
+        c->challenged = false;
+        if (xfer_auth_hello(&c->hello, XFER_WIRE_ROLE_PRODUCER,
+                            c->t->cfg.group, c->shard, c->t->session) != 0) {
+            conn_lost(c, false);
+            return;
+        }
+        size_t n = xfer_wire_encode(&c->hello, c->next_req, buf, sizeof buf);
         c->hello_req = c->next_req++;
         c->state = C_HELLO;
         bufferevent_write(bev, buf, n);
@@ -713,7 +741,14 @@ int xfer_tcp_new_hooked(struct event_base *base, const xfer_tcp_config *cfg,
     if (hooks)
         t->hooks = *hooks;
     set_defaults(&t->cfg);
-    int rc = XFER_ERR_IO;
+    int rc = xfer_auth_client_init(c.secret, c.secret_len, c.session,
+                                   t->secret, &t->secret_len, t->session);
+    t->cfg.secret = NULL; /* copied */
+    if (rc) {
+        xfer_util_free(&c.alloc, t);
+        return rc;
+    }
+    rc = XFER_ERR_IO;
     t->deliver_ev = event_new(base, -1, 0, on_deliver, t);
     if (!t->deliver_ev)
         goto out_fail;

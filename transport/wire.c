@@ -154,6 +154,63 @@ static int get_hello(xfer_le_dec *r, xfer_wire_msg *m, bool ack)
                : -1;
 }
 
+static void get_bytes(xfer_le_dec *r, uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = xfer_le_dec_u8(r);
+}
+
+static void put_bytes(xfer_le_enc *w, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        xfer_le_enc_u8(w, p[i]);
+}
+
+_Static_assert(XFER_WIRE_BAD_SLOTS == XFER_WIRE_R_COUNT_,
+               "STATUS_BAD_OK carries every reason");
+
+/* The fields of a STATUS_BAD_OK, in wire order. */
+static void bad_fields(xfer_wire_bad *b, uint64_t *f[14])
+{
+    for (unsigned i = 0; i < XFER_WIRE_BAD_SLOTS; i++)
+        f[i] = &b->by_reason[i];
+    f[9] = &b->auth_failed;
+    f[10] = &b->conns_refused;
+    f[11] = &b->timeouts;
+    f[12] = &b->writes_stalled;
+    f[13] = &b->subs_dropped;
+}
+
+static void get_bad(xfer_le_dec *r, xfer_wire_bad *b)
+{
+    uint64_t *f[14];
+    b->n = xfer_le_dec_u32(r);
+    (void)xfer_le_dec_u32(r);
+    bad_fields(b, f);
+    for (int i = 0; i < 14; i++)
+        *f[i] = xfer_le_dec_u64(r);
+}
+
+static void put_bad(xfer_le_enc *w, const xfer_wire_bad *b)
+{
+    uint64_t *f[14];
+    xfer_wire_bad copy = *b;
+    xfer_le_enc_u32(w, XFER_WIRE_BAD_SLOTS);
+    xfer_le_enc_u32(w, 0);
+    bad_fields(&copy, f);
+    for (int i = 0; i < 14; i++)
+        xfer_le_enc_u64(w, *f[i]);
+}
+
+static int get_hello2(xfer_le_dec *r, xfer_wire_msg *m)
+{
+    int rc = get_hello(r, m, false);
+    (void)xfer_le_dec_u16(r);
+    get_bytes(r, m->session, sizeof m->session);
+    get_bytes(r, m->nonce, sizeof m->nonce);
+    return rc;
+}
+
 static int get_event(xfer_le_dec *r, xfer_wire_msg *m)
 {
     m->kind = xfer_le_dec_u8(r);
@@ -227,6 +284,20 @@ static int get_body(xfer_le_dec *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
         return 0;
     case XFER_WIRE_T_ERROR:
         return get_error(r, m);
+    case XFER_WIRE_T_HELLO2:
+        return get_hello2(r, m);
+    case XFER_WIRE_T_CHALLENGE:
+        get_bytes(r, m->nonce, sizeof m->nonce);
+        get_bytes(r, m->mac, sizeof m->mac);
+        return 0;
+    case XFER_WIRE_T_AUTH:
+        get_bytes(r, m->mac, sizeof m->mac);
+        return 0;
+    case XFER_WIRE_T_STATUS_BAD:
+        return 0;
+    case XFER_WIRE_T_STATUS_BAD_OK:
+        get_bad(r, &m->bad);
+        return m->bad.n == XFER_WIRE_BAD_SLOTS ? 0 : -1;
     case XFER_WIRE_T_INVALID:
     case XFER_WIRE_T_COUNT_:
         break;
@@ -365,6 +436,23 @@ static void put_body(xfer_le_enc *w, const xfer_wire_msg *m)
         xfer_le_enc_u64(w, m->id);
         xfer_le_enc_u32(w, m->attempt);
         break;
+    case XFER_WIRE_T_HELLO2:
+        put_hello(w, m, false);
+        xfer_le_enc_u16(w, 0);
+        put_bytes(w, m->session, sizeof m->session);
+        put_bytes(w, m->nonce, sizeof m->nonce);
+        break;
+    case XFER_WIRE_T_CHALLENGE:
+        put_bytes(w, m->nonce, sizeof m->nonce);
+        put_bytes(w, m->mac, sizeof m->mac);
+        break;
+    case XFER_WIRE_T_AUTH:
+        put_bytes(w, m->mac, sizeof m->mac);
+        break;
+    case XFER_WIRE_T_STATUS_BAD_OK:
+        put_bad(w, &m->bad);
+        break;
+    case XFER_WIRE_T_STATUS_BAD:
     case XFER_WIRE_T_SUBSCRIBE:
     case XFER_WIRE_T_SUBSCRIBE_ACK:
     case XFER_WIRE_T_INVALID:

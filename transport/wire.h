@@ -1,5 +1,6 @@
 /*
- * transport/wire.h - the xfer wire protocol (version 1): pure encode and
+ * transport/wire.h - the xfer wire protocol (version 1 and its HELLO2
+ * extension): pure encode and
  * decode of the frames spoken between a producer (the tcp transport), a
  * consumer scheduler, admin tools and xferd.  No I/O here.
  *
@@ -57,12 +58,40 @@
  *  RELEASE, RELEASE_ACK
  *                   like COMMIT: free TAKEN data.
  *  STATUS     c->s  u16 shard (0xFFFF: every hosted shard, summed),
- *                   u16 rsv, u32 rsv (8).  Needs no HELLO.
+ *                   u16 rsv, u32 rsv (8).  Needs no HELLO on a server
+ *                   without a secret; with one, an authenticated HELLO2.
  *  STATUS_OK  s->c  u16 shard, u16 nshards, u32 conns, then 14 u64
  *                   counters (see xfer_wire_status) (120).
  *  ERROR      s->c  i32 code (xfer_err), u8 req_type, u8 rsv, u16 shard,
  *                   u64 id, u32 attempt, u32 rsv (24).  The answer to a
  *                   request that failed; the connection stays open.
+ *  HELLO2     c->s  u16 version (2), u8 role, u8 rsv, u32 group, u16 shard,
+ *                   u16 rsv, u8 session[16], u8 nonce[16] (44).  HELLO with
+ *                   a session identity (the same across the client's
+ *                   reconnects) and the client's challenge nonce.
+ *  CHALLENGE  s->c  u8 nonce[16], u8 mac[32] (48): the server's nonce and
+ *                   its proof HMAC(secret, "xfer-s" hello snonce) (below).
+ *  AUTH       c->s  u8 mac[32] (32): the client's proof, same req as its
+ *                   HELLO2; HELLO_ACK (or ERROR AUTH, then close) answers.
+ *  STATUS_BAD c->s  u64 rsv (8): the whole server's refusals, with the
+ *                   access rule of STATUS.  STATUS_BAD_OK s->c: u32 n (9),
+ *                   u32 rsv, u64 bad frames by reason [9] (xfer_wire_reason
+ *                   order), u64 auth_failed, conns_refused, timeouts,
+ *                   writes_stalled, subs_dropped (120).
+ *
+ * SESSIONS AND AUTHENTICATION (the v1 extension of issue 12).  A peer that
+ * knows no better sends HELLO (type 1): the server, when it runs without a
+ * secret, gives that connection a session of its own that ends with it;
+ * with a secret it answers ERROR (XFER_ERR_AUTH) and closes.  HELLO2 names
+ * the client's session.  A server without a secret answers it with
+ * HELLO_ACK; one with a secret sends CHALLENGE, and the client answers
+ * AUTH.  The proofs (transport/auth.h) are HMAC-SHA256 under the shared
+ * secret over a label ("xfer-s" for the server, "xfer-c" for the client),
+ * the HELLO2 body (role, group, shard, session and the client nonce) and
+ * the server nonce; both sides check the other's proof with a
+ * constant-time compare, so each proves it knows the secret to the other
+ * and neither proof can be replayed under fresh nonces.  A v1 peer refuses
+ * HELLO2, CHALLENGE and AUTH as an unknown type (BAD_TYPE: it closes).
  *
  * Bad input (a frame the decoder refuses, or a request that makes no sense
  * on this connection, such as an op before HELLO) closes that connection;
@@ -113,7 +142,12 @@
     X(RELEASE_ACK, 17, 24)                                                    \
     X(STATUS, 18, 8)                                                          \
     X(STATUS_OK, 19, 120)                                                     \
-    X(ERROR, 20, 24)
+    X(ERROR, 20, 24)                                                          \
+    X(HELLO2, 21, 44)                                                         \
+    X(CHALLENGE, 22, 48)                                                      \
+    X(AUTH, 23, 32)                                                           \
+    X(STATUS_BAD, 24, 8)                                                      \
+    X(STATUS_BAD_OK, 25, 120)
 
 typedef enum xfer_wire_type {
     XFER_WIRE_T_INVALID = 0,
@@ -145,6 +179,15 @@ typedef struct xfer_wire_hdr {
     uint32_t req;
 } xfer_wire_hdr;
 
+/* What a STATUS_BAD_OK carries. */
+#define XFER_WIRE_BAD_SLOTS 9u
+typedef struct xfer_wire_bad {
+    uint32_t n;                                /* reasons that follow */
+    uint64_t by_reason[XFER_WIRE_BAD_SLOTS];
+    uint64_t auth_failed, conns_refused, timeouts, writes_stalled;
+    uint64_t subs_dropped;
+} xfer_wire_bad;
+
 /* The shard counters a STATUS_OK carries. */
 typedef struct xfer_wire_status {
     uint16_t shard, nshards;
@@ -159,8 +202,15 @@ typedef struct xfer_wire_status {
  * the type (see the table above); the rest are 0.  For a WRITE, `len` is the
  * data length and the data follows the fixed part in the frame.
  */
+#define XFER_WIRE_SESSION 16u /* bytes of a session identity */
+#define XFER_WIRE_NONCE 16u
+#define XFER_WIRE_MAC 32u     /* HMAC-SHA256 */
+
 typedef struct xfer_wire_msg {
     uint8_t type;
+    uint8_t session[XFER_WIRE_SESSION]; /* HELLO2 */
+    uint8_t nonce[XFER_WIRE_NONCE];     /* HELLO2 (client's), CHALLENGE */
+    uint8_t mac[XFER_WIRE_MAC];         /* CHALLENGE (server's), AUTH */
     uint8_t role, kind, req_type;
     uint16_t version, shard;
     uint32_t group, attempt, len, rkey, max_write;
@@ -168,6 +218,7 @@ typedef struct xfer_wire_msg {
     uint64_t id, resv_id, addr, off;
     uint64_t pool_bytes, lease_ttl_ns;
     xfer_wire_status st;
+    xfer_wire_bad bad; /* STATUS_BAD_OK */
 } xfer_wire_msg;
 
 /* Result of xfer_wire_decode_hdr() when fewer than 16 bytes are given. */

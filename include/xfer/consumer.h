@@ -113,6 +113,13 @@ typedef struct xfer_consumer_config {
     xfer_clock_fn clock;       /* NULL: CLOCK_MONOTONIC */
     void *clock_ud;
     xfer_allocator alloc;      /* every allocation; zeroed: libc */
+    /* Sessions and authentication (README.md, "Running xferd on a
+     * network"), as xfer_tcp_config's: every link says HELLO2 with
+     * `session`, the same across reconnects. */
+    uint8_t session[16];       /* all zero (the default): drawn from the
+                                  OS CSPRNG at creation */
+    const uint8_t *secret;     /* 16..256 bytes, copied; NULL: none */
+    size_t secret_len;
 } xfer_consumer_config;
 
 /* Write the version and every default into *cfg.  NULL ok. */

@@ -45,6 +45,9 @@ extern "C" {
     X(NOT_SUPPORTED, -20, "not supported by this build or device")            \
     X(FORMAT,      -21, "bad file format or version")                         \
     X(TOO_SMALL,   -22, "buffer too small for the result")                    \
+    X(PERM,        -23, "not permitted: another session's, or not this role's") \
+    X(AUTH,        -24, "peer authentication failed")                         \
+    X(INCOMPLETE,  -25, "not every byte of the reservation was written")      \
     X(INTERNAL,   -100, "internal error (bug in xfer)")
 
 #define XFER_ERR_FATAL_BAND (-100)

@@ -343,7 +343,7 @@ typedef enum xfer_transfer_event {
     X(CANCELLED, WRITE_END_OK,    ILLEGAL,    none)                           \
     X(CANCELLED, WRITE_END_FAIL,  ILLEGAL,    none)                           \
     X(CANCELLED, COMMIT,          IGNORE,     refuse)                         \
-    X(CANCELLED, CANCEL,          IGNORE,     ack)                            \
+    X(CANCELLED, CANCEL,          IGNORE,     tomb_cancel)                    \
     X(CANCELLED, LEASE_EXPIRE,    ILLEGAL,    none)                           \
     X(CANCELLED, TAKE,            IGNORE,     refuse)                         \
     X(CANCELLED, RELEASE,         IGNORE,     refuse)                         \
@@ -355,7 +355,7 @@ typedef enum xfer_transfer_event {
     X(EXPIRED, WRITE_END_OK,      ILLEGAL,    none)                           \
     X(EXPIRED, WRITE_END_FAIL,    ILLEGAL,    none)                           \
     X(EXPIRED, COMMIT,            IGNORE,     refuse)                         \
-    X(EXPIRED, CANCEL,            IGNORE,     ack)                            \
+    X(EXPIRED, CANCEL,            IGNORE,     tomb_cancel)                    \
     X(EXPIRED, LEASE_EXPIRE,      ILLEGAL,    none)                           \
     X(EXPIRED, TAKE,              IGNORE,     refuse)                         \
     X(EXPIRED, RELEASE,           IGNORE,     refuse)                         \

@@ -16,11 +16,13 @@
  * shard's outstanding ops fail (XFER_ERR_CONN_LOST, posted writes once
  * their flush completions were polled) and both reconnect.
  *
- * The server (xfer_server_new_rdma) gives each reservation its own rkey:
- * its own memory registration of exactly the region (the same on every
- * device; type 2 memory windows are not used), and a free, a commit or a
- * lease expiry first deregisters it, so a write that comes later fails at
- * the producer (remote access error) and lands nothing.
+ * The server (xfer_server_new_rdma) gives each reservation its own rkey
+ * over exactly the region: a type 2 memory window bound through the
+ * reserving producer's QP where the device has them, else its own memory
+ * registration (xfer_server_rdma_windows says which); a free, a commit or
+ * a lease expiry first kills it (window: local invalidation, completion
+ * polled, dealloc; registration: deregistration), so a write that comes
+ * later fails at the producer (remote access error) and lands nothing.
  *
  * Threads: like xfer/tcp.h, everything on the loop thread of `base`.
  */
@@ -118,9 +120,10 @@ XFER_API void xfer_server_rdma_config_default(xfer_server_rdma_config *cfg);
 
 /*
  * xfer_server_new, with the shards also written one-sidedly: an rdmacm
- * listener on cfg->addr (rcfg->port), a PD on that device, and a
- * registration per reservation (its address in RESERVE_OK stays the
- * region's offset in the pool: the registration's iova; rkey nonzero).
+ * listener on cfg->addr (rcfg->port), a PD on that device, and an rkey
+ * per reservation: a type 2 memory window where the device has them,
+ * else a registration (its address in RESERVE_OK stays the region's
+ * offset in the pool; rkey nonzero).
  * Plain TCP producers are served as before.  rcfg NULL: defaults.
  * Errors: those of xfer_server_new, XFER_ERR_NOT_SUPPORTED (no device, a
  * build without RDMA), XFER_ERR_IO (an rdmacm or verbs call failed).
@@ -130,6 +133,12 @@ XFER_API int xfer_server_new_rdma(const xfer_server_config *cfg,
                                   xfer_server **out);
 /* The rdmacm port bound (0 without RDMA). */
 XFER_API uint16_t xfer_server_rdma_port(const xfer_server *s);
+/* Which per-reservation rkeys s gives: true, type 2 memory windows bound
+ * through the reserving producer's QP (the device reports
+ * IBV_DEVICE_MEM_WINDOW_TYPE_2B); false, a registration per reservation
+ * (no type 2 windows), or no RDMA.  The start also logs it
+ * ("rdma: per-reservation rkeys via ..."). */
+XFER_API bool xfer_server_rdma_windows(const xfer_server *s);
 
 #ifdef __cplusplus
 }

@@ -19,16 +19,39 @@
  *    byte, or failed when its connection goes first;
  *  - bytes from the network land only inside the reserved region they were
  *    written to; nothing outside the caller's shard memory is ever written;
- *  - TAKEN data belongs to the consumer that took it.  When that consumer's
- *    connection closes, the data stays TAKEN for take_grace_ns (any
- *    connection may still RELEASE it meanwhile); then the server releases
- *    it itself, so a consumer killed with kill -9 leaks nothing for good;
+ *  - every reservation belongs to the producer session that made it (the
+ *    session a HELLO2 names, which survives the client's reconnects; a v1
+ *    HELLO's session is its connection's alone): write, commit and cancel
+ *    from another session answer XFER_ERR_PERM.  Only a producer may
+ *    reserve, write and commit (and cancel its own); only a consumer may
+ *    subscribe, take, release and cancel as the consumer (attempt 0);
+ *    anything else answers XFER_ERR_PERM.  Each session's reservations,
+ *    bytes and tombstones count against its own quota per shard
+ *    (session_max_*: XFER_ERR_BUSY for it alone);
+ *  - with a secret, a peer is served only after HELLO2's challenge-
+ *    response (wire.h): a v1 HELLO, a bad proof or a STATUS before it
+ *    answers ERROR (XFER_ERR_AUTH) or closes; reservation ids and
+ *    session nonces come from the OS CSPRNG;
+ *  - TAKEN data belongs to the consumer session that took it.  When that
+ *    session's last connection closes, the data stays TAKEN for
+ *    take_grace_ns (a consumer connection may still RELEASE it meanwhile;
+ *    a connection of the same session back in time keeps it TAKEN); then
+ *    the server releases it itself, so a consumer killed with kill -9
+ *    leaks nothing for good;
  *  - a subscriber misses nothing that waits for it: after SUBSCRIBE_ACK
  *    the server sends a READY event for every reservation already READY
  *    on the shard (a consumer that reconnects sees them again; its
  *    readiness machine absorbs a repeat);
  *  - a connection whose unread replies pass 8 MiB stops being read until
- *    they drain, and a subscriber that falls that far behind is dropped.
+ *    they drain, and a subscriber that falls that far behind is dropped;
+ *    so is one with more than 1 MiB unread while every connection's
+ *    output together passes out_max_bytes;
+ *  - nothing a peer does holds a connection or a region for good: the
+ *    HELLO, header, idle and write timeouts close it (a stalled write
+ *    ends failed), at most max_conns are open (more are closed at once),
+ *    and at the fd limit accepting pauses for accept_retry_ns while the
+ *    open connections are served;
+ *  - a peer's half-close lets the replies already queued go out first.
  *
  * Memory lifetime: each shard's memory {base, len} is borrowed.  It must
  * stay valid, and the caller must not write to it, until xfer_server_del
@@ -67,7 +90,8 @@ typedef struct xfer_server xfer_server;
 
 /* One line about bad input or a dropped connection ("conn 3 bad frame
  * (BAD_MAGIC), closed"), without a newline; `line` is borrowed until
- * return.  Loop thread.  The server reports at most 200 lines. */
+ * return.  Loop thread.  Rate-limited (log_interval_ns), never cut off:
+ * lines over the limit are counted and the count is reported. */
 typedef void (*xfer_server_log_fn)(void *ud, const char *line);
 /* A drain ended: drained is true when no reservation was being reserved or
  * written any more, false when drain_timeout_ns passed first. */
@@ -95,9 +119,9 @@ typedef struct xfer_server_config {
     uint32_t max_tombstones;    /* per shard; 0: 4 * max_reservations */
     uint64_t lease_ttl_ns;      /* 0: 10 s */
     uint64_t tombstone_ttl_ns;  /* 0: 2 * lease_ttl_ns */
-    uint64_t take_grace_ns;     /* TAKEN data of a closed consumer
-                                   connection is released after this;
-                                   0: 30 s */
+    uint64_t take_grace_ns;     /* TAKEN data of a consumer session
+                                   with no connection is released after
+                                   this; 0: 30 s */
     uint64_t drain_timeout_ns;  /* 0: lease_ttl_ns */
     bool consume;               /* a sink for tests and benchmarks: take
                                    and release every READY at once */
@@ -114,6 +138,46 @@ typedef struct xfer_server_config {
     void *clock_ud;
     xfer_allocator alloc;       /* every allocation of the server and its
                                    shards; zeroed: libc */
+    /* Sessions, authentication, quotas, timeouts and caps (README.md,
+     * "Running xferd on a network"; every 0 means the default). */
+    const uint8_t *secret;      /* the shared secret of HELLO2's challenge-
+                                   response; copied; NULL: none (then only
+                                   a loopback address may be bound unless
+                                   insecure) */
+    size_t secret_len;          /* 16..256 bytes when secret is set */
+    bool insecure;              /* bind a non-loopback address without a
+                                   secret */
+    uint16_t max_sessions;      /* 0: 1024 */
+    uint64_t session_grace_ns;  /* a session without a connection is kept
+                                   (its reconnect finds it) this long;
+                                   0: take_grace_ns */
+    uint32_t session_max_reservations; /* per session and shard; 0: a
+                                          quarter of max_reservations */
+    uint64_t session_max_bytes; /* per session and shard; 0: a quarter of
+                                   the shard's pool */
+    uint32_t session_max_tombstones; /* per session and shard, counting
+                                        the slots its live records hold;
+                                        0: a quarter of max_tombstones */
+    uint64_t hello_timeout_ns;  /* a connection without a finished HELLO
+                                   (and AUTH) is closed after this; 0: 5 s */
+    uint64_t header_timeout_ns; /* a frame begun and not finished, or
+                                   replies a closing peer does not read;
+                                   0: 10 s */
+    uint64_t idle_timeout_ns;   /* no request for this long (subscribers
+                                   excepted): closed; 0: 300 s */
+    uint64_t write_timeout_ns;  /* a streamed WRITE that receives no byte
+                                   for this long ends failed and its
+                                   connection closes; 0: 10 s */
+    uint32_t max_conns;         /* more are closed at accept; 0: 4096 */
+    uint64_t out_max_bytes;     /* replies and events queued on every
+                                   connection together: past it, a peer
+                                   with more than 1 MiB unread stops being
+                                   read, a subscriber is dropped;
+                                   0: 64 MiB */
+    uint64_t accept_retry_ns;   /* at the fd limit, accepting pauses this
+                                   long; 0: 100 ms */
+    uint64_t log_interval_ns;   /* at most 20 log lines per interval, the
+                                   rest counted and reported; 0: 1 s */
 } xfer_server_config;
 
 /* Write the version and every default into *cfg (base, shards and nshards
@@ -125,8 +189,10 @@ XFER_API void xfer_server_config_default(xfer_server_config *cfg);
  * On success writes *out and returns 0; *out untouched on failure.
  * Errors: XFER_ERR_INVALID_ARG (NULL, an unknown version, no base, a bad
  * address, nshards out of range, a shard without memory, duplicate or
- * out-of-range indexes), XFER_ERR_NOMEM, XFER_ERR_IO (bind or listen
- * failed: errno tells why).
+ * out-of-range indexes, a secret of a bad length), XFER_ERR_AUTH (a
+ * non-loopback address without a secret, and not insecure), XFER_ERR_NOMEM,
+ * XFER_ERR_IO (bind or listen failed: errno tells why; or the OS CSPRNG
+ * gave nothing).
  */
 XFER_API int xfer_server_new(const xfer_server_config *cfg,
                              xfer_server **out);
@@ -139,7 +205,7 @@ XFER_API void xfer_server_del(xfer_server *s);
 XFER_API uint16_t xfer_server_port(const xfer_server *s);
 
 /*
- * Drain: stop accepting, refuse new reserves (XFER_ERR_SHUTDOWN), and call
+ * Drain: close the listener, refuse new reserves (XFER_ERR_SHUTDOWN), and call
  * cb(ud, drained) once, from the loop, when no reservation is reserved or
  * being written, or when drain_timeout_ns passed.  READY and TAKEN data
  * stay served (take, release).  Errors: XFER_ERR_INVALID_ARG,
@@ -150,6 +216,11 @@ XFER_API int xfer_server_drain(xfer_server *s, xfer_server_drain_cb cb,
 /* True when no reservation of any hosted shard is RESERVED, WRITING or
  * waiting for a write to end. */
 XFER_API bool xfer_server_drained(const xfer_server *s);
+/* True when no hosted shard holds any reservation at all (READY and TAKEN
+ * included): after a drain, the moment a daemon may exit with nothing
+ * lost.  READY data ends by its lease, TAKEN data by its release or the
+ * take grace, so this comes in bounded time. */
+XFER_API bool xfer_server_empty(const xfer_server *s);
 
 /* Counters: of hosted shard `index` (its index in the group), or of every
  * hosted shard summed with index XFER_SHARD_NONE.  Versioned like the
@@ -175,6 +246,13 @@ typedef struct xfer_server_stats {
     uint64_t bad_frames;
     uint64_t bad_by_reason[XFER_SERVER_BAD_REASONS];
     uint64_t errors_sent, faults, subs_dropped;
+    uint64_t auth_failed;        /* bad proofs, v1 HELLOs under a secret */
+    uint64_t conns_refused;      /* over max_conns, or the session table
+                                    full */
+    uint64_t timeouts;           /* closed by a HELLO, header or idle
+                                    timeout */
+    uint64_t writes_stalled;     /* ended by the write timeout */
+    uint64_t out_bytes;          /* queued output now, all connections */
 } xfer_server_stats;
 
 XFER_API int xfer_server_stats_get_versioned(const xfer_server *s,

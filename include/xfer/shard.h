@@ -13,6 +13,14 @@
  *    no cancel and no lease frees it;
  *  - every op of one attempt of an id touches only state of that attempt
  *    (reserve, write, commit carry (id, attempt, resv_id));
+ *  - a commit is refused (XFER_ERR_INCOMPLETE) unless every byte of the
+ *    reservation was written by completed writes of it;
+ *  - with owners (max_owners > 0: the sessions of a shard server), a
+ *    reservation belongs to the owner that reserved it: write, commit and
+ *    cancel from another owner are refused (XFER_ERR_PERM), a tombstone
+ *    blocks only what its maker may block, and each owner's reservations,
+ *    bytes and tombstones count against its own quota (XFER_ERR_BUSY for
+ *    it, room kept for the others);
  *  - a tombstone (CANCELLED, EXPIRED, DONE) lives tombstone_ttl_ns, which
  *    must outlive every message still in flight to the shard;
  *  - leases are kept in a deadline-ordered heap, never in insertion order.
@@ -70,6 +78,14 @@ typedef struct xfer_shard_config {
     xfer_rng rng;               /* zeroed (the default): a fixed-seed
                                    internal generator */
     xfer_trace_sink trace;      /* zeroed (the default): no trace */
+    /* Owners 1..max_owners (see "Owners" below); 0 (the default): none,
+     * and every call acts for nobody in particular. */
+    uint16_t max_owners;
+    uint32_t owner_max_reservations; /* 0: max_reservations / max_owners */
+    uint64_t owner_max_bytes;        /* pool bytes; 0: pool / max_owners */
+    uint32_t owner_max_tombstones;   /* tombstones and the slots live
+                                        records hold; 0: max_tombstones /
+                                        max_owners */
 } xfer_shard_config;
 
 /* Write the latest version and every default above into *cfg (the derived
@@ -140,15 +156,43 @@ XFER_API int xfer_shard_new(const xfer_shard_config *cfg, xfer_shard **out);
 XFER_API void xfer_shard_del(xfer_shard *s);
 
 /*
+ * Owners.  A shard server gives each of its sessions an owner number
+ * (1..max_owners) and makes the calls below through their _by forms; the
+ * plain calls act for owner 0, nobody in particular, who is never refused
+ * for ownership and sees every tombstone (the loop transport, the model
+ * checker, tests).  With an owner:
+ *  - reserve, write, commit and cancel of a record another owner made
+ *    answer XFER_ERR_PERM and touch nothing (the consumer's cancel,
+ *    attempt 0, excepted: it applies to every owner's record);
+ *  - a tombstone of the owner's making (its cancel of an unknown id, the
+ *    end of its record by its cancel or its lease) blocks only that
+ *    owner's later reserves of the id; one the consumer made (its cancel,
+ *    a release of taken data) blocks every reserve of it.  One tombstone
+ *    per id: when a second owner tombstones an id another owner's
+ *    tombstone holds, it stays the first's (a cancel of an unknown id) or
+ *    becomes the second's (its record ended); two owners never block a
+ *    third (a late reserve the first owner no longer blocks is freed by
+ *    its lease);
+ *  - an owner over owner_max_reservations or owner_max_bytes gets
+ *    XFER_ERR_BUSY from reserve, and over owner_max_tombstones (its
+ *    tombstones plus the slots its live records hold) from reserve and
+ *    from a cancel that needs a new tombstone.  An owner within its quota
+ *    never meets a cap the others filled while the quotas add up to at
+ *    most the caps (the pool can still be fragmented: NO_SPACE).
+ *
  * Reserve len bytes for (id, attempt).  Idempotent while RESERVED/WRITING for
  * the same attempt (the same info comes back).  *info written on 0.
  * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NO_SPACE (pool), XFER_ERR_BUSY
- * (reservation or tombstone cap), XFER_ERR_CANCELLED (tombstoned),
- * XFER_ERR_STALE (held by another attempt), XFER_ERR_STATE (held, not
- * RESERVED/WRITING).
+ * (reservation or tombstone cap, or the owner's quota), XFER_ERR_CANCELLED
+ * (tombstoned), XFER_ERR_STALE (held by another attempt), XFER_ERR_STATE
+ * (held, not RESERVED/WRITING), XFER_ERR_PERM (held by another owner).
  */
 XFER_API int xfer_shard_reserve(xfer_shard *s, uint64_t now_ns, uint64_t id,
                        uint32_t attempt, uint32_t len, xfer_resv_info *info);
+XFER_API int xfer_shard_reserve_by(xfer_shard *s, uint64_t now_ns,
+                                   uint16_t owner, uint64_t id,
+                                   uint32_t attempt, uint32_t len,
+                                   xfer_resv_info *info);
 
 /*
  * Begin a write of len bytes at off inside the reservation.  On 0, *dst
@@ -156,11 +200,25 @@ XFER_API int xfer_shard_reserve(xfer_shard *s, uint64_t now_ns, uint64_t id,
  * is in flight: the memory is pinned until write_end.
  * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOT_FOUND, XFER_ERR_STALE (attempt
  * or resv_id mismatch), XFER_ERR_BOUNDS, XFER_ERR_CANCELLED, XFER_ERR_EXPIRED,
- * XFER_ERR_STATE, XFER_ERR_BUSY (2^32 - 1 writes already in flight).
+ * XFER_ERR_STATE, XFER_ERR_BUSY (2^32 - 1 writes already in flight),
+ * XFER_ERR_PERM (_by: another owner's record).
+ *
+ * What a write counts for the commit: a write that ends ok while it was
+ * the only one in flight on its reservation marks its bytes written when
+ * it starts inside what is already written (so the written part is always
+ * a prefix [0, n)); a write that fails unmarks from its offset on (or
+ * everything, if it ran next to another write); writes that ran next to
+ * each other mark nothing.  The transports write each reservation with
+ * one write, so their commits always find it whole.
  */
 XFER_API int xfer_shard_write_begin(xfer_shard *s, uint64_t now_ns, uint64_t id,
                            uint32_t attempt, uint64_t resv_id, uint64_t off,
                            uint32_t len, uint8_t **dst);
+XFER_API int xfer_shard_write_begin_by(xfer_shard *s, uint64_t now_ns,
+                                       uint16_t owner, uint64_t id,
+                                       uint32_t attempt, uint64_t resv_id,
+                                       uint64_t off, uint32_t len,
+                                       uint8_t **dst);
 /* End a write begun with write_begin.  ok=false: the bytes are garbage.
  * Returns 0, or XFER_ERR_CANCELLED / XFER_ERR_EXPIRED when the reservation
  * was cancelled or expired meanwhile (the memory is now freed), or
@@ -175,9 +233,14 @@ XFER_API int xfer_shard_write(xfer_shard *s, uint64_t now_ns, uint64_t id,
 /* Commit: RESERVED -> READY, emits READY.  Idempotent in READY/TAKEN.
  * Errors: XFER_ERR_NOT_FOUND, XFER_ERR_STALE, XFER_ERR_CANCELLED,
  * XFER_ERR_EXPIRED, XFER_ERR_STATE (a write still in flight),
- * XFER_ERR_BUSY (the event list is full: the driver did not drain it). */
+ * XFER_ERR_INCOMPLETE (not every byte of the reservation was written by
+ * completed writes of it), XFER_ERR_BUSY (the event list is full: the
+ * driver did not drain it), XFER_ERR_PERM (_by: another owner's). */
 XFER_API int xfer_shard_commit(xfer_shard *s, uint64_t now_ns, uint64_t id,
                       uint32_t attempt, uint64_t resv_id);
+XFER_API int xfer_shard_commit_by(xfer_shard *s, uint64_t now_ns,
+                                  uint16_t owner, uint64_t id,
+                                  uint32_t attempt, uint64_t resv_id);
 
 /*
  * Cancel (id, attempt[, resv_id]).  resv_id XFER_RESV_NONE: frees only a
@@ -192,9 +255,15 @@ XFER_API int xfer_shard_commit(xfer_shard *s, uint64_t now_ns, uint64_t id,
  * attempt 0 (never a producer attempt) is the consumer scheduler's cancel
  * of the id: it applies to whatever attempt holds the id (TAKEN data still
  * excepted), or leaves a tombstone that refuses every later reserve of it.
+ * With _by, XFER_ERR_PERM for another owner's record (attempt 0 excepted;
+ * whoever makes that call decides who may), and the owner's tombstone
+ * quota applies (XFER_ERR_BUSY).
  */
 XFER_API int xfer_shard_cancel(xfer_shard *s, uint64_t now_ns, uint64_t id,
                       uint32_t attempt, uint64_t resv_id);
+XFER_API int xfer_shard_cancel_by(xfer_shard *s, uint64_t now_ns,
+                                  uint16_t owner, uint64_t id,
+                                  uint32_t attempt, uint64_t resv_id);
 
 /* Take (pin) READY data for the consumer.  *data and *len written on 0.
  * Errors: XFER_ERR_NOT_FOUND, XFER_ERR_STALE, XFER_ERR_CANCELLED,
@@ -264,6 +333,17 @@ XFER_API int xfer_shard_stats_get_versioned(const xfer_shard *s,
                                             xfer_shard_stats *st);
 #define xfer_shard_stats_get(s, st)                                         \
     xfer_shard_stats_get_versioned((s), XFER_SHARD_STATS_VERSION, (st))
+/* What owner (1..max_owners) holds: live records, their pool bytes (as
+ * allocated, rounded to the alignment) and tombstone slots (its
+ * tombstones, live or superseded, plus one per live record). */
+typedef struct xfer_shard_owner_use {
+    uint32_t live;
+    uint32_t tombstones;
+    uint64_t bytes;
+} xfer_shard_owner_use;
+/* Errors: XFER_ERR_INVALID_ARG (NULL, owner 0 or past max_owners). */
+XFER_API int xfer_shard_owner_get(const xfer_shard *s, uint16_t owner,
+                                  xfer_shard_owner_use *out);
 /* How many times the reservation table's cell (state, event) was
  * dispatched; 0 outside the table. */
 XFER_API uint64_t xfer_shard_cell_hits(const xfer_shard *s, unsigned state,

@@ -68,6 +68,15 @@ typedef struct xfer_tcp_config {
     xfer_allocator alloc;      /* every allocation of the transport
                                   (libevent's own excepted); zeroed (the
                                   default): libc */
+    /* Sessions and authentication (README.md, "Running xferd on a
+     * network").  Every connection says HELLO2 with `session`, the same
+     * across reconnects, so the shards keep our reservations ours. */
+    uint8_t session[16];       /* all zero (the default): drawn from the
+                                  OS CSPRNG at creation */
+    const uint8_t *secret;     /* the shards' shared secret, 16..256 bytes,
+                                  copied; NULL (the default): none, and a
+                                  shard that challenges us is refused */
+    size_t secret_len;
 } xfer_tcp_config;
 
 /* Write version 1 and every default above into *cfg (the derived one as

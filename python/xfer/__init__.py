@@ -262,23 +262,18 @@ _NOTIFY = {"fd": _xfer.NOTIFY_FD, "call_soon": _xfer.NOTIFY_CALL_SOON}
 _live = weakref.WeakSet()
 
 
-class Engine(_xfer.Engine):
-    """The producer engine over one consumer group (transport: Loop or
-    Tcp); more groups with add_group().  Keywords (0 or None: the
-    library's default): max_transfers, max_tombstones, max_pools,
-    mailbox_cap, default_timeout, tombstone_ttl, cancel_op_timeout,
-    cancel_backoff (seconds), cancel_max_attempts, and notify: "fd" (an
-    eventfd the asyncio loop watches; the default) or "call_soon" (the
-    loop thread calls call_soon_threadsafe)."""
+class _Closing:
+    """What Engine, Server and Consumer share: `with` closes with the
+    blocking close, `async with` and aclose() without blocking the running
+    loop (the C side's _begin_aclose gives a future resolved once its loop
+    stopped; then _finish_close frees what the loop used)."""
 
-    def __init__(self, transport, *, notify="fd", **kw):
-        super().__init__(transport, notify=_NOTIFY[notify], **kw)
-        _live.add(self)
+    _aclose_when_closed = False
 
     async def aclose(self):
-        """Shut down without blocking the running loop: every transfer
-        ends, every completion is delivered, every pool let go."""
-        if not self.closed:
+        """Close without blocking the running loop: every transfer ends,
+        every completion or outcome is delivered, every buffer let go."""
+        if self._aclose_when_closed or not self.closed:
             await self._begin_aclose()
             self._finish_close()
 
@@ -292,6 +287,23 @@ class Engine(_xfer.Engine):
         return self
 
     def __exit__(self, *exc):
+        self._close_blocking()
+
+
+class Engine(_Closing, _xfer.Engine):
+    """The producer engine over one consumer group (transport: Loop or
+    Tcp); more groups with add_group().  Keywords (0 or None: the
+    library's default): max_transfers, max_tombstones, max_pools,
+    mailbox_cap, default_timeout, tombstone_ttl, cancel_op_timeout,
+    cancel_backoff (seconds), cancel_max_attempts, and notify: "fd" (an
+    eventfd the asyncio loop watches; the default) or "call_soon" (the
+    loop thread calls call_soon_threadsafe)."""
+
+    def __init__(self, transport, *, notify="fd", **kw):
+        super().__init__(transport, notify=_NOTIFY[notify], **kw)
+        _live.add(self)
+
+    def _close_blocking(self):
         self.shutdown()
 
     def __repr__(self):
@@ -311,7 +323,7 @@ def _shutdown_live_engines():
 # The consumer side
 # --------------------------------------------------------------------------
 
-class Server(_xfer.Server):
+class Server(_Closing, _xfer.Server):
     """A shard server over this process's own memory, on a loop thread of
     its own: buffers[i] (any writable, C-contiguous buffer: bytearray,
     mmap, numpy array, a tensor's buffer) is the pool of shard shards[i]
@@ -345,22 +357,7 @@ class Server(_xfer.Server):
         """drain() without blocking the running loop."""
         return await self._begin_drain()
 
-    async def aclose(self):
-        """close() without blocking the running loop."""
-        if not self.closed:
-            await self._begin_aclose()
-            self._finish_close()
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.aclose()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
+    def _close_blocking(self):
         self.close()
 
     def __repr__(self):
@@ -369,7 +366,7 @@ class Server(_xfer.Server):
             ", closed" if self.closed else "")
 
 
-class Consumer(_xfer.Consumer):
+class Consumer(_Closing, _xfer.Consumer):
     """The consumer scheduler's client: connects to the shard servers of a
     group (addrs[k] serves shard k: "ip:port", or one "a,b,c,d" string),
     and reports every id exactly once, as an xfer.Available (every shard's
@@ -471,22 +468,11 @@ class Consumer(_xfer.Consumer):
         else:   # the callback holds self, so the fd stays open until then
             loop.call_soon_threadsafe(loop.remove_reader, self.fileno())
 
-    async def aclose(self):
-        """close() without blocking the running loop.  (Either wakes the
-        iterating task through the eventfd: its iteration ends.)"""
-        await self._begin_aclose()
-        self._finish_close()
+    # Either close wakes the iterating task through the eventfd, and its
+    # iteration ends; a second close is harmless, so aclose always runs.
+    _aclose_when_closed = True
 
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.aclose()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
+    def _close_blocking(self):
         self.close()
 
     def __repr__(self):

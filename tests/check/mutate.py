@@ -107,9 +107,28 @@ MUTANTS = {
     'write_end_early': (
         'shard.c',
         '    if (--r->writes == 0) {\n'
-        '        r->state = XFER_RESV_STATE_RESERVED;\n',
+        '        r->flags &= (uint8_t)~XFER_SHARD_F_MULTI;\n',
         '    if (r->writes-- != 0) {\n'
-        '        r->state = XFER_RESV_STATE_RESERVED;\n'),
+        '        r->flags &= (uint8_t)~XFER_SHARD_F_MULTI;\n'),
+    # A one-sided shard frees a cancelled RESERVED region at once, without
+    # waiting for its rkey's invalidation: a posted write lands in the
+    # freed region (issue 15; found only with --rdma).
+    'free_before_invalidate': (
+        'shard.c',
+        '        return XFER_ERR_BUSY;\n'
+        '    if (s->cfg.one_sided && o->step.from == XFER_RESV_STATE_RESERVED) {\n'
+        '        start_invalidation(s, o, XFER_RESV_STATE_CANCEL_INVAL, true);\n',
+        '        return XFER_ERR_BUSY;\n'
+        '    if (0) {\n'
+        '        start_invalidation(s, o, XFER_RESV_STATE_CANCEL_INVAL, true);\n'),
+    # A one-sided shard publishes a commit READY before the rkey is
+    # invalidated: a write can still change READY bytes (issue 15).
+    'ready_before_invalidate': (
+        'shard.c',
+        '    if (s->cfg.one_sided) {\n'
+        '        o->rec->covered = o->rec->len; /* as a committed record\'s is */\n',
+        '    if (0) {\n'
+        '        o->rec->covered = o->rec->len; /* as a committed record\'s is */\n'),
     # The engine model skips unregistering the staging pool at shutdown.
     'pool_leak': (
         'engine.c',

@@ -102,6 +102,13 @@ int st_start_servers(stack *s, uint16_t S, size_t pool, uint64_t max_id,
         s->scfg = *tmpl;
     else
         xfer_server_config_default(&s->scfg);
+    if (!tmpl) {
+        /* One producer session may use every shard whole here (the
+         * hostile suite, tests/hostile/, tests the quotas). */
+        s->scfg.session_max_bytes = pool;
+        s->scfg.session_max_reservations = s->scfg.max_reservations;
+        s->scfg.session_max_tombstones = s->scfg.max_tombstones;
+    }
     for (uint16_t k = 0; k < S; k++) {
         if (st_mem_new(&s->mem[k], pool, ST_CANARY) != 0)
             return -1;
@@ -158,6 +165,8 @@ int st_start_producer(stack *s, uint32_t slice, uint32_t inflight,
     tc.addrs = s->addrs;
     tc.reconnect_min_ns = 5000000ull;
     tc.reconnect_max_ns = 100000000ull;
+    tc.secret = s->scfg.secret; /* the servers' own, when they have one */
+    tc.secret_len = s->scfg.secret_len;
     if (!s->staging)
         return -1;
     int rc = xfer_engine_new(&ec, &s->e);
@@ -270,6 +279,10 @@ int st_start_consumer(stack *s, const xfer_consumer_config *tmpl)
     s->ccfg.unavailable = on_unavailable;
     s->ccfg.link = on_link;
     s->ccfg.ud = s;
+    if (!s->ccfg.secret) { /* the servers' own, when they have one */
+        s->ccfg.secret = s->scfg.secret;
+        s->ccfg.secret_len = s->scfg.secret_len;
+    }
     if (!s->ccfg.reconnect_min_ns)
         s->ccfg.reconnect_min_ns = 5000000ull;
     if (!s->ccfg.reconnect_max_ns || s->ccfg.reconnect_max_ns > 100000000ull)
@@ -326,6 +339,11 @@ int st_raw_call(stack *s, int fd, const xfer_wire_msg *m, const void *data,
 
 int st_raw_connect(stack *s, uint16_t k)
 {
+    return st_raw_connect_role(s, k, XFER_WIRE_ROLE_PRODUCER);
+}
+
+int st_raw_connect_role(stack *s, uint16_t k, uint8_t role)
+{
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET,
                              .sin_port = htons(s->port[k])};
@@ -334,8 +352,7 @@ int st_raw_connect(stack *s, uint16_t k)
         return -1;
     xfer_wire_msg m = {.type = XFER_WIRE_T_HELLO,
                        .version = XFER_WIRE_VERSION,
-                       .role = XFER_WIRE_ROLE_PRODUCER,
-                       .group = s->scfg.group, .shard = k};
+                       .role = role, .group = s->scfg.group, .shard = k};
     xfer_wire_msg r;
     if (st_raw_call(s, fd, &m, NULL, &r) != 0 ||
         r.type != XFER_WIRE_T_HELLO_ACK) {

@@ -111,6 +111,8 @@ uint64_t st_bytes_in_use(const stack *s);
  */
 struct xfer_wire_msg;
 int st_raw_connect(stack *s, uint16_t k);
+/* The same with HELLO's role `role` (XFER_WIRE_ROLE_*). */
+int st_raw_connect_role(stack *s, uint16_t k, uint8_t role);
 int st_raw_call(stack *s, int fd, const struct xfer_wire_msg *m,
                 const void *data, struct xfer_wire_msg *reply);
 /* Reserve, write the pattern and (commit: true) commit id on shard k over

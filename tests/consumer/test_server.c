@@ -151,6 +151,8 @@ START_TEST(test_server_drain_waits_for_reservations)
     ck_assert_int_eq(st_start_servers(&s, 1, 64 << 10, 4, NULL), 0);
     s.slice = 1024;
     int fd = st_raw_connect(&s, 0);
+    int cfd = st_raw_connect_role(&s, 0, XFER_WIRE_ROLE_CONSUMER);
+    ck_assert_int_ge(cfd, 0); /* only the consumer role takes (issue 12) */
     uint64_t r1, r2;
     ck_assert_int_eq(st_raw_put(&s, fd, 0, 1, 1, false, &r1), 0);
     ck_assert_int_eq(st_raw_put(&s, fd, 0, 2, 1, true, &r2), 0);
@@ -176,9 +178,51 @@ START_TEST(test_server_drain_waits_for_reservations)
     ck_assert(d.drained);
     m = (xfer_wire_msg){.type = XFER_WIRE_T_TAKE, .id = 2, .attempt = 1,
                         .resv_id = r2};
-    ck_assert_int_eq(st_raw_call(&s, fd, &m, NULL, &r), 0);
+    ck_assert_int_eq(st_raw_call(&s, cfd, &m, NULL, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_TAKE_OK);
+    close(cfd);
     close(fd);
+    st_stop(&s);
+}
+END_TEST
+
+/* With a secret (issue 12) the library producer and consumer
+ * authenticate (HELLO2, CHALLENGE, AUTH; the consumer subscribes after
+ * its AUTH) and every transfer is available; a raw v1 HELLO is refused. */
+typedef struct wait8 {
+    stack *s;
+} wait8;
+
+static bool eight_available(void *ud)
+{
+    stack *s = ((wait8 *)ud)->s;
+    return s->available >= 8;
+}
+
+START_TEST(test_server_authenticated_stack)
+{
+    static const uint8_t key[] = "a shared secret of the test stack";
+    xfer_server_config c;
+    xfer_server_config_default(&c);
+    c.secret = key;
+    c.secret_len = sizeof key - 1;
+    c.session_max_bytes = 256 << 10;
+    c.session_max_reservations = c.max_reservations;
+    c.session_max_tombstones = c.max_tombstones;
+    stack s;
+    ck_assert_int_eq(st_start_servers(&s, 2, 256 << 10, 16, &c), 0);
+    ck_assert_int_eq(st_start_producer(&s, SLICE, 64, 5000000000ull), 0);
+    ck_assert_int_eq(st_start_consumer(&s, NULL), 0);
+    ck_assert(st_run(&s, st_all_up, &s, 5000));
+    for (uint64_t id = 1; id <= 8; id++)
+        ck_assert_int_eq(st_submit(&s, id, (uint32_t)id), 0);
+    wait8 w = {&s};
+    ck_assert(st_run(&s, eight_available, &w, 10000));
+    for (uint64_t id = 1; id <= 8; id++) {
+        ck_assert(s.out[id].available);
+        ck_assert(s.out[id].bytes_ok);
+    }
+    ck_assert_int_lt(st_raw_connect(&s, 0), 0); /* v1 HELLO: ERROR AUTH */
     st_stop(&s);
 }
 END_TEST
@@ -268,6 +312,7 @@ int main(void)
     tcase_add_test(tc, test_server_bad_frame_closes_one_connection);
     tcase_add_test(tc, test_server_drain_waits_for_reservations);
     tcase_add_test(tc, test_server_config_checked);
+    tcase_add_test(tc, test_server_authenticated_stack);
     tcase_add_test(tc, test_server_alloc_failure_each_allocation);
     suite_add_tcase(su, tc);
     return tu_run(su);

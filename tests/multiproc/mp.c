@@ -252,8 +252,13 @@ bool mp_closed(int fd)
 
 int mp_hello(int fd, uint16_t shard)
 {
+    return mp_hello_role(fd, shard, XFER_WIRE_ROLE_PRODUCER);
+}
+
+int mp_hello_role(int fd, uint16_t shard, uint8_t role)
+{
     xfer_wire_msg m = {.type = XFER_WIRE_T_HELLO, .version = 1,
-                       .role = XFER_WIRE_ROLE_PRODUCER, .shard = shard};
+                       .role = role, .shard = shard};
     xfer_wire_hdr h;
     xfer_wire_msg r;
     if (mp_send_msg(fd, &m, 1, NULL) != 0 || mp_recv_msg(fd, &h, &r) != 0)
@@ -369,6 +374,15 @@ int mp_producer_new_addrs(mp_producer *p, const char *const *addrs,
                           uint16_t n, size_t staging_len,
                           uint64_t deadline_ns)
 {
+    return mp_producer_new_secret(p, addrs, n, staging_len, deadline_ns,
+                                  NULL, 0);
+}
+
+int mp_producer_new_secret(mp_producer *p, const char *const *addrs,
+                           uint16_t n, size_t staging_len,
+                           uint64_t deadline_ns, const void *secret,
+                           size_t secret_len)
+{
     memset(p, 0, sizeof *p);
     signal(SIGPIPE, SIG_IGN);
     p->nshards = n;
@@ -382,6 +396,8 @@ int mp_producer_new_addrs(mp_producer *p, const char *const *addrs,
     tc.nshards = n;
     tc.addrs = addrs;
     tc.reconnect_max_ns = 200000000ull;
+    tc.secret = secret;
+    tc.secret_len = secret_len;
     p->staging_len = staging_len;
     p->staging = calloc(1, staging_len);
     if (!p->base || !p->staging || xfer_engine_new(&ec, &p->e) != 0 ||

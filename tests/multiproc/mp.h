@@ -43,6 +43,8 @@ int mp_recv_msg(int fd, xfer_wire_hdr *h, xfer_wire_msg *m);
 bool mp_closed(int fd);
 /* HELLO for shard on group 0 and expect HELLO_ACK. */
 int mp_hello(int fd, uint16_t shard);
+/* The same with HELLO's role `role` (XFER_WIRE_ROLE_*). */
+int mp_hello_role(int fd, uint16_t shard, uint8_t role);
 /* STATUS of every shard of the daemon on port (summed). */
 int mp_status(uint16_t port, xfer_wire_status *st);
 /* Poll until the daemon's bytes_in_use is 0 and live is 0, or timeout_ms
@@ -82,6 +84,11 @@ typedef struct mp_producer {
 int mp_producer_new_addrs(mp_producer *p, const char *const *addrs,
                           uint16_t n, size_t staging_len,
                           uint64_t deadline_ns);
+/* The same, authenticating with `secret` (xfer_tcp_config.secret). */
+int mp_producer_new_secret(mp_producer *p, const char *const *addrs,
+                           uint16_t n, size_t staging_len,
+                           uint64_t deadline_ns, const void *secret,
+                           size_t secret_len);
 /* STATUS (every shard summed) of the daemon at "ip:port". */
 int mp_status_addr(const char *addr, xfer_wire_status *st);
 /* ports[k] serves shard k.  deadline_ns: default transfer timeout. */

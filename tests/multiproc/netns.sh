@@ -62,7 +62,8 @@ addrs=""
 for k in 0 1 2 3; do
     ip netns exec "$cns" "$xferd" --addr 10.231.0.2 --port 0 \
         --port-file "$work/port$k" --shards "$k" --pool 64M \
-        --lease-ttl 5s --consume --quiet >"$work/xferd$k.log" 2>&1 &
+        --lease-ttl 5s --consume --quiet --insecure \
+        >"$work/xferd$k.log" 2>&1 &
     pids="$pids $!"
 done
 for k in 0 1 2 3; do

@@ -274,10 +274,13 @@ START_TEST(test_badinput_wrong_resv)
     xfer_wire_msg c = {.type = XFER_WIRE_T_COMMIT, .id = 3, .attempt = 1,
                        .resv_id = r.resv_id ^ 0x5555};
     expect_error(fd, &c, NULL, XFER_ERR_STALE);
-    /* Another connection's reservation is not ours to commit either. */
+    /* Another connection's reservation is not ours to commit either: its
+     * session owns it (issue 12), whatever resv_id we name. */
     c.id = 1;
     c.resv_id = good_resv + 7;
-    expect_error(fd, &c, NULL, XFER_ERR_STALE);
+    expect_error(fd, &c, NULL, XFER_ERR_PERM);
+    c.resv_id = good_resv;
+    expect_error(fd, &c, NULL, XFER_ERR_PERM);
     close(fd);
     good_still_served(4096 + 4096);
 }
@@ -355,13 +358,20 @@ END_TEST
 START_TEST(test_xferd_events_take_release)
 {
     int sub = mp_connect(d.port);
-    ck_assert_int_eq(mp_hello(sub, 0), 0);
+    ck_assert_int_eq(mp_hello_role(sub, 0, XFER_WIRE_ROLE_CONSUMER), 0);
     xfer_wire_msg m = {.type = XFER_WIRE_T_SUBSCRIBE};
     xfer_wire_hdr h;
     xfer_wire_msg r;
     ck_assert_int_eq(mp_send_msg(sub, &m, 50, NULL), 0);
     ck_assert_int_eq(mp_recv_msg(sub, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_SUBSCRIBE_ACK);
+    /* A commit needs every byte written first (issue 12). */
+    static uint8_t data[4096];
+    xfer_wire_msg w = {.type = XFER_WIRE_T_WRITE, .id = 1, .attempt = 1,
+                       .len = 4096, .resv_id = good_resv};
+    ck_assert_int_eq(mp_send_msg(good, &w, 49, data), 0);
+    ck_assert_int_eq(mp_recv_msg(good, &h, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_WRITE_ACK);
     xfer_wire_msg c = {.type = XFER_WIRE_T_COMMIT, .id = 1, .attempt = 1,
                        .resv_id = good_resv};
     ck_assert_int_eq(mp_send_msg(good, &c, 51, NULL), 0);

@@ -135,6 +135,11 @@ static void set_faults(const char *spec)
     xfer_fabric_opts o;
     char err[128];
     xfer_fabric_default_opts(&o);
+    /* the run's own options first (XFER_FABRIC_FAULTS: mw2=0 runs every
+     * test on the registration path), then the test's */
+    ck_assert_msg(xfer_fabric_parse_opts(getenv("XFER_FABRIC_FAULTS"), &o,
+                                         err, sizeof err) == 0,
+                  "%s", err);
     ck_assert_msg(xfer_fabric_parse_opts(spec, &o, err, sizeof err) == 0,
                   "%s", err);
     xfer_fabric_set_opts(&o);
@@ -312,6 +317,8 @@ static void teardown(rig *g)
     xfer_fabric_counters_get(&c);
     ck_assert_uint_eq(c.mrs_live, 0);
     ck_assert_uint_eq(c.mrs_created, c.mrs_destroyed);
+    ck_assert_uint_eq(c.mws_live, 0); /* every window deallocated */
+    ck_assert_uint_eq(c.mws_created, c.mws_destroyed);
     ck_assert_uint_eq(c.qps_live, 0);
     ck_assert_uint_eq(c.cm_ids_live, 0);
     ck_assert_uint_eq(c.cq_events, c.cq_events_acked);
@@ -499,8 +506,9 @@ END_TEST
 START_TEST(test_rdma_registration_failure_is_clean)
 {
     rig g;
-    begin("reg_fail=1");
+    begin("");
     servers(&g, 1, 1 << 16, 0);
+    set_faults("reg_fail=1"); /* after the server's (its pool, windows) */
     ck_assert_int_eq(producer(&g, 4096, 1, 0), XFER_ERR_NOMEM);
     xfer_rdma_stats st;
     xfer_rdma_stats_get(g.rd, &st);
@@ -510,20 +518,39 @@ START_TEST(test_rdma_registration_failure_is_clean)
 }
 END_TEST
 
-/* The server's per-reservation registration fails: that reserve is
- * refused, the region goes back, the next transfer goes through. */
-START_TEST(test_rdma_server_registration_failure_refuses_reserve)
+/* Every shard connected again after a loss. */
+static bool reconnected(rig *g)
+{
+    xfer_rdma_stats st;
+    xfer_rdma_stats_get(g->rd, &st);
+    return st.cm_connects > g->S && all_up(g);
+}
+
+/* The server's per-reservation rkey fails (its window's bind, or its
+ * registration without windows): that reserve is refused, the region
+ * goes back, the next transfer goes through. */
+START_TEST(test_rdma_server_rkey_failure_refuses_reserve)
 {
     rig g;
     begin("");
     servers(&g, 1, 1 << 16, 0);
     ck_assert_int_eq(producer(&g, 4096, 2, 0), 0);
     ck_assert(run(&g, all_up, WAIT_MS));
-    set_faults("reg_fail=1"); /* the next registration: the server's */
+    bool windows = xfer_server_rdma_windows(g.srv[0]);
+    /* the next bind, or the next registration: the server's */
+    set_faults(windows ? "bind_fail=1" : "reg_fail=1");
     ck_assert_int_eq(submit(&g, 1, 0), 0);
     want_done = 1;
     ck_assert(run(&g, done_enough, WAIT_MS));
     ck_assert_int_ne(g.res[1].status, 0);
+    xfer_fabric_counters fc;
+    xfer_fabric_counters_get(&fc);
+    ck_assert_uint_eq(windows ? fc.bind_errors : fc.reg_failed, 1);
+    ck_assert_uint_eq(fc.mws_live, 0);
+    /* a failed bind put the server's QP in error (RC): it took the
+     * connection down, and the producer reconnected both */
+    if (windows)
+        ck_assert(run(&g, reconnected, WAIT_MS));
     ck_assert(untouched(&g, 0));
     xfer_server_stats ss;
     ck_assert_int_eq(xfer_server_stats_get(g.srv[0], XFER_SHARD_NONE, &ss),
@@ -823,7 +850,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_rdma_qp_error_mid_write_flushes);
     tcase_add_test(tc, test_rdma_cut_link_mid_write);
     tcase_add_test(tc, test_rdma_registration_failure_is_clean);
-    tcase_add_test(tc, test_rdma_server_registration_failure_refuses_reserve);
+    tcase_add_test(tc, test_rdma_server_rkey_failure_refuses_reserve);
     if (getenv("XFERD_SIM"))
         tcase_add_test(tc, test_rdma_xferd_cross_process);
 #endif

@@ -38,6 +38,7 @@
 #define MEM 65536
 #define CANARY 0xC5
 #define LEN 4096
+#define PDATA_LEN 28
 
 typedef struct raw {
     struct event_base *base;
@@ -48,7 +49,26 @@ typedef struct raw {
     rc_side c;
     uint8_t *src;
     struct ibv_mr *mr;
+    char log[512];  /* the server's log lines, joined */
 } raw;
+
+static void grab_log(void *ud, const char *line)
+{
+    raw *w = ud;
+    size_t n = strlen(w->log);
+    snprintf(w->log + n, sizeof w->log - n, "%s\n", line);
+}
+
+/* Add spec's options to those in force (the run's XFER_FABRIC_FAULTS). */
+static void fabric_also(const char *spec)
+{
+    xfer_fabric_opts o;
+    char err[128];
+    xfer_fabric_get_opts(&o);
+    ck_assert_msg(xfer_fabric_parse_opts(spec, &o, err, sizeof err) == 0,
+                  "%s", err);
+    xfer_fabric_set_opts(&o);
+}
 
 static uint64_t now_ms(void)
 {
@@ -121,6 +141,71 @@ static void end_resv(raw *w, uint8_t type, uint64_t id, uint64_t resv)
     ck_assert_uint_ne(r.type, XFER_WIRE_T_ERROR);
 }
 
+/* The transport's private data (transport/rdma_pdata.h): "XFER", the
+ * group (0), then the control connection fd's local port and address
+ * (IPv4 as ::ffff:a.b.c.d), which the server maps to this RC connection's
+ * QP to bind windows through it. */
+static void ctl_pdata(int fd, uint8_t *pd)
+{
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof sa;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    memset(pd, 0, PDATA_LEN);
+    memcpy(pd, (const uint8_t[]){0x52, 0x45, 0x46, 0x58}, 4);
+    uint16_t port = ntohs(sa.sin_port);
+    pd[8] = (uint8_t)(port & 0xff);
+    pd[9] = (uint8_t)(port >> 8);
+    pd[22] = pd[23] = 0xff;
+    memcpy(pd + 24, &sa.sin_addr, 4);
+}
+
+/* An RC connection to the server with pdata, established. */
+static void connect_rc(raw *w, rc_side *c, const uint8_t *pd, uint8_t len)
+{
+    ck_assert_int_eq(rc_connect(c, "127.0.0.1", xfer_server_rdma_port(w->srv),
+                                pd, len), 0);
+    ck_assert(wait_readable(w, c->ch->fd));
+    ck_assert_int_eq(rc_expect(c->ch, RDMA_CM_EVENT_ESTABLISHED, NULL), 0);
+}
+
+/* A producer's control connection to the server, HELLO answered. */
+static int control(raw *w)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons(xfer_server_port(w->srv))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int keep = w->fd;
+    w->fd = fd;
+    xfer_wire_msg m = {.type = XFER_WIRE_T_HELLO,
+                       .version = XFER_WIRE_VERSION,
+                       .role = XFER_WIRE_ROLE_PRODUCER}, r;
+    call(w, &m, &r);
+    ck_assert_uint_eq(r.type, XFER_WIRE_T_HELLO_ACK);
+    w->fd = keep;
+    return fd;
+}
+
+/* The raw producer's control connection, then its RC connection naming
+ * it, and its source buffer registered there. */
+static void connect_producer(raw *w)
+{
+    w->fd = control(w);
+    uint8_t pd[PDATA_LEN];
+    ctl_pdata(w->fd, pd);
+    connect_rc(w, &w->c, pd, sizeof pd);
+    w->mr = ibv_reg_mr(w->c.pd, w->src, LEN, IBV_ACCESS_LOCAL_WRITE);
+    ck_assert_ptr_nonnull(w->mr);
+}
+
+static void drop_producer(raw *w)
+{
+    ibv_dereg_mr(w->mr);
+    rc_close(&w->c);
+    close(w->fd);
+}
+
 /* Server, raw TCP producer (HELLO done), RC connection established. */
 static void start(raw *w)
 {
@@ -136,26 +221,11 @@ static void start(raw *w)
     c.base = w->base;
     c.nshards = 1;
     c.shards = &sh;
+    c.log = grab_log;
+    c.log_ud = w;
     ck_assert_int_eq(xfer_server_new_rdma(&c, NULL, &w->srv), 0);
-    w->fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons(xfer_server_port(w->srv))};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(connect(w->fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    xfer_wire_msg m = {.type = XFER_WIRE_T_HELLO,
-                       .version = XFER_WIRE_VERSION,
-                       .role = XFER_WIRE_ROLE_PRODUCER}, r;
-    call(w, &m, &r);
-    ck_assert_uint_eq(r.type, XFER_WIRE_T_HELLO_ACK);
-    /* the transport's private data: "XFER", then the group (0) */
-    uint8_t pd[8] = {0x52, 0x45, 0x46, 0x58, 0, 0, 0, 0};
-    ck_assert_int_eq(rc_connect(&w->c, "127.0.0.1",
-                                xfer_server_rdma_port(w->srv), pd, 8), 0);
-    ck_assert(wait_readable(w, w->c.ch->fd));
-    ck_assert_int_eq(rc_expect(w->c.ch, RDMA_CM_EVENT_ESTABLISHED, NULL), 0);
     w->src = malloc(LEN);
-    w->mr = ibv_reg_mr(w->c.pd, w->src, LEN, IBV_ACCESS_LOCAL_WRITE);
-    ck_assert_ptr_nonnull(w->mr);
+    connect_producer(w);
 }
 
 /* Write LEN bytes of `fill` to (addr, rkey); the completion's status. */
@@ -181,9 +251,7 @@ static bool all(const uint8_t *p, size_t n, uint8_t v)
 
 static void stop(raw *w)
 {
-    ibv_dereg_mr(w->mr);
-    rc_close(&w->c);
-    close(w->fd);
+    drop_producer(w);
     for (int i = 0; i < 20; i++) {
         event_base_loop(w->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
         poll(NULL, 0, 1);
@@ -196,6 +264,9 @@ static void stop(raw *w)
     xfer_fabric_counters_get(&c);
     ck_assert_uint_eq(c.mrs_live, 0);
     ck_assert_uint_eq(c.mrs_created, c.mrs_destroyed);
+    ck_assert_uint_eq(c.mws_live, 0); /* every window deallocated */
+    ck_assert_uint_eq(c.mws_created, c.mws_destroyed);
+    ck_assert_uint_eq(c.destroy_busy, 0);
     ck_assert_uint_eq(c.cm_events, c.cm_events_acked);
     ck_assert_uint_eq(c.async_events, c.async_events_acked);
     ck_assert_int_eq(xfer_fabric_reset(), 0);
@@ -307,6 +378,149 @@ START_TEST(test_rdma_inval_bad_connect_request_rejected)
 }
 END_TEST
 
+/* The server uses type 2 windows exactly when the device has them (the
+ * fabric's mw2 option; the rdma_inval_no_type2 run turns it off), says
+ * which at start, and each reservation then costs a window, not a
+ * registration. */
+START_TEST(test_rdma_inval_rkey_kind_follows_device)
+{
+    raw w;
+    start(&w);
+    xfer_fabric_opts o;
+    xfer_fabric_get_opts(&o);
+    ck_assert(xfer_server_rdma_windows(w.srv) == o.mw_type2);
+    ck_assert_ptr_nonnull(strstr(
+        w.log, o.mw_type2 ? "rdma: per-reservation rkeys via type-2 memory "
+                            "windows"
+                          : "rdma: per-reservation rkeys via registrations "
+                            "(device has no type-2 windows)"));
+    xfer_fabric_counters c0, c1;
+    xfer_fabric_counters_get(&c0);
+    xfer_wire_msg r;
+    reserve(&w, 1, &r);
+    xfer_fabric_counters_get(&c1);
+    ck_assert_uint_eq(c1.mws_created - c0.mws_created, o.mw_type2 ? 1 : 0);
+    ck_assert_uint_eq(c1.binds - c0.binds, o.mw_type2 ? 1 : 0);
+    ck_assert_uint_eq(c1.mrs_created - c0.mrs_created, o.mw_type2 ? 0 : 1);
+    end_resv(&w, XFER_WIRE_T_CANCEL, 1, r.resv_id);
+    xfer_fabric_counters_get(&c1);
+    /* a window dies by local invalidation (completion polled), then
+     * dealloc; a registration by deregistration */
+    ck_assert_uint_eq(c1.invalidations - c0.invalidations,
+                      o.mw_type2 ? 1 : 0);
+    ck_assert_uint_eq(c1.mws_live, 0);
+    ck_assert_uint_eq(c1.mrs_live, o.mw_type2 ? 2 : 1); /* pool?, src */
+    stop(&w);
+}
+END_TEST
+
+/* A window's rkey works through the QP that bound it only: a write with
+ * it through another RC connection of the same producer host is refused
+ * and lands nothing.  (A registration's rkey is good on any QP of the
+ * PD: the reason windows are bound per connection.) */
+START_TEST(test_rdma_inval_window_refused_on_other_qp)
+{
+    raw w;
+    start(&w);
+    xfer_wire_msg r;
+    reserve(&w, 1, &r);
+    static const uint8_t shortpd[8] = {0x52, 0x45, 0x46, 0x58, 0, 0, 0, 0};
+    rc_side other;
+    connect_rc(&w, &other, shortpd, sizeof shortpd);
+    struct ibv_mr *omr = ibv_reg_mr(other.pd, w.src, LEN,
+                                    IBV_ACCESS_LOCAL_WRITE);
+    ck_assert_ptr_nonnull(omr);
+    memset(w.src, 0xD4, LEN);
+    struct ibv_sge sge = {.addr = (uintptr_t)w.src, .length = LEN,
+                          .lkey = omr->lkey};
+    struct ibv_wc wc;
+    ck_assert_int_eq(rc_write(&other, 1, &sge, 1, r.addr, r.rkey), 0);
+    ck_assert_int_eq(rc_cqe(&other, &wc), 0);
+    xfer_fabric_counters c;
+    xfer_fabric_counters_get(&c);
+    if (xfer_server_rdma_windows(w.srv)) {
+        ck_assert_int_eq(wc.status, IBV_WC_REM_ACCESS_ERR);
+        ck_assert_uint_eq(c.rej_wrong_qp, 1);
+        ck_assert(all(w.mem, MEM, CANARY));
+    } else {
+        ck_assert_int_eq(wc.status, IBV_WC_SUCCESS);
+        ck_assert(all(w.mem + r.addr, LEN, 0xD4));
+    }
+    /* the QP that reserved still writes with it */
+    ck_assert_int_eq(write_fill(&w, r.addr, r.rkey, 0xA1), IBV_WC_SUCCESS);
+    ck_assert(all(w.mem + r.addr, LEN, 0xA1));
+    ibv_dereg_mr(omr);
+    rc_close(&other);
+    stop(&w);
+}
+END_TEST
+
+/* The rkey cannot be made (the window's bind completes with an error, or
+ * the registration fails): that reserve is answered with an error, its
+ * region goes back, nothing leaks, and the next reserve is served. */
+START_TEST(test_rdma_inval_rkey_failure_answers_error)
+{
+    raw w;
+    start(&w);
+    bool windows = xfer_server_rdma_windows(w.srv);
+    fabric_also(windows ? "bind_fail=1" : "reg_fail=1");
+    xfer_wire_msg m = {.type = XFER_WIRE_T_RESERVE, .id = 1, .attempt = 1,
+                       .len = LEN}, r;
+    call(&w, &m, &r);
+    ck_assert_uint_eq(r.type, XFER_WIRE_T_ERROR);
+    ck_assert_int_ne(r.code, 0);
+    xfer_fabric_counters c;
+    xfer_fabric_counters_get(&c);
+    ck_assert_uint_eq(windows ? c.bind_errors : c.reg_failed, 1);
+    ck_assert_uint_eq(c.mws_live, 0); /* the failed window is gone */
+    xfer_server_stats ss;
+    ck_assert_int_eq(xfer_server_stats_get(w.srv, XFER_SHARD_NONE, &ss), 0);
+    ck_assert_uint_eq(ss.bytes_in_use, 0);
+    if (windows) {
+        /* the failed bind put the server's QP in error (RC): it took the
+         * connection down; the producer connects again */
+        ck_assert(wait_readable(&w, w.c.ch->fd));
+        ck_assert_int_eq(rc_expect(w.c.ch, RDMA_CM_EVENT_DISCONNECTED, NULL),
+                         0);
+        drop_producer(&w);
+        connect_producer(&w);
+    }
+    reserve(&w, 2, &r);
+    ck_assert_int_eq(write_fill(&w, r.addr, r.rkey, 0xA1), IBV_WC_SUCCESS);
+    ck_assert(all(w.mem + r.addr, LEN, 0xA1));
+    stop(&w);
+}
+END_TEST
+
+/* With windows, a reserve over a control connection that has no RC
+ * connection (none named it in its connect) has no QP to bind through:
+ * refused cleanly, the region given back.  Registrations need no QP. */
+START_TEST(test_rdma_inval_reserve_without_rc_connection)
+{
+    raw w;
+    start(&w);
+    int keep = w.fd;
+    w.fd = control(&w); /* a second producer connection, TCP only */
+    xfer_wire_msg m = {.type = XFER_WIRE_T_RESERVE, .id = 1, .attempt = 1,
+                       .len = LEN}, r;
+    call(&w, &m, &r);
+    ck_assert_uint_eq(r.type, xfer_server_rdma_windows(w.srv)
+                                  ? XFER_WIRE_T_ERROR
+                                  : XFER_WIRE_T_RESERVE_OK);
+    if (r.type == XFER_WIRE_T_ERROR) {
+        xfer_server_stats ss;
+        ck_assert_int_eq(
+            xfer_server_stats_get(w.srv, XFER_SHARD_NONE, &ss), 0);
+        ck_assert_uint_eq(ss.bytes_in_use, 0);
+        ck_assert_ptr_nonnull(
+            strstr(w.log, "reserve without its RC connection refused"));
+    }
+    close(w.fd);
+    w.fd = keep;
+    stop(&w);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("rdma_inval");
@@ -317,6 +531,10 @@ static Suite *suite(void)
     tcase_add_test(tc, test_rdma_inval_rkey_bounded_to_region);
     tcase_add_test(tc, test_rdma_inval_reuse_gets_new_rkey);
     tcase_add_test(tc, test_rdma_inval_bad_connect_request_rejected);
+    tcase_add_test(tc, test_rdma_inval_rkey_kind_follows_device);
+    tcase_add_test(tc, test_rdma_inval_window_refused_on_other_qp);
+    tcase_add_test(tc, test_rdma_inval_rkey_failure_answers_error);
+    tcase_add_test(tc, test_rdma_inval_reserve_without_rc_connection);
     suite_add_tcase(s, tc);
     return s;
 }

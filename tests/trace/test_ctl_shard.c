@@ -45,6 +45,10 @@ START_TEST(test_ctl_shard_snapshot)
     ck_assert_int_eq(xfer_shard_write_begin(sh[1], 3000, 5, 1, b.resv_id, 0,
                                             64, &dst),
                      0);
+    static const uint8_t bytes[128];
+    ck_assert_int_eq(xfer_shard_write(sh[1], 3000, 6, 2, c.resv_id, 0, bytes,
+                                      128),
+                     0); /* a commit needs the region written */
     ck_assert_int_eq(xfer_shard_commit(sh[1], 3000, 6, 2, c.resv_id), 0);
     ck_assert_int_eq(xfer_shard_reserve(sh[0], 3000, 8, 3, 128, &c), 0);
     ck_assert_int_eq(xfer_shard_cancel(sh[0], 3500, 8, 3, c.resv_id), 0);

@@ -165,6 +165,10 @@ static int setup(bench *b)
     sc.shards = &sh;
     sc.consume = true;
     sc.addr = b->addr;
+    /* one producer session: the whole pool and table are its quota */
+    sc.session_max_bytes = pool;
+    sc.session_max_reservations = sc.max_reservations;
+    sc.session_max_tombstones = sc.max_tombstones;
     int rc = xfer_server_new_rdma(&sc, NULL, &b->srv);
     if (rc)
         return rc;

@@ -17,6 +17,7 @@
 #include "engine.h"
 #include "monitor.h"
 #include "net.h"
+#include "rdma.h"
 
 static void reply(ck_world *w, const ck_msg *op, int32_t status,
                   const xfer_resv_info *info)
@@ -62,6 +63,8 @@ void ck_consumer_drain_shard(ck_world *w, unsigned k)
                       ev[i].id << 8 ^ (uint64_t)k << 20;
     }
     xfer_shard_events_clear(w->sh[k]);
+    if (w->cfg->rdma)
+        ck_rdma_drain_shard(w, k);
 }
 
 /* Readiness actions go to the shards (take/release/cancel) or are the
@@ -198,6 +201,12 @@ static void write_parts(ck_world *w, ck_msg m, int how)
 /* An op message reaching its shard, in one of the four ways. */
 static void op_arrives(ck_world *w, ck_msg m, int how)
 {
+    int32_t st;
+    if (m.op == XFER_OP_WRITE && w->cfg->rdma) {
+        if (ck_rdma_write(w, &m, how, &st))
+            reply(w, &m, st, NULL);
+        return;
+    }
     if (m.op == XFER_OP_WRITE && (m.flags & MF_PART)) {
         part_finish(w, &m, how);
         return;
@@ -219,6 +228,8 @@ static void op_arrives(ck_world *w, ck_msg m, int how)
     memset(&info, 0, sizeof info);
     int32_t rc = apply_op(w, &m, &info);
     ck_monitor_shard_op(w, &m, rc, &info);
+    if (m.op == XFER_OP_RESERVE && rc == 0 && w->cfg->rdma)
+        ck_rdma_reserved(w, &m, &info);
     if (m.op == XFER_OP_WRITE && rc == 0) {
         if (how == HOW_LOST) {
             end_write(w, &m, true);
@@ -329,6 +340,9 @@ void ck_consumer_deliver(ck_world *w, unsigned i, int how)
         break;
     case MK_RACT:
         ract_arrives(w, &m, how);
+        break;
+    case MK_INV:
+        ck_rdma_inval(w, &m);
         break;
     default:
         to_readiness(w, &m, how);

@@ -15,6 +15,8 @@
 #include "xfer/readiness.h"
 #include "xfer/shard.h"
 
+#include "rdma.h"
+
 /* A shard event's name in the lower case a counterexample reads
  * ("ready"), into buf. */
 static const char *event_word(unsigned kind, char *buf, size_t len)
@@ -39,7 +41,15 @@ static void describe_msg(const ck_msg *m, const char *verb, char *b,
     char word[16];
     switch (m->kind) {
     case MK_OP:
-        if (m->op == XFER_OP_WRITE && (m->flags & MF_BEGUN))
+        if (m->op == XFER_OP_WRITE && (m->flags & MF_ORPHAN))
+            snprintf(b, n, "%s orphaned one-sided WRITE (id %u att %" PRIu32
+                     ", resv %" PRIu64 ") to shard %u: it lands if the rkey "
+                     "is live", verb, id, m->attempt, m->resv_id, m->shard);
+        else if (m->op == XFER_OP_WRITE && (m->flags & MF_LANDED))
+            snprintf(b, n, "%s completion of the one-sided WRITE that landed "
+                     "on shard %u (id %u att %" PRIu32 ")", verb, m->shard,
+                     id, m->attempt);
+        else if (m->op == XFER_OP_WRITE && (m->flags & MF_BEGUN))
             snprintf(b, n, "%s end of the WRITE%s landing on shard %u (id "
                      "%u att %" PRIu32 ")", verb,
                      (m->flags & MF_PART) ? " part" : "", m->shard, id,
@@ -65,6 +75,19 @@ static void describe_msg(const ck_msg *m, const char *verb, char *b,
                  "%u", verb, xfer_ready_action_name(m->op), id, m->resv_id,
                  m->shard);
         break;
+    case MK_INV:
+        if (m->flags & MF_INV_DONE)
+            snprintf(b, n, "%s INVALIDATED(id %u, resv %" PRIu64 ") driver "
+                     "-> shard %u", verb, id, m->resv_id, m->shard);
+        else
+            snprintf(b, n, "%s: the invalidation of id %u's rkey (resv %"
+                     PRIu64 ") on shard %u completes", verb, id, m->resv_id,
+                     m->shard);
+        break;
+    case MK_RKEY:
+        snprintf(b, n, "live rkey of id %u (resv %" PRIu64 ") on shard %u",
+                 id, m->resv_id, m->shard);
+        break;
     default:
         snprintf(b, n, "%s take result %s (id %u) shard %u -> readiness",
                  verb, st(m->status), id, m->shard);
@@ -81,6 +104,12 @@ void ck_describe_move(const ck_world *w, ck_move mv, char *b, size_t n)
         const char *verb = verbs[mv.kind];
         if (m->kind != MK_OP && mv.kind == MV_FAIL)
             verb = "DROP";
+        /* --rdma: a posted write's delivery is its landing */
+        if (w->cfg->rdma && m->kind == MK_OP && m->op == XFER_OP_WRITE &&
+            !(m->flags & (MF_LANDED | MF_ORPHAN)) && mv.kind == MV_DELIVER)
+            verb = ck_rdma_rkey_live(w, m->shard, m->resv_id)
+                       ? "LAND (one-sided, rkey live)"
+                       : "deliver (rkey dead: REMOTE)";
         describe_msg(m, verb, b, n);
         return;
     }

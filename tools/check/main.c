@@ -261,6 +261,12 @@ static void usage(void)
            "                           timing and the cancel bound left 0); "
            "the monitors\n"
            "                           hold them to the documented values\n"
+           "  --rdma                   one-sided shards: a WRITE lands "
+           "without the shard\n"
+           "                           while its rkey is live; the driver "
+           "invalidates\n"
+           "                           rkeys (monitors RLAND, RREADY, "
+           "RINVAL)\n"
            "  --e2e                    the E2E monitor: a producer success "
            "is available\n"
            "                           or flagged on the consumer\n"
@@ -318,6 +324,9 @@ static int parse(opts *o, int argc, char **argv)
         } else if (!strcmp(k, "--defaults")) {
             o->cfg.defaults = true;
             continue;
+        } else if (!strcmp(k, "--rdma")) {
+            o->cfg.rdma = true;
+            continue;
         } else if (!strcmp(k, "--e2e")) {
             o->cfg.e2e = true;
             continue;
@@ -340,6 +349,9 @@ static int parse(opts *o, int argc, char **argv)
             return rc;
         i++;
     }
+    if (o->cfg.rdma && o->cfg.writes > 1)
+        return bad("--rdma posts each WRITE as one write; --writes above 1 "
+                   "is not modelled with it", NULL);
     o->cfg.max_delay = o->delay_ms * 1000000ull;
     o->cfg.max_mem = o->mem_mb << 20;
     if (o->cfg.budget == ~0u)
@@ -371,14 +383,14 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
     snprintf(b, n, "--shards %u --transfers %u --faults %s --max-faults %u "
              "--budget %u --cancels %u --lates %u --ccancels %u --expiries %u "
              "--cancel-attempts %u --depth %u --max-delay-ms %llu --caps %u "
-             "--dups %u --writes %u%s%s%s%s", c->S,
+             "--dups %u --writes %u%s%s%s%s%s", c->S,
              c->T, f, c->max_faults, c->budget, c->max_cancels, c->max_lates,
              c->max_ccancels, c->max_expiries, c->cancel_max_attempts,
              c->depth, (unsigned long long)(c->max_delay / 1000000u),
              c->caps, c->max_dups, c->writes ? c->writes : 1u,
              c->liveness_all ? " --liveness all" : "",
              c->symmetry ? "" : " --no-symmetry",
-             c->defaults ? " --defaults" : "",
+             c->defaults ? " --defaults" : "", c->rdma ? " --rdma" : "",
              c->strict_e2e ? " --strict-e2e" : c->e2e ? " --e2e" : "");
 }
 
@@ -430,8 +442,10 @@ static int run_bfs(const opts *o)
            o->threads == 1 ? "" : "s", r.cpu_secs, r.states / cs,
            r.mem_bytes / 1048576.0);
     if (inv < 0) {
-        printf("all invariants held (I1-I14 after every step, liveness at "
-               "every leaf%s)%s\n", o->cfg.liveness_all ? " and state" : "",
+        printf("all invariants held (I1-I14%s after every step, liveness at "
+               "every leaf%s)%s\n",
+               o->cfg.rdma ? ", RLAND, RREADY, RINVAL" : "",
+               o->cfg.liveness_all ? " and state" : "",
                r.out_of_memory ? " in the part explored" : "");
         return 0;
     }

@@ -20,6 +20,7 @@
 
 #include "core_int.h"
 #include "monitor.h"
+#include "rdma.h"
 #include "readiness_int.h"
 #include "shard_int.h"
 
@@ -582,6 +583,8 @@ void ck_monitor_shard_event(ck_world *w, const xfer_shard_event *e)
     if (!t || e->shard >= w->cfg->S)
         return;
     mon_cs *c = &t->cs[e->shard];
+    if (w->cfg->rdma)
+        ck_rdma_monitor_event(w, e);
     if (e->kind == XFER_SHARD_EV_READY)
         return;
     if (!c->live || c->attempt != e->attempt)
@@ -884,6 +887,8 @@ void ck_monitor_global(ck_world *w)
     if (rs.live > w->cfg->T)
         ck_monitor_fail(w, CK_I11, "the readiness tracker holds %u records",
                         rs.live);
+    if (w->cfg->rdma)
+        ck_rdma_monitor_global(w);
 }
 
 /* I13: once a shard's timer ran past a lease, a reservation nobody writes
@@ -973,6 +978,8 @@ void ck_monitor_final(ck_world *w)
                             "the end",
                             k, (unsigned long long)st.bytes_in_use);
     }
+    if (w->cfg->rdma)
+        ck_rdma_monitor_final(w);
     for (unsigned t = 0; t < w->cfg->T; t++) {
         xfer_ready_state ys = xfer_readiness_state(w->rd, t + 1u);
         if (ys == XFER_READY_STATE_WAITING || ys == XFER_READY_STATE_TAKING)

@@ -4,7 +4,9 @@
  * Sorting (bytewise, every padding byte zero) makes the order of messages,
  * and so the numbering of the moves that deliver them, a function of the
  * state alone: the same state always offers the same moves in the same
- * order, which replay and counterexample reconstruction rely on.
+ * order, which replay and counterexample reconstruction rely on.  The
+ * --rdma mode's live rkeys (MK_RKEY) are entries here too, with no
+ * delivery deadline; they sort last.
  */
 #include <string.h>
 
@@ -20,7 +22,9 @@ void ck_net_push(ck_world *w, const ck_msg *m)
         return;
     }
     w->msg[w->env.nmsg] = *m;
-    if (!(m->flags & MF_BEGUN))
+    if (m->kind == MK_RKEY)
+        w->msg[w->env.nmsg].sent_at = 0; /* not a message: no deadline */
+    else if (!(m->flags & MF_BEGUN))
         w->msg[w->env.nmsg].sent_at = w->env.now;
     w->env.nmsg++;
 }
@@ -32,9 +36,18 @@ uint64_t ck_net_horizon(const ck_world *w)
 {
     uint64_t h = UINT64_MAX;
     for (unsigned i = 0; i < w->env.nmsg; i++)
-        if (w->msg[i].sent_at + w->cfg->max_delay < h)
+        if (w->msg[i].kind != MK_RKEY &&
+            w->msg[i].sent_at + w->cfg->max_delay < h)
             h = w->msg[i].sent_at + w->cfg->max_delay;
     return h;
+}
+
+unsigned ck_net_pending(const ck_world *w)
+{
+    unsigned n = w->env.nmsg;
+    while (n > 0 && w->msg[n - 1].kind == MK_RKEY)
+        n--; /* they sort last (kind is the first byte) */
+    return n;
 }
 
 void ck_net_remove(ck_world *w, unsigned i)

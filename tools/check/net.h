@@ -15,6 +15,9 @@ void ck_net_push(ck_world *w, const ck_msg *m);
 void ck_net_remove(ck_world *w, unsigned i);
 /* Put the messages in their canonical order (after every move). */
 void ck_net_sort(ck_world *w);
+/* How many entries are messages that can be delivered (all but the
+ * MK_RKEY entries, which sort last): the first ck_net_pending() ones. */
+unsigned ck_net_pending(const ck_world *w);
 /* The latest time every message in flight must be delivered by. */
 uint64_t ck_net_horizon(const ck_world *w);
 

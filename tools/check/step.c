@@ -80,7 +80,19 @@ static unsigned msg_moves(const ck_world *w, unsigned i, ck_move *out)
     unsigned n = 0;
     if (i > 0 && memcmp(m, &w->msg[i - 1], sizeof *m) == 0)
         return 0; /* the same message twice: one set of moves is enough */
+    if (m->kind == MK_RKEY)
+        return 0; /* --rdma: a live rkey, not a message */
     out[n++] = (ck_move){MV_DELIVER, (uint8_t)i};
+    /* --rdma: the driver's invalidation, an orphaned write (it lands or
+     * dies, nobody hears) and a landed write's completion (it may be
+     * lost) have no other fates. */
+    if (m->kind == MK_INV || (m->flags & MF_ORPHAN))
+        return n;
+    if (m->flags & MF_LANDED) {
+        if (budget(w) && fault_on(w, CK_FB_LOST))
+            out[n++] = (ck_move){MV_LOST, (uint8_t)i};
+        return n;
+    }
     /* A retransmitted shard event (a ready, cancelled or expired seen
      * twice by the tracker).  Ops and results are not duplicated: the
      * transport reports each op exactly once (tools/check/consumer.c). */
@@ -358,6 +370,8 @@ unsigned ck_step_touches(const ck_world *w, ck_move mv)
         const ck_msg *m = &w->msg[mv.arg];
         if (m->kind == MK_OP || m->kind == MK_RACT)
             return CK_M_SH(m->shard);
+        if (m->kind == MK_INV) /* only telling the shard calls it */
+            return (m->flags & MF_INV_DONE) ? CK_M_SH(m->shard) : 0;
         return m->kind == MK_RES ? CK_M_CORE : CK_M_RD;
     }
     if (mv.kind == MV_DUP)
@@ -404,7 +418,7 @@ static bool settle(ck_world *w, const ck_tracer *tr, unsigned *steps)
 {
     for (; *steps < 4000; (*steps)++) {
         ck_move mv = {MV_DELIVER, 0};
-        if (w->env.nmsg == 0 && !next_timer(w, &mv))
+        if (ck_net_pending(w) == 0 && !next_timer(w, &mv))
             return true;
         if (tr && tr->action) {
             char buf[256];

@@ -72,6 +72,7 @@ static int make_consumer(ck_world *w)
         sc.lease_ttl_ns = timing(w, CK_LEASE_TTL);
         sc.tombstone_ttl_ns = timing(w, CK_SHARD_TOMB_TTL);
         sc.align = 64;
+        sc.one_sided = c->rdma;
         sc.shard_index = (uint16_t)k;
         sc.rng = (xfer_rng){counter_rng, &w->env.rng[k]};
         sc.trace = sink(w, 1 + k);

@@ -68,7 +68,12 @@ enum {
     X(ILLEGAL, "machine reached an ILLEGAL cell or asserted")                \
     X(LIVE, "liveness: the system did not settle")                          \
     X(E2E, "a producer success is available or flagged on the consumer")     \
-    X(TIME, "timers are armed for their documented time and fire on time")
+    X(TIME, "timers are armed for their documented time and fire on time")  \
+    X(RLAND, "--rdma: a one-sided write lands only in a RESERVED or *_INVAL "  \
+             "region of its own reservation")                               \
+    X(RREADY, "--rdma: READY bytes never change (no live rkey, no landing)") \
+    X(RINVAL, "--rdma: every invalidation asked for is pending and "         \
+              "completes; no rkey outlives its reservation")
 
 enum {
 #define CK_I_ENUM_(n, d) CK_##n,
@@ -94,6 +99,11 @@ typedef struct ck_config {
     bool strict_e2e;       /* the E2E monitor does not exempt finding F3
                             * (a newer attempt's ready absorbed by the
                             * tracker's tombstone of an older one) */
+    bool rdma;             /* one-sided shards: a WRITE is posted at the
+                            * producer and lands without the shard (while
+                            * its rkey is live), the driver invalidates
+                            * rkeys the shard asks for (docs/design.md
+                            * section 6) */
     bool defaults;         /* the machines get every timing and the cancel
                             * bound as 0, "the library default"; the
                             * monitors keep the documented values below */
@@ -136,12 +146,27 @@ enum {
     MK_RES = 1,  /* shard -> producer: the result of an op */
     MK_EV = 2,   /* shard -> readiness: ready / cancelled / expired */
     MK_RACT = 3, /* readiness -> shard: take / release / cancel */
-    MK_TRES = 4  /* shard -> readiness: take result */
+    MK_TRES = 4, /* shard -> readiness: take result */
+    /* --rdma only (so the default spaces never hold them): */
+    MK_INV = 5,  /* the driver invalidates the rkey of (shard, resv_id) the
+                  * shard asked for; MF_INV_DONE once it completed, and
+                  * then its delivery is xfer_shard_invalidated() */
+    MK_RKEY = 6  /* not a message: a live rkey of (shard, tr, resv_id),
+                  * kept in the multiset so that saving, sorting and the
+                  * shard symmetry cover it; it has no moves, sorts last
+                  * (kind is the first byte) and sets no delivery horizon */
 };
 #define MF_ABORT 1u /* the core asked to abort this op */
 #define MF_BEGUN 2u /* a write: begun on the shard (bytes may land) */
 #define MF_PART 4u  /* one of the writes a WRITE lands as (--writes); its
                      * status: the WRITE's first error so far */
+#define MF_LANDED 8u   /* --rdma: a posted write that landed; its delivery
+                        * is its completion at the producer */
+#define MF_ORPHAN 16u  /* --rdma: a posted write whose producer already
+                        * heard (lost connection, abort): it may still
+                        * land, and reports to nobody */
+#define MF_INV_DONE 32u /* MK_INV: the invalidation completed (the rkey is
+                         * dead); the shard has not been told yet */
 
 typedef struct ck_msg {
     uint8_t kind, op, flags, tr; /* tr: transfer index (id - 1) */

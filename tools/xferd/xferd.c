@@ -7,7 +7,19 @@
  *         [--faults PPM[:SEED]]
  *         [--drop PPM] [--drain-timeout DUR] [--port-file PATH] [--quiet]
  *         [--ctl PATH] [--shm NAME] [--trace FILE] [--take-grace DUR]
+ *         [--secret-file PATH] [--insecure] [--max-sessions N]
+ *         [--session-grace DUR] [--session-max-resv N]
+ *         [--session-max-bytes SIZE] [--session-max-tombs N]
+ *         [--hello-timeout DUR] [--header-timeout DUR] [--idle-timeout DUR]
+ *         [--write-timeout DUR] [--max-conns N] [--out-max SIZE]
  *         [--rdma]
+ *
+ * --secret-file PATH: peers authenticate with HELLO2's challenge-response
+ * (HMAC-SHA256 under the file's bytes, 16..256).  Without it only a
+ * loopback address may be bound, unless --insecure; either way the
+ * missing authentication is printed at start.  The session flags bound
+ * what one peer session may hold per shard (README.md, "Running xferd on
+ * a network").
  *
  * --rdma also serves the shards over RDMA (xfer/rdma.h): an rdmacm
  * listener on the same address and port, and a registration of its own
@@ -25,7 +37,7 @@
  * crashed xferd is replaced at start.  --trace FILE writes every step of
  * every hosted shard, tagged as that shard (xfer-trace merges it with the
  * producer's and the consumer's files).  --take-grace DUR: how long taken
- * data of a consumer whose connection closed stays taken (default 30s).
+ * data of a consumer session with no connection stays taken (default 30s).
  * --metrics ADDR:PORT serves the Prometheus exposition of the shards on
  * http://ADDR:PORT/metrics (port 0: a free one, printed on stdout).
  *
@@ -36,8 +48,10 @@
  * Prints "xferd: listening on ADDR:PORT" on stdout once it serves (with
  * --rdma, after "xferd: rdma on ADDR:PORT ..."; port 0
  * picks a free port; --port-file also writes it).  SIGTERM/SIGINT drain:
- * stop accepting, refuse new reserves, exit once no reservation is being
- * reserved or written (a second signal exits at once).  SIGUSR1 prints a
+ * close the listener, refuse new reserves, and exit once no reservation is
+ * left at all (READY data taken and released or ended by its lease), or
+ * --drain-timeout after nothing was reserved or written any more (a
+ * second signal exits at once).  SIGUSR1 prints a
  * stats line on stderr.  A bad flag prints one line and exits 2.
  *
  * Invariant: this file only parses flags, handles signals and provides
@@ -80,6 +94,15 @@ typedef struct xd_config {
     uint64_t drain_timeout_ns;
     uint64_t take_grace_ns;    /* 0: the server's default */
     bool quiet;
+    /* issue 12: authentication, sessions, quotas (0: the defaults) */
+    uint8_t secret[256];
+    size_t secret_len;         /* 0: no --secret-file */
+    bool insecure;
+    uint64_t max_sessions, session_grace_ns;
+    uint64_t session_resv, session_bytes, session_tombs;
+    /* timeouts and caps (0: the defaults) */
+    uint64_t hello_to, header_to, idle_to, write_to;
+    uint64_t max_conns, out_max;
     bool rdma;                 /* --rdma */
 } xd_config;
 
@@ -233,9 +256,36 @@ static void usage(void)
            "             [--consume] [--faults PPM[:SEED]] [--drop PPM]\n"
            "             [--drain-timeout DUR] [--port-file PATH] [--quiet]\n"
            "             [--ctl PATH] [--shm NAME] [--trace FILE]\n"
-           "             [--take-grace DUR] [--metrics ADDR:PORT] [--rdma]\n"
+           "             [--take-grace DUR] [--metrics ADDR:PORT]\n"
+           "             [--secret-file PATH] [--insecure] [--max-sessions N]\n"
+           "             [--session-grace DUR] [--session-max-resv N]\n"
+           "             [--session-max-bytes SIZE] [--session-max-tombs N]\n"
+           "             [--hello-timeout DUR] [--header-timeout DUR]\n"
+           "             [--idle-timeout DUR] [--write-timeout DUR]\n"
+           "             [--max-conns N] [--out-max SIZE] [--rdma]\n"
            "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
            "          --lease-ttl 10s --max-resv 4096\n");
+}
+
+/* --secret-file PATH: the shared secret is the file's bytes (one
+ * trailing newline dropped), never a flag's value (ps would show it). */
+static int read_secret(const char *path, xd_config *cfg)
+{
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f)
+        return -1;
+    uint8_t buf[sizeof cfg->secret + 2];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    int err = ferror(f);
+    fclose(f);
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    if (err || n < 16 || n > sizeof cfg->secret)
+        return -1;
+    memcpy(cfg->secret, buf, n);
+    memset(buf, 0, sizeof buf);
+    cfg->secret_len = n;
+    return 0;
 }
 
 static int parse_one(int c, const char *arg, opts *o)
@@ -308,6 +358,46 @@ static int parse_one(int c, const char *arg, opts *o)
             return bad("take grace", arg);
         return 0;
     case 'q': o->cfg.quiet = true; return 0;
+    case 'K': return read_secret(arg, &o->cfg) ? bad("secret file (16 to "
+                                                     "256 bytes)", arg)
+                                               : 0;
+    case 'I': o->cfg.insecure = true; return 0;
+    case 1001:
+        return parse_u64(arg, &o->cfg.max_sessions, 65535) ||
+                       !o->cfg.max_sessions
+                   ? bad("session cap", arg)
+                   : 0;
+    case 1002:
+        return parse_dur(arg, &o->cfg.session_grace_ns)
+                   ? bad("session grace", arg)
+                   : 0;
+    case 1003:
+        return parse_u64(arg, &o->cfg.session_resv, 1u << 24)
+                   ? bad("session reservation quota", arg)
+                   : 0;
+    case 1004:
+        return parse_size(arg, &o->cfg.session_bytes)
+                   ? bad("session byte quota", arg)
+                   : 0;
+    case 1005:
+        return parse_u64(arg, &o->cfg.session_tombs, 1u << 30)
+                   ? bad("session tombstone quota", arg)
+                   : 0;
+    case 1006: return parse_dur(arg, &o->cfg.hello_to) || !o->cfg.hello_to
+                          ? bad("HELLO timeout", arg) : 0;
+    case 1007: return parse_dur(arg, &o->cfg.header_to) || !o->cfg.header_to
+                          ? bad("header timeout", arg) : 0;
+    case 1008: return parse_dur(arg, &o->cfg.idle_to) || !o->cfg.idle_to
+                          ? bad("idle timeout", arg) : 0;
+    case 1009: return parse_dur(arg, &o->cfg.write_to) || !o->cfg.write_to
+                          ? bad("write timeout", arg) : 0;
+    case 1010:
+        return parse_u64(arg, &o->cfg.max_conns, UINT32_MAX) ||
+                       !o->cfg.max_conns
+                   ? bad("connection cap", arg)
+                   : 0;
+    case 1011: return parse_size(arg, &o->cfg.out_max) || !o->cfg.out_max
+                          ? bad("output cap", arg) : 0;
     case 'R': o->cfg.rdma = true; return 0;
     default: return bad("flag", arg);
     }
@@ -326,6 +416,14 @@ static int parse(int argc, char **argv, opts *o)
         {"ctl", 1, 0, 'C'},      {"help", 0, 0, 'h'},
         {"shm", 1, 0, 'S'},      {"trace", 1, 0, 'T'},
         {"take-grace", 1, 0, 'G'},  {"metrics", 1, 0, 'M'},
+        {"secret-file", 1, 0, 'K'}, {"insecure", 0, 0, 'I'},
+        {"max-sessions", 1, 0, 1001}, {"session-grace", 1, 0, 1002},
+        {"session-max-resv", 1, 0, 1003},
+        {"session-max-bytes", 1, 0, 1004},
+        {"session-max-tombs", 1, 0, 1005},
+        {"hello-timeout", 1, 0, 1006}, {"header-timeout", 1, 0, 1007},
+        {"idle-timeout", 1, 0, 1008}, {"write-timeout", 1, 0, 1009},
+        {"max-conns", 1, 0, 1010},  {"out-max", 1, 0, 1011},
         {"rdma", 0, 0, 'R'},
         {0, 0, 0, 0}};
     opterr = 0;
@@ -355,6 +453,8 @@ typedef struct xferd {
     xfer_tracefile *tf;             /* --trace */
     xfer_metrics *metrics;          /* --metrics */
     struct event *flush_ev;         /* flushes the trace 10 times a second */
+    struct event *empty_ev;         /* after the drain: waits for empty */
+    uint64_t empty_deadline;
     int terms;
 } xferd;
 
@@ -391,12 +491,34 @@ static void log_line(void *ud, const char *line)
     fflush(stderr);
 }
 
-/* The drain is over: let the last replies go out, then leave the loop. */
+/* Nothing is reserved or written any more: wait until READY and TAKEN
+ * data are gone too (taken and released, or ended by lease or grace:
+ * subscribers get those events), or drain-timeout more passed; then let
+ * the last replies go out and leave the loop. */
+static void on_empty_tick(evutil_socket_t fd, short what, void *ud)
+{
+    xferd *d = ud;
+    uint64_t now = xfer_clock_monotonic(NULL);
+    if (!xfer_server_empty(d->srv) && now < d->empty_deadline)
+        return;
+    event_del(d->empty_ev);
+    struct timeval flush = {0, 100000};
+    event_base_loopexit(d->base, &flush);
+}
+
 static void drained(void *ud, bool clean)
 {
     xferd *d = ud;
-    struct timeval flush = {0, 100000};
-    event_base_loopexit(d->base, &flush);
+    const xd_config *c = &d->o->cfg;
+    d->empty_deadline = xfer_clock_monotonic(NULL) +
+                        (c->drain_timeout_ns ? c->drain_timeout_ns
+                                             : c->lease_ttl_ns);
+    d->empty_ev = event_new(d->base, -1, EV_PERSIST, on_empty_tick, d);
+    struct timeval tick = {0, 20000};
+    if (!d->empty_ev || event_add(d->empty_ev, &tick) != 0) {
+        struct timeval flush = {0, 100000};
+        event_base_loopexit(d->base, &flush);
+    }
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -536,6 +658,20 @@ static int start_server(xferd *d)
     sc.drop_ppm = c->drop_ppm;
     sc.fault_seed = c->fault_seed;
     sc.log = c->quiet ? NULL : log_line;
+    sc.secret = c->secret_len ? c->secret : NULL;
+    sc.secret_len = c->secret_len;
+    sc.insecure = c->insecure;
+    sc.max_sessions = (uint16_t)c->max_sessions;
+    sc.session_grace_ns = c->session_grace_ns;
+    sc.session_max_reservations = (uint32_t)c->session_resv;
+    sc.session_max_bytes = c->session_bytes;
+    sc.session_max_tombstones = (uint32_t)c->session_tombs;
+    sc.hello_timeout_ns = c->hello_to;
+    sc.header_timeout_ns = c->header_to;
+    sc.idle_timeout_ns = c->idle_to;
+    sc.write_timeout_ns = c->write_to;
+    sc.max_conns = (uint32_t)c->max_conns;
+    sc.out_max_bytes = c->out_max;
     if (c->rdma)
         return xfer_server_new_rdma(&sc, NULL, &d->srv);
     return xfer_server_new(&sc, &d->srv);
@@ -581,6 +717,12 @@ static int setup(xferd *d)
     if (o->trace && (rc = open_trace(d)) != 0)
         return rc;
     rc = start_server(d);
+    if (rc == XFER_ERR_AUTH) {
+        fprintf(stderr, "xferd: refusing to serve %s without --secret-file "
+                "(peers could not be authenticated; --insecure to allow)\n",
+                o->cfg.addr);
+        return rc;
+    }
     if (rc) {
         fprintf(stderr, "xferd: cannot serve on %s:%u: %s\n", o->cfg.addr,
                 (unsigned)o->cfg.port, xfer_strerror(rc));
@@ -602,6 +744,8 @@ static void teardown(xferd *d)
     xfer_server_del(d->srv);
     if (d->flush_ev)
         event_free(d->flush_ev);
+    if (d->empty_ev)
+        event_free(d->empty_ev);
     if (d->base)
         event_base_free(d->base);
     if (xfer_tracefile_close(d->tf) != 0)
@@ -624,10 +768,17 @@ static int serve(opts *o)
     uint16_t port = xfer_server_port(d.srv);
     if (o->port_file && write_port_file(o->port_file, port) != 0)
         fprintf(stderr, "xferd: cannot write %s\n", o->port_file);
+    if (!o->cfg.secret_len)
+        fprintf(stderr, "xferd: INSECURE: no --secret-file, peers are not "
+               "authenticated%s\n",
+               o->cfg.insecure ? " (--insecure)" : " (loopback only)");
     if (o->cfg.rdma)
-        printf("xferd: rdma on %s:%u (rdmacm; a registration per "
-               "reservation)\n",
-               o->cfg.addr, (unsigned)xfer_server_rdma_port(d.srv));
+        printf("xferd: rdma on %s:%u (rdmacm; per-reservation rkeys via "
+               "%s)\n",
+               o->cfg.addr, (unsigned)xfer_server_rdma_port(d.srv),
+               xfer_server_rdma_windows(d.srv)
+                   ? "type-2 memory windows"
+                   : "registrations: device has no type-2 windows");
     printf("xferd: listening on %s:%u\n", o->cfg.addr, (unsigned)port);
     fflush(stdout);
     event_base_dispatch(d.base);
