@@ -28,7 +28,10 @@
  * BFS for S = 1, 2, 3 (bench_budget below), each next to a reference
  * measured in the same process, random walks over the same world (the
  * machines and monitors stepping with no saving, hashing or visited set);
- * with --threads N above 1, each BFS once on one thread and once on N.
+ * each BFS three times: the plain BFS on one thread (what --threads 1
+ * runs), the parallel BFS's shared set on one thread, and on N threads
+ * (--threads N, 2 when not given), with states/s, states per CPU second
+ * and the peak memory of each.
  *
  * Exit status: 0 every invariant held (or --help), 1 a violation (printed
  * step by step, with a trace file and a choices file), 2 bad arguments
@@ -490,17 +493,22 @@ static const unsigned bench_budget[] = {0, 6, 3, 2};
  * the rate of the machines alone (random walks over the same world; each
  * walk is run twice, the second time for I10, and both runs count). */
 /* One BFS row of the benchmark; 0, or 1 when the run did not finish. */
-static int bench_bfs(const ck_config *c, unsigned threads, double ref)
+static int bench_bfs(const ck_config *c, unsigned threads, bool shared,
+                     double ref)
 {
     ck_outcome b;
     memset(&b, 0, sizeof b);
-    int rc = ck_search_bfs(c, threads, &b) >= 0 || b.out_of_memory;
+    int rc = (shared ? ck_search_bfs_shared(c, threads, &b)
+                     : ck_search_bfs(c, threads, &b)) >= 0 ||
+             b.out_of_memory;
     ck_path_free(&b.path);
     double bs = b.secs > 0 ? b.secs : 1e-9;
     double cs = b.cpu_secs > 0 ? b.cpu_secs : 1e-9;
-    printf("%-3u %-6u %7u %12" PRIu64 " %12.0f %12.0f %12.0f %8.2f | "
-           "%18.0f\n", c->S, c->budget, threads, b.states, b.states / bs,
-           b.states / bs / threads, b.states / cs, b.secs, ref);
+    printf("%-3u %-6u %7u %-6s %12" PRIu64 " %12.0f %12.0f %12.0f %8.2f "
+           "%7.0f | %18.0f\n", c->S, c->budget, threads,
+           shared ? "shared" : "plain", b.states, b.states / bs,
+           b.states / bs / threads, b.states / cs, b.secs,
+           b.mem_bytes / 1048576.0, ref);
     return rc;
 }
 
@@ -508,9 +516,9 @@ static int run_bench(const opts *o)
 {
     printf("xfer-check benchmark: exhaustive BFS (T = 1, every fault "
            "class, other bounds at their defaults)\n");
-    printf("%-3s %-6s %7s %12s %12s %12s %12s %8s | %18s\n", "S", "budget",
-           "threads", "states", "states/s", "per thread", "per CPU-s",
-           "secs", "reference: steps/s");
+    printf("%-3s %-6s %7s %-6s %12s %12s %12s %12s %8s %7s | %18s\n", "S",
+           "budget", "threads", "set", "states", "states/s", "per thread",
+           "per CPU-s", "secs", "MB", "reference: steps/s");
     int rc = 0;
     for (unsigned S = 1; S <= 3 && rc == 0; S++) {
         ck_config c = o->cfg;
@@ -523,9 +531,12 @@ static int run_bench(const opts *o)
         ck_path_free(&r.path);
         double rs = r.secs > 0 ? r.secs : 1e-9;
         double ref = 2.0 * (double)r.steps / rs;
-        rc |= bench_bfs(&c, 1, ref);
-        if (o->threads > 1 && rc == 0)
-            rc |= bench_bfs(&c, o->threads, ref);
+        unsigned n = o->threads > 1 ? o->threads : 2;
+        rc |= bench_bfs(&c, 1, false, ref);
+        if (rc == 0)
+            rc |= bench_bfs(&c, 1, true, ref);
+        if (rc == 0)
+            rc |= bench_bfs(&c, n, true, ref);
     }
     if (rc)
         printf("a run found a violation or stopped early: run it alone "
@@ -534,8 +545,11 @@ static int run_bench(const opts *o)
            "each of which costs its transitions (a save, a hash and a "
            "visited-set probe each); per thread: states/s over threads; "
            "per CPU-s: over the CPU time the run used (the rate per core "
-           "on a machine other work shares); the reference runs on one "
-           "thread\n");
+           "on a machine other work shares); set plain: --threads 1, the "
+           "BFS written for one thread (the base); shared: the parallel "
+           "BFS's set of entries, on one thread (what sharing costs) and "
+           "on --threads N (default 2); MB: peak of the search structures; "
+           "the reference runs on one thread\n");
     return rc;
 }
 

@@ -14,12 +14,16 @@
  *    the checker;
  *  - the BFS gives the same counts, verdict and counterexample on any
  *    number of threads: the states of a level, their node ids and order
- *    are those one thread finds (the lowest tag owns a state, seen.h), and
- *    the lowest violation of a level wins, with the counts one thread has
- *    when it stops there.  Threads share only the visited set (locked per
- *    shard), the counters they take work from and the lowest violation
- *    tag (atomics); each writes its own chunks, and the merge between
- *    levels runs on one thread.
+ *    are those one thread finds (the lowest (parent, move) owns a state,
+ *    seen.h), and the lowest violation of a level wins, with the counts
+ *    one thread has when it stops there.  Threads share only the visited
+ *    set (locked per shard), the counters they take work from and the
+ *    lowest violation tag (atomics); each writes its own chunks of the
+ *    next level and their entries; between levels each thread settles
+ *    the entries of its own shards, and one thread numbers the states;
+ *  - on one thread the BFS is the plain one: keys put without a lock or
+ *    an entry, a level in one buffer, a node numbered when it is found,
+ *    so it costs what a search written for one thread costs.
  */
 #include "search.h"
 
@@ -57,9 +61,10 @@ static double cpu_s(void)
 /* Breadth-first search, level by level on one or more threads             */
 /* ---------------------------------------------------------------------- */
 
-/* States per chunk: a chunk's delta chain starts from nothing, so any
- * thread decodes it alone; small enough to share a level out evenly,
- * large enough that the full first state costs little. */
+/* States per chunk on several threads: a chunk's delta chain starts from
+ * nothing, so any thread decodes it alone; small enough to share a level
+ * out evenly, large enough that the full first state costs little.  On
+ * one thread a level is one chunk, as it is one buffer in a plain BFS. */
 #define CHUNK_STATES 1024u
 #define NO_TAG UINT64_MAX
 
@@ -69,24 +74,15 @@ typedef struct node {
     uint16_t depth;
 } node;
 
-/* A state found in a level: its key, the move that found it (as a tag:
- * the parent's position in its level * 256 + the move), its parent. */
-typedef struct qstate {
-    uint64_t key[2];
-    uint64_t tag;
-    uint32_t parent;
-    uint16_t move;
-} qstate;
-
-/* Up to CHUNK_STATES states of one level, in the order found.  dead[i]:
- * state i was found first by a move earlier in the order (on another
- * thread, later in time); it stays in the chain as the base of the next,
- * and is not expanded. */
+/* States of one level, in the order found.  On several threads, e[i] is
+ * state i's entry in the visited set until the level is numbered; then
+ * dead[i] says that state i was found first by a move earlier in the
+ * order (on another thread, later in time): it stays in the chain as the
+ * base of the next, and is not expanded. */
 typedef struct lchunk {
-    ck_level lv;   /* lv.first: node id of the first live state */
-    qstate *c;       /* one per state, until the level is merged */
-    uint8_t *dead; /* NULL: none */
-    uint64_t pos;  /* position in its level of the first state */
+    ck_level lv;     /* lv.first: node id of the first live state */
+    ck_seen_ref *e;  /* one per state (several threads), else NULL */
+    uint8_t *dead;   /* NULL: none */
     size_t live;
 } lchunk;
 
@@ -117,6 +113,7 @@ struct bfs;
 
 typedef struct worker {
     struct bfs *b;
+    unsigned idx;
     ck_world w;
     ck_lreader rd;
     uint8_t *tmp, *tmp2;
@@ -134,6 +131,7 @@ typedef struct bfs {
     const ck_config *cfg;
     ck_outcome *out;
     unsigned nthreads;
+    bool shared; /* claims by entry (several threads), not plain puts */
     ck_seen seen;
     node *nodes;
     size_t nn, ncap;
@@ -170,7 +168,7 @@ static void clist_push(clist *l, lchunk *c)
 static void chunk_free(lchunk *c)
 {
     ck_level_free(&c->lv);
-    free(c->c);
+    free(c->e);
     free(c->dead);
     free(c);
 }
@@ -180,6 +178,16 @@ static void clist_clear(clist *l)
     for (size_t i = 0; i < l->n; i++)
         chunk_free(l->v[i]);
     l->n = 0;
+}
+
+/* Room for n more nodes. */
+static void nodes_reserve(bfs *b, size_t n)
+{
+    if (b->nn + n <= b->ncap)
+        return;
+    while (b->nn + n > b->ncap)
+        b->ncap = b->ncap ? 2 * b->ncap : 4096;
+    b->nodes = xrealloc(b->nodes, b->ncap * sizeof *b->nodes);
 }
 
 /* The path to node id (then `last` if not UINT16_MAX). */
@@ -254,64 +262,93 @@ static void seal(lchunk *c)
     c->lv.cap = c->lv.len;
 }
 
-/* A chunk of j's output with room for one more state. */
+/* Bytes of a chunk's entries. */
+static uint64_t entry_bytes(const lchunk *c)
+{
+    return c->e ? CHUNK_STATES * sizeof *c->e : 0;
+}
+
+/* A chunk of j's output with room for one more state (one chunk on one
+ * thread). */
 static lchunk *out_chunk(bfs *b, job *j)
 {
     lchunk *c = j->out.n ? j->out.v[j->out.n - 1] : NULL;
-    if (c && c->lv.n < CHUNK_STATES)
+    if (c && (!b->shared || c->lv.n < CHUNK_STATES))
         return c;
     if (c) {
         seal(c);
-        atomic_fetch_add(&b->queued_mem,
-                         c->lv.cap + CHUNK_STATES * sizeof(qstate));
+        atomic_fetch_add(&b->queued_mem, c->lv.cap + entry_bytes(c));
     }
     c = calloc(1, sizeof *c);
     if (!c)
         abort();
-    c->c = xrealloc(NULL, CHUNK_STATES * sizeof *c->c);
+    if (b->shared)
+        c->e = xrealloc(NULL, CHUNK_STATES * sizeof *c->e);
     clist_push(&j->out, c);
     return c;
 }
 
-/* The child just made by move m from the state in blob (node id, tag of
- * the move): save it (only the machines in `dirty` afresh), key it, queue
- * it if this move owns it now.  true on a violation; *dirty grows to
- * every machine if liveness ran. */
+/* Whether move m from node id finds key first in this search (so far):
+ * on one thread the key is new, and the state gets its node now; on
+ * several, the move's entry owns the key (seen.h).  The chunk the state
+ * goes into is *cp. */
+static bool take(worker *k, size_t ji, const uint64_t key[2], uint32_t id,
+                 unsigned m, lchunk **cp)
+{
+    bfs *b = k->b;
+    if (!b->shared) {
+        if (!ck_seen_put(&b->seen, key))
+            return false;
+        *cp = out_chunk(b, &b->jobs[ji]);
+        nodes_reserve(b, 1);
+        if ((*cp)->lv.n == 0)
+            (*cp)->lv.first = (uint32_t)b->nn;
+        b->nodes[b->nn++] = (node){id, (uint16_t)m, (uint16_t)(b->depth + 1)};
+        return true;
+    }
+    lchunk *c = *cp = out_chunk(b, &b->jobs[ji]);
+    ck_seen_ref *e = &c->e[c->lv.n];
+    *e = (ck_seen_ref){{key[0], key[1]}, id, (uint16_t)m, 0};
+    return ck_seen_claim(&b->seen, e);
+}
+
+/* The child just made by move m from the state in blob (node id): save
+ * it (only the machines in `dirty` afresh), key it, queue it if this move
+ * finds it first.  true on a violation; *dirty grows to every machine if
+ * liveness ran. */
 static bool child(worker *k, size_t ji, const uint8_t *blob, unsigned *dirty,
-                  uint32_t id, unsigned m, uint64_t tag)
+                  uint32_t id, unsigned m)
 {
     bfs *b = k->b;
     size_t len = ck_world_save_some(&k->w, k->tmp, CK_SAVE_MAX, blob, &k->pl,
                                     *dirty);
     uint64_t key[2];
+    lchunk *c;
     check_len(len);
     ck_canon_parts_copy(&k->cp, &k->pp, b->cfg->S);
     ck_canon_parts(&k->cp, &k->w, k->tmp, *dirty);
     ck_canon_key(&k->w, &k->cp, k->tmp, len, key);
     if (b->cfg->paranoid)
         paranoid(k, len, key);
-    if (!ck_seen_claim(&b->seen, key, tag))
+    if (!take(k, ji, key, id, m, &c))
         return false;
-    lchunk *c = out_chunk(b, &b->jobs[ji]);
-    c->c[c->lv.n] = (qstate){{key[0], key[1]}, tag, id, (uint16_t)m};
-    ck_level_add(&c->lv, 0, k->tmp, len, &k->w.lay, b->cfg->S,
-                 b->cfg->paranoid);
+    ck_level_add(&c->lv, c->lv.first + (uint32_t)c->lv.n, k->tmp, len,
+                 &k->w.lay, b->cfg->S, b->cfg->paranoid);
     if (!b->cfg->liveness_all)
         return false;
     *dirty = CK_M_ALL;
     return !ck_guard_liveness(&k->w) &&
-           found(k, tag, ji, id, (uint16_t)m, true);
+           found(k, CK_SEEN_TAG(id, m), ji, id, (uint16_t)m, true);
 }
 
-/* Expand one state (node id, at position pos of its level) of job ji;
- * true on a violation.  The state is loaded once; after each move only
- * the plain data and the machines the move touched are loaded back. */
+/* Expand one state (node id) of job ji; true on a violation.  The state
+ * is loaded once; after each move only the plain data and the machines
+ * the move touched are loaded back. */
 static bool expand(worker *k, size_t ji, const uint8_t *blob, size_t blen,
-                   uint32_t id, uint64_t pos)
+                   uint32_t id)
 {
     bfs *b = k->b;
     job *j = &k->counts; /* the job's, summed when the chunk is done */
-    uint64_t tag = CK_SEEN_TAG(b->depth + 1, pos << 8);
     ck_move mv[CK_MAX_MOVES];
     if (ck_world_load_diff(&k->w, blob, blen, k->held, &k->hl))
         abort();
@@ -322,7 +359,7 @@ static bool expand(worker *k, size_t ji, const uint8_t *blob, size_t blen,
         j->leaves++;
         j->bounded |= n > 0;
         if (!ck_guard_liveness(&k->w))
-            return found(k, tag, ji, id, UINT16_MAX, true);
+            return found(k, CK_SEEN_TAG(id, 0), ji, id, UINT16_MAX, true);
         return false;
     }
     ck_canon_prime(&k->pp, &k->w, blob);
@@ -331,8 +368,8 @@ static bool expand(worker *k, size_t ji, const uint8_t *blob, size_t blen,
         ck_guard_apply(&k->w, mv[m]);
         j->transitions++;
         if (k->w.v.inv >= 0)
-            return found(k, tag + m, ji, id, (uint16_t)m, false);
-        if (child(k, ji, blob, &dirty, id, m, tag + m))
+            return found(k, CK_SEEN_TAG(id, m), ji, id, (uint16_t)m, false);
+        if (child(k, ji, blob, &dirty, id, m))
             return true;
         if (ck_world_load_some(&k->w, blob, blen, dirty))
             abort();
@@ -347,12 +384,25 @@ static bool expand(worker *k, size_t ji, const uint8_t *blob, size_t blen,
  * small and fixed. */
 static uint64_t bfs_mem(bfs *b, const lchunk *open)
 {
-    return b->fixed_mem + ck_seen_bytes(&b->seen) +
-           atomic_load(&b->queued_mem) + (open ? open->lv.cap : 0);
+    return b->fixed_mem + b->ncap * sizeof(node) + ck_seen_bytes(&b->seen) +
+           atomic_load(&b->queued_mem) +
+           (open ? open->lv.cap + entry_bytes(open) : 0);
+}
+
+/* The peak memory so far, and the bound. */
+static void check_mem(bfs *b, const job *j)
+{
+    uint64_t m = bfs_mem(b, j->out.n ? j->out.v[j->out.n - 1] : NULL);
+    uint64_t p = atomic_load(&b->peak_mem);
+    while (m > p && !atomic_compare_exchange_weak(&b->peak_mem, &p, m))
+        ;
+    if (b->cfg->max_mem && m > b->cfg->max_mem)
+        atomic_store(&b->oom, true);
 }
 
 /* Expand the live states of chunk ji of the current level; stops at a
- * violation, past a lower one found elsewhere, or at the memory bound. */
+ * violation, past a lower one found elsewhere, or at the memory bound
+ * (checked every 1024 states, as a plain BFS does). */
 static void expand_chunk(worker *k, size_t ji)
 {
     bfs *b = k->b;
@@ -365,30 +415,23 @@ static void expand_chunk(worker *k, size_t ji)
     for (size_t i = 0; i < c->lv.n; i++) {
         size_t blen;
         const uint8_t *blob = ck_lreader_next(&k->rd, &blen);
-        uint64_t pos = c->pos + i;
-        if (CK_SEEN_TAG(b->depth + 1, pos << 8) > atomic_load(&b->vtag))
-            break;
         if (c->dead && c->dead[i]) {
             k->held = NULL; /* the reader's buffer is about to be reused */
             continue;
         }
-        if (expand(k, ji, blob, blen, id++, pos))
+        if (CK_SEEN_TAG(id, 0) > atomic_load(&b->vtag))
             break;
+        if (expand(k, ji, blob, blen, id++))
+            break;
+        if ((i & 1023) == 0) {
+            check_mem(b, j);
+            if (atomic_load(&b->oom))
+                break;
+        }
     }
     j->transitions = k->counts.transitions;
     j->leaves = k->counts.leaves;
     j->bounded = k->counts.bounded;
-}
-
-/* After each chunk: the peak memory, and the bound. */
-static void check_mem(bfs *b, const job *j)
-{
-    uint64_t m = bfs_mem(b, j->out.n ? j->out.v[j->out.n - 1] : NULL);
-    uint64_t p = atomic_load(&b->peak_mem);
-    while (m > p && !atomic_compare_exchange_weak(&b->peak_mem, &p, m))
-        ;
-    if (b->cfg->max_mem && m > b->cfg->max_mem)
-        atomic_store(&b->oom, true);
 }
 
 /* Phase one, on each thread: take chunks of the level in order. */
@@ -406,25 +449,19 @@ static void *expand_phase(void *arg)
     return NULL;
 }
 
-/* Phase two, on each thread: mark the states another move owns. */
-static void *mark_phase(void *arg)
+/* Phase two, on each thread (several): the live entries of the shards
+ * this thread settles give their keys back to the visited set, so no two
+ * threads probe one table. */
+static void *settle_phase(void *arg)
 {
     worker *k = arg;
     bfs *b = k->b;
-    for (;;) {
-        size_t i = atomic_fetch_add(&b->at, 1);
-        if (i >= b->next.n)
-            break;
-        lchunk *c = b->next.v[i];
-        c->live = 0;
+    for (size_t i = 0; i < b->next.n; i++) {
+        const lchunk *c = b->next.v[i];
         for (size_t s = 0; s < c->lv.n; s++) {
-            if (ck_seen_owns(&b->seen, c->c[s].key, c->c[s].tag)) {
-                c->live++;
-                continue;
-            }
-            if (!c->dead && !(c->dead = calloc(c->lv.n, 1)))
-                abort();
-            c->dead[s] = 1;
+            const ck_seen_ref *e = &c->e[s];
+            if (!e->dead && (e->key[1] >> 56) % b->nthreads == k->idx)
+                ck_seen_settle(&b->seen, e);
         }
     }
     return NULL;
@@ -446,13 +483,10 @@ static void run_phase(bfs *b, void *(*fn)(void *))
 /* The next level, in the order of the jobs that found it. */
 static void gather(bfs *b)
 {
-    uint64_t pos = 0;
     for (size_t ji = 0; ji < b->cur.n; ji++) {
         job *j = &b->jobs[ji];
         for (size_t i = 0; i < j->out.n; i++) {
             seal(j->out.v[i]);
-            j->out.v[i]->pos = pos;
-            pos += j->out.v[i]->lv.n;
             clist_push(&b->next, j->out.v[i]);
         }
         free(j->out.v);
@@ -460,32 +494,44 @@ static void gather(bfs *b)
     }
 }
 
-/* Number the live states of the next level in order and record their
- * moves; drop the chunks nobody owns a state of.  How many are live. */
+/* Number the live states of the next level in order (several threads:
+ * one thread numbered them as it found them) and record their moves;
+ * drop the chunks nobody owns a state of.  How many are live. */
 static uint64_t number(bfs *b)
 {
     uint64_t live = 0;
     size_t keep = 0;
     for (size_t i = 0; i < b->next.n; i++) {
         lchunk *c = b->next.v[i];
+        if (c->e) {
+            c->live = 0;
+            for (size_t s = 0; s < c->lv.n; s++)
+                c->live += !c->e[s].dead;
+        } else {
+            c->live = c->lv.n;
+        }
         if (c->live == 0) {
             chunk_free(c);
             continue;
         }
-        if (b->nn + c->live > b->ncap) {
-            while (b->nn + c->live > b->ncap)
-                b->ncap = b->ncap ? 2 * b->ncap : 4096;
-            b->nodes = xrealloc(b->nodes, b->ncap * sizeof *b->nodes);
-        }
-        c->lv.first = (uint32_t)b->nn;
         live += c->live;
-        for (size_t s = 0; s < c->lv.n; s++)
-            if (!c->dead || !c->dead[s])
-                b->nodes[b->nn++] = (node){c->c[s].parent, c->c[s].move,
-                                           (uint16_t)(b->depth + 1)};
-        free(c->c);
-        c->c = NULL;
         b->next.v[keep++] = c;
+        if (!c->e)
+            continue;
+        nodes_reserve(b, c->live);
+        c->lv.first = (uint32_t)b->nn;
+        if (c->live < c->lv.n && !(c->dead = calloc(c->lv.n, 1)))
+            abort();
+        for (size_t s = 0; s < c->lv.n; s++) {
+            if (c->e[s].dead) {
+                c->dead[s] = 1;
+                continue;
+            }
+            b->nodes[b->nn++] = (node){c->e[s].parent, c->e[s].move,
+                                       (uint16_t)(b->depth + 1)};
+        }
+        free(c->e);
+        c->e = NULL;
     }
     b->next.n = keep;
     return live;
@@ -493,7 +539,8 @@ static uint64_t number(bfs *b)
 
 /* The lowest violation of the level, with the counts a one-thread search
  * has when it stops there: the jobs before it whole, its own up to it,
- * the states owned by a tag up to it. */
+ * the states owned by a tag up to it (on one thread, every state queued:
+ * it stopped there). */
 static void settle_violation(bfs *b, const viol *v)
 {
     ck_outcome *o = b->out;
@@ -504,9 +551,14 @@ static void settle_violation(bfs *b, const viol *v)
         o->bounded |= j->bounded;
         for (size_t i = 0; i < j->out.n; i++) {
             const lchunk *c = j->out.v[i];
+            if (!c->e) {
+                o->states += c->lv.n;
+                continue;
+            }
             for (size_t s = 0; s < c->lv.n; s++)
-                o->states += c->c[s].tag <= v->tag &&
-                             ck_seen_owns(&b->seen, c->c[s].key, c->c[s].tag);
+                o->states += !c->e[s].dead &&
+                             CK_SEEN_TAG(c->e[s].parent, c->e[s].move) <=
+                                 v->tag;
         }
     }
     o->inv = v->inv;
@@ -520,7 +572,7 @@ static bool bfs_level(bfs *b)
     b->njobs = b->cur.n;
     b->jobs = xrealloc(b->jobs, b->njobs * sizeof *b->jobs);
     memset(b->jobs, 0, b->njobs * sizeof *b->jobs);
-    b->fixed_mem = b->ncap * sizeof(node);
+    b->fixed_mem = 0;
     for (size_t i = 0; i < b->cur.n; i++)
         b->fixed_mem += b->cur.v[i]->lv.cap;
     atomic_store(&b->queued_mem, 0);
@@ -541,20 +593,16 @@ static bool bfs_level(bfs *b)
     gather(b);
     if (v || atomic_load(&b->oom))
         return v != NULL;
-    /* On one thread the order of the claims is the order of the tags, so
-     * no state loses its claim: nothing to mark. */
-    if (b->nthreads > 1)
-        run_phase(b, mark_phase);
-    else
-        for (size_t i = 0; i < b->next.n; i++)
-            b->next.v[i]->live = b->next.v[i]->lv.n;
+    if (b->shared)
+        run_phase(b, settle_phase);
     b->out->states += number(b);
     return false;
 }
 
-static int worker_init(bfs *b, worker *k)
+static int worker_init(bfs *b, worker *k, unsigned idx)
 {
     k->b = b;
+    k->idx = idx;
     k->v.tag = NO_TAG;
     if (ck_world_init(&k->w, b->cfg, NULL))
         return -1;
@@ -582,7 +630,7 @@ static void add_root(bfs *b)
     check_len(len);
     ck_canon_parts(&k->pp, &k->w, k->tmp, CK_M_ALL);
     ck_canon_key(&k->w, &k->pp, k->tmp, len, key);
-    ck_seen_claim(&b->seen, key, CK_SEEN_TAG(0, 0));
+    ck_seen_put(&b->seen, key);
     lchunk *c = calloc(1, sizeof *c);
     if (!c)
         abort();
@@ -591,8 +639,7 @@ static void add_root(bfs *b)
     c->live = 1;
     seal(c);
     clist_push(&b->cur, c);
-    b->ncap = 4096;
-    b->nodes = xrealloc(NULL, b->ncap * sizeof *b->nodes);
+    nodes_reserve(b, 1);
     b->nodes[b->nn++] = (node){UINT32_MAX, 0, 0};
     b->out->states = 1;
 }
@@ -628,7 +675,8 @@ static void bfs_free(bfs *b)
     free(b);
 }
 
-int ck_search_bfs(const ck_config *cfg, unsigned threads, ck_outcome *out)
+static int bfs_run(const ck_config *cfg, unsigned threads, bool shared,
+                   ck_outcome *out)
 {
     bfs *b = calloc(1, sizeof *b);
     int rc = -1;
@@ -637,15 +685,16 @@ int ck_search_bfs(const ck_config *cfg, unsigned threads, ck_outcome *out)
         abort();
     b->cfg = cfg;
     b->out = out;
-    b->nthreads = threads ? threads : 1;
-    if (ck_seen_init(&b->seen, b->nthreads > 1))
+    b->nthreads = threads;
+    b->shared = shared;
+    if (ck_seen_init(&b->seen))
         abort();
     b->wk = calloc(b->nthreads, sizeof *b->wk);
     if (!b->wk)
         abort();
     ck_guard_install();
     for (unsigned t = 0; t < b->nthreads; t++)
-        if (worker_init(b, &b->wk[t]))
+        if (worker_init(b, &b->wk[t], t))
             goto out_free;
     atomic_store(&b->vtag, NO_TAG);
     double t0 = now_s(), c0 = cpu_s();
@@ -677,6 +726,17 @@ int ck_search_bfs(const ck_config *cfg, unsigned threads, ck_outcome *out)
 out_free:
     bfs_free(b);
     return rc;
+}
+
+int ck_search_bfs(const ck_config *cfg, unsigned threads, ck_outcome *out)
+{
+    return bfs_run(cfg, threads ? threads : 1, threads > 1, out);
+}
+
+int ck_search_bfs_shared(const ck_config *cfg, unsigned threads,
+                         ck_outcome *out)
+{
+    return bfs_run(cfg, threads ? threads : 1, true, out);
 }
 
 /* ---------------------------------------------------------------------- */

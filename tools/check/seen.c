@@ -1,12 +1,16 @@
 /*
  * tools/check/seen.c - the sharded visited set of the BFS (see seen.h):
- * open addressing over 128-bit keys, one table and one lock per shard.
+ * open addressing over 128-bit keys, 16 bytes a bucket, one table and one
+ * lock per shard.
  *
- * What must stay true: a key lives in exactly one shard (chosen by bits of
- * key[1], while the bucket comes from key[0]); a claim holds its shard's
- * lock for the whole probe, insert or tag change, and a table grows under
- * that lock; the owner of a key in a level is the lowest tag that claimed
- * it in that level, independent of the order of the claims.
+ * What must stay true: a key lives in exactly one shard (the top byte of
+ * key[1]), while the bucket comes from key[0]; a bucket holds the key
+ * itself, or (while its level is built on several threads) key[0] and a
+ * reference to the entry that owns it, whose top byte is not the shard's;
+ * a claim holds its shard's lock for the whole probe, insert or change of
+ * owner, and a table grows under that lock; the owner of a key in a level
+ * is the lowest entry that claimed it, independent of the order of the
+ * claims.  One thread's puts take no lock.
  */
 #include "seen.h"
 
@@ -15,51 +19,77 @@
 #include <string.h>
 
 #define INIT_BUCKETS 256u
+#define REF_MASK ((UINT64_C(1) << 56) - 1)
 
 static unsigned shard_of(const uint64_t key[2])
 {
-    return (unsigned)(key[1] >> 56) % CK_SEEN_SHARDS;
+    return (unsigned)(key[1] >> 56);
 }
 
-static uint64_t *find(const ck_seen_shard *h, const uint64_t key[2])
+static uint64_t ref_word(unsigned h, const ck_seen_ref *e)
 {
-    for (size_t i = key[0] & h->mask;; i = (i + 1) & h->mask) {
-        uint64_t *b = &h->k[3 * i];
-        if ((b[0] == 0 && b[1] == 0) || (b[0] == key[0] && b[1] == key[1]))
+    return ((uint64_t)(h ^ 0xffu) << 56) | ((uint64_t)(uintptr_t)e & REF_MASK);
+}
+
+static bool is_ref(uint64_t w1, unsigned h)
+{
+    return (unsigned)(w1 >> 56) != h;
+}
+
+static ck_seen_ref *ref_of(uint64_t w1)
+{
+    return (ck_seen_ref *)(uintptr_t)(w1 & REF_MASK);
+}
+
+/* The bucket of key in shard h's table: the one that holds it (itself or
+ * by reference), or the empty one where it goes. */
+static uint64_t *find(const ck_seen_shard *t, unsigned h, const uint64_t key[2])
+{
+    for (size_t i = key[0] & t->mask;; i = (i + 1) & t->mask) {
+        uint64_t *b = &t->k[2 * i];
+        if (b[0] == 0 && b[1] == 0)
+            return b;
+        if (b[0] == key[0] &&
+            (b[1] == key[1] ||
+             (is_ref(b[1], h) && ref_of(b[1])->key[1] == key[1])))
             return b;
     }
 }
 
-static void grow(ck_seen *s, ck_seen_shard *h)
+static void grow(ck_seen *s, ck_seen_shard *t)
 {
-    ck_seen_shard big = {.mask = 2 * (h->mask + 1) - 1, .n = h->n};
-    big.k = calloc(3 * (big.mask + 1), sizeof *big.k);
-    if (!big.k)
+    size_t mask = 2 * (t->mask + 1) - 1;
+    uint64_t *k = calloc(2 * (mask + 1), sizeof *k);
+    if (!k)
         abort();
-    for (size_t i = 0; i <= h->mask; i++) {
-        const uint64_t *b = &h->k[3 * i];
-        if (b[0] || b[1])
-            memcpy(find(&big, b), b, 3 * sizeof *b);
+    for (size_t i = 0; i <= t->mask; i++) {
+        const uint64_t *b = &t->k[2 * i];
+        if (b[0] == 0 && b[1] == 0)
+            continue;
+        size_t j = b[0] & mask;
+        while (k[2 * j] || k[2 * j + 1])
+            j = (j + 1) & mask;
+        k[2 * j] = b[0];
+        k[2 * j + 1] = b[1];
     }
-    free(h->k);
-    atomic_fetch_add(&s->bytes, 24 * (uint64_t)(h->mask + 1));
-    h->k = big.k;
-    h->mask = big.mask;
+    free(t->k);
+    atomic_fetch_add(&s->bytes, 16 * (uint64_t)(t->mask + 1));
+    t->k = k;
+    t->mask = mask;
 }
 
-int ck_seen_init(ck_seen *s, bool shared)
+int ck_seen_init(ck_seen *s)
 {
     unsigned i;
     memset(s, 0, sizeof *s);
-    s->unlocked = !shared;
     for (i = 0; i < CK_SEEN_SHARDS; i++) {
-        ck_seen_shard *h = &s->sh[i];
-        h->mask = INIT_BUCKETS - 1;
-        h->k = calloc(3 * INIT_BUCKETS, sizeof *h->k);
-        if (!h->k || pthread_mutex_init(&h->mu, NULL) != 0)
+        ck_seen_shard *t = &s->sh[i];
+        t->mask = INIT_BUCKETS - 1;
+        t->k = calloc(2 * INIT_BUCKETS, sizeof *t->k);
+        if (!t->k || pthread_mutex_init(&t->mu, NULL) != 0)
             goto out_free;
     }
-    atomic_store(&s->bytes, 24ull * INIT_BUCKETS * CK_SEEN_SHARDS);
+    atomic_store(&s->bytes, 16ull * INIT_BUCKETS * CK_SEEN_SHARDS);
     return 0;
 out_free:
     free(s->sh[i].k);
@@ -79,34 +109,61 @@ void ck_seen_free(ck_seen *s)
     memset(s, 0, sizeof *s);
 }
 
-bool ck_seen_claim(ck_seen *s, const uint64_t key[2], uint64_t tag)
+bool ck_seen_put(ck_seen *s, const uint64_t key[2])
 {
-    ck_seen_shard *h = &s->sh[shard_of(key)];
+    unsigned h = shard_of(key);
+    ck_seen_shard *t = &s->sh[h];
+    if (4 * (t->n + 1) > 3 * (t->mask + 1))
+        grow(s, t);
+    uint64_t *b = find(t, h, key);
+    if (b[0] || b[1])
+        return false;
+    b[0] = key[0];
+    b[1] = key[1];
+    t->n++;
+    return true;
+}
+
+bool ck_seen_claim(ck_seen *s, ck_seen_ref *e)
+{
+    unsigned h = shard_of(e->key);
+    ck_seen_shard *t = &s->sh[h];
     bool mine = false;
-    if (!s->unlocked)
-        pthread_mutex_lock(&h->mu);
-    if (4 * (h->n + 1) > 3 * (h->mask + 1))
-        grow(s, h);
-    uint64_t *b = find(h, key);
+    pthread_mutex_lock(&t->mu);
+    if (4 * (t->n + 1) > 3 * (t->mask + 1))
+        grow(s, t);
+    uint64_t *b = find(t, h, e->key);
     if (b[0] == 0 && b[1] == 0) {
-        b[0] = key[0];
-        b[1] = key[1];
-        b[2] = tag;
-        h->n++;
+        b[0] = e->key[0];
+        b[1] = ref_word(h, e);
+        t->n++;
         mine = true;
-    } else if (b[2] >> 48 == tag >> 48 && tag < b[2]) {
-        b[2] = tag;
-        mine = true;
+    } else if (is_ref(b[1], h)) {
+        ck_seen_ref *o = ref_of(b[1]);
+        if (CK_SEEN_TAG(e->parent, e->move) < CK_SEEN_TAG(o->parent, o->move)) {
+            o->dead = 1;
+            b[1] = ref_word(h, e);
+            mine = true;
+        }
     }
-    if (!s->unlocked)
-        pthread_mutex_unlock(&h->mu);
+    pthread_mutex_unlock(&t->mu);
     return mine;
 }
 
-bool ck_seen_owns(const ck_seen *s, const uint64_t key[2], uint64_t tag)
+void ck_seen_settle(ck_seen *s, const ck_seen_ref *e)
 {
-    const uint64_t *b = find(&s->sh[shard_of(key)], key);
-    return b[0] == key[0] && b[1] == key[1] && b[2] == tag;
+    unsigned h = shard_of(e->key);
+    ck_seen_shard *t = &s->sh[h];
+    uint64_t w = ref_word(h, e);
+    for (size_t i = e->key[0] & t->mask;; i = (i + 1) & t->mask) {
+        uint64_t *b = &t->k[2 * i];
+        if (b[0] == e->key[0] && b[1] == w) {
+            b[1] = e->key[1];
+            return;
+        }
+        if (b[0] == 0 && b[1] == 0)
+            abort(); /* a live entry the set does not name */
+    }
 }
 
 uint64_t ck_seen_count(const ck_seen *s)
