@@ -313,32 +313,45 @@ static bool take(worker *k, size_t ji, const uint64_t key[2], uint32_t id,
 }
 
 /* The child just made by move m from the state in blob (node id): save
- * it (only the machines in `dirty` afresh), key it, queue it if this move
- * finds it first.  true on a violation; *dirty grows to every machine if
- * liveness ran. */
-static bool child(worker *k, size_t ji, const uint8_t *blob, unsigned *dirty,
-                  uint32_t id, unsigned m)
+ * it (only the machines in `dirty` afresh), key it, load the state in
+ * blob back, and queue the child if this move finds it first.  The load
+ * runs while the visited set's bucket for the key is fetched; with
+ * --liveness all the child is checked first, and the load comes last.
+ * true on a violation (nothing loaded back then). */
+static bool child(worker *k, size_t ji, const uint8_t *blob, size_t blen,
+                  unsigned dirty, uint32_t id, unsigned m)
 {
     bfs *b = k->b;
     size_t len = ck_world_save_some(&k->w, k->tmp, CK_SAVE_MAX, blob, &k->pl,
-                                    *dirty);
+                                    dirty);
     uint64_t key[2];
     lchunk *c;
     check_len(len);
     ck_canon_parts_copy(&k->cp, &k->pp, b->cfg->S);
-    ck_canon_parts(&k->cp, &k->w, k->tmp, *dirty);
+    ck_canon_parts(&k->cp, &k->w, k->tmp, dirty);
     ck_canon_key(&k->w, &k->cp, k->tmp, len, key);
     if (b->cfg->paranoid)
         paranoid(k, len, key);
-    if (!take(k, ji, key, id, m, &c))
+    ck_layout lay = k->w.lay; /* the child's, for its queued copy */
+    if (!b->cfg->liveness_all) {
+        ck_seen_prefetch(&b->seen, key);
+        if (ck_world_load_some(&k->w, blob, blen, dirty))
+            abort();
+        if (take(k, ji, key, id, m, &c))
+            ck_level_add(&c->lv, c->lv.first + (uint32_t)c->lv.n, k->tmp,
+                         len, &lay, b->cfg->S, b->cfg->paranoid);
         return false;
-    ck_level_add(&c->lv, c->lv.first + (uint32_t)c->lv.n, k->tmp, len,
-                 &k->w.lay, b->cfg->S, b->cfg->paranoid);
-    if (!b->cfg->liveness_all)
-        return false;
-    *dirty = CK_M_ALL;
-    return !ck_guard_liveness(&k->w) &&
-           found(k, CK_SEEN_TAG(id, m), ji, id, (uint16_t)m, true);
+    }
+    if (take(k, ji, key, id, m, &c)) {
+        ck_level_add(&c->lv, c->lv.first + (uint32_t)c->lv.n, k->tmp, len,
+                     &lay, b->cfg->S, b->cfg->paranoid);
+        if (!ck_guard_liveness(&k->w))
+            return found(k, CK_SEEN_TAG(id, m), ji, id, (uint16_t)m, true);
+        dirty = CK_M_ALL; /* liveness moved every machine */
+    }
+    if (ck_world_load_some(&k->w, blob, blen, dirty))
+        abort();
+    return false;
 }
 
 /* Expand one state (node id) of job ji; true on a violation.  The state
@@ -369,10 +382,8 @@ static bool expand(worker *k, size_t ji, const uint8_t *blob, size_t blen,
         j->transitions++;
         if (k->w.v.inv >= 0)
             return found(k, CK_SEEN_TAG(id, m), ji, id, (uint16_t)m, false);
-        if (child(k, ji, blob, &dirty, id, m))
+        if (child(k, ji, blob, blen, dirty, id, m))
             return true;
-        if (ck_world_load_some(&k->w, blob, blen, dirty))
-            abort();
     }
     k->held = blob;
     k->hl = k->pl;

@@ -10,7 +10,8 @@
  * a claim holds its shard's lock for the whole probe, insert or change of
  * owner, and a table grows under that lock; the owner of a key in a level
  * is the lowest entry that claimed it, independent of the order of the
- * claims.  One thread's puts take no lock.
+ * claims.  One thread's puts take no lock.  A prefetch only reads the
+ * table's address and size (atomically: a claim may be growing it).
  */
 #include "seen.h"
 
@@ -74,8 +75,19 @@ static void grow(ck_seen *s, ck_seen_shard *t)
     }
     free(t->k);
     atomic_fetch_add(&s->bytes, 16 * (uint64_t)(t->mask + 1));
-    t->k = k;
-    t->mask = mask;
+    /* Atomic for ck_seen_prefetch, which reads them without the lock. */
+    __atomic_store_n(&t->k, k, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->mask, mask, __ATOMIC_RELAXED);
+}
+
+void ck_seen_prefetch(const ck_seen *s, const uint64_t key[2])
+{
+    const ck_seen_shard *t = &s->sh[shard_of(key)];
+    const uint64_t *k = __atomic_load_n(&t->k, __ATOMIC_RELAXED);
+    size_t mask = __atomic_load_n(&t->mask, __ATOMIC_RELAXED);
+    /* A table growing meanwhile makes this a useless hint, never a
+     * fault: a prefetch does not trap. */
+    __builtin_prefetch(&k[2 * (key[0] & mask)]);
 }
 
 int ck_seen_init(ck_seen *s)

@@ -64,6 +64,9 @@ bool ck_seen_claim(ck_seen *s, ck_seen_ref *e);
 /* Between levels (no claim running; any thread, each its own entries):
  * the live entry e gives its key back to the set. */
 void ck_seen_settle(ck_seen *s, const ck_seen_ref *e);
+/* Any thread, any time: start fetching the bucket where key's probe
+ * begins, so that the work done before its put or claim hides the miss. */
+void ck_seen_prefetch(const ck_seen *s, const uint64_t key[2]);
 /* Keys held (exact only while no claim runs); bytes of the tables (any
  * time). */
 uint64_t ck_seen_count(const ck_seen *s);
