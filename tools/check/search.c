@@ -139,6 +139,8 @@ typedef struct bfs {
     job *jobs;
     size_t njobs;
     uint16_t depth;
+    uint8_t *spare;               /* one thread: the buffer of the level */
+    size_t spare_cap;             /* before last, to hold the next one */
     uint64_t fixed_mem;           /* this level, nodes: known at its start */
     _Atomic size_t at;            /* the next job or chunk to take */
     _Atomic uint64_t vtag;        /* the lowest violation tag so far */
@@ -253,13 +255,31 @@ static void paranoid(worker *k, size_t len, const uint64_t key[2])
     k->w.lay = l;
 }
 
-/* A chunk takes no more states: give back the memory it will not use. */
-static void seal(lchunk *c)
+/* A chunk takes no more states: give back the memory it will not use
+ * (several threads; one thread keeps its one buffer a level whole, to
+ * reuse it two levels on, as a plain BFS does, not to touch fresh pages
+ * for every level). */
+static void seal(const bfs *b, lchunk *c)
 {
     free(c->lv.prev);
     c->lv.prev = NULL;
+    if (!b->shared)
+        return;
     c->lv.buf = xrealloc(c->lv.buf, c->lv.len);
     c->lv.cap = c->lv.len;
+}
+
+/* One thread: the level expanded last is done; keep its buffer. */
+static void keep_spare(bfs *b)
+{
+    if (b->shared || b->cur.n == 0)
+        return;
+    ck_level *l = &b->cur.v[0]->lv;
+    free(b->spare);
+    b->spare = l->buf;
+    b->spare_cap = l->cap;
+    l->buf = NULL;
+    l->cap = 0;
 }
 
 /* Bytes of a chunk's entries. */
@@ -276,14 +296,19 @@ static lchunk *out_chunk(bfs *b, job *j)
     if (c && (!b->shared || c->lv.n < CHUNK_STATES))
         return c;
     if (c) {
-        seal(c);
+        seal(b, c);
         atomic_fetch_add(&b->queued_mem, c->lv.cap + entry_bytes(c));
     }
     c = calloc(1, sizeof *c);
     if (!c)
         abort();
-    if (b->shared)
+    if (b->shared) {
         c->e = xrealloc(NULL, CHUNK_STATES * sizeof *c->e);
+    } else if (b->spare) {
+        c->lv.buf = b->spare;
+        c->lv.cap = b->spare_cap;
+        b->spare = NULL;
+    }
     clist_push(&j->out, c);
     return c;
 }
@@ -497,7 +522,7 @@ static void gather(bfs *b)
     for (size_t ji = 0; ji < b->cur.n; ji++) {
         job *j = &b->jobs[ji];
         for (size_t i = 0; i < j->out.n; i++) {
-            seal(j->out.v[i]);
+            seal(b, j->out.v[i]);
             clist_push(&b->next, j->out.v[i]);
         }
         free(j->out.v);
@@ -648,7 +673,7 @@ static void add_root(bfs *b)
     ck_level_add(&c->lv, 0, k->tmp, len, &k->w.lay, b->cfg->S,
                  b->cfg->paranoid);
     c->live = 1;
-    seal(c);
+    seal(b, c);
     clist_push(&b->cur, c);
     nodes_reserve(b, 1);
     b->nodes[b->nn++] = (node){UINT32_MAX, 0, 0};
@@ -682,6 +707,7 @@ static void bfs_free(bfs *b)
     free(b->wk);
     free(b->jobs);
     free(b->nodes);
+    free(b->spare);
     ck_seen_free(&b->seen);
     free(b);
 }
@@ -723,6 +749,7 @@ static int bfs_run(const ck_config *cfg, unsigned threads, bool shared,
                     n ? (double)level_bytes(&b->next) / n : 0.0,
                     now_s() - t0);
         }
+        keep_spare(b);
         clist_clear(&b->cur);
         clist t = b->cur;
         b->cur = b->next;
