@@ -85,7 +85,7 @@ static void hash128(const void *p, size_t n, uint64_t seed,
 
 /* Where the machines write their canonical forms: part 0 (the rest) and
  * one part per shard, each up to a whole saved state. */
-static uint8_t g_form[(CK_MAX_S + 1) * CK_SAVE_MAX];
+static _Thread_local uint8_t g_form[(CK_MAX_S + 1) * CK_SAVE_MAX];
 
 /* Take a machine's canonical form (rc its result): hash part 0 into h
  * and keep the per-shard parts.  False when there is none. */
@@ -131,7 +131,7 @@ typedef struct memo {
     uint8_t b[CK_SAVE_MAX];
 } memo;
 
-static bool g_prime; /* store into the memo (the state being expanded) */
+static _Thread_local bool g_prime; /* store into the memo (the state being expanded) */
 
 static void memo_hash(memo *m, const uint8_t *b, size_t n, uint64_t seed,
                       uint64_t out[2])
@@ -150,7 +150,7 @@ static void memo_hash(memo *m, const uint8_t *b, size_t n, uint64_t seed,
     }
 }
 
-static memo g_blob[CK_MAX_S], g_sig[CK_MAX_S];
+static _Thread_local memo g_blob[CK_MAX_S], g_sig[CK_MAX_S];
 
 /* Re-hash the machines in `which` of the state saved in blob (laid out as
  * w->lay says), which the machines of w hold now.  A shard's save is its
@@ -260,9 +260,9 @@ static void rest(const ck_world *w, const ck_parts *p, kbuf *o)
 /* Symmetry over transfers                                                 */
 /* ---------------------------------------------------------------------- */
 
-/* The scratch of the renamed keys (one search at a time, like g_form):
- * a shard's form with renamed ids, and the parts of a renamed state. */
-static struct {
+/* The scratch of the renamed keys (per thread, like g_form): a shard's
+ * form with renamed ids, and the parts of a renamed state. */
+static _Thread_local struct {
     uint8_t form[CK_SAVE_MAX];
     ck_parts parts;
 } g_tsym;

@@ -17,8 +17,10 @@
 #include "monitor.h"
 #include "step.h"
 
-static sigjmp_buf g_jmp;
-static volatile sig_atomic_t g_armed;
+/* Per thread: the BFS runs moves on several (abort() signals the
+ * thread that called it). */
+static _Thread_local sigjmp_buf g_jmp;
+static _Thread_local volatile sig_atomic_t g_armed;
 
 static void on_abort(int sig)
 {

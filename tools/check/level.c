@@ -91,7 +91,7 @@ static size_t xor_words(const uint8_t *c, size_t n, const uint8_t *p,
 static void put_part(ck_level *l, const uint8_t *c, size_t n,
                      const uint8_t *p, size_t pn)
 {
-    static uint64_t x[(CK_SAVE_MAX + 7) / 8];
+    static _Thread_local uint64_t x[(CK_SAVE_MAX + 7) / 8];
     size_t nw = xor_words(c, n, p, pn, x);
     put_var(l, n);
     for (size_t i = 0; i < nw;) {
@@ -186,7 +186,7 @@ void ck_level_add(ck_level *l, uint32_t id, const uint8_t *b, size_t len,
         put_part(l, b + off[i], n[i], p, i < l->pparts ? l->pn[i] : 0);
     }
     if (verify) {
-        static uint8_t back[CK_SAVE_MAX];
+        static _Thread_local uint8_t back[CK_SAVE_MAX];
         size_t boff[CK_PARTS_MAX], bn[CK_PARTS_MAX];
         unsigned bp;
         size_t blen = get_state(l->buf, &start, l->prev, l->poff, l->pn,

@@ -8,7 +8,8 @@
  *              [--ccancels N] [--expiries N] [--cancel-attempts N]
  *              [--max-delay-ms N] [--liveness leaves|all] [--max-mem-mb N]
  *              [--no-symmetry] [--no-transfer-symmetry] [--paranoid]
- *              [--out PREFIX] [--replay FILE] [--bench] [--help]
+ *              [--out PREFIX] [--replay FILE] [--threads N] [--bench]
+ *              [--help]
  *
  * --budget N: disturbances per path in all.  Its default depends on S: 3,
  * or less where a space that large cannot finish (default_budget() below;
@@ -19,10 +20,19 @@
  * --paranoid checks, for every BFS transition, that the incremental save
  * and hashing match a full save and hashing from scratch.
  *
+ * --threads N (default 1): the threads of a BFS.  The states,
+ * transitions, depth, verdict and counterexample are the same for every N
+ * (search.c); 1 by default because CI runs two checkers at a time on two
+ * cores, and a run that wants more says so.
+ *
  * --bench: the benchmark of the exhaustive mode (printed, not asserted):
  * BFS for S = 1, 2, 3 (bench_budget below), each next to a reference
  * measured in the same process, random walks over the same world (the
- * machines and monitors stepping with no saving, hashing or visited set).
+ * machines and monitors stepping with no saving, hashing or visited set);
+ * each BFS three times: the plain BFS on one thread (what --threads 1
+ * runs), the parallel BFS's shared set on one thread, and on N threads
+ * (--threads N, 2 when not given), with states/s, states per CPU second
+ * and the peak memory of each.
  *
  * Exit status: 0 every invariant held (or --help), 1 a violation (printed
  * step by step, with a trace file and a choices file), 2 bad arguments
@@ -49,6 +59,7 @@ typedef struct opts {
     ck_config cfg;
     int mode; /* 0 bfs, 1 random, 2 swarm */
     uint64_t seed, runs, delay_ms, mem_mb;
+    unsigned threads;
     const char *out, *replay;
     bool bench, help;
 } opts;
@@ -124,6 +135,7 @@ static const numopt numopts[] = {
     {"--max-mem-mb", 0, 1u << 30, offsetof(opts, mem_mb), 8},
     {"--seed", 0, UINT64_MAX, offsetof(opts, seed), 8},
     {"--runs", 1, UINT64_MAX, offsetof(opts, runs), 8},
+    {"--threads", 1, 64, offsetof(opts, threads), 4},
 };
 
 static int set_num(opts *o, const numopt *n, const char *v)
@@ -197,6 +209,7 @@ static void defaults(opts *o)
     o->seed = 1;
     o->delay_ms = 15000;
     o->mem_mb = 8192;
+    o->threads = 1;
     o->runs = 10000;
     o->out = "xfer-check-cex";
 }
@@ -288,6 +301,8 @@ static void usage(void)
            "PREFIX.choices\n"
            "                           (%s)\n"
            "  --replay FILE            run a choices file again\n"
+           "  --threads N              BFS threads; the same result for "
+           "every N (1)\n"
            "  --bench                  benchmark BFS for S = 1, 2, 3 with a "
            "reference\n"
            "  --help                   this text\n\n"
@@ -430,7 +445,7 @@ static int run_bfs(const opts *o)
 {
     ck_outcome r;
     memset(&r, 0, sizeof r);
-    int inv = ck_search_bfs(&o->cfg, &r);
+    int inv = ck_search_bfs(&o->cfg, o->threads, &r);
     double s = r.secs > 0 ? r.secs : 1e-9;
     printf("states %" PRIu64 " distinct, transitions %" PRIu64 ", depth %u, "
            "leaves %" PRIu64 "%s\n", r.states, r.transitions, r.depth,
@@ -439,8 +454,11 @@ static int run_bfs(const opts *o)
         printf("STOPPED at the memory bound (--max-mem-mb %llu) in depth "
                "%u: NOT exhaustive\n",
                (unsigned long long)(o->cfg.max_mem >> 20), r.depth);
-    printf("time %.2f s: %.0f states/s, %.0f transitions/s (one core), "
-           "%.0f MB\n", r.secs, r.states / s, r.transitions / s,
+    double cs = r.cpu_secs > 0 ? r.cpu_secs : 1e-9;
+    printf("time %.2f s: %.0f states/s, %.0f transitions/s (%u thread%s; "
+           "CPU %.2f s, %.0f states per CPU second), %.0f MB\n", r.secs,
+           r.states / s, r.transitions / s, o->threads,
+           o->threads == 1 ? "" : "s", r.cpu_secs, r.states / cs,
            r.mem_bytes / 1048576.0);
     if (inv < 0) {
         printf("all invariants held (I1-I14%s after every step, liveness at "
@@ -490,39 +508,64 @@ static const unsigned bench_budget[] = {0, 6, 3, 2};
 /* --bench: states/s of exhaustive runs for S = 1, 2, 3 next to
  * the rate of the machines alone (random walks over the same world; each
  * walk is run twice, the second time for I10, and both runs count). */
+/* One BFS row of the benchmark; 0, or 1 when the run did not finish. */
+static int bench_bfs(const ck_config *c, unsigned threads, bool shared,
+                     double ref)
+{
+    ck_outcome b;
+    memset(&b, 0, sizeof b);
+    int rc = (shared ? ck_search_bfs_shared(c, threads, &b)
+                     : ck_search_bfs(c, threads, &b)) >= 0 ||
+             b.out_of_memory;
+    ck_path_free(&b.path);
+    double bs = b.secs > 0 ? b.secs : 1e-9;
+    double cs = b.cpu_secs > 0 ? b.cpu_secs : 1e-9;
+    printf("%-3u %-6u %7u %-6s %12" PRIu64 " %12.0f %12.0f %12.0f %8.2f "
+           "%7.0f | %18.0f\n", c->S, c->budget, threads,
+           shared ? "shared" : "plain", b.states, b.states / bs,
+           b.states / bs / threads, b.states / cs, b.secs,
+           b.mem_bytes / 1048576.0, ref);
+    return rc;
+}
+
 static int run_bench(const opts *o)
 {
     printf("xfer-check benchmark: exhaustive BFS (T = 1, every fault "
-           "class, other bounds at their defaults), one core\n");
-    printf("%-3s %-6s %12s %12s %14s %8s | %22s\n", "S", "budget",
-           "states", "states/s", "transitions/s", "secs",
-           "reference: steps/s");
+           "class, other bounds at their defaults)\n");
+    printf("%-3s %-6s %7s %-6s %12s %12s %12s %12s %8s %7s | %18s\n", "S",
+           "budget", "threads", "set", "states", "states/s", "per thread",
+           "per CPU-s", "secs", "MB", "reference: steps/s");
     int rc = 0;
     for (unsigned S = 1; S <= 3 && rc == 0; S++) {
         ck_config c = o->cfg;
         c.S = S;
         c.budget = bench_budget[S];
-        ck_outcome b, r;
-        memset(&b, 0, sizeof b);
+        ck_outcome r;
         memset(&r, 0, sizeof r);
-        if (ck_search_bfs(&c, &b) >= 0 || b.out_of_memory)
-            rc = 1;
         if (ck_search_random(&c, o->seed, 20000, false, &r) >= 0)
             rc = 1;
-        ck_path_free(&b.path);
         ck_path_free(&r.path);
-        double bs = b.secs > 0 ? b.secs : 1e-9;
         double rs = r.secs > 0 ? r.secs : 1e-9;
-        printf("%-3u %-6u %12" PRIu64 " %12.0f %14.0f %8.2f | %22.0f\n", S,
-               c.budget, b.states, b.states / bs, b.transitions / bs, b.secs,
-               2.0 * (double)r.steps / rs);
+        double ref = 2.0 * (double)r.steps / rs;
+        unsigned n = o->threads > 1 ? o->threads : 2;
+        rc |= bench_bfs(&c, 1, false, ref);
+        if (rc == 0)
+            rc |= bench_bfs(&c, 1, true, ref);
+        if (rc == 0)
+            rc |= bench_bfs(&c, n, true, ref);
     }
     if (rc)
         printf("a run found a violation or stopped early: run it alone "
                "for the counterexample\n");
     printf("target: 1000000 states/s; states/s counts distinct states, "
            "each of which costs its transitions (a save, a hash and a "
-           "visited-set probe each)\n");
+           "visited-set probe each); per thread: states/s over threads; "
+           "per CPU-s: over the CPU time the run used (the rate per core "
+           "on a machine other work shares); set plain: --threads 1, the "
+           "BFS written for one thread (the base); shared: the parallel "
+           "BFS's set of entries, on one thread (what sharing costs) and "
+           "on --threads N (default 2); MB: peak of the search structures; "
+           "the reference runs on one thread\n");
     return rc;
 }
 

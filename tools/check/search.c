@@ -11,19 +11,36 @@
  *    what is printed is exactly what the machines do;
  *  - every move runs under the guard (guard.c): an assertion inside a
  *    machine is reported as a violation of its own kind instead of killing
- *    the checker.
+ *    the checker;
+ *  - the BFS gives the same counts, verdict and counterexample on any
+ *    number of threads: the states of a level, their node ids and order
+ *    are those one thread finds (the lowest (parent, move) owns a state,
+ *    seen.h), and the lowest violation of a level wins, with the counts
+ *    one thread has when it stops there.  Threads share only the visited
+ *    set (locked per shard), the counters they take work from and the
+ *    lowest violation tag (atomics); each writes its own chunks of the
+ *    next level and their entries; between levels each thread settles
+ *    the entries of its own shards, and one thread numbers the states;
+ *  - on one thread the BFS is the plain one: keys put without a lock or
+ *    an entry, a level in one buffer, a node numbered when it is found,
+ *    so it costs what a search written for one thread costs.
  */
 #include "search.h"
 
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "canon.h"
 #include "guard.h"
 #include "level.h"
 #include "monitor.h"
 #include "path.h"
+#include "seen.h"
 #include "step.h"
 #include "world.h"
 #include "xfer/xfer.h"
@@ -34,58 +51,22 @@ static double now_s(void)
     return (double)xfer_clock_monotonic(NULL) / 1e9;
 }
 
-/* ---------------------------------------------------------------------- */
-/* Visited set: open addressing over 128-bit keys                          */
-/* ---------------------------------------------------------------------- */
-
-typedef struct vset {
-    uint64_t *k; /* 2 per bucket; (0,0) empty */
-    size_t mask, n;
-} vset;
-
-static void vs_init(vset *s, size_t buckets)
+/* CPU seconds of the process, all threads (the rate per core). */
+static double cpu_s(void)
 {
-    s->mask = buckets - 1;
-    s->n = 0;
-    s->k = calloc(2 * buckets, sizeof *s->k);
-    if (!s->k)
-        abort();
-}
-
-static bool vs_put_raw(vset *s, const uint64_t key[2])
-{
-    size_t i = key[0] & s->mask;
-    for (;; i = (i + 1) & s->mask) {
-        uint64_t *b = &s->k[2 * i];
-        if (b[0] == 0 && b[1] == 0) {
-            b[0] = key[0];
-            b[1] = key[1];
-            s->n++;
-            return true;
-        }
-        if (b[0] == key[0] && b[1] == key[1])
-            return false;
-    }
-}
-
-/* Insert; true when the key is new. */
-static bool vs_put(vset *s, const uint64_t key[2])
-{
-    if (4 * (s->n + 1) > 3 * (s->mask + 1)) {
-        vset big;
-        vs_init(&big, 2 * (s->mask + 1));
-        for (size_t i = 0; i <= s->mask; i++)
-            if (s->k[2 * i] || s->k[2 * i + 1])
-                vs_put_raw(&big, &s->k[2 * i]);
-        free(s->k);
-        *s = big;
-    }
-    return vs_put_raw(s, key);
+    return (double)clock() / CLOCKS_PER_SEC;
 }
 
 /* ---------------------------------------------------------------------- */
-/* Breadth-first search                                                    */
+/* Breadth-first search, level by level on one or more threads             */
 /* ---------------------------------------------------------------------- */
+
+/* States per chunk on several threads: a chunk's delta chain starts from
+ * nothing, so any thread decodes it alone; small enough to share a level
+ * out evenly, large enough that the full first state costs little.  On
+ * one thread a level is one chunk, as it is one buffer in a plain BFS. */
+#define CHUNK_STATES 1024u
+#define NO_TAG UINT64_MAX
 
 typedef struct node {
     uint32_t parent;
@@ -93,32 +74,124 @@ typedef struct node {
     uint16_t depth;
 } node;
 
-typedef struct bfs {
-    const ck_config *cfg;
+/* States of one level, in the order found.  On several threads, e[i] is
+ * state i's entry in the visited set until the level is numbered; then
+ * dead[i] says that state i was found first by a move earlier in the
+ * order (on another thread, later in time): it stays in the chain as the
+ * base of the next, and is not expanded. */
+typedef struct lchunk {
+    ck_level lv;     /* lv.first: node id of the first live state */
+    ck_seen_ref *e;  /* one per state (several threads), else NULL */
+    uint8_t *dead;   /* NULL: none */
+    size_t live;
+} lchunk;
+
+typedef struct clist {
+    lchunk **v;
+    size_t n, cap;
+} clist;
+
+/* What expanding one chunk of the current level gave. */
+typedef struct job {
+    clist out; /* the chunks of the next level, in order */
+    uint64_t transitions, leaves;
+    bool bounded;
+} job;
+
+/* The first violation one thread found. */
+typedef struct viol {
+    uint64_t tag;
+    size_t job;
+    int inv;
+    char what[256];
+    uint32_t id;   /* the node the path leads to */
+    uint16_t last; /* then this move, or UINT16_MAX */
+    bool liveness;
+} viol;
+
+struct bfs;
+
+typedef struct worker {
+    struct bfs *b;
+    unsigned idx;
     ck_world w;
-    vset seen;
-    node *nodes;
-    size_t nn, ncap;
-    ck_level cur, next;
     ck_lreader rd;
     uint8_t *tmp, *tmp2;
-    ck_layout pl;     /* layout of the state being expanded */
+    ck_layout pl;        /* layout of the state being expanded */
     const uint8_t *held; /* the encoding the machines hold, or NULL */
-    ck_layout hl;     /* its layout */
-    ck_parts pp, cp;  /* its cached hashes; a child's */
+    ck_layout hl;        /* its layout */
+    ck_parts pp, cp;     /* its cached hashes; a child's */
+    uint8_t *scratch;    /* several threads: where the next chunk is */
+    size_t scratch_cap;  /* built (close_chunk) */
+    job counts;          /* of the chunk being expanded (not shared, so
+                          * no cache line bounces between threads) */
+    viol v;
+    pthread_t th;
+} worker;
+
+typedef struct bfs {
+    const ck_config *cfg;
     ck_outcome *out;
+    unsigned nthreads;
+    bool shared; /* claims by entry (several threads), not plain puts */
+    ck_seen seen;
+    node *nodes;
+    size_t nn, ncap;
+    clist cur, next;
+    job *jobs;
+    size_t njobs;
+    uint16_t depth;
+    uint8_t *spare;               /* one thread: the buffer of the level */
+    size_t spare_cap;             /* before last, to hold the next one */
+    uint64_t fixed_mem;           /* this level, nodes: known at its start */
+    _Atomic size_t at;            /* the next job or chunk to take */
+    _Atomic uint64_t vtag;        /* the lowest violation tag so far */
+    _Atomic uint64_t queued_mem;  /* bytes of the next level so far */
+    _Atomic uint64_t peak_mem;
+    _Atomic bool oom;
+    worker *wk;
 } bfs;
 
-static uint32_t add_node(bfs *b, uint32_t parent, uint16_t move, uint16_t d)
+static void *xrealloc(void *p, size_t n)
 {
-    if (b->nn == b->ncap) {
-        b->ncap = b->ncap ? 2 * b->ncap : 4096;
-        b->nodes = realloc(b->nodes, b->ncap * sizeof *b->nodes);
-        if (!b->nodes)
-            abort();
+    p = realloc(p, n ? n : 1);
+    if (!p)
+        abort();
+    return p;
+}
+
+static void clist_push(clist *l, lchunk *c)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->v = xrealloc(l->v, l->cap * sizeof *l->v);
     }
-    b->nodes[b->nn] = (node){parent, move, d};
-    return (uint32_t)b->nn++;
+    l->v[l->n++] = c;
+}
+
+static void chunk_free(lchunk *c)
+{
+    ck_level_free(&c->lv);
+    free(c->e);
+    free(c->dead);
+    free(c);
+}
+
+static void clist_clear(clist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        chunk_free(l->v[i]);
+    l->n = 0;
+}
+
+/* Room for n more nodes. */
+static void nodes_reserve(bfs *b, size_t n)
+{
+    if (b->nn + n <= b->ncap)
+        return;
+    while (b->nn + n > b->ncap)
+        b->ncap = b->ncap ? 2 * b->ncap : 4096;
+    b->nodes = xrealloc(b->nodes, b->ncap * sizeof *b->nodes);
 }
 
 /* The path to node id (then `last` if not UINT16_MAX). */
@@ -141,11 +214,18 @@ static void path_to(const bfs *b, uint32_t id, uint16_t last, bool liveness,
     p->liveness = liveness;
 }
 
-static bool found(bfs *b, uint32_t id, uint16_t last, bool liveness)
+/* A violation at tag (job j): kept when it is the thread's lowest, and
+ * published so that every thread stops past it.  Always true. */
+static bool found(worker *k, uint64_t tag, size_t j, uint32_t id,
+                  uint16_t last, bool liveness)
 {
-    b->out->inv = b->w.v.inv;
-    memcpy(b->out->what, b->w.v.what, sizeof b->out->what);
-    path_to(b, id, last, liveness, &b->out->path);
+    if (tag < k->v.tag) {
+        k->v = (viol){tag, j, k->w.v.inv, {0}, id, last, liveness};
+        memcpy(k->v.what, k->w.v.what, sizeof k->v.what);
+    }
+    uint64_t t = atomic_load(&k->b->vtag);
+    while (tag < t && !atomic_compare_exchange_weak(&k->b->vtag, &t, tag))
+        ;
     return true;
 }
 
@@ -160,169 +240,568 @@ static void check_len(size_t len)
 
 /* --paranoid: the delta save and the cached hashes must match a full
  * save and hashes computed from scratch (checks ck_step_touches). */
-static void paranoid(bfs *b, size_t len, const uint64_t key[2])
+static void paranoid(worker *k, size_t len, const uint64_t key[2])
 {
-    ck_layout l = b->w.lay;
-    size_t n = ck_world_save(&b->w, b->tmp2, CK_SAVE_MAX);
+    ck_layout l = k->w.lay;
+    size_t n = ck_world_save(&k->w, k->tmp2, CK_SAVE_MAX);
     uint64_t k2[2];
     check_len(n);
-    ck_canon_parts(&b->cp, &b->w, b->tmp2, CK_M_ALL);
-    ck_canon_key(&b->w, &b->cp, b->tmp2, n, k2);
-    if (n != len || memcmp(b->tmp, b->tmp2, n) || k2[0] != key[0] ||
+    ck_canon_parts(&k->cp, &k->w, k->tmp2, CK_M_ALL);
+    ck_canon_key(&k->w, &k->cp, k->tmp2, n, k2);
+    if (n != len || memcmp(k->tmp, k->tmp2, n) || k2[0] != key[0] ||
         k2[1] != key[1]) {
         fprintf(stderr, "xfer-check: --paranoid: a move touched a machine "
                 "ck_step_touches() did not name\n");
         abort();
     }
-    b->w.lay = l;
+    k->w.lay = l;
 }
 
-/* The child just made by a move from the state in blob: save it (only the
- * machines in `dirty` afresh), key it, queue it if new.  true on a
- * violation; *dirty grows to every machine if liveness ran. */
-static bool child(bfs *b, const uint8_t *blob, unsigned *dirty, uint32_t id,
-                  unsigned m, uint16_t depth)
+/* A chunk takes no more states: give back the memory it will not use
+ * (one thread keeps its one buffer a level whole, to reuse it two levels
+ * on, as a plain BFS does, not to touch fresh pages for every level; on
+ * several, close_chunk already did, but for the root). */
+static void seal(const bfs *b, lchunk *c)
 {
-    size_t len = ck_world_save_some(&b->w, b->tmp, CK_SAVE_MAX, blob, &b->pl,
-                                    *dirty);
-    uint64_t key[2];
-    check_len(len);
-    ck_canon_parts_copy(&b->cp, &b->pp, b->cfg->S);
-    ck_canon_parts(&b->cp, &b->w, b->tmp, *dirty);
-    ck_canon_key(&b->w, &b->cp, b->tmp, len, key);
-    if (b->cfg->paranoid)
-        paranoid(b, len, key);
-    if (!vs_put(&b->seen, key))
-        return false;
-    uint32_t c = add_node(b, id, (uint16_t)m, depth + 1);
-    ck_level_add(&b->next, c, b->tmp, len, &b->w.lay, b->cfg->S,
-                 b->cfg->paranoid);
-    if (!b->cfg->liveness_all)
-        return false;
-    *dirty = CK_M_ALL;
-    return !ck_guard_liveness(&b->w) && found(b, c, UINT16_MAX, true);
+    free(c->lv.prev);
+    c->lv.prev = NULL;
+    if (!b->shared)
+        return;
+    c->lv.buf = xrealloc(c->lv.buf, c->lv.len);
+    c->lv.cap = c->lv.len;
 }
 
-/* Expand state i of the current level; true on a violation.  The state is
- * loaded once; after each move only the plain data and the machines the
- * move touched are loaded back. */
-static bool expand(bfs *b, size_t i, uint16_t depth)
+/* One thread: the level expanded last is done; keep its buffer. */
+static void keep_spare(bfs *b)
 {
-    size_t blen;
-    const uint8_t *blob = ck_lreader_next(&b->rd, &blen);
-    uint32_t id = b->cur.first + (uint32_t)i;
-    ck_move mv[CK_MAX_MOVES];
-    if (ck_world_load_diff(&b->w, blob, blen, b->held, &b->hl))
+    if (b->shared || b->cur.n == 0)
+        return;
+    ck_level *l = &b->cur.v[0]->lv;
+    free(b->spare);
+    b->spare = l->buf;
+    b->spare_cap = l->cap;
+    l->buf = NULL;
+    l->cap = 0;
+}
+
+/* Bytes of a chunk's entries. */
+static uint64_t entry_bytes(const lchunk *c)
+{
+    return c->e ? CHUNK_STATES * sizeof *c->e : 0;
+}
+
+/* A chunk of j's output with room for one more state (one chunk on one
+ * thread). */
+/* Several threads: chunk c (built in k's scratch buffer) takes no more
+ * states; it gets a buffer of its exact length and the scratch goes back
+ * to k.  So a chunk's memory is one allocation of one size, never grown
+ * or shrunk in place, which left holes that a level after it could not
+ * fill (peak RSS 36 % above the base at S = 2 budget 3). */
+static void close_chunk(worker *k, lchunk *c)
+{
+    uint8_t *own = xrealloc(NULL, c->lv.len);
+    memcpy(own, c->lv.buf, c->lv.len);
+    free(k->scratch);
+    k->scratch = c->lv.buf;
+    k->scratch_cap = c->lv.cap;
+    c->lv.buf = own;
+    c->lv.cap = c->lv.len;
+    free(c->lv.prev);
+    c->lv.prev = NULL;
+    atomic_fetch_add(&k->b->queued_mem, c->lv.cap + entry_bytes(c));
+}
+
+static lchunk *out_chunk(worker *k, job *j)
+{
+    bfs *b = k->b;
+    lchunk *c = j->out.n ? j->out.v[j->out.n - 1] : NULL;
+    if (c && (!b->shared || c->lv.n < CHUNK_STATES))
+        return c;
+    if (c)
+        close_chunk(k, c);
+    c = calloc(1, sizeof *c);
+    if (!c)
         abort();
-    b->pl = b->w.lay;
-    b->held = NULL; /* a leaf's liveness phase moves every machine */
-    unsigned n = ck_step_moves(&b->w, mv);
-    if (n == 0 || depth >= b->cfg->depth) {
-        b->out->leaves++;
-        b->out->bounded |= n > 0;
-        if (!ck_guard_liveness(&b->w))
-            return found(b, id, UINT16_MAX, true);
+    if (b->shared) {
+        c->e = xrealloc(NULL, CHUNK_STATES * sizeof *c->e);
+        c->lv.buf = k->scratch;
+        c->lv.cap = k->scratch_cap;
+        k->scratch = NULL;
+        k->scratch_cap = 0;
+    } else if (b->spare) {
+        c->lv.buf = b->spare;
+        c->lv.cap = b->spare_cap;
+        b->spare = NULL;
+    }
+    clist_push(&j->out, c);
+    return c;
+}
+
+/* Whether move m from node id finds key first in this search (so far):
+ * on one thread the key is new, and the state gets its node now; on
+ * several, the move's entry owns the key (seen.h).  The chunk the state
+ * goes into is *cp. */
+static bool take(worker *k, size_t ji, const uint64_t key[2], uint32_t id,
+                 unsigned m, lchunk **cp)
+{
+    bfs *b = k->b;
+    if (!b->shared) {
+        if (!ck_seen_put(&b->seen, key))
+            return false;
+        *cp = out_chunk(k, &b->jobs[ji]);
+        nodes_reserve(b, 1);
+        if ((*cp)->lv.n == 0)
+            (*cp)->lv.first = (uint32_t)b->nn;
+        b->nodes[b->nn++] = (node){id, (uint16_t)m, (uint16_t)(b->depth + 1)};
+        return true;
+    }
+    lchunk *c = *cp = out_chunk(k, &b->jobs[ji]);
+    ck_seen_ref *e = &c->e[c->lv.n];
+    *e = (ck_seen_ref){{key[0], key[1]}, id, (uint16_t)m, 0};
+    return ck_seen_claim(&b->seen, e);
+}
+
+/* The child just made by move m from the state in blob (node id): save
+ * it (only the machines in `dirty` afresh), key it, load the state in
+ * blob back, and queue the child if this move finds it first.  The load
+ * runs while the visited set's bucket for the key is fetched; with
+ * --liveness all the child is checked first, and the load comes last.
+ * true on a violation (nothing loaded back then). */
+static bool child(worker *k, size_t ji, const uint8_t *blob, size_t blen,
+                  unsigned dirty, uint32_t id, unsigned m)
+{
+    bfs *b = k->b;
+    size_t len = ck_world_save_some(&k->w, k->tmp, CK_SAVE_MAX, blob, &k->pl,
+                                    dirty);
+    uint64_t key[2];
+    lchunk *c;
+    check_len(len);
+    ck_canon_parts_copy(&k->cp, &k->pp, b->cfg->S);
+    ck_canon_parts(&k->cp, &k->w, k->tmp, dirty);
+    ck_canon_key(&k->w, &k->cp, k->tmp, len, key);
+    if (b->cfg->paranoid)
+        paranoid(k, len, key);
+    ck_layout lay = k->w.lay; /* the child's, for its queued copy */
+    if (!b->cfg->liveness_all) {
+        ck_seen_prefetch(&b->seen, key);
+        if (ck_world_load_some(&k->w, blob, blen, dirty))
+            abort();
+        if (take(k, ji, key, id, m, &c))
+            ck_level_add(&c->lv, c->lv.first + (uint32_t)c->lv.n, k->tmp,
+                         len, &lay, b->cfg->S, b->cfg->paranoid);
         return false;
     }
-    ck_canon_prime(&b->pp, &b->w, blob);
-    for (unsigned m = 0; m < n; m++) {
-        unsigned dirty = ck_step_touches(&b->w, mv[m]);
-        ck_guard_apply(&b->w, mv[m]);
-        b->out->transitions++;
-        if (b->w.v.inv >= 0)
-            return found(b, id, (uint16_t)m, false);
-        if (child(b, blob, &dirty, id, m, depth))
-            return true;
-        if (ck_world_load_some(&b->w, blob, blen, dirty))
-            abort();
+    if (take(k, ji, key, id, m, &c)) {
+        ck_level_add(&c->lv, c->lv.first + (uint32_t)c->lv.n, k->tmp, len,
+                     &lay, b->cfg->S, b->cfg->paranoid);
+        if (!ck_guard_liveness(&k->w))
+            return found(k, CK_SEEN_TAG(id, m), ji, id, (uint16_t)m, true);
+        dirty = CK_M_ALL; /* liveness moved every machine */
     }
-    b->held = blob;
-    b->hl = b->pl;
+    if (ck_world_load_some(&k->w, blob, blen, dirty))
+        abort();
+    return false;
+}
+
+/* Expand one state (node id) of job ji; true on a violation.  The state
+ * is loaded once; after each move only the plain data and the machines
+ * the move touched are loaded back. */
+static bool expand(worker *k, size_t ji, const uint8_t *blob, size_t blen,
+                   uint32_t id)
+{
+    bfs *b = k->b;
+    job *j = &k->counts; /* the job's, summed when the chunk is done */
+    ck_move mv[CK_MAX_MOVES];
+    if (ck_world_load_diff(&k->w, blob, blen, k->held, &k->hl))
+        abort();
+    k->pl = k->w.lay;
+    k->held = NULL; /* a leaf's liveness phase moves every machine */
+    unsigned n = ck_step_moves(&k->w, mv);
+    if (n == 0 || b->depth >= b->cfg->depth) {
+        j->leaves++;
+        j->bounded |= n > 0;
+        if (!ck_guard_liveness(&k->w))
+            return found(k, CK_SEEN_TAG(id, 0), ji, id, UINT16_MAX, true);
+        return false;
+    }
+    ck_canon_prime(&k->pp, &k->w, blob);
+    for (unsigned m = 0; m < n; m++) {
+        unsigned dirty = ck_step_touches(&k->w, mv[m]);
+        ck_guard_apply(&k->w, mv[m]);
+        j->transitions++;
+        if (k->w.v.inv >= 0)
+            return found(k, CK_SEEN_TAG(id, m), ji, id, (uint16_t)m, false);
+        if (child(k, ji, blob, blen, dirty, id, m))
+            return true;
+    }
+    k->held = blob;
+    k->hl = k->pl;
     return false;
 }
 
 /* Bytes held by the search structures (queued states, visited set, the
- * node tree); the machines and buffers are small and fixed. */
-static uint64_t bfs_mem(const bfs *b)
+ * node tree) as far as one thread sees them; the machines and buffers are
+ * small and fixed. */
+static uint64_t bfs_mem(bfs *b, const lchunk *open)
 {
-    const ck_level *l[2] = {&b->cur, &b->next};
-    uint64_t m = (b->seen.mask + 1) * 16 + b->ncap * sizeof(node);
-    for (unsigned i = 0; i < 2; i++)
-        m += l[i]->cap;
-    return m;
+    return b->fixed_mem + b->ncap * sizeof(node) + ck_seen_bytes(&b->seen) +
+           atomic_load(&b->queued_mem) +
+           (open && open->lv.prev ? open->lv.cap + entry_bytes(open) : 0);
 }
 
-/* Expand one level; true on a violation.  Stops early (out_of_memory)
- * when the structures pass cfg->max_mem. */
-static bool bfs_level(bfs *b, uint16_t d)
+/* The peak memory so far, and the bound. */
+static void check_mem(bfs *b, const job *j)
 {
-    ck_lreader_start(&b->rd, &b->cur);
-    for (size_t i = 0; i < b->cur.n; i++) {
-        if (expand(b, i, d))
-            return true;
-        if ((i & 1023) != 0)
+    uint64_t m = bfs_mem(b, j->out.n ? j->out.v[j->out.n - 1] : NULL);
+    uint64_t p = atomic_load(&b->peak_mem);
+    while (m > p && !atomic_compare_exchange_weak(&b->peak_mem, &p, m))
+        ;
+    if (b->cfg->max_mem && m > b->cfg->max_mem)
+        atomic_store(&b->oom, true);
+}
+
+/* Expand the live states of chunk ji of the current level; stops at a
+ * violation, past a lower one found elsewhere, or at the memory bound
+ * (checked every 1024 states, as a plain BFS does). */
+static void expand_chunk(worker *k, size_t ji)
+{
+    bfs *b = k->b;
+    const lchunk *c = b->cur.v[ji];
+    job *j = &b->jobs[ji];
+    uint32_t id = c->lv.first;
+    ck_lreader_start(&k->rd, &c->lv);
+    k->held = NULL; /* another chunk's state */
+    k->counts = (job){0};
+    for (size_t i = 0; i < c->lv.n; i++) {
+        size_t blen;
+        const uint8_t *blob = ck_lreader_next(&k->rd, &blen);
+        if (c->dead && c->dead[i]) {
+            k->held = NULL; /* the reader's buffer is about to be reused */
             continue;
-        uint64_t m = bfs_mem(b);
-        if (m > b->out->mem_bytes)
-            b->out->mem_bytes = m;
-        if (b->cfg->max_mem && m > b->cfg->max_mem) {
-            b->out->out_of_memory = true;
-            return false;
+        }
+        if (CK_SEEN_TAG(id, 0) > atomic_load(&b->vtag))
+            break;
+        if (expand(k, ji, blob, blen, id++))
+            break;
+        if ((i & 1023) == 0) {
+            check_mem(b, j);
+            if (atomic_load(&b->oom))
+                break;
         }
     }
+    j->transitions = k->counts.transitions;
+    j->leaves = k->counts.leaves;
+    j->bounded = k->counts.bounded;
+    if (b->shared && j->out.n)
+        close_chunk(k, j->out.v[j->out.n - 1]);
+}
+
+/* Phase one, on each thread: take chunks of the level in order. */
+static void *expand_phase(void *arg)
+{
+    worker *k = arg;
+    bfs *b = k->b;
+    for (;;) {
+        size_t ji = atomic_fetch_add(&b->at, 1);
+        if (ji >= b->cur.n || atomic_load(&b->oom))
+            break;
+        expand_chunk(k, ji);
+        check_mem(b, &b->jobs[ji]);
+    }
+    return NULL;
+}
+
+/* Phase two, on each thread (several): the live entries of the shards
+ * this thread settles give their keys back to the visited set, so no two
+ * threads probe one table. */
+static void *settle_phase(void *arg)
+{
+    worker *k = arg;
+    bfs *b = k->b;
+    for (size_t i = 0; i < b->next.n; i++) {
+        const lchunk *c = b->next.v[i];
+        for (size_t s = 0; s < c->lv.n; s++) {
+            const ck_seen_ref *e = &c->e[s];
+            if (!e->dead && (e->key[1] >> 56) % b->nthreads == k->idx)
+                ck_seen_settle(&b->seen, e);
+        }
+    }
+    return NULL;
+}
+
+/* Run fn on every worker, each on its own thread (the first on this one),
+ * and wait for all. */
+static void run_phase(bfs *b, void *(*fn)(void *))
+{
+    atomic_store(&b->at, 0);
+    for (unsigned t = 1; t < b->nthreads; t++)
+        if (pthread_create(&b->wk[t].th, NULL, fn, &b->wk[t]) != 0)
+            abort();
+    fn(&b->wk[0]);
+    for (unsigned t = 1; t < b->nthreads; t++)
+        pthread_join(b->wk[t].th, NULL);
+}
+
+/* The next level, in the order of the jobs that found it. */
+static void gather(bfs *b)
+{
+    for (size_t ji = 0; ji < b->cur.n; ji++) {
+        job *j = &b->jobs[ji];
+        for (size_t i = 0; i < j->out.n; i++) {
+            seal(b, j->out.v[i]);
+            clist_push(&b->next, j->out.v[i]);
+        }
+        free(j->out.v);
+        j->out = (clist){0};
+    }
+}
+
+/* Number the live states of the next level in order (several threads:
+ * one thread numbered them as it found them) and record their moves;
+ * drop the chunks nobody owns a state of.  How many are live. */
+static uint64_t number(bfs *b)
+{
+    uint64_t live = 0;
+    size_t keep = 0;
+    for (size_t i = 0; i < b->next.n; i++) {
+        lchunk *c = b->next.v[i];
+        if (c->e) {
+            c->live = 0;
+            for (size_t s = 0; s < c->lv.n; s++)
+                c->live += !c->e[s].dead;
+        } else {
+            c->live = c->lv.n;
+        }
+        if (c->live == 0) {
+            chunk_free(c);
+            continue;
+        }
+        live += c->live;
+        b->next.v[keep++] = c;
+        if (!c->e)
+            continue;
+        nodes_reserve(b, c->live);
+        c->lv.first = (uint32_t)b->nn;
+        if (c->live < c->lv.n && !(c->dead = calloc(c->lv.n, 1)))
+            abort();
+        for (size_t s = 0; s < c->lv.n; s++) {
+            if (c->e[s].dead) {
+                c->dead[s] = 1;
+                continue;
+            }
+            b->nodes[b->nn++] = (node){c->e[s].parent, c->e[s].move,
+                                       (uint16_t)(b->depth + 1)};
+        }
+        free(c->e);
+        c->e = NULL;
+    }
+    b->next.n = keep;
+    return live;
+}
+
+/* The lowest violation of the level, with the counts a one-thread search
+ * has when it stops there: the jobs before it whole, its own up to it,
+ * the states owned by a tag up to it (on one thread, every state queued:
+ * it stopped there). */
+static void settle_violation(bfs *b, const viol *v)
+{
+    ck_outcome *o = b->out;
+    for (size_t ji = 0; ji <= v->job; ji++) {
+        job *j = &b->jobs[ji];
+        o->transitions += j->transitions;
+        o->leaves += j->leaves;
+        o->bounded |= j->bounded;
+        for (size_t i = 0; i < j->out.n; i++) {
+            const lchunk *c = j->out.v[i];
+            if (!c->e) {
+                o->states += c->lv.n;
+                continue;
+            }
+            for (size_t s = 0; s < c->lv.n; s++)
+                o->states += !c->e[s].dead &&
+                             CK_SEEN_TAG(c->e[s].parent, c->e[s].move) <=
+                                 v->tag;
+        }
+    }
+    o->inv = v->inv;
+    memcpy(o->what, v->what, sizeof o->what);
+    path_to(b, v->id, v->last, v->liveness, &o->path);
+}
+
+/* Expand one level into b->next; true on a violation (settled in out). */
+static bool bfs_level(bfs *b)
+{
+    b->njobs = b->cur.n;
+    b->jobs = xrealloc(b->jobs, b->njobs * sizeof *b->jobs);
+    memset(b->jobs, 0, b->njobs * sizeof *b->jobs);
+    b->fixed_mem = 0;
+    for (size_t i = 0; i < b->cur.n; i++)
+        b->fixed_mem += b->cur.v[i]->lv.cap;
+    atomic_store(&b->queued_mem, 0);
+    for (unsigned t = 0; t < b->nthreads; t++)
+        b->wk[t].v.tag = NO_TAG;
+    run_phase(b, expand_phase);
+    const viol *v = NULL;
+    for (unsigned t = 0; t < b->nthreads; t++)
+        if (b->wk[t].v.tag != NO_TAG && (!v || b->wk[t].v.tag < v->tag))
+            v = &b->wk[t].v;
+    if (v)
+        settle_violation(b, v);
+    for (size_t ji = 0; !v && ji < b->njobs; ji++) {
+        b->out->transitions += b->jobs[ji].transitions;
+        b->out->leaves += b->jobs[ji].leaves;
+        b->out->bounded |= b->jobs[ji].bounded;
+    }
+    gather(b);
+    if (v || atomic_load(&b->oom))
+        return v != NULL;
+    if (b->shared)
+        run_phase(b, settle_phase);
+    b->out->states += number(b);
     return false;
 }
 
-int ck_search_bfs(const ck_config *cfg, ck_outcome *out)
+static int worker_init(bfs *b, worker *k, unsigned idx)
 {
-    static bfs b;
-    memset(&b, 0, sizeof b);
-    b.cfg = cfg;
-    b.out = out;
-    out->inv = -1;
-    ck_guard_install();
-    if (ck_world_init(&b.w, cfg, NULL))
+    k->b = b;
+    k->idx = idx;
+    k->v.tag = NO_TAG;
+    if (ck_world_init(&k->w, b->cfg, NULL))
         return -1;
-    b.tmp = malloc(CK_SAVE_MAX);
-    b.tmp2 = malloc(CK_SAVE_MAX);
-    if (!b.tmp || !b.tmp2 || ck_lreader_init(&b.rd))
+    k->tmp = malloc(CK_SAVE_MAX);
+    k->tmp2 = malloc(CK_SAVE_MAX);
+    if (!k->tmp || !k->tmp2 || ck_lreader_init(&k->rd))
         abort();
-    vs_init(&b.seen, 1u << 16);
-    double t0 = now_s();
-    size_t len = ck_world_save(&b.w, b.tmp, CK_SAVE_MAX);
+    return 0;
+}
+
+static void worker_free(worker *k)
+{
+    ck_lreader_free(&k->rd);
+    free(k->scratch);
+    free(k->tmp);
+    free(k->tmp2);
+    ck_world_free(&k->w);
+}
+
+/* Level 0: the initial state, node 0. */
+static void add_root(bfs *b)
+{
+    worker *k = &b->wk[0];
+    size_t len = ck_world_save(&k->w, k->tmp, CK_SAVE_MAX);
     uint64_t key[2];
     check_len(len);
-    ck_canon_parts(&b.pp, &b.w, b.tmp, CK_M_ALL);
-    ck_canon_key(&b.w, &b.pp, b.tmp, len, key);
-    vs_put(&b.seen, key);
-    ck_level_add(&b.cur, add_node(&b, UINT32_MAX, 0, 0), b.tmp, len, &b.w.lay,
-                 cfg->S, cfg->paranoid);
+    ck_canon_parts(&k->pp, &k->w, k->tmp, CK_M_ALL);
+    ck_canon_key(&k->w, &k->pp, k->tmp, len, key);
+    ck_seen_put(&b->seen, key);
+    lchunk *c = calloc(1, sizeof *c);
+    if (!c)
+        abort();
+    ck_level_add(&c->lv, 0, k->tmp, len, &k->w.lay, b->cfg->S,
+                 b->cfg->paranoid);
+    c->live = 1;
+    seal(b, c);
+    clist_push(&b->cur, c);
+    nodes_reserve(b, 1);
+    b->nodes[b->nn++] = (node){UINT32_MAX, 0, 0};
+    b->out->states = 1;
+}
+
+static uint64_t level_bytes(const clist *l)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < l->n; i++)
+        n += l->v[i]->lv.len;
+    return n;
+}
+
+static uint64_t level_states(const clist *l)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < l->n; i++)
+        n += l->v[i]->live;
+    return n;
+}
+
+static void bfs_free(bfs *b)
+{
+    clist_clear(&b->cur);
+    clist_clear(&b->next);
+    free(b->cur.v);
+    free(b->next.v);
+    for (unsigned t = 0; t < b->nthreads; t++)
+        worker_free(&b->wk[t]);
+    free(b->wk);
+    free(b->jobs);
+    free(b->nodes);
+    free(b->spare);
+    ck_seen_free(&b->seen);
+    free(b);
+}
+
+static int bfs_run(const ck_config *cfg, unsigned threads, bool shared,
+                   ck_outcome *out)
+{
+    bfs *b = calloc(1, sizeof *b);
+    int rc = -1;
+    out->inv = -1;
+    if (!b)
+        abort();
+    b->cfg = cfg;
+    b->out = out;
+    b->nthreads = threads;
+    b->shared = shared;
+    if (ck_seen_init(&b->seen))
+        abort();
+    b->wk = calloc(b->nthreads, sizeof *b->wk);
+    if (!b->wk)
+        abort();
+    ck_guard_install();
+    for (unsigned t = 0; t < b->nthreads; t++)
+        if (worker_init(b, &b->wk[t], t))
+            goto out_free;
+    atomic_store(&b->vtag, NO_TAG);
+    double t0 = now_s(), c0 = cpu_s();
+    add_root(b);
     bool bad = false;
-    for (uint16_t d = 0; b.cur.n && !bad && !out->out_of_memory; d++) {
-        out->depth = d;
-        bad = bfs_level(&b, d);
-        if (now_s() - t0 > 10 && !out->out_of_memory)
-            fprintf(stderr, "xfer-check: depth %u done, %zu states, next "
-                    "level %zu (%.0f B each queued), %.0f s\n", d, b.seen.n,
-                    b.next.n, b.next.n ? (double)b.next.len / b.next.n : 0.0,
+    for (uint16_t d = 0; b->cur.n && !bad && !out->out_of_memory; d++) {
+        out->depth = b->depth = d;
+        bad = bfs_level(b);
+        out->out_of_memory = atomic_load(&b->oom);
+        if (now_s() - t0 > 10 && !out->out_of_memory && !bad) {
+            uint64_t n = level_states(&b->next);
+            fprintf(stderr, "xfer-check: depth %u done, %" PRIu64 " states, "
+                    "next level %" PRIu64 " (%.0f B each queued), %.0f s\n",
+                    d, out->states, n,
+                    n ? (double)level_bytes(&b->next) / n : 0.0,
                     now_s() - t0);
-        ck_level t = b.cur;
-        b.held = NULL; /* its buffer is about to be reused */
-        b.cur = b.next;
-        b.next = t;
-        ck_level_clear(&b.next);
+        }
+        keep_spare(b);
+        clist_clear(&b->cur);
+        clist t = b->cur;
+        b->cur = b->next;
+        b->next = t;
     }
-    out->states = b.seen.n;
+    if (out->out_of_memory)
+        out->states = ck_seen_count(&b->seen);
+    out->mem_bytes = atomic_load(&b->peak_mem);
     out->secs = now_s() - t0;
-    ck_level_free(&b.cur);
-    ck_level_free(&b.next);
-    ck_lreader_free(&b.rd);
-    free(b.seen.k);
-    free(b.nodes);
-    free(b.tmp);
-    free(b.tmp2);
-    ck_world_free(&b.w);
-    return out->inv;
+    out->cpu_secs = cpu_s() - c0;
+    rc = out->inv;
+out_free:
+    bfs_free(b);
+    return rc;
+}
+
+int ck_search_bfs(const ck_config *cfg, unsigned threads, ck_outcome *out)
+{
+    return bfs_run(cfg, threads ? threads : 1, threads > 1, out);
+}
+
+int ck_search_bfs_shared(const ck_config *cfg, unsigned threads,
+                         ck_outcome *out)
+{
+    return bfs_run(cfg, threads ? threads : 1, true, out);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -23,13 +23,24 @@ typedef struct ck_outcome {
     bool out_of_memory;  /* BFS stopped at the memory bound */
     uint64_t mem_bytes;  /* BFS: peak memory of the search structures */
     double secs;
+    double cpu_secs;     /* BFS: CPU time of the process, every thread */
     uint64_t seed;       /* random: the seed of the failing run */
     uint32_t faults;     /* the fault classes of the failing run */
 } ck_outcome;
 
-/* Exhaustive BFS; the violated invariant (shortest counterexample in
- * out->path) or -1. */
-int ck_search_bfs(const ck_config *cfg, ck_outcome *out);
+/* Exhaustive BFS on `threads` threads (0 means 1: the plain BFS, a set
+ * of keys and one buffer per level, nodes numbered as found); the violated
+ * invariant (shortest counterexample in out->path) or -1.  Everything in
+ * out but secs and mem_bytes is the same for every number of threads,
+ * unless the memory bound stopped the search.  cfg is borrowed until
+ * return. */
+int ck_search_bfs(const ck_config *cfg, unsigned threads, ck_outcome *out);
+/* The same search, always through the shared visited set of the parallel
+ * BFS (entries claimed, settled between levels), even on one thread:
+ * ck_search_bfs runs it for threads above 1, and the benchmark on one
+ * thread, to show what the sharing costs apart from the second core. */
+int ck_search_bfs_shared(const ck_config *cfg, unsigned threads,
+                         ck_outcome *out);
 /* `runs` seeded random walks (swarm: each with a random subset of the
  * fault classes); the violated invariant or -1. */
 int ck_search_random(const ck_config *cfg, uint64_t seed, uint64_t runs,

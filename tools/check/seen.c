@@ -1,0 +1,192 @@
+/*
+ * tools/check/seen.c - the sharded visited set of the BFS (see seen.h):
+ * open addressing over 128-bit keys, 16 bytes a bucket, one table and one
+ * lock per shard.
+ *
+ * What must stay true: a key lives in exactly one shard (the top byte of
+ * key[1]), while the bucket comes from key[0]; a bucket holds the key
+ * itself, or (while its level is built on several threads) key[0] and a
+ * reference to the entry that owns it, whose top byte is not the shard's;
+ * a claim holds its shard's lock for the whole probe, insert or change of
+ * owner, and a table grows under that lock; the owner of a key in a level
+ * is the lowest entry that claimed it, independent of the order of the
+ * claims.  One thread's puts take no lock.  A prefetch only reads the
+ * table's address and size (atomically: a claim may be growing it).
+ */
+#include "seen.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INIT_BUCKETS 256u
+#define REF_MASK ((UINT64_C(1) << 56) - 1)
+
+static unsigned shard_of(const uint64_t key[2])
+{
+    return (unsigned)(key[1] >> 56);
+}
+
+static uint64_t ref_word(unsigned h, const ck_seen_ref *e)
+{
+    return ((uint64_t)(h ^ 0xffu) << 56) | ((uint64_t)(uintptr_t)e & REF_MASK);
+}
+
+static bool is_ref(uint64_t w1, unsigned h)
+{
+    return (unsigned)(w1 >> 56) != h;
+}
+
+static ck_seen_ref *ref_of(uint64_t w1)
+{
+    return (ck_seen_ref *)(uintptr_t)(w1 & REF_MASK);
+}
+
+/* The bucket of key in shard h's table: the one that holds it (itself or
+ * by reference), or the empty one where it goes. */
+static uint64_t *find(const ck_seen_shard *t, unsigned h, const uint64_t key[2])
+{
+    for (size_t i = key[0] & t->mask;; i = (i + 1) & t->mask) {
+        uint64_t *b = &t->k[2 * i];
+        if (b[0] == 0 && b[1] == 0)
+            return b;
+        if (b[0] == key[0] &&
+            (b[1] == key[1] ||
+             (is_ref(b[1], h) && ref_of(b[1])->key[1] == key[1])))
+            return b;
+    }
+}
+
+static void grow(ck_seen *s, ck_seen_shard *t)
+{
+    size_t mask = 2 * (t->mask + 1) - 1;
+    uint64_t *k = calloc(2 * (mask + 1), sizeof *k);
+    if (!k)
+        abort();
+    for (size_t i = 0; i <= t->mask; i++) {
+        const uint64_t *b = &t->k[2 * i];
+        if (b[0] == 0 && b[1] == 0)
+            continue;
+        size_t j = b[0] & mask;
+        while (k[2 * j] || k[2 * j + 1])
+            j = (j + 1) & mask;
+        k[2 * j] = b[0];
+        k[2 * j + 1] = b[1];
+    }
+    free(t->k);
+    atomic_fetch_add(&s->bytes, 16 * (uint64_t)(t->mask + 1));
+    /* Atomic for ck_seen_prefetch, which reads them without the lock. */
+    __atomic_store_n(&t->k, k, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->mask, mask, __ATOMIC_RELAXED);
+}
+
+void ck_seen_prefetch(const ck_seen *s, const uint64_t key[2])
+{
+    const ck_seen_shard *t = &s->sh[shard_of(key)];
+    const uint64_t *k = __atomic_load_n(&t->k, __ATOMIC_RELAXED);
+    size_t mask = __atomic_load_n(&t->mask, __ATOMIC_RELAXED);
+    /* A table growing meanwhile makes this a useless hint, never a
+     * fault: a prefetch does not trap. */
+    __builtin_prefetch(&k[2 * (key[0] & mask)]);
+}
+
+int ck_seen_init(ck_seen *s)
+{
+    unsigned i;
+    memset(s, 0, sizeof *s);
+    for (i = 0; i < CK_SEEN_SHARDS; i++) {
+        ck_seen_shard *t = &s->sh[i];
+        t->mask = INIT_BUCKETS - 1;
+        t->k = calloc(2 * INIT_BUCKETS, sizeof *t->k);
+        if (!t->k || pthread_mutex_init(&t->mu, NULL) != 0)
+            goto out_free;
+    }
+    atomic_store(&s->bytes, 16ull * INIT_BUCKETS * CK_SEEN_SHARDS);
+    return 0;
+out_free:
+    free(s->sh[i].k);
+    while (i-- > 0) {
+        pthread_mutex_destroy(&s->sh[i].mu);
+        free(s->sh[i].k);
+    }
+    return -1;
+}
+
+void ck_seen_free(ck_seen *s)
+{
+    for (unsigned i = 0; i < CK_SEEN_SHARDS; i++) {
+        pthread_mutex_destroy(&s->sh[i].mu);
+        free(s->sh[i].k);
+    }
+    memset(s, 0, sizeof *s);
+}
+
+bool ck_seen_put(ck_seen *s, const uint64_t key[2])
+{
+    unsigned h = shard_of(key);
+    ck_seen_shard *t = &s->sh[h];
+    if (4 * (t->n + 1) > 3 * (t->mask + 1))
+        grow(s, t);
+    uint64_t *b = find(t, h, key);
+    if (b[0] || b[1])
+        return false;
+    b[0] = key[0];
+    b[1] = key[1];
+    t->n++;
+    return true;
+}
+
+bool ck_seen_claim(ck_seen *s, ck_seen_ref *e)
+{
+    unsigned h = shard_of(e->key);
+    ck_seen_shard *t = &s->sh[h];
+    bool mine = false;
+    pthread_mutex_lock(&t->mu);
+    if (4 * (t->n + 1) > 3 * (t->mask + 1))
+        grow(s, t);
+    uint64_t *b = find(t, h, e->key);
+    if (b[0] == 0 && b[1] == 0) {
+        b[0] = e->key[0];
+        b[1] = ref_word(h, e);
+        t->n++;
+        mine = true;
+    } else if (is_ref(b[1], h)) {
+        ck_seen_ref *o = ref_of(b[1]);
+        if (CK_SEEN_TAG(e->parent, e->move) < CK_SEEN_TAG(o->parent, o->move)) {
+            o->dead = 1;
+            b[1] = ref_word(h, e);
+            mine = true;
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return mine;
+}
+
+void ck_seen_settle(ck_seen *s, const ck_seen_ref *e)
+{
+    unsigned h = shard_of(e->key);
+    ck_seen_shard *t = &s->sh[h];
+    uint64_t w = ref_word(h, e);
+    for (size_t i = e->key[0] & t->mask;; i = (i + 1) & t->mask) {
+        uint64_t *b = &t->k[2 * i];
+        if (b[0] == e->key[0] && b[1] == w) {
+            b[1] = e->key[1];
+            return;
+        }
+        if (b[0] == 0 && b[1] == 0)
+            abort(); /* a live entry the set does not name */
+    }
+}
+
+uint64_t ck_seen_count(const ck_seen *s)
+{
+    uint64_t n = 0;
+    for (unsigned i = 0; i < CK_SEEN_SHARDS; i++)
+        n += s->sh[i].n;
+    return n;
+}
+
+uint64_t ck_seen_bytes(const ck_seen *s)
+{
+    return atomic_load(&s->bytes);
+}

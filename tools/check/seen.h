@@ -1,0 +1,75 @@
+/*
+ * tools/check/seen.h - the visited set of the breadth-first search
+ * (seen.c): 128-bit state keys, 16 bytes a bucket, split into 256 shards
+ * that each have a table and a lock.
+ *
+ * On one thread a search only puts keys (ck_seen_put), as a plain set.
+ * On several threads, a key first found in the level being built is held
+ * by reference to the entry (ck_seen_ref) of the move that found it: the
+ * lowest (parent, move) that claims a key in a level owns it, whichever
+ * thread got there first, and a higher entry it takes the key from is
+ * marked dead.  So once the level is done, the owner of every key is the
+ * move a one-thread search finds it with.  Between levels each live
+ * entry is settled (the set holds its key again) before the entries go.
+ *
+ * A reference lives in the bucket's second word: the top byte of a key's
+ * second word names its shard, so a bucket whose top byte differs from
+ * its shard's holds a reference instead (the entry's address).
+ */
+#ifndef XFER_CHECK_SEEN_H
+#define XFER_CHECK_SEEN_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CK_SEEN_SHARDS 256u
+
+/* A state found in the level being built (24 bytes): its key, the move
+ * that found it, and whether a lower move has taken the key since. */
+typedef struct ck_seen_ref {
+    uint64_t key[2];
+    uint32_t parent; /* node id of the state the move was made from */
+    uint16_t move;
+    uint8_t dead;
+} ck_seen_ref;
+
+/* The order of the moves of one level: by parent, then by move. */
+#define CK_SEEN_TAG(parent, move)                                           \
+    (((uint64_t)(parent) << 16) | (uint64_t)(move))
+
+typedef struct ck_seen_shard {
+    pthread_mutex_t mu;
+    uint64_t *k; /* 2 words per bucket: a key (or a reference); (0,0) empty */
+    size_t mask, n;
+} ck_seen_shard;
+
+typedef struct ck_seen {
+    ck_seen_shard sh[CK_SEEN_SHARDS];
+    _Atomic uint64_t bytes; /* of all the tables */
+} ck_seen;
+
+/* 0, or -1 when out of memory (nothing to free then). */
+int ck_seen_init(ck_seen *s);
+void ck_seen_free(ck_seen *s);
+/* One thread only, no claim pending: insert key (copied); true when it
+ * is new.  Aborts when out of memory. */
+bool ck_seen_put(ck_seen *s, const uint64_t key[2]);
+/* Any thread: e (borrowed until it is settled or the set freed) was
+ * found in the level being built.  True when e now owns its key: the key
+ * is new, or was held by a higher entry of this level, now marked dead.
+ * Aborts when out of memory. */
+bool ck_seen_claim(ck_seen *s, ck_seen_ref *e);
+/* Between levels (no claim running; any thread, each its own entries):
+ * the live entry e gives its key back to the set. */
+void ck_seen_settle(ck_seen *s, const ck_seen_ref *e);
+/* Any thread, any time: start fetching the bucket where key's probe
+ * begins, so that the work done before its put or claim hides the miss. */
+void ck_seen_prefetch(const ck_seen *s, const uint64_t key[2]);
+/* Keys held (exact only while no claim runs); bytes of the tables (any
+ * time). */
+uint64_t ck_seen_count(const ck_seen *s);
+uint64_t ck_seen_bytes(const ck_seen *s);
+
+#endif /* XFER_CHECK_SEEN_H */
