@@ -699,21 +699,26 @@ START_TEST(test_rdma_server_faults_every_transfer_ends_once)
     ck_assert_int_eq(producer(&g, 2048, 48, 0), 0);
     ck_assert(run(&g, all_up, WAIT_MS));
     uint64_t next = 1;
+    int ok = 0;
     for (int wave = 0; wave < 6; wave++) { /* 8 in flight at a time */
+        uint64_t first = next;
         for (int i = 0; i < 8; i++, next++)
             ck_assert_int_eq(submit(&g, next, (uint32_t)(next - 1)), 0);
         want_done = (int)next - 1;
         ck_assert(run(&g, done_enough, WAIT_MS));
-    }
-    int ok = 0;
-    for (uint64_t id = 1; id < next; id++) {
-        ck_assert_int_eq(g.ndone[id], 1);
-        if (g.res[id].status == 0) {
+        /* Look for the wave's data before the next wave reserves: once a
+         * lease (200 ms) ran out, a later reserve may reuse the region,
+         * and on a loaded machine six waves can outlast a lease. */
+        for (uint64_t id = first; id < next; id++) {
+            if (g.res[id].status != 0)
+                continue;
             ok++;
             for (uint16_t k = 0; k < g.S; k++)
                 ck_assert(landed(&g, k, id));
         }
     }
+    for (uint64_t id = 1; id < next; id++)
+        ck_assert_int_eq(g.ndone[id], 1);
     ck_assert_int_gt(ok, 0);
     ck_assert(run(&g, servers_drained, WAIT_MS));
     uint64_t faults = 0;
