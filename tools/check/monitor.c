@@ -455,15 +455,36 @@ void ck_monitor_pool_unregistered(ck_world *w)
     w->mon.pool_unreg = 1;
 }
 
+/* I9 at the end of a shutdown, from the registry the engine itself keeps
+ * (fsm/life.h): no pool registered, no staging region held (neither the
+ * model's regions nor the registry's holds), and every accepted transfer
+ * completed, once (a second completion is I1's, act_complete). */
 void ck_monitor_shutdown_complete(ck_world *w)
 {
     if (!w->mon.shutdown_done)
         ck_monitor_fail(w, CK_I9, "shutdown complete reported before the core "
                         "said SHUTDOWN_DONE");
-    if (w->env.pool_registered)
-        ck_monitor_fail(w, CK_I9,
-                        "shutdown complete reported while the staging "
-                        "pool is still registered");
+    for (unsigned p = 0; p < CK_POOLS; p++) {
+        if (w->env.pools[p].used)
+            ck_monitor_fail(w, CK_I9,
+                            "shutdown complete reported while staging "
+                            "pool %u is still registered", p);
+        if (w->env.pools[p].users)
+            ck_monitor_fail(w, CK_I9,
+                            "shutdown complete reported while %u submits "
+                            "still hold staging in pool %u",
+                            w->env.pools[p].users, p);
+    }
+    for (unsigned i = 0; i < w->cfg->T; i++) {
+        const mon_tr *t = &w->mon.tr[i];
+        if (w->env.staging[i])
+            ck_monitor_fail(w, CK_I9, "shutdown complete reported while id "
+                            "%u still holds a staging region", i + 1u);
+        if (t->open || t->completions > 1)
+            ck_monitor_fail(w, CK_I9, "shutdown complete reported after %u "
+                            "completions of accepted id %u", t->completions,
+                            i + 1u);
+    }
     w->mon.shutdown_complete = 1;
 }
 
