@@ -241,11 +241,13 @@ typedef struct ck_mon {
 typedef struct ck_env {
     uint64_t now;
     uint64_t rng[CK_MAX_S];  /* next reservation id of each shard */
+    /* engine model: the staging pool registry (fsm/life.h), here where it
+     * is aligned, so it adds no padding to the saved bytes */
+    xfer_life_pool pools[CK_POOLS];
     uint8_t submitted[CK_MAX_T];
     uint8_t cancels, lates, ccancels, faults, expiries;
     uint8_t shutdown, crashed, nmsg, disturb;
     xfer_life life;            /* engine model: the shutdown (fsm/life.h) */
-    xfer_life_pool pools[CK_POOLS]; /* engine model: staging pool registry */
     uint8_t staging[CK_MAX_T]; /* engine model: regions held */
     uint8_t e2e_exempt;        /* bit t: a consumer-side event or action
                                 * of transfer t was dropped, or a shard's
