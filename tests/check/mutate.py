@@ -136,6 +136,13 @@ MUTANTS = {
         'life.c',
         '        if (xfer_life_pool_remove(pools, n, p) == 0) {\n',
         '        if (0 && xfer_life_pool_remove(pools, n, p) == 0) {\n'),
+    # An accepted submit does not hold its pool, so the pool could go while
+    # the transfer still writes from it (tools/mutate found that the model
+    # alone missed this one: I9 now compares the registry with the regions).
+    'registry_no_hold': (
+        'life.c',
+        '    pools[p].users++;\n',
+        ''),
 }
 
 

@@ -892,9 +892,26 @@ static void global_time(ck_world *w)
     }
 }
 
+/* I9: the pool registry the engine keeps (fsm/life.h) counts one hold per
+ * staging region the model holds, so a pool goes only when no region in
+ * it is held, whichever of the two would forget one. */
+static void global_registry(ck_world *w)
+{
+    if (!w->env.pools[0].used)
+        return;
+    unsigned held = 0;
+    for (unsigned t = 0; t < w->cfg->T; t++)
+        held += w->env.staging[t] != 0;
+    if (w->env.pools[0].users != held)
+        ck_monitor_fail(w, CK_I9, "the staging pool registry counts %u "
+                        "holds while %u staging regions are held",
+                        w->env.pools[0].users, held);
+}
+
 void ck_monitor_global(ck_world *w)
 {
     global_core(w);
+    global_registry(w);
     for (unsigned k = 0; k < w->cfg->S; k++)
         global_shard(w, k);
     global_time(w);
