@@ -139,6 +139,13 @@ MUTANTS = {
     # An accepted submit does not hold its pool, so the pool could go while
     # the transfer still writes from it (tools/mutate found that the model
     # alone missed this one: I9 now compares the registry with the regions).
+    # The registry lets the pools go but never says so: the engine's
+    # transports keep them (tools/mutate: the checker missed it until I9
+    # required the unregistration to reach the driver).
+    'registry_silent_unregister': (
+        'life.c',
+        '        if (xfer_life_pool_remove(pools, n, p) == 0) {\n',
+        '        if (!(xfer_life_pool_remove(pools, n, p) == 0)) {\n'),
     'registry_no_hold': (
         'life.c',
         '    pools[p].users++;\n',

@@ -456,14 +456,20 @@ void ck_monitor_pool_unregistered(ck_world *w)
 }
 
 /* I9 at the end of a shutdown, from the registry the engine itself keeps
- * (fsm/life.h): no pool registered, no staging region held (neither the
- * model's regions nor the registry's holds), and every accepted transfer
- * completed, once (a second completion is I1's, act_complete). */
+ * (fsm/life.h): the pool's unregistration was handed to the driver (the
+ * engine's transports forget it then), no pool registered, no staging
+ * region held (neither the model's regions nor the registry's holds), and
+ * every accepted transfer completed, once (a second completion is I1's,
+ * act_complete). */
 void ck_monitor_shutdown_complete(ck_world *w)
 {
     if (!w->mon.shutdown_done)
         ck_monitor_fail(w, CK_I9, "shutdown complete reported before the core "
                         "said SHUTDOWN_DONE");
+    if (!w->mon.pool_unreg)
+        ck_monitor_fail(w, CK_I9, "shutdown complete reported but the "
+                        "engine was never told to unregister the staging "
+                        "pool");
     for (unsigned p = 0; p < CK_POOLS; p++) {
         if (w->env.pools[p].used)
             ck_monitor_fail(w, CK_I9,
