@@ -146,6 +146,13 @@ MUTANTS = {
         'life.c',
         '        if (xfer_life_pool_remove(pools, n, p) == 0) {\n',
         '        if (!(xfer_life_pool_remove(pools, n, p) == 0)) {\n'),
+    # The registry reports the end of a shutdown on every call after it
+    # (tools/mutate: the checker asked it once; it now asks after every
+    # drain, as the engine does after every deferred event).
+    'registry_reports_again': (
+        'life.c',
+        '    l->reported = 1;\n',
+        ''),
     'registry_no_hold': (
         'life.c',
         '    pools[p].users++;\n',

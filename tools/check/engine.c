@@ -115,13 +115,13 @@ static void release_staging(ck_world *w, uint64_t id)
         xfer_life_pool_release(w->env.pools, CK_POOLS, POOL);
 }
 
-/* The core's SHUTDOWN_DONE came after every COMPLETE of the same list, and
- * the model reports each COMPLETE as it goes, so nothing is left to
- * deliver: the registry's end of the shutdown runs at once (the engine
- * runs it from its deferred event, after delivering the completions). */
-static void shutdown_done(ck_world *w)
+/* The registry's end of the shutdown, after every drain, as the engine
+ * runs it after every deferred event: the model reports each COMPLETE as
+ * it performs it, so nothing is left to deliver.  It does nothing before
+ * SHUTDOWN_DONE nor after the report; a registry that reported twice
+ * would be seen by I9. */
+static void end_shutdown(ck_world *w)
 {
-    xfer_life_core_done(&w->env.life);
     uint32_t p;
     for (;;) {
         switch (xfer_life_next(&w->env.life, w->env.pools, CK_POOLS, true,
@@ -156,7 +156,7 @@ static void act(ck_world *w, const xfer_action *a)
     case XFER_ACT_COMPLETE:
         break;
     case XFER_ACT_SHUTDOWN_DONE:
-        shutdown_done(w);
+        xfer_life_core_done(&w->env.life);
         break;
     case XFER_ACT_COUNT_:
         break;
@@ -186,4 +186,5 @@ void ck_engine_drain(ck_world *w)
         act(w, &acts[i]);
     }
     xfer_core_actions_clear(w->core);
+    end_shutdown(w);
 }

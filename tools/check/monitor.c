@@ -466,6 +466,8 @@ void ck_monitor_shutdown_complete(ck_world *w)
     if (!w->mon.shutdown_done)
         ck_monitor_fail(w, CK_I9, "shutdown complete reported before the core "
                         "said SHUTDOWN_DONE");
+    if (w->mon.shutdown_complete)
+        ck_monitor_fail(w, CK_I9, "shutdown complete reported twice");
     if (!w->mon.pool_unreg)
         ck_monitor_fail(w, CK_I9, "shutdown complete reported but the "
                         "engine was never told to unregister the staging "
