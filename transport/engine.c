@@ -22,7 +22,8 @@
  *    moment the core says no write of the transfer is in flight.
  *  - I9: after SHUTDOWN_DONE, the deferred event first delivers every queued
  *    completion, then unregisters every pool (transport pool_removed), then
- *    calls the shutdown callback.
+ *    calls the shutdown callback.  The pool registry, its users and that
+ *    order are fsm/life.c's, which xfer-check's engine model runs too.
  *  - I10: callback slots, queues and timers are FIFO or index ordered; no
  *    pointer value reaches the core or the trace (user_data given to the core
  *    is the callback slot index).
@@ -40,14 +41,18 @@
  * copy of versioned configs, shared with the pure machines. */
 #include "util.h"
 #include "ring.h" /* fsm/: the one ring buffer (fsm_private_dep) */
+/* fsm_private_dep: the staging pool registry and the shutdown's order,
+ * one piece of code with xfer-check's engine model (tools/check/engine.c),
+ * so the checker's I9 monitor sees the engine's own bookkeeping. */
+#include "life.h"
 #include "timer.h"
 #include "xfer/xfer.h"
 
+/* A registered pool's memory; whether it is registered, and its users,
+ * are in the registry beside it (fsm/life.h). */
 typedef struct pool_rec {
     void *base;
     size_t len;
-    uint32_t users; /* live transfers using it */
-    uint8_t used;
 } pool_rec;
 
 typedef struct group_rec {
@@ -82,6 +87,7 @@ struct xfer_engine {
                                  performed (xfer_engine_flush) */
     xfer_core *core;
     pool_rec *pools;
+    xfer_life_pool *reg;      /* the pool registry, max_pools slots */
     group_rec *groups;
     cb_rec *cbs;
     uint32_t *cb_free, ncb_free;
@@ -93,7 +99,7 @@ struct xfer_engine {
     void *shutdown_ud;
     xfer_idle_cb idle_cb;
     void *idle_ud;
-    uint8_t shutting_down, shutdown_done, shutdown_reported;
+    xfer_life life;           /* the shutdown's progress */
     xfer_engine_stats st;
     /* For metrics (engine_int.h): submit -> completion by outcome, and
      * failures by the phase they happened in. */
@@ -209,9 +215,7 @@ static void release_slot(xfer_engine *e, cb_rec *c)
     if (c->released)
         return;
     c->released = 1;
-    pool_rec *p = &e->pools[c->pool];
-    assert(p->users > 0);
-    p->users--;
+    xfer_life_pool_release(e->reg, e->cfg.max_pools, c->pool);
     e->st.staging_bytes_in_use -= c->bytes;
 }
 
@@ -278,7 +282,7 @@ static void perform(xfer_engine *e, const xfer_action *acts, size_t n,
         complete(e, a);
         break;
     case XFER_ACT_SHUTDOWN_DONE:
-        e->shutdown_done = 1;
+        xfer_life_core_done(&e->life);
         kick(e);
         break;
     case XFER_ACT_COUNT_:
@@ -313,11 +317,37 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     drain(e);
 }
 
-static void unregister_all_pools(xfer_engine *e)
+/* The transports forget pool p, which the registry just let go. */
+static void pool_gone(xfer_engine *e, uint32_t p)
 {
-    for (uint32_t p = 0; p < e->cfg.max_pools; p++)
-        if (e->pools[p].used)
-            xfer_engine_unregister_pool(e, p);
+    for (uint32_t g = 0; g < e->cfg.max_groups; g++) {
+        group_rec *gr = &e->groups[g];
+        if (gr->used && gr->tp.ops->pool_removed)
+            gr->tp.ops->pool_removed(gr->tp.self, p);
+    }
+    e->st.pools--;
+}
+
+/* The end of a shutdown, in fsm/life.c's order: once every completion is
+ * delivered, every pool is unregistered, then the callback runs. */
+static void end_shutdown(xfer_engine *e)
+{
+    bool quiet = xfer_list_empty(&e->done) && xfer_ring_empty(&e->ref);
+    uint32_t p;
+    for (;;) {
+        switch (xfer_life_next(&e->life, e->reg, e->cfg.max_pools, quiet,
+                               &p)) {
+        case XFER_LIFE_UNREGISTER:
+            pool_gone(e, p);
+            continue;
+        case XFER_LIFE_REPORT:
+            if (e->shutdown_cb)
+                e->shutdown_cb(e->shutdown_ud);
+            return;
+        case XFER_LIFE_WAIT:
+            return;
+        }
+    }
 }
 
 /* Take the oldest completion off the FIFO and free what held it: the
@@ -340,7 +370,7 @@ bool xfer_engine_idle(const xfer_engine *e)
 {
     return e && e->ncb_free == e->cfg.core.max_transfers &&
            xfer_list_empty(&e->done) && xfer_ring_empty(&e->ref) &&
-           (!e->shutting_down || e->shutdown_reported) &&
+           !xfer_life_pending(&e->life) &&
            xfer_mailbox_pending(e->mailbox) == 0;
 }
 
@@ -366,13 +396,7 @@ static void on_deferred(evutil_socket_t fd, short what, void *arg)
         if (d.cb)
             d.cb(d.ud, &d.res);
     }
-    if (e->shutdown_done && !e->shutdown_reported &&
-        xfer_list_empty(&e->done) && xfer_ring_empty(&e->ref)) {
-        e->shutdown_reported = 1;
-        unregister_all_pools(e);
-        if (e->shutdown_cb)
-            e->shutdown_cb(e->shutdown_ud);
-    }
+    end_shutdown(e);
     if (e->idle_cb && xfer_engine_idle(e)) {
         xfer_idle_cb cb = e->idle_cb;
         e->idle_cb = NULL;
@@ -419,13 +443,14 @@ static int alloc_tables(xfer_engine *e)
     const xfer_allocator *a = &e->cfg.core.alloc;
     uint32_t nt = e->cfg.core.max_transfers;
     e->pools = xfer_util_calloc(a, e->cfg.max_pools, sizeof *e->pools);
+    e->reg = xfer_util_calloc(a, e->cfg.max_pools, sizeof *e->reg);
     e->groups = xfer_util_calloc(a, e->cfg.max_groups, sizeof *e->groups);
     e->cbs = xfer_util_calloc(a, nt, sizeof *e->cbs);
     e->cb_free = xfer_util_calloc(a, nt, sizeof *e->cb_free);
     /* Grown by add_group: see grow_refused(). */
     xfer_ring_init(&e->ref, 64);
     e->refused = xfer_util_calloc(a, e->ref.cap, sizeof *e->refused);
-    if (!e->pools || !e->groups || !e->cbs || !e->cb_free || !e->refused)
+    if (!e->pools || !e->reg || !e->groups || !e->cbs || !e->cb_free || !e->refused)
         return XFER_ERR_NOMEM;
     for (uint32_t i = 0; i < nt; i++) {
         e->cb_free[i] = nt - 1 - i;
@@ -525,6 +550,7 @@ void xfer_engine_del(xfer_engine *e)
     }
     const xfer_allocator a = e->cfg.core.alloc;
     xfer_util_free(&a, e->pools);
+    xfer_util_free(&a, e->reg);
     xfer_util_free(&a, e->groups);
     xfer_util_free(&a, e->cbs);
     xfer_util_free(&a, e->cb_free);
@@ -556,27 +582,25 @@ int xfer_engine_register_pool(xfer_engine *e, void *base, size_t len,
 {
     if (!e || !base || !len || !pool)
         return XFER_ERR_INVALID_ARG;
-    if (e->shutting_down)
-        return XFER_ERR_SHUTDOWN;
-    uint32_t p = 0;
-    while (p < e->cfg.max_pools && e->pools[p].used)
-        p++;
-    if (p == e->cfg.max_pools)
-        return XFER_ERR_BUSY;
+    uint32_t p;
+    int rc = xfer_life_pool_add(&e->life, e->reg, e->cfg.max_pools, &p);
+    if (rc)
+        return rc;
     for (uint32_t g = 0; g < e->cfg.max_groups; g++) {
         group_rec *gr = &e->groups[g];
         if (!gr->used || !gr->tp.ops->pool_added)
             continue;
-        int rc = gr->tp.ops->pool_added(gr->tp.self, p, base, len);
+        rc = gr->tp.ops->pool_added(gr->tp.self, p, base, len);
         if (rc) {
             for (uint32_t u = 0; u < g; u++)
                 if (e->groups[u].used && e->groups[u].tp.ops->pool_removed)
                     e->groups[u].tp.ops->pool_removed(e->groups[u].tp.self,
                                                       p);
+            xfer_life_pool_remove(e->reg, e->cfg.max_pools, p);
             return rc;
         }
     }
-    e->pools[p] = (pool_rec){.base = base, .len = len, .used = 1};
+    e->pools[p] = (pool_rec){.base = base, .len = len};
     e->st.pools++;
     *pool = p;
     return 0;
@@ -584,18 +608,12 @@ int xfer_engine_register_pool(xfer_engine *e, void *base, size_t len,
 
 int xfer_engine_unregister_pool(xfer_engine *e, uint32_t pool)
 {
-    if (!e || pool >= e->cfg.max_pools || !e->pools[pool].used)
+    if (!e)
         return XFER_ERR_NOT_FOUND;
-    if (e->pools[pool].users)
-        return XFER_ERR_BUSY;
-    for (uint32_t g = 0; g < e->cfg.max_groups; g++) {
-        group_rec *gr = &e->groups[g];
-        if (gr->used && gr->tp.ops->pool_removed)
-            gr->tp.ops->pool_removed(gr->tp.self, pool);
-    }
-    e->pools[pool].used = 0;
-    e->st.pools--;
-    return 0;
+    int rc = xfer_life_pool_remove(e->reg, e->cfg.max_pools, pool);
+    if (rc == 0)
+        pool_gone(e, pool);
+    return rc;
 }
 
 /*
@@ -626,7 +644,7 @@ int xfer_engine_add_group(xfer_engine *e, xfer_transport tp, uint32_t *group)
         tp.ops->version > XFER_TRANSPORT_OPS_VERSION || !tp.ops->start ||
         !tp.ops->abort || !tp.ops->nshards || !group)
         return XFER_ERR_INVALID_ARG;
-    if (e->shutting_down)
+    if (!xfer_life_open(&e->life))
         return XFER_ERR_SHUTDOWN;
     uint32_t g = 0;
     while (g < e->cfg.max_groups && e->groups[g].used)
@@ -643,7 +661,7 @@ int xfer_engine_add_group(xfer_engine *e, xfer_transport tp, uint32_t *group)
     if (rc)
         return rc;
     for (uint32_t p = 0; p < e->cfg.max_pools && tp.ops->pool_added; p++)
-        if (e->pools[p].used)
+        if (xfer_life_pool_live(e->reg, e->cfg.max_pools, p))
             tp.ops->pool_added(tp.self, p, e->pools[p].base,
                                e->pools[p].len);
     e->groups[g] = (group_rec){.tp = tp, .nshards = n, .used = 1};
@@ -661,7 +679,7 @@ static int check_desc(const xfer_engine *e, const xfer_transfer_desc *d,
                       uint64_t *bytes)
 {
     if (d->group >= e->cfg.max_groups || !e->groups[d->group].used ||
-        d->pool >= e->cfg.max_pools || !e->pools[d->pool].used)
+        !xfer_life_pool_live(e->reg, e->cfg.max_pools, d->pool))
         return XFER_ERR_NOT_FOUND;
     if (d->nslices != e->groups[d->group].nshards)
         return XFER_ERR_INVALID_ARG;
@@ -708,7 +726,7 @@ int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
 {
     if (!e || !cb || !d || d->id == 0 || !d->slices)
         return XFER_ERR_INVALID_ARG;
-    if (e->shutting_down)
+    if (!xfer_life_open(&e->life))
         return XFER_ERR_SHUTDOWN;
     uint64_t bytes = 0;
     int rc = check_desc(e, d, &bytes);
@@ -731,7 +749,7 @@ int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
     e->cbs[slot] = (cb_rec){.done = {.cb = cb, .ud = ud, .slot = slot},
                             .user_data = d->user_data, .bytes = bytes,
                             .pool = d->pool, .used = 1, .t_submit = now};
-    e->pools[d->pool].users++;
+    xfer_life_pool_hold(e->reg, e->cfg.max_pools, d->pool);
     e->st.staging_bytes_in_use += bytes;
     drain(e);
     return 0;
@@ -826,9 +844,8 @@ int xfer_engine_shutdown(xfer_engine *e, xfer_shutdown_cb cb, void *ud)
 {
     if (!e)
         return XFER_ERR_INVALID_ARG;
-    if (e->shutting_down)
+    if (xfer_life_stop(&e->life))
         return XFER_ERR_STATE;
-    e->shutting_down = 1;
     e->shutdown_cb = cb;
     e->shutdown_ud = ud;
     xfer_engine_flush(e); /* room in the core's action list */

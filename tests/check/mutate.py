@@ -150,10 +150,33 @@ MUTANTS = {
         '            for (uint16_t j = 0; j < t->nshards; j++)\n'
         '                t->shards[j].eager = XFER_SUB_OK;\n'
         '        }\n'),
-    # The engine model skips unregistering the staging pool at shutdown.
-    'pool_leak': (
-        'engine.c',
-        '    w->env.pool_registered = 0;\n',
+    # The end of a shutdown skips unregistering the pools: the callback is
+    # called with every pool still registered.  fsm/life.c is the registry
+    # of the real engine and of the checker's engine model alike (issue 14).
+    'engine_keeps_pools': (
+        'life.c',
+        '        if (xfer_life_pool_remove(pools, n, p) == 0) {\n',
+        '        if (0 && xfer_life_pool_remove(pools, n, p) == 0) {\n'),
+    # An accepted submit does not hold its pool, so the pool could go while
+    # the transfer still writes from it (tools/mutate found that the model
+    # alone missed this one: I9 now compares the registry with the regions).
+    # The registry lets the pools go but never says so: the engine's
+    # transports keep them (tools/mutate: the checker missed it until I9
+    # required the unregistration to reach the driver).
+    'registry_silent_unregister': (
+        'life.c',
+        '        if (xfer_life_pool_remove(pools, n, p) == 0) {\n',
+        '        if (!(xfer_life_pool_remove(pools, n, p) == 0)) {\n'),
+    # The registry reports the end of a shutdown on every call after it
+    # (tools/mutate: the checker asked it once; it now asks after every
+    # drain, as the engine does after every deferred event).
+    'registry_reports_again': (
+        'life.c',
+        '    l->reported = 1;\n',
+        ''),
+    'registry_no_hold': (
+        'life.c',
+        '    pools[p].users++;\n',
         ''),
 }
 

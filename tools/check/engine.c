@@ -1,17 +1,21 @@
 /*
  * tools/check/engine.c - the engine model xfer-check wraps around the real
  * transfer core: what xfer_engine does with the core's actions, without
- * libevent.  It owns the staging pool registry and the staging regions of
- * the modelled producer, turns RESERVE/WRITE/COMMIT/CANCEL actions into
- * messages in flight, marks ops the core asked to abort, and on
- * SHUTDOWN_DONE unregisters the staging pool and then reports shutdown
- * complete.
+ * libevent.  It owns the staging regions of the modelled producer, turns
+ * RESERVE/WRITE/COMMIT/CANCEL actions into messages in flight, and marks
+ * ops the core asked to abort.  The staging pool registry (which pool is
+ * registered, how many submits hold staging in it) and the end of a
+ * shutdown (SHUTDOWN_DONE, then every pool unregistered, then shutdown
+ * complete) are not modelled here: they are fsm/life.c, the code
+ * transport/engine.c runs, kept in the world's env as plain bytes.
  *
  * What must stay true: every action is shown to the monitors before the
  * model acts on it, so a monitor sees the stream exactly as the core emitted
- * it.  The mutant "pool not unregistered at shutdown" patches this file;
- * the I9 monitor (monitor.c), not this file, is what notices.
+ * it.  The mutant engine_keeps_pools patches fsm/life.c (the shutdown skips
+ * the unregister); the I9 monitor (monitor.c) notices it here, and
+ * test_engine_shutdown_every_state in the real engine.
  */
+#include <assert.h>
 #include <string.h>
 
 #include "engine.h"
@@ -19,9 +23,15 @@
 #include "monitor.h"
 #include "net.h"
 
+/* The one staging pool: the first slot the registry hands out. */
+#define POOL 0u
+
 void ck_engine_start(ck_world *w)
 {
-    w->env.pool_registered = 1;
+    uint32_t p = CK_POOLS;
+    int rc = xfer_life_pool_add(&w->env.life, w->env.pools, CK_POOLS, &p);
+    assert(rc == 0 && p == POOL);
+    (void)rc;
 }
 
 /* Every shard gets the same slice of the transfer's staging region (the
@@ -39,7 +49,10 @@ static void slices(const ck_world *w, xfer_slice *out)
 }
 
 /* A submit from the modelled scheduler: a staging region is taken for it
- * unless the transfer still holds one; a refused submit gives it back. */
+ * unless the transfer still holds one; a refused submit gives it back, an
+ * accepted one holds the pool (as xfer_engine_submit does).  Unlike the
+ * engine, the model asks the core even after the shutdown began, so that
+ * the core's own refusal stays under the monitors (I9). */
 int ck_engine_submit(ck_world *w, unsigned tr)
 {
     xfer_slice sl[CK_MAX_S];
@@ -48,7 +61,7 @@ int ck_engine_submit(ck_world *w, unsigned tr)
         .id = tr + 1u,
         .group = 7,
         .nshards = (uint16_t)w->cfg->S,
-        .pool = 1,
+        .pool = POOL,
         .slices = sl,
         .user_data = 100u, /* alike for every id, as the slices */
         .eager_ok = w->cfg->eager,
@@ -59,6 +72,8 @@ int ck_engine_submit(ck_world *w, unsigned tr)
     int rc = xfer_core_submit(w->core, w->env.now, &a);
     if (rc && took)
         w->env.staging[tr] = 0;
+    else if (took && xfer_life_pool_live(w->env.pools, CK_POOLS, POOL))
+        xfer_life_pool_hold(w->env.pools, CK_POOLS, POOL);
     return rc;
 }
 
@@ -89,13 +104,40 @@ static void mark_abort(ck_world *w, const xfer_action *a)
     }
 }
 
-static void shutdown_done(ck_world *w)
+/* RELEASE_STAGING: the transfer's region goes back, and its hold on the
+ * pool with it.  A second release (I3 says so) or one after the pool went
+ * (I9) has nothing to give back. */
+static void release_staging(ck_world *w, uint64_t id)
 {
-    /* Every completion has been reported: unregister the staging pool,
-     * then report shutdown complete. */
-    w->env.pool_registered = 0;
-    ck_monitor_pool_unregistered(w);
-    ck_monitor_shutdown_complete(w);
+    if (id < 1 || id > w->cfg->T || !w->env.staging[id - 1])
+        return;
+    w->env.staging[id - 1] = 0;
+    if (xfer_life_pool_live(w->env.pools, CK_POOLS, POOL) &&
+        w->env.pools[POOL].users > 0)
+        xfer_life_pool_release(w->env.pools, CK_POOLS, POOL);
+}
+
+/* The registry's end of the shutdown, after every drain, as the engine
+ * runs it after every deferred event: the model reports each COMPLETE as
+ * it performs it, so nothing is left to deliver.  It does nothing before
+ * SHUTDOWN_DONE nor after the report; a registry that reported twice
+ * would be seen by I9. */
+static void end_shutdown(ck_world *w)
+{
+    uint32_t p;
+    for (;;) {
+        switch (xfer_life_next(&w->env.life, w->env.pools, CK_POOLS, true,
+                               &p)) {
+        case XFER_LIFE_UNREGISTER:
+            ck_monitor_pool_unregistered(w);
+            continue;
+        case XFER_LIFE_REPORT:
+            ck_monitor_shutdown_complete(w);
+            return;
+        case XFER_LIFE_WAIT:
+            return;
+        }
+    }
 }
 
 static void act(ck_world *w, const xfer_action *a)
@@ -112,17 +154,28 @@ static void act(ck_world *w, const xfer_action *a)
         mark_abort(w, a);
         break;
     case XFER_ACT_RELEASE_STAGING:
-        if (a->id >= 1 && a->id <= w->cfg->T)
-            w->env.staging[a->id - 1] = 0;
+        release_staging(w, a->id);
         break;
     case XFER_ACT_COMPLETE:
         break;
     case XFER_ACT_SHUTDOWN_DONE:
-        shutdown_done(w);
+        xfer_life_core_done(&w->env.life);
         break;
     case XFER_ACT_COUNT_:
         break;
     }
+}
+
+/* The engine shuts down: the registry stops taking pools and submits,
+ * then the core cancels every live transfer. */
+void ck_engine_shutdown(ck_world *w)
+{
+    w->env.shutdown = 1;
+    ck_monitor_shutdown(w);
+    if (xfer_life_stop(&w->env.life) != 0)
+        ck_monitor_fail(w, CK_I9, "the engine model shut down twice");
+    xfer_core_shutdown(w->core, w->env.now);
+    ck_engine_drain(w);
 }
 
 /* Take every pending action of the core, in order. */
@@ -136,4 +189,5 @@ void ck_engine_drain(ck_world *w)
         act(w, &acts[i]);
     }
     xfer_core_actions_clear(w->core);
+    end_shutdown(w);
 }

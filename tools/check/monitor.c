@@ -468,15 +468,44 @@ void ck_monitor_pool_unregistered(ck_world *w)
     w->mon.pool_unreg = 1;
 }
 
+/* I9 at the end of a shutdown, from the registry the engine itself keeps
+ * (fsm/life.h): the pool's unregistration was handed to the driver (the
+ * engine's transports forget it then), no pool registered, no staging
+ * region held (neither the model's regions nor the registry's holds), and
+ * every accepted transfer completed, once (a second completion is I1's,
+ * act_complete). */
 void ck_monitor_shutdown_complete(ck_world *w)
 {
     if (!w->mon.shutdown_done)
         ck_monitor_fail(w, CK_I9, "shutdown complete reported before the core "
                         "said SHUTDOWN_DONE");
-    if (w->env.pool_registered)
-        ck_monitor_fail(w, CK_I9,
-                        "shutdown complete reported while the staging "
-                        "pool is still registered");
+    if (w->mon.shutdown_complete)
+        ck_monitor_fail(w, CK_I9, "shutdown complete reported twice");
+    if (!w->mon.pool_unreg)
+        ck_monitor_fail(w, CK_I9, "shutdown complete reported but the "
+                        "engine was never told to unregister the staging "
+                        "pool");
+    for (unsigned p = 0; p < CK_POOLS; p++) {
+        if (w->env.pools[p].used)
+            ck_monitor_fail(w, CK_I9,
+                            "shutdown complete reported while staging "
+                            "pool %u is still registered", p);
+        if (w->env.pools[p].users)
+            ck_monitor_fail(w, CK_I9,
+                            "shutdown complete reported while %u submits "
+                            "still hold staging in pool %u",
+                            w->env.pools[p].users, p);
+    }
+    for (unsigned i = 0; i < w->cfg->T; i++) {
+        const mon_tr *t = &w->mon.tr[i];
+        if (w->env.staging[i])
+            ck_monitor_fail(w, CK_I9, "shutdown complete reported while id "
+                            "%u still holds a staging region", i + 1u);
+        if (t->open || t->completions > 1)
+            ck_monitor_fail(w, CK_I9, "shutdown complete reported after %u "
+                            "completions of accepted id %u", t->completions,
+                            i + 1u);
+    }
     w->mon.shutdown_complete = 1;
 }
 
@@ -928,9 +957,26 @@ static void shard_tomb_time(ck_world *w, unsigned k)
     }
 }
 
+/* I9: the pool registry the engine keeps (fsm/life.h) counts one hold per
+ * staging region the model holds, so a pool goes only when no region in
+ * it is held, whichever of the two would forget one. */
+static void global_registry(ck_world *w)
+{
+    if (!w->env.pools[0].used)
+        return;
+    unsigned held = 0;
+    for (unsigned t = 0; t < w->cfg->T; t++)
+        held += w->env.staging[t] != 0;
+    if (w->env.pools[0].users != held)
+        ck_monitor_fail(w, CK_I9, "the staging pool registry counts %u "
+                        "holds while %u staging regions are held",
+                        w->env.pools[0].users, held);
+}
+
 void ck_monitor_global(ck_world *w)
 {
     global_core(w);
+    global_registry(w);
     for (unsigned k = 0; k < w->cfg->S; k++)
         global_shard(w, k);
     global_time(w);

@@ -295,10 +295,7 @@ static void apply_env(ck_world *w, ck_move mv)
         cancel(w, mv.arg);
         break;
     case MV_SHUTDOWN:
-        w->env.shutdown = 1;
-        ck_monitor_shutdown(w);
-        xfer_core_shutdown(w->core, w->env.now);
-        ck_engine_drain(w);
+        ck_engine_shutdown(w);
         break;
     case MV_CCANCEL:
         w->env.ccancels++;

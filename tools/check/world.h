@@ -16,6 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* fsm_private_dep: the engine model keeps its staging pool registry and
+ * shutdown in fsm/life.h, the engine's own (plain bytes, saved with env). */
+#include "life.h"
 #include "xfer/core.h"
 #include "xfer/readiness.h"
 #include "xfer/shard.h"
@@ -141,6 +144,7 @@ typedef struct ck_config {
 #define CK_SLICE 256u
 #define CK_MAX_WRITES 4u
 #define CK_POOL_BYTES (4096ull)
+#define CK_POOLS 1u /* slots of the engine model's staging pool registry */
 
 /* Message kinds in flight. */
 enum {
@@ -247,10 +251,13 @@ typedef struct ck_mon {
 typedef struct ck_env {
     uint64_t now;
     uint64_t rng[CK_MAX_S];  /* next reservation id of each shard */
+    /* engine model: the staging pool registry (fsm/life.h), here where it
+     * is aligned, so it adds no padding to the saved bytes */
+    xfer_life_pool pools[CK_POOLS];
     uint8_t submitted[CK_MAX_T];
     uint8_t cancels, lates, ccancels, faults, expiries;
     uint8_t shutdown, crashed, nmsg, disturb;
-    uint8_t pool_registered;   /* engine model: staging pool registry */
+    xfer_life life;            /* engine model: the shutdown (fsm/life.h) */
     uint8_t staging[CK_MAX_T]; /* engine model: regions held */
     uint8_t e2e_exempt;        /* bit t: a consumer-side event or action
                                 * of transfer t was dropped, or a shard's
