@@ -869,6 +869,40 @@ END_TEST
 START_TEST(test_transfer_sync_failure_never_completes) { sc_sync_failures(); }
 END_TEST
 
+/* A result the core cannot take (a positive status, an op out of range)
+ * is refused whole: INVALID_ARG, no action, the transfer where it was.
+ * (tools/mutate: the guard of xfer_core_on_result weakened to "status >
+ * 1", or its "||" to "&&", passed every net before this test.) */
+START_TEST(test_transfer_on_result_refuses_bad_results)
+{
+    xfer_core *c = mk(NULL);
+    ck_assert_int_eq(submit(c, 0, 1), 0);
+    uint32_t att = attempt_of(1);
+    reset();
+    const xfer_shard_result bad[] = {
+        {.id = 1, .attempt = att, .shard = 0, .op = XFER_OP_RESERVE,
+         .status = 1, .resv_id = 1000},
+        {.id = 1, .attempt = att, .shard = 0, .op = XFER_OP_COUNT_,
+         .status = 0},
+        {.id = 1, .attempt = att, .shard = 0, .op = XFER_OP_COUNT_,
+         .status = XFER_ERR_IO},
+        {.id = 1, .attempt = att, .shard = 0, .op = 0xff, .status = 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(xfer_core_on_result(c, 1, &bad[i]),
+                         XFER_ERR_INVALID_ARG);
+        collect(c);
+        ck_assert_uint_eq(O.n, 0);
+        ck_assert_int_eq(xfer_core_state(c, 1),
+                         XFER_TRANSFER_STATE_RESERVING);
+    }
+    /* the good answers still move it on */
+    answer_all(c, 2, 1, att, XFER_OP_RESERVE, 0);
+    ck_assert_int_eq(xfer_core_state(c, 1), XFER_TRANSFER_STATE_WRITING);
+    done(c);
+}
+END_TEST
+
 START_TEST(test_transfer_absorbs_late_and_unknown_inputs)
 {
     sc_absorbed_inputs();
@@ -1237,6 +1271,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_transfer_failure_then_stop_names_shards);
     tcase_add_test(tc, test_transfer_shutdown_every_state);
     tcase_add_test(tc, test_transfer_sync_failure_never_completes);
+    tcase_add_test(tc, test_transfer_on_result_refuses_bad_results);
     tcase_add_test(tc, test_transfer_absorbs_late_and_unknown_inputs);
     tcase_add_test(tc, test_transfer_exactly_once_random);
     tcase_add_test(tc, test_transfer_alloc_failure_each_allocation);
