@@ -518,6 +518,38 @@ START_TEST(test_save_shard_round_trip)
 }
 END_TEST
 
+/* Alignment 1: free extents of a single byte, between reservations and
+ * at the end of the pool, save and load like any other (tools/mutate: a
+ * load that refused a 1-byte extent passed every net before this). */
+START_TEST(test_save_shard_one_byte_free_extents)
+{
+    xfer_shard_config c = {.version = XFER_SHARD_CONFIG_VERSION,
+                           .pool_bytes = 16, .align = 1,
+                           .max_reservations = 8, .lease_ttl_ns = 100 * MS,
+                           .rng = {count_up, &counters[3]}};
+    xfer_shard *a = NULL, *b = NULL;
+    ck_assert_int_eq(xfer_shard_new(&c, &a), 0);
+    ck_assert_int_eq(xfer_shard_new(&c, &b), 0);
+    xfer_resv_info r1, r2, r3;
+    ck_assert_int_eq(xfer_shard_reserve(a, 1, 1, 1, 7, &r1), 0);
+    ck_assert_int_eq(xfer_shard_reserve(a, 1, 2, 1, 1, &r2), 0);
+    ck_assert_int_eq(xfer_shard_reserve(a, 1, 3, 1, 7, &r3), 0);
+    ck_assert_int_eq(xfer_shard_cancel(a, 2, 2, 1, r2.resv_id), 0);
+    /* free now: byte 7 (between 1 and 3) and byte 15 (the end) */
+    size_t n;
+    uint8_t *buf = save_all(shard_save, a, &n);
+    ck_assert_int_eq(xfer_shard_load(b, buf, n), 0);
+    same_save(shard_save, a, b);
+    xfer_resv_info r4;
+    ck_assert_int_eq(xfer_shard_reserve(b, 3, 4, 1, 2, &r4),
+                     XFER_ERR_NO_SPACE); /* no 2 free bytes side by side */
+    ck_assert_int_eq(xfer_shard_reserve(b, 3, 5, 1, 1, &r4), 0);
+    free(buf);
+    xfer_shard_del(a);
+    xfer_shard_del(b);
+}
+END_TEST
+
 /* Owners and one-sided shards in one save format (version 2): */
 static xfer_shard *mk_owned(uint16_t index, bool one_sided)
 {
@@ -896,6 +928,7 @@ int main(void)
     tcase_add_test(tc, test_save_shard_canon_renames_transfer_ids);
     tcase_add_test(tc, test_save_readiness_canon_renames_transfer_ids);
     tcase_add_test(tc, test_save_shard_round_trip);
+    tcase_add_test(tc, test_save_shard_one_byte_free_extents);
     tcase_add_test(tc, test_save_shard_owners_and_one_sided_round_trip);
     tcase_add_test(tc, test_save_readiness_round_trip);
     tcase_add_test(tc, test_save_readiness_canon_matches_renamed_copy);
