@@ -11,6 +11,7 @@
  */
 #include <check.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "save.h"
@@ -703,6 +704,50 @@ static void rd_history(xfer_readiness *r, const uint16_t *map)
     xfer_readiness_actions_clear(r);
 }
 
+static size_t find_u64s(const uint8_t *buf, size_t n, const uint64_t *v,
+                        size_t nv)
+{
+    uint8_t want[32];
+    for (size_t i = 0; i < nv; i++)
+        for (unsigned b = 0; b < 8; b++)
+            want[8 * i + b] = (uint8_t)(v[i] >> (8 * b));
+    for (size_t at = 0; at + 8 * nv <= n; at++)
+        if (!memcmp(buf + at, want, 8 * nv))
+            return at;
+    return SIZE_MAX;
+}
+
+/* A save no history could have made is refused: a WAITING record whose
+ * every shard reported ready (it would be TAKING).  The bytes are found as
+ * put_record writes them: the id, then 18 bytes on the ready mask; the
+ * reservation ids per shard side by side.  (tools/mutate: a get_record
+ * whose WAITING test let this through passed every net before.) */
+START_TEST(test_save_readiness_load_refuses_impossible_record)
+{
+    xfer_readiness *a = mk_rd(), *b = mk_rd();
+    rd_history(a, IDENTITY);
+    size_t n;
+    uint8_t *buf = save_all(rd_save, a, &n);
+    const uint64_t id5[] = {5};
+    size_t rec = find_u64s(buf, n, id5, 1);
+    ck_assert_uint_ne(rec, SIZE_MAX);
+    ck_assert_uint_eq(buf[rec + 12], XFER_READY_STATE_WAITING);
+    ck_assert_uint_eq(buf[rec + 18], 0x5); /* shards 0 and 2 ready */
+    const uint64_t resv5[] = {50, XFER_RESV_NONE, 52};
+    size_t rs = find_u64s(buf, n, resv5, 3);
+    ck_assert_uint_ne(rs, SIZE_MAX);
+    /* as saved it loads */
+    ck_assert_int_eq(xfer_readiness_load(b, buf, n), 0);
+    /* shard 1 ready too, with its reservation: every shard ready */
+    buf[rec + 18] = 0x7;
+    buf[rs + 8] = 51;
+    ck_assert_int_eq(xfer_readiness_load(b, buf, n), XFER_ERR_FORMAT);
+    free(buf);
+    xfer_readiness_del(a);
+    xfer_readiness_del(b);
+}
+END_TEST
+
 START_TEST(test_save_readiness_round_trip)
 {
     xfer_readiness *a = mk_rd(), *b = mk_rd();
@@ -931,6 +976,7 @@ int main(void)
     tcase_add_test(tc, test_save_shard_one_byte_free_extents);
     tcase_add_test(tc, test_save_shard_owners_and_one_sided_round_trip);
     tcase_add_test(tc, test_save_readiness_round_trip);
+    tcase_add_test(tc, test_save_readiness_load_refuses_impossible_record);
     tcase_add_test(tc, test_save_readiness_canon_matches_renamed_copy);
     tcase_add_test(tc, test_save_too_small_buffer_is_an_error);
     tcase_add_test(tc, test_save_header_names_machine_and_version);
