@@ -261,6 +261,28 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
 
 /* A control op, with an injected fault if one is drawn.  Returns false when
  * the connection was closed. */
+/* The end of an op (a control op or an EAGER): the seeded fault drawn for
+ * it (an applied op reported failed, or the connection dropped), the
+ * events it made out before its reply (a READY before the commit's OK),
+ * then the reply a (rc 0) or the error.  False: the connection is gone. */
+static bool end_op(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
+                   uint8_t fault, int32_t rc, const xfer_wire_msg *a)
+{
+    if (fault == XFER_SERVER_F_APPLIED_LOST)
+        rc = XFER_ERR_REMOTE;
+    xfer_server_flush_all(c->srv);
+    if (fault == XFER_SERVER_F_DROP) {
+        xfer_server_log(c->srv, c->serial, "fault: connection dropped");
+        xfer_server_conn_close(c);
+        return false;
+    }
+    if (rc)
+        xfer_server_req_error(c, req, m->type, m, rc);
+    else
+        xfer_server_conn_send(c, a, req);
+    return true;
+}
+
 static bool on_op(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m)
 {
     bool control = m->type != XFER_WIRE_T_TAKE &&
@@ -275,19 +297,7 @@ static bool on_op(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m)
                                               : apply(c, m, &a);
     if (fault == XFER_SERVER_F_FAIL)
         a = *m;
-    if (fault == XFER_SERVER_F_APPLIED_LOST)
-        rc = XFER_ERR_REMOTE;
-    xfer_server_flush_all(c->srv);
-    if (fault == XFER_SERVER_F_DROP) {
-        xfer_server_log(c->srv, c->serial, "fault: connection dropped");
-        xfer_server_conn_close(c);
-        return false;
-    }
-    if (rc)
-        xfer_server_req_error(c, req, m->type, m, rc);
-    else
-        xfer_server_conn_send(c, &a, req);
-    return true;
+    return end_op(c, req, m, fault, rc, &a);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -398,20 +408,8 @@ static bool on_eager(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m)
     int32_t rc = !may                         ? XFER_ERR_PERM
                  : fault == XFER_SERVER_F_FAIL ? XFER_ERR_REMOTE
                                                : apply_eager(c, m, in, &a);
-    if (fault == XFER_SERVER_F_APPLIED_LOST)
-        rc = XFER_ERR_REMOTE;
     evbuffer_drain(in, m->len);
-    xfer_server_flush_all(c->srv); /* READY out before the reply */
-    if (fault == XFER_SERVER_F_DROP) {
-        xfer_server_log(c->srv, c->serial, "fault: connection dropped");
-        xfer_server_conn_close(c);
-        return false;
-    }
-    if (rc)
-        xfer_server_req_error(c, req, m->type, m, rc);
-    else
-        xfer_server_conn_send(c, &a, req);
-    return true;
+    return end_op(c, req, m, fault, rc, &a);
 }
 
 /* ---------------------------------------------------------------------- */
