@@ -201,6 +201,17 @@ static void kput(kbuf *o, const void *p, size_t n)
     o->at += n;
 }
 
+/* What the monitors keep of transfer m about shard k, in a signature. */
+static void put_tr_shard(kbuf *o, const mon_tr *m, unsigned k)
+{
+    uint8_t b[3] = {(uint8_t)(m->ready_mask_lo >> k & 1),
+                    (uint8_t)(m->take_mask_lo >> k & 1),
+                    (uint8_t)(m->failed && m->fail_shard == k)};
+    kput(o, &m->ps[k], sizeof m->ps[k]);
+    kput(o, &m->cs[k], sizeof m->cs[k]);
+    kput(o, b, sizeof b);
+}
+
 /* Everything about shard k, without its index. */
 static void shard_sig(const ck_world *w, const ck_parts *p, unsigned k,
                       uint64_t sig[2])
@@ -216,15 +227,8 @@ static void shard_sig(const ck_world *w, const ck_parts *p, unsigned k,
         m.shard = 0;
         kput(&o, &m, sizeof m);
     }
-    for (unsigned t = 0; t < w->cfg->T; t++) {
-        const mon_tr *m = &w->mon.tr[t];
-        uint8_t b[3] = {(uint8_t)(m->ready_mask_lo >> k & 1),
-                        (uint8_t)(m->take_mask_lo >> k & 1),
-                        (uint8_t)(m->failed && m->fail_shard == k)};
-        kput(&o, &m->ps[k], sizeof m->ps[k]);
-        kput(&o, &m->cs[k], sizeof m->cs[k]);
-        kput(&o, b, sizeof b);
-    }
+    for (unsigned t = 0; t < w->cfg->T; t++)
+        put_tr_shard(&o, &w->mon.tr[t], k);
     kput(&o, p->cps[k], p->ncps[k]);
     kput(&o, p->rps[k], p->nrps[k]);
     memo_hash(&g_sig[k], o.b, o.at, 0x516, sig);
@@ -326,15 +330,8 @@ static void shard_sig_renamed(const ck_world *w, const ck_parts *q, unsigned k,
         ms[j] = m;
     }
     kput(&o, ms, n * sizeof ms[0]);
-    for (unsigned u = 0; u < w->cfg->T; u++) {
-        const mon_tr *m = &w->mon.tr[inv[u]];
-        uint8_t b[3] = {(uint8_t)(m->ready_mask_lo >> k & 1),
-                        (uint8_t)(m->take_mask_lo >> k & 1),
-                        (uint8_t)(m->failed && m->fail_shard == k)};
-        kput(&o, &m->ps[k], sizeof m->ps[k]);
-        kput(&o, &m->cs[k], sizeof m->cs[k]);
-        kput(&o, b, sizeof b);
-    }
+    for (unsigned u = 0; u < w->cfg->T; u++)
+        put_tr_shard(&o, &w->mon.tr[inv[u]], k);
     kput(&o, q->cps[k], q->ncps[k]);
     kput(&o, q->rps[k], q->nrps[k]);
     hash128(o.b, o.at, 0x516, sig);
