@@ -135,6 +135,11 @@ def select(a, mutants, log):
             log('from %s: %s %s is gone (its line changed): %s' % (
                 a.from_file, r['id'], r['key'], r['before']))
         mutants = [by_key[r['key']] for r in rows if r['key'] in by_key]
+        for r in rows:
+            if r['key'] in by_key:
+                by_key[r['key']].hint = {
+                    net: runner.catcher(r.get(net)) for net in ('unit',
+                                                               'checker')}
     if a.only:
         want = set(a.only)
         found = [m for m in mutants if m.id in want or m.key in want]

@@ -249,9 +249,9 @@ class Worker:
         cwd = t.workdir or self.build
         return run_limited(t.cmd, cwd, env, t.timeout(self.opts.timeout_factor))
 
-    def run_net(self, tests, detail, all_tests=False):
+    def run_net(self, tests, detail, all_tests=False, first_name=None):
         first, others, t_all = None, [], 0.0
-        for t in tests:
+        for t in lead_with(tests, first_name):
             rc, text, secs = self.run_test(t)
             t_all += secs
             if rc == 0:
@@ -319,10 +319,12 @@ class Worker:
                            secs=time.monotonic() - t0,
                            note=first_error(text))
                 return res
+            hint = getattr(m, 'hint', {})
             res['unit'] = self.run_net(self.unit, unit_detail,
-                                       self.opts.all_tests)
+                                       self.opts.all_tests, hint.get('unit'))
             res['checker'] = self.run_net(self.checker, checker_detail,
-                                          self.opts.all_tests)
+                                          self.opts.all_tests,
+                                          hint.get('checker'))
             caught = res['unit'].caught or res['checker'].caught
             res.update(status='killed' if caught else 'survived',
                        build_s=build_s, secs=time.monotonic() - t0, note='')
@@ -330,6 +332,25 @@ class Worker:
         finally:
             with open(path, 'w') as f:
                 f.write(original)
+
+
+def lead_with(tests, name):
+    """The tests in their order, with the one called name (if any) first.
+
+    With --from, a net first runs the test that caught the mutant last
+    time: a mutant still caught costs that one test, not every test before
+    it.  Whether a net catches a mutant does not depend on the order; only
+    which test is named first may."""
+    lead = [t for t in tests if t.name == name]
+    return lead + [t for t in tests if t.name != name]
+
+
+def catcher(cell):
+    """The test that caught a mutant, from a result cell, or None."""
+    if not cell or cell in ('pass', '-'):
+        return None
+    parts = cell.split(',')[0].split(':')
+    return parts[1] if len(parts) > 1 else None
 
 
 def first_error(text):

@@ -20,6 +20,7 @@ import csource  # noqa: E402
 import mutate  # noqa: E402
 import operators  # noqa: E402
 import results  # noqa: E402
+import runner  # noqa: E402
 
 SAMPLE_C = '''\
 #include <assert.h>
@@ -200,6 +201,27 @@ class ResultsTest(unittest.TestCase):
                          (6, 1, 1, 4))
         self.assertEqual((t.unit, t.checker, t.either, t.timeouts),
                          (2, 2, 3, 1))
+
+
+class HintTest(unittest.TestCase):
+    def test_catcher_of_a_cell(self):
+        self.assertEqual(runner.catcher('killed:transfer:test_x'), 'transfer')
+        self.assertEqual(runner.catcher('killed:bfs_s2:I5,killed:bfs_s3:I1'),
+                         'bfs_s2')
+        self.assertEqual(runner.catcher('timeout:engine'), 'engine')
+        self.assertEqual(runner.catcher('killed:trace_golden_core'),
+                         'trace_golden_core')
+        for cell in ('pass', '-', '', None):
+            self.assertIsNone(runner.catcher(cell))
+
+    def test_lead_with_moves_only_the_catcher(self):
+        tests = [types.SimpleNamespace(name=n) for n in 'abcd']
+        self.assertEqual([t.name for t in runner.lead_with(tests, 'c')],
+                         ['c', 'a', 'b', 'd'])
+        self.assertEqual([t.name for t in runner.lead_with(tests, None)],
+                         list('abcd'))
+        self.assertEqual([t.name for t in runner.lead_with(tests, 'zz')],
+                         list('abcd'))
 
 
 if __name__ == '__main__':
