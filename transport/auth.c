@@ -27,12 +27,22 @@ int xfer_auth_random(void *buf, size_t n)
 
 uint64_t xfer_auth_rng_next(void *ud)
 {
-    (void)ud;
+    xfer_auth_rng *r = ud;
     uint64_t v = 0;
     /* RAND_bytes fails only when the DRBG cannot be seeded, which the
      * server's constructor rules out by drawing once itself. */
-    while (v == 0)
-        (void)xfer_auth_random(&v, sizeof v);
+    while (v == 0) {
+        if (!r) {
+            (void)xfer_auth_random(&v, sizeof v);
+            continue;
+        }
+        if (r->left == 0 && xfer_auth_random(r->v, sizeof r->v) == 0)
+            r->left = XFER_AUTH_RNG_BATCH;
+        if (r->left) {
+            v = r->v[--r->left];
+            r->v[r->left] = 0; /* a handed-out id stays only with its owner */
+        }
+    }
     return v;
 }
 

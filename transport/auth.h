@@ -21,8 +21,20 @@
 
 /* Fill buf with n bytes from the OS CSPRNG.  Errors: XFER_ERR_IO. */
 int xfer_auth_random(void *buf, size_t n);
-/* One 64-bit draw from the OS CSPRNG, never 0 (an xfer_rng's next; ud
- * unused).  Call xfer_auth_random once first to know the OS can. */
+/* Draws from the OS CSPRNG taken a batch at a time: one RAND_bytes call
+ * (and its fork check) per XFER_AUTH_RNG_BATCH ids instead of per id.  A
+ * drawn value is wiped from the batch when it is handed out.  Owned by one
+ * thread; a process that forks must not use it on both sides. */
+#define XFER_AUTH_RNG_BATCH 64u
+typedef struct xfer_auth_rng {
+    uint64_t v[XFER_AUTH_RNG_BATCH];
+    unsigned left; /* undrawn values at the front of v */
+} xfer_auth_rng;
+
+/* One 64-bit draw from the OS CSPRNG, never 0 (an xfer_rng's next).  ud:
+ * an xfer_auth_rng (zeroed to start) to draw in batches, or NULL for one
+ * RAND_bytes call per draw.  Call xfer_auth_random once first to know the
+ * OS can. */
 uint64_t xfer_auth_rng_next(void *ud);
 
 /* The proof of one side: HMAC-SHA256(secret, label || the HELLO2 body

@@ -251,7 +251,7 @@ static int make_shards(xfer_server *s)
             .alloc = s->cfg.alloc,
             .trace = h->trace.fn ? h->trace : s->cfg.trace,
             /* ids nobody can predict, and one owner per session */
-            .rng = {.next = xfer_auth_rng_next},
+            .rng = {.next = xfer_auth_rng_next, .ud = &s->idrng},
             .max_owners = s->cfg.max_sessions,
             .owner_max_reservations = s->cfg.session_max_reservations,
             .owner_max_bytes = s->cfg.session_max_bytes

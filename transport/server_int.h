@@ -138,6 +138,7 @@ struct xfer_server {
     xfer_server_hosted shards[XFER_MAX_SHARDS];
     xfer_list conns;      /* of xfer_server_conn; conns.n counts them */
     uint64_t serial, rng, drain_deadline;
+    xfer_auth_rng idrng;     /* reservation ids, drawn in batches */
     bool draining;
     xfer_server_drain_cb drain_cb;
     void *drain_ud;

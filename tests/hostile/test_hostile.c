@@ -208,6 +208,30 @@ START_TEST(test_hostile_ids_unpredictable)
 }
 END_TEST
 
+/* Class 2, the id source itself: batched CSPRNG draws are never 0, never
+ * repeat, are wiped from the batch when handed out, and refill after
+ * XFER_AUTH_RNG_BATCH draws (one RAND_bytes per batch, not per id). */
+START_TEST(test_hostile_id_batches)
+{
+    enum { N = 3 * XFER_AUTH_RNG_BATCH + 7 };
+    static uint64_t got[N];
+    xfer_auth_rng r;
+    memset(&r, 0, sizeof r);
+    for (unsigned i = 0; i < N; i++) {
+        got[i] = xfer_auth_rng_next(&r);
+        ck_assert_uint_ne(got[i], 0);
+        ck_assert_uint_eq(r.left, XFER_AUTH_RNG_BATCH - 1 -
+                                      i % XFER_AUTH_RNG_BATCH);
+        for (unsigned k = r.left; k < XFER_AUTH_RNG_BATCH; k++)
+            ck_assert_uint_eq(r.v[k], 0); /* handed out: gone from here */
+        for (unsigned j = 0; j < i; j++)
+            ck_assert_uint_ne(got[i], got[j]);
+    }
+    uint64_t a = xfer_auth_rng_next(NULL), b = xfer_auth_rng_next(NULL);
+    ck_assert(a != 0 && b != 0 && a != b);
+}
+END_TEST
+
 static char secret_path[64];
 
 static void write_secret(const char *text)
@@ -881,6 +905,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_hostile_ownership);
     tcase_add_test(tc, test_hostile_ids_unpredictable);
+    tcase_add_test(tc, test_hostile_id_batches);
     tcase_add_test(tc, test_hostile_auth_required);
     tcase_add_test(tc, test_hostile_auth_library_producer);
     tcase_add_test(tc, test_hostile_network_bind_needs_secret);
