@@ -381,7 +381,7 @@ static int stuck_files(int n, char **paths, uint64_t older)
     if (xt_load_many(n, paths, &f))
         return XT_BADINPUT;
     xt_model m;
-    byid b;
+    byid b = {0}; /* freed below even when the model fails first */
     items it = {0};
     int rc = xt_model_build(&m, &f) || byid_build(&b, &f) ? XT_BADINPUT
                                                            : XT_OK;
