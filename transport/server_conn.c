@@ -32,6 +32,10 @@
  *    than OUT_LOW unread stops being read;
  *  - on a half-close (EOF) the replies already queued are sent before the
  *    connection closes;
+ *  - the socket is read by the connection's own EV_READ event, one recv per
+ *    readiness straight into the free space of its own input evbuffer (no
+ *    ioctl(FIONREAD) and readv per read, as a bufferevent's read costs);
+ *    the bufferevent only writes;
  *  - replies and events are queued in the connection's flat buffer during
  *    the callback (or loop turn) that makes them and written once at its
  *    end (xfer_server_batch_end, or the flush event for output made
@@ -178,6 +182,8 @@ void xfer_server_conn_close(xfer_server_conn *c)
         xfer_list_remove(&s->dirty, &c->dlink);
     xfer_server_free(s, c->obuf);
     xfer_server_sess_unbind(c); /* the last of a session orphans its takes */
+    event_free(c->rev);
+    evbuffer_free(c->in);
     bufferevent_free(c->bev);
     xfer_server_free(s, c);
     xfer_server_flush_all(s);
@@ -186,8 +192,13 @@ void xfer_server_conn_close(xfer_server_conn *c)
 void xfer_server_conn_doom(xfer_server_conn *c)
 {
     c->doomed = true;
-    bufferevent_disable(c->bev, EV_READ);
+    xfer_server_conn_stop_reading(c);
     event_active(c->srv->reap_ev, EV_TIMEOUT, 0);
+}
+
+void xfer_server_conn_stop_reading(xfer_server_conn *c)
+{
+    event_del(c->rev);
 }
 
 void xfer_server_conn_reap(xfer_server *s)
@@ -219,7 +230,8 @@ static void bad_frame(xfer_server_conn *c, xfer_wire_reason why)
 
 /* Read the rest of a write's data straight from the socket into the pool
  * (the input buffer is empty, so stream order is kept): one copy instead
- * of two.  Stops at EAGAIN; EOF and errors are left for libevent to see. */
+ * of two.  Stops at EAGAIN; EOF and errors are left for on_sock_read to
+ * see (the socket stays readable). */
 static void recv_direct(xfer_server_conn *c)
 {
     evutil_socket_t fd = bufferevent_getfd(c->bev);
@@ -325,9 +337,9 @@ static bool must_pause(const xfer_server_conn *c, size_t out)
             out > XFER_SERVER_OUT_LOW);
 }
 
-static void read_frames(struct bufferevent *bev, xfer_server_conn *c)
+static void read_frames(xfer_server_conn *c)
 {
-    struct evbuffer *in = bufferevent_get_input(bev);
+    struct evbuffer *in = c->in;
     while (!c->closing && !c->doomed) {
         if (c->in_write) {
             if (pump_write(c, in) == 0)
@@ -351,7 +363,7 @@ static void read_frames(struct bufferevent *bev, xfer_server_conn *c)
             return; /* c may be gone */
         if (must_pause(c, out_len(c))) {
             c->paused = true;
-            bufferevent_disable(bev, EV_READ);
+            xfer_server_conn_stop_reading(c);
             break;
         }
     }
@@ -360,13 +372,55 @@ static void read_frames(struct bufferevent *bev, xfer_server_conn *c)
 /* Every frame of the read is answered in one pass, under one clock
  * reading, and every connection's replies leave in one write each at the
  * batch's end (c may be gone by then). */
-static void on_read(struct bufferevent *bev, void *arg)
+static void on_read(xfer_server_conn *c)
 {
-    xfer_server_conn *c = arg;
     xfer_server *s = c->srv;
     xfer_server_batch_begin(s);
-    read_frames(bev, c);
+    read_frames(c);
     xfer_server_batch_end(s);
+}
+
+/* The peer's end of the stream: EOF (a half-close) or a socket error. */
+static void on_end(xfer_server_conn *c, bool error)
+{
+    if (c->in_write || evbuffer_get_length(c->in)) {
+        bad_frame(c, XFER_WIRE_R_TRUNCATED); /* ended inside a frame */
+        return;
+    }
+    size_t out = out_len(c);
+    if (error || out == 0) {
+        xfer_server_conn_close(c);
+        return;
+    }
+    /* A half-close: the replies already queued go out first (on_write
+     * closes once they are; the header timeout bounds the wait). */
+    c->closing = true;
+    c->t_active = xfer_server_now(c->srv);
+    xfer_server_conn_stop_reading(c);
+}
+
+/* The socket is readable: one recv into the input buffer's free space
+ * (at most 64 KiB), then every whole frame of it is answered. */
+static void on_sock_read(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    xfer_server_conn *c = arg;
+    struct evbuffer *in = c->in;
+    struct evbuffer_iovec v;
+    if (evbuffer_reserve_space(in, 64 << 10, &v, 1) < 1) {
+        xfer_server_conn_close(c); /* out of memory: this one goes */
+        return;
+    }
+    ssize_t r = recv(fd, v.iov_base, v.iov_len, 0);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (r <= 0) {
+        on_end(c, r < 0);
+        return;
+    }
+    v.iov_len = (size_t)r;
+    evbuffer_commit_space(in, &v, 1);
+    on_read(c);
 }
 
 static void on_write(struct bufferevent *bev, void *arg)
@@ -379,30 +433,18 @@ static void on_write(struct bufferevent *bev, void *arg)
     }
     if (c->paused && out <= XFER_SERVER_OUT_LOW) {
         c->paused = false;
-        bufferevent_enable(bev, EV_READ);
-        on_read(bev, c); /* frames may already be buffered */
+        event_add(c->rev, NULL);
+        on_read(c); /* frames may already be buffered */
     }
 }
 
+/* The bufferevent only writes, so what it reports is a write error. */
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
+    (void)bev;
     xfer_server_conn *c = arg;
-    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
-        return;
-    if (c->in_write || evbuffer_get_length(bufferevent_get_input(bev))) {
-        bad_frame(c, XFER_WIRE_R_TRUNCATED); /* ended inside a frame */
-        return;
-    }
-    size_t out = out_len(c);
-    if ((what & BEV_EVENT_ERROR) || out == 0) {
-        xfer_server_conn_close(c);
-        return;
-    }
-    /* A half-close: the replies already queued go out first (on_write
-     * closes once they are; the header timeout bounds the wait). */
-    c->closing = true;
-    c->t_active = xfer_server_now(c->srv);
-    bufferevent_disable(bev, EV_READ);
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        on_end(c, true);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -471,24 +513,35 @@ void xfer_server_conn_accept(xfer_server *s, evutil_socket_t fd)
     xfer_server_conn *c = xfer_server_calloc(s, 1, sizeof *c);
     struct bufferevent *bev =
         c ? bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
-    if (!bev) {
+    struct event *rev =
+        bev ? event_new(s->base, fd, EV_READ | EV_PERSIST, on_sock_read, c)
+            : NULL;
+    struct evbuffer *in = rev ? evbuffer_new() : NULL;
+    if (!in) {
+        if (rev)
+            event_free(rev);
+        if (bev)
+            bufferevent_free(bev); /* closes fd */
+        else
+            evutil_closesocket(fd);
         xfer_server_free(s, c);
-        evutil_closesocket(fd);
         return;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->srv = s;
     c->bev = bev;
+    c->rev = rev;
+    c->in = in;
     c->hosted = -1;
     c->serial = ++s->serial;
     c->t_accept = c->t_active = xfer_server_now(s);
     xfer_list_push_front(&s->conns, &c->link);
     c->out_cb = evbuffer_add_cb(bufferevent_get_output(bev), on_out_change,
                                 c);
-    bufferevent_set_max_single_read(bev, 64 << 10);
     bufferevent_set_max_single_write(bev, 1 << 20);
     bufferevent_setwatermark(bev, EV_WRITE, XFER_SERVER_OUT_LOW, 0);
-    bufferevent_setcb(bev, on_read, on_write, on_event, c);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    bufferevent_setcb(bev, NULL, on_write, on_event, c);
+    bufferevent_enable(bev, EV_WRITE);
+    event_add(rev, NULL);
 }

@@ -47,7 +47,9 @@ typedef struct xfer_server_conn xfer_server_conn;
 
 struct xfer_server_conn {
     xfer_server *srv;
-    struct bufferevent *bev;
+    struct bufferevent *bev; /* output and its write callback only */
+    struct event *rev;       /* the socket's reads (server_conn.c) */
+    struct evbuffer *in;     /* what was read and not yet consumed */
     xfer_list_node link; /* on srv->conns, newest first */
     uint64_t serial;   /* never 0 */
     int hosted;        /* index into srv->shards, -1 before HELLO */
@@ -196,6 +198,8 @@ void xfer_server_conn_send(xfer_server_conn *c, const xfer_wire_msg *m,
                            uint32_t req);
 /* Mark c to be closed by the reaper (from inside a callback of c's). */
 void xfer_server_conn_doom(xfer_server_conn *c);
+/* Stop reading c's socket (a refused HELLO: only its ERROR goes out). */
+void xfer_server_conn_stop_reading(xfer_server_conn *c);
 /* Write the output every connection queued this turn (one write each;
  * what the socket does not take goes to the bufferevent). */
 void xfer_server_conn_flush_all(xfer_server *s);

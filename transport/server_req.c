@@ -401,7 +401,7 @@ static int32_t apply_eager(xfer_server_conn *c, const xfer_wire_msg *m,
  * connection was closed. */
 static bool on_eager(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m)
 {
-    struct evbuffer *in = bufferevent_get_input(c->bev);
+    struct evbuffer *in = c->in;
     bool may = role_may(c, m->type, m->attempt);
     uint8_t fault = may ? draw_fault(c) : XFER_SERVER_F_NONE;
     xfer_wire_msg a;

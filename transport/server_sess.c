@@ -122,7 +122,7 @@ static bool refuse(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
 {
     xfer_server_req_error(c, req, m->type, m, code);
     c->closing = true;
-    bufferevent_disable(c->bev, EV_READ);
+    xfer_server_conn_stop_reading(c);
     return false;
 }
 
