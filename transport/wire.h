@@ -267,7 +267,7 @@ int xfer_wire_decode_hdr(const void *buf, size_t n, xfer_wire_hdr *h,
  * readable bytes following the header; n must be at least the type's fixed
  * body size (for WRITE, only the 32-byte fixed part is read).  Checks every
  * field that has a range (roles, event kinds, a WRITE's off + len).
- * Returns 0 (*m written) or XFER_ERR_PROTO with *reason.
+ * Returns 0 (*m written) or XFER_ERR_PROTO with *reason (*m untouched).
  */
 int xfer_wire_decode_body(const xfer_wire_hdr *h, const void *body, size_t n,
                           xfer_wire_msg *m, xfer_wire_reason *reason);
