@@ -46,20 +46,18 @@ bool xfer_server_drained(const xfer_server *s)
     return busy == 0;
 }
 
-static void count_live(void *ud, uint64_t id, uint32_t attempt,
-                       xfer_resv_state st, uint64_t since_ns)
-{
-    ++*(uint64_t *)ud;
-}
-
+/* Live records only: a tombstone holds no memory and lives its whole TTL
+ * (xfer_shard_foreach would count those too, and sort, every tick). */
 bool xfer_server_empty(const xfer_server *s)
 {
     if (!s)
         return true;
-    uint64_t live = 0;
-    for (uint16_t i = 0; i < s->cfg.nshards; i++)
-        xfer_shard_foreach(s->shards[i].sh, count_live, &live);
-    return live == 0 && xfer_server_drained(s);
+    for (uint16_t i = 0; i < s->cfg.nshards; i++) {
+        xfer_shard_stats st;
+        if (xfer_shard_stats_get(s->shards[i].sh, &st) != 0 || st.live)
+            return false;
+    }
+    return xfer_server_drained(s);
 }
 
 void xfer_server_on_drain_tick(evutil_socket_t fd, short what, void *arg)

@@ -228,6 +228,42 @@ START_TEST(test_server_drain_waits_for_reservations)
 }
 END_TEST
 
+/* Empty (what xferd waits for after a drain) means no reservation holds
+ * data: READY and TAKEN count, tombstones do not (they hold no memory and
+ * live their whole TTL, far past any drain timeout). */
+START_TEST(test_server_empty_ignores_tombstones)
+{
+    stack s;
+    ck_assert_int_eq(st_start_servers(&s, 1, 1 << 20, 8, NULL), 0);
+    int fd = st_raw_connect(&s, 0);
+    int cfd = st_raw_connect_role(&s, 0, XFER_WIRE_ROLE_CONSUMER);
+    ck_assert_int_ge(cfd, 0);
+    uint64_t r1, r2;
+    ck_assert_int_eq(st_raw_put(&s, fd, 0, 1, 1, false, &r1), 0);
+    ck_assert_int_eq(st_raw_put(&s, fd, 0, 2, 1, true, &r2), 0);
+    xfer_wire_msg m = {.type = XFER_WIRE_T_CANCEL, .id = 1, .attempt = 1,
+                       .resv_id = r1};
+    xfer_wire_msg r;
+    ck_assert_int_eq(st_raw_call(&s, fd, &m, NULL, &r), 0);
+    ck_assert(!xfer_server_empty(s.srv[0])); /* id 2 is READY */
+    m = (xfer_wire_msg){.type = XFER_WIRE_T_TAKE, .id = 2, .attempt = 1,
+                        .resv_id = r2};
+    ck_assert_int_eq(st_raw_call(&s, cfd, &m, NULL, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_TAKE_OK);
+    ck_assert(!xfer_server_empty(s.srv[0])); /* TAKEN */
+    m.type = XFER_WIRE_T_RELEASE;
+    ck_assert_int_eq(st_raw_call(&s, cfd, &m, NULL, &r), 0);
+    xfer_server_stats st;
+    ck_assert_int_eq(xfer_server_stats_get(s.srv[0], 0, &st), 0);
+    ck_assert_uint_eq(st.live, 0);
+    ck_assert_uint_ge(st.tombstones, 2);
+    ck_assert(xfer_server_empty(s.srv[0]));
+    close(cfd);
+    close(fd);
+    st_stop(&s);
+}
+END_TEST
+
 /* With a secret (issue 12) the library producer and consumer
  * authenticate (HELLO2, CHALLENGE, AUTH; the consumer subscribes after
  * its AUTH) and every transfer is available; a raw v1 HELLO is refused. */
@@ -354,6 +390,7 @@ int main(void)
     tcase_add_test(tc, test_server_bad_frame_closes_one_connection);
     tcase_add_test(tc, test_server_answers_a_read_in_one_pass);
     tcase_add_test(tc, test_server_drain_waits_for_reservations);
+    tcase_add_test(tc, test_server_empty_ignores_tombstones);
     tcase_add_test(tc, test_server_config_checked);
     tcase_add_test(tc, test_server_authenticated_stack);
     tcase_add_test(tc, test_server_alloc_failure_each_allocation);
