@@ -24,6 +24,7 @@ void pyx_config_engine(const pyx_engine_opts *o, struct event_base *base,
     cfg->core.cancel_op_timeout_ns = o->cancel_op_timeout_ns;
     cfg->core.cancel_backoff_ns = o->cancel_backoff_ns;
     cfg->core.cancel_max_attempts = o->cancel_max_attempts;
+    cfg->core.eager_max_bytes = o->eager_max_bytes;
     cfg->max_pools = o->max_pools;
     cfg->mailbox_cap = o->mailbox_cap;
 }

@@ -96,8 +96,8 @@ static int engine_init(PyObject *obj, PyObject *args, PyObject *kw)
     static char *kwl[] = {"transport", "max_transfers", "max_tombstones",
                           "max_pools", "mailbox_cap", "default_timeout",
                           "tombstone_ttl", "cancel_op_timeout",
-                          "cancel_backoff", "cancel_max_attempts", "notify",
-                          NULL};
+                          "cancel_backoff", "cancel_max_attempts",
+                          "eager_max_bytes", "notify", NULL};
     pyx_engine *self = (pyx_engine *)obj;
     PyObject *tp, *t[4] = {NULL, NULL, NULL, NULL};
     pyx_engine_opts o = {0};
@@ -106,11 +106,12 @@ static int engine_init(PyObject *obj, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Engine.__init__ called twice");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$IIIIOOOOIi:Engine", kwl,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$IIIIOOOOIIi:Engine", kwl,
                                      &tp, &o.max_transfers,
                                      &o.max_tombstones, &o.max_pools,
                                      &o.mailbox_cap, &t[0], &t[1], &t[2],
-                                     &t[3], &o.cancel_max_attempts, &notify))
+                                     &t[3], &o.cancel_max_attempts,
+                                     &o.eager_max_bytes, &notify))
         return -1;
     if (!pyx_transport_check(tp)) {
         PyErr_SetString(PyExc_TypeError, "transport must be xfer.Loop or "

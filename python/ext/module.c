@@ -206,6 +206,7 @@ static int add_constants(PyObject *m)
     rc |= add_int(m, "OP_WRITE", XFER_OP_WRITE);
     rc |= add_int(m, "OP_COMMIT", XFER_OP_COMMIT);
     rc |= add_int(m, "OP_CANCEL", XFER_OP_CANCEL);
+    rc |= add_int(m, "OP_EAGER", XFER_OP_EAGER);
     rc |= add_int(m, "OP_ANY", XFER_FAULT_ANY_OP);
     rc |= add_int(m, "MAX_SHARDS", XFER_MAX_SHARDS);
     rc |= add_int(m, "NOTIFY_FD", PYX_NOTIFY_FD);

@@ -143,6 +143,7 @@ typedef struct pyx_engine_opts {
     uint64_t default_timeout_ns, tombstone_ttl_ns;
     uint64_t cancel_op_timeout_ns, cancel_backoff_ns;
     uint32_t cancel_max_attempts;
+    uint32_t eager_max_bytes; /* 0: no eager path */
 } pyx_engine_opts;
 
 enum {

@@ -165,7 +165,8 @@ _KINDS = {"fail": _xfer.FAULT_FAIL, "applied_lost": _xfer.FAULT_APPLIED_LOST,
           "drop": _xfer.FAULT_DROP, "delay": _xfer.FAULT_DELAY}
 _OPS = {None: _xfer.OP_ANY, "any": _xfer.OP_ANY,
         "reserve": _xfer.OP_RESERVE, "write": _xfer.OP_WRITE,
-        "commit": _xfer.OP_COMMIT, "cancel": _xfer.OP_CANCEL}
+        "commit": _xfer.OP_COMMIT, "cancel": _xfer.OP_CANCEL,
+        "eager": _xfer.OP_EAGER}
 
 
 class Fault(NamedTuple):
@@ -173,7 +174,7 @@ class Fault(NamedTuple):
 
     kind: "fail" (refused, not applied), "applied_lost" (applied, the reply
     says failed), "drop" (never answered until aborted), "delay".
-    op: "reserve", "write", "commit", "cancel" or None (any).
+    op: "reserve", "write", "commit", "cancel", "eager" or None (any).
     shard: an index or None (any); id: a transfer id or 0 (any).
     prob: the chance per op, 0 < prob <= 1, or 0 for always.
     count: fire at most this many times (0: no limit).
@@ -300,7 +301,10 @@ class Engine(_Closing, _xfer.Engine):
     Tcp); more groups with add_group().  Keywords (0 or None: the
     library's default): max_transfers, max_tombstones, max_pools,
     mailbox_cap, default_timeout, tombstone_ttl, cancel_op_timeout,
-    cancel_backoff (seconds), cancel_max_attempts, and notify: "fd" (an
+    cancel_backoff (seconds), cancel_max_attempts, eager_max_bytes (a
+    block of at most this many bytes goes as one EAGER op per shard where
+    the group allows it: reserve, data and commit in one round; 0, the
+    default, is off), and notify: "fd" (an
     eventfd the asyncio loop watches; the default) or "call_soon" (the
     loop thread calls call_soon_threadsafe)."""
 

@@ -305,3 +305,43 @@ def test_engine_on_uvloop():
         loop.close()
     assert [r.id for r in rs] == list(range(1, 101)) and all(r.ok for r in rs)
     e.shutdown()
+
+
+def test_engine_eager_small_blocks_take_one_op_per_shard():
+    """eager_max_bytes: slices that fit go as one EAGER op per shard
+    (a rule failing every reserve never fires) and lands whole; a bigger
+    one takes the three rounds (and meets that rule)."""
+    e, tp = loop_engine(eager_max_bytes=SLICE,
+                        faults=[xfer.Fault("fail", op="reserve")])
+    staging = bytearray(2 * S * SLICE)
+    fill(staging, 3)
+    pool = e.register_pool(staging)
+    r = e.submit_wait(4, pool, xfer.split(0, S * SLICE, S))
+    assert r.ok
+    got = tp.received(4)
+    for k in range(S):
+        part = bytes(staging[k * SLICE:(k + 1) * SLICE])
+        assert got[k] == (SLICE, zlib.crc32(part))
+    with pytest.raises(xfer.Error) as ei:
+        e.submit_wait(5, pool, xfer.split(0, 2 * S * SLICE, S))
+    assert ei.value.result.phase == xfer.PHASE_RESERVING
+    e.shutdown()
+
+
+def test_engine_eager_failure_is_a_completing_failure():
+    """A refused EAGER on one shard fails the transfer in COMPLETING with
+    consumer_may_hold set, as a failed commit does (op "eager" in a
+    Fault); without eager_max_bytes the same rule never fires."""
+    rule = [xfer.Fault("fail", op="eager", shard=1)]
+    e, tp = loop_engine(eager_max_bytes=SLICE, faults=rule)
+    pool = e.register_pool(bytearray(S * SLICE))
+    with pytest.raises(xfer.Error) as ei:
+        e.submit_wait(6, pool, xfer.split(0, S * SLICE, S))
+    r = ei.value.result
+    assert (r.phase, r.consumer_may_hold) == (xfer.PHASE_COMPLETING, True)
+    assert 1 in r.shards
+    e.shutdown()
+    plain, _ = loop_engine(faults=rule)
+    pool = plain.register_pool(bytearray(S * SLICE))
+    assert plain.submit_wait(6, pool, xfer.split(0, S * SLICE, S)).ok
+    plain.shutdown()
