@@ -12,6 +12,9 @@
  * is the lowest entry that claimed it, independent of the order of the
  * claims.  One thread's puts take no lock.  A prefetch only reads the
  * table's address and size (atomically: a claim may be growing it).
+ * Settling takes no lock: no table grows then and a settle changes only
+ * the second word of its own entry's bucket, so several threads may settle
+ * in one table at once.
  */
 #include "seen.h"
 
@@ -169,8 +172,13 @@ void ck_seen_settle(ck_seen *s, const ck_seen_ref *e)
     uint64_t w = ref_word(h, e);
     for (size_t i = e->key[0] & t->mask;; i = (i + 1) & t->mask) {
         uint64_t *b = &t->k[2 * i];
-        if (b[0] == e->key[0] && b[1] == w) {
-            b[1] = e->key[1];
+        /* Relaxed atomics on the second word only: another thread may
+         * settle another bucket of this table meanwhile, and a second word
+         * it rewrites (a reference to key[1]) is never ours either way, nor
+         * empty; first words do not change while settling. */
+        uint64_t w1 = __atomic_load_n(&b[1], __ATOMIC_RELAXED);
+        if (b[0] == e->key[0] && w1 == w) {
+            __atomic_store_n(&b[1], e->key[1], __ATOMIC_RELAXED);
             return;
         }
         if (b[0] == 0 && b[1] == 0)

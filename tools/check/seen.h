@@ -61,8 +61,8 @@ bool ck_seen_put(ck_seen *s, const uint64_t key[2]);
  * is new, or was held by a higher entry of this level, now marked dead.
  * Aborts when out of memory. */
 bool ck_seen_claim(ck_seen *s, ck_seen_ref *e);
-/* Between levels (no claim running; any thread, each its own entries):
- * the live entry e gives its key back to the set. */
+/* Between levels (no claim running; any thread, no lock, each entry by
+ * one thread): the live entry e gives its key back to the set. */
 void ck_seen_settle(ck_seen *s, const ck_seen_ref *e);
 /* Any thread, any time: start fetching the bucket where key's probe
  * begins, so that the work done before its put or claim hides the miss. */
