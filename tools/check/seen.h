@@ -19,7 +19,7 @@
 #ifndef XFER_CHECK_SEEN_H
 #define XFER_CHECK_SEEN_H
 
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -39,12 +39,15 @@ typedef struct ck_seen_ref {
 #define CK_SEEN_TAG(parent, move)                                           \
     (((uint64_t)(parent) << 16) | (uint64_t)(move))
 
+/* A shard's lock and table header share one cache line of their own: a
+ * claim moves one line between cores, and never a neighbour's. */
 typedef struct ck_seen_shard {
-    pthread_mutex_t mu;
+    _Alignas(64) atomic_bool busy; /* the lock: held for a claim */
     uint64_t *k; /* 2 words per bucket: a key (or a reference); (0,0) empty */
     size_t mask, n;
 } ck_seen_shard;
 
+/* 64-byte aligned (aligned_alloc, or a member of such a struct). */
 typedef struct ck_seen {
     ck_seen_shard sh[CK_SEEN_SHARDS];
     _Atomic uint64_t bytes; /* of all the tables */
