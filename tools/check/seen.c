@@ -51,7 +51,7 @@ static ck_seen_ref *ref_of(uint64_t w1)
 
 /* The bucket of key in shard h's table: the one that holds it (itself or
  * by reference), or the empty one where it goes. */
-static uint64_t *find(const ck_seen_shard *t, unsigned h, const uint64_t key[2])
+static uint64_t *find(const ck_seen_table *t, unsigned h, const uint64_t key[2])
 {
     for (size_t i = key[0] & t->mask;; i = (i + 1) & t->mask) {
         uint64_t *b = &t->k[2 * i];
@@ -64,7 +64,7 @@ static uint64_t *find(const ck_seen_shard *t, unsigned h, const uint64_t key[2])
     }
 }
 
-static void grow(ck_seen *s, ck_seen_shard *t)
+static void grow(ck_seen *s, ck_seen_table *t)
 {
     size_t mask = 2 * (t->mask + 1) - 1;
     uint64_t *k = calloc(2 * (mask + 1), sizeof *k);
@@ -110,7 +110,7 @@ static void unlock(ck_seen_shard *t)
 
 void ck_seen_prefetch(const ck_seen *s, const uint64_t key[2])
 {
-    const ck_seen_shard *t = &s->sh[shard_of(key)];
+    const ck_seen_table *t = &s->tab[shard_of(key)];
     const uint64_t *k = __atomic_load_n(&t->k, __ATOMIC_RELAXED);
     size_t mask = __atomic_load_n(&t->mask, __ATOMIC_RELAXED);
     /* A table growing meanwhile makes this a useless hint, never a
@@ -123,9 +123,9 @@ int ck_seen_init(ck_seen *s)
     unsigned i;
     memset(s, 0, sizeof *s);
     for (i = 0; i < CK_SEEN_SHARDS; i++) {
-        ck_seen_shard *t = &s->sh[i];
+        ck_seen_table *t = &s->tab[i];
         t->mask = INIT_BUCKETS - 1;
-        atomic_init(&t->busy, false);
+        atomic_init(&s->sh[i].busy, false);
         t->k = calloc(2 * INIT_BUCKETS, sizeof *t->k);
         if (!t->k)
             goto out_free;
@@ -134,45 +134,47 @@ int ck_seen_init(ck_seen *s)
     return 0;
 out_free:
     while (i-- > 0)
-        free(s->sh[i].k);
+        free(s->tab[i].k);
     return -1;
 }
 
 void ck_seen_free(ck_seen *s)
 {
     for (unsigned i = 0; i < CK_SEEN_SHARDS; i++)
-        free(s->sh[i].k);
+        free(s->tab[i].k);
     memset(s, 0, sizeof *s);
 }
 
 bool ck_seen_put(ck_seen *s, const uint64_t key[2])
 {
     unsigned h = shard_of(key);
-    ck_seen_shard *t = &s->sh[h];
-    if (4 * (t->n + 1) > 3 * (t->mask + 1))
+    ck_seen_table *t = &s->tab[h];
+    ck_seen_shard *l = &s->sh[h];
+    if (4 * (l->n + 1) > 3 * (t->mask + 1))
         grow(s, t);
     uint64_t *b = find(t, h, key);
     if (b[0] || b[1])
         return false;
     b[0] = key[0];
     b[1] = key[1];
-    t->n++;
+    l->n++;
     return true;
 }
 
 bool ck_seen_claim(ck_seen *s, ck_seen_ref *e)
 {
     unsigned h = shard_of(e->key);
-    ck_seen_shard *t = &s->sh[h];
+    ck_seen_table *t = &s->tab[h];
+    ck_seen_shard *l = &s->sh[h];
     bool mine = false;
-    lock(t);
-    if (4 * (t->n + 1) > 3 * (t->mask + 1))
+    lock(l);
+    if (4 * (l->n + 1) > 3 * (t->mask + 1))
         grow(s, t);
     uint64_t *b = find(t, h, e->key);
     if (b[0] == 0 && b[1] == 0) {
         b[0] = e->key[0];
         b[1] = ref_word(h, e);
-        t->n++;
+        l->n++;
         mine = true;
     } else if (is_ref(b[1], h)) {
         ck_seen_ref *o = ref_of(b[1]);
@@ -182,14 +184,14 @@ bool ck_seen_claim(ck_seen *s, ck_seen_ref *e)
             mine = true;
         }
     }
-    unlock(t);
+    unlock(l);
     return mine;
 }
 
 void ck_seen_settle(ck_seen *s, const ck_seen_ref *e)
 {
     unsigned h = shard_of(e->key);
-    ck_seen_shard *t = &s->sh[h];
+    const ck_seen_table *t = &s->tab[h];
     uint64_t w = ref_word(h, e);
     for (size_t i = e->key[0] & t->mask;; i = (i + 1) & t->mask) {
         uint64_t *b = &t->k[2 * i];

@@ -39,16 +39,24 @@ typedef struct ck_seen_ref {
 #define CK_SEEN_TAG(parent, move)                                           \
     (((uint64_t)(parent) << 16) | (uint64_t)(move))
 
-/* A shard's lock and table header share one cache line of their own: a
- * claim moves one line between cores, and never a neighbour's. */
+/* A shard's table: read by every probe and prefetch, written only when it
+ * grows (under the shard's lock), so the cores keep shared copies of these
+ * lines (4 KB in all). */
+typedef struct ck_seen_table {
+    uint64_t *k; /* 2 words per bucket: a key (or a reference); (0,0) empty */
+    size_t mask;
+} ck_seen_table;
+
+/* What a claim writes, in a cache line of its own: a claim moves this one
+ * line between cores, never a neighbour's nor the tables'. */
 typedef struct ck_seen_shard {
     _Alignas(64) atomic_bool busy; /* the lock: held for a claim */
-    uint64_t *k; /* 2 words per bucket: a key (or a reference); (0,0) empty */
-    size_t mask, n;
+    size_t n;                      /* keys in the table */
 } ck_seen_shard;
 
 /* 64-byte aligned (aligned_alloc, or a member of such a struct). */
 typedef struct ck_seen {
+    ck_seen_table tab[CK_SEEN_SHARDS];
     ck_seen_shard sh[CK_SEEN_SHARDS];
     _Atomic uint64_t bytes; /* of all the tables */
 } ck_seen;
