@@ -8,13 +8,13 @@
  * itself, or (while its level is built on several threads) key[0] and a
  * reference to the entry that owns it, whose top byte is not the shard's;
  * a claim holds its shard's lock for the whole probe, insert or change of
- * owner, and a table grows under that lock (a spinlock: a claim takes tens
- * of nanoseconds, far below what a mutex's call and its line cost; a
- * waiter yields its core now and then, for a holder that this loaded
- * machine descheduled or one that is growing its table); the owner of a key in a level
- * is the lowest entry that claimed it, independent of the order of the
- * claims.  One thread's puts take no lock.  A prefetch only reads the
- * table's address and size (atomically: a claim may be growing it).
+ * owner, and a table grows under that lock (a spinlock, held for one
+ * probe; a waiter yields its core now and then, for a holder that a
+ * loaded machine descheduled or one that is growing its table); the owner
+ * of a key in a level is the lowest entry that claimed it, independent of
+ * the order of the claims.  One thread's puts take no lock.  A prefetch
+ * only reads the table's address and size (atomically: a claim may be
+ * growing it).
  * Settling takes no lock: no table grows then and a settle changes only
  * the second word of its own entry's bucket, so several threads may settle
  * in one table at once.
@@ -204,7 +204,7 @@ void ck_seen_settle(ck_seen *s, const ck_seen_ref *e)
             __atomic_store_n(&b[1], e->key[1], __ATOMIC_RELAXED);
             return;
         }
-        if (b[0] == 0 && b[1] == 0)
+        if (b[0] == 0 && w1 == 0)
             abort(); /* a live entry the set does not name */
     }
 }
