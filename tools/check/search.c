@@ -19,8 +19,9 @@
  *    one thread has when it stops there.  Threads share only the visited
  *    set (locked per shard), the counters they take work from and the
  *    lowest violation tag (atomics); each writes its own chunks of the
- *    next level and their entries; between levels each thread settles
- *    the entries of its own shards, and one thread numbers the states;
+ *    next level and their entries; between levels the threads take the
+ *    chunks of the next level in turn and settle their live entries
+ *    (no lock: seen.h), and one thread numbers the states;
  *  - on one thread the BFS is the plain one: keys put without a lock or
  *    an entry, a level in one buffer, a node numbered when it is found,
  *    so it costs what a search written for one thread costs.
@@ -511,19 +512,27 @@ static void *expand_phase(void *arg)
     return NULL;
 }
 
-/* Phase two, on each thread (several): the live entries of the shards
- * this thread settles give their keys back to the visited set, so no two
- * threads probe one table. */
+/* Phase two, on each thread (several): take chunks of the next level in
+ * order and give the keys of their live entries back to the visited set
+ * (seen.h: settling needs no lock).  A thread reads only the entries it
+ * settles, and fetches the bucket of the entry SETTLE_AHEAD on while it
+ * settles one: the probes are misses in a table larger than the caches. */
+#define SETTLE_AHEAD 8u
+
 static void *settle_phase(void *arg)
 {
     worker *k = arg;
     bfs *b = k->b;
-    for (size_t i = 0; i < b->next.n; i++) {
-        const lchunk *c = b->next.v[i];
+    for (;;) {
+        size_t ci = atomic_fetch_add(&b->at, 1);
+        if (ci >= b->next.n)
+            break;
+        const lchunk *c = b->next.v[ci];
         for (size_t s = 0; s < c->lv.n; s++) {
-            const ck_seen_ref *e = &c->e[s];
-            if (!e->dead && (e->key[1] >> 56) % b->nthreads == k->idx)
-                ck_seen_settle(&b->seen, e);
+            if (s + SETTLE_AHEAD < c->lv.n)
+                ck_seen_prefetch(&b->seen, c->e[s + SETTLE_AHEAD].key);
+            if (!c->e[s].dead)
+                ck_seen_settle(&b->seen, &c->e[s]);
         }
     }
     return NULL;
@@ -742,11 +751,13 @@ static void bfs_free(bfs *b)
 static int bfs_run(const ck_config *cfg, unsigned threads, bool shared,
                    ck_outcome *out)
 {
-    bfs *b = calloc(1, sizeof *b);
+    /* Aligned for the visited set's shards (a cache line each). */
+    bfs *b = aligned_alloc(_Alignof(bfs), sizeof *b);
     int rc = -1;
     out->inv = -1;
     if (!b)
         abort();
+    memset(b, 0, sizeof *b);
     b->cfg = cfg;
     b->out = out;
     b->nthreads = threads;

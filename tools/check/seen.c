@@ -8,13 +8,20 @@
  * itself, or (while its level is built on several threads) key[0] and a
  * reference to the entry that owns it, whose top byte is not the shard's;
  * a claim holds its shard's lock for the whole probe, insert or change of
- * owner, and a table grows under that lock; the owner of a key in a level
- * is the lowest entry that claimed it, independent of the order of the
- * claims.  One thread's puts take no lock.  A prefetch only reads the
- * table's address and size (atomically: a claim may be growing it).
+ * owner, and a table grows under that lock (a spinlock, held for one
+ * probe; a waiter yields its core now and then, for a holder that a
+ * loaded machine descheduled or one that is growing its table); the owner
+ * of a key in a level is the lowest entry that claimed it, independent of
+ * the order of the claims.  One thread's puts take no lock.  A prefetch
+ * only reads the table's address and size (atomically: a claim may be
+ * growing it).
+ * Settling takes no lock: no table grows then and a settle changes only
+ * the second word of its own entry's bucket, so several threads may settle
+ * in one table at once.
  */
 #include "seen.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +51,7 @@ static ck_seen_ref *ref_of(uint64_t w1)
 
 /* The bucket of key in shard h's table: the one that holds it (itself or
  * by reference), or the empty one where it goes. */
-static uint64_t *find(const ck_seen_shard *t, unsigned h, const uint64_t key[2])
+static uint64_t *find(const ck_seen_table *t, unsigned h, const uint64_t key[2])
 {
     for (size_t i = key[0] & t->mask;; i = (i + 1) & t->mask) {
         uint64_t *b = &t->k[2 * i];
@@ -57,7 +64,7 @@ static uint64_t *find(const ck_seen_shard *t, unsigned h, const uint64_t key[2])
     }
 }
 
-static void grow(ck_seen *s, ck_seen_shard *t)
+static void grow(ck_seen *s, ck_seen_table *t)
 {
     size_t mask = 2 * (t->mask + 1) - 1;
     uint64_t *k = calloc(2 * (mask + 1), sizeof *k);
@@ -80,9 +87,30 @@ static void grow(ck_seen *s, ck_seen_shard *t)
     __atomic_store_n(&t->mask, mask, __ATOMIC_RELAXED);
 }
 
+/* Test and test-and-set: a waiter reads the line until it looks free. */
+static void lock(ck_seen_shard *t)
+{
+    unsigned spins = 0;
+    while (atomic_exchange_explicit(&t->busy, true, memory_order_acquire)) {
+        while (atomic_load_explicit(&t->busy, memory_order_relaxed)) {
+            if (++spins % 128 == 0)
+                sched_yield();
+#if defined(__x86_64__) || defined(__i386__)
+            else
+                __builtin_ia32_pause();
+#endif
+        }
+    }
+}
+
+static void unlock(ck_seen_shard *t)
+{
+    atomic_store_explicit(&t->busy, false, memory_order_release);
+}
+
 void ck_seen_prefetch(const ck_seen *s, const uint64_t key[2])
 {
-    const ck_seen_shard *t = &s->sh[shard_of(key)];
+    const ck_seen_table *t = &s->tab[shard_of(key)];
     const uint64_t *k = __atomic_load_n(&t->k, __ATOMIC_RELAXED);
     size_t mask = __atomic_load_n(&t->mask, __ATOMIC_RELAXED);
     /* A table growing meanwhile makes this a useless hint, never a
@@ -95,60 +123,58 @@ int ck_seen_init(ck_seen *s)
     unsigned i;
     memset(s, 0, sizeof *s);
     for (i = 0; i < CK_SEEN_SHARDS; i++) {
-        ck_seen_shard *t = &s->sh[i];
+        ck_seen_table *t = &s->tab[i];
         t->mask = INIT_BUCKETS - 1;
+        atomic_init(&s->sh[i].busy, false);
         t->k = calloc(2 * INIT_BUCKETS, sizeof *t->k);
-        if (!t->k || pthread_mutex_init(&t->mu, NULL) != 0)
+        if (!t->k)
             goto out_free;
     }
     atomic_store(&s->bytes, 16ull * INIT_BUCKETS * CK_SEEN_SHARDS);
     return 0;
 out_free:
-    free(s->sh[i].k);
-    while (i-- > 0) {
-        pthread_mutex_destroy(&s->sh[i].mu);
-        free(s->sh[i].k);
-    }
+    while (i-- > 0)
+        free(s->tab[i].k);
     return -1;
 }
 
 void ck_seen_free(ck_seen *s)
 {
-    for (unsigned i = 0; i < CK_SEEN_SHARDS; i++) {
-        pthread_mutex_destroy(&s->sh[i].mu);
-        free(s->sh[i].k);
-    }
+    for (unsigned i = 0; i < CK_SEEN_SHARDS; i++)
+        free(s->tab[i].k);
     memset(s, 0, sizeof *s);
 }
 
 bool ck_seen_put(ck_seen *s, const uint64_t key[2])
 {
     unsigned h = shard_of(key);
-    ck_seen_shard *t = &s->sh[h];
-    if (4 * (t->n + 1) > 3 * (t->mask + 1))
+    ck_seen_table *t = &s->tab[h];
+    ck_seen_shard *l = &s->sh[h];
+    if (4 * (l->n + 1) > 3 * (t->mask + 1))
         grow(s, t);
     uint64_t *b = find(t, h, key);
     if (b[0] || b[1])
         return false;
     b[0] = key[0];
     b[1] = key[1];
-    t->n++;
+    l->n++;
     return true;
 }
 
 bool ck_seen_claim(ck_seen *s, ck_seen_ref *e)
 {
     unsigned h = shard_of(e->key);
-    ck_seen_shard *t = &s->sh[h];
+    ck_seen_table *t = &s->tab[h];
+    ck_seen_shard *l = &s->sh[h];
     bool mine = false;
-    pthread_mutex_lock(&t->mu);
-    if (4 * (t->n + 1) > 3 * (t->mask + 1))
+    lock(l);
+    if (4 * (l->n + 1) > 3 * (t->mask + 1))
         grow(s, t);
     uint64_t *b = find(t, h, e->key);
     if (b[0] == 0 && b[1] == 0) {
         b[0] = e->key[0];
         b[1] = ref_word(h, e);
-        t->n++;
+        l->n++;
         mine = true;
     } else if (is_ref(b[1], h)) {
         ck_seen_ref *o = ref_of(b[1]);
@@ -158,22 +184,27 @@ bool ck_seen_claim(ck_seen *s, ck_seen_ref *e)
             mine = true;
         }
     }
-    pthread_mutex_unlock(&t->mu);
+    unlock(l);
     return mine;
 }
 
 void ck_seen_settle(ck_seen *s, const ck_seen_ref *e)
 {
     unsigned h = shard_of(e->key);
-    ck_seen_shard *t = &s->sh[h];
+    const ck_seen_table *t = &s->tab[h];
     uint64_t w = ref_word(h, e);
     for (size_t i = e->key[0] & t->mask;; i = (i + 1) & t->mask) {
         uint64_t *b = &t->k[2 * i];
-        if (b[0] == e->key[0] && b[1] == w) {
-            b[1] = e->key[1];
+        /* Relaxed atomics on the second word only: another thread may
+         * settle another bucket of this table meanwhile, and a second word
+         * it rewrites (a reference to key[1]) is never ours either way, nor
+         * empty; first words do not change while settling. */
+        uint64_t w1 = __atomic_load_n(&b[1], __ATOMIC_RELAXED);
+        if (b[0] == e->key[0] && w1 == w) {
+            __atomic_store_n(&b[1], e->key[1], __ATOMIC_RELAXED);
             return;
         }
-        if (b[0] == 0 && b[1] == 0)
+        if (b[0] == 0 && w1 == 0)
             abort(); /* a live entry the set does not name */
     }
 }

@@ -19,7 +19,7 @@
 #ifndef XFER_CHECK_SEEN_H
 #define XFER_CHECK_SEEN_H
 
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -39,13 +39,24 @@ typedef struct ck_seen_ref {
 #define CK_SEEN_TAG(parent, move)                                           \
     (((uint64_t)(parent) << 16) | (uint64_t)(move))
 
-typedef struct ck_seen_shard {
-    pthread_mutex_t mu;
+/* A shard's table: read by every probe and prefetch, written only when it
+ * grows (under the shard's lock), so the cores keep shared copies of these
+ * lines (4 KB in all). */
+typedef struct ck_seen_table {
     uint64_t *k; /* 2 words per bucket: a key (or a reference); (0,0) empty */
-    size_t mask, n;
+    size_t mask;
+} ck_seen_table;
+
+/* What a claim writes, in a cache line of its own: a claim moves this one
+ * line between cores, never a neighbour's nor the tables'. */
+typedef struct ck_seen_shard {
+    _Alignas(64) atomic_bool busy; /* the lock: held for a claim */
+    size_t n;                      /* keys in the table */
 } ck_seen_shard;
 
+/* 64-byte aligned (aligned_alloc, or a member of such a struct). */
 typedef struct ck_seen {
+    ck_seen_table tab[CK_SEEN_SHARDS];
     ck_seen_shard sh[CK_SEEN_SHARDS];
     _Atomic uint64_t bytes; /* of all the tables */
 } ck_seen;
@@ -61,8 +72,8 @@ bool ck_seen_put(ck_seen *s, const uint64_t key[2]);
  * is new, or was held by a higher entry of this level, now marked dead.
  * Aborts when out of memory. */
 bool ck_seen_claim(ck_seen *s, ck_seen_ref *e);
-/* Between levels (no claim running; any thread, each its own entries):
- * the live entry e gives its key back to the set. */
+/* Between levels (no claim running; any thread, no lock, each entry by
+ * one thread): the live entry e gives its key back to the set. */
 void ck_seen_settle(ck_seen *s, const ck_seen_ref *e);
 /* Any thread, any time: start fetching the bucket where key's probe
  * begins, so that the work done before its put or claim hides the miss. */
