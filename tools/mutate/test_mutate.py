@@ -172,6 +172,7 @@ class ResultsTest(unittest.TestCase):
                 ('killed', 'killed:transfer:test_x', 'pass'),
                 ('killed', 'pass', 'killed:bfs_s2:I5'),
                 ('killed', 'timeout:engine', 'killed:bfs_s3:I1'),
+                ('killed', 'killed:transfer:test_cancel_op_timeout', 'pass'),
                 ('survived', 'pass', 'pass'),
                 ('survived', 'pass', 'pass'),
                 ('stillborn', '-', '-')]):
@@ -198,9 +199,9 @@ class ResultsTest(unittest.TestCase):
         self.assertEqual(back, rows)
         t = results.summary(back, equiv, lambda *_: None)
         self.assertEqual((t.total, t.stillborn, t.equivalent, t.scored),
-                         (6, 1, 1, 4))
+                         (7, 1, 1, 5))
         self.assertEqual((t.unit, t.checker, t.either, t.timeouts),
-                         (2, 2, 3, 1))
+                         (3, 2, 4, 1))
 
 
 class HintTest(unittest.TestCase):
