@@ -400,12 +400,30 @@ static void on_end(xfer_server_conn *c, bool error)
 }
 
 /* The socket is readable: one recv into the input buffer's free space
- * (at most 64 KiB), then every whole frame of it is answered. */
+ * (at most 64 KiB), or straight into the pool inside a streamed write,
+ * then every whole frame of it is answered. */
 static void on_sock_read(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     xfer_server_conn *c = arg;
     struct evbuffer *in = c->in;
+    if (c->in_write && c->dst && evbuffer_get_length(in) == 0) {
+        /* Inside a streamed write with nothing buffered: the bytes go
+         * straight into the pool, never through the buffer (one copy, as
+         * recv_direct's). */
+        ssize_t r = recv(fd, c->dst + c->wgot, c->wm.len - c->wgot, 0);
+        if (r < 0 &&
+            (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return;
+        if (r <= 0) {
+            on_end(c, r < 0);
+            return;
+        }
+        c->wgot += (uint32_t)r;
+        c->t_active = xfer_server_now(c->srv);
+        on_read(c); /* the write may be whole now, and frames follow */
+        return;
+    }
     struct evbuffer_iovec v;
     if (evbuffer_reserve_space(in, 64 << 10, &v, 1) < 1) {
         xfer_server_conn_close(c); /* out of memory: this one goes */
