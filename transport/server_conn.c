@@ -407,25 +407,14 @@ static void on_sock_read(evutil_socket_t fd, short what, void *arg)
     (void)what;
     xfer_server_conn *c = arg;
     struct evbuffer *in = c->in;
-    if (c->in_write && c->dst && evbuffer_get_length(in) == 0) {
-        /* Inside a streamed write with nothing buffered: the bytes go
-         * straight into the pool, never through the buffer (one copy, as
-         * recv_direct's). */
-        ssize_t r = recv(fd, c->dst + c->wgot, c->wm.len - c->wgot, 0);
-        if (r < 0 &&
-            (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-            return;
-        if (r <= 0) {
-            on_end(c, r < 0);
-            return;
-        }
-        c->wgot += (uint32_t)r;
-        c->t_active = xfer_server_now(c->srv);
-        on_read(c); /* the write may be whole now, and frames follow */
-        return;
-    }
+    /* Inside a streamed write with nothing buffered the bytes go straight
+     * into the pool (one copy, as recv_direct's), else into the buffer. */
+    bool direct = c->in_write && c->dst && evbuffer_get_length(in) == 0;
     struct evbuffer_iovec v;
-    if (evbuffer_reserve_space(in, 64 << 10, &v, 1) < 1) {
+    if (direct) {
+        v.iov_base = c->dst + c->wgot;
+        v.iov_len = c->wm.len - c->wgot;
+    } else if (evbuffer_reserve_space(in, 64 << 10, &v, 1) < 1) {
         xfer_server_conn_close(c); /* out of memory: this one goes */
         return;
     }
@@ -436,9 +425,14 @@ static void on_sock_read(evutil_socket_t fd, short what, void *arg)
         on_end(c, r < 0);
         return;
     }
-    v.iov_len = (size_t)r;
-    evbuffer_commit_space(in, &v, 1);
-    on_read(c);
+    if (direct) {
+        c->wgot += (uint32_t)r;
+        c->t_active = xfer_server_now(c->srv);
+    } else {
+        v.iov_len = (size_t)r;
+        evbuffer_commit_space(in, &v, 1);
+    }
+    on_read(c); /* a write may be whole now, and frames follow */
 }
 
 static void on_write(struct bufferevent *bev, void *arg)
