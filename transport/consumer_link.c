@@ -287,9 +287,13 @@ static void on_bev_event(struct bufferevent *bev, short what, void *arg)
 static void start_connect(xfer_consumer_link *l)
 {
     xfer_consumer *c = l->c;
-    l->bev = bufferevent_socket_new(c->base, -1,
-                                    BEV_OPT_CLOSE_ON_FREE |
-                                        BEV_OPT_DEFER_CALLBACKS);
+    /* Not BEV_OPT_DEFER_CALLBACKS: a deferred callback holds a reference
+     * on the bufferevent until the loop runs it, so one still queued when
+     * the application leaves its loop and deletes the consumer (say the
+     * loop was broken from another link's callback) would keep its socket
+     * open and its buffers for ever.  Our callbacks already run from the
+     * loop, never inside a call of the application's. */
+    l->bev = bufferevent_socket_new(c->base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (!l->bev) {
         link_down(l, true);
         return;

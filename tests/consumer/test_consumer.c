@@ -9,7 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <event2/event.h>
 
@@ -407,6 +413,107 @@ START_TEST(test_consumer_late_subscriber_sees_ready)
 }
 END_TEST
 
+/* A raw shard for the test below: a loopback listener whose one
+ * connection this test answers by hand. */
+static int raw_listen(char *addr, size_t n)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(fd, 4), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    snprintf(addr, n, "127.0.0.1:%u", ntohs(sa.sin_port));
+    return fd;
+}
+
+static void link_up_break(void *ud, uint16_t shard, bool up)
+{
+    (void)shard;
+    if (up)
+        event_base_loopbreak(ud);
+}
+
+/* The application may leave its loop from any callback, with the other
+ * links' input still queued, then delete the consumer and free the base:
+ * every connection is closed by then (nothing is left to a loop turn that
+ * never comes; with libevent's deferred bufferevent callbacks, the link
+ * whose input was queued behind the break kept its socket and its buffers
+ * for ever: the leak the TCP demo's consumer process showed under ASan). */
+START_TEST(test_consumer_del_after_break_closes_every_link)
+{
+    struct event_base *base = event_base_new();
+    char addr[2][32];
+    const char *addrs[2] = {addr[0], addr[1]};
+    int lfd[2], fd[2];
+    for (int k = 0; k < 2; k++)
+        lfd[k] = raw_listen(addr[k], sizeof addr[k]);
+    xfer_consumer_config c;
+    xfer_consumer_config_default(&c);
+    c.base = base;
+    c.nshards = 2;
+    c.addrs = addrs;
+    c.available = (xfer_consumer_available_fn)1;
+    c.unavailable = (xfer_consumer_unavailable_fn)1;
+    c.link = link_up_break;
+    c.ud = base;
+    xfer_consumer *cons = NULL;
+    ck_assert_int_eq(xfer_consumer_new(&c, &cons), 0);
+    /* Let both links connect and send their HELLO2 and SUBSCRIBE. */
+    for (int k = 0; k < 2; k++) {
+        uint8_t junk[512];
+        fd[k] = -1;
+        for (int i = 0; i < 5000 && fd[k] < 0; i++) {
+            event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+            fd[k] = accept(lfd[k], NULL, NULL);
+        }
+        ck_assert_int_ge(fd[k], 0);
+        ssize_t got = 0;
+        for (int i = 0; i < 5000 && got <= 0; i++) {
+            event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+            got = recv(fd[k], junk, sizeof junk, MSG_DONTWAIT);
+        }
+        ck_assert_int_gt(got, 0);
+    }
+    /* Both shards answer at once: both links are readable in one turn,
+     * and the first to come up leaves the loop. */
+    for (int k = 0; k < 2; k++) {
+        uint8_t buf[2 * XFER_WIRE_MAX_FIXED];
+        xfer_wire_msg ack = {.type = XFER_WIRE_T_HELLO_ACK,
+                             .version = XFER_WIRE_VERSION,
+                             .shard = (uint16_t)k, .pool_bytes = 1 << 20};
+        xfer_wire_msg sub = {.type = XFER_WIRE_T_SUBSCRIBE_ACK};
+        size_t n = xfer_wire_encode(&ack, 1, buf, sizeof buf);
+        ck_assert_uint_gt(n, 0);
+        size_t m = xfer_wire_encode(&sub, 2, buf + n, sizeof buf - n);
+        ck_assert_uint_gt(m, 0);
+        ck_assert_int_eq(send(fd[k], buf, n + m, 0), (ssize_t)(n + m));
+    }
+    struct timespec both_sent = {0, 20000000};
+    nanosleep(&both_sent, NULL);
+    event_base_dispatch(base);
+    xfer_consumer_stats cs;
+    ck_assert_int_eq(xfer_consumer_stats_get(cons, &cs), 0);
+    ck_assert_uint_eq(cs.connects, 1); /* the other's input is queued */
+    xfer_consumer_del(cons);
+    event_base_free(base);
+    /* Each shard sees its connection closed: EOF, or a reset where the
+     * consumer closed with our acks unread; not "nothing yet" (EAGAIN). */
+    for (int k = 0; k < 2; k++) {
+        uint8_t b;
+        errno = 0;
+        ssize_t r = recv(fd[k], &b, 1, MSG_DONTWAIT);
+        ck_assert_msg(r == 0 || (r < 0 && errno == ECONNRESET),
+                      "shard %d: link still open after del (errno %d)", k,
+                      errno);
+        close(fd[k]);
+        close(lfd[k]);
+    }
+}
+END_TEST
+
 /* Configs: an unknown version and missing callbacks are refused. */
 START_TEST(test_consumer_config_checked)
 {
@@ -482,6 +589,7 @@ int main(void)
     tcase_add_test(tc, test_consumer_gone_take_grace_releases);
     tcase_add_test(tc, test_consumer_mailbox_from_another_thread);
     tcase_add_test(tc, test_consumer_late_subscriber_sees_ready);
+    tcase_add_test(tc, test_consumer_del_after_break_closes_every_link);
     tcase_add_test(tc, test_consumer_config_checked);
     tcase_add_test(tc, test_consumer_alloc_failure_each_allocation);
     suite_add_tcase(su, tc);
