@@ -664,10 +664,8 @@ static bool bfs_level(bfs *b)
     gather(b);
     if (v || atomic_load(&b->oom))
         return v != NULL;
-    if (b->shared) {
-        ck_seen_quiesce(&b->seen);
+    if (b->shared)
         run_phase(b, settle_phase);
-    }
     b->out->states += number(b);
     return false;
 }

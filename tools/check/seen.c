@@ -68,10 +68,10 @@ static uint64_t *find(const ck_seen_table *t, unsigned h, const uint64_t key[2])
 }
 
 /* A zeroed table of `buckets` buckets (a power of two), zeroed here by
- * writing it: calloc's fresh pages would be read first (the probes of grow
- * and claim) as the kernel's shared zero page, then written, and that
- * write fault flushes the page from the TLB of every core the search runs
- * on (2.8 % of a two-thread search at S = 1,
+ * writing it: calloc's fresh pages would be read
+ * first (the probes of grow and claim) as the kernel's shared zero page,
+ * then written, and that write fault flushes the page from the TLB of
+ * every core the search runs on (2.8 % of a two-thread search at S = 1,
  * budget 6, against nothing on one thread).  A table of 2 MB or more asks
  * for huge pages too, where the kernel lends them on request: a probe is
  * a random access. */
@@ -89,41 +89,7 @@ static uint64_t *table_new(size_t buckets)
     return k;
 }
 
-/* A claim's question before it takes the lock: is key's fate in this
- * level already decided against e, by a key of an earlier level or an
- * entry of this one whose (parent, move) is below e's?  Both answers stay
- * true: an earlier level's key never changes while claims run, and the
- * owner of a key of this level only ever gets lower.  Read without the
- * lock, so it may see the table as it was before a grow (kept until
- * ck_seen_quiesce; mask is published after k, so a mask read first never
- * outgrows its table) or miss a bucket being written: it then answers
- * "not decided" and the claim looks again under the lock. */
-static bool decided(const ck_seen_table *t, unsigned h, const ck_seen_ref *e)
-{
-    size_t mask = __atomic_load_n(&t->mask, __ATOMIC_ACQUIRE);
-    const uint64_t *k = __atomic_load_n(&t->k, __ATOMIC_ACQUIRE);
-    for (size_t i = e->key[0] & mask;; i = (i + 1) & mask) {
-        const uint64_t *b = &k[2 * i];
-        uint64_t w0 = __atomic_load_n(&b[0], __ATOMIC_RELAXED);
-        uint64_t w1 = __atomic_load_n(&b[1], __ATOMIC_ACQUIRE);
-        if (w0 == 0 && w1 == 0)
-            return false;
-        if (w0 != e->key[0])
-            continue;
-        if (w1 == e->key[1])
-            return true;
-        if (!is_ref(w1, h))
-            continue;
-        const ck_seen_ref *o = ref_of(w1); /* its fields came with w1 */
-        if (o->key[1] == e->key[1])
-            return CK_SEEN_TAG(o->parent, o->move) <
-                   CK_SEEN_TAG(e->parent, e->move);
-    }
-}
-
-/* Grow shard t's table.  With claims running (retire), the old table is
- * kept until ck_seen_quiesce: decided() may be reading it. */
-static void grow(ck_seen *s, ck_seen_shard *l, ck_seen_table *t, bool retire)
+static void grow(ck_seen *s, ck_seen_table *t)
 {
     size_t mask = 2 * (t->mask + 1) - 1;
     uint64_t *k = table_new(mask + 1);
@@ -137,23 +103,11 @@ static void grow(ck_seen *s, ck_seen_shard *l, ck_seen_table *t, bool retire)
         k[2 * j] = b[0];
         k[2 * j + 1] = b[1];
     }
-    if (retire) {
-        ck_seen_retired *r = malloc(sizeof *r);
-        if (!r)
-            abort();
-        *r = (ck_seen_retired){l->retired, t->k};
-        l->retired = r;
-        l->retired_bytes += 16 * (uint64_t)(t->mask + 1);
-        atomic_fetch_add(&s->bytes, 16 * (uint64_t)(t->mask + 1));
-    } else {
-        free(t->k);
-    }
+    free(t->k);
     atomic_fetch_add(&s->bytes, 16 * (uint64_t)(t->mask + 1));
-    /* Atomic for ck_seen_prefetch and decided(), which read them without
-     * the lock: k first, so that a reader that sees the new mask sees the
-     * new table (and its buckets). */
-    __atomic_store_n(&t->k, k, __ATOMIC_RELEASE);
-    __atomic_store_n(&t->mask, mask, __ATOMIC_RELEASE);
+    /* Atomic for ck_seen_prefetch, which reads them without the lock. */
+    __atomic_store_n(&t->k, k, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->mask, mask, __ATOMIC_RELAXED);
 }
 
 /* Test and test-and-set: a waiter reads the line until it looks free. */
@@ -209,7 +163,6 @@ out_free:
 
 void ck_seen_free(ck_seen *s)
 {
-    ck_seen_quiesce(s);
     for (unsigned i = 0; i < CK_SEEN_SHARDS; i++)
         free(s->tab[i].k);
     memset(s, 0, sizeof *s);
@@ -221,7 +174,7 @@ bool ck_seen_put(ck_seen *s, const uint64_t key[2])
     ck_seen_table *t = &s->tab[h];
     ck_seen_shard *l = &s->sh[h];
     if (4 * (l->n + 1) > 3 * (t->mask + 1))
-        grow(s, l, t, false);
+        grow(s, t);
     uint64_t *b = find(t, h, key);
     if (b[0] || b[1])
         return false;
@@ -237,44 +190,25 @@ bool ck_seen_claim(ck_seen *s, ck_seen_ref *e)
     ck_seen_table *t = &s->tab[h];
     ck_seen_shard *l = &s->sh[h];
     bool mine = false;
-    if (decided(t, h, e))
-        return false; /* most claims: no lock, no line from the other core */
     lock(l);
     if (4 * (l->n + 1) > 3 * (t->mask + 1))
-        grow(s, l, t, true);
+        grow(s, t);
     uint64_t *b = find(t, h, e->key);
-    /* Stores that decided() may read meanwhile: atomic, and a reference
-     * released after the entry it names was written. */
     if (b[0] == 0 && b[1] == 0) {
-        __atomic_store_n(&b[0], e->key[0], __ATOMIC_RELAXED);
-        __atomic_store_n(&b[1], ref_word(h, e), __ATOMIC_RELEASE);
+        b[0] = e->key[0];
+        b[1] = ref_word(h, e);
         l->n++;
         mine = true;
     } else if (is_ref(b[1], h)) {
         ck_seen_ref *o = ref_of(b[1]);
         if (CK_SEEN_TAG(e->parent, e->move) < CK_SEEN_TAG(o->parent, o->move)) {
             o->dead = 1;
-            __atomic_store_n(&b[1], ref_word(h, e), __ATOMIC_RELEASE);
+            b[1] = ref_word(h, e);
             mine = true;
         }
     }
     unlock(l);
     return mine;
-}
-
-void ck_seen_quiesce(ck_seen *s)
-{
-    for (unsigned i = 0; i < CK_SEEN_SHARDS; i++) {
-        ck_seen_shard *l = &s->sh[i];
-        while (l->retired) {
-            ck_seen_retired *r = l->retired;
-            l->retired = r->next;
-            free(r->k);
-            free(r);
-        }
-        atomic_fetch_sub(&s->bytes, l->retired_bytes);
-        l->retired_bytes = 0;
-    }
 }
 
 void ck_seen_settle(ck_seen *s, const ck_seen_ref *e)

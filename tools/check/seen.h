@@ -12,11 +12,6 @@
  * move a one-thread search finds it with.  Between levels each live
  * entry is settled (the set holds its key again) before the entries go.
  *
- * A claim first asks, without the lock, whether the key is already
- * decided against it (a key of an earlier level, or a lower entry of this
- * one): most claims are, and so take no lock and move no line between
- * cores.
- *
  * A reference lives in the bucket's second word: the top byte of a key's
  * second word names its shard, so a bucket whose top byte differs from
  * its shard's holds a reference instead (the entry's address).
@@ -52,20 +47,11 @@ typedef struct ck_seen_table {
     size_t mask;
 } ck_seen_table;
 
-/* A table a grow replaced while claims ran (freed by ck_seen_quiesce). */
-typedef struct ck_seen_retired {
-    struct ck_seen_retired *next;
-    uint64_t *k;
-} ck_seen_retired;
-
-/* What a claim that takes the lock writes, in a cache line of its own: it
- * moves this one line between cores, never a neighbour's nor the
- * tables'. */
+/* What a claim writes, in a cache line of its own: a claim moves this one
+ * line between cores, never a neighbour's nor the tables'. */
 typedef struct ck_seen_shard {
     _Alignas(64) atomic_bool busy; /* the lock: held for a claim */
     size_t n;                      /* keys in the table */
-    ck_seen_retired *retired;      /* tables replaced in this level */
-    uint64_t retired_bytes;
 } ck_seen_shard;
 
 /* 64-byte aligned (aligned_alloc, or a member of such a struct). */
@@ -86,10 +72,6 @@ bool ck_seen_put(ck_seen *s, const uint64_t key[2]);
  * is new, or was held by a higher entry of this level, now marked dead.
  * Aborts when out of memory. */
 bool ck_seen_claim(ck_seen *s, ck_seen_ref *e);
-/* Once no claim runs: free the tables the claims' grows replaced (a claim
- * reads its table without the lock first, so a table it may still be
- * reading stays until then).  One thread. */
-void ck_seen_quiesce(ck_seen *s);
 /* Between levels (no claim running; any thread, no lock, each entry by
  * one thread): the live entry e gives its key back to the set. */
 void ck_seen_settle(ck_seen *s, const ck_seen_ref *e);
