@@ -67,6 +67,7 @@ static double cpu_s(void)
  * out evenly, large enough that the full first state costs little.  On
  * one thread a level is one chunk, as it is one buffer in a plain BFS. */
 #define CHUNK_STATES 1024u
+_Static_assert(CK_MAX_MOVES <= CK_SEEN_MOVES, "a claim holds a move in 8 bits");
 #define NO_TAG UINT64_MAX
 
 typedef struct node {
@@ -95,6 +96,7 @@ typedef struct clist {
 /* What expanding one chunk of the current level gave. */
 typedef struct job {
     clist out; /* the chunks of the next level, in order */
+    size_t lo, hi; /* once gathered: b->next.v[lo, hi) */
     uint64_t transitions, leaves;
     bool bounded;
 } job;
@@ -513,8 +515,9 @@ static void *expand_phase(void *arg)
 }
 
 /* Phase two, on each thread (several): take chunks of the next level in
- * order and give the keys of their live entries back to the visited set
- * (seen.h: settling needs no lock).  A thread reads only the entries it
+ * order and settle their entries: an owner gives its key back to the
+ * visited set, a displaced entry is marked dead (seen.h: settling needs
+ * no lock).  A thread reads only the entries it
  * settles, and fetches the bucket of the entry SETTLE_AHEAD on while it
  * settles one: the probes are misses in a table larger than the caches. */
 #define SETTLE_AHEAD 8u
@@ -531,8 +534,7 @@ static void *settle_phase(void *arg)
         for (size_t s = 0; s < c->lv.n; s++) {
             if (s + SETTLE_AHEAD < c->lv.n)
                 ck_seen_prefetch(&b->seen, c->e[s + SETTLE_AHEAD].key);
-            if (!c->e[s].dead)
-                ck_seen_settle(&b->seen, &c->e[s]);
+            ck_seen_settle(&b->seen, &c->e[s]);
         }
     }
     return NULL;
@@ -556,6 +558,8 @@ static void gather(bfs *b)
 {
     for (size_t ji = 0; ji < b->cur.n; ji++) {
         job *j = &b->jobs[ji];
+        j->lo = b->next.n;
+        j->hi = b->next.n + j->out.n;
         for (size_t i = 0; i < j->out.n; i++) {
             seal(b, j->out.v[i]);
             clist_push(&b->next, j->out.v[i]);
@@ -620,8 +624,8 @@ static void settle_violation(bfs *b, const viol *v)
         o->transitions += j->transitions;
         o->leaves += j->leaves;
         o->bounded |= j->bounded;
-        for (size_t i = 0; i < j->out.n; i++) {
-            const lchunk *c = j->out.v[i];
+        for (size_t i = j->lo; i < j->hi; i++) {
+            const lchunk *c = b->next.v[i];
             if (!c->e) {
                 o->states += c->lv.n;
                 continue;
@@ -654,6 +658,11 @@ static bool bfs_level(bfs *b)
     for (unsigned t = 0; t < b->nthreads; t++)
         if (b->wk[t].v.tag != NO_TAG && (!v || b->wk[t].v.tag < v->tag))
             v = &b->wk[t].v;
+    gather(b);
+    /* Settled, the entries say which are dead: the violation's counts
+     * need them too. */
+    if (b->shared && (v || !atomic_load(&b->oom)))
+        run_phase(b, settle_phase);
     if (v)
         settle_violation(b, v);
     for (size_t ji = 0; !v && ji < b->njobs; ji++) {
@@ -661,11 +670,8 @@ static bool bfs_level(bfs *b)
         b->out->leaves += b->jobs[ji].leaves;
         b->out->bounded |= b->jobs[ji].bounded;
     }
-    gather(b);
     if (v || atomic_load(&b->oom))
         return v != NULL;
-    if (b->shared)
-        run_phase(b, settle_phase);
     b->out->states += number(b);
     return false;
 }

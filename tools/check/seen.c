@@ -6,18 +6,20 @@
  * What must stay true: a key lives in exactly one shard (the top byte of
  * key[1]), while the bucket comes from key[0]; a bucket holds the key
  * itself, or (while its level is built on several threads) key[0] and a
- * reference to the entry that owns it, whose top byte is not the shard's;
- * a claim holds its shard's lock for the whole probe, insert or change of
- * owner, and a table grows under that lock (a spinlock, held for one
- * probe; a waiter yields its core now and then, for a holder that a
- * loaded machine descheduled or one that is growing its table); the owner
- * of a key in a level is the lowest entry that claimed it, independent of
- * the order of the claims.  One thread's puts take no lock.  A prefetch
- * only reads the table's address and size (atomically: a claim may be
- * growing it).
+ * claim word: a top byte that is not the shard's, the owning entry's
+ * (parent, move) and key[1]'s low 16 bits; a claim holds its shard's lock
+ * for the whole probe, insert or change of owner, and a table grows under
+ * that lock (a spinlock, held for one probe; a waiter yields its core now
+ * and then, for a holder that a loaded machine descheduled or one that is
+ * growing its table); the owner of a key in a level is the lowest entry
+ * that claimed it, independent of the order of the claims.  A claim reads
+ * no other entry: the owner's (parent, move) is in the bucket, and an
+ * entry a lower one displaced learns it when it settles.  One thread's
+ * puts take no lock.  A prefetch only reads the table's address and size
+ * (atomically: a claim may be growing it).
  * Settling takes no lock: no table grows then and a settle changes only
- * the second word of its own entry's bucket, so several threads may settle
- * in one table at once.
+ * the second word of its own key's bucket (the owner's), so several
+ * threads may settle in one table at once.
  */
 #define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "seen.h"
@@ -29,7 +31,6 @@
 #include <sys/mman.h>
 
 #define INIT_BUCKETS 256u
-#define REF_MASK ((UINT64_C(1) << 56) - 1)
 #define HUGE_PAGE (UINT64_C(2) << 20)
 
 static unsigned shard_of(const uint64_t key[2])
@@ -37,32 +38,50 @@ static unsigned shard_of(const uint64_t key[2])
     return (unsigned)(key[1] >> 56);
 }
 
-static uint64_t ref_word(unsigned h, const ck_seen_ref *e)
+/* A key claimed in the level being built: its bucket's second word holds
+ * a top byte that is not the shard's, the owner's (parent, move) in 40
+ * bits and key[1]'s low 16 bits. */
+#define LOW_BITS 16
+#define LOW_MASK ((UINT64_C(1) << LOW_BITS) - 1)
+#define CLAIM_TAG_BITS 40
+
+static uint64_t claim_tag(const ck_seen_ref *e)
 {
-    return ((uint64_t)(h ^ 0xffu) << 56) | ((uint64_t)(uintptr_t)e & REF_MASK);
+    return ((uint64_t)e->parent << 8) | e->move; /* CK_SEEN_TAG's order */
 }
 
-static bool is_ref(uint64_t w1, unsigned h)
+static uint64_t claim_word(unsigned h, const ck_seen_ref *e)
+{
+    return ((uint64_t)(h ^ 0xffu) << 56) | (claim_tag(e) << LOW_BITS) |
+           (e->key[1] & LOW_MASK);
+}
+
+static bool is_claim(uint64_t w1, unsigned h)
 {
     return (unsigned)(w1 >> 56) != h;
 }
 
-static ck_seen_ref *ref_of(uint64_t w1)
+static uint64_t tag_of(uint64_t w1)
 {
-    return (ck_seen_ref *)(uintptr_t)(w1 & REF_MASK);
+    return (w1 >> LOW_BITS) & ((UINT64_C(1) << CLAIM_TAG_BITS) - 1);
 }
 
-/* The bucket of key in shard h's table: the one that holds it (itself or
- * by reference), or the empty one where it goes. */
+/* Whether bucket (w0, w1) of shard h holds key: itself, or claimed in
+ * this level (key[0] and key[1]'s low bits: 88 bits with the shard). */
+static bool holds(uint64_t w0, uint64_t w1, unsigned h, const uint64_t key[2])
+{
+    return w0 == key[0] &&
+           (w1 == key[1] ||
+            (is_claim(w1, h) && (w1 & LOW_MASK) == (key[1] & LOW_MASK)));
+}
+
+/* The bucket of key in shard h's table: the one that holds it, or the
+ * empty one where it goes. */
 static uint64_t *find(const ck_seen_table *t, unsigned h, const uint64_t key[2])
 {
     for (size_t i = key[0] & t->mask;; i = (i + 1) & t->mask) {
         uint64_t *b = &t->k[2 * i];
-        if (b[0] == 0 && b[1] == 0)
-            return b;
-        if (b[0] == key[0] &&
-            (b[1] == key[1] ||
-             (is_ref(b[1], h) && ref_of(b[1])->key[1] == key[1])))
+        if ((b[0] == 0 && b[1] == 0) || holds(b[0], b[1], h, key))
             return b;
     }
 }
@@ -184,7 +203,7 @@ bool ck_seen_put(ck_seen *s, const uint64_t key[2])
     return true;
 }
 
-bool ck_seen_claim(ck_seen *s, ck_seen_ref *e)
+bool ck_seen_claim(ck_seen *s, const ck_seen_ref *e)
 {
     unsigned h = shard_of(e->key);
     ck_seen_table *t = &s->tab[h];
@@ -196,39 +215,40 @@ bool ck_seen_claim(ck_seen *s, ck_seen_ref *e)
     uint64_t *b = find(t, h, e->key);
     if (b[0] == 0 && b[1] == 0) {
         b[0] = e->key[0];
-        b[1] = ref_word(h, e);
+        b[1] = claim_word(h, e);
         l->n++;
         mine = true;
-    } else if (is_ref(b[1], h)) {
-        ck_seen_ref *o = ref_of(b[1]);
-        if (CK_SEEN_TAG(e->parent, e->move) < CK_SEEN_TAG(o->parent, o->move)) {
-            o->dead = 1;
-            b[1] = ref_word(h, e);
-            mine = true;
-        }
+    } else if (is_claim(b[1], h) && claim_tag(e) < tag_of(b[1])) {
+        b[1] = claim_word(h, e); /* the higher owner learns it settling */
+        mine = true;
     }
     unlock(l);
     return mine;
 }
 
-void ck_seen_settle(ck_seen *s, const ck_seen_ref *e)
+void ck_seen_settle(ck_seen *s, ck_seen_ref *e)
 {
     unsigned h = shard_of(e->key);
     const ck_seen_table *t = &s->tab[h];
-    uint64_t w = ref_word(h, e);
+    uint64_t w = claim_word(h, e);
     for (size_t i = e->key[0] & t->mask;; i = (i + 1) & t->mask) {
         uint64_t *b = &t->k[2 * i];
         /* Relaxed atomics on the second word only: another thread may
-         * settle another bucket of this table meanwhile, and a second word
-         * it rewrites (a reference to key[1]) is never ours either way, nor
-         * empty; first words do not change while settling. */
+         * settle this bucket meanwhile (the owner, if e is not) or
+         * another of this table, and either form of a second word it
+         * writes holds the same key; first words do not change while
+         * settling. */
         uint64_t w1 = __atomic_load_n(&b[1], __ATOMIC_RELAXED);
-        if (b[0] == e->key[0] && w1 == w) {
+        if (w1 == w && b[0] == e->key[0]) {
             __atomic_store_n(&b[1], e->key[1], __ATOMIC_RELAXED);
             return;
         }
+        if (holds(b[0], w1, h, e->key)) {
+            e->dead = 1; /* a lower entry claimed the key after e did */
+            return;
+        }
         if (b[0] == 0 && w1 == 0)
-            abort(); /* a live entry the set does not name */
+            abort(); /* an entry the set does not name */
     }
 }
 
