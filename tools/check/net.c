@@ -22,6 +22,7 @@ void ck_net_push(ck_world *w, const ck_msg *m)
         return;
     }
     w->msg[w->env.nmsg] = *m;
+    w->msg[w->env.nmsg].rsv = 0; /* *m may be a local whose hole is junk */
     if (m->kind == MK_RKEY)
         w->msg[w->env.nmsg].sent_at = 0; /* not a message: no deadline */
     else if (!(m->flags & MF_BEGUN))
