@@ -39,25 +39,45 @@ typedef struct racer {
     ck_seen *s;
     ck_seen_ref *e;
     uint8_t *won;
-    size_t n;
+    uint64_t *gone; /* the tags its claims displaced */
+    size_t n, ngone;
     pthread_t th;
 } racer;
 
 static void *claim_all(void *arg)
 {
     racer *r = arg;
-    for (size_t i = 0; i < r->n; i++)
-        r->won[i] = ck_seen_claim(r->s, &r->e[i]);
+    for (size_t i = 0; i < r->n; i++) {
+        uint64_t d;
+        r->won[i] = ck_seen_claim(r->s, &r->e[i], &d);
+        if (d != CK_SEEN_NONE)
+            r->gone[r->ngone++] = d;
+    }
     return NULL;
 }
 
-/* Two threads claim 200 000 entries for 40 000 keys, half of them keys of
- * earlier levels (put first): a key of an earlier level is never owned;
- * every other key claimed has exactly one live owner, its lowest
- * (parent, move), whatever the threads' order, and every other entry
- * that claimed it is dead once settled; settled, the set holds every key
- * once.  The tables start at 256 buckets a shard, so they grow
- * under the claims. */
+/* Entry c's (parent, move): parent's high bits from the hash, the rest
+ * from c, so that tags are distinct and their order is not the threads';
+ * entry_no inverts it. */
+static void tag_entry(ck_seen_ref *e, uint32_t c, uint64_t rng, uint32_t level)
+{
+    e->parent = (level << 31) | ((uint32_t)(rng >> 43) << 10) | (c >> 8);
+    e->move = (uint16_t)(c & 0xff);
+}
+
+static uint32_t entry_no(uint64_t claim_tag)
+{
+    uint32_t parent = (uint32_t)(claim_tag >> 8);
+    return ((parent & 0x3ffu) << 8) | (uint32_t)(claim_tag & 0xff);
+}
+
+/* Two threads claim 200 000 entries for 40 000 keys, half of them put
+ * before (a one-thread level): a key put before is never owned; every
+ * other key claimed has exactly one owner left, its lowest (parent,
+ * move), whatever the threads' order, once the entries the claims name
+ * as displaced are marked dead; a later level's claims (higher parents)
+ * of those keys all fail, and the set holds every key once.  The tables
+ * start at 256 buckets a shard, so they grow under the claims. */
 START_TEST(test_seen_two_threads_lowest_owner)
 {
     uint64_t seed = tu_seed("test_seen_two_threads_lowest_owner", 1) + _i;
@@ -82,27 +102,31 @@ START_TEST(test_seen_two_threads_lowest_owner)
         rng = mix(rng + c);
         uint32_t i = key_no[c] = (uint32_t)(rng % KEYS);
         key_of(i, e[c].key);
-        /* Distinct tags in an order unrelated to the threads': the
-         * parent's high bits from the hash, the rest from c. */
-        e[c].parent = ((uint32_t)(rng >> 42) << 10) | (c >> 8);
-        e[c].move = (uint16_t)(c & 0xff);
+        tag_entry(&e[c], c, rng, 0);
         uint64_t tag = CK_SEEN_TAG(e[c].parent, e[c].move);
         if (i >= OLD && tag < low[i])
             low[i] = tag;
     }
-    racer r[2] = {{s, e, won, CLAIMS / 2, 0},
-                  {s, e + CLAIMS / 2, won + CLAIMS / 2, CLAIMS / 2, 0}};
+    uint64_t *gone = malloc(CLAIMS * sizeof *gone);
+    ck_assert_ptr_nonnull(gone);
+    racer r[2] = {{s, e, won, gone, CLAIMS / 2, 0, 0},
+                  {s, e + CLAIMS / 2, won + CLAIMS / 2, gone + CLAIMS / 2,
+                   CLAIMS / 2, 0, 0}};
     ck_assert_int_eq(pthread_create(&r[1].th, NULL, claim_all, &r[1]), 0);
     claim_all(&r[0]);
     ck_assert_int_eq(pthread_join(r[1].th, NULL), 0);
-    for (uint32_t c = 0; c < CLAIMS; c++) {
-        if (won[c])
-            ck_seen_settle(s, &e[c]);
-        else
-            ck_assert_msg(key_no[c] < OLD || low[key_no[c]] !=
-                              CK_SEEN_TAG(e[c].parent, e[c].move),
-                          "seed %" PRIu64 ": the lowest entry lost", seed);
-    }
+    for (int t = 0; t < 2; t++)
+        for (size_t g = 0; g < r[t].ngone; g++) {
+            uint32_t c = entry_no(r[t].gone[g]);
+            ck_assert_msg(c < CLAIMS && won[c] && !e[c].dead,
+                          "seed %" PRIu64 ": displaced a non-owner", seed);
+            e[c].dead = 1;
+        }
+    for (uint32_t c = 0; c < CLAIMS; c++)
+        ck_assert_msg(won[c] || key_no[c] < OLD ||
+                          low[key_no[c]] != CK_SEEN_TAG(e[c].parent,
+                                                        e[c].move),
+                      "seed %" PRIu64 ": the lowest entry lost", seed);
     for (uint32_t c = 0; c < CLAIMS; c++) {
         uint32_t i = key_no[c];
         if (!won[c] || e[c].dead)
@@ -121,10 +145,22 @@ START_TEST(test_seen_two_threads_lowest_owner)
     }
     ck_assert_uint_gt(claimed, KEYS - OLD - 500); /* e^-5 of them not */
     ck_assert_uint_eq(ck_seen_count(s), OLD + claimed);
+    /* The next level: every key claimed in this one stays its owner's
+     * (no rewriting between levels). */
+    for (uint32_t i = OLD; i < KEYS; i++) {
+        ck_seen_ref n = {.parent = 1u << 31};
+        uint64_t d;
+        key_of(i, n.key);
+        ck_assert(ck_seen_claim(s, &n, &d) == (low[i] == UINT64_MAX));
+        ck_assert_uint_eq(d, CK_SEEN_NONE);
+        low[i] = 0;
+    }
     for (uint32_t i = 0; i < KEYS; i++) {
         key_of(i, k);
-        ck_assert(ck_seen_put(s, k) == (i >= OLD && low[i] == UINT64_MAX));
+        ck_assert(!ck_seen_put(s, k));
     }
+    ck_assert_uint_eq(ck_seen_count(s), KEYS);
+    free(gone);
     free(owners);
     free(low);
     free(won);

@@ -19,9 +19,11 @@
  *    one thread has when it stops there.  Threads share only the visited
  *    set (locked per shard), the counters they take work from and the
  *    lowest violation tag (atomics); each writes its own chunks of the
- *    next level and their entries; between levels the threads take the
- *    chunks of the next level in turn and settle their live entries
- *    (no lock: seen.h), and one thread numbers the states;
+ *    next level and their entries, and notes the entries its claims
+ *    displaced; between levels one thread marks those dead (each found
+ *    by its (parent, move): a job's entries are in that order) and
+ *    numbers the states (up to 88 of a key's 128 bits tell claimed keys
+ *    apart: seen.h);
  *  - on one thread the BFS is the plain one: keys put without a lock or
  *    an entry, a level in one buffer, a node numbered when it is found,
  *    so it costs what a search written for one thread costs.
@@ -128,6 +130,8 @@ typedef struct worker {
     size_t scratch_cap;  /* built (close_chunk) */
     job counts;          /* of the chunk being expanded (not shared, so
                           * no cache line bounces between threads) */
+    uint64_t *gone;      /* several threads: the entries this thread's */
+    size_t ngone, gcap;  /* claims displaced in this level (their tags) */
     viol v;
     pthread_t th;
 } worker;
@@ -360,8 +364,18 @@ static bool take(worker *k, size_t ji, const uint64_t key[2], uint32_t id,
     }
     lchunk *c = *cp = out_chunk(k, &b->jobs[ji]);
     ck_seen_ref *e = &c->e[c->lv.n];
+    uint64_t gone;
     *e = (ck_seen_ref){{key[0], key[1]}, id, (uint16_t)m, 0};
-    return ck_seen_claim(&b->seen, e);
+    if (!ck_seen_claim(&b->seen, e, &gone))
+        return false;
+    if (gone != CK_SEEN_NONE) {
+        if (k->ngone == k->gcap) {
+            k->gcap = k->gcap ? 2 * k->gcap : 256;
+            k->gone = xrealloc(k->gone, k->gcap * sizeof *k->gone);
+        }
+        k->gone[k->ngone++] = gone;
+    }
+    return true;
 }
 
 /* The child just made by move m from the state in blob (node id): save
@@ -514,30 +528,52 @@ static void *expand_phase(void *arg)
     return NULL;
 }
 
-/* Phase two, on each thread (several): take chunks of the next level in
- * order and settle their entries: an owner gives its key back to the
- * visited set, a displaced entry is marked dead (seen.h: settling needs
- * no lock).  A thread reads only the entries it
- * settles, and fetches the bucket of the entry SETTLE_AHEAD on while it
- * settles one: the probes are misses in a table larger than the caches. */
-#define SETTLE_AHEAD 8u
-
-static void *settle_phase(void *arg)
+/* The entry of the next level that tag (CK_SEEN_CLAIM_TAG) names: its
+ * parent is a state of the current level's chunk ji, found by node id,
+ * and job ji's entries are in (parent, move) order, as it found them. */
+static ck_seen_ref *entry_of(bfs *b, uint64_t tag)
 {
-    worker *k = arg;
-    bfs *b = k->b;
-    for (;;) {
-        size_t ci = atomic_fetch_add(&b->at, 1);
-        if (ci >= b->next.n)
-            break;
-        const lchunk *c = b->next.v[ci];
-        for (size_t s = 0; s < c->lv.n; s++) {
-            if (s + SETTLE_AHEAD < c->lv.n)
-                ck_seen_prefetch(&b->seen, c->e[s + SETTLE_AHEAD].key);
-            ck_seen_settle(&b->seen, &c->e[s]);
-        }
+    uint32_t parent = (uint32_t)(tag >> 8);
+    size_t lo = 0, hi = b->cur.n;
+    while (hi - lo > 1) { /* the last chunk whose first id <= parent */
+        size_t mid = lo + (hi - lo) / 2;
+        if (b->cur.v[mid]->lv.first <= parent)
+            lo = mid;
+        else
+            hi = mid;
     }
-    return NULL;
+    const job *j = &b->jobs[lo];
+    for (size_t ci = j->lo; ci < j->hi; ci++) {
+        lchunk *c = b->next.v[ci];
+        size_t n = c->lv.n;
+        if (n == 0 || CK_SEEN_CLAIM_TAG(c->e[n - 1].parent,
+                                        c->e[n - 1].move) < tag)
+            continue;
+        size_t a = 0, z = n - 1; /* the first entry whose tag >= tag */
+        while (a < z) {
+            size_t mid = a + (z - a) / 2;
+            if (CK_SEEN_CLAIM_TAG(c->e[mid].parent, c->e[mid].move) < tag)
+                a = mid + 1;
+            else
+                z = mid;
+        }
+        if (CK_SEEN_CLAIM_TAG(c->e[a].parent, c->e[a].move) == tag)
+            return &c->e[a];
+        break;
+    }
+    abort(); /* a claim displaced an entry that no job recorded */
+}
+
+/* Several threads, once the level is expanded: mark dead every entry a
+ * lower claim displaced (few: only claims that raced out of order). */
+static void mark_displaced(bfs *b)
+{
+    for (unsigned t = 0; t < b->nthreads; t++) {
+        worker *k = &b->wk[t];
+        for (size_t i = 0; i < k->ngone; i++)
+            entry_of(b, k->gone[i])->dead = 1;
+        k->ngone = 0;
+    }
 }
 
 /* Run fn on every worker, each on its own thread (the first on this one),
@@ -659,10 +695,9 @@ static bool bfs_level(bfs *b)
         if (b->wk[t].v.tag != NO_TAG && (!v || b->wk[t].v.tag < v->tag))
             v = &b->wk[t].v;
     gather(b);
-    /* Settled, the entries say which are dead: the violation's counts
-     * need them too. */
-    if (b->shared && (v || !atomic_load(&b->oom)))
-        run_phase(b, settle_phase);
+    /* The violation's counts need the dead entries too. */
+    if (b->shared)
+        mark_displaced(b);
     if (v)
         settle_violation(b, v);
     for (size_t ji = 0; !v && ji < b->njobs; ji++) {
@@ -692,6 +727,7 @@ static int worker_init(bfs *b, worker *k, unsigned idx)
 
 static void worker_free(worker *k)
 {
+    free(k->gone);
     ck_lreader_free(&k->rd);
     free(k->scratch);
     free(k->tmp);

@@ -4,22 +4,20 @@
  * lock per shard.
  *
  * What must stay true: a key lives in exactly one shard (the top byte of
- * key[1]), while the bucket comes from key[0]; a bucket holds the key
- * itself, or (while its level is built on several threads) key[0] and a
- * claim word: a top byte that is not the shard's, the owning entry's
- * (parent, move) and key[1]'s low 16 bits; a claim holds its shard's lock
- * for the whole probe, insert or change of owner, and a table grows under
- * that lock (a spinlock, held for one probe; a waiter yields its core now
- * and then, for a holder that a loaded machine descheduled or one that is
- * growing its table); the owner of a key in a level is the lowest entry
- * that claimed it, independent of the order of the claims.  A claim reads
- * no other entry: the owner's (parent, move) is in the bucket, and an
- * entry a lower one displaced learns it when it settles.  One thread's
- * puts take no lock.  A prefetch only reads the table's address and size
- * (atomically: a claim may be growing it).
- * Settling takes no lock: no table grows then and a settle changes only
- * the second word of its own key's bucket (the owner's), so several
- * threads may settle in one table at once.
+ * key[1]), while the bucket comes from key[0]; a bucket holds key[0] and
+ * either key[1] (a put) or a claim word: a top byte that is not the
+ * shard's, the owning entry's (parent, move) and key[1]'s low 16 bits; a
+ * claim holds its shard's lock for the whole probe, insert or change of
+ * owner, and a table grows under that lock (a spinlock, held for one
+ * probe; a waiter yields its core now and then, for a holder that a
+ * loaded machine descheduled or one that is growing its table); the
+ * owner of a key is the lowest entry that claimed it, independent of the
+ * order of the claims, and an entry of an earlier level is lower than
+ * any of a later one (node ids grow with the depth).  A claim reads no
+ * other entry and no key is ever rewritten after its level: the caller
+ * learns which entry a claim displaced.  One thread's puts take no lock.
+ * A prefetch only reads the table's address and size (atomically: a
+ * claim may be growing it).
  */
 #define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "seen.h"
@@ -38,16 +36,16 @@ static unsigned shard_of(const uint64_t key[2])
     return (unsigned)(key[1] >> 56);
 }
 
-/* A key claimed in the level being built: its bucket's second word holds
- * a top byte that is not the shard's, the owner's (parent, move) in 40
- * bits and key[1]'s low 16 bits. */
+/* A claimed key: its bucket's second word holds a top byte that is not
+ * the shard's, the owner's (parent, move) in 40 bits and key[1]'s low 16
+ * bits. */
 #define LOW_BITS 16
 #define LOW_MASK ((UINT64_C(1) << LOW_BITS) - 1)
 #define CLAIM_TAG_BITS 40
 
 static uint64_t claim_tag(const ck_seen_ref *e)
 {
-    return ((uint64_t)e->parent << 8) | e->move; /* CK_SEEN_TAG's order */
+    return CK_SEEN_CLAIM_TAG(e->parent, e->move);
 }
 
 static uint64_t claim_word(unsigned h, const ck_seen_ref *e)
@@ -66,8 +64,8 @@ static uint64_t tag_of(uint64_t w1)
     return (w1 >> LOW_BITS) & ((UINT64_C(1) << CLAIM_TAG_BITS) - 1);
 }
 
-/* Whether bucket (w0, w1) of shard h holds key: itself, or claimed in
- * this level (key[0] and key[1]'s low bits: 88 bits with the shard). */
+/* Whether bucket (w0, w1) of shard h holds key: itself, or claimed
+ * (key[0] and key[1]'s low bits: 88 bits with the shard). */
 static bool holds(uint64_t w0, uint64_t w1, unsigned h, const uint64_t key[2])
 {
     return w0 == key[0] &&
@@ -203,12 +201,13 @@ bool ck_seen_put(ck_seen *s, const uint64_t key[2])
     return true;
 }
 
-bool ck_seen_claim(ck_seen *s, const ck_seen_ref *e)
+bool ck_seen_claim(ck_seen *s, const ck_seen_ref *e, uint64_t *displaced)
 {
     unsigned h = shard_of(e->key);
     ck_seen_table *t = &s->tab[h];
     ck_seen_shard *l = &s->sh[h];
     bool mine = false;
+    *displaced = CK_SEEN_NONE;
     lock(l);
     if (4 * (l->n + 1) > 3 * (t->mask + 1))
         grow(s, t);
@@ -219,37 +218,12 @@ bool ck_seen_claim(ck_seen *s, const ck_seen_ref *e)
         l->n++;
         mine = true;
     } else if (is_claim(b[1], h) && claim_tag(e) < tag_of(b[1])) {
-        b[1] = claim_word(h, e); /* the higher owner learns it settling */
+        *displaced = tag_of(b[1]);
+        b[1] = claim_word(h, e);
         mine = true;
     }
     unlock(l);
     return mine;
-}
-
-void ck_seen_settle(ck_seen *s, ck_seen_ref *e)
-{
-    unsigned h = shard_of(e->key);
-    const ck_seen_table *t = &s->tab[h];
-    uint64_t w = claim_word(h, e);
-    for (size_t i = e->key[0] & t->mask;; i = (i + 1) & t->mask) {
-        uint64_t *b = &t->k[2 * i];
-        /* Relaxed atomics on the second word only: another thread may
-         * settle this bucket meanwhile (the owner, if e is not) or
-         * another of this table, and either form of a second word it
-         * writes holds the same key; first words do not change while
-         * settling. */
-        uint64_t w1 = __atomic_load_n(&b[1], __ATOMIC_RELAXED);
-        if (w1 == w && b[0] == e->key[0]) {
-            __atomic_store_n(&b[1], e->key[1], __ATOMIC_RELAXED);
-            return;
-        }
-        if (holds(b[0], w1, h, e->key)) {
-            e->dead = 1; /* a lower entry claimed the key after e did */
-            return;
-        }
-        if (b[0] == 0 && w1 == 0)
-            abort(); /* an entry the set does not name */
-    }
 }
 
 uint64_t ck_seen_count(const ck_seen *s)

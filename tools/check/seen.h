@@ -4,24 +4,25 @@
  * that each have a table and a lock.
  *
  * On one thread a search only puts keys (ck_seen_put), as a plain set.
- * On several threads, a key first found in the level being built is
- * claimed by the entry (ck_seen_ref) of the move that found it: the
- * lowest (parent, move) that claims a key in a level owns it, whichever
- * thread got there first.  While the level is built the key's bucket
- * holds key[0] and a claim word: the owner's (parent, move) and key[1]'s
- * low 16 bits, behind a top byte that is not the shard's (a real key's
- * always is).  So a claim compares (parent, move) without reading
+ * On several threads, every key found is claimed by the entry
+ * (ck_seen_ref) of the move that found it: the lowest (parent, move)
+ * that claims a key owns it, whichever thread got there first.  The key's
+ * bucket holds key[0] and a claim word: the owner's (parent, move) and
+ * key[1]'s low 16 bits, behind a top byte that is not the shard's (a real
+ * key's always is).  So a claim compares (parent, move) without reading
  * another entry (most claims of a level find a key claimed earlier in
- * it: 58 % at S = 1 budget 6, 70 % at S = 2 budget 3).  Once the level
- * is done every entry settles: the owner gives the bucket its key[1]
- * back, and an entry a lower one displaced is marked dead.  Then the
- * owner of every key is the move a one-thread search finds it with.
+ * it: 58 % at S = 1 budget 6, 70 % at S = 2 budget 3), and a key of an
+ * earlier level needs no rewriting: its parent's node id, and so its
+ * (parent, move), is below any of this level's.  A claim that takes a key
+ * from a higher entry of this level names it, for the caller to mark it
+ * dead.  Then the owner of every key is the move a one-thread search
+ * finds it with.
  *
- * Within a level a key is told apart by 88 of its 128 bits (key[0], the
- * shard and key[1]'s low 16 bits): two states of one level that share
- * those but not the rest would count as one, with a chance near L^2 /
- * 2^89 for a level of L states (1e-13 for 10 million), against
- * n^2 / 2^129 for the 128-bit keys themselves.
+ * A claimed key is told apart by 88 of its 128 bits (key[0], the shard
+ * and key[1]'s low 16 bits): two states that share those but not the
+ * rest would count as one, with a chance near n^2 / 2^89 for n states
+ * (1e-11 for 60 million), against n^2 / 2^129 for the keys themselves
+ * (the one-thread search compares all 128).
  */
 #ifndef XFER_CHECK_SEEN_H
 #define XFER_CHECK_SEEN_H
@@ -35,8 +36,13 @@
 
 /* A state found in the level being built (24 bytes): its key, the move
  * that found it (below CK_SEEN_MOVES), and whether a lower move took the
- * key (known once it is settled). */
+ * key (the search marks it). */
 #define CK_SEEN_MOVES 256u
+/* The order of ck_seen_claim's (parent, move), as it names a displaced
+ * entry: by parent, then by move (CK_SEEN_TAG's order). */
+#define CK_SEEN_CLAIM_TAG(parent, move)                                     \
+    (((uint64_t)(parent) << 8) | (uint64_t)(move))
+#define CK_SEEN_NONE UINT64_MAX
 typedef struct ck_seen_ref {
     uint64_t key[2];
     uint32_t parent; /* node id of the state the move was made from */
@@ -76,16 +82,11 @@ void ck_seen_free(ck_seen *s);
 /* One thread only, no claim pending: insert key (copied); true when it
  * is new.  Aborts when out of memory. */
 bool ck_seen_put(ck_seen *s, const uint64_t key[2]);
-/* Any thread: e (borrowed until it is settled or the set freed) was
- * found in the level being built.  True when e now owns its key: the key
- * is new, or was held by a higher entry of this level (which settling
- * marks dead); false leaves nothing of e in the set.  Aborts when out of
- * memory. */
-bool ck_seen_claim(ck_seen *s, const ck_seen_ref *e);
-/* Between levels (no claim running; any thread, no lock, each entry by
- * one thread), for every entry whose claim was true: the owner gives its
- * key back to the set; any other is marked dead. */
-void ck_seen_settle(ck_seen *s, ck_seen_ref *e);
+/* Any thread: claim e's key for e.  True when e now owns it: the key is
+ * new, or was held by a higher entry, whose (parent, move) as
+ * CK_SEEN_CLAIM_TAG gives it goes to *displaced (else CK_SEEN_NONE).
+ * Nothing of e is kept.  Aborts when out of memory. */
+bool ck_seen_claim(ck_seen *s, const ck_seen_ref *e, uint64_t *displaced);
 /* Any thread, any time: start fetching the bucket where key's probe
  * begins, so that the work done before its put or claim hides the miss. */
 void ck_seen_prefetch(const ck_seen *s, const uint64_t key[2]);
