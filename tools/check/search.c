@@ -528,7 +528,7 @@ static void *expand_phase(void *arg)
     return NULL;
 }
 
-/* The entry of the next level that tag (CK_SEEN_CLAIM_TAG) names: its
+/* The entry of the next level that tag (CK_SEEN_TAG) names: its
  * parent is a state of the current level's chunk ji, found by node id,
  * and job ji's entries are in (parent, move) order, as it found them. */
 static ck_seen_ref *entry_of(bfs *b, uint64_t tag)
@@ -546,18 +546,18 @@ static ck_seen_ref *entry_of(bfs *b, uint64_t tag)
     for (size_t ci = j->lo; ci < j->hi; ci++) {
         lchunk *c = b->next.v[ci];
         size_t n = c->lv.n;
-        if (n == 0 || CK_SEEN_CLAIM_TAG(c->e[n - 1].parent,
+        if (n == 0 || CK_SEEN_TAG(c->e[n - 1].parent,
                                         c->e[n - 1].move) < tag)
             continue;
         size_t a = 0, z = n - 1; /* the first entry whose tag >= tag */
         while (a < z) {
             size_t mid = a + (z - a) / 2;
-            if (CK_SEEN_CLAIM_TAG(c->e[mid].parent, c->e[mid].move) < tag)
+            if (CK_SEEN_TAG(c->e[mid].parent, c->e[mid].move) < tag)
                 a = mid + 1;
             else
                 z = mid;
         }
-        if (CK_SEEN_CLAIM_TAG(c->e[a].parent, c->e[a].move) == tag)
+        if (CK_SEEN_TAG(c->e[a].parent, c->e[a].move) == tag)
             return &c->e[a];
         break;
     }

@@ -36,9 +36,10 @@ typedef struct ck_outcome {
  * return. */
 int ck_search_bfs(const ck_config *cfg, unsigned threads, ck_outcome *out);
 /* The same search, always through the shared visited set of the parallel
- * BFS (entries claimed, settled between levels), even on one thread:
- * ck_search_bfs runs it for threads above 1, and the benchmark on one
- * thread, to show what the sharing costs apart from the second core. */
+ * BFS (entries claimed, the displaced ones marked dead between levels),
+ * even on one thread: ck_search_bfs runs it for threads above 1, and the
+ * benchmark on one thread, to show what the sharing costs apart from the
+ * second core. */
 int ck_search_bfs_shared(const ck_config *cfg, unsigned threads,
                          ck_outcome *out);
 /* `runs` seeded random walks (swarm: each with a random subset of the

@@ -45,7 +45,7 @@ static unsigned shard_of(const uint64_t key[2])
 
 static uint64_t claim_tag(const ck_seen_ref *e)
 {
-    return CK_SEEN_CLAIM_TAG(e->parent, e->move);
+    return CK_SEEN_TAG(e->parent, e->move);
 }
 
 static uint64_t claim_word(unsigned h, const ck_seen_ref *e)

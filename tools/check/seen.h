@@ -38,10 +38,6 @@
  * that found it (below CK_SEEN_MOVES), and whether a lower move took the
  * key (the search marks it). */
 #define CK_SEEN_MOVES 256u
-/* The order of ck_seen_claim's (parent, move), as it names a displaced
- * entry: by parent, then by move (CK_SEEN_TAG's order). */
-#define CK_SEEN_CLAIM_TAG(parent, move)                                     \
-    (((uint64_t)(parent) << 8) | (uint64_t)(move))
 #define CK_SEEN_NONE UINT64_MAX
 typedef struct ck_seen_ref {
     uint64_t key[2];
@@ -50,9 +46,11 @@ typedef struct ck_seen_ref {
     uint8_t dead;
 } ck_seen_ref;
 
-/* The order of the moves of one level: by parent, then by move. */
+/* The order of the moves of one level: by parent, then by move (a move
+ * below CK_SEEN_MOVES); 40 bits, as a claim word holds it and as
+ * ck_seen_claim names a displaced entry. */
 #define CK_SEEN_TAG(parent, move)                                           \
-    (((uint64_t)(parent) << 16) | (uint64_t)(move))
+    (((uint64_t)(parent) << 8) | (uint64_t)(move))
 
 /* A shard's table: read by every probe and prefetch, written only when it
  * grows (under the shard's lock), so the cores keep shared copies of these
@@ -83,8 +81,8 @@ void ck_seen_free(ck_seen *s);
  * is new.  Aborts when out of memory. */
 bool ck_seen_put(ck_seen *s, const uint64_t key[2]);
 /* Any thread: claim e's key for e.  True when e now owns it: the key is
- * new, or was held by a higher entry, whose (parent, move) as
- * CK_SEEN_CLAIM_TAG gives it goes to *displaced (else CK_SEEN_NONE).
+ * new, or was held by a higher entry, whose CK_SEEN_TAG goes to
+ * *displaced (else CK_SEEN_NONE).
  * Nothing of e is kept.  Aborts when out of memory. */
 bool ck_seen_claim(ck_seen *s, const ck_seen_ref *e, uint64_t *displaced);
 /* Any thread, any time: start fetching the bucket where key's probe
