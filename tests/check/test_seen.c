@@ -37,6 +37,7 @@ static void key_of(uint32_t i, uint64_t k[2])
 
 typedef struct racer {
     ck_seen *s;
+    ck_seen_local *me;
     ck_seen_ref *e;
     uint8_t *won;
     uint64_t *gone; /* the tags its claims displaced */
@@ -49,10 +50,11 @@ static void *claim_all(void *arg)
     racer *r = arg;
     for (size_t i = 0; i < r->n; i++) {
         uint64_t d;
-        r->won[i] = ck_seen_claim(r->s, &r->e[i], &d);
+        r->won[i] = ck_seen_claim(r->s, r->me, &r->e[i], &d);
         if (d != CK_SEEN_NONE)
             r->gone[r->ngone++] = d;
     }
+    ck_seen_leave(r->s);
     return NULL;
 }
 
@@ -71,8 +73,10 @@ static uint32_t entry_no(uint64_t claim_tag)
     return ((parent & 0x3ffu) << 8) | (uint32_t)(claim_tag & 0xff);
 }
 
-/* Two threads claim 200 000 entries for 40 000 keys, half of them put
- * before (a one-thread level): a key put before is never owned; every
+/* Two threads (four in odd rounds: more threads than the machine's two
+ * cores, so that a thread is descheduled inside a claim or while it waits
+ * for a table to grow) claim 200 000 entries for 40 000 keys, half of
+ * them put before (a one-thread level): a key put before is never owned; every
  * other key claimed has exactly one owner left, its lowest (parent,
  * move), whatever the threads' order, once the entries the claims name
  * as displaced are marked dead; a later level's claims (higher parents)
@@ -81,6 +85,7 @@ static uint32_t entry_no(uint64_t claim_tag)
 START_TEST(test_seen_two_threads_lowest_owner)
 {
     uint64_t seed = tu_seed("test_seen_two_threads_lowest_owner", 1) + _i;
+    unsigned nt = _i % 2 ? 4 : 2;
     ck_seen *s = aligned_alloc(64, sizeof *s);
     ck_assert_ptr_nonnull(s);
     ck_assert_int_eq(ck_seen_init(s), 0);
@@ -89,6 +94,7 @@ START_TEST(test_seen_two_threads_lowest_owner)
         key_of(i, k);
         ck_assert(ck_seen_put(s, k));
     }
+    uint64_t bytes_before = ck_seen_bytes(s); /* the puts grew nothing */
     ck_seen_ref *e = calloc(CLAIMS, sizeof *e);
     uint32_t *key_no = malloc(CLAIMS * sizeof *key_no);
     uint8_t *won = calloc(CLAIMS, 1);
@@ -109,13 +115,24 @@ START_TEST(test_seen_two_threads_lowest_owner)
     }
     uint64_t *gone = malloc(CLAIMS * sizeof *gone);
     ck_assert_ptr_nonnull(gone);
-    racer r[2] = {{s, e, won, gone, CLAIMS / 2, 0, 0},
-                  {s, e + CLAIMS / 2, won + CLAIMS / 2, gone + CLAIMS / 2,
-                   CLAIMS / 2, 0, 0}};
-    ck_assert_int_eq(pthread_create(&r[1].th, NULL, claim_all, &r[1]), 0);
+    ck_seen_local *loc = aligned_alloc(64, 4 * sizeof *loc);
+    ck_assert_ptr_nonnull(loc);
+    memset(loc, 0, 4 * sizeof *loc);
+    racer r[4];
+    size_t per = CLAIMS / nt;
+    for (unsigned t = 0; t < nt; t++)
+        r[t] = (racer){s, &loc[t], e + t * per, won + t * per,
+                       gone + t * per, per, 0, 0};
+    ck_seen_begin(s, loc, nt, 0);
+    for (unsigned t = 1; t < nt; t++)
+        ck_assert_int_eq(pthread_create(&r[t].th, NULL, claim_all, &r[t]),
+                         0);
     claim_all(&r[0]);
-    ck_assert_int_eq(pthread_join(r[1].th, NULL), 0);
-    for (int t = 0; t < 2; t++)
+    for (unsigned t = 1; t < nt; t++)
+        ck_assert_int_eq(pthread_join(r[t].th, NULL), 0);
+    ck_seen_end(s);
+    ck_assert_uint_gt(ck_seen_bytes(s), bytes_before); /* under the claims */
+    for (unsigned t = 0; t < nt; t++)
         for (size_t g = 0; g < r[t].ngone; g++) {
             uint32_t c = entry_no(r[t].gone[g]);
             ck_assert_msg(c < CLAIMS && won[c] && !e[c].dead,
@@ -147,19 +164,23 @@ START_TEST(test_seen_two_threads_lowest_owner)
     ck_assert_uint_eq(ck_seen_count(s), OLD + claimed);
     /* The next level: every key claimed in this one stays its owner's
      * (no rewriting between levels). */
+    ck_seen_begin(s, loc, 1, 0);
     for (uint32_t i = OLD; i < KEYS; i++) {
         ck_seen_ref n = {.parent = 1u << 31};
         uint64_t d;
         key_of(i, n.key);
-        ck_assert(ck_seen_claim(s, &n, &d) == (low[i] == UINT64_MAX));
+        ck_assert(ck_seen_claim(s, &loc[0], &n, &d) == (low[i] == UINT64_MAX));
         ck_assert_uint_eq(d, CK_SEEN_NONE);
         low[i] = 0;
     }
+    ck_seen_leave(s);
+    ck_seen_end(s);
     for (uint32_t i = 0; i < KEYS; i++) {
         key_of(i, k);
         ck_assert(!ck_seen_put(s, k));
     }
     ck_assert_uint_eq(ck_seen_count(s), KEYS);
+    free(loc);
     free(gone);
     free(owners);
     free(low);
@@ -171,12 +192,42 @@ START_TEST(test_seen_two_threads_lowest_owner)
 }
 END_TEST
 
+/* A zero word marks an empty bucket, so a key with one is stored with 1
+ * there: it is found again, by a put and by a claim, and counted once. */
+START_TEST(test_seen_zero_words)
+{
+    ck_seen *s = aligned_alloc(64, sizeof *s);
+    ck_seen_local *loc = aligned_alloc(64, sizeof *loc);
+    ck_assert(s && loc);
+    memset(loc, 0, sizeof *loc);
+    ck_assert_int_eq(ck_seen_init(s), 0);
+    const uint64_t put[2] = {0x1234, 0}, claimed[2] = {0, UINT64_C(7) << 56};
+    ck_assert(ck_seen_put(s, put));
+    ck_assert(!ck_seen_put(s, put));
+    ck_seen_begin(s, loc, 1, 0);
+    ck_seen_ref a = {{claimed[0], claimed[1]}, 9, 0, 0};
+    ck_seen_ref b = {{claimed[0], claimed[1]}, 10, 0, 0};
+    ck_seen_ref c = {{put[0], put[1]}, 1, 0, 0};
+    uint64_t d;
+    ck_assert(ck_seen_claim(s, loc, &a, &d));
+    ck_assert(!ck_seen_claim(s, loc, &b, &d)); /* a higher entry */
+    ck_assert(!ck_seen_claim(s, loc, &c, &d)); /* an earlier level's */
+    ck_seen_leave(s);
+    ck_seen_end(s);
+    ck_assert_uint_eq(ck_seen_count(s), 2);
+    ck_seen_free(s);
+    free(s);
+    free(loc);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("seen");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_seen_two_threads_lowest_owner, 0, 4);
+    tcase_add_test(tc, test_seen_zero_words);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -17,13 +17,13 @@
  *    are those one thread finds (the lowest (parent, move) owns a state,
  *    seen.h), and the lowest violation of a level wins, with the counts
  *    one thread has when it stops there.  Threads share only the visited
- *    set (locked per shard), the counters they take work from and the
- *    lowest violation tag (atomics); each writes its own chunks of the
- *    next level and their entries, and notes the entries its claims
- *    displaced; between levels one thread marks those dead (each found
- *    by its (parent, move): a job's entries are in that order) and
- *    numbers the states (up to 88 of a key's 128 bits tell claimed keys
- *    apart: seen.h);
+ *    set (claimed without locks, seen.h), the counters they take work
+ *    from and the lowest violation tag (atomics); each writes its own
+ *    chunks of the next level and their entries, and notes the entries
+ *    its claims displaced; between levels one thread marks those dead
+ *    (each found by its (parent, move): a job's entries are in that
+ *    order) and numbers the states (up to 88 of a key's 128 bits tell
+ *    claimed keys apart: seen.h);
  *  - on one thread the BFS is the plain one: keys put without a lock or
  *    an entry, a level in one buffer, a node numbered when it is found,
  *    so it costs what a search written for one thread costs.
@@ -142,9 +142,11 @@ typedef struct bfs {
     unsigned nthreads;
     bool shared; /* claims by entry (several threads), not plain puts */
     ck_seen seen;
+    ck_seen_local *loc; /* several threads: each one's part of seen */
     node *nodes;
     size_t nn, ncap;
     clist cur, next;
+    uint64_t prev_live; /* states of the level before cur */
     job *jobs;
     size_t njobs;
     uint16_t depth;
@@ -366,7 +368,7 @@ static bool take(worker *k, size_t ji, const uint64_t key[2], uint32_t id,
     ck_seen_ref *e = &c->e[c->lv.n];
     uint64_t gone;
     *e = (ck_seen_ref){{key[0], key[1]}, id, (uint16_t)m, 0};
-    if (!ck_seen_claim(&b->seen, e, &gone))
+    if (!ck_seen_claim(&b->seen, &b->loc[k->idx], e, &gone))
         return false;
     if (gone != CK_SEEN_NONE) {
         if (k->ngone == k->gcap) {
@@ -525,6 +527,8 @@ static void *expand_phase(void *arg)
         expand_chunk(k, ji);
         check_mem(b, &b->jobs[ji]);
     }
+    if (b->shared)
+        ck_seen_leave(&b->seen); /* the others may grow a table now */
     return NULL;
 }
 
@@ -677,6 +681,24 @@ static void settle_violation(bfs *b, const viol *v)
     path_to(b, v->id, v->last, v->liveness, &o->path);
 }
 
+static uint64_t level_states(const clist *l)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < l->n; i++)
+        n += l->v[i]->live;
+    return n;
+}
+
+/* How many states the next level may have: the current one's, grown as
+ * it grew from the one before. */
+static uint64_t next_guess(bfs *b)
+{
+    double cur = (double)level_states(&b->cur);
+    double prev = b->prev_live ? (double)b->prev_live : cur;
+    double g = cur * cur / prev;
+    return g < 1e12 ? (uint64_t)g : UINT64_C(1000000000000);
+}
+
 /* Expand one level into b->next; true on a violation (settled in out). */
 static bool bfs_level(bfs *b)
 {
@@ -689,7 +711,11 @@ static bool bfs_level(bfs *b)
     atomic_store(&b->queued_mem, 0);
     for (unsigned t = 0; t < b->nthreads; t++)
         b->wk[t].v.tag = NO_TAG;
+    if (b->shared)
+        ck_seen_begin(&b->seen, b->loc, b->nthreads, next_guess(b));
     run_phase(b, expand_phase);
+    if (b->shared)
+        ck_seen_end(&b->seen);
     const viol *v = NULL;
     for (unsigned t = 0; t < b->nthreads; t++)
         if (b->wk[t].v.tag != NO_TAG && (!v || b->wk[t].v.tag < v->tag))
@@ -707,6 +733,7 @@ static bool bfs_level(bfs *b)
     }
     if (v || atomic_load(&b->oom))
         return v != NULL;
+    b->prev_live = level_states(&b->cur);
     b->out->states += number(b);
     return false;
 }
@@ -766,14 +793,6 @@ static uint64_t level_bytes(const clist *l)
     return n;
 }
 
-static uint64_t level_states(const clist *l)
-{
-    uint64_t n = 0;
-    for (size_t i = 0; i < l->n; i++)
-        n += l->v[i]->live;
-    return n;
-}
-
 static void bfs_free(bfs *b)
 {
     clist_clear(&b->cur);
@@ -783,6 +802,7 @@ static void bfs_free(bfs *b)
     for (unsigned t = 0; t < b->nthreads; t++)
         worker_free(&b->wk[t]);
     free(b->wk);
+    free(b->loc);
     free(b->jobs);
     free(b->nodes);
     free(b->spare);
@@ -807,8 +827,11 @@ static int bfs_run(const ck_config *cfg, unsigned threads, bool shared,
     if (ck_seen_init(&b->seen))
         abort();
     b->wk = calloc(b->nthreads, sizeof *b->wk);
-    if (!b->wk)
+    b->loc = aligned_alloc(_Alignof(ck_seen_local),
+                           b->nthreads * sizeof *b->loc);
+    if (!b->wk || !b->loc)
         abort();
+    memset(b->loc, 0, b->nthreads * sizeof *b->loc);
     ck_guard_install();
     for (unsigned t = 0; t < b->nthreads; t++)
         if (worker_init(b, &b->wk[t], t))
