@@ -32,7 +32,9 @@
  * each BFS three times: the plain BFS on one thread (what --threads 1
  * runs), the parallel BFS's shared set on one thread, and on N threads
  * (--threads N, 2 when not given), with states/s, states per CPU second
- * and the peak memory of each.
+ * and the peak memory of each; then N plain BFSes side by side, one a
+ * thread and nothing shared, for the rate a core gives while N cores
+ * work (the parallel BFS can do no better per core).
  *
  * Exit status: 0 every invariant held (or --help), 1 a violation (printed
  * step by step, with a trace file and a choices file), 2 bad arguments
@@ -40,14 +42,17 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "path.h"
 #include "report.h"
 #include "search.h"
 #include "world.h"
+#include "xfer/xfer.h"
 
 static const char *const fault_names[] = {
 #define N_(n, s, d) s,
@@ -528,6 +533,54 @@ static int bench_bfs(const ck_config *c, unsigned threads, bool shared,
     return rc;
 }
 
+/* One of the plain BFSes side by side. */
+typedef struct lone {
+    const ck_config *c;
+    ck_outcome o;
+    pthread_t th;
+} lone;
+
+static void *lone_bfs(void *arg)
+{
+    lone *l = arg;
+    ck_search_bfs(l->c, 1, &l->o);
+    return NULL;
+}
+
+/* The row of n plain BFSes of c side by side (states: each one's). */
+static int bench_side_by_side(const ck_config *c, unsigned n, double ref)
+{
+    lone *l = calloc(n, sizeof *l);
+    if (!l)
+        abort();
+    double t0 = (double)xfer_clock_monotonic(NULL) / 1e9;
+    clock_t c0 = clock();
+    for (unsigned i = 0; i < n; i++) {
+        l[i].c = c;
+        if (pthread_create(&l[i].th, NULL, lone_bfs, &l[i]) != 0)
+            abort();
+    }
+    int rc = 0;
+    uint64_t all = 0, mem = 0;
+    for (unsigned i = 0; i < n; i++) {
+        pthread_join(l[i].th, NULL);
+        rc |= l[i].o.inv >= 0 || l[i].o.out_of_memory;
+        all += l[i].o.states;
+        mem += l[i].o.mem_bytes;
+        ck_path_free(&l[i].o.path);
+    }
+    double bs = (double)xfer_clock_monotonic(NULL) / 1e9 - t0;
+    double cs = (double)(clock() - c0) / CLOCKS_PER_SEC;
+    bs = bs > 0 ? bs : 1e-9;
+    cs = cs > 0 ? cs : 1e-9;
+    printf("%-3u %-6u %7u %-6s %12" PRIu64 " %12.0f %12.0f %12.0f %8.2f "
+           "%7.0f | %18.0f\n", c->S, c->budget, n, "apart",
+           l[0].o.states, all / bs, all / bs / n, all / cs, bs,
+           mem / 1048576.0, ref);
+    free(l);
+    return rc;
+}
+
 static int run_bench(const opts *o)
 {
     printf("xfer-check benchmark: exhaustive BFS (T = 1, every fault "
@@ -553,6 +606,8 @@ static int run_bench(const opts *o)
             rc |= bench_bfs(&c, 1, true, ref);
         if (rc == 0)
             rc |= bench_bfs(&c, n, true, ref);
+        if (rc == 0)
+            rc |= bench_side_by_side(&c, n, ref);
     }
     if (rc)
         printf("a run found a violation or stopped early: run it alone "
@@ -564,7 +619,10 @@ static int run_bench(const opts *o)
            "on a machine other work shares); set plain: --threads 1, the "
            "BFS written for one thread (the base); shared: the parallel "
            "BFS's set of entries, on one thread (what sharing costs) and "
-           "on --threads N (default 2); MB: peak of the search structures; "
+           "on --threads N (default 2); set apart: N plain BFSes side by "
+           "side, nothing shared (the rate per core of N busy cores, the "
+           "most the shared set can reach); MB: peak of the search "
+           "structures; "
            "the reference runs on one thread\n");
     return rc;
 }
