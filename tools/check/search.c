@@ -690,13 +690,16 @@ static uint64_t level_states(const clist *l)
 }
 
 /* How many states the next level may have: the current one's, grown as
- * it grew from the one before. */
+ * it grew from the one before, but at most four times (the first levels
+ * grow faster, but are small), so that a guess never asks for tables far
+ * beyond what the level itself takes. */
 static uint64_t next_guess(bfs *b)
 {
-    double cur = (double)level_states(&b->cur);
-    double prev = b->prev_live ? (double)b->prev_live : cur;
-    double g = cur * cur / prev;
-    return g < 1e12 ? (uint64_t)g : UINT64_C(1000000000000);
+    uint64_t cur = level_states(&b->cur);
+    uint64_t prev = b->prev_live ? b->prev_live : cur;
+    if (prev == 0 || cur >= 4 * prev)
+        return 4 * cur;
+    return (uint64_t)((double)cur * (double)cur / (double)prev);
 }
 
 /* Expand one level into b->next; true on a violation (settled in out). */
