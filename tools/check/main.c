@@ -513,6 +513,20 @@ static const unsigned bench_budget[] = {0, 6, 3, 2};
 /* --bench: states/s of exhaustive runs for S = 1, 2, 3 next to
  * the rate of the machines alone (random walks over the same world; each
  * walk is run twice, the second time for I10, and both runs count). */
+/* A row of the benchmark: `all` states (over every search of the row;
+ * `states` each) in secs, with cpu seconds of CPU and mem bytes at peak. */
+static void bench_row(const ck_config *c, unsigned threads, const char *set,
+                      uint64_t states, uint64_t all, double secs, double cpu,
+                      uint64_t mem, double ref)
+{
+    double bs = secs > 0 ? secs : 1e-9;
+    double cs = cpu > 0 ? cpu : 1e-9;
+    printf("%-3u %-6u %7u %-6s %12" PRIu64 " %12.0f %12.0f %12.0f %8.2f "
+           "%7.0f | %18.0f\n", c->S, c->budget, threads, set, states,
+           all / bs, all / bs / threads, all / cs, secs, mem / 1048576.0,
+           ref);
+}
+
 /* One BFS row of the benchmark; 0, or 1 when the run did not finish. */
 static int bench_bfs(const ck_config *c, unsigned threads, bool shared,
                      double ref)
@@ -523,13 +537,8 @@ static int bench_bfs(const ck_config *c, unsigned threads, bool shared,
                      : ck_search_bfs(c, threads, &b)) >= 0 ||
              b.out_of_memory;
     ck_path_free(&b.path);
-    double bs = b.secs > 0 ? b.secs : 1e-9;
-    double cs = b.cpu_secs > 0 ? b.cpu_secs : 1e-9;
-    printf("%-3u %-6u %7u %-6s %12" PRIu64 " %12.0f %12.0f %12.0f %8.2f "
-           "%7.0f | %18.0f\n", c->S, c->budget, threads,
-           shared ? "shared" : "plain", b.states, b.states / bs,
-           b.states / bs / threads, b.states / cs, b.secs,
-           b.mem_bytes / 1048576.0, ref);
+    bench_row(c, threads, shared ? "shared" : "plain", b.states, b.states,
+              b.secs, b.cpu_secs, b.mem_bytes, ref);
     return rc;
 }
 
@@ -569,14 +578,9 @@ static int bench_side_by_side(const ck_config *c, unsigned n, double ref)
         mem += l[i].o.mem_bytes;
         ck_path_free(&l[i].o.path);
     }
-    double bs = (double)xfer_clock_monotonic(NULL) / 1e9 - t0;
-    double cs = (double)(clock() - c0) / CLOCKS_PER_SEC;
-    bs = bs > 0 ? bs : 1e-9;
-    cs = cs > 0 ? cs : 1e-9;
-    printf("%-3u %-6u %7u %-6s %12" PRIu64 " %12.0f %12.0f %12.0f %8.2f "
-           "%7.0f | %18.0f\n", c->S, c->budget, n, "apart",
-           l[0].o.states, all / bs, all / bs / n, all / cs, bs,
-           mem / 1048576.0, ref);
+    bench_row(c, n, "apart", l[0].o.states, all,
+              (double)xfer_clock_monotonic(NULL) / 1e9 - t0,
+              (double)(clock() - c0) / CLOCKS_PER_SEC, mem, ref);
     free(l);
     return rc;
 }

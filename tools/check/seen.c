@@ -144,6 +144,13 @@ static void grow(ck_seen *s, ck_seen_table *t)
     t->mask = mask;
 }
 
+/* How many new keys a shard's count may lack: fewer than CK_SEEN_FLUSH
+ * per claiming thread. */
+static uint64_t slack_of(const ck_seen *s)
+{
+    return (uint64_t)s->nloc * CK_SEEN_FLUSH;
+}
+
 /* Whether a shard holding n keys, short by at most `slack`, lacks room
  * for one more in a table of mask + 1 buckets. */
 static bool over(uint64_t n, uint64_t slack, size_t mask)
@@ -182,7 +189,7 @@ static void park(ck_seen *s)
 static void make_room(ck_seen *s, unsigned h)
 {
     ck_seen_table *t = &s->tab[h];
-    uint64_t slack = (uint64_t)s->nloc * CK_SEEN_FLUSH;
+    uint64_t slack = slack_of(s);
     for (;;) {
         unsigned clear = 0;
         if (atomic_compare_exchange_strong(&s->stop, &clear, 1))
@@ -278,7 +285,7 @@ void ck_seen_begin(ck_seen *s, ck_seen_local *loc, unsigned n,
      * deviations more: a table grown here, on one thread, does not stop
      * the others during the phase. */
     uint64_t e = expect / CK_SEEN_SHARDS;
-    uint64_t more = e + 2 * isqrt(e), slack = (uint64_t)n * CK_SEEN_FLUSH;
+    uint64_t more = e + 2 * isqrt(e), slack = slack_of(s);
     for (unsigned h = 0; h < CK_SEEN_SHARDS; h++) {
         uint64_t have = atomic_load_explicit(&s->sh[h].n,
                                              memory_order_relaxed);
@@ -323,18 +330,17 @@ bool ck_seen_claim(ck_seen *s, ck_seen_local *me, const ck_seen_ref *e,
     ck_seen_table *t = &s->tab[h];
     ck_seen_shard *sh = &s->sh[h];
     uint64_t k0 = norm(e->key[0]), k1 = norm(e->key[1]);
-    uint64_t cw = claim_word(h, e);
     *displaced = CK_SEEN_NONE;
     if (atomic_load_explicit(&s->stop, memory_order_relaxed))
         park(s);
     if (over(atomic_load_explicit(&sh->n, memory_order_relaxed),
-             (uint64_t)s->nloc * CK_SEEN_FLUSH, t->mask))
+             slack_of(s), t->mask))
         make_room(s, h);
     for (size_t i = k0 & t->mask;; i = (i + 1) & t->mask) {
         uint64_t *b = &t->k[2 * i];
         uint64_t w0 = load_word(&b[0]);
         if (w0 == 0 && cas_word(&b[0], &w0, k0)) {
-            __atomic_store_n(&b[1], cw, __ATOMIC_RELEASE);
+            __atomic_store_n(&b[1], claim_word(h, e), __ATOMIC_RELEASE);
             if (++me->added[h] == CK_SEEN_FLUSH) {
                 atomic_fetch_add_explicit(&sh->n, CK_SEEN_FLUSH,
                                           memory_order_relaxed);
@@ -351,7 +357,7 @@ bool ck_seen_claim(ck_seen *s, ck_seen_local *me, const ck_seen_ref *e,
         if (!holds(w1, h, k1))
             continue;
         while (is_claim(w1, h) && claim_tag(e) < tag_of(w1))
-            if (cas_word(&b[1], &w1, cw)) {
+            if (cas_word(&b[1], &w1, claim_word(h, e))) {
                 *displaced = tag_of(w1);
                 return true;
             }
