@@ -36,6 +36,7 @@
 
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
+#include "base_ref.h"
 #include "util.h"
 
 #define MAX_CONNS 32
@@ -434,6 +435,7 @@ int xfer_ctl_open_config(struct event_base *base, const char *path,
         free_ctl(ctl);
         return rc;
     }
+    xfer_base_ref(base); /* dropped by xfer_ctl_close: base_ref.h */
     *out = ctl;
     return 0;
 }
@@ -455,7 +457,9 @@ void xfer_ctl_close(xfer_ctl *ctl)
         evconnlistener_free(ctl->lis);
         unlink(ctl->path);
     }
+    struct event_base *base = ctl->base;
     free_ctl(ctl);
+    xfer_base_unref(base); /* last: the base may go with it */
 }
 
 uint64_t xfer_ctl_served(const xfer_ctl *ctl)

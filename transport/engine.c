@@ -36,6 +36,7 @@
 
 #include <event2/event.h>
 
+#include "base_ref.h"
 #include "engine_int.h"
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
@@ -463,13 +464,21 @@ static int alloc_tables(xfer_engine *e)
 static int make_loop(xfer_engine *e)
 {
     if (!e->cfg.base) {
-        e->base = event_base_new();
+        /* A base of our own is registered with the engine's reference:
+         * objects created on it keep it alive past xfer_engine_del, so
+         * they may be deleted after the engine (base_ref.h). */
+        struct event_base *b = event_base_new();
+        if (!b)
+            return XFER_ERR_IO;
+        if (xfer_base_adopt(b)) {
+            event_base_free(b);
+            return XFER_ERR_NOMEM;
+        }
+        e->base = b;
         e->own_base = 1;
     } else {
         e->base = e->cfg.base;
     }
-    if (!e->base)
-        return XFER_ERR_IO;
     int rc = xfer_timer_init(&e->timer, e->base, on_timer, e);
     e->deferred = event_new(e->base, -1, 0, on_deferred, e);
     if (rc || !e->deferred)
@@ -540,8 +549,10 @@ void xfer_engine_del(xfer_engine *e)
     xfer_timer_clear(&e->timer);
     if (e->deferred)
         event_free(e->deferred);
-    if (e->own_base && e->base)
-        event_base_free(e->base);
+    /* Our reference on a base we made: freed here unless an object still
+     * on it (a transport, a server, a consumer...) holds its own. */
+    if (e->own_base)
+        xfer_base_unref(e->base);
     xfer_core_del(e->core);
     /* Refused posts not yet delivered own their memory. */
     while (!xfer_list_empty(&e->done)) {
