@@ -96,6 +96,7 @@ struct xfer_engine {
     xfer_shard_result *refused; /* results for refused starts, */
     xfer_ring ref;              /* in a FIFO over this ring */
     xfer_mailbox *mailbox;
+    xfer_engine_ctl_link *ctls; /* open control sockets (engine_ctl.c) */
     xfer_shutdown_cb shutdown_cb;
     void *shutdown_ud;
     xfer_idle_cb idle_cb;
@@ -542,6 +543,10 @@ void xfer_engine_del(xfer_engine *e)
 {
     if (!e)
         return;
+    /* Control sockets still open answer with no engine from here on and
+     * may be closed later (their base is held: base_ref.h). */
+    for (xfer_engine_ctl_link *l = e->ctls; l; l = l->next)
+        l->e = NULL;
     for (uint32_t g = 0; e->groups && g < e->cfg.max_groups; g++)
         if (e->groups[g].used && e->groups[g].tp.ops->detach)
             e->groups[g].tp.ops->detach(e->groups[g].tp.self);
@@ -572,6 +577,22 @@ void xfer_engine_del(xfer_engine *e)
 const xfer_allocator *xfer_engine_alloc(const xfer_engine *e)
 {
     return &e->cfg.core.alloc;
+}
+
+void xfer_engine_ctl_link_add(xfer_engine *e, xfer_engine_ctl_link *l)
+{
+    l->e = e;
+    l->next = e->ctls;
+    e->ctls = l;
+}
+
+void xfer_engine_ctl_link_remove(xfer_engine *e, xfer_engine_ctl_link *l)
+{
+    xfer_engine_ctl_link **p = &e->ctls;
+    while (*p && *p != l)
+        p = &(*p)->next;
+    if (*p)
+        *p = l->next;
 }
 
 struct event_base *xfer_engine_base(const xfer_engine *e)
