@@ -478,7 +478,9 @@ static int make_loop(xfer_engine *e)
         e->base = b;
         e->own_base = 1;
     } else {
+        /* Another engine's own base is held like any object's. */
         e->base = e->cfg.base;
+        xfer_base_ref(e->base);
     }
     int rc = xfer_timer_init(&e->timer, e->base, on_timer, e);
     e->deferred = event_new(e->base, -1, 0, on_deferred, e);
@@ -554,10 +556,10 @@ void xfer_engine_del(xfer_engine *e)
     xfer_timer_clear(&e->timer);
     if (e->deferred)
         event_free(e->deferred);
-    /* Our reference on a base we made: freed here unless an object still
-     * on it (a transport, a server, a consumer...) holds its own. */
-    if (e->own_base)
-        xfer_base_unref(e->base);
+    /* Our reference: a base we made (or another engine made) is freed
+     * here unless an object still on it (a transport, a server, a
+     * consumer, another engine...) holds its own. */
+    xfer_base_unref(e->base);
     xfer_core_del(e->core);
     /* Refused posts not yet delivered own their memory. */
     while (!xfer_list_empty(&e->done)) {

@@ -601,6 +601,33 @@ START_TEST(test_teardown_engine_owned_base_freed_by_last_object)
 }
 END_TEST
 
+/* A second engine on the first one's own base, and nothing else on it:
+ * the first may be deleted while the second still runs there (_i 0: the
+ * second's own reference keeps the base), or after it (_i 1). */
+START_TEST(test_teardown_engine_on_another_engines_base)
+{
+    prod a;
+    prod_new(&a, OWN_ENGINE, (xfer_trace_sink){0});
+    xfer_engine_config ec;
+    xfer_engine_config_default(&ec);
+    ec.base = a.base;
+    prod b = {.base = a.base};
+    ck_assert_int_eq(xfer_engine_new(&ec, &b.e), 0);
+    ck_assert_ptr_eq(xfer_engine_base(b.e), a.base);
+    prod_shutdown(&a);
+    if (_i == 0) {
+        xfer_engine_del(a.e);
+        prod_shutdown(&b); /* runs the base a made */
+        xfer_engine_del(b.e);
+    } else {
+        prod_shutdown(&b);
+        xfer_engine_del(b.e);
+        base_still_runs(&a);
+        xfer_engine_del(a.e);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("api_teardown");
@@ -622,6 +649,8 @@ static Suite *suite(void)
     tcase_add_loop_test(tc,
                         test_teardown_engine_owned_base_freed_by_last_object,
                         0, 2);
+    tcase_add_loop_test(tc, test_teardown_engine_on_another_engines_base, 0,
+                        2);
     suite_add_tcase(s, tc);
     return s;
 }
