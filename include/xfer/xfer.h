@@ -96,9 +96,11 @@ typedef struct xfer_engine_config {
     struct event_base *base; /* NULL (the default): the engine makes and
                                 owns its own, freed at xfer_engine_del or
                                 with the last object on it, whichever
-                                comes last.  Else borrowed: it must
-                                outlive the engine and every object on
-                                it */
+                                comes last.  Else a base the caller
+                                made is borrowed (it must outlive the
+                                engine and every object on it), and
+                                another engine's own base is held until
+                                xfer_engine_del */
     xfer_core_config core;   /* limits, timeouts, allocator, trace sink
                                 (defaults: xfer_core_config_default);
                                 core.max_transfers also bounds the engine:
