@@ -10,6 +10,7 @@
  * available record becomes HELD before its callback runs, so the callback
  * may release it at once.
  */
+#include "base_ref.h"
 #include "consumer_int.h"
 
 #include <string.h>
@@ -212,6 +213,7 @@ int xfer_consumer_new(const xfer_consumer_config *cfg, xfer_consumer **out)
         return rc;
     }
     c->base = cfg->base;
+    xfer_base_ref(c->base); /* dropped by xfer_consumer_del: base_ref.h */
     rc = xfer_auth_client_init(cfg->secret, cfg->secret_len, cfg->session,
                                c->secret, &c->secret_len, c->session);
     c->cfg.secret = NULL; /* copied */
@@ -240,6 +242,8 @@ void xfer_consumer_del(xfer_consumer *c)
     if (c->deferred)
         event_free(c->deferred);
     xfer_consumer_ready_clear(c);
+    struct event_base *base = c->base;
     xfer_allocator a = c->cfg.alloc;
     xfer_util_free(&a, c);
+    xfer_base_unref(base); /* last: the base may go with it */
 }

@@ -36,6 +36,8 @@
 
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
+#include "base_ref.h"
+#include "ctl_int.h"
 #include "util.h"
 
 #define MAX_CONNS 32
@@ -54,6 +56,7 @@ struct xfer_ctl {
     char *path;
     xfer_ctl_snapshot_fn fn;
     void *ud;
+    void (*on_close)(void *ud); /* ctl_int.h */
     conn *conns[MAX_CONNS];
     uint64_t served;
 };
@@ -434,6 +437,7 @@ int xfer_ctl_open_config(struct event_base *base, const char *path,
         free_ctl(ctl);
         return rc;
     }
+    xfer_base_ref(base); /* dropped by xfer_ctl_close: base_ref.h */
     *out = ctl;
     return 0;
 }
@@ -455,7 +459,16 @@ void xfer_ctl_close(xfer_ctl *ctl)
         evconnlistener_free(ctl->lis);
         unlink(ctl->path);
     }
+    if (ctl->on_close)
+        ctl->on_close(ctl->ud);
+    struct event_base *base = ctl->base;
     free_ctl(ctl);
+    xfer_base_unref(base); /* last: the base may go with it */
+}
+
+void xfer_ctl_on_close(xfer_ctl *ctl, void (*fn)(void *ud))
+{
+    ctl->on_close = fn;
 }
 
 uint64_t xfer_ctl_served(const xfer_ctl *ctl)

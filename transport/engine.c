@@ -36,6 +36,7 @@
 
 #include <event2/event.h>
 
+#include "base_ref.h"
 #include "engine_int.h"
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
@@ -95,6 +96,7 @@ struct xfer_engine {
     xfer_shard_result *refused; /* results for refused starts, */
     xfer_ring ref;              /* in a FIFO over this ring */
     xfer_mailbox *mailbox;
+    xfer_engine_ctl_link *ctls; /* open control sockets (engine_ctl.c) */
     xfer_shutdown_cb shutdown_cb;
     void *shutdown_ud;
     xfer_idle_cb idle_cb;
@@ -463,13 +465,23 @@ static int alloc_tables(xfer_engine *e)
 static int make_loop(xfer_engine *e)
 {
     if (!e->cfg.base) {
-        e->base = event_base_new();
+        /* A base of our own is registered with the engine's reference:
+         * objects created on it keep it alive past xfer_engine_del, so
+         * they may be deleted after the engine (base_ref.h). */
+        struct event_base *b = event_base_new();
+        if (!b)
+            return XFER_ERR_IO;
+        if (xfer_base_adopt(b)) {
+            event_base_free(b);
+            return XFER_ERR_NOMEM;
+        }
+        e->base = b;
         e->own_base = 1;
     } else {
+        /* Another engine's own base is held like any object's. */
         e->base = e->cfg.base;
+        xfer_base_ref(e->base);
     }
-    if (!e->base)
-        return XFER_ERR_IO;
     int rc = xfer_timer_init(&e->timer, e->base, on_timer, e);
     e->deferred = event_new(e->base, -1, 0, on_deferred, e);
     if (rc || !e->deferred)
@@ -533,6 +545,10 @@ void xfer_engine_del(xfer_engine *e)
 {
     if (!e)
         return;
+    /* Control sockets still open answer with no engine from here on and
+     * may be closed later (their base is held: base_ref.h). */
+    for (xfer_engine_ctl_link *l = e->ctls; l; l = l->next)
+        l->e = NULL;
     for (uint32_t g = 0; e->groups && g < e->cfg.max_groups; g++)
         if (e->groups[g].used && e->groups[g].tp.ops->detach)
             e->groups[g].tp.ops->detach(e->groups[g].tp.self);
@@ -540,8 +556,10 @@ void xfer_engine_del(xfer_engine *e)
     xfer_timer_clear(&e->timer);
     if (e->deferred)
         event_free(e->deferred);
-    if (e->own_base && e->base)
-        event_base_free(e->base);
+    /* Our reference: a base we made (or another engine made) is freed
+     * here unless an object still on it (a transport, a server, a
+     * consumer, another engine...) holds its own. */
+    xfer_base_unref(e->base);
     xfer_core_del(e->core);
     /* Refused posts not yet delivered own their memory. */
     while (!xfer_list_empty(&e->done)) {
@@ -561,6 +579,22 @@ void xfer_engine_del(xfer_engine *e)
 const xfer_allocator *xfer_engine_alloc(const xfer_engine *e)
 {
     return &e->cfg.core.alloc;
+}
+
+void xfer_engine_ctl_link_add(xfer_engine *e, xfer_engine_ctl_link *l)
+{
+    l->e = e;
+    l->next = e->ctls;
+    e->ctls = l;
+}
+
+void xfer_engine_ctl_link_remove(xfer_engine *e, xfer_engine_ctl_link *l)
+{
+    xfer_engine_ctl_link **p = &e->ctls;
+    while (*p && *p != l)
+        p = &(*p)->next;
+    if (*p)
+        *p = l->next;
 }
 
 struct event_base *xfer_engine_base(const xfer_engine *e)

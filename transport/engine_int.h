@@ -64,6 +64,18 @@ void xfer_engine_flush(xfer_engine *e);
  * (engine_ctl.c).  Borrowed: valid while e lives. */
 const xfer_allocator *xfer_engine_alloc(const xfer_engine *e);
 
+/* An engine control socket's hold on its engine (engine_ctl.c).  The
+ * engine keeps the links of its open control sockets and clears `e` in
+ * each at xfer_engine_del, so a ctl closed after the engine (or answering
+ * after it) sees no engine instead of a freed one.  Loop thread. */
+typedef struct xfer_engine_ctl_link {
+    xfer_engine *e;                      /* NULL: the engine is gone */
+    struct xfer_engine_ctl_link *next;   /* the engine's list */
+    xfer_allocator alloc;                /* the link's own */
+} xfer_engine_ctl_link;
+void xfer_engine_ctl_link_add(xfer_engine *e, xfer_engine_ctl_link *l);
+void xfer_engine_ctl_link_remove(xfer_engine *e, xfer_engine_ctl_link *l);
+
 /* Copy a desc (and its slices) into a new post allocated through `a` (the
  * engine's allocator, borrowed; freed through it too).  Any thread.  NULL
  * when out of memory. */

@@ -26,6 +26,7 @@
 
 #include <event2/event.h>
 
+#include "base_ref.h"
 #include "engine_int.h"
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
@@ -73,6 +74,7 @@ struct xfer_loop {
     xfer_shard *shards[XFER_MAX_SHARDS];
     uint8_t down[XFER_MAX_SHARDS];
     struct xfer_engine *engine;
+    bool del_pending; /* xfer_loop_del came while attached: detach frees */
     struct event *run_ev;
     xfer_timer shard_timer; /* the shards' earliest deadline */
     loop_msg **heap;     /* delayed messages, by (due, seq) */
@@ -650,6 +652,8 @@ static void t_abort(void *self, const xfer_action *a)
 /* The engine lets go, and may free its event base right after: free our
  * events on that base now, so xfer_loop_del never touches a dead base.
  * Messages still queued are dropped with the loop. */
+static void loop_free(xfer_loop *l);
+
 static void t_detach(void *self)
 {
     xfer_loop *l = self;
@@ -658,6 +662,8 @@ static void t_detach(void *self)
         event_free(l->run_ev);
     xfer_timer_clear(&l->shard_timer);
     l->run_ev = NULL;
+    if (l->del_pending)
+        loop_free(l); /* the user deleted it while attached */
 }
 
 /* In-process shards are two-sided unless configured one-sided, and a
@@ -713,6 +719,7 @@ int xfer_loop_new(struct event_base *base, const xfer_loop_config *cfg,
     if (!l)
         return XFER_ERR_NOMEM;
     l->base = base;
+    xfer_base_ref(base); /* dropped by loop_free: see base_ref.h */
     l->cfg = c;
     if (!l->cfg.clock)
         l->cfg.clock = xfer_clock_monotonic;
@@ -738,10 +745,21 @@ out_fail:
     return rc;
 }
 
+/* Deleted while attached: the engine calls into the loop transport until
+ * it detaches, so the free waits for that detach. */
 void xfer_loop_del(xfer_loop *l)
 {
     if (!l)
         return;
+    if (l->engine)
+        l->del_pending = true;
+    else
+        loop_free(l);
+}
+
+static void loop_free(xfer_loop *l)
+{
+    struct event_base *base = l->base;
     const xfer_allocator *a = &l->cfg.alloc;
     while (l->nheap)
         xfer_util_free(a, heap_pop(l));
@@ -768,6 +786,7 @@ void xfer_loop_del(xfer_loop *l)
         xfer_shard_del(l->shards[k]);
     xfer_allocator la = l->cfg.alloc;
     xfer_util_free(&la, l);
+    xfer_base_unref(base); /* last: the base may go with it */
 }
 
 int xfer_loop_add_rule(xfer_loop *l, const xfer_fault_rule *rule)

@@ -19,6 +19,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include "base_ref.h"
 #include "metrics_int.h"
 #include "util.h" /* fsm_private_dep: the injected allocator */
 
@@ -131,6 +132,7 @@ int xfer_metrics_new(const xfer_metrics_config *cfg, xfer_metrics **out)
     if (!m)
         return XFER_ERR_NOMEM;
     m->cfg = *cfg;
+    xfer_base_ref(cfg->base); /* dropped by xfer_metrics_del: base_ref.h */
     *out = m;
     return 0;
 }
@@ -146,8 +148,10 @@ void xfer_metrics_del(xfer_metrics *m)
     }
     if (m->own)
         evhttp_free(m->own);
+    struct event_base *base = m->cfg.base;
     xfer_allocator a = m->cfg.alloc;
     xfer_util_free(&a, m);
+    xfer_base_unref(base); /* last: the base may go with it */
 }
 
 int xfer_metrics_add_engine(xfer_metrics *m, const xfer_engine *e)

@@ -43,6 +43,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "base_ref.h"
 #include "list.h" /* fsm/: the one intrusive list (fsm_private_dep) */
 #include "rdma_pdata.h"
 #include "tcp_int.h"
@@ -101,6 +102,7 @@ struct xfer_rdma {
     xfer_allocator alloc;
     xfer_tcp *tcp;
     struct xfer_engine *engine;
+    bool del_pending; /* xfer_rdma_del came while attached: detach frees */
     struct ibv_context **devs;
     struct ibv_context *ctx;
     struct ibv_pd *pd;
@@ -548,9 +550,16 @@ static int t_attach(void *self, struct xfer_engine *e, uint32_t group)
     return 0;
 }
 
+static void rdma_free(xfer_rdma *r);
+
+/* The engine lets go (xfer_engine_del); a transport the user deleted
+ * while attached is freed now. */
 static void t_detach(void *self)
 {
-    ((xfer_rdma *)self)->engine = NULL;
+    xfer_rdma *r = self;
+    r->engine = NULL;
+    if (r->del_pending)
+        rdma_free(r);
 }
 
 static int start_write(xfer_rdma *r, const xfer_action *a, const void *src)
@@ -738,6 +747,7 @@ int xfer_rdma_new(struct event_base *base, const xfer_rdma_config *cfg,
     if (!r)
         return XFER_ERR_NOMEM;
     r->base = base;
+    xfer_base_ref(base); /* dropped by rdma_free: see base_ref.h */
     r->cfg = *cfg;
     r->alloc = cfg->tcp.alloc;
     if (!r->cfg.max_send_wr)
@@ -764,10 +774,21 @@ out_fail:
     return rc;
 }
 
+/* Deleted while attached: the engine calls into the transport until it
+ * detaches, so the free waits for that detach. */
 void xfer_rdma_del(xfer_rdma *r)
 {
     if (!r)
         return;
+    if (r->engine)
+        r->del_pending = true;
+    else
+        rdma_free(r);
+}
+
+static void rdma_free(xfer_rdma *r)
+{
+    struct event_base *base = r->base;
     r->closing = true; /* hooks do nothing while the tcp transport goes */
     xfer_tcp_del(r->tcp);
     for (uint16_t k = 0; k < XFER_MAX_SHARDS; k++) {
@@ -819,6 +840,7 @@ void xfer_rdma_del(xfer_rdma *r)
     xfer_util_free(&r->alloc, r->q);
     xfer_allocator a = r->alloc;
     xfer_util_free(&a, r);
+    xfer_base_unref(base); /* last: the base may go with it */
 }
 
 /* ---------------------------------------------------------------------- */

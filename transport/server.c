@@ -13,6 +13,7 @@
  *  - new either returns a complete server or undoes everything it did
  *    (del accepts a half-built server), and *out stays untouched.
  */
+#include "base_ref.h"
 #include "server_int.h"
 
 #include <arpa/inet.h>
@@ -389,6 +390,7 @@ static int server_new(const xfer_server_config *cfg, bool rdma,
         return rc;
     }
     s->base = cfg->base;
+    xfer_base_ref(s->base); /* dropped by xfer_server_del: base_ref.h */
     s->rng = cfg->fault_seed ? cfg->fault_seed : 0x9e3779b97f4a7c15ull;
     rc = XFER_ERR_NOMEM;
     int trc = xfer_timer_init(&s->timer, s->base, xfer_server_on_timer, s);
@@ -475,8 +477,10 @@ void xfer_server_del(xfer_server *s)
     }
     xfer_server_sess_clear(s);
     OPENSSL_cleanse(s->secret, sizeof s->secret);
+    struct event_base *base = s->base;
     xfer_allocator a = s->cfg.alloc;
     xfer_util_free(&a, s);
+    xfer_base_unref(base); /* last: the base may go with it */
 }
 
 uint16_t xfer_server_port(const xfer_server *s)

@@ -64,6 +64,7 @@
 #include <sys/socket.h>
 
 #include "auth.h"
+#include "base_ref.h"
 #include "engine_int.h"
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
@@ -670,9 +671,16 @@ static int t_attach(void *self, struct xfer_engine *e, uint32_t group)
     return 0;
 }
 
+static void tcp_free(xfer_tcp *t);
+
+/* The engine lets go (xfer_engine_del).  A transport the user deleted
+ * while it was attached is freed now: from here on nothing uses it. */
 static void t_detach(void *self)
 {
-    ((xfer_tcp *)self)->engine = NULL;
+    xfer_tcp *t = self;
+    t->engine = NULL;
+    if (t->del_pending)
+        tcp_free(t);
 }
 
 static int t_start(void *self, const xfer_action *a, const void *src)
@@ -852,6 +860,7 @@ int xfer_tcp_new_hooked(struct event_base *base, const xfer_tcp_config *cfg,
         xfer_util_free(&c.alloc, t);
         return rc;
     }
+    xfer_base_ref(base); /* dropped by tcp_free: see base_ref.h */
     rc = XFER_ERR_IO;
     t->deliver_ev = event_new(base, -1, 0, on_deliver, t);
     t->flush_ev = event_new(base, -1, 0, xfer_tcp_io_on_flush, t);
@@ -888,10 +897,22 @@ static void drop_list(xfer_list *l, const xfer_allocator *a)
     }
 }
 
+/* Deleted while attached: the engine still calls into the transport until
+ * it detaches (a running loop, xfer_engine_del's detach), so the free
+ * waits for that detach. */
 void xfer_tcp_del(xfer_tcp *t)
 {
     if (!t)
         return;
+    if (t->engine)
+        t->del_pending = true;
+    else
+        tcp_free(t);
+}
+
+static void tcp_free(xfer_tcp *t)
+{
+    struct event_base *base = t->base;
     for (uint16_t k = 0; k < t->cfg.nshards; k++) {
         tcp_conn *c = &t->conns[k];
         for (uint32_t i = 0; i < c->nsegs; i++)
@@ -923,6 +944,9 @@ void xfer_tcp_del(xfer_tcp *t)
     }
     xfer_util_free(&a, t->q);
     xfer_util_free(&a, t);
+    /* Last: an engine-owned base may be freed here, and its pending
+     * finalizers (the bufferevents above) still run on it. */
+    xfer_base_unref(base);
 }
 
 int xfer_tcp_stats_get_versioned(const xfer_tcp *t, uint32_t version,

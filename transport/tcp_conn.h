@@ -100,6 +100,8 @@ struct xfer_tcp {
     struct event_base *base;
     xfer_tcp_config cfg;
     struct xfer_engine *engine;
+    bool del_pending;       /* xfer_tcp_del came while attached: the
+                               engine's detach frees the transport */
     struct event *deliver_ev;
     xfer_shard_result *q;   /* results to deliver, */
     xfer_ring qring;        /* in a FIFO over this ring */

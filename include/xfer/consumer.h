@@ -89,7 +89,10 @@ typedef void (*xfer_consumer_link_fn)(void *ud, uint16_t shard, bool up);
 
 typedef struct xfer_consumer_config {
     uint32_t version;          /* XFER_CONSUMER_CONFIG_VERSION */
-    struct event_base *base;   /* required; borrowed until del */
+    struct event_base *base;   /* required; a base the caller made is
+                                  borrowed until del; an engine's own base
+                                  (xfer_engine_base) is held until del, so
+                                  the engine may go first */
     uint16_t nshards;          /* S, 1..XFER_MAX_SHARDS */
     /* nshards numeric addresses "a.b.c.d:port" or "[v6]:port"; shard k is
      * served at addrs[k].  Copied. */
@@ -136,7 +139,8 @@ XFER_API int xfer_consumer_new(const xfer_consumer_config *cfg,
 /* Close every connection and free.  Outcomes not yet delivered are
  * dropped; data still held is released by the servers after their take
  * grace period (release it first to free it at once).  NULL ok.  Loop
- * thread, outside the consumer's callbacks. */
+ * thread, outside the consumer's callbacks.  Before or after
+ * xfer_engine_del of an engine whose base it runs on. */
 XFER_API void xfer_consumer_del(xfer_consumer *c);
 
 /*

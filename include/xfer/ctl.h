@@ -78,7 +78,9 @@ XFER_API void xfer_ctl_config_default(xfer_ctl_config *cfg);
 
 /*
  * xfer_ctl_open_config - listen on the Unix socket `path` (copied) on
- * `base` (borrowed: must outlive the ctl).  `fn` and `ud` are retained
+ * `base` (a base the caller made is borrowed and must outlive the ctl; an
+ * engine's own base, xfer_engine_base, is held until xfer_ctl_close, so
+ * the engine may be deleted first).  `fn` and `ud` are retained
  * until xfer_ctl_close; `cfg` is copied (NULL: the defaults).  On success
  * writes *out and returns 0; on failure *out is untouched.  Loop thread
  * only.
@@ -143,7 +145,9 @@ XFER_API int xfer_ctl_put_readiness(xfer_ctl_reply *rep, uint64_t id,
 
 /*
  * xfer_engine_ctl_open - a control socket answering with every live
- * transfer of engine `e` (borrowed: close the ctl before xfer_engine_del),
+ * transfer of engine `e` (borrowed until xfer_ctl_close or
+ * xfer_engine_del, whichever comes first: the two may come in either
+ * order; after xfer_engine_del the ctl answers with no transfer),
  * allocating through the engine's allocator (core.alloc).  Same errors as
  * xfer_ctl_open.  Loop thread of the engine.
  */

@@ -102,21 +102,24 @@ typedef struct xfer_loop_stats {
     uint64_t applied_lost;
 } xfer_loop_stats;
 
-/* Create on `base` (borrowed; must outlive the loop transport).  cfg
+/* Create on `base`: a base the caller made is borrowed and must outlive
+ * the loop transport; the base of an engine that made its own
+ * (xfer_engine_base) is held until xfer_loop_del.  cfg
  * copied; NULL means all defaults (and so fails: nshards is required).
  * *out untouched on failure.  Errors: XFER_ERR_INVALID_ARG (a version of
  * the config or of its shard template this library does not know, bad
  * config), XFER_ERR_NOMEM, XFER_ERR_IO. */
 XFER_API int xfer_loop_new(struct event_base *base, const xfer_loop_config *cfg,
                   xfer_loop **out);
-/* Free: the shards and every queued message.  NULL ok.  Call after the
- * engine detached it (xfer_engine_del) or if it was never attached. */
+/* Free: the shards and every queued message.  NULL ok.  After the engine
+ * detached it (xfer_engine_del) or if never attached, freed now; while
+ * still attached, it keeps serving the engine and xfer_engine_del's
+ * detach frees it (do not use `l` after this call either way). */
 XFER_API void xfer_loop_del(xfer_loop *l);
 
 /* The ops table + self, to hand to xfer_engine_add_group().  The engine
- * does not free the loop transport; the caller still calls xfer_loop_del
- * after xfer_engine_del (detaching frees the loop's events on the engine's
- * base, so the base may go first). */
+ * does not free the loop transport; the caller still calls xfer_loop_del,
+ * before or after xfer_engine_del (see xfer_loop_del). */
 XFER_API xfer_transport xfer_loop_transport(xfer_loop *l);
 
 /* Append a fault rule (copied).  Errors: XFER_ERR_INVALID_ARG,

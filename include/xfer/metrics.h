@@ -62,7 +62,10 @@ XFER_API size_t xfer_consumer_metrics(const xfer_consumer *c, char *buf,
 
 typedef struct xfer_metrics_config {
     uint32_t version;          /* XFER_METRICS_CONFIG_VERSION */
-    struct event_base *base;   /* required: the objects' loop */
+    struct event_base *base;   /* required: the objects' loop.  A base
+                                  the caller made must outlive the
+                                  metrics; an engine's own base
+                                  (xfer_engine_base) is held until del */
     xfer_allocator alloc;      /* zeroed: libc */
 } xfer_metrics_config;
 
@@ -71,7 +74,10 @@ XFER_API void xfer_metrics_config_default(xfer_metrics_config *cfg);
  * failure. */
 XFER_API int xfer_metrics_new(const xfer_metrics_config *cfg,
                               xfer_metrics **out);
-/* Stop serving and free (the objects are not touched).  NULL ok. */
+/* Stop serving, close the scrapers' connections and free (the objects
+ * are not touched).  NULL ok.  Loop thread.  Before or after
+ * xfer_engine_del when the engine is not added (an added object is
+ * borrowed until this call: delete the metrics first). */
 XFER_API void xfer_metrics_del(xfer_metrics *m);
 
 /* Add an object to the exposition; each is borrowed until

@@ -62,7 +62,9 @@ XFER_API void xfer_rdma_config_default(xfer_rdma_config *cfg);
 
 /*
  * Open the first RDMA device, its PD and CQ, and start the control
- * connections.  cfg copied.  *out untouched on failure.
+ * connections on `base` (as xfer_tcp_new's: a caller's base must outlive
+ * the transport; an engine's own base is held until xfer_rdma_del).  cfg
+ * copied.  *out untouched on failure.
  * Errors: XFER_ERR_INVALID_ARG (NULL, unknown version, a bad tcp config),
  * XFER_ERR_NOT_SUPPORTED (no RDMA device, or a build without RDMA),
  * XFER_ERR_NOMEM, XFER_ERR_IO (a verbs or rdmacm call failed).
@@ -70,7 +72,10 @@ XFER_API void xfer_rdma_config_default(xfer_rdma_config *cfg);
 XFER_API int xfer_rdma_new(struct event_base *base,
                            const xfer_rdma_config *cfg, xfer_rdma **out);
 /* Close every connection, deregister what is still registered, free.
- * Call after xfer_engine_del (no op outstanding).  NULL ok. */
+ * NULL ok.  After xfer_engine_del (no op outstanding) or if never
+ * attached, freed now; while still attached, it keeps serving the engine
+ * and xfer_engine_del's detach frees it (do not use `r` after this call
+ * either way). */
 XFER_API void xfer_rdma_del(xfer_rdma *r);
 /* The ops table + self for xfer_engine_add_group(). */
 XFER_API xfer_transport xfer_rdma_transport(xfer_rdma *r);

@@ -107,7 +107,10 @@ typedef struct xfer_server_shard {
 
 typedef struct xfer_server_config {
     uint32_t version;           /* XFER_SERVER_CONFIG_VERSION */
-    struct event_base *base;    /* required; borrowed until del */
+    struct event_base *base;    /* required; a base the caller made is
+                                   borrowed until del; an engine's own
+                                   base (xfer_engine_base) is held until
+                                   del, so the engine may go first */
     const char *addr;           /* numeric IPv4/IPv6 to bind; copied;
                                    NULL: "127.0.0.1" */
     uint16_t port;              /* 0: an ephemeral port (xfer_server_port) */
@@ -198,7 +201,8 @@ XFER_API int xfer_server_new(const xfer_server_config *cfg,
                              xfer_server **out);
 /* Close every connection (writes in flight end failed), free the shards
  * and the server.  The shard memory is left as it is.  NULL ok.  Loop
- * thread, outside any callback of the server. */
+ * thread, outside any callback of the server.  Before or after
+ * xfer_engine_del of an engine whose base it runs on. */
 XFER_API void xfer_server_del(xfer_server *s);
 
 /* The port bound (the ephemeral one after port 0). */

@@ -95,22 +95,30 @@ typedef struct xfer_tcp_stats {
 } xfer_tcp_stats;
 
 /*
- * Create on `base` (borrowed; must outlive the transport) and start
+ * Create on `base` and start
  * connecting to every shard.  cfg copied; NULL means all defaults (and so
  * fails: nshards and addrs are required).  *out untouched on failure.
+ * `base`: a base the caller made is borrowed and must outlive the
+ * transport; the base of an engine that made its own (xfer_engine_base) is
+ * held by the transport until xfer_tcp_del, so the engine and the
+ * transport may be deleted in either order.
  * Errors: XFER_ERR_INVALID_ARG (a version this library does not know, a
  * bad address, counts), XFER_ERR_NOMEM, XFER_ERR_IO (libevent).
  */
 XFER_API int xfer_tcp_new(struct event_base *base, const xfer_tcp_config *cfg,
                  xfer_tcp **out);
-/* Close every connection and free.  NULL ok.  Call after xfer_engine_del
- * (the engine detached it) or if it was never attached.  Staging
- * references libevent still holds are released when the base finishes
- * closing the connections. */
+/* Close every connection and free.  NULL ok.  Loop thread, outside the
+ * loop's callbacks.  Either order with the engine works: after
+ * xfer_engine_del (the engine detached it) or if never attached, it is
+ * freed now; while still attached, the transport keeps serving the engine
+ * and is freed by xfer_engine_del's detach (do not use `t` after this
+ * call either way).  Staging references libevent still holds are released
+ * when the base finishes closing the connections. */
 XFER_API void xfer_tcp_del(xfer_tcp *t);
 
 /* The ops table + self for xfer_engine_add_group().  The engine does not
- * free the transport; call xfer_tcp_del after xfer_engine_del. */
+ * free the transport; call xfer_tcp_del, before or after xfer_engine_del
+ * (see xfer_tcp_del). */
 XFER_API xfer_transport xfer_tcp_transport(xfer_tcp *t);
 
 /* Counters: the fields of stats version `version` are copied into *st

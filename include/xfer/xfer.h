@@ -27,6 +27,13 @@
  *       shutdown callback: event_base_loopbreak
  *     (dispatch returns) -> xfer_engine_del -> xfer_loop_del
  *
+ * Teardown orders (docs/design.md 4, "Who owns the base"): every object
+ * of this library created on the engine's base (transports, servers,
+ * consumers, metrics, control sockets) may be deleted before or after
+ * xfer_engine_del.  A base the engine made (cfg.base NULL) is freed with
+ * the last of them, whichever is deleted last; a base the caller made is
+ * the caller's to free, after every object on it.
+ *
  * The engine keeps events armed on its base for its whole life (the
  * mailbox's pipe, the core's timer, tombstone expiry), so
  * event_base_dispatch() does not return by itself: break the loop from the
@@ -87,7 +94,13 @@ XFER_API uint64_t xfer_clock_monotonic(void *ud);
 typedef struct xfer_engine_config {
     uint32_t version;        /* XFER_ENGINE_CONFIG_VERSION */
     struct event_base *base; /* NULL (the default): the engine makes and
-                                owns its own */
+                                owns its own, freed at xfer_engine_del or
+                                with the last object on it, whichever
+                                comes last.  Else a base the caller
+                                made is borrowed (it must outlive the
+                                engine and every object on it), and
+                                another engine's own base is held until
+                                xfer_engine_del */
     xfer_core_config core;   /* limits, timeouts, allocator, trace sink
                                 (defaults: xfer_core_config_default);
                                 core.max_transfers also bounds the engine:
@@ -143,9 +156,13 @@ XFER_API int xfer_engine_new(const xfer_engine_config *cfg, xfer_engine **out);
 /* Free.  Accepts NULL.  Call after shutdown completed, from outside the
  * loop (after event_base_dispatch returned); transfers still live, posts
  * still queued and completions not yet delivered are dropped without a
- * callback (a bug in the caller).  Free the loop transport after this. */
+ * callback (a bug in the caller).  The group transports are detached: free
+ * each after this (one the caller already deleted while attached is freed
+ * here).  A base the engine made is freed here unless an object created on
+ * it is still alive; then with the last such object. */
 XFER_API void xfer_engine_del(xfer_engine *e);
-/* The loop the engine runs on. */
+/* The loop the engine runs on.  A base the engine made stays valid until
+ * the engine and every object created on it are deleted. */
 XFER_API struct event_base *xfer_engine_base(const xfer_engine *e);
 
 /* Register caller memory as a staging pool.  `base` is retained until the

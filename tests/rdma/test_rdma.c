@@ -159,13 +159,15 @@ static uint32_t srv_fault_ppm, srv_drop_ppm;
 static uint64_t srv_fault_seed;
 static size_t srv_small_len; /* nonzero: the last shard's pool is this */
 
-static void servers(rig *g, uint16_t S, size_t mem_len, uint64_t lease_ns)
+/* S shard servers on `base` (NULL: a new base of the test's own). */
+static void servers_on(rig *g, struct event_base *base, uint16_t S,
+                       size_t mem_len, uint64_t lease_ns)
 {
     memset(g, 0, sizeof *g);
     signal(SIGPIPE, SIG_IGN);
     g->S = S;
     g->mem_len = mem_len;
-    g->base = event_base_new();
+    g->base = base ? base : event_base_new();
     ck_assert_ptr_nonnull(g->base);
     for (uint16_t k = 0; k < S; k++) {
         g->mem[k] = malloc(mem_len);
@@ -193,6 +195,11 @@ static void servers(rig *g, uint16_t S, size_t mem_len, uint64_t lease_ns)
     }
 }
 
+static void servers(rig *g, uint16_t S, size_t mem_len, uint64_t lease_ns)
+{
+    servers_on(g, NULL, S, mem_len, lease_ns);
+}
+
 /* The producer: engine, rdma transport, one staging pool of `slots`
  * transfers.  Returns add_group's / register_pool's code. */
 static int producer(rig *g, uint32_t slice, uint32_t slots,
@@ -214,7 +221,8 @@ static int producer(rig *g, uint32_t slice, uint32_t slots,
     rc.tcp.addrs = g->addrs;
     rc.tcp.reconnect_min_ns = 2000000ull;
     rc.tcp.reconnect_max_ns = 50000000ull;
-    ck_assert_int_eq(xfer_engine_new(&ec, &g->e), 0);
+    if (!g->e) /* else made by the test, owning the base */
+        ck_assert_int_eq(xfer_engine_new(&ec, &g->e), 0);
     ck_assert_int_eq(xfer_rdma_new(g->base, &rc, &g->rd), 0);
     int r = xfer_engine_add_group(g->e, xfer_rdma_transport(g->rd),
                                   &g->group);
@@ -289,6 +297,8 @@ static bool is_shut(rig *g)
     return shut;
 }
 
+static void fabric_empty(rig *g);
+
 /* Shut everything down and check that the fabric has nothing left. */
 static void teardown(rig *g)
 {
@@ -309,6 +319,12 @@ static void teardown(rig *g)
         xfer_server_del(g->srv[k]);
     event_base_loop(g->base, EVLOOP_NONBLOCK);
     event_base_free(g->base);
+    fabric_empty(g);
+}
+
+/* After the teardown: the memory goes, and the fabric holds nothing. */
+static void fabric_empty(rig *g)
+{
     for (uint16_t k = 0; k < g->S; k++)
         free(g->mem[k]);
     free(g->staging);
@@ -369,6 +385,50 @@ START_TEST(test_rdma_transfers_land)
     ck_assert_uint_eq(c.bytes_landed, 16 * 8192);
 #endif
     teardown(&g);
+}
+END_TEST
+
+/* Issue 23 item 1 on RDMA: an engine that owns its base (no base in its
+ * config), the transport and the shard servers on xfer_engine_base, the
+ * connections up and transfers landed; then both teardown orders
+ * (_i 0: xfer_engine_del first, as rdma.h gives; 1: xfer_rdma_del first,
+ * while attached, which the engine's detach completes).  The base is
+ * freed with the last object on it, and the fabric holds nothing after. */
+START_TEST(test_rdma_teardown_engine_owned_base)
+{
+    rig g;
+    begin("");
+    xfer_engine *e = NULL;
+    ck_assert_int_eq(xfer_engine_new(NULL, &e), 0);
+    servers_on(&g, xfer_engine_base(e), 2, 1 << 20, 0);
+    g.e = e;
+    ck_assert_int_eq(producer(&g, 8192, 2, 0), 0);
+    ck_assert(run(&g, all_up, WAIT_MS));
+    for (uint64_t id = 1; id <= 2; id++)
+        ck_assert_int_eq(submit(&g, id, (uint32_t)(id - 1)), 0);
+    want_done = 2;
+    ck_assert(run(&g, done_enough, WAIT_MS));
+    for (uint64_t id = 1; id <= 2; id++) {
+        ck_assert_int_eq(g.res[id].status, 0);
+        for (uint16_t k = 0; k < g.S; k++)
+            ck_assert(landed(&g, k, id));
+    }
+    shut = false;
+    ck_assert_int_eq(xfer_engine_shutdown(g.e, on_shut, NULL), 0);
+    ck_assert(run(&g, is_shut, WAIT_MS));
+    if (_i == 0) {
+        xfer_engine_del(g.e);
+        /* The engine is gone; its base lives on under the transport. */
+        ck_assert_int_ge(event_base_loop(g.base, EVLOOP_NONBLOCK), 0);
+        xfer_rdma_del(g.rd);
+    } else {
+        xfer_rdma_del(g.rd);
+        xfer_engine_del(g.e);
+    }
+    ck_assert_int_ge(event_base_loop(g.base, EVLOOP_NONBLOCK), 0);
+    for (uint16_t k = 0; k < g.S; k++)
+        xfer_server_del(g.srv[k]); /* the last frees the base */
+    fabric_empty(&g);
 }
 END_TEST
 
@@ -841,6 +901,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("fabric");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_rdma_transfers_land);
+    tcase_add_loop_test(tc, test_rdma_teardown_engine_owned_base, 0, 2);
     tcase_add_test(tc, test_rdma_config_checks);
     tcase_add_test(tc, test_rdma_kill_shard_connection);
     tcase_add_test(tc, test_rdma_shutdown_with_writes_posted);
