@@ -323,6 +323,13 @@ static int get_body(xfer_le_dec *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
     return -1;
 }
 
+int32_t xfer_wire_peer_code(int32_t code)
+{
+    if (code >= 0 || code <= XFER_ERR_INTERNAL)
+        return 0;
+    return strcmp(xfer_err_name(code), "UNKNOWN") ? code : XFER_ERR_REMOTE;
+}
+
 /* Whether get_body can refuse a body of this type (a field with a range):
  * only those are decoded through a copy, so that a refused frame leaves
  * *m as it was.  Must name every type whose get_body case can fail. */
