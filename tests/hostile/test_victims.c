@@ -25,7 +25,8 @@
  * test_victims_flapping_shard_not_redialled_at_once: a shard that closes
  * right after its HELLO_ACK is not redialled at once (on fdf0a61 it was,
  * 240-356 times a second): with a 10 s minimum backoff, no second dial
- * arrives while the loop runs for 0.5 s, and the loss is counted.
+ * arrives while the loop runs for 0.5 s, and the loss is counted (stats
+ * and the xfer_tcp_* metrics).
  */
 #include <check.h>
 #include <signal.h>
@@ -44,6 +45,7 @@
 #include "backoff.h" /* transport/: the delay arithmetic */
 #include "mp.h"
 #include "testutil.h"
+#include "xfer/metrics.h"
 #include "xfer/tcp.h"
 #include "xfer/xfer.h"
 
@@ -367,6 +369,18 @@ START_TEST(test_victims_flapping_shard_not_redialled_at_once)
     ck_assert_uint_eq(st.losses, 1);
     ck_assert_uint_eq(st.reconnects, 0);
     ck_assert(!xfer_tcp_connected(v.tcp, 0));
+    /* The metrics show the loss, and no redial yet. */
+    xfer_metrics_config mc;
+    xfer_metrics_config_default(&mc);
+    mc.base = v.base;
+    xfer_metrics *mx;
+    ck_assert_int_eq(xfer_metrics_new(&mc, &mx), 0);
+    ck_assert_int_eq(xfer_metrics_add_tcp(mx, v.tcp), 0);
+    char text[4096];
+    ck_assert_uint_lt(xfer_metrics_render(mx, text, sizeof text), sizeof text);
+    ck_assert_ptr_nonnull(strstr(text, "\nxfer_tcp_losses_total 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nxfer_tcp_reconnects_total 0\n"));
+    xfer_metrics_del(mx);
     victim_del(&v);
 }
 END_TEST
