@@ -331,17 +331,19 @@ START_TEST(test_soak_hostile_mix)
     for (int k = 0; k < NSHARDS; k++) {
         char shard[8];
         snprintf(shard, sizeof shard, "%d", k);
-        /* 200 sessions x (20 reservations, 320 KiB, 64 tombstones) stay
-         * within 4096 reservations, 64 MiB and 16384 tombstones.  The
+        /* 200 sessions x (40 reservations, 640 KiB, 64 tombstones) stay
+         * within 8192 reservations, 128 MiB and 16384 tombstones.  The
          * good producer's 8 transfers in flight (at most 128 KiB a
          * shard) leave room for regions READY until the consumer process
          * has taken them (they count against the producer's session
-         * until then). */
+         * until then, and the consumer is a process of its own on a
+         * loaded machine). */
         const char *args[] = {
-            "--shards", shard, "--pool", "64M", "--lease-ttl", "2s",
+            "--shards", shard, "--pool", "128M", "--lease-ttl", "2s",
             "--shm", shm, "--take-grace", "2s",
             "--quiet", "--max-sessions", "200",
-            "--session-max-resv", "20", "--session-max-bytes", "320K",
+            "--session-max-resv", "40", "--session-max-bytes", "640K",
+            "--max-resv", "8192",
             "--session-max-tombs", "64", "--write-timeout", "300ms",
             "--header-timeout", "300ms", "--hello-timeout", "300ms", NULL};
         ck_assert_int_eq(mp_xferd(&d[k], 0, args), 0);
