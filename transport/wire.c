@@ -337,7 +337,7 @@ static bool known_code(int32_t code)
 
 int32_t xfer_wire_peer_code(int32_t code)
 {
-    if (code >= 0 || code <= XFER_ERR_INTERNAL)
+    if (code >= 0 || code <= XFER_ERR_FATAL_BAND)
         return 0;
     return known_code(code) ? code : XFER_ERR_REMOTE;
 }

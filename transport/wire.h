@@ -270,8 +270,8 @@ int xfer_wire_decode_hdr(const void *buf, size_t n, xfer_wire_hdr *h,
  * Returns 0 (*m written) or XFER_ERR_PROTO with *reason (*m untouched).
  */
 /* The error a peer's ERROR frame may make us report: a code of the
- * errors list in the band peers may send (above XFER_ERR_INTERNAL's fatal
- * band) as it is; a code in that band that this build does not know (a
+ * errors list in the band peers may send (above the fatal band,
+ * XFER_ERR_FATAL_BAND) as it is; a code in that band that this build does not know (a
  * newer peer's) as XFER_ERR_REMOTE; 0 for anything else (0, a positive
  * value, the fatal band): the frame is refused, so a shard can never make
  * a transfer report success by an ERROR, nor a code it may not send. */
