@@ -30,6 +30,7 @@ struct xfer_metrics {
     const xfer_engine *engine;
     const xfer_server *server;
     const xfer_consumer *consumer;
+    const xfer_tcp *tcp;
     struct evhttp *own;              /* from xfer_metrics_listen */
     struct evhttp *mounts[MAX_MOUNTS];
     char *paths[MAX_MOUNTS];
@@ -48,6 +49,8 @@ static struct evbuffer *render(const xfer_metrics *m)
         xfer_metrics_server(&t, m->server);
     if (m->consumer)
         xfer_metrics_consumer(&t, m->consumer);
+    if (m->tcp)
+        xfer_metrics_tcp(&t, m->tcp);
     if (t.err) {
         evbuffer_free(t.b);
         return NULL;
@@ -181,6 +184,16 @@ int xfer_metrics_add_consumer(xfer_metrics *m, const xfer_consumer *c)
     if (m->consumer)
         return XFER_ERR_EXISTS;
     m->consumer = c;
+    return 0;
+}
+
+int xfer_metrics_add_tcp(xfer_metrics *m, const xfer_tcp *t)
+{
+    if (!m || !t)
+        return XFER_ERR_INVALID_ARG;
+    if (m->tcp)
+        return XFER_ERR_EXISTS;
+    m->tcp = t;
     return 0;
 }
 

@@ -326,3 +326,28 @@ void xfer_metrics_consumer(xfer_metrics_text *t, const xfer_consumer *c)
         "From a take sent to its answer.");
     hist(t, "xfer_consumer_take_seconds", "", &c->h_take);
 }
+
+/* ---------------------------------------------------------------------- */
+/* The producer's TCP transport                                            */
+/* ---------------------------------------------------------------------- */
+
+void xfer_metrics_tcp(xfer_metrics_text *t, const xfer_tcp *tcp)
+{
+    xfer_tcp_stats st;
+    xfer_tcp_stats_get(tcp, &st);
+    one(t, "xfer_tcp_connects_total", "counter",
+        "Shard connections established (HELLO answered).", st.connects);
+    one(t, "xfer_tcp_reconnects_total", "counter",
+        "Dials after a connection's first, each after the backoff.",
+        st.reconnects);
+    one(t, "xfer_tcp_connect_failures_total", "counter",
+        "Dials that failed or broke before HELLO was answered.",
+        st.connect_failures);
+    one(t, "xfer_tcp_losses_total", "counter",
+        "Shard connections lost after they were up.", st.losses);
+    one(t, "xfer_tcp_bad_frames_total", "counter",
+        "Shard connections closed for bad input.", st.bad_frames);
+    one(t, "xfer_tcp_bad_replies_total", "counter",
+        "Replies refused (each failed its op with XFER_ERR_PROTO).",
+        st.bad_replies);
+}

@@ -343,7 +343,15 @@ static bool reply_fits(const tcp_op *op, const xfer_wire_msg *m)
         [XFER_ACT_EAGER] = XFER_WIRE_T_EAGER_OK};
     if (m->type != XFER_WIRE_T_ERROR && m->type != ack[op->a.kind])
         return false;
-    return m->id == op->a.id && m->attempt == op->a.attempt;
+    if (m->id != op->a.id || m->attempt != op->a.attempt)
+        return false;
+    /* A reservation the shard made is named by a reservation id; one
+     * without it could never be written, committed or cancelled. */
+    if ((m->type == XFER_WIRE_T_RESERVE_OK ||
+         m->type == XFER_WIRE_T_EAGER_OK) &&
+        m->resv_id == XFER_RESV_NONE)
+        return false;
+    return m->type != XFER_WIRE_T_ERROR || xfer_wire_peer_code(m->code) != 0;
 }
 
 static tcp_op *find_sent(tcp_conn *c, uint32_t req)
@@ -355,22 +363,33 @@ static tcp_op *find_sent(tcp_conn *c, uint32_t req)
 }
 
 /* A reply to a request of ours.  Returns false when it was not acceptable
- * (the connection is then dropped). */
+ * (the connection is then dropped).  A refused reply that names one of
+ * our requests fails that op with XFER_ERR_PROTO first: the op has its
+ * result even though the shard's answer was not one (every started op
+ * ends, whatever a shard sends); the connection's other ops then fail as
+ * a lost connection's do. */
 static bool on_reply(tcp_conn *c, const xfer_wire_hdr *h,
                      const xfer_wire_msg *m)
 {
     tcp_op *op = find_sent(c, h->req);
-    if (!op || !reply_fits(op, m))
+    if (!op)
         return false;
     list_unlink(&c->sent, op);
-    if (m->type == XFER_WIRE_T_RESERVE_OK) {
+    if (!reply_fits(op, m)) {
+        c->t->st.bad_replies++;
+        finish(c->t, op, XFER_ERR_PROTO);
+        maybe_free(op);
+        return false;
+    }
+    if (m->type == XFER_WIRE_T_RESERVE_OK ||
+        m->type == XFER_WIRE_T_EAGER_OK) {
         op->res.resv_id = m->resv_id;
         op->res.remote_addr = m->addr;
-        op->res.rkey = m->rkey;
-        if (m->resv_id == XFER_RESV_NONE)
-            return false;
+        if (m->type == XFER_WIRE_T_RESERVE_OK)
+            op->res.rkey = m->rkey;
     }
-    finish(c->t, op, m->type == XFER_WIRE_T_ERROR ? m->code : 0);
+    finish(c->t, op,
+           m->type == XFER_WIRE_T_ERROR ? xfer_wire_peer_code(m->code) : 0);
     maybe_free(op);
     return true;
 }
@@ -405,7 +424,7 @@ static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
         c->t->st.hello_refused++;
         return false;
     }
-    c->backoff_ns = 0;
+    xfer_backoff_up(&c->bo, xfer_clock_monotonic(NULL));
     c->eager = (m->hello_flags & XFER_WIRE_HELLO_EAGER) != 0;
     c->t->st.connects++;
     bufferevent_set_timeouts(c->bev, NULL, NULL);
@@ -426,22 +445,6 @@ static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
 /* ---------------------------------------------------------------------- */
 /* The eager path                                                          */
 /* ---------------------------------------------------------------------- */
-
-/* EAGER_OK: the shard applied it whole; the reservation it names is what
- * a rollback cancels. */
-static bool on_eager_ok(tcp_conn *c, const xfer_wire_hdr *h,
-                        const xfer_wire_msg *m)
-{
-    tcp_op *op = find_sent(c, h->req);
-    if (!op || !reply_fits(op, m) || m->resv_id == XFER_RESV_NONE)
-        return false;
-    list_unlink(&c->sent, op);
-    op->res.resv_id = m->resv_id;
-    op->res.remote_addr = m->addr;
-    finish(c->t, op, 0);
-    maybe_free(op);
-    return true;
-}
 
 /* Every shard's connection is up and takes EAGER. */
 static bool t_eager_ok(void *self)
@@ -466,9 +469,9 @@ bool xfer_tcp_on_frame(tcp_conn *c, const xfer_wire_hdr *h,
     case XFER_WIRE_T_COMMIT_ACK:
     case XFER_WIRE_T_CANCEL_ACK:
     case XFER_WIRE_T_ERROR:
+    case XFER_WIRE_T_EAGER_OK: /* the reservation it names is what a
+                                  rollback cancels */
         return on_reply(c, h, m);
-    case XFER_WIRE_T_EAGER_OK:
-        return on_eager_ok(c, h, m);
     default:
         return false;
     }
@@ -559,7 +562,26 @@ static void close_bev(tcp_conn *c)
     evtimer_del(c->grace_ev);
 }
 
-/* Down after a failed connect: every waiting op fails; retry later. */
+/* Dial again after `delay_ns` (backoff.h), or at once when it is 0. */
+static void redial(tcp_conn *c, uint64_t delay_ns)
+{
+    if (delay_ns == 0) {
+        start_connect(c);
+        return;
+    }
+    struct timeval tv = xfer_timer_delay(delay_ns);
+    evtimer_add(c->retry_ev, &tv);
+}
+
+static uint64_t next_delay(tcp_conn *c)
+{
+    return xfer_backoff_lost(&c->bo, xfer_clock_monotonic(NULL),
+                             c->t->cfg.reconnect_min_ns,
+                             c->t->cfg.reconnect_max_ns);
+}
+
+/* Down after a failed connect (or a connection that broke before it was
+ * up): every waiting op fails; retry after the backoff. */
 static void go_down(tcp_conn *c)
 {
     xfer_tcp *t = c->t;
@@ -568,14 +590,14 @@ static void go_down(tcp_conn *c)
     t->st.connect_failures++;
     fail_list(c, &c->sent, XFER_ERR_CONN_LOST);
     fail_list(c, &c->wait, XFER_ERR_CONN_LOST);
-    uint64_t b = c->backoff_ns ? 2 * c->backoff_ns : t->cfg.reconnect_min_ns;
-    c->backoff_ns = b < t->cfg.reconnect_max_ns ? b : t->cfg.reconnect_max_ns;
-    struct timeval tv = xfer_timer_delay(c->backoff_ns);
-    evtimer_add(c->retry_ev, &tv);
+    redial(c, next_delay(c));
 }
 
-/* The connection broke (or the peer misbehaved): fail what was sent,
- * reconnect at once; ops still waiting go out on the new connection. */
+/* The connection broke (or the peer misbehaved): fail what was sent.  A
+ * connection that had stayed up is redialled at once, and ops still
+ * waiting go out on the new one; one that broke soon after it came up (a
+ * shard that closes right after HELLO) is redialled after the backoff,
+ * and its waiting ops fail now, as while a shard is down. */
 void xfer_tcp_conn_lost(tcp_conn *c, bool bad_peer)
 {
     if (c->state != C_UP) {
@@ -587,7 +609,10 @@ void xfer_tcp_conn_lost(tcp_conn *c, bool bad_peer)
     close_bev(c);
     c->state = C_DOWN;
     fail_list(c, &c->sent, XFER_ERR_CONN_LOST);
-    start_connect(c);
+    uint64_t delay = next_delay(c);
+    if (delay)
+        fail_list(c, &c->wait, XFER_ERR_CONN_LOST);
+    redial(c, delay);
 }
 
 static void on_event(struct bufferevent *bev, short what, void *arg)
@@ -618,6 +643,8 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 static void start_connect(tcp_conn *c)
 {
     xfer_tcp *t = c->t;
+    t->st.reconnects += c->dialled;
+    c->dialled = true;
     c->state = C_CONNECTING;
     c->bev = bufferevent_socket_new(t->base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (!c->bev) {
@@ -779,7 +806,8 @@ xfer_transport xfer_tcp_transport(xfer_tcp *t)
 
 /* The bytes each version of xfer_tcp_config and _stats holds (util.h). */
 static const size_t config_lens[] = {sizeof(xfer_tcp_config)};
-static const size_t stats_lens[] = {sizeof(xfer_tcp_stats)};
+static const size_t stats_lens[] = {
+    offsetof(xfer_tcp_stats, bad_replies), sizeof(xfer_tcp_stats)};
 
 void xfer_tcp_config_default(xfer_tcp_config *cfg)
 {
@@ -824,6 +852,11 @@ static int init_conn(xfer_tcp *t, uint16_t k, const char *addr)
         evutil_parse_sockaddr_port(addr, (struct sockaddr *)&c->sa,
                                    &c->salen) != 0)
         return XFER_ERR_INVALID_ARG;
+    uint8_t seed[sizeof t->session + 2];
+    memcpy(seed, t->session, sizeof t->session);
+    seed[sizeof t->session] = (uint8_t)k;
+    seed[sizeof t->session + 1] = (uint8_t)(k >> 8);
+    xfer_backoff_init(&c->bo, seed, sizeof seed);
     c->retry_ev = evtimer_new(t->base, on_retry, c);
     c->grace_ev = evtimer_new(t->base, on_grace, c);
     return c->retry_ev && c->grace_ev ? 0 : XFER_ERR_IO;

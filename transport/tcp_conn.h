@@ -17,6 +17,7 @@
 #include <event2/util.h>
 
 #include "auth.h"
+#include "backoff.h"
 #include "list.h" /* fsm/: the one intrusive list (fsm_private_dep) */
 #include "ring.h" /* fsm/: the one ring buffer (fsm_private_dep) */
 #include "tcp_int.h"
@@ -74,7 +75,9 @@ struct tcp_conn {
     int salen;
     struct bufferevent *bev;
     struct event *retry_ev, *grace_ev;
-    uint64_t backoff_ns;
+    xfer_backoff bo;      /* reconnect delays (backoff.h) */
+    bool dialled;         /* connected at least once: later dials count
+                             as reconnects */
     uint32_t next_req, hello_req;
     bool told_up;         /* the owner heard it come up (hooks) */
     xfer_list wait, sent; /* of tcp_op, oldest first */

@@ -323,6 +323,25 @@ static int get_body(xfer_le_dec *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
     return -1;
 }
 
+static bool known_code(int32_t code)
+{
+    switch (code) {
+#define XFER_WIRE_KNOWN_(name, value, msg) case (value):
+        XFER_ERRNO_MAP(XFER_WIRE_KNOWN_)
+#undef XFER_WIRE_KNOWN_
+        return true;
+    default:
+        return false;
+    }
+}
+
+int32_t xfer_wire_peer_code(int32_t code)
+{
+    if (code >= 0 || code <= XFER_ERR_FATAL_BAND)
+        return 0;
+    return known_code(code) ? code : XFER_ERR_REMOTE;
+}
+
 /* Whether get_body can refuse a body of this type (a field with a range):
  * only those are decoded through a copy, so that a refused frame leaves
  * *m as it was.  Must name every type whose get_body case can fail. */

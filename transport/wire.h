@@ -269,6 +269,14 @@ int xfer_wire_decode_hdr(const void *buf, size_t n, xfer_wire_hdr *h,
  * field that has a range (roles, event kinds, a WRITE's off + len).
  * Returns 0 (*m written) or XFER_ERR_PROTO with *reason (*m untouched).
  */
+/* The error a peer's ERROR frame may make us report: a code of the
+ * errors list in the band peers may send (above the fatal band,
+ * XFER_ERR_FATAL_BAND) as it is; a code in that band that this build does not know (a
+ * newer peer's) as XFER_ERR_REMOTE; 0 for anything else (0, a positive
+ * value, the fatal band): the frame is refused, so a shard can never make
+ * a transfer report success by an ERROR, nor a code it may not send. */
+int32_t xfer_wire_peer_code(int32_t code);
+
 int xfer_wire_decode_body(const xfer_wire_hdr *h, const void *body, size_t n,
                           xfer_wire_msg *m, xfer_wire_reason *reason);
 

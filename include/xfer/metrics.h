@@ -15,7 +15,10 @@
  *                    by reason, errors sent, connections;
  *   xfer_consumer_*  outcomes (available, unavailable by reason), links,
  *                    events, requests, late readies, tombstones, ids
- *                    pending and held, first ready -> outcome seconds.
+ *                    pending and held, first ready -> outcome seconds;
+ *   xfer_tcp_*       the producer's TCP transport: connections
+ *                    established, lost, redialled (reconnects) and
+ *                    failed, replies refused.
  * Counters end in _total; histograms have _bucket{le=...} (cumulative),
  * _sum and _count, in seconds.  The counters are the ones the objects'
  * stats calls and the wire STATUS report.
@@ -37,6 +40,7 @@
 #include "xfer/errors.h"
 #include "xfer/fsm.h"
 #include "xfer/server.h"
+#include "xfer/tcp.h"
 #include "xfer/xfer.h"
 
 #ifdef __cplusplus
@@ -87,6 +91,7 @@ XFER_API int xfer_metrics_add_engine(xfer_metrics *m, const xfer_engine *e);
 XFER_API int xfer_metrics_add_server(xfer_metrics *m, const xfer_server *s);
 XFER_API int xfer_metrics_add_consumer(xfer_metrics *m,
                                        const xfer_consumer *c);
+XFER_API int xfer_metrics_add_tcp(xfer_metrics *m, const xfer_tcp *t);
 
 /* Every added object's families, as xfer_engine_metrics renders one. */
 XFER_API size_t xfer_metrics_render(const xfer_metrics *m, char *buf,

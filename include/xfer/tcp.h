@@ -10,9 +10,16 @@
  * connection whose output is above the high watermark until it drains
  * below the low one.  A lost connection fails every op outstanding on that
  * shard with XFER_ERR_CONN_LOST (as results on the loop), and the
- * transport reconnects: at once after a loss, then with doubling backoff
- * while connecting fails; while a shard is down (a connect failed and the
- * backoff runs) its ops fail at once with XFER_ERR_CONN_LOST.  Aborting a
+ * transport reconnects: at once after the loss of a connection that had
+ * stayed up for reconnect_max_ns, else after a backoff that doubles from
+ * reconnect_min_ns to reconnect_max_ns per failure, each delay drawn in
+ * [d/2, d] (jitter), so a shard that closes right after HELLO is redialled
+ * about once per reconnect_max_ns, not in a loop; while a shard is down
+ * (the backoff runs) its ops fail at once with XFER_ERR_CONN_LOST.  A
+ * reply the transport refuses (the wrong kind, id or attempt for its
+ * request, a reservation without an id, an error code outside the band
+ * shards may send) fails its op with XFER_ERR_PROTO and closes that
+ * connection: every started op ends, whatever a shard answers.  Aborting a
  * write whose bytes are still queued waits up to abort_grace_ns for
  * libevent to let go of them, then resets that connection (the only way to
  * take queued bytes back).
@@ -85,13 +92,20 @@ XFER_API void xfer_tcp_config_default(xfer_tcp_config *cfg);
 
 /* Counters, read with xfer_tcp_stats_get(); versioned like the config
  * (the macro passes XFER_TCP_STATS_VERSION). */
-#define XFER_TCP_STATS_VERSION 1
+#define XFER_TCP_STATS_VERSION 2
 typedef struct xfer_tcp_stats {
     uint64_t connects, connect_failures, losses, hello_refused;
     uint64_t ops_started, ops_sent, ops_waited; /* waited: watermark/connect */
     uint64_t results, failed_conn_lost, failed_down, aborted;
     uint64_t refs_outstanding; /* staging references libevent still holds */
     uint64_t bytes_referenced, bad_frames, resets;
+    /* Version 2.  bad_replies: well-framed replies refused (the wrong kind,
+     * id or attempt for their request, a reservation without an id, an
+     * error code outside the band shards may send); each failed its op
+     * with XFER_ERR_PROTO and closed its connection.  reconnects: dials
+     * after a connection's first (each after the backoff, or at once
+     * when the lost connection had stayed up for reconnect_max_ns). */
+    uint64_t bad_replies, reconnects;
 } xfer_tcp_stats;
 
 /*

@@ -298,9 +298,12 @@ static void apply_env(ck_world *w, ck_move mv)
         ck_engine_shutdown(w);
         break;
     case MV_CCANCEL:
+        /* Only a cancel the tracker took is the consumer's: one refused
+         * XFER_ERR_BUSY at the tombstone cap was answered to its caller,
+         * who knows the id was not cancelled (I8 does not bind it). */
         w->env.ccancels++;
-        ck_monitor_ccancel(w, mv.arg);
-        xfer_readiness_cancel(w->rd, w->env.now, mv.arg + 1u);
+        if (xfer_readiness_cancel(w->rd, w->env.now, mv.arg + 1u) == 0)
+            ck_monitor_ccancel(w, mv.arg);
         ck_consumer_drain_ready(w);
         break;
     case MV_FIRE_CORE:
