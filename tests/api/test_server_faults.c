@@ -14,6 +14,7 @@
  * No assertion reads the wall clock: the delay runs by an injected server
  * clock the test moves itself.
  */
+#define _GNU_SOURCE /* memmem */
 #include <check.h>
 #include <errno.h>
 #include <signal.h>
@@ -83,8 +84,14 @@ static void producer_new(rig *g, uint16_t port, uint64_t deadline_ns)
                      0);
     g->staging = calloc(NSH, SLICE);
     ck_assert_ptr_nonnull(g->staging);
-    for (size_t i = 0; i < NSH * (size_t)SLICE; i++)
-        g->staging[i] = (uint8_t)(i * 7 + 1);
+    /* bytes that differ from slice to slice (no short period) */
+    uint32_t x = 2463534242u;
+    for (size_t i = 0; i < NSH * (size_t)SLICE; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        g->staging[i] = (uint8_t)x;
+    }
     ck_assert_int_eq(xfer_engine_register_pool(g->e, g->staging,
                                                NSH * (size_t)SLICE,
                                                &g->pool),
@@ -201,7 +208,9 @@ START_TEST(test_server_faults_write_fail_names_shard_and_rolls_back)
     submit(&g, 9);
     ck_assert(mp_run_while(g.base, done, &g, 10000));
     ck_assert_int_eq(g.res.status, 0);
-    ck_assert_int_eq(memcmp(g.pools[2], g.staging + 2 * SLICE, SLICE), 0);
+    /* shard 2's slice landed in its pool (wherever the shard placed it) */
+    ck_assert_ptr_nonnull(
+        memmem(g.pools[2], POOL, g.staging + 2 * SLICE, SLICE));
     rig_del(&g);
 }
 END_TEST
