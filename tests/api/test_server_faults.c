@@ -27,6 +27,7 @@
 #include <event2/event.h>
 
 #include "mp.h"
+#include "xfer/consumer.h"
 #include "xfer/fault.h"
 #include "xfer/server.h"
 #include "xfer/tcp.h"
@@ -268,6 +269,93 @@ START_TEST(test_server_faults_commit_delay_holds_until_server_clock)
 }
 END_TEST
 
+static void on_avail(void *ud, uint64_t id, uint32_t attempt,
+                     const xfer_region *r, uint16_t n)
+{
+}
+
+static void on_unavail(void *ud, uint64_t id, int32_t reason,
+                       uint64_t shards)
+{
+}
+
+static bool consumer_up(void *ud)
+{
+    xfer_consumer *c = ud;
+    for (uint16_t k = 0; k < NSH; k++)
+        if (!xfer_consumer_connected(c, k))
+            return false;
+    return true;
+}
+
+/* Shard 0's write is held; the others' writes ended. */
+static bool write_held(void *ud)
+{
+    rig *g = ud;
+    if (shard_stats(g, 0).delayed_now != 1)
+        return false;
+    for (uint16_t k = 1; k < NSH; k++)
+        if (shard_stats(g, k).writes != 1)
+            return false;
+    return true;
+}
+
+static bool others_freed(void *ud)
+{
+    rig *g = ud;
+    for (uint16_t k = 1; k < NSH; k++)
+        if (shard_stats(g, k).live != 0)
+            return false;
+    return true;
+}
+
+/* A delayed write's end is held with the write in flight on the shard: a
+ * consumer's cancel meanwhile frees the other shards at once but shard
+ * 0's region only once the held write ended (I4: never under a write). */
+START_TEST(test_server_faults_held_write_keeps_region_until_it_ends)
+{
+    rig g;
+    rig_new(&g, 30000000000ull);
+    xfer_fault_rule r = {.kind = XFER_FAULT_DELAY, .op = 1 /* WRITE */,
+                         .shard = 0, .delay_ns = 50000000ull};
+    ck_assert_int_eq(xfer_server_add_rule(g.srv, &r), 0);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u",
+             (unsigned)xfer_server_port(g.srv));
+    const char *addrs[NSH] = {addr, addr, addr, addr};
+    xfer_consumer_config cc;
+    xfer_consumer_config_default(&cc);
+    cc.base = g.base;
+    cc.nshards = NSH;
+    cc.addrs = addrs;
+    cc.available = on_avail;
+    cc.unavailable = on_unavail;
+    xfer_consumer *c;
+    ck_assert_int_eq(xfer_consumer_new(&cc, &c), 0);
+    ck_assert(mp_run_while(g.base, consumer_up, c, 10000));
+    submit(&g, 41);
+    ck_assert(mp_run_while(g.base, write_held, &g, 10000));
+    /* every byte of shard 0's slice landed; its write has not ended */
+    ck_assert_uint_eq(shard_stats(&g, 0).write_bytes, 0);
+    ck_assert_int_eq(xfer_consumer_cancel(c, 41), 0);
+    ck_assert(mp_run_while(g.base, others_freed, &g, 10000));
+    ck_assert(!mp_run_while(g.base, done, &g, 200));
+    xfer_server_stats s0 = shard_stats(&g, 0);
+    ck_assert_uint_eq(s0.live, 1);          /* not freed under the write */
+    ck_assert_uint_ge(s0.bytes_in_use, SLICE);
+    ck_assert_uint_eq(s0.delayed_now, 1);
+    /* the delay passes: the write ends, and only then the region goes */
+    g.clock_ns += 50000000ull;
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_ne(g.res.status, 0);
+    ck_assert(!g.res.consumer_may_hold);
+    ck_assert(mp_run_while(g.base, srv_empty, &g, 10000));
+    ck_assert_uint_eq(shard_stats(&g, 0).delayed_now, 0);
+    xfer_consumer_del(c);
+    rig_del(&g);
+}
+END_TEST
+
 START_TEST(test_server_faults_dropped_reserve_ends_by_deadline)
 {
     rig g;
@@ -426,6 +514,8 @@ int main(void)
                    test_server_faults_write_fail_names_shard_and_rolls_back);
     tcase_add_test(tc,
                    test_server_faults_commit_delay_holds_until_server_clock);
+    tcase_add_test(tc,
+                   test_server_faults_held_write_keeps_region_until_it_ends);
     tcase_add_test(tc, test_server_faults_dropped_reserve_ends_by_deadline);
     tcase_add_test(tc, test_server_faults_rule_parse_refuses_bad_rules);
     tcase_add_test(tc, test_server_faults_xferd_flag_fails_shard_write);
