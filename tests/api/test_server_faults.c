@@ -65,6 +65,8 @@ static void on_done(void *ud, const xfer_result *r)
 
 /* The producer side: an engine on g->base, the TCP transport to `port`
  * for every shard, one staging pool. */
+static uint32_t eager_max; /* the next producer's eager_max_bytes */
+
 static void producer_new(rig *g, uint16_t port, uint64_t deadline_ns)
 {
     char addr[32];
@@ -74,6 +76,7 @@ static void producer_new(rig *g, uint16_t port, uint64_t deadline_ns)
     xfer_engine_config_default(&ec);
     ec.base = g->base;
     ec.core.default_deadline_ns = deadline_ns;
+    ec.core.eager_max_bytes = eager_max;
     ck_assert_int_eq(xfer_engine_new(&ec, &g->e), 0);
     xfer_tcp_config tc;
     xfer_tcp_config_default(&tc);
@@ -356,6 +359,82 @@ START_TEST(test_server_faults_held_write_keeps_region_until_it_ends)
 }
 END_TEST
 
+static bool tcp_up(void *ud)
+{
+    rig *g = ud;
+    for (uint16_t k = 0; k < NSH; k++)
+        if (!xfer_tcp_connected(g->tcp, k))
+            return false;
+    return true;
+}
+
+/* Shard 1's EAGER is held, the others applied theirs. */
+static bool eager_held(void *ud)
+{
+    rig *g = ud;
+    for (uint16_t k = 0; k < NSH; k++) {
+        xfer_server_stats st = shard_stats(g, k);
+        if (k == 1 ? st.delayed_now != 1 : st.live != 1)
+            return false;
+    }
+    return true;
+}
+
+/* A delayed EAGER (reserve, data and commit in one) is held whole, with a
+ * copy of its data, and applied once the delay passed. */
+START_TEST(test_server_faults_eager_delay_applies_later)
+{
+    rig g;
+    eager_max = SLICE;
+    rig_new(&g, 30000000000ull);
+    eager_max = 0;
+    xfer_fault_rule r;
+    ck_assert_int_eq(
+        xfer_fault_rule_parse("op=eager,shard=1,action=delay,ms=20", &r,
+                              NULL),
+        0);
+    ck_assert_int_eq(xfer_server_add_rule(g.srv, &r), 0);
+    /* the group allows the eager path once every link is up */
+    ck_assert(mp_run_while(g.base, tcp_up, &g, 10000));
+    submit(&g, 51);
+    ck_assert(mp_run_while(g.base, eager_held, &g, 10000));
+    ck_assert(!mp_run_while(g.base, done, &g, 200));
+    ck_assert_uint_eq(shard_stats(&g, 1).live, 0); /* not applied yet */
+    g.clock_ns += 20000000ull;
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    ck_assert_uint_eq(shard_stats(&g, 1).live, 1);
+    ck_assert_ptr_nonnull(
+        memmem(g.pools[1], POOL, g.staging + 1 * SLICE, SLICE));
+    rig_del(&g);
+}
+END_TEST
+
+/* A commit applied but answered failed: the producer learns it in
+ * COMPLETING, flags that the consumer may hold the data, and rolls every
+ * shard back. */
+START_TEST(test_server_faults_applied_lost_commit_may_hold)
+{
+    rig g;
+    rig_new(&g, 5000000000ull);
+    xfer_fault_rule r;
+    ck_assert_int_eq(xfer_fault_rule_parse("op=commit,shard=3,action="
+                                           "applied_lost,error=NO_SPACE",
+                                           &r, NULL),
+                     0);
+    ck_assert_int_eq(xfer_server_add_rule(g.srv, &r), 0);
+    submit(&g, 61);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, XFER_ERR_NO_SPACE);
+    ck_assert_int_eq(g.res.phase, XFER_PHASE_COMPLETING);
+    ck_assert(g.res.consumer_may_hold);
+    ck_assert_uint_eq(g.res.first_failed_shard, 3);
+    ck_assert_uint_eq(shard_stats(&g, 3).commits, 1); /* it was applied */
+    ck_assert(mp_run_while(g.base, srv_empty, &g, 10000));
+    rig_del(&g);
+}
+END_TEST
+
 START_TEST(test_server_faults_dropped_reserve_ends_by_deadline)
 {
     rig g;
@@ -517,6 +596,8 @@ int main(void)
     tcase_add_test(tc,
                    test_server_faults_held_write_keeps_region_until_it_ends);
     tcase_add_test(tc, test_server_faults_dropped_reserve_ends_by_deadline);
+    tcase_add_test(tc, test_server_faults_eager_delay_applies_later);
+    tcase_add_test(tc, test_server_faults_applied_lost_commit_may_hold);
     tcase_add_test(tc, test_server_faults_rule_parse_refuses_bad_rules);
     tcase_add_test(tc, test_server_faults_xferd_flag_fails_shard_write);
     tcase_add_test(tc, test_server_faults_xferd_refuses_malformed_rule);
