@@ -31,12 +31,12 @@
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
 #include "util.h"
+#include "fault.h" /* fsm/: the fault rules' one matcher (fsm_private_dep) */
 #include "list.h" /* fsm/: the one intrusive list (fsm_private_dep) */
 #include "ring.h" /* fsm/: the one ring buffer (fsm_private_dep) */
 #include "timer.h"
 #include "xfer/loop.h"
 
-#define LOOP_MAX_RULES 64
 #define LOOP_BATCH 512
 /* Finished op records kept for reuse, at most (the rest go back to the
  * allocator): 64 transfers in flight on 4 shards keep 256 ops busy. */
@@ -86,12 +86,10 @@ struct xfer_loop {
     uint32_t nspare_ops;
     bool run_active;     /* run_ev is on libevent's active queue */
     uint64_t last_now;   /* the latest clock reading */
-    uint64_t seq, rng;
+    uint64_t seq;
     xfer_list ops;       /* outstanding, oldest first */
     loop_op *retry; /* replies that could not be queued (no memory) */
-    xfer_fault_rule rules[LOOP_MAX_RULES];
-    uint32_t fired[LOOP_MAX_RULES];
-    uint32_t nrules;
+    xfer_faults faults;  /* the rules, their firings, their generator */
     xfer_loop_stats st;
 };
 
@@ -540,50 +538,18 @@ static void on_shard_timer(evutil_socket_t fd, short what, void *arg)
 /* Faults                                                                  */
 /* ---------------------------------------------------------------------- */
 
-static uint64_t next_rand(xfer_loop *l)
-{
-    l->rng ^= l->rng >> 12;
-    l->rng ^= l->rng << 25;
-    l->rng ^= l->rng >> 27;
-    return l->rng * 0x2545f4914f6cdd1dull;
-}
-
-static bool rule_matches(xfer_loop *l, uint32_t i, const xfer_action *a)
-{
-    const xfer_fault_rule *r = &l->rules[i];
-    unsigned op = xfer_action_op(a->kind);
-    if (r->op != XFER_FAULT_ANY_OP && r->op != op)
-        return false;
-    if (r->shard != XFER_FAULT_ANY_SHARD && r->shard != (int16_t)a->shard)
-        return false;
-    if (r->id && r->id != a->id)
-        return false;
-    if (r->count && l->fired[i] >= r->count)
-        return false;
-    if (r->prob_ppm && next_rand(l) % 1000000u >= r->prob_ppm)
-        return false;
-    return true;
-}
-
-/* Decide an op's fate when it starts; returns the ARRIVE delay. */
+/* Decide an op's fate when it starts (fault.h); returns the ARRIVE
+ * delay. */
 static uint64_t decide(xfer_loop *l, loop_op *op)
 {
-    uint64_t delay = 0;
-    for (uint32_t i = 0; i < l->nrules; i++) {
-        if (!rule_matches(l, i, &op->a))
-            continue;
-        l->fired[i]++;
-        l->st.faults_fired++;
-        const xfer_fault_rule *r = &l->rules[i];
-        if (r->kind == XFER_FAULT_DELAY) {
-            delay += r->delay_ns;
-            continue; /* a delay combines with a later rule */
-        }
-        op->fault = r->kind;
-        op->fault_err = r->error ? r->error : XFER_ERR_REMOTE;
-        break;
+    xfer_fault_fate f;
+    l->st.faults_fired += xfer_faults_decide(
+        &l->faults, xfer_action_op(op->a.kind), op->a.shard, op->a.id, &f);
+    if (f.kind != XFER_FAULT_NONE) {
+        op->fault = f.kind;
+        op->fault_err = f.error;
     }
-    return delay;
+    return f.delay_ns;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -615,7 +581,7 @@ static int t_start(void *self, const xfer_action *a, const void *src)
         return XFER_ERR_NOMEM;
     op->a = *a;
     op->src = src;
-    op->fault = 0xFF;
+    op->fault = XFER_FAULT_NONE;
     op->res = (xfer_shard_result){.id = a->id, .attempt = a->attempt,
                                   .shard = a->shard,
                                   .op = (uint8_t)xfer_action_op(a->kind)};
@@ -725,7 +691,7 @@ int xfer_loop_new(struct event_base *base, const xfer_loop_config *cfg,
         l->cfg.clock = xfer_clock_monotonic;
     if (!l->cfg.shard.alloc.alloc && !l->cfg.shard.alloc.free)
         l->cfg.shard.alloc = l->cfg.alloc;
-    l->rng = c.seed ? c.seed : 0x9e3779b97f4a7c15ull;
+    xfer_faults_init(&l->faults, c.seed);
     int rc = XFER_ERR_IO;
     l->run_ev = event_new(base, -1, 0, on_run, l);
     if (xfer_timer_init(&l->shard_timer, base, on_shard_timer, l) != 0 ||
@@ -791,20 +757,14 @@ static void loop_free(xfer_loop *l)
 
 int xfer_loop_add_rule(xfer_loop *l, const xfer_fault_rule *rule)
 {
-    if (!l || !rule || rule->kind >= XFER_FAULT_COUNT_ ||
-        (rule->op != XFER_FAULT_ANY_OP && rule->op >= XFER_OP_COUNT_) ||
-        rule->prob_ppm > 1000000u || rule->error > 0)
+    if (!l)
         return XFER_ERR_INVALID_ARG;
-    if (l->nrules == LOOP_MAX_RULES)
-        return XFER_ERR_BUSY;
-    l->fired[l->nrules] = 0;
-    l->rules[l->nrules++] = *rule;
-    return 0;
+    return xfer_faults_add(&l->faults, rule);
 }
 
 void xfer_loop_clear_rules(xfer_loop *l)
 {
-    l->nrules = 0;
+    xfer_faults_clear(&l->faults);
 }
 
 /* A write in flight on a shard that went down.  The shard still ends it

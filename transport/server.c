@@ -392,6 +392,7 @@ static int server_new(const xfer_server_config *cfg, bool rdma,
     s->base = cfg->base;
     xfer_base_ref(s->base); /* dropped by xfer_server_del: base_ref.h */
     s->rng = cfg->fault_seed ? cfg->fault_seed : 0x9e3779b97f4a7c15ull;
+    xfer_faults_init(&s->rules, cfg->fault_seed);
     rc = XFER_ERR_NOMEM;
     int trc = xfer_timer_init(&s->timer, s->base, xfer_server_on_timer, s);
     s->drain_ev =
@@ -481,6 +482,19 @@ void xfer_server_del(xfer_server *s)
     xfer_allocator a = s->cfg.alloc;
     xfer_util_free(&a, s);
     xfer_base_unref(base); /* last: the base may go with it */
+}
+
+int xfer_server_add_rule(xfer_server *s, const xfer_fault_rule *rule)
+{
+    if (!s)
+        return XFER_ERR_INVALID_ARG;
+    return xfer_faults_add(&s->rules, rule);
+}
+
+void xfer_server_clear_rules(xfer_server *s)
+{
+    if (s)
+        xfer_faults_clear(&s->rules);
 }
 
 uint16_t xfer_server_port(const xfer_server *s)

@@ -15,7 +15,8 @@
  *  - the bytes of a write land only at [dst, dst + len), the region the
  *    shard handed out for it; data of a refused write is drained, never
  *    stored;
- *  - a write that began always ends (close_conn ends it failed);
+ *  - a write that began always ends (close_conn ends it failed, and a
+ *    write end a DELAY rule holds);
  *  - a connection whose output passes OUT_HIGH stops being read until it
  *    drains below OUT_LOW;
  *  - a connection is freed only outside its own callbacks' use of it: from
@@ -172,6 +173,7 @@ void xfer_server_conn_close(xfer_server_conn *c)
     xfer_server *s = c->srv;
     if (c->in_write)
         xfer_server_req_end_write(c, false);
+    xfer_server_req_drop_held(c);
     if (c->out_cb) {
         struct evbuffer *out = bufferevent_get_output(c->bev);
         evbuffer_remove_cb_entry(out, c->out_cb);

@@ -23,6 +23,7 @@
 
 #include <event2/util.h>
 
+#include "fault.h" /* fsm_private_dep: the fault rules' one matcher */
 #include "heap.h"  /* fsm_private_dep: the lease-ordered grace timers */
 #include "idmap.h" /* fsm_private_dep: id -> reservation entry */
 #include "list.h"  /* fsm_private_dep: the one intrusive list (connections) */
@@ -73,7 +74,11 @@ struct xfer_server_conn {
     xfer_wire_msg wm;
     uint8_t *dst;      /* NULL: the data is skipped */
     int32_t wrc;       /* the error to answer after skipping, or a fault */
-    uint8_t wfault;
+    uint8_t wfault;    /* XFER_SERVER_F_*: the write's injected fate */
+    int32_t werr;      /* its status (FAIL, APPLIED_LOST) */
+    uint64_t wdelay;   /* a DELAY rule's: its end is held this long */
+    /* Requests a DELAY rule holds (xfer_server_held), oldest first. */
+    xfer_list held;
     /* The session (server_sess.c): its owner number once HELLO is done
      * (0 before); while a HELLO2 waits for its AUTH, that HELLO2 and the
      * server nonce. */
@@ -94,9 +99,32 @@ typedef struct xfer_server_sess {
     bool own;          /* a v1 HELLO's: ends with its one connection */
 } xfer_server_sess;
 
-/* Injected faults (server_req.c). */
+/* Injected faults (server_req.c): refused, applied but reported failed,
+ * the connection dropped (the seeded mix), the request lost (not applied,
+ * never answered: a DROP rule). */
 enum { XFER_SERVER_F_NONE, XFER_SERVER_F_FAIL, XFER_SERVER_F_APPLIED_LOST,
-       XFER_SERVER_F_DROP };
+       XFER_SERVER_F_DROP, XFER_SERVER_F_LOST };
+
+/* A request of a producer connection that a DELAY rule holds: a control
+ * op or an EAGER (with a copy of its data), run as if it arrived only
+ * now when its timer fires; or the end of a WRITE whose data landed
+ * already (its write stays in flight on the shard until then, so nothing
+ * frees the region under it).  Freed with its connection; a held write
+ * end then ends failed. */
+typedef struct xfer_server_held {
+    xfer_server_conn *c;
+    struct event *ev;
+    xfer_list_node link; /* on c->held */
+    uint64_t due;        /* by the server's clock */
+    uint32_t req;
+    xfer_wire_msg m;
+    uint8_t fault;       /* XFER_SERVER_F_*: its fate when it runs */
+    int32_t err;
+    bool write_end;
+    bool began;          /* write end: the write began on the shard */
+    int32_t wrc;         /* write end: the answer decided so far */
+    uint8_t *data;       /* EAGER: m.len bytes */
+} xfer_server_held;
 
 /* One live reservation of a hosted shard, from its reserve until it ends:
  * when its phases happened, and who took it. */
@@ -122,6 +150,7 @@ typedef struct xfer_server_hosted {
     uint16_t index;
     uint64_t write_bytes, events_sent;
     xfer_server_track track;
+    uint64_t rules_fired, ops_delayed, delayed_now; /* fault rules */
     xfer_hist h_ready;    /* reserve -> READY */
     xfer_hist h_taken;    /* READY -> TAKEN */
     xfer_hist h_released; /* TAKEN -> released */
@@ -140,6 +169,7 @@ struct xfer_server {
     xfer_server_hosted shards[XFER_MAX_SHARDS];
     xfer_list conns;      /* of xfer_server_conn; conns.n counts them */
     uint64_t serial, rng, drain_deadline;
+    xfer_faults rules;       /* xfer_server_add_rule's (fault_seed) */
     xfer_auth_rng idrng;     /* reservation ids, drawn in batches */
     bool draining;
     xfer_server_drain_cb drain_cb;
@@ -224,6 +254,9 @@ void xfer_server_req_error(xfer_server_conn *c, uint32_t req, uint8_t type,
 /* The slot of hosted shard `index`, or -1. */
 int xfer_server_find_shard(const xfer_server *s, uint16_t index);
 void xfer_server_req_end_write(xfer_server_conn *c, bool ok);
+/* c is closing: drop what a DELAY rule holds for it (a held write end
+ * ends failed on the shard). */
+void xfer_server_req_drop_held(xfer_server_conn *c);
 
 /* server_events.c */
 int xfer_server_track_init(xfer_server *s, xfer_server_hosted *hs);

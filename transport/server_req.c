@@ -12,9 +12,16 @@
  *  - the shard's pending events are published (server_events.c) before an
  *    op's reply is queued, so a subscriber sees READY no later than the
  *    producer sees the COMMIT_ACK's bytes leave;
- *  - injected faults (fault_ppm, drop_ppm: tests only) are drawn only for
- *    producer-side ops (a connection whose HELLO did not say consumer), so
- *    a consumer connection is never dropped by the fault mix;
+ *  - injected faults (fault rules, fault_ppm, drop_ppm: tests only) are
+ *    decided only for producer-side ops (a connection whose HELLO did not
+ *    say consumer), so a consumer connection is never dropped by the fault
+ *    mix; a rule's fate is a real shard's (refused, applied but reported
+ *    failed, lost, late), never an invariant broken: a delayed request is
+ *    held on a timer (the loop runs on) and then runs as if it arrived
+ *    only then, a delayed WRITE's end is held with its write still in
+ *    flight on the shard (so a cancel or lease waits for it, I4), and
+ *    what is held goes with its connection (a held write end ends
+ *    failed);
  *  - a take is recorded with its taker (server_events.c), and a release
  *    clears it, whichever consumer connection sends it;
  *  - an EAGER is applied whole by the shard (xfer_shard_eager) or refused
@@ -34,6 +41,7 @@
 #include <event2/event.h>
 
 #include "server_rdma.h"
+#include "xfer/shard_op.h"
 
 /* ---------------------------------------------------------------------- */
 /* Replies and faults                                                      */
@@ -88,6 +96,69 @@ static uint8_t draw_fault(xfer_server_conn *c)
         return XFER_SERVER_F_NONE;
     s->faults++;
     return (uint8_t)(XFER_SERVER_F_FAIL + rnd(s) % 2);
+}
+
+/* What befalls one producer op: a fault (XFER_SERVER_F_*) with its
+ * status, after a delay (0: none). */
+typedef struct op_fate {
+    uint8_t fault;
+    int32_t err;
+    uint64_t delay_ns;
+} op_fate;
+
+/* The op kind (xfer/shard_op.h) a request type is, XFER_OP_COUNT_ for
+ * the rest (TAKE, RELEASE: the consumer's). */
+static unsigned op_of_type(uint8_t type)
+{
+    switch (type) {
+    case XFER_WIRE_T_RESERVE:
+        return XFER_OP_RESERVE;
+    case XFER_WIRE_T_WRITE:
+        return XFER_OP_WRITE;
+    case XFER_WIRE_T_COMMIT:
+        return XFER_OP_COMMIT;
+    case XFER_WIRE_T_CANCEL:
+        return XFER_OP_CANCEL;
+    case XFER_WIRE_T_EAGER:
+        return XFER_OP_EAGER;
+    default:
+        return XFER_OP_COUNT_;
+    }
+}
+
+/* The fate of op m of c: the fault rules' first (fault.h; a DROP rule
+ * loses the request, where the seeded mix drops the connection), else the
+ * seeded mix's draw.  A consumer's ops meet none. */
+static op_fate decide(xfer_server_conn *c, const xfer_wire_msg *m)
+{
+    xfer_server *s = c->srv;
+    op_fate f = {.fault = XFER_SERVER_F_NONE, .err = XFER_ERR_REMOTE};
+    unsigned op = op_of_type(m->type);
+    if (c->role == XFER_WIRE_ROLE_CONSUMER || op == XFER_OP_COUNT_)
+        return f;
+    if (s->rules.n) {
+        xfer_server_hosted *hs = &s->shards[c->hosted];
+        xfer_fault_fate rf;
+        hs->rules_fired += xfer_faults_decide(&s->rules, op, hs->index,
+                                              m->id, &rf);
+        f.delay_ns = rf.delay_ns;
+        f.err = rf.kind == XFER_FAULT_NONE ? XFER_ERR_REMOTE : rf.error;
+        switch (rf.kind) {
+        case XFER_FAULT_FAIL:
+            f.fault = XFER_SERVER_F_FAIL;
+            return f;
+        case XFER_FAULT_APPLIED_LOST:
+            f.fault = XFER_SERVER_F_APPLIED_LOST;
+            return f;
+        case XFER_FAULT_DROP:
+            f.fault = XFER_SERVER_F_LOST;
+            return f;
+        default:
+            break;
+        }
+    }
+    f.fault = draw_fault(c);
+    return f;
 }
 
 int xfer_server_find_shard(const xfer_server *s, uint16_t index)
@@ -259,29 +330,47 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
     }
 }
 
-/* A control op, with an injected fault if one is drawn.  Returns false when
- * the connection was closed. */
-/* The end of an op (a control op or an EAGER): the seeded fault drawn for
- * it (an applied op reported failed, or the connection dropped), the
- * events it made out before its reply (a READY before the commit's OK),
- * then the reply a (rc 0) or the error.  False: the connection is gone. */
+/* The end of an op (a control op or an EAGER): the fault decided for it
+ * (an applied op reported failed, the request lost, or the connection
+ * dropped), the events it made out before its reply (a READY before the
+ * commit's OK), then the reply a (rc 0) or the error.  False: the
+ * connection is gone. */
 static bool end_op(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
-                   uint8_t fault, int32_t rc, const xfer_wire_msg *a)
+                   const op_fate *f, int32_t rc, const xfer_wire_msg *a)
 {
-    if (fault == XFER_SERVER_F_APPLIED_LOST)
-        rc = XFER_ERR_REMOTE;
+    if (f->fault == XFER_SERVER_F_APPLIED_LOST)
+        rc = f->err;
     xfer_server_flush_all(c->srv);
-    if (fault == XFER_SERVER_F_DROP) {
+    if (f->fault == XFER_SERVER_F_DROP) {
         xfer_server_log(c->srv, c->serial, "fault: connection dropped");
         xfer_server_conn_close(c);
         return false;
     }
+    if (f->fault == XFER_SERVER_F_LOST)
+        return true; /* never answered: the producer's deadline ends it */
     if (rc)
         xfer_server_req_error(c, req, m->type, m, rc);
     else
         xfer_server_conn_send(c, a, req);
     return true;
 }
+
+/* Run a control op whose fate is decided (and whose delay, if any, has
+ * passed).  False: the connection is gone. */
+static bool run_op(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
+                   const op_fate *f)
+{
+    xfer_wire_msg a = *m;
+    int32_t rc = 0;
+    if (f->fault == XFER_SERVER_F_FAIL)
+        rc = f->err;
+    else if (f->fault != XFER_SERVER_F_LOST)
+        rc = apply(c, m, &a);
+    return end_op(c, req, m, f, rc, &a);
+}
+
+static bool hold(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
+                 const op_fate *f, const uint8_t *data);
 
 static bool on_op(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m)
 {
@@ -291,13 +380,12 @@ static bool on_op(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m)
         xfer_server_req_error(c, req, m->type, m, XFER_ERR_PERM);
         return true;
     }
-    uint8_t fault = control ? draw_fault(c) : XFER_SERVER_F_NONE;
-    xfer_wire_msg a;
-    int32_t rc = fault == XFER_SERVER_F_FAIL ? XFER_ERR_REMOTE
-                                              : apply(c, m, &a);
-    if (fault == XFER_SERVER_F_FAIL)
-        a = *m;
-    return end_op(c, req, m, fault, rc, &a);
+    op_fate f = {.fault = XFER_SERVER_F_NONE};
+    if (control)
+        f = decide(c, m);
+    if (f.delay_ns)
+        return hold(c, req, m, &f, NULL);
+    return run_op(c, req, m, &f);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -319,17 +407,25 @@ void xfer_server_req_end_write(xfer_server_conn *c, bool ok)
         c->wrc = rc;
 }
 
+static void hold_write_end(xfer_server_conn *c);
+
 void xfer_server_req_finish_write(xfer_server_conn *c)
 {
+    if (c->wdelay) {
+        hold_write_end(c);
+        return;
+    }
     xfer_server_req_end_write(c, true);
     if (c->wfault == XFER_SERVER_F_APPLIED_LOST && c->wrc == 0)
-        c->wrc = XFER_ERR_REMOTE;
-    answer(c, c->wreq, &c->wm, XFER_WIRE_T_WRITE_ACK, c->wrc);
+        c->wrc = c->werr;
+    if (c->wfault != XFER_SERVER_F_LOST)
+        answer(c, c->wreq, &c->wm, XFER_WIRE_T_WRITE_ACK, c->wrc);
     xfer_server_flush_all(c->srv);
 }
 
 /* The head of a WRITE is in: begin it on the shard (or decide to skip its
- * data and answer an error).  Returns false when the connection closed. */
+ * data and answer an error, or not at all).  Returns false when the
+ * connection closed. */
 static bool start_write(xfer_server_conn *c, uint32_t req,
                         const xfer_wire_msg *m)
 {
@@ -341,12 +437,17 @@ static bool start_write(xfer_server_conn *c, uint32_t req,
     c->dst = NULL;
     c->wrc = 0;
     bool may = role_may(c, m->type, m->attempt);
-    c->wfault = may ? draw_fault(c) : XFER_SERVER_F_NONE;
+    op_fate f = {.fault = XFER_SERVER_F_NONE};
+    if (may)
+        f = decide(c, m);
+    c->wfault = f.fault;
+    c->werr = f.err;
+    c->wdelay = f.delay_ns;
     if (!may) {
         c->wrc = XFER_ERR_PERM; /* its data is skipped */
-    } else if (c->wfault == XFER_SERVER_F_FAIL) {
-        c->wrc = XFER_ERR_REMOTE;
-    } else {
+    } else if (f.fault == XFER_SERVER_F_FAIL) {
+        c->wrc = f.err;
+    } else if (f.fault != XFER_SERVER_F_LOST) {
         uint8_t *dst = NULL;
         int rc = xfer_shard_write_begin_by(sh, xfer_server_now(c->srv),
                                            c->owner, m->id, m->attempt,
@@ -370,21 +471,17 @@ static bool start_write(xfer_server_conn *c, uint32_t req,
 /* The eager path                                                          */
 /* ---------------------------------------------------------------------- */
 
-/* Apply an EAGER whose data (m->len bytes) is at the front of `in`:
- * reserve, copy and commit in one shard step.  0 fills *a (EAGER_OK). */
+/* Apply an EAGER whose data is m->len bytes at `data`: reserve, copy and
+ * commit in one shard step.  0 fills *a (EAGER_OK). */
 static int32_t apply_eager(xfer_server_conn *c, const xfer_wire_msg *m,
-                           struct evbuffer *in, xfer_wire_msg *a)
+                           const uint8_t *data, xfer_wire_msg *a)
 {
     xfer_server_hosted *hs = &c->srv->shards[c->hosted];
     if (c->srv->draining)
         return XFER_ERR_SHUTDOWN;
-    const uint8_t *data = m->len ? evbuffer_pullup(in, m->len) : NULL;
-    if (m->len && !data)
-        return XFER_ERR_NOMEM;
     xfer_resv_info info;
     int rc = xfer_shard_eager_by(hs->sh, xfer_server_now(c->srv), c->owner,
-                                 m->id, m->attempt, data ? data : (const uint8_t *)"",
-                                 m->len, &info);
+                                 m->id, m->attempt, data, m->len, &info);
     if (rc)
         return rc;
     xfer_server_track_reserved(c->srv, hs, m->id, m->attempt, info.resv_id,
@@ -396,20 +493,207 @@ static int32_t apply_eager(xfer_server_conn *c, const xfer_wire_msg *m,
     return 0;
 }
 
-/* An EAGER, with an injected fault if one is drawn (as on_op's).  Its
- * data is consumed whatever the answer.  Returns false when the
- * connection was closed. */
+/* Run an EAGER whose fate is decided (its delay passed), over its data
+ * (NULL: no memory to read it whole).  False: the connection is gone. */
+static bool run_eager(xfer_server_conn *c, uint32_t req,
+                      const xfer_wire_msg *m, const uint8_t *data,
+                      const op_fate *f)
+{
+    xfer_wire_msg a = *m;
+    int32_t rc = 0;
+    if (f->fault == XFER_SERVER_F_FAIL)
+        rc = f->err;
+    else if (f->fault != XFER_SERVER_F_LOST)
+        rc = data ? apply_eager(c, m, data, &a) : XFER_ERR_NOMEM;
+    return end_op(c, req, m, f, rc, &a);
+}
+
+/* An EAGER, with an injected fault if one is decided (as on_op's).  Its
+ * data (at the front of the input) is consumed whatever the answer; a
+ * delayed one keeps a copy.  Returns false when the connection was
+ * closed. */
 static bool on_eager(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m)
 {
     struct evbuffer *in = c->in;
-    bool may = role_may(c, m->type, m->attempt);
-    uint8_t fault = may ? draw_fault(c) : XFER_SERVER_F_NONE;
-    xfer_wire_msg a;
-    int32_t rc = !may                         ? XFER_ERR_PERM
-                 : fault == XFER_SERVER_F_FAIL ? XFER_ERR_REMOTE
-                                               : apply_eager(c, m, in, &a);
-    evbuffer_drain(in, m->len);
-    return end_op(c, req, m, fault, rc, &a);
+    bool ok;
+    const uint8_t *data =
+        m->len ? evbuffer_pullup(in, m->len) : (const uint8_t *)"";
+    if (!role_may(c, m->type, m->attempt)) {
+        xfer_server_req_error(c, req, m->type, m, XFER_ERR_PERM);
+        ok = true;
+    } else {
+        op_fate f = decide(c, m);
+        ok = f.delay_ns ? hold(c, req, m, &f, data)
+                        : run_eager(c, req, m, data, &f);
+    }
+    if (ok)
+        evbuffer_drain(in, m->len);
+    return ok;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Requests a DELAY rule holds                                             */
+/* ---------------------------------------------------------------------- */
+
+static void unhold(xfer_server_conn *c, xfer_server_held *h)
+{
+    xfer_list_remove(&c->held, &h->link);
+    c->srv->shards[c->hosted].delayed_now--;
+    event_free(h->ev);
+}
+
+static void free_held(xfer_server *s, xfer_server_held *h)
+{
+    xfer_server_free(s, h->data);
+    xfer_server_free(s, h);
+}
+
+/* Let go of a held record without running it: a held write end ends
+ * failed on the shard (the producer never heard it succeed). */
+static void drop_one(xfer_server_conn *c, xfer_server_held *h)
+{
+    unhold(c, h);
+    if (h->write_end && h->began)
+        xfer_shard_write_end(c->srv->shards[c->hosted].sh,
+                             xfer_server_now(c->srv), h->m.id, h->m.resv_id,
+                             false);
+    free_held(c->srv, h);
+}
+
+/* A held write end runs: the write ends on the shard (as it would have
+ * when its last byte came), then the answer goes. */
+static void run_write_end(xfer_server_conn *c, xfer_server_held *h)
+{
+    xfer_server_hosted *hs = &c->srv->shards[c->hosted];
+    int32_t rc = h->wrc;
+    int erc = h->began ? xfer_shard_write_end(hs->sh, xfer_server_now(c->srv),
+                                              h->m.id, h->m.resv_id, true)
+                       : 0;
+    hs->write_bytes += h->m.len;
+    if (rc == 0)
+        rc = erc;
+    if (h->fault == XFER_SERVER_F_APPLIED_LOST && rc == 0)
+        rc = h->err;
+    if (h->fault != XFER_SERVER_F_LOST)
+        answer(c, h->req, &h->m, XFER_WIRE_T_WRITE_ACK, rc);
+    xfer_server_flush_all(c->srv);
+}
+
+static void on_held(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_server_held *h = arg;
+    xfer_server_conn *c = h->c;
+    xfer_server *s = c->srv;
+    xfer_server_batch_begin(s);
+    uint64_t now = xfer_server_now(s);
+    if (now < h->due) {
+        /* libevent's clock ran ahead of ours: wait for the rest, so a
+         * delay is never shorter than asked by the server's own clock */
+        struct timeval tv = xfer_timer_delay(h->due - now);
+        event_add(h->ev, &tv);
+        goto out;
+    }
+    if (c->closing || c->doomed) {
+        drop_one(c, h); /* its connection is on its way out */
+        goto out;
+    }
+    unhold(c, h);
+    op_fate f = {.fault = h->fault, .err = h->err};
+    if (h->write_end)
+        run_write_end(c, h);
+    else if (h->m.type == XFER_WIRE_T_EAGER)
+        run_eager(c, h->req, &h->m,
+                  h->data || !h->m.len ? (h->data ? h->data
+                                                  : (const uint8_t *)"")
+                                       : NULL,
+                  &f);
+    else
+        run_op(c, h->req, &h->m, &f); /* may close c */
+    free_held(s, h);
+out:
+    xfer_server_batch_end(s);
+}
+
+/* Hold a new record for f->delay_ns (or h->wdelay); NULL when out of
+ * memory. */
+static xfer_server_held *new_held(xfer_server_conn *c, uint64_t delay_ns)
+{
+    xfer_server *s = c->srv;
+    xfer_server_held *h = xfer_server_calloc(s, 1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->ev = event_new(s->base, -1, 0, on_held, h);
+    if (!h->ev) {
+        xfer_server_free(s, h);
+        return NULL;
+    }
+    h->c = c;
+    h->due = xfer_server_now(s) + delay_ns;
+    struct timeval tv = xfer_timer_delay(delay_ns);
+    event_add(h->ev, &tv);
+    xfer_list_push_back(&c->held, &h->link);
+    s->shards[c->hosted].ops_delayed++;
+    s->shards[c->hosted].delayed_now++;
+    return h;
+}
+
+/* Hold a control op or an EAGER (its m->len bytes at data, copied; data
+ * NULL: the EAGER's data could not be read whole) for its delay; it runs
+ * with its fate when the timer fires.  Out of memory: the op is refused
+ * (XFER_ERR_NOMEM), as a shard without room would.  False: the connection
+ * is gone. */
+static bool hold(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
+                 const op_fate *f, const uint8_t *data)
+{
+    uint8_t *copy = NULL;
+    if (data && m->len && !(copy = xfer_server_calloc(c->srv, 1, m->len)))
+        goto out_nomem;
+    xfer_server_held *h = new_held(c, f->delay_ns);
+    if (!h)
+        goto out_free;
+    if (copy)
+        memcpy(copy, data, m->len);
+    h->req = req;
+    h->m = *m;
+    h->fault = f->fault;
+    h->err = f->err;
+    h->data = copy;
+    return true;
+out_free:
+    xfer_server_free(c->srv, copy);
+out_nomem:
+    xfer_server_req_error(c, req, m->type, m, XFER_ERR_NOMEM);
+    return true;
+}
+
+/* A delayed WRITE's last byte landed: hold its end (the write stays in
+ * flight on the shard) and free the connection for the next frame.  Out
+ * of memory: it ends now, failed, and answers XFER_ERR_NOMEM. */
+static void hold_write_end(xfer_server_conn *c)
+{
+    xfer_server_held *h = new_held(c, c->wdelay);
+    if (!h) {
+        xfer_server_req_end_write(c, false);
+        answer(c, c->wreq, &c->wm, XFER_WIRE_T_WRITE_ACK, XFER_ERR_NOMEM);
+        xfer_server_flush_all(c->srv);
+        return;
+    }
+    h->write_end = true;
+    h->req = c->wreq;
+    h->m = c->wm;
+    h->began = c->dst != NULL;
+    h->wrc = c->wrc;
+    h->fault = c->wfault;
+    h->err = c->werr;
+    c->in_write = false;
+    c->dst = NULL;
+}
+
+void xfer_server_req_drop_held(xfer_server_conn *c)
+{
+    xfer_list_node *n;
+    while ((n = c->held.head) != NULL)
+        drop_one(c, XFER_LIST_ITEM(n, xfer_server_held, link));
 }
 
 /* ---------------------------------------------------------------------- */

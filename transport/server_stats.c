@@ -7,6 +7,7 @@
  */
 #include "server_int.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "util.h" /* fsm_private_dep: the versioned copy */
@@ -36,10 +37,14 @@ static void add_shard(const xfer_server_hosted *hs, xfer_server_stats *st)
     st->taken_now += hs->track.taken;
     st->orphaned_now += hs->track.orphaned;
     st->grace_released += hs->track.grace_released;
+    st->rules_fired += hs->rules_fired;
+    st->ops_delayed += hs->ops_delayed;
+    st->delayed_now += hs->delayed_now;
 }
 
 /* The bytes each version of xfer_server_stats holds (fsm/util.h). */
-static const size_t stats_lens[] = {sizeof(xfer_server_stats)};
+static const size_t stats_lens[] = {
+    offsetof(xfer_server_stats, rules_fired), sizeof(xfer_server_stats)};
 
 int xfer_server_stats_get_versioned(const xfer_server *s, uint16_t index,
                                     uint32_t version, xfer_server_stats *st)

@@ -6,17 +6,10 @@
  *
  * Every message (an op to a shard, a reply to the engine) goes through one
  * FIFO per loop transport, ordered by (due time, sequence), so a seeded run
- * gives the same order every time.  Faults are rules matched in order;
- * probabilities draw from a seeded xorshift generator, never from rand().
- *
- * How rules combine: when an op starts, the rules are tried in the order
- * they were added.  A matching DELAY rule adds its delay_ns to the op and
- * matching goes on, so several DELAY rules add up.  The first matching
- * rule of another kind (FAIL, APPLIED_LOST, DROP) decides the op's fate and
- * ends the matching: rules after it are not tried, and their counts and
- * probabilities are not used.  The op then arrives after the summed delay
- * and meets that fate (a delayed FAIL, say).  A rule that matches counts a
- * firing (`count`), including DELAY rules.
+ * gives the same order every time.  Faults are the rules of xfer/fault.h
+ * (the shard server takes the same ones), decided when an op starts: a
+ * DELAY holds the op's arrival at the shard, and the op then meets the
+ * fate the rules gave it.
  */
 #ifndef XFER_LOOP_H
 #define XFER_LOOP_H
@@ -24,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "xfer/fault.h"
 #include "xfer/shard.h"
 #include "xfer/transport.h"
 #include "xfer/xfer.h"
@@ -34,29 +28,6 @@ extern "C" {
 
 struct event_base;
 typedef struct xfer_loop xfer_loop;
-
-/* What a matching fault rule does to an op. Never renumbered. */
-typedef enum xfer_fault_kind {
-    XFER_FAULT_FAIL = 0,    /* the shard refuses: not applied, error reply */
-    XFER_FAULT_APPLIED_LOST = 1, /* applied on the shard, reply says failed */
-    XFER_FAULT_DROP = 2,    /* never answered until the engine aborts it */
-    XFER_FAULT_DELAY = 3,   /* delivered delay_ns later */
-    XFER_FAULT_COUNT_
-} xfer_fault_kind;
-
-#define XFER_FAULT_ANY_OP 0xFFu
-#define XFER_FAULT_ANY_SHARD (-1)
-
-typedef struct xfer_fault_rule {
-    uint8_t kind;      /* xfer_fault_kind */
-    uint8_t op;        /* xfer_op_kind, or XFER_FAULT_ANY_OP */
-    int16_t shard;     /* shard index, or XFER_FAULT_ANY_SHARD */
-    uint64_t id;       /* transfer id, 0: any */
-    uint32_t prob_ppm; /* chance in millionths; 0 means always */
-    uint32_t count;    /* fire at most this many times; 0: unlimited */
-    uint64_t delay_ns; /* DELAY */
-    int32_t error;     /* FAIL/APPLIED_LOST status; 0: XFER_ERR_REMOTE */
-} xfer_fault_rule;
 
 /* Consumer-side events (ready/cancelled/expired) for a consumer scheduler.
  * Called from the loop; `ev` borrowed. */

@@ -73,6 +73,7 @@
 #include <stdint.h>
 
 #include "xfer/errors.h"
+#include "xfer/fault.h"
 #include "xfer/fsm.h"
 #include "xfer/trace.h"
 #include "xfer/xfer.h"
@@ -86,7 +87,7 @@ struct xfer_ctl;
 typedef struct xfer_server xfer_server;
 
 #define XFER_SERVER_CONFIG_VERSION 1
-#define XFER_SERVER_STATS_VERSION 1
+#define XFER_SERVER_STATS_VERSION 2
 
 /* One line about bad input or a dropped connection ("conn 3 bad frame
  * (BAD_MAGIC), closed"), without a newline; `line` is borrowed until
@@ -205,6 +206,45 @@ XFER_API int xfer_server_new(const xfer_server_config *cfg,
  * xfer_engine_del of an engine whose base it runs on. */
 XFER_API void xfer_server_del(xfer_server *s);
 
+/*
+ * Fault rules (xfer/fault.h, the loop transport's, matched by the same
+ * code), for testing a producer against a shard that fails: each op a
+ * producer connection sends (RESERVE, WRITE, COMMIT, CANCEL, EAGER; a
+ * consumer's ops meet no rule) is matched by its op, the shard it is for
+ * (its index in the group), its transfer id, and the rule's count and
+ * probability (drawn from fault_seed) when it arrives.  Its fate is a
+ * real shard's, and no invariant above is broken for it:
+ *  - FAIL: not applied; answered ERROR with the rule's status (a WRITE's
+ *    data is read and dropped), so the producer rolls back;
+ *  - APPLIED_LOST: applied, answered ERROR with the rule's status;
+ *  - DROP: not applied and never answered (the connection stays): the
+ *    producer's deadline, or its connection's loss, ends the op;
+ *  - DELAY: a RESERVE, COMMIT, CANCEL or EAGER is held on a timer of the
+ *    loop (which runs on) and applied only when it passes, as if it
+ *    arrived then; later requests on the connection are not held behind
+ *    it.  A WRITE's data lands as it comes, but its end (the shard's
+ *    write end and the WRITE_ACK) is held: meanwhile the write is in
+ *    flight on the shard, so a cancel or a lease waits for it (I4).
+ *    Delays run by the server's clock (cfg.clock).  What a connection
+ *    has held goes with it when it closes (a held write end then ends
+ *    failed), as a request in flight on a lost connection would.
+ * Over RDMA the server never sees a write: a WRITE rule fires there
+ * never.  The seeded mix (fault_ppm, drop_ppm) is drawn only for an op
+ * no rule gave a fate.  The counters rules_fired, ops_delayed and
+ * delayed_now (stats version 2) follow them, per shard.
+ *
+ * xfer_server_add_rule - append a copy of `rule` (borrowed); it applies
+ * from the next op that arrives.  Loop thread.  Errors:
+ * XFER_ERR_INVALID_ARG (NULL, a bad kind, op, probability or a positive
+ * status), XFER_ERR_BUSY (XFER_FAULT_MAX_RULES held).
+ *
+ * xfer_server_clear_rules - drop every rule; ops held already run as
+ * decided.  NULL ok.  Loop thread.
+ */
+XFER_API int xfer_server_add_rule(xfer_server *s,
+                                  const xfer_fault_rule *rule);
+XFER_API void xfer_server_clear_rules(xfer_server *s);
+
 /* The port bound (the ephemeral one after port 0). */
 XFER_API uint16_t xfer_server_port(const xfer_server *s);
 
@@ -257,6 +297,10 @@ typedef struct xfer_server_stats {
                                     timeout */
     uint64_t writes_stalled;     /* ended by the write timeout */
     uint64_t out_bytes;          /* queued output now, all connections */
+    /* version 2: fault rules (xfer_server_add_rule), of the shard(s) */
+    uint64_t rules_fired;        /* rule firings (DELAY rules included) */
+    uint64_t ops_delayed;        /* ops a DELAY rule held */
+    uint64_t delayed_now;        /* of them, held right now */
 } xfer_server_stats;
 
 XFER_API int xfer_server_stats_get_versioned(const xfer_server *s,

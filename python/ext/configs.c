@@ -247,7 +247,8 @@ PyObject *pyx_stats_server(const xfer_server_stats *st)
         F(st, orphaned_now), F(st, grace_released), F(st, bad_frames),
         F(st, errors_sent), F(st, faults), F(st, subs_dropped),
         F(st, auth_failed), F(st, conns_refused), F(st, timeouts),
-        F(st, writes_stalled), F(st, out_bytes)};
+        F(st, writes_stalled), F(st, out_bytes), F(st, rules_fired),
+        F(st, ops_delayed), F(st, delayed_now)};
     PyObject *d = dict_of(f, NF(f));
     PyObject *bad = PyDict_New();
     for (unsigned i = 0; d && bad && i < XFER_SERVER_BAD_REASONS; i++) {
@@ -260,6 +261,62 @@ PyObject *pyx_stats_server(const xfer_server_stats *st)
     if (d && (!bad || PyDict_SetItemString(d, "bad_by_reason", bad) < 0))
         Py_CLEAR(d);
     Py_XDECREF(bad);
+    return d;
+}
+
+PyObject *pyx_stats_shard(const xfer_shard_stats *st)
+{
+    field f[] = {F(st, pool_bytes), F(st, bytes_in_use), F(st, live),
+                 F(st, tombstones), F(st, reserves), F(st, refused),
+                 F(st, writes), F(st, commits), F(st, cancels),
+                 F(st, expiries), F(st, deferred_frees), F(st, takes),
+                 F(st, releases), F(st, stale), F(st, illegal)};
+    return dict_of(f, NF(f));
+}
+
+static int put_str(PyObject *d, const char *k, const char *v)
+{
+    PyObject *o = PyUnicode_FromString(v);
+    int rc = o ? PyDict_SetItemString(d, k, o) : -1;
+    Py_XDECREF(o);
+    return rc;
+}
+
+static PyObject *shard_view(const xfer_shard_view *sv)
+{
+    PyObject *d = PyDict_New();
+    PyObject *n = PyLong_FromUnsignedLong(sv->cancel_attempts);
+    if (!d || !n || put_str(d, "reserve", xfer_sub_name(XFER_OP_RESERVE,
+                                                        sv->resv)) ||
+        put_str(d, "write", xfer_sub_name(XFER_OP_WRITE, sv->write)) ||
+        put_str(d, "commit", xfer_sub_name(XFER_OP_COMMIT, sv->commit)) ||
+        put_str(d, "cancel", xfer_sub_name(XFER_OP_CANCEL, sv->cancel)) ||
+        put_str(d, "eager", xfer_sub_name(XFER_OP_EAGER, sv->eager)) ||
+        PyDict_SetItemString(d, "cancel_attempts", n) < 0)
+        Py_CLEAR(d);
+    Py_XDECREF(n);
+    return d;
+}
+
+PyObject *pyx_transfer_view(const xfer_transfer_view *v)
+{
+    const char *state = xfer_fsm_state_name(XFER_MACHINE_TRANSFER, v->state);
+    field f[] = {{"id", v->id}, {"attempt", v->attempt},
+                 {"started_ns", v->started_ns},
+                 {"deadline_ns", v->deadline_ns}, {"pending", v->pending}};
+    PyObject *d = dict_of(f, NF(f));
+    PyObject *shards = PyList_New(v->nshards);
+    for (uint16_t k = 0; d && shards && k < v->nshards; k++) {
+        PyObject *s = shard_view(&v->shards[k]);
+        if (!s)
+            Py_CLEAR(d);
+        else
+            PyList_SET_ITEM(shards, k, s);
+    }
+    if (d && (!shards || put_str(d, "state", state ? state : "?") ||
+              PyDict_SetItemString(d, "shards", shards) < 0))
+        Py_CLEAR(d);
+    Py_XDECREF(shards);
     return d;
 }
 

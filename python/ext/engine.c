@@ -686,6 +686,35 @@ static PyObject *engine_state(PyObject *obj, PyObject *arg)
     return PyUnicode_FromString(n ? n : "?");
 }
 
+typedef struct view_args {
+    uint64_t id;
+    bool live;
+    xfer_transfer_view v;
+} view_args;
+
+static int view_fn(pyx_core *c, void *arg)
+{
+    view_args *a = arg;
+    a->live = xfer_core_view(xfer_engine_core(c->e), a->id, &a->v);
+    return 0;
+}
+
+/* view(id) -> the live transfer's per-shard view (dict), or None when
+ * the id is not live (never submitted, or ended). */
+static PyObject *engine_view(PyObject *obj, PyObject *arg)
+{
+    pyx_engine *self = (pyx_engine *)obj;
+    view_args a = {0};
+    if (parse_u64(arg, &a.id, "id") || open_or_raise(self))
+        return NULL;
+    int rc = pyx_core_call(self->core, view_fn, &a);
+    if (rc)
+        return pyx_raise(rc);
+    if (!a.live)
+        Py_RETURN_NONE;
+    return pyx_transfer_view(&a.v);
+}
+
 static PyObject *engine_idle(PyObject *obj, PyObject *unused)
 {
     query_args q = {.id = 1};
@@ -783,6 +812,10 @@ static PyMethodDef engine_methods[] = {
      "add_group(transport) -> group index"},
     {"state", engine_state, METH_O,
      "state(id) -> the transfer machine's state name"},
+    {"view", engine_view, METH_O,
+     "view(id) -> dict: a live transfer's state, attempt, ops in flight "
+     "and per shard the reserve, write, commit, cancel and eager "
+     "sub-states and the cancels sent; None when the id is not live"},
     {"idle", engine_idle, METH_NOARGS,
      "idle() -> True when nothing is live or queued"},
     {"stats", engine_stats, METH_NOARGS, "stats() -> dict of counters"},

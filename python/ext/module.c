@@ -164,7 +164,31 @@ static PyObject *mod_state_name(PyObject *mod, PyObject *arg)
     return PyUnicode_FromString(n ? n : "?");
 }
 
+/* fault_parse(text) -> (kind, op, shard, id, prob_ppm, count, delay_ns,
+ * error): xfer_fault_rule_parse's rule (xferd --fault's form). */
+static PyObject *mod_fault_parse(PyObject *mod, PyObject *arg)
+{
+    const char *text = PyUnicode_AsUTF8(arg);
+    if (!text)
+        return NULL;
+    xfer_fault_rule r;
+    const char *bad = NULL;
+    if (xfer_fault_rule_parse(text, &r, &bad) != 0) {
+        PyErr_Format(PyExc_ValueError, "bad fault rule '%s' (at '%s')", text,
+                     bad ? bad : text);
+        return NULL;
+    }
+    return Py_BuildValue("(iiiKIIKi)", (int)r.kind,
+                         r.op == XFER_FAULT_ANY_OP ? -1 : (int)r.op,
+                         (int)r.shard, (unsigned long long)r.id, r.prob_ppm,
+                         r.count, (unsigned long long)r.delay_ns,
+                         (int)r.error);
+}
+
 static PyMethodDef mod_methods[] = {
+    {"fault_parse", mod_fault_parse, METH_O,
+     "fault_parse(text) -> (kind, op (-1: any), shard (-1: any), id, "
+     "prob_ppm, count, delay_ns, error)"},
     {"_setup", mod_setup, METH_VARARGS,
      "_setup(Transfer, Error, {code: class}): the Python half's classes."},
     {"error_codes", mod_error_codes, METH_NOARGS,

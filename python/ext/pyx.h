@@ -308,6 +308,16 @@ void pyx_loop_shard_totals(xfer_loop *l, uint16_t nshards, uint64_t *bytes,
 PyObject *pyx_stats_tcp(const xfer_tcp_stats *st);
 PyObject *pyx_stats_server(const xfer_server_stats *st);
 PyObject *pyx_stats_consumer(const xfer_consumer_stats *st);
+/* One shard object's counters (Loop.stats(shard)). */
+PyObject *pyx_stats_shard(const xfer_shard_stats *st);
+/* A transfer's view (Engine.view): its state, times, ops in flight, and
+ * per shard the sub-state word of each op and the cancels sent. */
+PyObject *pyx_transfer_view(const xfer_transfer_view *v);
+/* A fault rule from add_fault's arguments (kind, op=, shard=, id=,
+ * prob=, count=, delay=, error=; shard below nshards).  0, or -1 with
+ * ValueError or TypeError set (GIL). */
+int pyx_fault_rule_of(PyObject *args, PyObject *kw, int nshards,
+                      xfer_fault_rule *rule);
 /* Ask for the stats of this header's version (loop). */
 int pyx_server_stats_get(const xfer_server *s, uint16_t index,
                          xfer_server_stats *st);

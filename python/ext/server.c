@@ -423,6 +423,49 @@ static PyObject *server_stats(PyObject *obj, PyObject *args)
     return pyx_stats_server(&q.st);
 }
 
+typedef struct rule_call {
+    srvside *side;
+    xfer_fault_rule rule;
+    bool clear;
+} rule_call;
+
+static int rule_fn(pyx_core *c, void *arg)
+{
+    rule_call *r = arg;
+    if (!r->side->s)
+        return XFER_ERR_SHUTDOWN;
+    if (r->clear) {
+        xfer_server_clear_rules(r->side->s);
+        return 0;
+    }
+    return xfer_server_add_rule(r->side->s, &r->rule);
+}
+
+/* add_fault(kind, op=, shard=, id=, prob=, count=, delay=, error=): the
+ * Loop's rule (xfer/fault.h) on this server's shards; shard is the index
+ * in the group. */
+static PyObject *server_add_fault(PyObject *obj, PyObject *args,
+                                  PyObject *kw)
+{
+    pyx_server *self = (pyx_server *)obj;
+    rule_call r = {.side = self->side};
+    if (pyx_fault_rule_of(args, kw, XFER_MAX_SHARDS, &r.rule) < 0 ||
+        open_or_raise(self))
+        return NULL;
+    int rc = pyx_core_call(self->core, rule_fn, &r);
+    return rc ? pyx_raise(rc) : (Py_INCREF(Py_None), Py_None);
+}
+
+static PyObject *server_clear_faults(PyObject *obj, PyObject *unused)
+{
+    pyx_server *self = (pyx_server *)obj;
+    rule_call r = {.side = self->side, .clear = true};
+    if (open_or_raise(self))
+        return NULL;
+    int rc = pyx_core_call(self->core, rule_fn, &r);
+    return rc ? pyx_raise(rc) : (Py_INCREF(Py_None), Py_None);
+}
+
 static PyObject *get_drained(PyObject *obj, void *unused)
 {
     srv_query q = {.index = XFER_SHARD_NONE};
@@ -468,6 +511,11 @@ static PyMethodDef server_methods[] = {
     {"stats", server_stats, METH_VARARGS,
      "stats(shard=None) -> dict of counters: of one hosted shard, or of "
      "every one summed"},
+    {"add_fault", (PyCFunction)(void (*)(void))server_add_fault,
+     METH_VARARGS | METH_KEYWORDS,
+     "add_fault(kind, op=, shard=, id=, prob=, count=, delay=, error=): "
+     "append a fault rule on the producers' ops"},
+    {"clear_faults", server_clear_faults, METH_NOARGS, "drop every rule"},
     {"drain", server_drain, METH_NOARGS,
      "drain() -> bool: refuse new reserves and wait (without the GIL) "
      "until nothing is reserved or being written (True) or drain_timeout "

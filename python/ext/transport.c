@@ -295,11 +295,11 @@ static int add_rule_fn(pyx_core *c, void *arg)
     return xfer_loop_add_rule(a->s->l, &a->rule);
 }
 
-static PyObject *loop_add_fault(PyObject *self, PyObject *args, PyObject *kw)
+int pyx_fault_rule_of(PyObject *args, PyObject *kw, int nshards,
+                      xfer_fault_rule *rule)
 {
     static char *kwl[] = {"kind", "op", "shard", "id", "prob", "count",
                           "delay", "error", NULL};
-    pyx_loop *lo = (pyx_loop *)self;
     int kind, op = XFER_FAULT_ANY_OP, shard = XFER_FAULT_ANY_SHARD, err = 0;
     unsigned long long id = 0;
     double prob = 0;
@@ -308,25 +308,35 @@ static PyObject *loop_add_fault(PyObject *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "i|$iiKdIOi:add_fault", kwl,
                                      &kind, &op, &shard, &id, &prob, &count,
                                      &delay, &err))
-        return NULL;
-    rule_args a = {.s = lo->side};
+        return -1;
     if (kind < 0 || kind >= XFER_FAULT_COUNT_ ||
         (op != XFER_FAULT_ANY_OP && (op < 0 || op >= XFER_OP_COUNT_)) ||
-        shard < -1 || shard >= lo->nshards || !(prob >= 0 && prob <= 1)) {
+        shard < -1 || shard >= nshards || !(prob >= 0 && prob <= 1) ||
+        err > 0) {
         PyErr_SetString(PyExc_ValueError, "bad fault rule");
-        return NULL;
+        return -1;
     }
-    if (pyx_ns_of(delay, &a.rule.delay_ns))
+    memset(rule, 0, sizeof *rule);
+    if (pyx_ns_of(delay, &rule->delay_ns))
+        return -1;
+    rule->kind = (uint8_t)kind;
+    rule->op = (uint8_t)op;
+    rule->shard = (int16_t)shard;
+    rule->id = id;
+    rule->prob_ppm = (uint32_t)(prob * 1e6 + 0.5);
+    if (prob > 0 && rule->prob_ppm == 0)
+        rule->prob_ppm = 1; /* 0 would mean "always" */
+    rule->count = count;
+    rule->error = err;
+    return 0;
+}
+
+static PyObject *loop_add_fault(PyObject *self, PyObject *args, PyObject *kw)
+{
+    pyx_loop *lo = (pyx_loop *)self;
+    rule_args a = {.s = lo->side};
+    if (pyx_fault_rule_of(args, kw, lo->nshards, &a.rule) < 0)
         return NULL;
-    a.rule.kind = (uint8_t)kind;
-    a.rule.op = (uint8_t)op;
-    a.rule.shard = (int16_t)shard;
-    a.rule.id = id;
-    a.rule.prob_ppm = (uint32_t)(prob * 1e6 + 0.5);
-    if (prob > 0 && a.rule.prob_ppm == 0)
-        a.rule.prob_ppm = 1; /* 0 would mean "always" */
-    a.rule.count = count;
-    a.rule.error = err;
     if (!lo->core) {
         if (lo->nrules == MAX_RULES)
             return pyx_raise(XFER_ERR_BUSY);
@@ -387,6 +397,7 @@ typedef struct loop_snap {
     loopside *s;
     uint16_t nshards;
     xfer_loop_stats st;
+    xfer_shard_stats shard;
     uint32_t outstanding;
     uint64_t bytes, resv, taken, take_failed;
     uint64_t id;
@@ -405,12 +416,32 @@ static int snap_fn(pyx_core *c, void *arg)
     return 0;
 }
 
-static PyObject *loop_stats(PyObject *self, PyObject *unused)
+static int shard_snap_fn(pyx_core *c, void *arg)
+{
+    loop_snap *a = arg;
+    return xfer_shard_stats_get(xfer_loop_shard(a->s->l, (uint16_t)a->id),
+                                &a->shard);
+}
+
+/* stats(shard=None): the transport's counters, or shard k's own (its
+ * xfer_shard_stats: reserves, commits, live, tombstones, ...). */
+static PyObject *loop_stats(PyObject *self, PyObject *args)
 {
     pyx_loop *lo = (pyx_loop *)self;
-    if (live(lo->core))
+    PyObject *shard = Py_None;
+    if (!PyArg_ParseTuple(args, "|O:stats", &shard) || live(lo->core))
         return NULL;
     loop_snap a = {.s = lo->side, .nshards = lo->nshards};
+    if (shard != Py_None) {
+        long k = PyLong_AsLong(shard);
+        if (k == -1 && PyErr_Occurred())
+            return NULL;
+        if (k < 0 || k >= lo->nshards)
+            return pyx_raise(XFER_ERR_NOT_FOUND);
+        a.id = (uint64_t)k;
+        int rc = pyx_core_call(lo->core, shard_snap_fn, &a);
+        return rc ? pyx_raise(rc) : pyx_stats_shard(&a.shard);
+    }
     int rc = pyx_core_call(lo->core, snap_fn, &a);
     if (rc)
         return pyx_raise(rc);
@@ -494,7 +525,9 @@ static PyMethodDef loop_methods[] = {
     {"clear_faults", loop_clear_faults, METH_NOARGS, "drop every rule"},
     {"set_down", loop_set_down, METH_VARARGS,
      "set_down(shard, down=True): take a shard down or bring it up"},
-    {"stats", loop_stats, METH_NOARGS, "the transport's counters (dict)"},
+    {"stats", loop_stats, METH_VARARGS,
+     "stats(shard=None) -> the transport's counters (dict), or shard k's "
+     "own (reserves, commits, live, ...)"},
     {"received", loop_received, METH_O,
      "received(id) -> per shard (len, crc32) of the data the consumer took "
      "for id, or None (the last 4096 pairs are kept)"},

@@ -170,7 +170,9 @@ _OPS = {None: _xfer.OP_ANY, "any": _xfer.OP_ANY,
 
 
 class Fault(NamedTuple):
-    """A fault rule of the loop transport (see xfer/loop.h).
+    """A fault rule (see xfer/fault.h) of the loop transport (Loop) and of
+    the shard server (Server, xferd --fault): the same rules, matched by
+    the same code, in process and over TCP.
 
     kind: "fail" (refused, not applied), "applied_lost" (applied, the reply
     says failed), "drop" (never answered until aborted), "delay".
@@ -190,6 +192,24 @@ class Fault(NamedTuple):
     delay: float = 0.0
     error: object = None
 
+    @classmethod
+    def parse(cls, text):
+        """A Fault from xferd --fault's text form, e.g.
+        "op=write,shard=2,action=fail" or
+        "op=commit,shard=1,action=delay,ms=200" (keys: action, op, shard,
+        id, count, ppm, ms, error).  ValueError when it is malformed."""
+        kind, op, shard, id_, ppm, count, delay_ns, error = \
+            _xfer.fault_parse(text)
+        return cls(kind=_KIND_NAMES[kind],
+                   op=None if op < 0 else _OP_NAMES[op],
+                   shard=None if shard < 0 else shard, id=id_,
+                   prob=ppm / 1e6, count=count, delay=delay_ns / 1e9,
+                   error=error or None)
+
+
+_KIND_NAMES = {v: k for k, v in _KINDS.items()}
+_OP_NAMES = {v: k for k, v in _OPS.items() if k not in (None, "any")}
+
 
 def _error_code(error):
     if error is None:
@@ -199,11 +219,30 @@ def _error_code(error):
     return int(error)
 
 
+def _rule_args(fault, kw):
+    """add_fault's (kind, keywords) for the C side: fault is a Fault, its
+    text form, or a kind with Fault's keywords."""
+    if isinstance(fault, str) and "=" in fault:
+        fault = Fault.parse(fault)
+    if not isinstance(fault, Fault):
+        fault = Fault(fault, **kw)
+    elif kw:
+        fault = fault._replace(**kw)
+    try:
+        kind, op = _KINDS[fault.kind], _OPS[fault.op]
+    except KeyError as e:
+        raise ValueError("unknown fault kind or op %s" % e) from None
+    return kind, dict(op=op, shard=-1 if fault.shard is None else fault.shard,
+                      id=fault.id, prob=float(fault.prob), count=fault.count,
+                      delay=fault.delay, error=_error_code(fault.error))
+
+
 class Loop(_xfer.Loop):
     """nshards in-process shards on the engine's loop, with seeded fault
     rules: the test workhorse.  The shards' consumer takes every ready
     transfer and releases it at once (consume=True), recording what it
-    received (received(id): per shard (length, zlib.crc32 of the data))."""
+    received (received(id): per shard (length, zlib.crc32 of the data)).
+    stats() gives the transport's counters, stats(shard) shard k's own."""
 
     def __init__(self, nshards, *, pool_bytes=16 << 20, max_reservations=0,
                  lease_ttl=None, seed=0, write_time=None, consume=True,
@@ -216,20 +255,10 @@ class Loop(_xfer.Loop):
             self.add_fault(f)
 
     def add_fault(self, fault, **kw):
-        """Append a rule: a Fault, or a kind and Fault's keywords."""
-        if not isinstance(fault, Fault):
-            fault = Fault(fault, **kw)
-        elif kw:
-            fault = fault._replace(**kw)
-        try:
-            kind, op = _KINDS[fault.kind], _OPS[fault.op]
-        except KeyError as e:
-            raise ValueError("unknown fault kind or op %s" % e) from None
-        super().add_fault(kind, op=op,
-                          shard=-1 if fault.shard is None else fault.shard,
-                          id=fault.id, prob=float(fault.prob),
-                          count=fault.count, delay=fault.delay,
-                          error=_error_code(fault.error))
+        """Append a rule: a Fault, its text form ("op=write,shard=2,
+        action=fail"), or a kind and Fault's keywords."""
+        kind, args = _rule_args(fault, kw)
+        super().add_fault(kind, **args)
 
 
 class Tcp(_xfer.Tcp):
@@ -306,7 +335,13 @@ class Engine(_Closing, _xfer.Engine):
     the group allows it: reserve, data and commit in one round; 0, the
     default, is off), and notify: "fd" (an
     eventfd the asyncio loop watches; the default) or "call_soon" (the
-    loop thread calls call_soon_threadsafe)."""
+    loop thread calls call_soon_threadsafe).
+
+    view(id): a live transfer as the engine sees it (None once it ended):
+    its state, attempt, ops in flight ("pending") and, per shard, the
+    sub-state of its reserve, write, commit, cancel and eager ops
+    ("NONE", "PENDING", "OK"/"DONE"/"ACKED"/"APPLIED", "FAILED",
+    "GAVE_UP") and the cancels sent ("cancel_attempts")."""
 
     def __init__(self, transport, *, notify="fd", **kw):
         super().__init__(transport, notify=_NOTIFY[notify], **kw)
@@ -351,13 +386,31 @@ class Server(_Closing, _xfer.Server):
     peer must answer HELLO2's challenge with it), insecure=True (bind an
     address other than loopback without a secret).
 
+    faults=[...] (and add_fault(), clear_faults()): fault rules on the
+    producers' ops, as Loop's (xfer.Fault, or its text form
+    "op=write,shard=2,action=fail"; shard is the index in the group).  A
+    rule's fate is a real shard's: "fail" answers the error the producer
+    rolls back on, "applied_lost" applies and answers an error, "drop"
+    never answers, "delay" holds the op on the server's loop (which runs
+    on) and applies it later; a delayed write's data lands at once and its
+    end is held.  stats(shard) counts rules_fired, ops_delayed and
+    delayed_now.
+
     stats(shard=None), drain() / await adrain() (stop taking new
     transfers, wait until nothing is being written: True, or False after
     drain_timeout), close() / await aclose()."""
 
-    def __init__(self, buffers, **kw):
+    def __init__(self, buffers, *, faults=(), **kw):
         super().__init__(buffers, **kw)
         _live.add(self)
+        for f in faults:
+            self.add_fault(f)
+
+    def add_fault(self, fault, **kw):
+        """Append a rule: a Fault, its text form, or a kind and Fault's
+        keywords.  It applies from the next op a producer sends."""
+        kind, args = _rule_args(fault, kw)
+        super().add_fault(kind, **args)
 
     @property
     def addrs(self):

@@ -4,7 +4,7 @@
  *
  *   xferd [--addr A] [--port P] [--group G] [--shards LIST] [--pool SIZE]
  *         [--lease-ttl DUR] [--max-resv N] [--max-tombs N] [--consume]
- *         [--faults PPM[:SEED]]
+ *         [--faults PPM[:SEED]] [--fault RULE]...
  *         [--drop PPM] [--drain-timeout DUR] [--port-file PATH] [--quiet]
  *         [--ctl PATH] [--shm NAME] [--trace FILE] [--take-grace DUR]
  *         [--secret-file PATH] [--insecure] [--max-sessions N]
@@ -43,7 +43,12 @@
  *
  * --faults and --drop inject seeded faults for tests: per op, a refusal or
  * an "applied but reported failed" (PPM in a million, half each), and a
- * dropped connection (--drop).
+ * dropped connection (--drop).  --fault RULE (repeatable, tried in order)
+ * adds a fault rule (xfer/fault.h, as the loop transport's) on the
+ * producers' ops: "op=write,shard=2,action=fail",
+ * "op=commit,shard=1,action=delay,ms=200", with the keys action
+ * (fail|applied_lost|drop|delay), op, shard, id, count, ppm, ms and error
+ * (xfer_fault_rule_parse); its probabilities draw from --faults' SEED.
  *
  * Prints "xferd: listening on ADDR:PORT" on stdout once it serves (with
  * --rdma, after "xferd: rdma on ADDR:PORT ..."; port 0
@@ -91,6 +96,8 @@ typedef struct xd_config {
     bool consume;
     uint32_t fault_ppm, drop_ppm;
     uint64_t fault_seed;
+    xfer_fault_rule rules[XFER_FAULT_MAX_RULES]; /* --fault, in order */
+    uint32_t nrules;
     uint64_t drain_timeout_ns;
     uint64_t take_grace_ns;    /* 0: the server's default */
     bool quiet;
@@ -254,6 +261,7 @@ static void usage(void)
            "             [--pool SIZE] [--lease-ttl DUR] [--max-resv N]\n"
            "             [--max-tombs N]\n"
            "             [--consume] [--faults PPM[:SEED]] [--drop PPM]\n"
+           "             [--fault RULE]...\n"
            "             [--drain-timeout DUR] [--port-file PATH] [--quiet]\n"
            "             [--ctl PATH] [--shm NAME] [--trace FILE]\n"
            "             [--take-grace DUR] [--metrics ADDR:PORT]\n"
@@ -264,7 +272,15 @@ static void usage(void)
            "             [--idle-timeout DUR] [--write-timeout DUR]\n"
            "             [--max-conns N] [--out-max SIZE] [--rdma]\n"
            "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
-           "          --lease-ttl 10s --max-resv 4096\n");
+           "          --lease-ttl 10s --max-resv 4096\n"
+           "--fault RULE (repeatable, tried in order): a fault rule on the\n"
+           "  producers' ops, comma-separated KEY=VALUE: action=fail|\n"
+           "  applied_lost|drop|delay (required), op=reserve|write|commit|\n"
+           "  cancel|eager|any, shard=N|any, id=N, count=N (fire at most N\n"
+           "  times), ppm=N (chance in a million, drawn from --faults' SEED),\n"
+           "  ms=N (delay only), error=NAME (fail/applied_lost; default\n"
+           "  REMOTE).  e.g. --fault op=write,shard=2,action=fail\n"
+           "  --fault op=commit,shard=1,action=delay,ms=200\n");
 }
 
 /* --secret-file PATH: the shared secret is the file's bytes (one
@@ -399,6 +415,13 @@ static int parse_one(int c, const char *arg, opts *o)
     case 1011: return parse_size(arg, &o->cfg.out_max) || !o->cfg.out_max
                           ? bad("output cap", arg) : 0;
     case 'R': o->cfg.rdma = true; return 0;
+    case 1012:
+        if (o->cfg.nrules == XFER_FAULT_MAX_RULES)
+            return bad("fault rule (at most 64)", arg);
+        return xfer_fault_rule_parse(arg, &o->cfg.rules[o->cfg.nrules++],
+                                     NULL)
+                   ? bad("fault rule", arg)
+                   : 0;
     default: return bad("flag", arg);
     }
 }
@@ -424,7 +447,7 @@ static int parse(int argc, char **argv, opts *o)
         {"hello-timeout", 1, 0, 1006}, {"header-timeout", 1, 0, 1007},
         {"idle-timeout", 1, 0, 1008}, {"write-timeout", 1, 0, 1009},
         {"max-conns", 1, 0, 1010},  {"out-max", 1, 0, 1011},
-        {"rdma", 0, 0, 'R'},
+        {"rdma", 0, 0, 'R'},        {"fault", 1, 0, 1012},
         {0, 0, 0, 0}};
     opterr = 0;
     int c;
@@ -672,9 +695,11 @@ static int start_server(xferd *d)
     sc.write_timeout_ns = c->write_to;
     sc.max_conns = (uint32_t)c->max_conns;
     sc.out_max_bytes = c->out_max;
-    if (c->rdma)
-        return xfer_server_new_rdma(&sc, NULL, &d->srv);
-    return xfer_server_new(&sc, &d->srv);
+    int rc = c->rdma ? xfer_server_new_rdma(&sc, NULL, &d->srv)
+                     : xfer_server_new(&sc, &d->srv);
+    for (uint32_t i = 0; rc == 0 && i < c->nrules; i++)
+        rc = xfer_server_add_rule(d->srv, &c->rules[i]);
+    return rc;
 }
 
 /* --metrics ADDR:PORT: the server's Prometheus exposition on /metrics. */
