@@ -31,6 +31,7 @@
  * the consumer holds nothing, both sides agree on every id, and every
  * xferd exits 0 on SIGTERM: a crash or a sanitizer report fails).
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -585,9 +586,14 @@ static int setup_producer(demo *d)
     xfer_tracefile_opts topts;
     xfer_tracefile_opts_default(&topts);
     topts.label = "xfer-demo";
+    errno = 0;
     int rc = xfer_tracefile_open(o->trace, &topts, &d->tf);
-    if (rc)
+    if (rc) {
+        snprintf(d->err, sizeof d->err, "cannot open trace %s: %s", o->trace,
+                 rc == XFER_ERR_IO && errno ? strerror(errno)
+                                            : xfer_strerror(rc));
         return rc;
+    }
     xfer_engine_config ec;
     xfer_engine_config_default(&ec);
     ec.base = d->own_base;

@@ -120,6 +120,14 @@ typedef struct opts {
 
 static const cli xferd_cli;
 
+/* The reason of a library error: the OS's own (errno, which the library
+ * keeps for XFER_ERR_IO) rather than "transport i/o error".  Call it
+ * before anything else can change errno. */
+static const char *reason(int rc)
+{
+    return rc == XFER_ERR_IO && errno ? strerror(errno) : xfer_strerror(rc);
+}
+
 static int bad(const char *what, const char *arg)
 {
     return cli_bad(&xferd_cli, what, arg);
@@ -632,10 +640,11 @@ static int open_trace(xferd *d)
     xfer_tracefile_opts_default(&to);
     to.format = XFER_TRACEFILE_BINARY;
     to.label = label;
+    errno = 0;
     int rc = xfer_tracefile_open(d->o->trace, &to, &d->tf);
     if (rc) {
         fprintf(stderr, "xferd: cannot open trace %s: %s\n", d->o->trace,
-                xfer_strerror(rc));
+                reason(rc));
         return rc;
     }
     xfer_tracefile_flush(d->tf); /* the header, so the file says whose */
@@ -700,6 +709,7 @@ static int start_metrics(xferd *d)
     xfer_metrics_config mc;
     xfer_metrics_config_default(&mc);
     mc.base = d->base;
+    errno = 0;
     int rc = xfer_metrics_new(&mc, &d->metrics);
     if (!rc)
         rc = xfer_metrics_add_server(d->metrics, d->srv);
@@ -709,7 +719,7 @@ static int start_metrics(xferd *d)
     if (rc) {
         fprintf(stderr, "xferd: cannot serve metrics on %s:%u: %s\n",
                 d->o->metrics_addr, (unsigned)d->o->metrics_port,
-                xfer_strerror(rc));
+                reason(rc));
         return rc;
     }
     printf("xferd: metrics on http://%s:%u/metrics\n", d->o->metrics_addr,
@@ -733,6 +743,7 @@ static int setup(xferd *d)
         return XFER_ERR_NOMEM;
     if (o->trace && (rc = open_trace(d)) != 0)
         return rc;
+    errno = 0;
     rc = start_server(d);
     if (rc == XFER_ERR_AUTH) {
         fprintf(stderr, "xferd: refusing to serve %s without --secret-file "
@@ -742,13 +753,16 @@ static int setup(xferd *d)
     }
     if (rc) {
         fprintf(stderr, "xferd: cannot serve on %s:%u: %s\n", o->cfg.addr,
-                (unsigned)o->cfg.port, xfer_strerror(rc));
+                (unsigned)o->cfg.port, reason(rc));
         return rc;
     }
+    errno = 0;
     if (o->ctl_path &&
         (rc = xfer_server_ctl_open(d->srv, o->ctl_path, &d->ctl)) != 0) {
         fprintf(stderr, "xferd: cannot open control socket %s: %s\n",
-                o->ctl_path, xfer_strerror(rc));
+                o->ctl_path, rc == XFER_ERR_EXISTS
+                                 ? "a file that is not a socket is there"
+                                 : reason(rc));
         return rc;
     }
     return o->metrics_addr ? start_metrics(d) : 0;
@@ -784,7 +798,8 @@ static int serve(opts *o)
     }
     uint16_t port = xfer_server_port(d.srv);
     if (o->port_file && write_port_file(o->port_file, port) != 0)
-        fprintf(stderr, "xferd: cannot write %s\n", o->port_file);
+        fprintf(stderr, "xferd: cannot write %s: %s\n", o->port_file,
+                strerror(errno));
     if (!o->cfg.secret_len)
         fprintf(stderr, "xferd: INSECURE: no --secret-file, peers are not "
                "authenticated%s\n",
