@@ -10,9 +10,18 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #ifndef XFER_TOOLS_VERSION
 #define XFER_TOOLS_VERSION "unknown"
+#endif
+
+#ifndef XFER_TOOLS_BINDIR
+#define XFER_TOOLS_BINDIR "/usr/local/bin"
+#endif
+#ifndef XFER_TOOLS_LIBEXECDIR
+#define XFER_TOOLS_LIBEXECDIR "/usr/local/libexec"
 #endif
 
 #define CLI_MAX_FLAGS 96
@@ -115,4 +124,35 @@ int cli_next(const cli *c, int argc, char **argv, const char **arg)
         exit(0);
     }
     return k;
+}
+
+static int is_exe(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
+           access(path, X_OK) == 0;
+}
+
+int cli_find_program(const char *name, const char *build_sub, char *buf,
+                     size_t cap)
+{
+    char dir[4096];
+    ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+    dir[n > 0 ? n : 0] = '\0';
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    const char *dirs[] = {dir, dir, XFER_TOOLS_LIBEXECDIR, XFER_TOOLS_BINDIR};
+    const char *subs[] = {"", build_sub, "", ""};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        if (!subs[i])
+            continue;
+        snprintf(buf, cap, "%s/%s%s", dirs[i], subs[i], name);
+        if (is_exe(buf))
+            return 0;
+    }
+    snprintf(buf, cap, "%s/%s", dir, name);
+    return -1;
 }

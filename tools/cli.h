@@ -68,4 +68,13 @@ void cli_reset(void);
  * the exit code of a bad value. */
 int cli_bad(const cli *c, const char *what, const char *arg);
 
+/* Find the helper program `name` (xfer-bench-tcp) for the running tool:
+ * next to the running executable (/proc/self/exe: the installed layout),
+ * then in `build_sub` under its folder (the build tree: "bench/" for
+ * bench/xfer-bench-tcp; NULL: none), then in the install's libexecdir and
+ * bindir.  Writes the path into buf and returns 0, or returns -1 with
+ * buf holding the first place looked at. */
+int cli_find_program(const char *name, const char *build_sub, char *buf,
+                     size_t cap);
+
 #endif
