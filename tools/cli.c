@@ -31,6 +31,25 @@ const char *cli_version(void)
     return XFER_TOOLS_VERSION;
 }
 
+/* The help text of a row from column 33, wrapped at spaces to 79. */
+static void wrap(FILE *f, const char *t)
+{
+    enum { COL = 33, WIDTH = 79 };
+    size_t at = COL;
+    while (*t) {
+        size_t w = strcspn(t, " ");
+        if (at > COL && at + 1 + w > WIDTH) {
+            fprintf(f, "\n%*s", COL - 1, "");
+            at = COL;
+        }
+        fprintf(f, " %.*s", (int)w, t);
+        at += 1 + w;
+        t += w;
+        t += strspn(t, " ");
+    }
+    fputc('\n', f);
+}
+
 void cli_help(const cli *c, FILE *f)
 {
     fprintf(f, "usage: %s %s\n", c->prog, c->synopsis ? c->synopsis : "");
@@ -46,7 +65,8 @@ void cli_help(const cli *c, FILE *f)
             n = snprintf(head, sizeof head, "    ");
         snprintf(head + n, sizeof head - (size_t)n, "--%s%s%s", fl->name,
                  fl->arg ? " " : "", fl->arg ? fl->arg : "");
-        fprintf(f, "  %-30s %s\n", head, fl->help);
+        fprintf(f, "  %-30s", head);
+        wrap(f, fl->help);
     }
     if (c->epilog)
         fprintf(f, "%s", c->epilog);

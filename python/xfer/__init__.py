@@ -240,6 +240,10 @@ def _check_addrs(addrs, who):
     are refused, not resolved, until the library itself resolves them
     (a name resolved once here would go stale when its host moves)."""
     import ipaddress
+
+    def bad(text):  # a ValueError that is also xfer's INVALID_ARG
+        cls = InvalidArgError  # noqa: F821 (made from the error list)
+        return cls(cls.code, "%s: %s" % (who, text))
     if isinstance(addrs, str):
         addrs = [a.strip() for a in addrs.split(",") if a.strip()]
     try:
@@ -249,21 +253,21 @@ def _check_addrs(addrs, who):
                         "one \"a,b,c\" string, not %s"
                         % (who, type(addrs).__name__)) from None
     if not addrs:
-        raise ValueError("%s: no shard address given" % who)
+        raise bad("no shard address given")
     if len(addrs) > MAX_SHARDS:
-        raise ValueError("%s: %d addresses, at most %d shards"
-                         % (who, len(addrs), MAX_SHARDS))
+        raise bad("%d addresses, at most %d shards"
+                  % (len(addrs), MAX_SHARDS))
     for k, a in enumerate(addrs):
         if not isinstance(a, str):
             raise TypeError("%s: addrs[%d] is %s, not an \"ip:port\" string"
                             % (who, k, type(a).__name__))
         host, sep, port = a.rpartition(":")
         if not sep or (host.count(":") and not host.startswith("[")):
-            raise ValueError("%s: addrs[%d] %r has no port (\"ip:port\", "
-                             "\"[ipv6]:port\")" % (who, k, a))
+            raise bad("addrs[%d] %r has no port (\"ip:port\", "
+                      "\"[ipv6]:port\")" % (k, a))
         if not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError("%s: addrs[%d] %r: port %r is not 1..65535"
-                             % (who, k, a, port))
+            raise bad("addrs[%d] %r: port %r is not 1..65535"
+                      % (k, a, port))
         bracketed = host.startswith("[") and host.endswith("]")
         ip = host[1:-1] if bracketed else host
         try:
@@ -271,10 +275,9 @@ def _check_addrs(addrs, who):
         except ValueError:
             parsed = None
         if parsed is None or (bracketed and parsed.version != 6):
-            raise ValueError("%s: addrs[%d] %r: %r is not a numeric IPv4 or "
-                             "IPv6 address (host names are not supported "
-                             "yet: give the address, e.g. 127.0.0.1:%s)"
-                             % (who, k, a, host, port))
+            raise bad("addrs[%d] %r: %r is not a numeric IPv4 or IPv6 "
+                      "address (host names are not supported yet: give "
+                      "the address, e.g. 127.0.0.1:%s)" % (k, a, host, port))
     return addrs
 
 
