@@ -416,6 +416,16 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A --timeout as given: "5s", "500ms". */
+static void fmt_timeout(char *buf, size_t len, uint64_t ns)
+{
+    if (ns % 1000000000ull == 0)
+        snprintf(buf, len, "%llus", (unsigned long long)(ns / 1000000000ull));
+    else
+        snprintf(buf, len, "%llums",
+                 (unsigned long long)((ns + 999999) / 1000000));
+}
+
 /* Milliseconds left until deadline (at least 1 while any is left). */
 static int left_ms(uint64_t deadline)
 {
@@ -463,7 +473,7 @@ static int connect_live(const char *path, uint64_t deadline, uint64_t to)
     if (rc == 0)
         return fd;
     char d[32];
-    xt_fmt_dur(d, sizeof d, to);
+    fmt_timeout(d, sizeof d, to);
     if (e == ETIMEDOUT || e == EAGAIN)
         fprintf(stderr, "xfer-trace: %s: no connection within %s (the process "
                 "behind it does not accept: stopped or hung?)\n", path, d);
@@ -530,7 +540,7 @@ fail:
                 why);
     } else {
         char d[32];
-        xt_fmt_dur(d, sizeof d, to);
+        fmt_timeout(d, sizeof d, to);
         fprintf(stderr, "xfer-trace: %s: no complete snapshot within %s "
                 "(%zu bytes; the process does not answer: stopped or "
                 "hung?)\n", path, d, n);
