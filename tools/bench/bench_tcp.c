@@ -74,6 +74,9 @@
 #ifndef XFER_BENCH_PYREF
 #define XFER_BENCH_PYREF "pyref.py"
 #endif
+#ifndef XFER_BENCH_PYREF_INSTALLED
+#define XFER_BENCH_PYREF_INSTALLED "/usr/local/share/xfer/pyref.py"
+#endif
 
 enum { P_ECHO = 1, P_WIRE = 2, P_XFER = 4, P_PYTHON = 8, P_DATA = 16,
        P_BLOCKS = 32 };
@@ -782,7 +785,7 @@ static const cli_flag flags[] = {
     {"python", 0, "PATH", "the interpreter of the Python reference "
      "(/usr/bin/python3)", F_PYTHON},
     {"pyref", 0, "PATH", "the Python reference (pyref.py of the source "
-     "tree)", F_PYREF},
+     "tree, else the installed one)", F_PYREF},
     {"py-stdlib", 0, NULL, "the Python reference on asyncio + json, not "
      "uvloop + msgpack", F_PYSTDLIB},
     {"smoke", 0, NULL, "a few hundred units per part, and check the counts "
@@ -907,6 +910,8 @@ int main(int argc, char **argv)
               .runs = 1, .seconds = 2, .warmup = -1, .level = {1, 64},
               .nlevels = 2,
               .python = "/usr/bin/python3", .pyref = XFER_BENCH_PYREF};
+    if (access(o.pyref, R_OK) != 0) /* an install without its sources */
+        o.pyref = XFER_BENCH_PYREF_INSTALLED;
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc;
