@@ -89,8 +89,9 @@ static void build(const cli *c)
     if (c->stop_at_operand)
         built.so[s++] = '+';
     built.so[s++] = ':'; /* a missing value returns ':', not '?' */
-    for (const cli_flag *fl = c->flags; fl->name && n < CLI_MAX_FLAGS;
-         fl++, n++) {
+    for (const cli_flag *fl = c->flags; fl->name; fl++, n++) {
+        if (n == CLI_MAX_FLAGS)
+            abort(); /* a table larger than CLI_MAX_FLAGS: raise it */
         built.lo[n] = (struct option){fl->name,
                                       fl->arg ? required_argument
                                               : no_argument,

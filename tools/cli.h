@@ -29,7 +29,7 @@
 /* One flag: --name, and -s when s is set; arg: the value's name in the
  * help (--port P), NULL for a flag that takes none.  cli_next returns key,
  * or s when key is 0 (a row with both sets key to s or 0).  A table ends
- * with a row whose name is NULL. */
+ * with a row whose name is NULL and holds at most 96 rows. */
 typedef struct cli_flag {
     const char *name;
     char s;
