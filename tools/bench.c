@@ -3,7 +3,7 @@
  * printed next to a reference measured in the same process.  Asserts
  * nothing about time.
  *
- *   xfer-bench [core|engine|memory|all]   (default all)
+ *   xfer-bench core|engine|memory|all    (no default: a name is needed)
  *   xfer-bench tcp [args]                 runs xfer-bench-tcp (TCP figures)
  *   xfer-bench rdma [args]                runs xfer-bench-rdma (RDMA figures
  *                                         next to ib_write_bw; says so and
@@ -20,6 +20,7 @@
  *         loop, the transport and the shards add.
  * memory: bytes per transfer in flight and per tombstone.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@
 
 #include <event2/event.h>
 
+#include "cli.h"
 #include "idmap.h"
 #include "ring.h" /* fsm/: the one ring buffer (fsm_private_dep) */
 #include "xfer/core.h"
@@ -326,23 +328,23 @@ static void run_memory(void)
     printf("  tombstone: %zu B\n", xfer_core_tombstone_bytes());
 }
 
-/* The benchmarks that live in their own programs, found next to this
- * one: tcp (bench/xfer-bench-tcp) and check (check/xfer-check --bench).
- * `rest` are the arguments after the benchmark's name. */
-static int run_tool(const char *self, const char *what, char **rest)
+/* The benchmarks that live in their own programs: tcp (xfer-bench-tcp),
+ * rdma (xfer-bench-rdma) and check (xfer-check --bench), found next to
+ * this program when installed, in the build tree's folders otherwise
+ * (cli_find_program).  `rest` are the arguments after the name. */
+static int run_tool(const char *what, char **rest)
 {
     const bool tcp = !strcmp(what, "tcp"), rdma = !strcmp(what, "rdma");
-    const char *tool = tcp    ? "bench/xfer-bench-tcp"
-                       : rdma ? "bench/xfer-bench-rdma"
-                              : "check/xfer-check";
+    const char *tool = tcp ? "xfer-bench-tcp"
+                       : rdma ? "xfer-bench-rdma" : "xfer-check";
+    const char *sub = tcp || rdma ? "bench/" : "check/";
     char path[4096];
-    snprintf(path, sizeof path, "%s", self);
-    char *slash = strrchr(path, '/');
-    if (slash)
-        snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "%s",
-                 tool);
-    else
-        snprintf(path, sizeof path, "%s", tool);
+    if (cli_find_program(tool, sub, path, sizeof path) != 0) {
+        fprintf(stderr, "xfer-bench: cannot find %s (looked next to "
+                "xfer-bench, in its build tree and in %s)\n", tool,
+                path);
+        return 1;
+    }
     char *av[64];
     size_t n = 0;
     av[n++] = path;
@@ -352,23 +354,52 @@ static int run_tool(const char *self, const char *what, char **rest)
         av[n++] = *rest;
     av[n] = NULL;
     execv(path, av);
-    fprintf(stderr, "xfer-bench: cannot run %s (is it built?)\n", path);
+    fprintf(stderr, "xfer-bench: cannot run %s: %s\n", path,
+            strerror(errno));
     return 1;
 }
 
+static const cli_flag flags[] = {CLI_HELP, CLI_VERSION,
+                                 {NULL, 0, NULL, NULL, 0}};
+
+static const cli bench_cli = {
+    .prog = "xfer-bench",
+    .synopsis = "BENCHMARK [args]",
+    .intro = "benchmarks, each next to a reference measured in the same "
+             "run:\n"
+             "  core      shard events/s through the pure core (1k, 64k, 1M "
+             "in flight)\n"
+             "  engine    transfers/s through the engine and the loop "
+             "transport\n"
+             "  memory    bytes per transfer in flight and per tombstone\n"
+             "  all       core, engine and memory\n"
+             "  tcp ...   xfer-bench-tcp (TCP figures; its own --help)\n"
+             "  rdma ...  xfer-bench-rdma (RDMA figures; its own --help)\n"
+             "  check ... xfer-check --bench (the model checker's rates)\n",
+    .flags = flags,
+    .stop_at_operand = 1};
+
 int main(int argc, char **argv)
 {
-    const char *what = argc > 1 ? argv[1] : "all";
-    if (!strcmp(what, "tcp") || !strcmp(what, "rdma") ||
-        !strcmp(what, "check"))
-        return run_tool(argv[0], what, argv + 2);
-    int all = !strcmp(what, "all");
-    if (!all && strcmp(what, "core") && strcmp(what, "engine") &&
-        strcmp(what, "memory")) {
-        fprintf(stderr, "xfer-bench: unknown benchmark '%s' (core, engine, "
-                "memory, tcp, rdma, check, all)\n", what);
+    const char *arg;
+    for (int k; (k = cli_next(&bench_cli, argc, argv, &arg)) != CLI_END;)
+        if (k == CLI_ERR)
+            return 2;
+    if (optind >= argc) { /* no default that runs everything */
+        fprintf(stderr, "usage: xfer-bench core|engine|memory|all|tcp|rdma|"
+                "check [args] (try xfer-bench --help)\n");
         return 2;
     }
+    const char *what = argv[optind];
+    if (!strcmp(what, "tcp") || !strcmp(what, "rdma") ||
+        !strcmp(what, "check"))
+        return run_tool(what, argv + optind + 1);
+    int all = !strcmp(what, "all");
+    if (!all && strcmp(what, "core") && strcmp(what, "engine") &&
+        strcmp(what, "memory"))
+        return cli_bad(&bench_cli, "benchmark", what);
+    if (optind + 1 < argc)
+        return cli_bad(&bench_cli, "argument", argv[optind + 1]);
     if (all || !strcmp(what, "memory"))
         run_memory();
     if (all || !strcmp(what, "core"))

@@ -31,6 +31,8 @@
  * the consumer holds nothing, both sides agree on every id, and every
  * xferd exits 0 on SIGTERM: a crash or a sanitizer report fails).
  */
+#include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -41,6 +43,7 @@
 
 #include <event2/event.h>
 
+#include "cli.h"
 #include "demo_agree.h"
 #include "demo_consumer.h"
 #include "demo_tcp.h"
@@ -454,38 +457,59 @@ static void on_settle(evutil_socket_t fd, short what, void *arg)
     evtimer_add(d->settle, &tv);
 }
 
+/* Every flag, its value and its help: getopt_long's options and --help
+ * are both built from this table (tools/cli.h). */
+enum { F_TRANSFERS = 256, F_INFLIGHT, F_SHARDS, F_BLOCK, F_SEED, F_FAULTS,
+       F_TRACE, F_QUIET, F_TCP, F_XFERD, F_RDMA };
+static const cli_flag flags[] = {
+    {"transfers", 0, "N", "transfers to run (5000)", F_TRANSFERS},
+    {"inflight", 0, "N", "transfers in flight at once, 1..4096 (64)",
+     F_INFLIGHT},
+    {"shards", 0, "N", "shards per transfer (4)", F_SHARDS},
+    {"block", 0, "BYTES", "bytes per shard of a transfer (4096)", F_BLOCK},
+    {"seed", 0, "N", "seed of the faults and the data (1)", F_SEED},
+    {"fault-ppm", 0, "N", "faults injected per million ops (20000)",
+     F_FAULTS},
+    {"trace", 0, "FILE", "the producer's trace (xfer-demo.trace)", F_TRACE},
+    {"quiet", 0, NULL, "only the final report", F_QUIET},
+    {"tcp", 0, NULL,
+     "one xferd process per shard over TCP (default: in-process loop)",
+     F_TCP},
+    {"xferd", 0, "PATH", "with --tcp: the xferd to run (default: next to "
+     "xfer-demo)", F_XFERD},
+    {"rdma", 0, NULL, "--tcp with the data moved by RDMA WRITE (no device: "
+     "exit 77)", F_RDMA},
+    CLI_HELP,
+    CLI_VERSION,
+    {NULL, 0, NULL, NULL, 0}};
+
+static const cli demo_cli = {
+    .prog = "xfer-demo",
+    .synopsis = "[flags]",
+    .intro = "a producer, S shards and a consumer moving transfers under "
+             "injected faults;\nevery byte is checked and both sides must "
+             "agree on every id\n",
+    .flags = flags};
+
 static void usage_error(const char *msg, const char *arg)
 {
-    fprintf(stderr, "xfer-demo: %s%s%s (try --help)\n", msg, arg ? ": " : "",
-            arg ? arg : "");
+    if (arg)
+        exit(cli_bad(&demo_cli, msg, arg));
+    fprintf(stderr, "xfer-demo: %s (try xfer-demo --help)\n", msg);
     exit(2);
 }
 
 static uint64_t parse_num(const char *flag, const char *s, uint64_t max)
 {
     char *end;
+    errno = 0;
     unsigned long long v = strtoull(s, &end, 0);
-    if (!*s || *end || v > max)
-        usage_error("bad value for", flag);
+    if (!*s || *s == '-' || *end || errno || v > max) {
+        char what[64];
+        snprintf(what, sizeof what, "value for %s", flag);
+        usage_error(what, s);
+    }
     return v;
-}
-
-static void usage(void)
-{
-    printf("usage: xfer-demo [--transfers N] [--inflight N] "
-           "[--shards N] [--block BYTES] [--seed N] "
-           "[--fault-ppm N] [--trace FILE] [--quiet]\n"
-           "                 [--tcp [--xferd PATH]] [--rdma]\n"
-           "  --tcp         run the consumer group as one xferd process per "
-           "shard over TCP\n"
-           "                (default: the in-process loop transport)\n"
-           "  --xferd PATH  the xferd to run (default: xferd/xferd next to "
-           "xfer-demo)\n"
-           "  --rdma        --tcp with the data moved by RDMA WRITE (xferd "
-           "--rdma; needs an\n"
-           "                RDMA device: without one it says so and exits "
-           "77)\n");
-    exit(0);
 }
 
 static void parse(opts *o, int argc, char **argv)
@@ -493,43 +517,36 @@ static void parse(opts *o, int argc, char **argv)
     *o = (opts){.transfers = 5000, .inflight = 64, .block = 4096,
                 .shards = 4, .seed = 1, .fault_ppm = 20000,
                 .trace = "xfer-demo.trace", .argv0 = argv[0]};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help")) {
-            usage();
-        } else if (!strcmp(a, "--quiet")) {
-            o->quiet = 1;
-            continue;
-        } else if (!strcmp(a, "--tcp")) {
-            o->tcp = 1;
-            continue;
-        } else if (!strcmp(a, "--rdma")) {
-            o->tcp = o->rdma = 1;
-            continue;
+    const char *v;
+    int k;
+    while ((k = cli_next(&demo_cli, argc, argv, &v)) != CLI_END) {
+        switch (k) {
+        case F_QUIET: o->quiet = 1; break;
+        case F_TCP: o->tcp = 1; break;
+        case F_RDMA: o->tcp = o->rdma = 1; break;
+        case F_TRANSFERS:
+            o->transfers = (uint32_t)parse_num("--transfers", v, 10000000);
+            break;
+        case F_INFLIGHT:
+            o->inflight = (uint32_t)parse_num("--inflight", v, 4096);
+            break;
+        case F_SHARDS:
+            o->shards = (uint16_t)parse_num("--shards", v, XFER_MAX_SHARDS);
+            break;
+        case F_BLOCK:
+            o->block = (uint32_t)parse_num("--block", v, 1u << 20);
+            break;
+        case F_SEED: o->seed = parse_num("--seed", v, UINT64_MAX); break;
+        case F_FAULTS:
+            o->fault_ppm = (uint32_t)parse_num("--fault-ppm", v, 1000000);
+            break;
+        case F_TRACE: o->trace = v; break;
+        case F_XFERD: o->xferd = v; break;
+        default: exit(2); /* CLI_ERR: the line is printed */
         }
-        if (!v)
-            usage_error("unknown flag or missing value", a);
-        i++;
-        if (!strcmp(a, "--transfers"))
-            o->transfers = (uint32_t)parse_num(a, v, 10000000);
-        else if (!strcmp(a, "--inflight"))
-            o->inflight = (uint32_t)parse_num(a, v, 4096);
-        else if (!strcmp(a, "--shards"))
-            o->shards = (uint16_t)parse_num(a, v, XFER_MAX_SHARDS);
-        else if (!strcmp(a, "--block"))
-            o->block = (uint32_t)parse_num(a, v, 1u << 20);
-        else if (!strcmp(a, "--seed"))
-            o->seed = parse_num(a, v, UINT64_MAX);
-        else if (!strcmp(a, "--fault-ppm"))
-            o->fault_ppm = (uint32_t)parse_num(a, v, 1000000);
-        else if (!strcmp(a, "--trace"))
-            o->trace = v;
-        else if (!strcmp(a, "--xferd"))
-            o->xferd = v;
-        else
-            usage_error("unknown flag", a);
     }
+    if (optind < argc)
+        usage_error("argument", argv[optind]);
     if (!o->shards || !o->inflight || !o->transfers)
         usage_error("--shards, --inflight and --transfers must be > 0", NULL);
     if (o->xferd && !o->tcp)
@@ -585,9 +602,14 @@ static int setup_producer(demo *d)
     xfer_tracefile_opts topts;
     xfer_tracefile_opts_default(&topts);
     topts.label = "xfer-demo";
+    errno = 0;
     int rc = xfer_tracefile_open(o->trace, &topts, &d->tf);
-    if (rc)
+    if (rc) {
+        snprintf(d->err, sizeof d->err, "cannot open trace %s: %s", o->trace,
+                 rc == XFER_ERR_IO && errno ? strerror(errno)
+                                            : xfer_strerror(rc));
         return rc;
+    }
     xfer_engine_config ec;
     xfer_engine_config_default(&ec);
     ec.base = d->own_base;

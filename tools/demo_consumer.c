@@ -210,9 +210,14 @@ static int child_setup(child *d, char *addrlist, const char *trace)
         xfer_tracefile_opts to;
         xfer_tracefile_opts_default(&to);
         to.label = "xfer-demo consumer";
+        errno = 0;
         int rc = xfer_tracefile_open(trace, &to, &d->tf);
-        if (rc)
+        if (rc) {
+            fprintf(stderr, "xfer-demo consumer: cannot open trace %s: %s\n",
+                    trace, rc == XFER_ERR_IO && errno ? strerror(errno)
+                                                      : xfer_strerror(rc));
             return rc;
+        }
     }
     xfer_consumer_config cc;
     xfer_consumer_config_default(&cc);

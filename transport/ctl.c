@@ -429,12 +429,14 @@ int xfer_ctl_open_config(struct event_base *base, const char *path,
         memcpy(ctl->path, path, n);
     int rc = ctl->path ? listen_on(ctl, path) : XFER_ERR_NOMEM;
     if (rc) {
+        int e = errno; /* XFER_ERR_IO: the caller reads why in errno */
         bool bound = ctl->lis != NULL;
         if (ctl->lis)
             evconnlistener_free(ctl->lis);
         if (bound)
             unlink(path);
         free_ctl(ctl);
+        errno = e;
         return rc;
     }
     xfer_base_ref(base); /* dropped by xfer_ctl_close: base_ref.h */

@@ -10,6 +10,7 @@
  */
 #include "xfer/metrics.h"
 
+#include <errno.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <string.h>
@@ -270,8 +271,10 @@ int xfer_metrics_listen(xfer_metrics *m, const char *addr, uint16_t port)
         evhttp_bind_socket_with_handle(m->own, addr, port);
     int rc = bs ? xfer_metrics_mount(m, m->own, "/metrics") : XFER_ERR_IO;
     if (rc) {
+        int e = errno; /* XFER_ERR_IO: the caller reads why in errno */
         evhttp_free(m->own);
         m->own = NULL;
+        errno = e;
         return rc;
     }
     m->port = bound_port(bs);

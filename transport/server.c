@@ -17,6 +17,7 @@
 #include "server_int.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -93,7 +94,8 @@ void xfer_server_free(const xfer_server *s, void *p)
     xfer_util_free(&s->cfg.alloc, p);
 }
 
-/* One line for the log callback: "conn N what", at most LOG_BURST lines
+/* One line for the log callback: "conn N what" (serial 0: "what", a line
+ * about the listener or the server itself), at most LOG_BURST lines
  * per log_interval_ns; the lines dropped are counted and said first in
  * the next interval that logs. */
 void xfer_server_log(xfer_server *s, uint64_t serial, const char *what)
@@ -117,8 +119,11 @@ void xfer_server_log(xfer_server *s, uint64_t serial, const char *what)
         s->log_dropped = 0;
         s->cfg.log(s->cfg.log_ud, line);
     }
-    snprintf(line, sizeof line, "conn %llu %s", (unsigned long long)serial,
-             what);
+    if (serial)
+        snprintf(line, sizeof line, "conn %llu %s",
+                 (unsigned long long)serial, what);
+    else /* not about one connection: the listener, the server */
+        snprintf(line, sizeof line, "%s", what);
     s->cfg.log(s->cfg.log_ud, line);
 }
 
@@ -342,6 +347,22 @@ static int make_addr(const char *addr, uint16_t port,
     return XFER_ERR_INVALID_ARG;
 }
 
+/* An OS call of the listener failed: say which, where and the OS's
+ * reason through the log ("bind 127.0.0.1:7470: Address already in
+ * use"), and keep errno for the caller (xfer_server_new's XFER_ERR_IO). */
+static int listen_failed(xfer_server *s, const char *call)
+{
+    int e = errno;
+    char what[200];
+    snprintf(what, sizeof what, "%s %s%s%s:%u: %s", call,
+             strchr(s->cfg.addr, ':') ? "[" : "", s->cfg.addr,
+             strchr(s->cfg.addr, ':') ? "]" : "", (unsigned)s->cfg.port,
+             strerror(e));
+    xfer_server_log(s, 0, what);
+    errno = e;
+    return XFER_ERR_IO;
+}
+
 /* Bind addr:port and learn the port actually bound. */
 static int listen_on(xfer_server *s)
 {
@@ -349,17 +370,18 @@ static int listen_on(xfer_server *s)
     int sl;
     if (make_addr(s->cfg.addr, s->cfg.port, &ss, &sl) != 0)
         return XFER_ERR_INVALID_ARG;
+    errno = 0;
     s->lis = evconnlistener_new_bind(
         s->base, on_accept, s,
         LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
         128, (struct sockaddr *)&ss, sl);
-    if (!s->lis)
-        return XFER_ERR_IO;
+    if (!s->lis) /* bind, or listen, or the socket itself: errno says */
+        return listen_failed(s, "bind");
     evconnlistener_set_error_cb(s->lis, on_accept_error);
     socklen_t len = sizeof ss;
     if (getsockname(evconnlistener_get_fd(s->lis), (struct sockaddr *)&ss,
                     &len) != 0)
-        return XFER_ERR_IO;
+        return listen_failed(s, "getsockname");
     s->port = ntohs(ss.ss_family == AF_INET6
                         ? ((struct sockaddr_in6 *)&ss)->sin6_port
                         : ((struct sockaddr_in *)&ss)->sin_port);
@@ -423,9 +445,12 @@ static int server_new(const xfer_server_config *cfg, bool rdma,
     event_add(s->sweep_ev, &tick);
     *out = s;
     return 0;
-out_fail:
+out_fail: {
+    int e = errno; /* XFER_ERR_IO: the caller reads why in errno */
     xfer_server_del(s);
+    errno = e;
     return rc;
+}
 }
 
 int xfer_server_new(const xfer_server_config *cfg, xfer_server **out)

@@ -215,8 +215,10 @@ int xfer_tracefile_open(const char *path, const xfer_tracefile_opts *opts,
     }
     tf->fp = fopen(path, "wb");
     if (!tf->fp) {
+        int e = errno; /* the caller reads why in errno */
         xfer_util_free(&o.alloc, tf->path);
         xfer_util_free(&o.alloc, tf);
+        errno = e;
         return XFER_ERR_IO;
     }
     write_header(tf);

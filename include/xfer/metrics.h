@@ -109,7 +109,8 @@ XFER_API int xfer_metrics_mount(xfer_metrics *m, struct evhttp *http,
 /*
  * Serve /metrics on an evhttp of our own bound to addr:port (numeric;
  * port 0: ephemeral, see xfer_metrics_port).  Errors: XFER_ERR_INVALID_ARG,
- * XFER_ERR_STATE (already listening), XFER_ERR_NOMEM, XFER_ERR_IO (bind).
+ * XFER_ERR_STATE (already listening), XFER_ERR_NOMEM, XFER_ERR_IO (bind;
+ * errno tells why).
  */
 XFER_API int xfer_metrics_listen(xfer_metrics *m, const char *addr,
                                  uint16_t port);

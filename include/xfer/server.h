@@ -195,8 +195,10 @@ XFER_API void xfer_server_config_default(xfer_server_config *cfg);
  * address, nshards out of range, a shard without memory, duplicate or
  * out-of-range indexes, a secret of a bad length), XFER_ERR_AUTH (a
  * non-loopback address without a secret, and not insecure), XFER_ERR_NOMEM,
- * XFER_ERR_IO (bind or listen failed: errno tells why; or the OS CSPRNG
- * gave nothing).
+ * XFER_ERR_IO (bind or listen failed: errno tells why, and the log callback
+ * gets one line naming the call, the address and the OS's reason, e.g.
+ * "bind 127.0.0.1:7470: Address already in use"; or the OS CSPRNG gave
+ * nothing).
  */
 XFER_API int xfer_server_new(const xfer_server_config *cfg,
                              xfer_server **out);

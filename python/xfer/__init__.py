@@ -261,9 +261,60 @@ class Loop(_xfer.Loop):
         super().add_fault(kind, **args)
 
 
+def _check_addrs(addrs, who):
+    """addrs as a list of "ip:port" strings, each checked here so a bad
+    entry is refused at construction, naming the entry and why (the
+    library would only say "invalid argument", and later).  The address
+    must be numeric (IPv4, or IPv6 in brackets: "[::1]:7470"): host names
+    are refused, not resolved, until the library itself resolves them
+    (a name resolved once here would go stale when its host moves)."""
+    import ipaddress
+
+    def bad(text):  # a ValueError that is also xfer's INVALID_ARG
+        cls = InvalidArgError  # noqa: F821 (made from the error list)
+        return cls(cls.code, "%s: %s" % (who, text))
+    if isinstance(addrs, str):
+        addrs = [a.strip() for a in addrs.split(",") if a.strip()]
+    try:
+        addrs = list(addrs)
+    except TypeError:
+        raise TypeError("%s: addrs must be a list of \"ip:port\" strings or "
+                        "one \"a,b,c\" string, not %s"
+                        % (who, type(addrs).__name__)) from None
+    if not addrs:
+        raise bad("no shard address given")
+    if len(addrs) > MAX_SHARDS:
+        raise bad("%d addresses, at most %d shards"
+                  % (len(addrs), MAX_SHARDS))
+    for k, a in enumerate(addrs):
+        if not isinstance(a, str):
+            raise TypeError("%s: addrs[%d] is %s, not an \"ip:port\" string"
+                            % (who, k, type(a).__name__))
+        host, sep, port = a.rpartition(":")
+        if not sep or (host.count(":") and not host.startswith("[")):
+            raise bad("addrs[%d] %r has no port (\"ip:port\", "
+                      "\"[ipv6]:port\")" % (k, a))
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise bad("addrs[%d] %r: port %r is not 1..65535"
+                      % (k, a, port))
+        bracketed = host.startswith("[") and host.endswith("]")
+        ip = host[1:-1] if bracketed else host
+        try:
+            parsed = ipaddress.ip_address(ip)
+        except ValueError:
+            parsed = None
+        if parsed is None or (bracketed and parsed.version != 6):
+            raise bad("addrs[%d] %r: %r is not a numeric IPv4 or IPv6 "
+                      "address (host names are not supported yet: give "
+                      "the address, e.g. 127.0.0.1:%s)" % (k, a, host, port))
+    return addrs
+
+
 class Tcp(_xfer.Tcp):
     """Shards served by xferd over TCP: addrs[k] ("ip:port", numeric) serves
-    shard k; a "host:port,host:port" string works too.  group is the group
+    shard k; a "ip:port,ip:port" string works too.  Every entry is checked
+    here: one without a port, with a port outside 1..65535 or with a host
+    name raises ValueError naming the entry and why.  group is the group
     number sent in HELLO (xferd --group).  secret (bytes, 16..256) answers
     the shards' challenge (xferd --secret-file); session (16 bytes, default
     drawn at random) names this producer to the shards, the same across
@@ -271,9 +322,8 @@ class Tcp(_xfer.Tcp):
 
     def __init__(self, addrs, *, group=0, connect_timeout=None, secret=None,
                  session=None):
-        if isinstance(addrs, str):
-            addrs = [a.strip() for a in addrs.split(",") if a.strip()]
-        super().__init__(list(addrs), group=group,
+        addrs = _check_addrs(addrs, "Tcp")
+        super().__init__(addrs, group=group,
                          connect_timeout=connect_timeout, secret=secret,
                          session=session)
 
@@ -457,12 +507,11 @@ class Consumer(_Closing, _xfer.Consumer):
     connections."""
 
     def __init__(self, addrs, *, shm=None, buffers=None, **kw):
-        if isinstance(addrs, str):
-            addrs = [a.strip() for a in addrs.split(",") if a.strip()]
+        addrs = _check_addrs(addrs, "Consumer")
         if isinstance(buffers, _xfer.Server):
             by_shard = dict(zip(buffers.shards, buffers.buffers))
             buffers = [by_shard.get(k) for k in range(len(addrs))]
-        super().__init__(list(addrs), shm=shm, buffers=buffers, **kw)
+        super().__init__(addrs, shm=shm, buffers=buffers, **kw)
         self._loop = None
         self._waiters = []
         _live.add(self)

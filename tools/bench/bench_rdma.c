@@ -25,6 +25,8 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -36,6 +38,7 @@
 
 #include <event2/event.h>
 
+#include "cli.h"
 #include "xfer/rdma.h"
 #include "xfer/server.h"
 #include "xfer/xfer.h"
@@ -60,46 +63,69 @@ static double now_s(void)
     return (double)xfer_clock_monotonic(NULL) / 1e9;
 }
 
-static int bad(const char *flag, const char *v)
-{
-    fprintf(stderr, "xfer-bench-rdma: bad %s '%s'\n", flag, v ? v : "");
-    return 2;
-}
+/* Every flag, its value and its help: getopt_long's options and --help
+ * are both built from this table (tools/cli.h). */
+enum { F_SIZE = 256, F_TRANSFERS, F_INFLIGHT, F_ADDR, F_SMOKE };
+static const cli_flag flags[] = {
+    {"size", 0, "BYTES", "bytes per transfer, 1..2^30 (1 MiB)", F_SIZE},
+    {"transfers", 0, "N", "transfers to run, 1..2^30 (2000)", F_TRANSFERS},
+    {"inflight", 0, "N", "transfers in flight, 1..2^30 (16)", F_INFLIGHT},
+    {"addr", 0, "A", "numeric address of the RDMA device's interface "
+     "(127.0.0.1)", F_ADDR},
+    {"smoke", 0, NULL, "a few hundred 64 KiB transfers; exit 1 unless the "
+     "counters add up", F_SMOKE},
+    CLI_HELP,
+    CLI_VERSION,
+    {NULL, 0, NULL, NULL, 0}};
+
+static const cli rdma_cli = {
+    .prog = "xfer-bench-rdma",
+    .synopsis = "[flags]",
+    .intro = "GB/s and transfers/s through the engine and the RDMA transport "
+             "into a shard\nserver on this host, next to ib_write_bw "
+             "(`xfer-bench rdma` runs it; no\ndevice: one line, exit 77)\n",
+    .flags = flags};
 
 static int parse(bench *b, int argc, char **argv)
 {
     *b = (bench){.size = 1u << 20, .transfers = 2000, .inflight = 16,
                  .addr = "127.0.0.1"};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--smoke")) {
+    uint32_t size = 0, transfers = 0;
+    const char *v;
+    for (int k; (k = cli_next(&rdma_cli, argc, argv, &v)) != CLI_END;) {
+        if (k == CLI_ERR)
+            return 2;
+        if (k == F_SMOKE) {
             b->smoke = true;
-            b->size = 65536;
-            b->transfers = 300;
             continue;
         }
-        if (!strcmp(a, "--addr")) {
+        if (k == F_ADDR) {
             unsigned char probe[16];
-            if (!v || (inet_pton(AF_INET, v, probe) != 1 &&
-                       inet_pton(AF_INET6, v, probe) != 1))
-                return bad(a, v);
+            if (inet_pton(AF_INET, v, probe) != 1 &&
+                inet_pton(AF_INET6, v, probe) != 1)
+                return cli_bad(&rdma_cli, "address (numeric)", v);
             b->addr = v;
-            i++;
             continue;
         }
-        uint32_t *dst = !strcmp(a, "--size")        ? &b->size
-                        : !strcmp(a, "--transfers") ? &b->transfers
-                        : !strcmp(a, "--inflight")  ? &b->inflight
-                                                    : NULL;
+        uint32_t *dst = k == F_SIZE ? &size
+                        : k == F_TRANSFERS ? &transfers : &b->inflight;
         char *end;
-        unsigned long n = v ? strtoul(v, &end, 10) : 0;
-        if (!dst)
-            return bad("flag", a);
-        if (!v || *end || n == 0 || n > (1ul << 30))
-            return bad(a, v);
+        errno = 0;
+        unsigned long n = strtoul(v, &end, 10);
+        if (!*v || *v == '-' || *end || errno || n == 0 || n > (1ul << 30))
+            return cli_bad(&rdma_cli, "value", v);
         *dst = (uint32_t)n;
-        i++;
     }
+    if (optind < argc)
+        return cli_bad(&rdma_cli, "argument", argv[optind]);
+    if (b->smoke) { /* the smoke sizes, unless --size/--transfers say */
+        b->size = 65536;
+        b->transfers = 300;
+    }
+    if (size)
+        b->size = size;
+    if (transfers)
+        b->transfers = transfers;
     return 0;
 }
 

@@ -45,6 +45,7 @@
  * (PR_SET_PDEATHSIG) if we die first.
  */
 #include <arpa/inet.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -57,6 +58,7 @@
 #include <unistd.h>
 
 #include "../demo_tcp.h"
+#include "cli.h"
 #include "echo.h"
 #include "figure.h"
 #include "proc.h"
@@ -71,6 +73,9 @@
 
 #ifndef XFER_BENCH_PYREF
 #define XFER_BENCH_PYREF "pyref.py"
+#endif
+#ifndef XFER_BENCH_PYREF_INSTALLED
+#define XFER_BENCH_PYREF_INSTALLED "/usr/local/share/xfer/pyref.py"
 #endif
 
 enum { P_ECHO = 1, P_WIRE = 2, P_XFER = 4, P_PYTHON = 8, P_DATA = 16,
@@ -761,11 +766,51 @@ static void stop_world(world *w)
     bench_echo_stop(w->echo);
 }
 
+/* Every flag, its value and its help: getopt_long's options and --help
+ * are both built from this table (tools/cli.h). */
+enum { F_ONLY = 256, F_RUNS, F_SECONDS, F_INFLIGHT, F_WARMUP, F_XFERD,
+       F_PYTHON, F_PYREF, F_PYSTDLIB, F_SMOKE, F_VERBOSE, F_PAUSE, F_EAGER };
+static const cli_flag flags[] = {
+    {"only", 0, "PARTS", "a comma list of echo,wire,xfer,python,data,blocks "
+     "(all)", F_ONLY},
+    {"runs", 0, "N", "repeat every part N times, print the medians, 1..32 "
+     "(1)", F_RUNS},
+    {"seconds", 0, "S", "seconds per figure (2)", F_SECONDS},
+    {"inflight", 0, "N[,N...]", "in-flight levels, 1..256, at most 4 "
+     "(1,64)", F_INFLIGHT},
+    {"warmup", 0, "S", "64-in-flight warm-up before the xfer figures "
+     "(seconds / 4)", F_WARMUP},
+    {"xferd", 0, "PATH", "the xferd to run (default: next to this program, "
+     "or $XFERD)", F_XFERD},
+    {"python", 0, "PATH", "the interpreter of the Python reference "
+     "(/usr/bin/python3)", F_PYTHON},
+    {"pyref", 0, "PATH", "the Python reference (pyref.py of the source "
+     "tree, else the installed one)", F_PYREF},
+    {"py-stdlib", 0, NULL, "the Python reference on asyncio + json, not "
+     "uvloop + msgpack", F_PYSTDLIB},
+    {"smoke", 0, NULL, "a few hundred units per part, and check the counts "
+     "add up (exit 1 if not)", F_SMOKE},
+    {"verbose", 0, NULL, "pids and unit counts on stderr (for profilers)",
+     F_VERBOSE},
+    {"pause-ms", 0, "MS", "wait after printing the pids, so a profiler can "
+     "attach (0)", F_PAUSE},
+    {"eager", 0, NULL, "blocks up to 4 KiB go as one EAGER frame per shard",
+     F_EAGER},
+    CLI_HELP,
+    CLI_VERSION,
+    {NULL, 0, NULL, NULL, 0}};
+
+static const cli tcp_cli = {
+    .prog = "xfer-bench-tcp",
+    .synopsis = "[flags]",
+    .intro = "xfer over TCP against the machine's own floor (a C echo), "
+             "its wire and a\nPython reference, all in one run "
+             "(`xfer-bench tcp` runs it)\n",
+    .flags = flags};
+
 static int bad_arg(const char *what, const char *arg)
 {
-    fprintf(stderr, "xfer-bench-tcp: bad %s '%s' (see the top of "
-            "tools/bench/bench_tcp.c)\n", what, arg);
-    return 2;
+    return cli_bad(&tcp_cli, what, arg);
 }
 
 static int parse_parts(const char *s, unsigned *parts)
@@ -807,53 +852,55 @@ static int parse_levels(const char *s, opts *o)
 
 static int parse(int argc, char **argv, opts *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end;
-        if (!strcmp(a, "--smoke"))
-            o->smoke = true;
-        else if (!strcmp(a, "--verbose"))
-            o->verbose = true;
-        else if (!strcmp(a, "--py-stdlib"))
-            o->py_stdlib = true;
-        else if (!strcmp(a, "--eager"))
-            bench_pump_eager_max_bytes = 4096;
-        else if (!v)
-            return bad_arg("argument", a);
-        else if (i++, !strcmp(a, "--only")) {
+    const char *v;
+    char *end;
+    for (int k; (k = cli_next(&tcp_cli, argc, argv, &v)) != CLI_END;) {
+        switch (k) {
+        case F_SMOKE: o->smoke = true; break;
+        case F_VERBOSE: o->verbose = true; break;
+        case F_PYSTDLIB: o->py_stdlib = true; break;
+        case F_EAGER: bench_pump_eager_max_bytes = 4096; break;
+        case F_ONLY:
             if (parse_parts(v, &o->parts))
                 return bad_arg("part list (echo,wire,xfer,python,data,"
                                "blocks)", v);
-        } else if (!strcmp(a, "--runs")) {
+            break;
+        case F_RUNS: {
             long n = strtol(v, &end, 10);
-            if (*end || n < 1 || n > MAX_RUNS)
+            if (!*v || *end || n < 1 || n > MAX_RUNS)
                 return bad_arg("run count (1..32)", v);
             o->runs = (int)n;
-        } else if (!strcmp(a, "--seconds")) {
+            break;
+        }
+        case F_SECONDS:
             o->seconds = strtod(v, &end);
-            if (*end || !(o->seconds > 0 && o->seconds <= 3600))
+            if (!*v || *end || !(o->seconds > 0 && o->seconds <= 3600))
                 return bad_arg("duration", v);
-        } else if (!strcmp(a, "--warmup")) {
+            break;
+        case F_WARMUP:
             o->warmup = strtod(v, &end);
-            if (*end || !(o->warmup >= 0 && o->warmup <= 3600))
+            if (!*v || *end || !(o->warmup >= 0 && o->warmup <= 3600))
                 return bad_arg("warm-up duration", v);
-        } else if (!strcmp(a, "--pause-ms")) {
+            break;
+        case F_PAUSE: {
             long n = strtol(v, &end, 10);
-            if (*end || n < 0 || n > 600000)
+            if (!*v || *end || n < 0 || n > 600000)
                 return bad_arg("pause", v);
             o->pause_ms = (int)n;
-        } else if (!strcmp(a, "--inflight")) {
+            break;
+        }
+        case F_INFLIGHT:
             if (parse_levels(v, o))
                 return bad_arg("in-flight list (1..256, at most 4)", v);
-        } else if (!strcmp(a, "--xferd"))
-            o->xferd = v;
-        else if (!strcmp(a, "--python"))
-            o->python = v;
-        else if (!strcmp(a, "--pyref"))
-            o->pyref = v;
-        else
-            return bad_arg("argument", a);
+            break;
+        case F_XFERD: o->xferd = v; break;
+        case F_PYTHON: o->python = v; break;
+        case F_PYREF: o->pyref = v; break;
+        default: return 2; /* CLI_ERR: the line is printed */
+        }
     }
+    if (optind < argc)
+        return bad_arg("argument", argv[optind]);
     return 0;
 }
 
@@ -863,6 +910,8 @@ int main(int argc, char **argv)
               .runs = 1, .seconds = 2, .warmup = -1, .level = {1, 64},
               .nlevels = 2,
               .python = "/usr/bin/python3", .pyref = XFER_BENCH_PYREF};
+    if (access(o.pyref, R_OK) != 0) /* an install without its sources */
+        o.pyref = XFER_BENCH_PYREF_INSTALLED;
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc;

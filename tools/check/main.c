@@ -1,6 +1,6 @@
 /*
  * tools/check/main.c - xfer-check: the model checker of xfer's machines.
- * The command line (usage() below, printed by --help):
+ * The command line (the flag table below, printed by --help):
  *
  *   xfer-check [--mode bfs|random|swarm] [--shards S] [--transfers T]
  *              [--faults LIST|all|none] [--budget N] [--seed N] [--runs N]
@@ -41,6 +41,7 @@
  * (one line on stderr saying what was wrong).  XFER_SEED overrides --seed.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -48,6 +49,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
 #include "path.h"
 #include "report.h"
 #include "search.h"
@@ -66,7 +68,7 @@ typedef struct opts {
     uint64_t seed, runs, delay_ms, mem_mb;
     unsigned threads;
     const char *out, *replay;
-    bool bench, help;
+    bool bench;
 } opts;
 
 static int bad(const char *what, const char *arg)
@@ -219,155 +221,132 @@ static void defaults(opts *o)
     o->out = "xfer-check-cex";
 }
 
-/* --help: the options, with the defaults defaults() sets. */
-static void usage(void)
+/* Every flag, its value and its help (with the defaults defaults()
+ * sets): getopt_long's options and --help are both built from this table
+ * (tools/cli.h).  A numeric flag's key is NUM_KEY + its row in numopts. */
+#define NUM_KEY 1000
+enum { F_MODE = 256, F_FAULTS, F_LIVENESS, F_OUT, F_REPLAY, F_NOSYM,
+       F_NOTSYM, F_PARANOID, F_DEFAULTS, F_RDMA, F_EAGER, F_E2E,
+       F_STRICT_E2E, F_BENCH };
+#define FAULT_LINE_(n, s, desc) "      " s ": " desc "\n"
+static const cli_flag flags[] = {
+    {"mode", 0, "bfs|random|swarm", "exhaustive BFS (bfs), seeded random "
+     "walks, or swarm walks (each with a random set of faults)", F_MODE},
+    {"shards", 0, "S", "consumer shards, 1..6 (2)", NUM_KEY + 0},
+    {"transfers", 0, "T", "transfers, 1..4 (1)", NUM_KEY + 1},
+    {"faults", 0, "LIST|all|none", "fault classes (all), or a comma list "
+     "(below)", F_FAULTS},
+    {"budget", 0, "N", "disturbances per path in all (3 for S <= 2, 2 for "
+     "S = 3, 1 beyond)", NUM_KEY + 8},
+    {"max-faults", 0, "N", "injected faults (fail/lost/drop) per path (2)",
+     NUM_KEY + 3},
+    {"cancels", 0, "N", "producer cancels per path (1)", NUM_KEY + 4},
+    {"lates", 0, "N", "late submits per path (1)", NUM_KEY + 5},
+    {"ccancels", 0, "N", "consumer cancels per path (1)", NUM_KEY + 6},
+    {"expiries", 0, "N", "timer fires that jump time, per path (2)",
+     NUM_KEY + 7},
+    {"cancel-attempts", 0, "N", "cancel attempts per shard (2)",
+     NUM_KEY + 9},
+    {"max-delay-ms", 0, "N", "every message delivered within N ms, at most "
+     "50000 (15000)", NUM_KEY + 13},
+    {"caps", 0, "N", "every record and tombstone cap of the machines (0: "
+     "the number of transfers, so no cap binds)", NUM_KEY + 10},
+    {"writes", 0, "N", "each WRITE lands as N writes at different offsets, "
+     "1..4 (1)", NUM_KEY + 12},
+    {"dups", 0, "N", "per path, N duplicated messages (a retransmit) or "
+     "replies of another attempt (0)", NUM_KEY + 11},
+    {"defaults", 0, NULL, "the machines run the library defaults (every "
+     "timing and the cancel bound left 0); the monitors hold them to the "
+     "documented values", F_DEFAULTS},
+    {"rdma", 0, NULL, "one-sided shards: a WRITE lands without the shard "
+     "while its rkey is live (monitors RLAND, RREADY, RINVAL)", F_RDMA},
+    {"eager", 0, NULL, "the eager path: every submit sends one EAGER op "
+     "(reserve + data + commit) per shard", F_EAGER},
+    {"e2e", 0, NULL, "the E2E monitor: a producer success is available or "
+     "flagged on the consumer", F_E2E},
+    {"strict-e2e", 0, NULL, "the same as --e2e (finding F3, which --e2e "
+     "exempted, is fixed)", F_STRICT_E2E},
+    {"depth", 0, "N", "BFS depth bound / walk length (400)", NUM_KEY + 2},
+    {"liveness", 0, "leaves|all", "the liveness phase at leaves (default) "
+     "or from every state", F_LIVENESS},
+    {"no-symmetry", 0, NULL, "no symmetry reduction over shards", F_NOSYM},
+    {"no-transfer-symmetry", 0, NULL, "no symmetry reduction over "
+     "transfers", F_NOTSYM},
+    {"max-mem-mb", 0, "N", "stop a BFS that outgrows N MB, and say so "
+     "(8192; 0: no bound)", NUM_KEY + 14},
+    {"paranoid", 0, NULL, "check every incremental save against a full one",
+     F_PARANOID},
+    {"seed", 0, "N", "random and swarm walks' seed (1; XFER_SEED overrides "
+     "it)", NUM_KEY + 15},
+    {"runs", 0, "N", "random and swarm walks (10000)", NUM_KEY + 16},
+    {"out", 0, "PREFIX", "counterexample files PREFIX.trace, PREFIX.choices "
+     "(xfer-check-cex)", F_OUT},
+    {"replay", 0, "FILE", "run a choices file again", F_REPLAY},
+    {"threads", 0, "N", "BFS threads; the same result for every N (1)",
+     NUM_KEY + 17},
+    {"bench", 0, NULL, "benchmark BFS for S = 1, 2, 3 with a reference",
+     F_BENCH},
+    CLI_HELP,
+    CLI_VERSION,
+    {NULL, 0, NULL, NULL, 0}};
+
+static const cli check_cli = {
+    .prog = "xfer-check",
+    .synopsis = "[flags]",
+    .intro = "Explores every interleaving of the transfer core, S consumer "
+             "shards and the\nreadiness tracker (or random walks through "
+             "them) and checks I1-I14 after\nevery step and liveness at "
+             "the end of every path.\n",
+    .epilog = "fault classes (--faults):\n" CK_FAULTS(FAULT_LINE_)
+              "exit: 0 every invariant held, 1 a violation (printed step by "
+              "step,\nwith a trace file and a choices file), 2 bad "
+              "arguments.\n",
+    .flags = flags};
+
+/* The numopts row of a numeric flag's key, found by the flag's name. */
+static const numopt *numopt_of(int key)
 {
-    opts d;
-    defaults(&d);
-    const ck_config *c = &d.cfg;
-    printf("usage: xfer-check [options]\n"
-           "Explores every interleaving of the transfer core, S consumer "
-           "shards and the\nreadiness tracker (or random walks through "
-           "them) and checks I1-I14 after\nevery step and liveness at the "
-           "end of every path.\n\n");
-    printf("  --mode bfs|random|swarm  exhaustive BFS (default), seeded "
-           "random walks, or\n"
-           "                           swarm walks (each with a random set "
-           "of faults)\n"
-           "  --shards S               consumer shards, 1..%u (%u)\n"
-           "  --transfers T            transfers, 1..%u (%u)\n"
-           "  --faults LIST|all|none   fault classes (all), or a comma list "
-           "of:\n", (unsigned)CK_MAX_S, c->S, (unsigned)CK_MAX_T, c->T);
-#define U_(n, s, desc) printf("      %-9s %s\n", s, desc);
-    CK_FAULTS(U_)
-#undef U_
-    printf("  --budget N               disturbances per path in all (3 for "
-           "S <= 2, 2 for\n"
-           "                           S = 3, 1 beyond)\n"
-           "  --max-faults N           injected faults (fail/lost/drop) per "
-           "path (%u)\n"
-           "  --cancels N              producer cancels per path (%u)\n"
-           "  --lates N                late submits per path (%u)\n"
-           "  --ccancels N             consumer cancels per path (%u)\n"
-           "  --expiries N             timer fires that jump time, per path "
-           "(%u)\n"
-           "  --cancel-attempts N      cancel attempts per shard (%u)\n"
-           "  --max-delay-ms N         every message delivered within N ms, "
-           "at most 50000\n"
-           "                           (%llu)\n"
-           "  --caps N                 every record and tombstone cap of "
-           "the machines\n"
-           "                           (0: the number of transfers, so no "
-           "cap binds)\n"
-           "  --writes N               each WRITE lands as N writes at "
-           "different offsets,\n"
-           "                           1..%u (1)\n"
-           "  --dups N                 per path, N duplicated messages (a "
-           "retransmit) or\n"
-           "                           replies of another attempt (0)\n"
-           "  --defaults               the machines run the library "
-           "defaults (every\n"
-           "                           timing and the cancel bound left 0); "
-           "the monitors\n"
-           "                           hold them to the documented values\n"
-           "  --rdma                   one-sided shards: a WRITE lands "
-           "without the shard\n"
-           "                           while its rkey is live; the driver "
-           "invalidates\n"
-           "                           rkeys (monitors RLAND, RREADY, "
-           "RINVAL)\n"
-           "  --eager                  the eager path: every submit sends "
-           "one EAGER op\n"
-           "                           (reserve + data + commit) per shard\n"
-           "  --e2e                    the E2E monitor: a producer success "
-           "is available\n"
-           "                           or flagged on the consumer\n"
-           "  --strict-e2e             the same as --e2e (finding F3, "
-           "which --e2e\n"
-           "                           exempted, is fixed)\n"
-           "  --depth N                BFS depth bound / walk length (%u)\n",
-           c->max_faults, c->max_cancels, c->max_lates, c->max_ccancels,
-           c->max_expiries, c->cancel_max_attempts,
-           (unsigned long long)d.delay_ms, (unsigned)CK_MAX_WRITES, c->depth);
-    printf("  --liveness leaves|all    the liveness phase at leaves "
-           "(default) or from\n"
-           "                           every state\n"
-           "  --no-symmetry            no symmetry reduction over shards\n"
-           "  --no-transfer-symmetry   no symmetry reduction over transfers\n"
-           "  --max-mem-mb N           stop a BFS that outgrows N MB, "
-           "and say so (%llu;\n"
-           "                           0: no bound)\n"
-           "  --paranoid               check every incremental save against "
-           "a full one\n"
-           "  --seed N, --runs N       random and swarm walks (%llu, %llu; "
-           "XFER_SEED\n"
-           "                           overrides the seed)\n"
-           "  --out PREFIX             counterexample files PREFIX.trace, "
-           "PREFIX.choices\n"
-           "                           (%s)\n"
-           "  --replay FILE            run a choices file again\n"
-           "  --threads N              BFS threads; the same result for "
-           "every N (1)\n"
-           "  --bench                  benchmark BFS for S = 1, 2, 3 with a "
-           "reference\n"
-           "  --help                   this text\n\n"
-           "Exit status: 0 every invariant held, 1 a violation (printed step "
-           "by step,\nwith a trace file and a choices file), 2 bad "
-           "arguments.\n", (unsigned long long)d.mem_mb,
-           (unsigned long long)d.seed, (unsigned long long)d.runs, d.out);
+    const cli_flag *f = flags;
+    while (f->name && f->key != key)
+        f++;
+    for (size_t j = 0; f->name && j < sizeof numopts / sizeof numopts[0];
+         j++)
+        if (!strcmp(numopts[j].name + 2, f->name))
+            return &numopts[j];
+    abort(); /* a table row without its numopts row: a bug here */
 }
 
 static int parse(opts *o, int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const numopt *n = NULL;
-        for (size_t j = 0; j < sizeof numopts / sizeof numopts[0]; j++)
-            if (!strcmp(k, numopts[j].name))
-                n = &numopts[j];
-        int rc;
-        if (n)
-            rc = set_num(o, n, v);
-        else if (!strcmp(k, "--no-symmetry")) {
-            o->cfg.symmetry = false;
-            continue;
-        } else if (!strcmp(k, "--no-transfer-symmetry")) {
-            o->cfg.transfer_symmetry = false;
-            continue;
-        } else if (!strcmp(k, "--paranoid")) {
-            o->cfg.paranoid = true;
-            continue;
-        } else if (!strcmp(k, "--defaults")) {
-            o->cfg.defaults = true;
-            continue;
-        } else if (!strcmp(k, "--rdma")) {
-            o->cfg.rdma = true;
-            continue;
-        } else if (!strcmp(k, "--eager")) {
-            o->cfg.eager = true;
-            continue;
-        } else if (!strcmp(k, "--e2e")) {
-            o->cfg.e2e = true;
-            continue;
-        } else if (!strcmp(k, "--strict-e2e")) {
+    const char *v;
+    int k, rc = 0;
+    cli_reset(); /* a replay parses its choices file's arguments too */
+    while (rc == 0 && (k = cli_next(&check_cli, argc, argv, &v)) != CLI_END) {
+        switch (k) {
+        case CLI_ERR: return 2;
+        case F_NOSYM: o->cfg.symmetry = false; break;
+        case F_NOTSYM: o->cfg.transfer_symmetry = false; break;
+        case F_PARANOID: o->cfg.paranoid = true; break;
+        case F_DEFAULTS: o->cfg.defaults = true; break;
+        case F_RDMA: o->cfg.rdma = true; break;
+        case F_EAGER: o->cfg.eager = true; break;
+        case F_E2E: o->cfg.e2e = true; break;
+        case F_STRICT_E2E:
             o->cfg.e2e = true; /* the F3 exemption it lifted is gone */
-            continue;
-        } else if (!strcmp(k, "--bench")) {
-            o->bench = true;
-            continue;
-        } else if (!strcmp(k, "--help")) {
-            o->help = true;
-            continue;
-        } else if (!strcmp(k, "--mode") || !strcmp(k, "--faults") ||
-                   !strcmp(k, "--liveness") || !strcmp(k, "--out") ||
-                   !strcmp(k, "--replay"))
-            rc = set_word(o, k, v);
-        else
-            return bad("unknown argument", k);
-        if (rc)
-            return rc;
-        i++;
+            break;
+        case F_BENCH: o->bench = true; break;
+        case F_MODE: rc = set_word(o, "--mode", v); break;
+        case F_FAULTS: rc = set_word(o, "--faults", v); break;
+        case F_LIVENESS: rc = set_word(o, "--liveness", v); break;
+        case F_OUT: rc = set_word(o, "--out", v); break;
+        case F_REPLAY: rc = set_word(o, "--replay", v); break;
+        default: rc = set_num(o, numopt_of(k), v);
+        }
     }
+    if (rc)
+        return rc;
+    if (optind < argc)
+        return bad("unexpected argument", argv[optind]);
     if (o->cfg.rdma && o->cfg.eager)
         return bad("--rdma shards are one-sided, which never allow the "
                    "eager path; --eager is not modelled with it", NULL);
@@ -673,10 +652,6 @@ int main(int argc, char **argv)
     int rc = parse(&o, argc, argv);
     if (rc)
         return rc;
-    if (o.help) {
-        usage();
-        return 0;
-    }
     const char *env = getenv("XFER_SEED");
     unsigned long long s;
     if (env && *env) {

@@ -7,10 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "xtrace.h"
+
+static const cli_flag xt_cmd_dot_flags[] = {CLI_HELP, {NULL, 0, NULL, NULL, 0}};
+static const cli xt_cmd_dot_cli = {.prog = "xfer-trace dot", .synopsis = "[transfer|reservation|readiness]",
+                           .intro = "a machine's state diagram (Graphviz)\n",
+                           .flags = xt_cmd_dot_flags};
 
 int xt_cmd_dot(int argc, char **argv)
 {
+    if (xt_args(&xt_cmd_dot_cli, &argc, &argv))
+        return XT_USAGE;
     if (argc > 1)
         return xt_usage("unexpected argument '%s'", argv[1]);
     const char *want = argc ? argv[0]

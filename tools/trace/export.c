@@ -16,10 +16,12 @@
  * order (phase before transfer); the output is valid JSON whatever the
  * input (names come from tables; the file path is escaped).
  */
+#include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "xtrace.h"
 
 typedef struct exporter {
@@ -257,19 +259,31 @@ static int run_export(const xt_file *f, FILE *out)
     return rc;
 }
 
+static const cli_flag export_flags[] = {
+    {"perfetto", 0, NULL, "Chrome trace-event JSON (Perfetto opens it)", 1},
+    {"chrome", 0, NULL, "the same format, for chrome://tracing", 2},
+    {"output", 'o', "OUT", "write to OUT (-: stdout)", 0},
+    CLI_HELP,
+    {NULL, 0, NULL, NULL, 0}};
+static const cli export_cli = {
+    .prog = "xfer-trace export",
+    .synopsis = "--perfetto|--chrome FILE -o OUT.json",
+    .flags = export_flags};
+
 int xt_cmd_export(int argc, char **argv)
 {
-    const char *file = NULL, *outp = NULL;
+    const char *file = NULL, *outp = NULL, *arg;
     bool fmt = false;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--perfetto") == 0 ||
-            strcmp(argv[i], "--chrome") == 0)
+    for (int k; (k = cli_next(&export_cli, argc, argv, &arg)) != CLI_END;) {
+        if (k == CLI_ERR)
+            return XT_USAGE;
+        if (k == 'o')
+            outp = arg;
+        else
             fmt = true;
-        else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc)
-            outp = argv[++i];
-        else if (argv[i][0] == '-')
-            return xt_usage("unknown flag '%s'", argv[i]);
-        else if (!file)
+    }
+    for (int i = optind; i < argc; i++) {
+        if (!file)
             file = argv[i];
         else
             return xt_usage("unexpected argument '%s'", argv[i]);

@@ -5,30 +5,41 @@
  *
  * Exit codes: 0 done, 1 replay divergence, 2 bad usage, 3 bad input.
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
+
 #include "xtrace.h"
 
-static const char usage_text[] =
-    "usage: xfer-trace COMMAND ...\n"
-    "  summary FILE                     counts per final state, error, "
-    "shard\n"
-    "  stuck FILE...|--live SOCK [--older-than D]\n"
-    "                                   open transfers older than D, "
-    "oldest first;\n"
-    "                                   several files (producer, shards, "
-    "consumer) merge\n"
-    "  show ID FILE...                  timeline of one transfer, "
-    "merged over files\n"
-    "  replay FILE                      re-run the recorded inputs "
-    "through the core\n"
-    "  export --perfetto|--chrome FILE -o OUT.json\n"
-    "                                   Chrome trace-event JSON\n"
-    "  dot [transfer|reservation|readiness]\n"
-    "                                   state diagram (Graphviz)\n"
-    "durations: 500ms, 2s, 1.5s, 100us, 2m\n"
-    "exit: 0 ok, 1 replay divergence, 2 bad usage, 3 bad input\n";
+static const cli_flag flags[] = {CLI_HELP, CLI_VERSION,
+                                 {NULL, 0, NULL, NULL, 0}};
+
+static const cli trace_cli = {
+    .prog = "xfer-trace",
+    .synopsis = "[flags] COMMAND ...",
+    .intro =
+        "commands (each takes --help):\n"
+        "  summary FILE                     counts per final state, error, "
+        "shard\n"
+        "  stuck FILE...|--live SOCK [--older-than D] [--timeout D]\n"
+        "                                   open transfers older than D, "
+        "oldest first;\n"
+        "                                   several files (producer, shards, "
+        "consumer) merge\n"
+        "  show ID FILE...                  timeline of one transfer, "
+        "merged over files\n"
+        "  replay FILE                      re-run the recorded inputs "
+        "through the core\n"
+        "  export --perfetto|--chrome FILE -o OUT.json\n"
+        "                                   Chrome trace-event JSON\n"
+        "  dot [transfer|reservation|readiness]\n"
+        "                                   state diagram (Graphviz)\n",
+    .epilog = "durations: 500ms, 2s, 1.5s, 100us, 2m\n"
+              "exit: 0 ok, 1 replay divergence, 2 bad usage, 3 bad input\n",
+    .flags = flags,
+    .stop_at_operand = 1};
 
 int main(int argc, char **argv)
 {
@@ -38,15 +49,24 @@ int main(int argc, char **argv)
     } cmds[] = {{"summary", xt_cmd_summary}, {"stuck", xt_cmd_stuck},
                 {"show", xt_cmd_show},       {"replay", xt_cmd_replay},
                 {"export", xt_cmd_export},   {"dot", xt_cmd_dot}};
-    if (argc < 2)
+    const char *arg;
+    for (int k; (k = cli_next(&trace_cli, argc, argv, &arg)) != CLI_END;)
+        if (k == CLI_ERR)
+            return XT_USAGE;
+    if (optind >= argc)
         return xt_usage("%s", "missing command");
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-        strcmp(argv[1], "help") == 0) {
-        fputs(usage_text, stdout);
+    const char *cmd = argv[optind];
+    if (strcmp(cmd, "help") == 0) {
+        cli_help(&trace_cli, stdout);
         return XT_OK;
     }
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        if (strcmp(argv[1], cmds[i].name) == 0)
-            return cmds[i].fn(argc - 2, argv + 2);
-    return xt_usage("unknown command '%s'", argv[1]);
+        if (strcmp(cmd, cmds[i].name) == 0) {
+            /* the command parses from its own name on (cli_next) */
+            int n = argc - optind;
+            char **v = argv + optind;
+            cli_reset();
+            return cmds[i].fn(n, v);
+        }
+    return xt_usage("unknown command '%s'", cmd);
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "xtrace.h"
 
 typedef struct rbuf {
@@ -232,8 +233,15 @@ static int step(replay *rp, const xfer_trace_rec *r, size_t at)
     return 0;
 }
 
+static const cli_flag xt_cmd_replay_flags[] = {CLI_HELP, {NULL, 0, NULL, NULL, 0}};
+static const cli xt_cmd_replay_cli = {.prog = "xfer-trace replay", .synopsis = "FILE",
+                           .intro = "re-run the recorded inputs through the core; exit 1 when it diverges\n",
+                           .flags = xt_cmd_replay_flags};
+
 int xt_cmd_replay(int argc, char **argv)
 {
+    if (xt_args(&xt_cmd_replay_cli, &argc, &argv))
+        return XT_USAGE;
     if (argc != 1)
         return xt_usage("%s", "replay takes one FILE");
     if (argv[0][0] == '-')

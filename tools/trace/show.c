@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "xtrace.h"
 
 static void step_text(const xfer_trace_rec *r, char *buf, size_t len)
@@ -147,8 +148,15 @@ static bool parse_id(const char *s, uint64_t *id)
     return *end == '\0' && *id != 0;
 }
 
+static const cli_flag xt_cmd_show_flags[] = {CLI_HELP, {NULL, 0, NULL, NULL, 0}};
+static const cli xt_cmd_show_cli = {.prog = "xfer-trace show", .synopsis = "ID FILE...",
+                           .intro = "the timeline of one transfer, merged over the files\n",
+                           .flags = xt_cmd_show_flags};
+
 int xt_cmd_show(int argc, char **argv)
 {
+    if (xt_args(&xt_cmd_show_cli, &argc, &argv))
+        return XT_USAGE;
     if (argc < 2)
         return xt_usage("%s", "show takes ID FILE...");
     for (int i = 0; i < argc; i++)

@@ -18,14 +18,18 @@
  * print the same form; ties in age are broken by id, so output is stable.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "xtrace.h"
 
 typedef struct item {
@@ -405,30 +409,110 @@ static int stuck_files(int n, char **paths, uint64_t older)
 /* Live, over a control socket                                             */
 /* ---------------------------------------------------------------------- */
 
-/* Read everything the socket sends until EOF (5 s without data: give
- * up).  Returns a NUL-terminated buffer or NULL (error printed). */
-static char *read_socket(const char *path)
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A --timeout as given: "5s", "500ms". */
+static void fmt_timeout(char *buf, size_t len, uint64_t ns)
+{
+    if (ns % 1000000000ull == 0)
+        snprintf(buf, len, "%llus", (unsigned long long)(ns / 1000000000ull));
+    else
+        snprintf(buf, len, "%llums",
+                 (unsigned long long)((ns + 999999) / 1000000));
+}
+
+/* Milliseconds left until deadline (at least 1 while any is left). */
+static int left_ms(uint64_t deadline)
+{
+    uint64_t now = mono_ns();
+    if (now >= deadline)
+        return 0;
+    uint64_t ms = (deadline - now + 999999) / 1000000;
+    return ms > 60000 ? 60000 : (int)ms;
+}
+
+/* Connect without blocking (a listener whose backlog is full, because its
+ * process no longer accepts, would block connect()), within the deadline.
+ * Returns the fd or -1 (one line printed). */
+static int connect_live(const char *path, uint64_t deadline, uint64_t to)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path) {
         fprintf(stderr, "xfer-trace: %s: socket path too long\n", path);
-        return NULL;
+        return -1;
     }
     strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        fprintf(stderr, "xfer-trace: %s: cannot connect: %s\n", path,
-                strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return NULL;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int rc = fd < 0 ? -1 : connect(fd, (struct sockaddr *)&sa, sizeof sa);
+    int e = errno;
+    /* A Unix listener's full backlog answers EAGAIN at once: try again
+     * every 20 ms until the deadline. */
+    while (rc != 0 && fd >= 0 && e == EAGAIN && left_ms(deadline) > 0) {
+        struct timespec nap = {0, 20000000};
+        nanosleep(&nap, NULL);
+        rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+        e = errno;
     }
+    if (rc != 0 && fd >= 0 && e == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        socklen_t len = sizeof e;
+        int ms;
+        while ((ms = left_ms(deadline)) > 0 &&
+               (rc = poll(&p, 1, ms)) < 0 && errno == EINTR)
+            ;
+        if (rc > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) == 0)
+            rc = e ? -1 : 0;
+        else
+            rc = -1, e = ETIMEDOUT;
+    }
+    if (rc == 0)
+        return fd;
+    char d[32];
+    fmt_timeout(d, sizeof d, to);
+    if (e == ETIMEDOUT || e == EAGAIN)
+        fprintf(stderr, "xfer-trace: %s: no connection within %s (the process "
+                "behind it does not accept: stopped or hung?)\n", path, d);
+    else if (e == ECONNREFUSED)
+        fprintf(stderr, "xfer-trace: %s: nothing listens there (Connection "
+                "refused): the process is gone\n", path);
+    else
+        fprintf(stderr, "xfer-trace: %s: cannot connect: %s\n", path,
+                strerror(e));
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/* Read everything the socket sends until EOF, all within `to` (a peer that
+ * never answers, or that trickles bytes, ends in one line at the
+ * deadline).  Returns a NUL-terminated buffer or NULL (one line printed). */
+static char *read_socket(const char *path, uint64_t to)
+{
+    uint64_t deadline = mono_ns() + to;
+    int fd = connect_live(path, deadline, to);
+    if (fd < 0)
+        return NULL;
     size_t n = 0, cap = 65536;
     char *buf = malloc(cap);
+    const char *why = "out of memory";
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (!buf || poll(&p, 1, 5000) <= 0)
+        int ms = left_ms(deadline), rc = 0;
+        if (!buf)
             goto fail;
+        if (ms > 0)
+            rc = poll(&p, 1, ms);
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0) {
+            why = rc < 0 ? strerror(errno) : NULL;
+            goto fail;
+        }
         if (n + 1 == cap) {
             char *nb = realloc(buf, cap * 2);
             if (!nb)
@@ -437,10 +521,12 @@ static char *read_socket(const char *path)
             cap *= 2;
         }
         ssize_t got = read(fd, buf + n, cap - n - 1);
-        if (got < 0 && errno == EINTR)
+        if (got < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
-        if (got < 0)
+        if (got < 0) {
+            why = strerror(errno);
             goto fail;
+        }
         if (got == 0)
             break;
         n += (size_t)got;
@@ -449,8 +535,16 @@ static char *read_socket(const char *path)
     buf[n] = '\0';
     return buf;
 fail:
-    fprintf(stderr, "xfer-trace: %s: no complete snapshot from the socket\n",
-            path);
+    if (why) {
+        fprintf(stderr, "xfer-trace: %s: no complete snapshot: %s\n", path,
+                why);
+    } else {
+        char d[32];
+        fmt_timeout(d, sizeof d, to);
+        fprintf(stderr, "xfer-trace: %s: no complete snapshot within %s "
+                "(%zu bytes; the process does not answer: stopped or "
+                "hung?)\n", path, d, n);
+    }
     free(buf);
     close(fd);
     return NULL;
@@ -601,9 +695,9 @@ static int parse_snapshot(char *text, items *it, uint64_t older)
     return header && end ? 0 : -1;
 }
 
-static int stuck_live(const char *sock, uint64_t older)
+static int stuck_live(const char *sock, uint64_t older, uint64_t timeout)
 {
-    char *text = read_socket(sock);
+    char *text = read_socket(sock, timeout);
     if (!text)
         return XT_BADINPUT;
     items it = {0};
@@ -622,42 +716,41 @@ static int stuck_live(const char *sock, uint64_t older)
     return XT_OK;
 }
 
+static const cli_flag stuck_flags[] = {
+    {"live", 0, "SOCK", "ask a running engine or xferd on its control socket",
+     1},
+    {"older-than", 0, "D", "only what has been open at least D (0)", 2},
+    {"timeout", 0, "D", "--live: give up after D without a whole answer (5s)",
+     3},
+    CLI_HELP,
+    {NULL, 0, NULL, NULL, 0}};
+static const cli stuck_cli = {
+    .prog = "xfer-trace stuck",
+    .synopsis = "FILE...|--live SOCK [--older-than D] [--timeout D]",
+    .intro = "open transfers older than D, oldest first; several files "
+             "(producer, shards,\nconsumer) merge\n",
+    .flags = stuck_flags};
+
 int xt_cmd_stuck(int argc, char **argv)
 {
-    const char *sock = NULL;
-    char **files = calloc((size_t)argc + 1, sizeof *files);
-    int nfiles = 0;
-    uint64_t older = 0;
-    int rc = XT_OK;
-    if (!files)
-        return XT_BADINPUT;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--older-than") == 0) {
-            if (i + 1 >= argc || !xt_parse_dur(argv[i + 1], &older)) {
-                rc = xt_usage("bad duration '%s' for --older-than",
-                              i + 1 < argc ? argv[i + 1] : "");
-                break;
-            }
-            i++;
-        } else if (strcmp(argv[i], "--live") == 0) {
-            if (i + 1 >= argc) {
-                rc = xt_usage("%s", "--live needs a socket path");
-                break;
-            }
-            sock = argv[++i];
-        } else if (argv[i][0] == '-') {
-            rc = xt_usage("unknown flag '%s'", argv[i]);
-            break;
-        } else {
-            files[nfiles++] = argv[i];
-        }
+    const char *sock = NULL, *arg;
+    uint64_t older = 0, timeout = 5000000000ull;
+    int k;
+    while ((k = cli_next(&stuck_cli, argc, argv, &arg)) != CLI_END) {
+        if (k == CLI_ERR)
+            return XT_USAGE;
+        if (k == 1)
+            sock = arg;
+        else if (k == 2 && !xt_parse_dur(arg, &older))
+            return xt_usage("bad duration '%s' for --older-than", arg);
+        else if (k == 3 && (!xt_parse_dur(arg, &timeout) || !timeout))
+            return xt_usage("bad duration '%s' for --timeout", arg);
     }
-    if (rc == XT_OK && !nfiles == !sock)
-        rc = xt_usage("%s", "stuck takes FILE... or --live SOCK");
-    if (rc == XT_OK)
-        rc = sock          ? stuck_live(sock, older)
-             : nfiles == 1 ? stuck_file(files[0], older)
-                           : stuck_files(nfiles, files, older);
-    free(files);
-    return rc;
+    int nfiles = argc - optind;
+    char **files = argv + optind;
+    if (!nfiles == !sock)
+        return xt_usage("%s", "stuck takes FILE... or --live SOCK");
+    return sock          ? stuck_live(sock, older, timeout)
+           : nfiles == 1 ? stuck_file(files[0], older)
+                         : stuck_files(nfiles, files, older);
 }

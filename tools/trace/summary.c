@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "xtrace.h"
 
 #define NERR 128 /* error codes 0..-127 (fatal band folded in) */
@@ -235,8 +236,15 @@ static void print_rest(const summary *s)
     }
 }
 
+static const cli_flag xt_cmd_summary_flags[] = {CLI_HELP, {NULL, 0, NULL, NULL, 0}};
+static const cli xt_cmd_summary_cli = {.prog = "xfer-trace summary", .synopsis = "FILE",
+                           .intro = "counts per final state, error and shard\n",
+                           .flags = xt_cmd_summary_flags};
+
 int xt_cmd_summary(int argc, char **argv)
 {
+    if (xt_args(&xt_cmd_summary_cli, &argc, &argv))
+        return XT_USAGE;
     if (argc != 1)
         return xt_usage("%s", "summary takes one FILE");
     if (argv[0][0] == '-')

@@ -8,6 +8,7 @@
  * no spaces, strings without escapes.  They never trust the input: a
  * missing key or a malformed number is "absent", never a crash.
  */
+#include <getopt.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "xtrace.h"
 
 void xt_fmt_dur(char *buf, size_t len, uint64_t ns)
@@ -83,6 +85,17 @@ bool xt_parse_dur(const char *s, uint64_t *ns)
         return false;
     *ns = whole * scale + frac * scale / fdiv;
     return true;
+}
+
+int xt_args(const struct cli *c, int *argc, char ***argv)
+{
+    const char *arg;
+    int k = cli_next(c, *argc, *argv, &arg);
+    if (k != CLI_END)
+        return k == CLI_ERR ? XT_USAGE : xt_usage("%s", "unexpected flag");
+    *argc -= optind;
+    *argv += optind;
+    return 0;
 }
 
 int xt_usage(const char *fmt, const char *arg)

@@ -126,7 +126,8 @@ bool xt_json_u64(const char *line, const char *key, uint64_t *v);
 bool xt_json_i64(const char *line, const char *key, int64_t *v);
 bool xt_json_str(const char *line, const char *key, char *buf, size_t len);
 
-/* Commands (argv after the command name). */
+/* Commands (argv[0] is the command's name, its flags and operands
+ * follow). */
 int xt_cmd_summary(int argc, char **argv);
 int xt_cmd_stuck(int argc, char **argv);
 int xt_cmd_show(int argc, char **argv);
@@ -136,6 +137,11 @@ int xt_cmd_dot(int argc, char **argv);
 
 /* Print a usage error line and return XT_USAGE. */
 int xt_usage(const char *fmt, const char *arg);
+/* A command without flags of its own beyond --help (table c): parse them
+ * (tools/cli.h: --help prints and exits, an unknown flag is one line),
+ * then leave its operands in argc and argv.  0 or XT_USAGE. */
+struct cli;
+int xt_args(const struct cli *c, int *argc, char ***argv);
 
 /* A TRANSFER step that starts a transfer: NEW --SUBMIT--> RESERVING, or
  * EAGER on the eager path. */

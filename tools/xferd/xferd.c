@@ -83,6 +83,8 @@
 #include "xfer/shm.h"
 #include "xfer/tracefile.h"
 
+#include "cli.h"
+
 /* What the flags ask for; the server config is filled from it. */
 typedef struct xd_config {
     const char *addr;
@@ -123,11 +125,19 @@ typedef struct opts {
     uint16_t metrics_port;
 } opts;
 
+static const cli xferd_cli;
+
+/* The reason of a library error: the OS's own (errno, which the library
+ * keeps for XFER_ERR_IO) rather than "transport i/o error".  Call it
+ * before anything else can change errno. */
+static const char *reason(int rc)
+{
+    return rc == XFER_ERR_IO && errno ? strerror(errno) : xfer_strerror(rc);
+}
+
 static int bad(const char *what, const char *arg)
 {
-    fprintf(stderr, "xferd: bad %s '%s' (try --help)\n", what,
-            arg ? arg : "");
-    return 2;
+    return cli_bad(&xferd_cli, what, arg);
 }
 
 /* A number with an optional suffix scaled by the table (suffix, factor). */
@@ -255,33 +265,70 @@ static int parse_metrics(const char *s, opts *o)
     return 0;
 }
 
-static void usage(void)
-{
-    printf("usage: xferd [--addr A] [--port P] [--group G] [--shards LIST]\n"
-           "             [--pool SIZE] [--lease-ttl DUR] [--max-resv N]\n"
-           "             [--max-tombs N]\n"
-           "             [--consume] [--faults PPM[:SEED]] [--drop PPM]\n"
-           "             [--fault RULE]...\n"
-           "             [--drain-timeout DUR] [--port-file PATH] [--quiet]\n"
-           "             [--ctl PATH] [--shm NAME] [--trace FILE]\n"
-           "             [--take-grace DUR] [--metrics ADDR:PORT]\n"
-           "             [--secret-file PATH] [--insecure] [--max-sessions N]\n"
-           "             [--session-grace DUR] [--session-max-resv N]\n"
-           "             [--session-max-bytes SIZE] [--session-max-tombs N]\n"
-           "             [--hello-timeout DUR] [--header-timeout DUR]\n"
-           "             [--idle-timeout DUR] [--write-timeout DUR]\n"
-           "             [--max-conns N] [--out-max SIZE] [--rdma]\n"
-           "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
-           "          --lease-ttl 10s --max-resv 4096\n"
-           "--fault RULE (repeatable, tried in order): a fault rule on the\n"
-           "  producers' ops, comma-separated KEY=VALUE: action=fail|\n"
-           "  applied_lost|drop|delay (required), op=reserve|write|commit|\n"
-           "  cancel|eager|any, shard=N|any, id=N, count=N (fire at most N\n"
-           "  times), ppm=N (chance in a million, drawn from --faults' SEED),\n"
-           "  ms=N (delay only), error=NAME (fail/applied_lost; default\n"
-           "  REMOTE).  e.g. --fault op=write,shard=2,action=fail\n"
-           "  --fault op=commit,shard=1,action=delay,ms=200\n");
-}
+/* Every flag, its value and its help: getopt_long's options and --help
+ * are both built from this table (tools/cli.h). */
+static const cli_flag flags[] = {
+    {"addr", 0, "A", "numeric IPv4/IPv6 address to bind (127.0.0.1)", 'a'},
+    {"port", 0, "P", "TCP port, 0: a free one (7470)", 'p'},
+    {"group", 0, "G", "the group a HELLO must name (0)", 'g'},
+    {"shards", 0, "LIST", "shard indexes hosted, e.g. 0,2,5-7 (0)", 's'},
+    {"pool", 0, "SIZE", "pool bytes per shard, K/M/G suffix (64M)", 'P'},
+    {"lease-ttl", 0, "DUR", "reservation lease (10s)", 'l'},
+    {"max-resv", 0, "N", "reservations per shard (4096)", 'r'},
+    {"max-tombs", 0, "N", "tombstones per shard (4 x max-resv)", 't'},
+    {"consume", 0, NULL, "take and release every READY at once (a sink)",
+     'c'},
+    {"faults", 0, "PPM[:SEED]", "tests: per op, refuse or fail-after-apply",
+     'f'},
+    {"drop", 0, "PPM", "tests: per op, drop the connection", 'D'},
+    {"drain-timeout", 0, "DUR", "drain waits this long (lease TTL)", 'd'},
+    {"port-file", 0, "PATH", "write the bound port to PATH", 'F'},
+    {"quiet", 0, NULL, "no log lines", 'q'},
+    {"ctl", 0, "PATH", "Unix control socket (xfer-trace stuck --live)", 'C'},
+    {"shm", 0, "NAME", "pools in POSIX shared memory /NAME.<shard>", 'S'},
+    {"trace", 0, "FILE", "trace every step of every shard to FILE", 'T'},
+    {"take-grace", 0, "DUR", "taken data of a gone session kept (30s)",
+     'G'},
+    {"metrics", 0, "ADDR:PORT", "Prometheus exposition on /metrics", 'M'},
+    {"secret-file", 0, "PATH", "HELLO2 secret, 16..256 bytes of PATH", 'K'},
+    {"insecure", 0, NULL, "allow a non-loopback address without a secret",
+     'I'},
+    {"max-sessions", 0, "N", "peer sessions (1024)", 1001},
+    {"session-grace", 0, "DUR", "a session without a connection is kept",
+     1002},
+    {"session-max-resv", 0, "N", "reservations per session and shard",
+     1003},
+    {"session-max-bytes", 0, "SIZE", "bytes per session and shard", 1004},
+    {"session-max-tombs", 0, "N", "tombstones per session and shard", 1005},
+    {"hello-timeout", 0, "DUR", "close a connection without HELLO (5s)",
+     1006},
+    {"header-timeout", 0, "DUR", "close a frame begun, not finished (10s)",
+     1007},
+    {"idle-timeout", 0, "DUR", "close a connection idle this long (300s)",
+     1008},
+    {"write-timeout", 0, "DUR", "fail a WRITE receiving nothing (10s)",
+     1009},
+    {"max-conns", 0, "N", "connections (4096)", 1010},
+    {"out-max", 0, "SIZE", "replies queued, all connections (64M)", 1011},
+    {"rdma", 0, NULL, "also serve the shards over RDMA (rdmacm)", 'R'},
+    {"fault", 0, "RULE",
+     "tests, repeatable, tried in order: a fault rule on producers' ops, "
+     "KEY=VALUE,...: action=fail|applied_lost|drop|delay (required), "
+     "op=reserve|write|commit|cancel|eager|any, shard=N|any, id=N, "
+     "count=N (fire at most N times), ppm=N (chance in a million, from "
+     "--faults' SEED), ms=N (delay), error=NAME (fail, applied_lost; "
+     "REMOTE); e.g. op=write,shard=2,action=fail", 1012},
+    CLI_HELP,
+    CLI_VERSION,
+    {NULL, 0, NULL, NULL, 0}};
+
+static const cli xferd_cli = {
+    .prog = "xferd",
+    .synopsis = "[flags]",
+    .intro = "hosts consumer shards of a group and serves them on TCP; "
+             "SIGTERM drains,\nSIGUSR1 prints stats.  DUR: 250ms, 10s, "
+             "500us (bare: ms).\n",
+    .flags = flags};
 
 /* --secret-file PATH: the shared secret is the file's bytes (one
  * trailing newline dropped), never a flag's value (ps would show it). */
@@ -428,36 +475,12 @@ static int parse_one(int c, const char *arg, opts *o)
 
 static int parse(int argc, char **argv, opts *o)
 {
-    static const struct option lo[] = {
-        {"addr", 1, 0, 'a'},      {"port", 1, 0, 'p'},
-        {"group", 1, 0, 'g'},     {"shards", 1, 0, 's'},
-        {"pool", 1, 0, 'P'},      {"lease-ttl", 1, 0, 'l'},
-        {"max-resv", 1, 0, 'r'},  {"consume", 0, 0, 'c'},
-        {"faults", 1, 0, 'f'},    {"drain-timeout", 1, 0, 'd'},
-        {"port-file", 1, 0, 'F'}, {"quiet", 0, 0, 'q'},
-        {"drop", 1, 0, 'D'},      {"max-tombs", 1, 0, 't'},
-        {"ctl", 1, 0, 'C'},      {"help", 0, 0, 'h'},
-        {"shm", 1, 0, 'S'},      {"trace", 1, 0, 'T'},
-        {"take-grace", 1, 0, 'G'},  {"metrics", 1, 0, 'M'},
-        {"secret-file", 1, 0, 'K'}, {"insecure", 0, 0, 'I'},
-        {"max-sessions", 1, 0, 1001}, {"session-grace", 1, 0, 1002},
-        {"session-max-resv", 1, 0, 1003},
-        {"session-max-bytes", 1, 0, 1004},
-        {"session-max-tombs", 1, 0, 1005},
-        {"hello-timeout", 1, 0, 1006}, {"header-timeout", 1, 0, 1007},
-        {"idle-timeout", 1, 0, 1008}, {"write-timeout", 1, 0, 1009},
-        {"max-conns", 1, 0, 1010},  {"out-max", 1, 0, 1011},
-        {"rdma", 0, 0, 'R'},        {"fault", 1, 0, 1012},
-        {0, 0, 0, 0}};
-    opterr = 0;
+    const char *arg;
     int c;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-        if (c == 'h') {
-            usage();
-            exit(0);
-        }
-        const char *arg = c == '?' || c == ':' ? argv[optind - 1] : optarg;
-        int rc = parse_one(c == ':' ? '?' : c, arg, o);
+    while ((c = cli_next(&xferd_cli, argc, argv, &arg)) != CLI_END) {
+        if (c == CLI_ERR)
+            return 2;
+        int rc = parse_one(c, arg, o);
         if (rc)
             return rc;
     }
@@ -638,10 +661,11 @@ static int open_trace(xferd *d)
     xfer_tracefile_opts_default(&to);
     to.format = XFER_TRACEFILE_BINARY;
     to.label = label;
+    errno = 0;
     int rc = xfer_tracefile_open(d->o->trace, &to, &d->tf);
     if (rc) {
         fprintf(stderr, "xferd: cannot open trace %s: %s\n", d->o->trace,
-                xfer_strerror(rc));
+                reason(rc));
         return rc;
     }
     xfer_tracefile_flush(d->tf); /* the header, so the file says whose */
@@ -708,6 +732,7 @@ static int start_metrics(xferd *d)
     xfer_metrics_config mc;
     xfer_metrics_config_default(&mc);
     mc.base = d->base;
+    errno = 0;
     int rc = xfer_metrics_new(&mc, &d->metrics);
     if (!rc)
         rc = xfer_metrics_add_server(d->metrics, d->srv);
@@ -717,7 +742,7 @@ static int start_metrics(xferd *d)
     if (rc) {
         fprintf(stderr, "xferd: cannot serve metrics on %s:%u: %s\n",
                 d->o->metrics_addr, (unsigned)d->o->metrics_port,
-                xfer_strerror(rc));
+                reason(rc));
         return rc;
     }
     printf("xferd: metrics on http://%s:%u/metrics\n", d->o->metrics_addr,
@@ -741,6 +766,7 @@ static int setup(xferd *d)
         return XFER_ERR_NOMEM;
     if (o->trace && (rc = open_trace(d)) != 0)
         return rc;
+    errno = 0;
     rc = start_server(d);
     if (rc == XFER_ERR_AUTH) {
         fprintf(stderr, "xferd: refusing to serve %s without --secret-file "
@@ -750,13 +776,16 @@ static int setup(xferd *d)
     }
     if (rc) {
         fprintf(stderr, "xferd: cannot serve on %s:%u: %s\n", o->cfg.addr,
-                (unsigned)o->cfg.port, xfer_strerror(rc));
+                (unsigned)o->cfg.port, reason(rc));
         return rc;
     }
+    errno = 0;
     if (o->ctl_path &&
         (rc = xfer_server_ctl_open(d->srv, o->ctl_path, &d->ctl)) != 0) {
         fprintf(stderr, "xferd: cannot open control socket %s: %s\n",
-                o->ctl_path, xfer_strerror(rc));
+                o->ctl_path, rc == XFER_ERR_EXISTS
+                                 ? "a file that is not a socket is there"
+                                 : reason(rc));
         return rc;
     }
     return o->metrics_addr ? start_metrics(d) : 0;
@@ -792,7 +821,8 @@ static int serve(opts *o)
     }
     uint16_t port = xfer_server_port(d.srv);
     if (o->port_file && write_port_file(o->port_file, port) != 0)
-        fprintf(stderr, "xferd: cannot write %s\n", o->port_file);
+        fprintf(stderr, "xferd: cannot write %s: %s\n", o->port_file,
+                strerror(errno));
     if (!o->cfg.secret_len)
         fprintf(stderr, "xferd: INSECURE: no --secret-file, peers are not "
                "authenticated%s\n",
