@@ -214,7 +214,7 @@ static void sc_success(void)
                      index_of(XFER_ACT_COMPLETE));
     ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1), 0);
     ck_assert_int_eq(xfer_core_state(c, 1), XFER_TRANSFER_STATE_TOMBSTONED);
-    ck_assert_int_eq(submit(c, 4, 1), XFER_ERR_CANCELLED);
+    ck_assert_int_eq(submit(c, 4, 1), XFER_ERR_REUSED); /* ended, not cancelled */
     done(c);
 }
 
@@ -306,7 +306,7 @@ static void sc_cancel_rpc_fails(void)
     ck_assert_uint_eq(r->rollback_failed, 1u << 2);
     ck_assert_int_eq(xfer_core_state(c, 11), XFER_TRANSFER_STATE_TOMBSTONED);
     reset();
-    ck_assert_int_eq(submit(c, t + 1, 11), XFER_ERR_CANCELLED);
+    ck_assert_int_eq(submit(c, t + 1, 11), XFER_ERR_REUSED);
     ck_assert_uint_eq(O.n, 0); /* nothing reserved anywhere */
     xfer_core_stats st;
     xfer_core_stats_get(c, &st);
