@@ -27,6 +27,7 @@ void pyx_config_engine(const pyx_engine_opts *o, struct event_base *base,
     cfg->core.eager_max_bytes = o->eager_max_bytes;
     cfg->max_pools = o->max_pools;
     cfg->mailbox_cap = o->mailbox_cap;
+    cfg->shutdown_timeout_ns = o->shutdown_timeout_ns;
 }
 
 void pyx_config_loop(uint16_t nshards, uint64_t pool_bytes,
