@@ -790,6 +790,8 @@ int xfer_engine_cancel(xfer_engine *e, uint64_t id)
         return XFER_ERR_INVALID_ARG;
     xfer_engine_flush(e); /* room in the core's action list */
     int rc = xfer_core_cancel(e->core, xfer_engine_now(e), id);
+    if (rc == XFER_ERR_BUSY)
+        e->st.cancels_refused++;
     drain(e);
     return rc;
 }
@@ -806,10 +808,9 @@ static void on_mail(void *ud, xfer_mail *m)
     if (m->kind == XFER_MAIL_CANCEL || m->kind == XFER_MAIL_CALL) {
         if (m->kind == XFER_MAIL_CANCEL) {
             /* The loop's answer reaches the caller when it asked for it;
-             * a refusal it did not ask about is still counted. */
+             * a refusal it did not ask about is still counted
+             * (xfer_engine_cancel). */
             int rc = xfer_engine_cancel(e, m->id);
-            if (rc)
-                e->st.cancels_refused++;
             if (m->cancel_cb)
                 m->cancel_cb(m->ud, m->id, rc);
         } else {

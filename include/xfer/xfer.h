@@ -144,9 +144,10 @@ typedef struct xfer_engine_stats {
     uint64_t posts_refused; /* posted submits the loop refused (I1: each
                                still completes, with phase SUBMIT) */
     /* Version 2. */
-    uint64_t cancels_refused; /* posted cancels the loop refused (BUSY),
-                                 whether or not the poster asked for the
-                                 answer (xfer_engine_post_cancel_cb) */
+    uint64_t cancels_refused; /* cancels refused BUSY (the id left without
+                                 a tombstone): direct, or posted whether or
+                                 not the poster asked for the answer
+                                 (xfer_engine_post_cancel_cb) */
     uint64_t abandoned;       /* transfers completed XFER_ERR_ABANDONED */
 } xfer_engine_stats;
 
