@@ -261,7 +261,9 @@ static void count_completion(xfer_core *core, const xfer_result *res)
     if (res->status == 0)
         core->st.succeeded++;
     else if (res->status == XFER_ERR_CANCELLED ||
-             res->status == XFER_ERR_SHUTDOWN)
+             res->status == XFER_ERR_PEER_CANCELLED ||
+             res->status == XFER_ERR_SHUTDOWN ||
+             res->status == XFER_ERR_ABANDONED)
         core->st.cancelled++;
     else
         core->st.failed++;
@@ -570,6 +572,53 @@ void xfer_core_shutdown(xfer_core *core, uint64_t now_ns)
         a->shard = XFER_SHARD_NONE;
         xfer_transfer_trace_action(&core->ctx, now_ns, a);
     }
+}
+
+/*
+ * The shutdown deadline passed: every transfer still live ends as soon as
+ * the ops it has in flight answered (the transport confirms every abort,
+ * I2), with no new cancel and no retry.  The work goes through the timer
+ * heap, so on_timer does it in bounded batches: a record in CANCELLING is
+ * due at once (DEADLINE aborts its cancels in flight, RETRY between rounds
+ * ends it); one in COMPLETING or EAGER is due at once too (DEADLINE stops
+ * it); one in RESERVING or WRITING is already stopped by the shutdown.
+ */
+void xfer_core_abandon(xfer_core *core, uint64_t now_ns)
+{
+    if (!core || !core->shutting_down || core->ctx.abandoning)
+        return;
+    now_ns = clamp_now(core, now_ns);
+    core->ctx.abandoning = 1;
+    for (uint32_t s = 0; s < core->cfg.max_transfers; s++) {
+        xfer_transfer *t = core->recs[s];
+        if (!t)
+            continue;
+        uint8_t kind;
+        switch (t->state) {
+        case XFER_TRANSFER_STATE_CANCELLING:
+            kind = t->pending ? XFER_TIMER_DEADLINE : XFER_TIMER_RETRY;
+            break;
+        case XFER_TRANSFER_STATE_COMPLETING:
+        case XFER_TRANSFER_STATE_EAGER:
+            kind = XFER_TIMER_DEADLINE;
+            break;
+        default:
+            continue;
+        }
+        t->timer_kind = kind;
+        t->timer_ns = now_ns;
+        xfer_heap_set(&core->timers, t->slot, now_ns);
+    }
+}
+
+int xfer_core_submit_refusal(const xfer_core *core, uint64_t id)
+{
+    const xfer_tomb_entry *te = xfer_tomb_find(&core->tombs, id);
+    if (find_live(core, id))
+        return XFER_ERR_EXISTS;
+    if (!te)
+        return XFER_ERR_BUSY;
+    return te->attempt == 0 ? XFER_ERR_CANCELLED : XFER_ERR_REUSED;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -19,4 +19,11 @@ typedef struct xfer_core_health {
 
 void xfer_core_health_get(const xfer_core *core, xfer_core_health *h);
 
+/* What a submit of `id` that finds no room would be refused with, as the
+ * core would refuse it: XFER_ERR_EXISTS (live), XFER_ERR_CANCELLED (a
+ * cancel tombstoned it before any submit), XFER_ERR_REUSED (a transfer of
+ * it ended recently), else XFER_ERR_BUSY.  For the engine
+ * (transport/engine.c), whose callback slots can run out first. */
+int xfer_core_submit_refusal(const xfer_core *core, uint64_t id);
+
 #endif /* XFER_FSM_CORE_INT_H */

@@ -141,6 +141,13 @@ static void note_failure(xfer_transfer *t, uint16_t k, int32_t status,
 {
     if (status == XFER_ERR_ABORTED && t->stopping)
         return;
+    /* A shard answers CANCELLED to an op of ours only when someone else
+     * cancelled the id there (a consumer, or the shard itself): our own
+     * cancels set the status before any is sent (h_stop) and their
+     * answers never come here.  Say so: the user's own cancel stays
+     * XFER_ERR_CANCELLED. */
+    if (status == XFER_ERR_CANCELLED)
+        status = XFER_ERR_PEER_CANCELLED;
     if (t->status == 0) {
         t->status = status ? status : XFER_ERR_REMOTE;
         t->fail_phase = phase;
@@ -223,11 +230,42 @@ static uint16_t send_cancels(xfer_transfer *t, xfer_transfer_ctx *c,
     return n;
 }
 
+/*
+ * The shutdown deadline passed (xfer_core_abandon): the rollback still to
+ * do is left to the shards' leases.  Every shard that was sent a reserve
+ * or an eager op and whose cancel has not succeeded is named in
+ * rollback_failed, and the result says ABANDONED.  Only between rounds
+ * (no op in flight, I2), so nothing of the transfer is in flight when it
+ * finishes (I3).
+ */
+static void abandon_rest(xfer_transfer *t, xfer_transfer_ctx *c, uint64_t now)
+{
+    assert(t->pending == 0);
+    for (uint16_t k = 0; k < t->nshards; k++) {
+        xfer_transfer_shard *s = &t->shards[k];
+        if ((s->resv == XFER_SUB_NONE && s->eager == XFER_SUB_NONE) ||
+            s->cancel == XFER_SUB_OK || s->cancel == XFER_SUB_GAVE_UP)
+            continue;
+        s->cancel = XFER_SUB_GAVE_UP;
+        t->rollback_failed |= UINT64_C(1) << k;
+        t->status = XFER_ERR_ABANDONED;
+        c->cancel_gave_up++;
+        trace_note(c, now, t, k, XFER_NOTE_CANCEL_GAVE_UP, XFER_ERR_ABANDONED);
+    }
+    finish(t, c);
+}
+
 static void enter_cancelling(xfer_transfer *t, xfer_transfer_ctx *c,
                              uint64_t now)
 {
     assert(t->pending == 0);
     t->state = XFER_TRANSFER_STATE_CANCELLING;
+    if (c->abandoning) {
+        /* Send nothing; the RETRY the container fires at once ends it
+         * (abandon_rest), so the edge taken is CANCELLING -> TOMBSTONED. */
+        set_timer(t, XFER_TIMER_RETRY, now);
+        return;
+    }
     t->pending = send_cancels(t, c, XFER_SUB_NONE);
     if (t->pending == 0) {
         finish(t, c);
@@ -500,11 +538,15 @@ static int h_cancel_result(xfer_transfer_ctx *c, xfer_transfer_step *e)
         s->cancel = XFER_SUB_OK;
         if (r->status == XFER_ERR_STATE)
             t->may_hold = 1;
-    } else if (s->cancel_attempts < c->cfg->cancel_max_attempts) {
+    } else if (s->cancel_attempts < c->cfg->cancel_max_attempts &&
+               !c->abandoning) {
         s->cancel = XFER_SUB_FAILED;
     } else {
+        /* Out of attempts, or past the shutdown deadline: no retry. */
         s->cancel = XFER_SUB_GAVE_UP;
         t->rollback_failed |= UINT64_C(1) << r->shard;
+        if (c->abandoning)
+            t->status = XFER_ERR_ABANDONED;
         c->cancel_gave_up++;
         trace_note(c, now, t, r->shard, XFER_NOTE_CANCEL_GAVE_UP, r->status);
     }
@@ -517,9 +559,15 @@ static int h_cancel_result(xfer_transfer_ctx *c, xfer_transfer_step *e)
         finish(t, c);
         return 0;
     }
-    uint64_t backoff = c->cfg->cancel_backoff_ns << (t->cancel_round < 20
-                                                         ? t->cancel_round
-                                                         : 20);
+    /* Doubling, capped (core.h: cancel_backoff_ns), so a shard that never
+     * answers costs each round at most the cap plus the op timeout. */
+    uint64_t first = c->cfg->cancel_backoff_ns;
+    uint64_t cap = first > XFER_CORE_CANCEL_BACKOFF_CAP_NS
+                       ? first
+                       : XFER_CORE_CANCEL_BACKOFF_CAP_NS;
+    uint64_t backoff = first << (t->cancel_round < 20 ? t->cancel_round : 20);
+    if (backoff > cap || backoff < first)
+        backoff = cap;
     t->cancel_round++;
     set_timer(t, XFER_TIMER_RETRY, now + backoff);
     return 0;
@@ -528,6 +576,10 @@ static int h_cancel_result(xfer_transfer_ctx *c, xfer_transfer_step *e)
 static int h_cancel_retry(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
     xfer_transfer *t = e->t;
+    if (c->abandoning) {
+        abandon_rest(t, c, e->step.now_ns);
+        return 0;
+    }
     t->pending = send_cancels(t, c, XFER_SUB_FAILED);
     c->cancel_retries += t->pending;
     assert(t->pending > 0);
@@ -587,9 +639,13 @@ static int h_live_submit(xfer_transfer_ctx *c, xfer_transfer_step *e)
  * fails at once and no completion follows. */
 static int h_late_submit(xfer_transfer_ctx *c, xfer_transfer_step *e)
 {
+    /* Which tombstone says why: a cancel of an id never submitted leaves
+     * attempt 0 (h_preempt); a transfer that ended leaves its own attempt,
+     * which is never 0 (fsm/core.c skips it). */
+    int rc = e->attempt == 0 ? XFER_ERR_CANCELLED : XFER_ERR_REUSED;
     c->late_submits++;
-    xfer_step_note_after(&e->step, XFER_NOTE_LATE_SUBMIT, XFER_ERR_CANCELLED);
-    return XFER_ERR_CANCELLED;
+    xfer_step_note_after(&e->step, XFER_NOTE_LATE_SUBMIT, rc);
+    return rc;
 }
 
 /* NEW + USER_CANCEL: a cancel of an unknown id leaves a tombstone (I7),

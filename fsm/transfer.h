@@ -82,6 +82,10 @@ typedef struct xfer_transfer_ctx {
     xfer_tomb *tombs; /* borrowed from the container */
     uint64_t illegal, cancel_retries, cancel_gave_up;
     uint64_t late_submits, late_replies, unknown_replies;
+    /* Set by xfer_core_abandon (the shutdown deadline passed): no cancel
+     * is retried or sent any more.  Not saved (fsm/save.h): the model
+     * checker never abandons. */
+    uint8_t abandoning;
     uint64_t cells_hit[XFER_TRANSFER_STATE_COUNT_][XFER_TRANSFER_EVENT_COUNT_];
 } xfer_transfer_ctx;
 

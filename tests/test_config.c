@@ -335,7 +335,7 @@ START_TEST(test_config_unknown_version_refused)
         xfer_engine_config ec;
         xfer_engine_config_default(&ec);
         ec.base = base;
-        ec.version = v;
+        ec.version = past_newest(v, XFER_ENGINE_CONFIG_VERSION);
         xfer_engine *e = untouched;
         ck_assert_int_eq(xfer_engine_new(&ec, &e), XFER_ERR_INVALID_ARG);
         ck_assert_ptr_eq(e, untouched);
@@ -528,12 +528,16 @@ END_TEST
 
 /* A getter with an unknown version refuses and leaves *st as it was. */
 #define EXPECT_REFUSED(getter, obj, type)                                    \
+    EXPECT_REFUSED_V(getter, obj, type, 1)
+#define EXPECT_REFUSED_V(getter, obj, type, newest)                          \
     do {                                                                     \
         type st_, before_;                                                   \
         memset(&st_, 0x5A, sizeof st_);                                      \
         before_ = st_;                                                       \
         for (size_t i_ = 0; i_ < NBAD; i_++)                                 \
-            ck_assert_int_eq(getter((obj), bad_versions[i_], &st_),          \
+            ck_assert_int_eq(getter((obj),                                   \
+                                    past_newest(bad_versions[i_], (newest)), \
+                                    &st_),                                   \
                              XFER_ERR_INVALID_ARG);                          \
         ck_assert_int_eq(memcmp(&st_, &before_, sizeof st_), 0);             \
         ck_assert_int_eq(getter((obj), 1, NULL), XFER_ERR_INVALID_ARG);      \
@@ -543,6 +547,8 @@ END_TEST
 /* A getter of version 1 fills a struct at the end of a page (writing
  * nothing past it) and gives what the macro gives. */
 #define EXPECT_FILLED(getter, macro, obj, type)                              \
+    EXPECT_FILLED_V(getter, macro, obj, type, 1)
+#define EXPECT_FILLED_V(getter, macro, obj, type, newest)                    \
     do {                                                                     \
         type want_;                                                          \
         memset(&want_, 0, sizeof want_);                                     \
@@ -550,7 +556,7 @@ END_TEST
         edge ed_;                                                            \
         type *got_ = at_edge(&ed_, &want_, sizeof want_);                    \
         memset(got_, 0x5A, sizeof *got_);                                    \
-        ck_assert_int_eq(getter((obj), 1, got_), 0);                         \
+        ck_assert_int_eq(getter((obj), (newest), got_), 0);                  \
         ck_assert_int_eq(memcmp(got_, &want_, sizeof want_), 0);             \
         edge_free(&ed_);                                                     \
     } while (0)
@@ -576,7 +582,8 @@ START_TEST(test_config_stats_versioned)
     ck_assert_int_eq(xfer_tcp_new(xfer_engine_base(e), &tc, &t), 0);
 
     EXPECT_REFUSED(xfer_core_stats_get_versioned, core, xfer_core_stats);
-    EXPECT_REFUSED(xfer_engine_stats_get_versioned, e, xfer_engine_stats);
+    EXPECT_REFUSED_V(xfer_engine_stats_get_versioned, e, xfer_engine_stats,
+                     XFER_ENGINE_STATS_VERSION);
     EXPECT_REFUSED(xfer_shard_stats_get_versioned, s, xfer_shard_stats);
     EXPECT_REFUSED(xfer_readiness_stats_get_versioned, r,
                    xfer_readiness_stats);
@@ -585,8 +592,8 @@ START_TEST(test_config_stats_versioned)
 
     EXPECT_FILLED(xfer_core_stats_get_versioned, xfer_core_stats_get, core,
                   xfer_core_stats);
-    EXPECT_FILLED(xfer_engine_stats_get_versioned, xfer_engine_stats_get, e,
-                  xfer_engine_stats);
+    EXPECT_FILLED_V(xfer_engine_stats_get_versioned, xfer_engine_stats_get, e,
+                    xfer_engine_stats, XFER_ENGINE_STATS_VERSION);
     EXPECT_FILLED(xfer_shard_stats_get_versioned, xfer_shard_stats_get, s,
                   xfer_shard_stats);
     EXPECT_FILLED(xfer_readiness_stats_get_versioned,

@@ -119,7 +119,7 @@ START_TEST(test_eager_failure_rolls_back_every_shard)
     for (uint16_t k = 0; k < ET_S; k++)
         ck_assert_uint_ge(shard_stats(k).cancels, 1);
     ck_assert(et_run(&V, shards_empty, 1000));
-    ck_assert_int_eq(et_submit(&V, 5, 0), XFER_ERR_CANCELLED);
+    ck_assert_int_eq(et_submit(&V, 5, 0), XFER_ERR_REUSED);
     et_free(&V);
 }
 END_TEST

@@ -144,7 +144,7 @@ START_TEST(test_engine_cancel_rpc_failure_retried)
     ck_assert_uint_eq(es.core.cancel_retries, 2);
     ck_assert_uint_eq(shard_stats(2).cancels, 1); /* applied once */
     ck_assert_uint_eq(et_shard_bytes(&V), 0);
-    ck_assert_int_eq(et_submit(&V, 9, 0), XFER_ERR_CANCELLED);
+    ck_assert_int_eq(et_submit(&V, 9, 0), XFER_ERR_REUSED);
     et_free(&V);
 }
 END_TEST
@@ -165,7 +165,7 @@ START_TEST(test_engine_cancel_failure_then_late_submit)
     uint64_t reserves[ET_S];
     for (uint16_t k = 0; k < ET_S; k++)
         reserves[k] = shard_stats(k).reserves;
-    ck_assert_int_eq(et_submit(&V, 12, 0), XFER_ERR_CANCELLED);
+    ck_assert_int_eq(et_submit(&V, 12, 0), XFER_ERR_REUSED);
     et_run_for(&V, 20);
     for (uint16_t k = 0; k < ET_S; k++)
         ck_assert_uint_eq(shard_stats(k).reserves, reserves[k]);
@@ -500,7 +500,7 @@ static void flood_check(uint64_t id)
     ck_assert_uint_eq(r->failed_shards, 0);
     ck_assert_uint_eq(r->first_failed_shard, XFER_SHARD_NONE);
     static const int expect[FK_COUNT_] = {
-        XFER_ERR_CANCELLED, XFER_ERR_NOT_FOUND, XFER_ERR_INVALID_ARG,
+        XFER_ERR_CANCELLED, XFER_ERR_NO_POOL, XFER_ERR_INVALID_ARG,
         XFER_ERR_BUSY};
     ck_assert_int_eq(r->status, expect[F.kind[id]]);
     F.busy += F.kind[id] == FK_VALID;

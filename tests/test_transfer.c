@@ -214,7 +214,7 @@ static void sc_success(void)
                      index_of(XFER_ACT_COMPLETE));
     ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1), 0);
     ck_assert_int_eq(xfer_core_state(c, 1), XFER_TRANSFER_STATE_TOMBSTONED);
-    ck_assert_int_eq(submit(c, 4, 1), XFER_ERR_CANCELLED);
+    ck_assert_int_eq(submit(c, 4, 1), XFER_ERR_REUSED); /* ended, not cancelled */
     done(c);
 }
 
@@ -306,7 +306,7 @@ static void sc_cancel_rpc_fails(void)
     ck_assert_uint_eq(r->rollback_failed, 1u << 2);
     ck_assert_int_eq(xfer_core_state(c, 11), XFER_TRANSFER_STATE_TOMBSTONED);
     reset();
-    ck_assert_int_eq(submit(c, t + 1, 11), XFER_ERR_CANCELLED);
+    ck_assert_int_eq(submit(c, t + 1, 11), XFER_ERR_REUSED);
     ck_assert_uint_eq(O.n, 0); /* nothing reserved anywhere */
     xfer_core_stats st;
     xfer_core_stats_get(c, &st);
@@ -826,6 +826,42 @@ START_TEST(test_transfer_cancel_rpc_failure_retried_tombstone_kept)
 }
 END_TEST
 
+/* The cancel retry delay doubles up to its cap (issue 23 item 5): a shard
+ * that never takes its cancel costs each round at most the cap. */
+START_TEST(test_transfer_cancel_backoff_capped)
+{
+    xfer_core_config cfg = scenario_cfg();
+    cfg.cancel_backoff_ns = 300 * MS;
+    cfg.cancel_max_attempts = 6;
+    xfer_core *c = mk(&cfg);
+    ck_assert_int_eq(submit(c, 0, 21), 0);
+    uint32_t att = attempt_of(21);
+    answer(c, 1, 21, att, 0, XFER_OP_RESERVE, XFER_ERR_REMOTE);
+    for (uint16_t k = 1; k < S; k++)
+        answer(c, 1, 21, att, k, XFER_OP_RESERVE, 0);
+    for (uint16_t k = 0; k < S; k++)
+        answer(c, 2, 21, att, k, XFER_OP_CANCEL, k == 2 ? XFER_ERR_IO : 0);
+    const uint64_t want[] = {300 * MS, 600 * MS, 1000 * MS, 1000 * MS,
+                             1000 * MS};
+    uint64_t t = 2;
+    for (size_t round = 0; round < sizeof want / sizeof want[0]; round++) {
+        uint64_t due = xfer_core_next_deadline(c);
+        ck_assert_uint_eq(due - t, want[round]);
+        ck_assert_uint_le(due - t, XFER_CORE_CANCEL_BACKOFF_CAP_NS);
+        reset();
+        xfer_core_on_timer(c, due);
+        collect(c);
+        ck_assert_uint_eq(count(XFER_ACT_CANCEL, 2), 1);
+        t = due;
+        answer(c, t, 21, att, 2, XFER_OP_CANCEL, XFER_ERR_IO);
+    }
+    const xfer_result *r = result_of(21);
+    ck_assert_ptr_nonnull(r); /* out of attempts: given up, reported */
+    ck_assert_uint_eq(r->rollback_failed, 1u << 2);
+    done(c);
+}
+END_TEST
+
 START_TEST(test_transfer_preemptive_cancel_rejects_submit)
 {
     sc_preemptive_cancel();
@@ -1264,6 +1300,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_transfer_partial_reservation_failure);
     tcase_add_test(tc, test_transfer_partial_write_failure);
     tcase_add_test(tc, test_transfer_cancel_rpc_failure_retried_tombstone_kept);
+    tcase_add_test(tc, test_transfer_cancel_backoff_capped);
     tcase_add_test(tc, test_transfer_preemptive_cancel_rejects_submit);
     tcase_add_test(tc, test_transfer_user_cancel_reserving);
     tcase_add_loop_test(tc, test_transfer_user_cancel_writing, 0, S);

@@ -32,6 +32,7 @@
  *    injected allocator sees all of them.
  */
 #include <assert.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <event2/event.h>
@@ -46,6 +47,7 @@
  * one piece of code with xfer-check's engine model (tools/check/engine.c),
  * so the checker's I9 monitor sees the engine's own bookkeeping. */
 #include "life.h"
+#include "core_int.h" /* fsm/: the core's refusal of an id (fsm_private_dep) */
 #include "timer.h"
 #include "xfer/xfer.h"
 
@@ -78,6 +80,7 @@ struct xfer_engine {
     struct event_base *base;
     int own_base;
     xfer_timer timer;         /* the core's next deadline */
+    xfer_timer stop_timer;    /* the shutdown deadline (shutdown_timeout_ns) */
     struct event *deferred;
     bool deferred_active;     /* `deferred` is on libevent's active queue */
     /* One reading of the library's own clock per batch (batch_begin). */
@@ -249,10 +252,15 @@ static void complete(xfer_engine *e, const xfer_action *a)
     c->done.res.user_data = c->user_data;
     int32_t st = a->result.status;
     unsigned outcome = st == 0 ? 0
-                       : st == XFER_ERR_CANCELLED || st == XFER_ERR_SHUTDOWN
+                       : st == XFER_ERR_CANCELLED ||
+                               st == XFER_ERR_PEER_CANCELLED ||
+                               st == XFER_ERR_SHUTDOWN ||
+                               st == XFER_ERR_ABANDONED
                            ? 2
                            : 1;
     xfer_hist_add(&e->lat[outcome], xfer_engine_now(e) - c->t_submit);
+    if (st == XFER_ERR_ABANDONED)
+        e->st.abandoned++;
     if (st && a->result.phase <= XFER_PHASE_SUBMIT)
         e->failed_in_phase[a->result.phase]++;
     enqueue_done(e, &c->done);
@@ -284,6 +292,8 @@ static void perform(xfer_engine *e, const xfer_action *acts, size_t n,
         complete(e, a);
         break;
     case XFER_ACT_SHUTDOWN_DONE:
+        xfer_timer_arm(&e->stop_timer, UINT64_MAX, e->cfg.clock,
+                       e->cfg.clock_ud); /* nothing left to abandon */
         xfer_life_core_done(&e->life);
         kick(e);
         break;
@@ -316,6 +326,18 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     xfer_timer_fired(&e->timer);
     xfer_engine_flush(e); /* room in the core's action list */
     xfer_core_on_timer(e->core, xfer_engine_now(e));
+    drain(e);
+}
+
+/* The shutdown deadline passed with transfers still live: the core stops
+ * rolling back (xfer_core_abandon) and ends each one as soon as its ops in
+ * flight answered, through its own timer, which is now due. */
+static void on_stop_timer(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_engine *e = arg;
+    xfer_timer_fired(&e->stop_timer);
+    xfer_engine_flush(e); /* room in the core's action list */
+    xfer_core_abandon(e->core, xfer_engine_now(e));
     drain(e);
 }
 
@@ -483,6 +505,8 @@ static int make_loop(xfer_engine *e)
         xfer_base_ref(e->base);
     }
     int rc = xfer_timer_init(&e->timer, e->base, on_timer, e);
+    if (!rc)
+        rc = xfer_timer_init(&e->stop_timer, e->base, on_stop_timer, e);
     e->deferred = event_new(e->base, -1, 0, on_deferred, e);
     if (rc || !e->deferred)
         return XFER_ERR_IO;
@@ -491,8 +515,11 @@ static int make_loop(xfer_engine *e)
 }
 
 /* The bytes each version of xfer_engine_config and _stats holds (util.h). */
-static const size_t config_lens[] = {sizeof(xfer_engine_config)};
-static const size_t stats_lens[] = {sizeof(xfer_engine_stats)};
+static const size_t config_lens[] = {
+    offsetof(xfer_engine_config, shutdown_timeout_ns),
+    sizeof(xfer_engine_config)};
+static const size_t stats_lens[] = {
+    offsetof(xfer_engine_stats, cancels_refused), sizeof(xfer_engine_stats)};
 
 void xfer_engine_config_default(xfer_engine_config *cfg)
 {
@@ -500,7 +527,9 @@ void xfer_engine_config_default(xfer_engine_config *cfg)
         return;
     *cfg = (xfer_engine_config){.version = XFER_ENGINE_CONFIG_VERSION,
                                 .max_pools = 16, .max_groups = 16,
-                                .mailbox_cap = 65536};
+                                .mailbox_cap = 65536,
+                                .shutdown_timeout_ns =
+                                    XFER_ENGINE_SHUTDOWN_TIMEOUT_NS};
     xfer_core_config_default(&cfg->core);
 }
 
@@ -526,6 +555,8 @@ int xfer_engine_new(const xfer_engine_config *cfg, xfer_engine **out)
         e->cfg.max_groups = 16;
     if (!e->cfg.mailbox_cap)
         e->cfg.mailbox_cap = 65536;
+    if (!e->cfg.shutdown_timeout_ns)
+        e->cfg.shutdown_timeout_ns = XFER_ENGINE_SHUTDOWN_TIMEOUT_NS;
     if (!e->cfg.core.max_transfers)
         e->cfg.core.max_transfers = 65536;
     int rc = xfer_core_new(&e->cfg.core, &e->core);
@@ -554,6 +585,7 @@ void xfer_engine_del(xfer_engine *e)
             e->groups[g].tp.ops->detach(e->groups[g].tp.self);
     xfer_mailbox_del(e->mailbox);
     xfer_timer_clear(&e->timer);
+    xfer_timer_clear(&e->stop_timer);
     if (e->deferred)
         event_free(e->deferred);
     /* Our reference: a base we made (or another engine made) is freed
@@ -714,7 +746,7 @@ static int check_desc(const xfer_engine *e, const xfer_transfer_desc *d,
 {
     if (d->group >= e->cfg.max_groups || !e->groups[d->group].used ||
         !xfer_life_pool_live(e->reg, e->cfg.max_pools, d->pool))
-        return XFER_ERR_NOT_FOUND;
+        return XFER_ERR_NO_POOL; /* not "no such id": the id is fine */
     if (d->nslices != e->groups[d->group].nshards)
         return XFER_ERR_INVALID_ARG;
     const pool_rec *p = &e->pools[d->pool];
@@ -733,10 +765,7 @@ static int check_desc(const xfer_engine *e, const xfer_transfer_desc *d,
  * id's own state gives the truer refusal, as the core would give it. */
 static int refuse_full(const xfer_engine *e, uint64_t id)
 {
-    xfer_transfer_state st = xfer_core_state(e->core, id);
-    if (st == XFER_TRANSFER_STATE_TOMBSTONED)
-        return XFER_ERR_CANCELLED;
-    return st == XFER_TRANSFER_STATE_NEW ? XFER_ERR_BUSY : XFER_ERR_EXISTS;
+    return xfer_core_submit_refusal(e->core, id);
 }
 
 /* The group's transport allows the eager path now (a version 2 ops table
@@ -795,6 +824,8 @@ int xfer_engine_cancel(xfer_engine *e, uint64_t id)
         return XFER_ERR_INVALID_ARG;
     xfer_engine_flush(e); /* room in the core's action list */
     int rc = xfer_core_cancel(e->core, xfer_engine_now(e), id);
+    if (rc == XFER_ERR_BUSY)
+        e->st.cancels_refused++;
     drain(e);
     return rc;
 }
@@ -809,10 +840,16 @@ static void on_mail(void *ud, xfer_mail *m)
 {
     xfer_engine *e = ud;
     if (m->kind == XFER_MAIL_CANCEL || m->kind == XFER_MAIL_CALL) {
-        if (m->kind == XFER_MAIL_CANCEL)
-            xfer_engine_cancel(e, m->id);
-        else
+        if (m->kind == XFER_MAIL_CANCEL) {
+            /* The loop's answer reaches the caller when it asked for it;
+             * a refusal it did not ask about is still counted
+             * (xfer_engine_cancel). */
+            int rc = xfer_engine_cancel(e, m->id);
+            if (m->cancel_cb)
+                m->cancel_cb(m->ud, m->id, rc);
+        } else {
             m->fn(m->ud);
+        }
         if (e->idle_cb)
             kick(e); /* the last mail may leave the engine idle */
         return;
@@ -855,6 +892,16 @@ int xfer_engine_post_cancel(xfer_engine *e, uint64_t id)
     return xfer_mailbox_post(e->mailbox, &m);
 }
 
+int xfer_engine_post_cancel_cb(xfer_engine *e, uint64_t id,
+                               xfer_cancel_cb cb, void *ud)
+{
+    if (!e || id == 0 || !cb)
+        return XFER_ERR_INVALID_ARG;
+    xfer_mail m = {.kind = XFER_MAIL_CANCEL, .id = id, .cancel_cb = cb,
+                   .ud = ud};
+    return xfer_mailbox_post(e->mailbox, &m);
+}
+
 int xfer_engine_post_call(xfer_engine *e, xfer_call_fn fn, void *ud)
 {
     if (!e || !fn)
@@ -883,8 +930,13 @@ int xfer_engine_shutdown(xfer_engine *e, xfer_shutdown_cb cb, void *ud)
     e->shutdown_cb = cb;
     e->shutdown_ud = ud;
     xfer_engine_flush(e); /* room in the core's action list */
-    xfer_core_shutdown(e->core, xfer_engine_now(e));
-    drain(e);
+    uint64_t now = xfer_engine_now(e);
+    xfer_core_shutdown(e->core, now);
+    uint64_t to = e->cfg.shutdown_timeout_ns;
+    if (to != UINT64_MAX) /* UINT64_MAX: no deadline */
+        xfer_timer_arm(&e->stop_timer, now + to < now ? UINT64_MAX - 1 : now + to,
+                       e->cfg.clock, e->cfg.clock_ud);
+    drain(e); /* SHUTDOWN_DONE, if it came at once, disarms it */
     return 0;
 }
 

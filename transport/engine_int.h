@@ -98,7 +98,8 @@ typedef struct xfer_mail {
     uint64_t arg;    /* EXPECT: the deadline */
     xfer_post *post; /* SUBMIT: owned by the mail; NULL otherwise */
     xfer_call_fn fn; /* CALL: fn(ud) on the loop */
-    void *ud;
+    xfer_cancel_cb cancel_cb; /* CANCEL: the loop's answer; NULL: none */
+    void *ud;        /* CALL, and CANCEL with a cancel_cb */
 } xfer_mail;
 
 /* Called on the loop for each mail in FIFO order; takes m->post. */

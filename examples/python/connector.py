@@ -120,7 +120,7 @@ def main():
             req, produced[req], consumed[req]))
     return (produced[1] == produced[2] == "ok" and
             consumed[1] == consumed[2] == "ok" and
-            produced[3] == "CANCELLED in reserving" and
+            produced[3] == "PEER_CANCELLED in reserving" and
             consumed[3] == "CANCELLED" and
             produced[4] == "NO_SPACE in reserving" and
             consumed[4] == "TIMEOUT")

@@ -202,7 +202,10 @@ typedef struct xfer_core_config {
                                      must outlive it (docs/design.md 2.2) */
     uint64_t default_deadline_ns; /* relative; default 30 s */
     uint64_t cancel_op_timeout_ns; /* abort a cancel not answered; 5 s */
-    uint64_t cancel_backoff_ns;   /* first retry delay, doubled; 10 ms */
+    uint64_t cancel_backoff_ns;   /* first retry delay, doubled each round
+                                     up to the larger of itself and
+                                     XFER_CORE_CANCEL_BACKOFF_CAP_NS;
+                                     10 ms */
     uint32_t cancel_max_attempts; /* per shard, incl. the first; 5 */
     uint32_t attempt_base;        /* first attempt number - 1; default 0 */
     uint16_t max_shards;          /* largest group; default XFER_MAX_SHARDS */
@@ -216,6 +219,10 @@ typedef struct xfer_core_config {
                                      (docs/design.md 2.1); 0 (the default):
                                      off, every transfer takes 3 rounds */
 } xfer_core_config;
+
+/* The cap on the doubling of the cancel retry delay (1 s); a
+ * cancel_backoff_ns above it is used as it is, never doubled. */
+#define XFER_CORE_CANCEL_BACKOFF_CAP_NS 1000000000ull
 
 /* Write version 1 and every default above into *cfg (a derived default,
  * max_tombstones, as 0).  `cfg` borrowed; NULL is ignored. */
@@ -289,6 +296,18 @@ XFER_API uint64_t xfer_core_next_deadline(const xfer_core *core);
  * end.  A SHUTDOWN_DONE action follows once no transfer is live (at once if
  * none is).  Idempotent. */
 XFER_API void xfer_core_shutdown(xfer_core *core, uint64_t now_ns);
+
+/*
+ * xfer_core_abandon - after xfer_core_shutdown, stop rolling back: the
+ * driver's shutdown deadline passed.  No cancel is sent or retried any
+ * more; each live transfer ends once the ops it has in flight answered
+ * (aborts are issued from on_timer, which is due at once), and one whose
+ * rollback was cut short completes with XFER_ERR_ABANDONED, the shards
+ * left to their leases named in rollback_failed.  A transfer whose every
+ * commit is acked still succeeds.  Each transfer still completes exactly
+ * once.  No-op before a shutdown, or when called again.
+ */
+XFER_API void xfer_core_abandon(xfer_core *core, uint64_t now_ns);
 
 /* The pending actions, in order; valid until the next call into the core. */
 XFER_API const xfer_action *xfer_core_actions(const xfer_core *core, size_t *n);

@@ -48,6 +48,10 @@ extern "C" {
     X(PERM,        -23, "not permitted: another session's, or not this role's") \
     X(AUTH,        -24, "peer authentication failed")                         \
     X(INCOMPLETE,  -25, "not every byte of the reservation was written")      \
+    X(ABANDONED,   -26, "shutdown deadline passed: left to the shards' leases") \
+    X(REUSED,      -27, "id finished recently (tombstoned); use a new id")   \
+    X(NO_POOL,     -28, "no such staging pool or group")                      \
+    X(PEER_CANCELLED, -29, "cancelled on the shard, by a consumer or the shard") \
     X(INTERNAL,   -100, "internal error (bug in xfer)")
 
 #define XFER_ERR_FATAL_BAND (-100)

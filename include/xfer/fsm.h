@@ -237,6 +237,7 @@ typedef struct xfer_rng {
     X(COMPLETING, DEADLINE, CANCELLING)                                       \
     X(CANCELLING, CANCEL_OK, TOMBSTONED)                                      \
     X(CANCELLING, CANCEL_FAIL, TOMBSTONED)                                    \
+    X(CANCELLING, RETRY, TOMBSTONED) /* abandoned (xfer_core_abandon) */      \
     X(NEW, SUBMIT, EAGER)                                                     \
     X(EAGER, EAGER_OK, TOMBSTONED)                                            \
     X(EAGER, EAGER_OK, CANCELLING)                                            \

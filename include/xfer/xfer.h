@@ -90,7 +90,9 @@ XFER_API uint64_t xfer_clock_monotonic(void *ud);
  * posting thread, so an engine that takes posts from other threads needs
  * a thread-safe allocator (libc's is).
  */
-#define XFER_ENGINE_CONFIG_VERSION 1
+#define XFER_ENGINE_CONFIG_VERSION 2
+/* The default shutdown deadline (xfer_engine_config.shutdown_timeout_ns). */
+#define XFER_ENGINE_SHUTDOWN_TIMEOUT_NS (10ull * 1000000000ull)
 typedef struct xfer_engine_config {
     uint32_t version;        /* XFER_ENGINE_CONFIG_VERSION */
     struct event_base *base; /* NULL (the default): the engine makes and
@@ -111,9 +113,17 @@ typedef struct xfer_engine_config {
     uint32_t max_pools;      /* default 16 */
     uint32_t max_groups;     /* default 16 */
     uint32_t mailbox_cap;    /* default 65536 */
+    /* Version 2.  How long xfer_engine_shutdown() may take: when it
+     * passes with transfers still live, their rollback is abandoned to
+     * the shards' leases (xfer_core_abandon): no cancel is sent or
+     * retried any more, each still completes exactly once, once its ops
+     * in flight answered, with XFER_ERR_ABANDONED when a shard was left
+     * (rollback_failed names them).  0 (the default):
+     * XFER_ENGINE_SHUTDOWN_TIMEOUT_NS, 10 s; UINT64_MAX: no deadline. */
+    uint64_t shutdown_timeout_ns;
 } xfer_engine_config;
 
-/* Write version 1 and every default above into *cfg (core through
+/* Write version 2 and every default above into *cfg (core through
  * xfer_core_config_default).  `cfg` borrowed; NULL is ignored. */
 XFER_API void xfer_engine_config_default(xfer_engine_config *cfg);
 
@@ -131,7 +141,7 @@ typedef struct xfer_transfer_desc {
 /* Counters, read with xfer_engine_stats_get(); versioned like the config
  * (the macro passes XFER_ENGINE_STATS_VERSION; the embedded core stats
  * grow only with a new engine stats version). */
-#define XFER_ENGINE_STATS_VERSION 1
+#define XFER_ENGINE_STATS_VERSION 2
 typedef struct xfer_engine_stats {
     xfer_core_stats core;
     uint64_t results_delivered, results_dropped;
@@ -146,6 +156,12 @@ typedef struct xfer_engine_stats {
     uint64_t completions_delivered; /* callbacks called, refusals included */
     uint64_t posts_refused; /* posted submits the loop refused (I1: each
                                still completes, with phase SUBMIT) */
+    /* Version 2. */
+    uint64_t cancels_refused; /* cancels refused BUSY (the id left without
+                                 a tombstone): direct, or posted whether or
+                                 not the poster asked for the answer
+                                 (xfer_engine_post_cancel_cb) */
+    uint64_t abandoned;       /* transfers completed XFER_ERR_ABANDONED */
 } xfer_engine_stats;
 
 /* Create.  cfg copied (NULL: defaults).  *out untouched on failure.
@@ -188,15 +204,26 @@ XFER_API int xfer_engine_add_group(xfer_engine *e, xfer_transport tp,
  * Loop thread only.
  * Errors, checked in this order: XFER_ERR_INVALID_ARG (NULL d or cb, id 0,
  * no slices), XFER_ERR_SHUTDOWN (after xfer_engine_shutdown, whatever the
- * desc), XFER_ERR_NOT_FOUND (group or pool), XFER_ERR_INVALID_ARG (slice
- * count or bounds), XFER_ERR_EXISTS (id live), XFER_ERR_CANCELLED (id
- * tombstoned), XFER_ERR_BUSY (max_transfers, or the tombstone cap),
- * XFER_ERR_NOMEM.
+ * desc), XFER_ERR_NO_POOL (no such group or pool), XFER_ERR_INVALID_ARG
+ * (slice count or bounds), XFER_ERR_EXISTS (id live), XFER_ERR_CANCELLED
+ * (the id was cancelled before it was submitted: a cancel's tombstone),
+ * XFER_ERR_REUSED (a transfer of the id ended within the tombstone TTL),
+ * XFER_ERR_BUSY (max_transfers, or the tombstone cap), XFER_ERR_NOMEM.
+ *
+ * What a completion's status says (docs/design.md, "Statuses and their
+ * causes"): XFER_ERR_CANCELLED, this engine's own xfer_engine_cancel or
+ * post_cancel; XFER_ERR_PEER_CANCELLED, a shard refused an op because
+ * the id was cancelled there (a consumer's cancel, or the shard's own),
+ * first_failed_shard names it; XFER_ERR_EXPIRED, the reservation's lease
+ * expired on that shard; XFER_ERR_TIMEOUT, the transfer's deadline;
+ * XFER_ERR_SHUTDOWN, xfer_engine_shutdown; XFER_ERR_ABANDONED, the
+ * shutdown deadline cut its rollback short.
  */
 XFER_API int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
                        xfer_complete_cb cb, void *ud);
 /* Cancel by id; idempotent; an unknown id leaves a tombstone.  Loop thread.
- * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_BUSY (tombstone cap). */
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_BUSY (tombstone cap: the id is
+ * left without a tombstone, so a later submit of it may be accepted). */
 XFER_API int xfer_engine_cancel(xfer_engine *e, uint64_t id);
 
 /*
@@ -213,7 +240,32 @@ XFER_API int xfer_engine_cancel(xfer_engine *e, uint64_t id);
  */
 XFER_API int xfer_engine_post_submit(xfer_engine *e, const xfer_transfer_desc *d,
                             xfer_complete_cb cb, void *ud);
+/* xfer_engine_post_cancel: 0 says only that the cancel was queued; the
+ * loop's own answer (xfer_engine_cancel's) is not reported to the caller,
+ * only counted (stats cancels_refused).  A caller that must know whether
+ * the id was cancelled (BUSY leaves it without a tombstone, I7) uses
+ * xfer_engine_post_cancel_cb. */
 XFER_API int xfer_engine_post_cancel(xfer_engine *e, uint64_t id);
+
+/*
+ * The loop's answer to a posted cancel: status is what xfer_engine_cancel
+ * returned on the loop (0, or XFER_ERR_BUSY: the tombstone table was
+ * full, the id has no tombstone and a later submit of it may be
+ * accepted).  Called from the loop thread; `id` is the cancelled id.
+ */
+typedef void (*xfer_cancel_cb)(void *ud, uint64_t id, int status);
+
+/*
+ * xfer_engine_post_cancel_cb - xfer_engine_post_cancel whose result
+ * reaches the caller: on 0, cb(ud, id, status) is called exactly once,
+ * from the loop, when the loop ran the cancel (in mailbox order), unless
+ * the engine is deleted first (the rule of xfer_engine_post_call).  `ud`
+ * is retained until then.  Any thread.  Errors (then cb is never called):
+ * XFER_ERR_INVALID_ARG (NULL e or cb, id 0), XFER_ERR_BUSY (mailbox_cap
+ * posts queued).
+ */
+XFER_API int xfer_engine_post_cancel_cb(xfer_engine *e, uint64_t id,
+                                        xfer_cancel_cb cb, void *ud);
 
 /*
  * Run fn(ud) on the loop; any thread.  The call takes its turn in the
@@ -235,6 +287,10 @@ XFER_API int xfer_engine_post_call(xfer_engine *e, xfer_call_fn fn, void *ud);
 /*
  * Shut down: refuse new submits, end every transfer (completions reported),
  * unregister every staging pool, then call cb from the loop.  Loop thread.
+ * Bounded by cfg.shutdown_timeout_ns (10 s by default): past it, what is
+ * still rolling back is abandoned to the shards' leases and completes
+ * XFER_ERR_ABANDONED (see the config).  The bound assumes the transports
+ * confirm every abort, as xfer/transport.h requires.
  * Errors: XFER_ERR_STATE (already shutting down).
  */
 XFER_API int xfer_engine_shutdown(xfer_engine *e, xfer_shutdown_cb cb, void *ud);

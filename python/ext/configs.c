@@ -27,6 +27,7 @@ void pyx_config_engine(const pyx_engine_opts *o, struct event_base *base,
     cfg->core.eager_max_bytes = o->eager_max_bytes;
     cfg->max_pools = o->max_pools;
     cfg->mailbox_cap = o->mailbox_cap;
+    cfg->shutdown_timeout_ns = o->shutdown_timeout_ns;
 }
 
 void pyx_config_loop(uint16_t nshards, uint64_t pool_bytes,
@@ -186,7 +187,7 @@ PyObject *pyx_stats_engine(const xfer_engine_stats *st)
         F(st, ops_started), F(st, ops_start_failed), F(st, aborts),
         F(st, pools), F(st, groups), F(st, staging_bytes_in_use),
         F(st, mailbox_posts), F(st, completions_delivered),
-        F(st, posts_refused)};
+        F(st, posts_refused), F(st, cancels_refused), F(st, abandoned)};
     return dict_of(f, NF(f));
 }
 

@@ -21,6 +21,7 @@
  */
 #include "pyx.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,10 +73,19 @@ static PyObject *engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 
 static int parse_opts(PyObject *kw_cfg[], pyx_engine_opts *o)
 {
-    return pyx_ns_of(kw_cfg[0], &o->default_timeout_ns) ||
-           pyx_ns_of(kw_cfg[1], &o->tombstone_ttl_ns) ||
-           pyx_ns_of(kw_cfg[2], &o->cancel_op_timeout_ns) ||
-           pyx_ns_of(kw_cfg[3], &o->cancel_backoff_ns);
+    if (pyx_ns_of(kw_cfg[0], &o->default_timeout_ns) ||
+        pyx_ns_of(kw_cfg[1], &o->tombstone_ttl_ns) ||
+        pyx_ns_of(kw_cfg[2], &o->cancel_op_timeout_ns) ||
+        pyx_ns_of(kw_cfg[3], &o->cancel_backoff_ns))
+        return -1;
+    /* shutdown_timeout: None or 0, the library's 10 s; math.inf, none. */
+    PyObject *st = kw_cfg[4];
+    if (st && PyFloat_Check(st) && isinf(PyFloat_AS_DOUBLE(st)) &&
+        PyFloat_AS_DOUBLE(st) > 0) {
+        o->shutdown_timeout_ns = UINT64_MAX;
+        return 0;
+    }
+    return pyx_ns_of(st, &o->shutdown_timeout_ns);
 }
 
 static int remember_group(pyx_engine *self, PyObject *tp, uint32_t group)
@@ -97,22 +107,24 @@ static int engine_init(PyObject *obj, PyObject *args, PyObject *kw)
                           "max_pools", "mailbox_cap", "default_timeout",
                           "tombstone_ttl", "cancel_op_timeout",
                           "cancel_backoff", "cancel_max_attempts",
-                          "eager_max_bytes", "notify", NULL};
+                          "eager_max_bytes", "notify", "shutdown_timeout",
+                          NULL};
     pyx_engine *self = (pyx_engine *)obj;
-    PyObject *tp, *t[4] = {NULL, NULL, NULL, NULL};
+    PyObject *tp, *t[5] = {NULL, NULL, NULL, NULL, NULL};
     pyx_engine_opts o = {0};
     int notify = PYX_NOTIFY_FD;
     if (self->core) {
         PyErr_SetString(PyExc_RuntimeError, "Engine.__init__ called twice");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$IIIIOOOOIIi:Engine", kwl,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$IIIIOOOOIIiO:Engine", kwl,
                                      &tp, &o.max_transfers,
                                      &o.max_tombstones, &o.max_pools,
                                      &o.mailbox_cap, &t[0], &t[1], &t[2],
                                      &t[3], &o.cancel_max_attempts,
-                                     &o.eager_max_bytes, &notify))
+                                     &o.eager_max_bytes, &notify, &t[4]))
         return -1;
+    pyx_engine_reap(false); /* engines dropped earlier whose loop stopped */
     if (!pyx_transport_check(tp)) {
         PyErr_SetString(PyExc_TypeError, "transport must be xfer.Loop or "
                                          "xfer.Tcp");
@@ -230,14 +242,91 @@ static PyObject *engine_begin_aclose(PyObject *obj, PyObject *unused)
     return fut;
 }
 
+/*
+ * Engines the last reference left while their loop still ran (a finalizer
+ * must not wait: the garbage collector may run it on any thread, holding
+ * the GIL, and the loop may take up to the shutdown deadline).  Each is a
+ * tuple (core capsule, pools, channels) holding what finish_close lets go
+ * once the loop stopped; pyx_engine_reap does that then.
+ */
+static PyObject *orphans; /* list, GIL */
+
+static void orphan_free(pyx_core *c, PyObject *pools, PyObject *channels)
+{
+    pyx_core_free_engine(c); /* the loop stopped: the join is at once */
+    PyObject *key, *val;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(pools, &pos, &key, &val))
+        pyx_pool_released((pyx_pool *)val);
+    PyDict_Clear(pools);
+    Py_ssize_t n = PyList_GET_SIZE(channels);
+    for (Py_ssize_t i = 0; i < n; i++)
+        pyx_channel_retire((pyx_channel *)PyList_GET_ITEM(channels, i));
+    pyx_core_unref(c);
+}
+
+int pyx_engine_reap(bool block)
+{
+    Py_ssize_t i = 0;
+    while (orphans && i < PyList_GET_SIZE(orphans)) {
+        PyObject *o = PyList_GET_ITEM(orphans, i);
+        pyx_core *c = PyCapsule_GetPointer(PyTuple_GET_ITEM(o, 0), NULL);
+        if (block)
+            pyx_core_wait_stopped(c);
+        else if (pyx_core_state(c) < PYX_STOPPED) {
+            i++;
+            continue;
+        }
+        Py_INCREF(o);
+        if (PySequence_DelItem(orphans, i) < 0) {
+            Py_DECREF(o);
+            return -1;
+        }
+        orphan_free(c, PyTuple_GET_ITEM(o, 1), PyTuple_GET_ITEM(o, 2));
+        Py_DECREF(o);
+    }
+    return 0;
+}
+
+/* The loop still runs: start the shutdown without waiting and leave the
+ * rest to pyx_engine_reap.  False when that cannot be arranged (no
+ * memory): then the caller waits, as before. */
+static bool orphan(pyx_engine *self)
+{
+    if (pyx_core_state(self->core) >= PYX_STOPPED)
+        return false;
+    if (!orphans && !(orphans = PyList_New(0)))
+        return false;
+    PyObject *cap = PyCapsule_New(self->core, NULL, NULL);
+    PyObject *o = cap ? PyTuple_Pack(3, cap, self->pools, self->all_channels)
+                      : NULL;
+    Py_XDECREF(cap);
+    if (!o || PyList_Append(orphans, o) < 0) {
+        Py_XDECREF(o);
+        PyErr_Clear();
+        return false;
+    }
+    Py_DECREF(o);
+    pyx_core_begin_close(self->core, NULL);
+    self->closed = true;
+    return true;
+}
+
 static void engine_dealloc(PyObject *obj)
 {
     pyx_engine *self = (pyx_engine *)obj;
     if (self->weakrefs)
         PyObject_ClearWeakRefs(obj);
     if (self->core) {
-        finish_close(self); /* blocks until every transfer ended */
-        pyx_core_unref(self->core);
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (self->closed || !orphan(self)) {
+            finish_close(self); /* the loop stopped already (or no memory) */
+            pyx_core_unref(self->core);
+        }
+        pyx_engine_reap(false);
+        PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
     }
     Py_XDECREF(self->cb_chan);
     Py_XDECREF(self->pools);
@@ -564,6 +653,11 @@ static PyObject *engine_submit_wait(PyObject *obj, PyObject *const *args,
     return NULL;
 }
 
+static int cancel_on_loop(pyx_core *c, void *arg)
+{
+    return xfer_engine_cancel(c->e, *(const uint64_t *)arg);
+}
+
 static PyObject *engine_cancel(PyObject *obj, PyObject *arg)
 {
     pyx_engine *self = (pyx_engine *)obj;
@@ -576,7 +670,11 @@ static PyObject *engine_cancel(PyObject *obj, PyObject *arg)
     }
     if (open_or_raise(self))
         return NULL;
-    int rc = pyx_core_cancel(self->core, id);
+    /* On the loop, waited for (without the GIL): the loop's own answer,
+     * BUSY when the tombstone table is full, is the caller's to see; a
+     * cancel that only queued would leave the id without a tombstone
+     * and the caller none the wiser (issue 23 item 4). */
+    int rc = pyx_core_call(self->core, cancel_on_loop, &id);
     return rc ? pyx_raise(rc) : (Py_INCREF(Py_None), Py_None);
 }
 
@@ -803,7 +901,9 @@ static PyMethodDef engine_methods[] = {
      FASTKW,
      "submit_callback(id, pool, slices, callback, ...): callback(result) "
      "runs on the engine's callback thread"},
-    {"cancel", engine_cancel, METH_O, "cancel(id): idempotent"},
+    {"cancel", engine_cancel, METH_O,
+     "cancel(id): idempotent; waits for the loop's answer: BusyError when "
+     "the tombstone table is full (the id is then not cancelled)"},
     {"register_pool", engine_register_pool, METH_O,
      "register_pool(buffer) -> Pool; no copy"},
     {"unregister_pool", engine_unregister_pool, METH_O,

@@ -112,6 +112,14 @@ static PyObject *mod_setup(PyObject *mod, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *mod_reap(PyObject *mod, PyObject *block)
+{
+    int b = PyObject_IsTrue(block);
+    if (b < 0 || pyx_engine_reap(b != 0) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* [(code, name, message)] for every error but OK, from XFER_ERRNO_MAP. */
 static PyObject *mod_error_codes(PyObject *mod, PyObject *unused)
 {
@@ -191,6 +199,9 @@ static PyMethodDef mod_methods[] = {
      "prob_ppm, count, delay_ns, error)"},
     {"_setup", mod_setup, METH_VARARGS,
      "_setup(Transfer, Error, {code: class}): the Python half's classes."},
+    {"_reap", mod_reap, METH_O,
+     "_reap(block): finish the Engines dropped while their loop ran, once "
+     "it stopped (block: wait for it; atexit)."},
     {"error_codes", mod_error_codes, METH_NOARGS,
      "error_codes() -> [(code, name, message)] for every xfer error."},
     {"strerror", mod_strerror, METH_O, "strerror(code) -> message"},

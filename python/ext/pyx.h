@@ -144,6 +144,7 @@ typedef struct pyx_engine_opts {
     uint64_t cancel_op_timeout_ns, cancel_backoff_ns;
     uint32_t cancel_max_attempts;
     uint32_t eager_max_bytes; /* 0: no eager path */
+    uint64_t shutdown_timeout_ns; /* 0: the library's; UINT64_MAX: none */
 } pyx_engine_opts;
 
 enum {
@@ -187,6 +188,10 @@ typedef int (*pyx_loop_fn)(pyx_core *c, void *arg);
 /* Create the event base and the engine on it (config from configs.c),
  * not yet running.  Returns 0 or an xfer error. */
 int pyx_core_new(const pyx_engine_opts *o, pyx_core **out);
+/* Finish the engines dropped while their loop still ran (engine.c), once
+ * their loop stopped; block: wait for each to stop (atexit).  GIL.
+ * Returns 0, or -1 with an exception set. */
+int pyx_engine_reap(bool block);
 /* Host obj: del(obj) runs once the loop stopped, after the engine and the
  * transports were deleted (before the thread starts, or on the loop). */
 void pyx_core_host(pyx_core *c, void *obj, void (*del)(void *obj));

@@ -98,7 +98,13 @@ class Error(Exception):
 # asyncio's: it is a transfer that was cancelled (or an id tombstoned).
 _ALSO = {"INVALID_ARG": ValueError, "NOMEM": MemoryError,
          "TIMEOUT": builtins.TimeoutError, "CONN_LOST": ConnectionError,
-         "NOT_FOUND": LookupError}
+         "NOT_FOUND": LookupError, "NO_POOL": LookupError}
+# Causes that refine an older code (docs/design.md, statuses and their
+# causes): `except xfer.CancelledError` still catches every cancel, and
+# `except xfer.ShutdownError` every transfer the shutdown ended.
+_REFINES = {"PEER_CANCELLED": "CANCELLED", "REUSED": "CANCELLED",
+            "ABANDONED": "SHUTDOWN"}
+_by_name = {}
 
 errors = {}
 """code -> the Error subclass raised for it."""
@@ -109,13 +115,15 @@ def _class_name(name):
 
 
 for _code, _name, _msg in _xfer.error_codes():
-    _bases = (Error,) + ((_ALSO[_name],) if _name in _ALSO else ())
+    _bases = ((_by_name[_REFINES[_name]],) if _name in _REFINES
+              else (Error,)) + ((_ALSO[_name],) if _name in _ALSO else ())
     _cls = type(_class_name(_name), _bases,
                 {"code": _code, "__doc__": _msg + ".", "__module__": __name__})
     globals()[_cls.__name__] = _cls
     errors[_code] = _cls
+    _by_name[_name] = _cls
     __all__.append(_cls.__name__)
-del _code, _name, _msg, _bases, _cls
+del _code, _name, _msg, _bases, _cls, _by_name
 
 
 def strerror(code):
@@ -380,7 +388,10 @@ class Engine(_Closing, _xfer.Engine):
     Tcp); more groups with add_group().  Keywords (0 or None: the
     library's default): max_transfers, max_tombstones, max_pools,
     mailbox_cap, default_timeout, tombstone_ttl, cancel_op_timeout,
-    cancel_backoff (seconds), cancel_max_attempts, eager_max_bytes (a
+    cancel_backoff (seconds), shutdown_timeout (seconds shutdown() may
+    take before what is still rolling back is abandoned to the shards'
+    leases, each such transfer ending with AbandonedError; default 10,
+    math.inf: none), cancel_max_attempts, eager_max_bytes (a
     block of at most this many bytes goes as one EAGER op per shard where
     the group allows it: reserve, data and commit in one round; 0, the
     default, is off), and notify: "fd" (an
@@ -411,6 +422,7 @@ def _shutdown_live_engines():
     the interpreter."""
     for e in list(_live):
         e.shutdown() if isinstance(e, Engine) else e.close()
+    _xfer._reap(True)   # Engines dropped while their loop still ran
 
 
 # --------------------------------------------------------------------------

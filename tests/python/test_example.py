@@ -34,7 +34,7 @@ def test_example_connector_runs_end_to_end():
     assert p.stdout.splitlines() == [
         "request 1: encoder ok, scheduler ok",
         "request 2: encoder ok, scheduler ok",
-        "request 3: encoder CANCELLED in reserving, scheduler CANCELLED",
+        "request 3: encoder PEER_CANCELLED in reserving, scheduler CANCELLED",
         "request 4: encoder NO_SPACE in reserving, scheduler TIMEOUT"]
 
 

@@ -76,7 +76,8 @@ void ck_monitor_submit(ck_world *w, unsigned tr, int rc, bool late)
     uint64_t id = tr + 1u;
     if (rc != 0) {
         if (rc != XFER_ERR_EXISTS && rc != XFER_ERR_CANCELLED &&
-            rc != XFER_ERR_SHUTDOWN && rc != XFER_ERR_BUSY)
+            rc != XFER_ERR_REUSED && rc != XFER_ERR_SHUTDOWN &&
+            rc != XFER_ERR_BUSY)
             ck_monitor_fail(w, CK_I11, "submit of id %llu failed with %s, not "
                             "a documented refusal", (unsigned long long)id,
                             xfer_err_name(rc));
