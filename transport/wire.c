@@ -335,9 +335,30 @@ static bool known_code(int32_t code)
     }
 }
 
+/* Codes that name the producer's own view of a transfer (its transport,
+ * its deadline, its shutdown, its id table, a consumer's outcome): a shard
+ * never has a reason to send them, and one that does would make the
+ * transfer report a cause that did not happen. */
+static bool local_code(int32_t code)
+{
+    switch (code) {
+    case XFER_ERR_CONN_LOST:
+    case XFER_ERR_ABORTED:
+    case XFER_ERR_TIMEOUT:
+    case XFER_ERR_UNAVAILABLE:
+    case XFER_ERR_ABANDONED:
+    case XFER_ERR_REUSED:
+    case XFER_ERR_NO_POOL:
+    case XFER_ERR_PEER_CANCELLED:
+        return true;
+    default:
+        return false;
+    }
+}
+
 int32_t xfer_wire_peer_code(int32_t code)
 {
-    if (code >= 0 || code <= XFER_ERR_FATAL_BAND)
+    if (code >= 0 || code <= XFER_ERR_FATAL_BAND || local_code(code))
         return 0;
     return known_code(code) ? code : XFER_ERR_REMOTE;
 }

@@ -273,7 +273,9 @@ int xfer_wire_decode_hdr(const void *buf, size_t n, xfer_wire_hdr *h,
  * errors list in the band peers may send (above the fatal band,
  * XFER_ERR_FATAL_BAND) as it is; a code in that band that this build does not know (a
  * newer peer's) as XFER_ERR_REMOTE; 0 for anything else (0, a positive
- * value, the fatal band): the frame is refused, so a shard can never make
+ * value, the fatal band, or a code only the producer itself gives: its
+ * transport's CONN_LOST and ABORTED, its TIMEOUT, ABANDONED, REUSED,
+ * NO_POOL and PEER_CANCELLED, a consumer's UNAVAILABLE): the frame is refused, so a shard can never make
  * a transfer report success by an ERROR, nor a code it may not send. */
 int32_t xfer_wire_peer_code(int32_t code);
 

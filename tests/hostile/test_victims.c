@@ -14,6 +14,8 @@
  * test_victims_fatal_code_refused: an ERROR carrying XFER_ERR_INTERNAL
  * (the fatal band, which no peer may send) is refused: the transfer
  * reports XFER_ERR_PROTO, never INTERNAL;
+ * test_victims_local_code_refused: an ERROR carrying a code only the
+ * producer itself gives (XFER_ERR_ABANDONED) is refused the same way;
  * test_victims_unknown_code_is_remote: an ERROR with a code in the peer
  * band that this build does not know (a newer shard's) fails the op with
  * XFER_ERR_REMOTE and keeps the connection.
@@ -261,6 +263,24 @@ START_TEST(test_victims_fatal_code_refused)
 }
 END_TEST
 
+/* A code only the producer itself gives (its shutdown's ABANDONED) is no
+ * shard's to send: refused like the fatal band. */
+START_TEST(test_victims_local_code_refused)
+{
+    static victim v;
+    victim_new(&v, 10000000ull, 100000000ull);
+    xfer_wire_hdr h;
+    xfer_wire_msg m;
+    submit_and_read_reserve(&v, &h, &m);
+    xfer_wire_msg a = m;
+    a.type = XFER_WIRE_T_ERROR;
+    a.code = XFER_ERR_ABANDONED;
+    answer_then_vanish(&v, &h, &a);
+    check_failed_on_shard0(&v, XFER_ERR_PROTO);
+    victim_del(&v);
+}
+END_TEST
+
 START_TEST(test_victims_unknown_code_is_remote)
 {
     static victim v;
@@ -393,6 +413,7 @@ int main(void)
     tcase_add_test(tc, test_victims_reserve_ok_without_id);
     tcase_add_test(tc, test_victims_reply_for_wrong_attempt);
     tcase_add_test(tc, test_victims_fatal_code_refused);
+    tcase_add_test(tc, test_victims_local_code_refused);
     tcase_add_test(tc, test_victims_unknown_code_is_remote);
     tcase_add_test(tc, test_victims_backoff_delays);
     tcase_add_test(tc, test_victims_flapping_shard_not_redialled_at_once);
