@@ -20,8 +20,9 @@
  *  - a file is created mode 0600 and never through a link (issue 24): a
  *    new name with O_CREAT|O_EXCL|O_NOFOLLOW; a name that holds a regular
  *    file of our own is replaced by a temporary file (O_EXCL, 0600) renamed
- *    over it, and rename replaces a name, never follows it; anything else
- *    there (a link, another user's file, a device) is refused.
+ *    over it, and rename replaces a name, never follows it; a character
+ *    device or a FIFO there (/dev/null) is written as it is; anything else
+ *    (a link, another user's file, a directory) is refused.
  */
 #include "xfer/tracefile.h"
 
@@ -208,6 +209,11 @@ static FILE *create_private(const xfer_allocator *a, const char *path,
     if (fd < 0 && errno == EEXIST) {
         if (lstat(path, &st) != 0)
             goto out;
+        if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
+            /* /dev/null, a pipe: written, not created or truncated */
+            fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+            goto out;
+        }
         if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
             *rc = XFER_ERR_PERM;
             errno = EEXIST;

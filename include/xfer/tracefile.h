@@ -123,9 +123,9 @@ typedef struct xfer_tracefile_info {
  * xfer_tracefile_open - create `path` (mode 0600) and write its header.
  * Never through a link: a new name is created with O_EXCL|O_NOFOLLOW; a
  * regular file of the caller's effective uid already there is replaced
- * (a temporary file in the same directory renamed over it); anything else
- * at `path` (a symlink, another user's file, a device, a directory) is
- * refused; rotation renames, which never follows a link either.  `path`
+ * (a temporary file in the same directory renamed over it); a character
+ * device or a FIFO (/dev/null) is written as it is; anything else at
+ * `path` (a symlink, another user's file, a directory) is refused; rotation renames, which never follows a link either.  `path`
  * is copied; `opts` is copied (NULL: the defaults, binary and
  * unbounded).  On success writes *out and returns 0; on failure *out is
  * untouched.
