@@ -5,8 +5,10 @@
  *
  * What must stay true:
  *  - an object whose creator is alive is never replaced or unlinked by
- *    another create (XFER_ERR_EXISTS); one whose creator is dead (kill -9)
- *    or whose header is not ours is replaced;
+ *    another create (XFER_ERR_EXISTS); one of another user (or one we may
+ *    not even open) is never used or replaced (XFER_ERR_PERM: a squatter
+ *    is named as such, not as a live xferd); one of ours whose creator is
+ *    dead (kill -9) or whose header is not ours is replaced;
  *  - a creator unlinks only the object it made: if the name now holds
  *    another object (another generation), it is left alone;
  *  - a mapping is checked before use: the header's magic, version, sizes
@@ -118,7 +120,20 @@ static uint64_t realtime_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Create the object exclusively, replacing a stale one once. */
+/* Is the object at path another user's?  One we may not open (its mode
+ * shuts us out, or a link: shm_open never follows one) is not ours. */
+static bool foreign(const char *path)
+{
+    int fd = shm_open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return errno == EACCES || errno == EPERM || errno == ELOOP;
+    struct stat st;
+    bool other = fstat(fd, &st) != 0 || st.st_uid != geteuid();
+    close(fd);
+    return other;
+}
+
+/* Create the object exclusively, replacing a stale one of ours once. */
 static int open_new(const char *path)
 {
     for (int tries = 0; tries < 2; tries++) {
@@ -127,6 +142,8 @@ static int open_new(const char *path)
             return fd;
         if (errno != EEXIST)
             return XFER_ERR_IO;
+        if (foreign(path))
+            return XFER_ERR_PERM;
         if (held_by_live(path))
             return XFER_ERR_EXISTS;
         shm_unlink(path);

@@ -16,17 +16,25 @@
  *    XFER_ERR_FORMAT with a one-line reason, never a crash;
  *  - writer and reader allocate only through their configured allocator
  *    (stdio's own buffers excepted);
- *  - nothing here prints.
+ *  - nothing here prints;
+ *  - a file is created mode 0600 and never through a link (issue 24): a
+ *    new name with O_CREAT|O_EXCL|O_NOFOLLOW; a name that holds a regular
+ *    file of our own is replaced by a temporary file (O_EXCL, 0600) renamed
+ *    over it, and rename replaces a name, never follows it; a character
+ *    device or a FIFO there (/dev/null) is written as it is; anything else
+ *    (a link, another user's file, a directory) is refused.
  */
 #include "xfer/tracefile.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -187,6 +195,56 @@ static char *copy_str(const xfer_allocator *a, const char *s)
     return c;
 }
 
+/* Create `path` for writing, mode 0600, as the header comment says.
+ * Returns the stream, or NULL with *rc XFER_ERR_PERM (a name we will not
+ * replace), XFER_ERR_NOMEM or XFER_ERR_IO (errno tells why). */
+static FILE *create_private(const xfer_allocator *a, const char *path,
+                            int *rc)
+{
+    *rc = XFER_ERR_IO;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                  0600);
+    char *tmp = NULL;
+    struct stat st;
+    if (fd < 0 && errno == EEXIST) {
+        if (lstat(path, &st) != 0)
+            goto out;
+        if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
+            /* /dev/null, a pipe: written, not created or truncated */
+            fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+            goto out;
+        }
+        if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+            *rc = XFER_ERR_PERM;
+            errno = EEXIST;
+            goto out;
+        }
+        size_t n = strlen(path) + 8;
+        tmp = xfer_util_alloc(a, n);
+        if (!tmp) {
+            *rc = XFER_ERR_NOMEM;
+            goto out;
+        }
+        snprintf(tmp, n, "%s.XXXXXX", path);
+        fd = mkstemp(tmp); /* O_EXCL, 0600 */
+        if (fd >= 0)
+            fcntl(fd, F_SETFD, FD_CLOEXEC);
+        if (fd >= 0 && rename(tmp, path) != 0) {
+            int e = errno;
+            unlink(tmp);
+            close(fd);
+            fd = -1;
+            errno = e;
+        }
+    }
+out:
+    xfer_util_free(a, tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f)
+        close(fd);
+    return f;
+}
+
 int xfer_tracefile_open(const char *path, const xfer_tracefile_opts *opts,
                         xfer_tracefile **out)
 {
@@ -213,13 +271,14 @@ int xfer_tracefile_open(const char *path, const xfer_tracefile_opts *opts,
         xfer_util_free(&o.alloc, tf);
         return XFER_ERR_NOMEM;
     }
-    tf->fp = fopen(path, "wb");
+    int crc;
+    tf->fp = create_private(&o.alloc, path, &crc);
     if (!tf->fp) {
         int e = errno; /* the caller reads why in errno */
         xfer_util_free(&o.alloc, tf->path);
         xfer_util_free(&o.alloc, tf);
         errno = e;
-        return XFER_ERR_IO;
+        return crc;
     }
     write_header(tf);
     if (tf->err) {
@@ -269,9 +328,10 @@ static void rotate(xfer_tracefile *tf)
     if (!tf->err)
         tf->err = shift_files(&tf->opts.alloc, tf->path, tf->opts.keep);
     if (!tf->err) {
-        tf->fp = fopen(tf->path, "wb");
+        int rc;
+        tf->fp = create_private(&tf->opts.alloc, tf->path, &rc);
         if (!tf->fp)
-            tf->err = XFER_ERR_IO;
+            tf->err = rc;
     }
     if (tf->err)
         return;

@@ -51,7 +51,7 @@ struct event_base;
 struct evhttp;
 typedef struct xfer_metrics xfer_metrics;
 
-#define XFER_METRICS_CONFIG_VERSION 1
+#define XFER_METRICS_CONFIG_VERSION 2
 
 /* Render one object's families into buf (cap bytes, NUL-terminated when
  * cap > 0; buf may be NULL when cap is 0).  Returns the length the whole
@@ -64,6 +64,27 @@ XFER_API size_t xfer_server_metrics(const xfer_server *s, char *buf,
 XFER_API size_t xfer_consumer_metrics(const xfer_consumer *c, char *buf,
                                       size_t cap);
 
+/*
+ * The bounds of the HTTP server of xfer_metrics_listen (version 2; a
+ * version 1 config gets the defaults).  A mounted evhttp is the caller's:
+ * these do not touch it.  0 in any field: its default.
+ *   max_header_bytes  request line and headers together (default 8 KiB):
+ *                     over it the connection is answered 4xx and closed
+ *                     as soon as that many bytes arrived without the end;
+ *   max_body_bytes    a request body (default 1 KiB; a scrape has none):
+ *                     a longer Content-Length is answered 413 at once,
+ *                     before any of it is read;
+ *   max_conns         open connections (default 64): at the cap accepting
+ *                     pauses (new ones wait in the kernel's backlog) until
+ *                     one closes;
+ *   idle_timeout_ns   a connection with a request unfinished, or none,
+ *                     for this long is closed (default 10 s);
+ *   accept_retry_ns   when accept fails (the fd limit: EMFILE, ENFILE)
+ *                     accepting pauses this long instead of spinning
+ *                     (default 100 ms), as the shard server's does.
+ * Methods: GET is answered; HEAD, POST, PUT, DELETE, OPTIONS and PATCH
+ * get 405; any other method is refused by evhttp (501).
+ */
 typedef struct xfer_metrics_config {
     uint32_t version;          /* XFER_METRICS_CONFIG_VERSION */
     struct event_base *base;   /* required: the objects' loop.  A base
@@ -71,10 +92,17 @@ typedef struct xfer_metrics_config {
                                   metrics; an engine's own base
                                   (xfer_engine_base) is held until del */
     xfer_allocator alloc;      /* zeroed: libc */
+    /* version 2 */
+    uint32_t max_header_bytes;
+    uint32_t max_body_bytes;
+    uint32_t max_conns;
+    uint64_t idle_timeout_ns;
+    uint64_t accept_retry_ns;
 } xfer_metrics_config;
 
 XFER_API void xfer_metrics_config_default(xfer_metrics_config *cfg);
-/* Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOMEM.  *out untouched on
+/* cfg is copied (a version 1 or 2 struct).  Errors: XFER_ERR_INVALID_ARG
+ * (no base, an unknown version), XFER_ERR_NOMEM.  *out untouched on
  * failure. */
 XFER_API int xfer_metrics_new(const xfer_metrics_config *cfg,
                               xfer_metrics **out);
@@ -108,9 +136,10 @@ XFER_API int xfer_metrics_mount(xfer_metrics *m, struct evhttp *http,
                                 const char *path);
 /*
  * Serve /metrics on an evhttp of our own bound to addr:port (numeric;
- * port 0: ephemeral, see xfer_metrics_port).  Errors: XFER_ERR_INVALID_ARG,
- * XFER_ERR_STATE (already listening), XFER_ERR_NOMEM, XFER_ERR_IO (bind;
- * errno tells why).
+ * port 0: ephemeral, see xfer_metrics_port), within the config's bounds
+ * (above).  Nothing here prints, libevent's accept warning included.
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_STATE (already listening),
+ * XFER_ERR_NOMEM, XFER_ERR_IO (bind; errno tells why).
  */
 XFER_API int xfer_metrics_listen(xfer_metrics *m, const char *addr,
                                  uint16_t port);

@@ -25,7 +25,7 @@
  * next xfer_shm_create of the same name finds the object, sees that the
  * pid in its header is not alive (or the header is not one of ours), and
  * unlinks it and creates a fresh one; an object whose creator still runs
- * is refused (XFER_ERR_EXISTS).  xfer_shm_unlink removes one by hand.  A
+ * is refused (XFER_ERR_EXISTS), and so is another user's (XFER_ERR_PERM).  xfer_shm_unlink removes one by hand.  A
  * consumer's mapping of an object that was unlinked stays readable until
  * it unmaps (the restarted server's pool is a new object: map it again,
  * e.g. when the consumer's connection to that shard comes back up).
@@ -57,8 +57,11 @@ typedef struct xfer_shm xfer_shm;
  * object of a dead creator.  The handle maps it read-write.  `alloc`
  * (borrowed; NULL: libc) allocates the handle.  *out untouched on failure.
  * Errors: XFER_ERR_INVALID_ARG (bad name, pool_bytes 0, shard >= 64),
- * XFER_ERR_EXISTS (a live process serves that object), XFER_ERR_IO
- * (shm_open, ftruncate or mmap failed: errno tells why), XFER_ERR_NOMEM.
+ * XFER_ERR_EXISTS (a live process serves that object), XFER_ERR_PERM (the
+ * name holds an object of another user, or one this user may not open:
+ * never used, replaced or unlinked; on Linux its owner is the owner of
+ * /dev/shm/NAME.shard), XFER_ERR_IO (shm_open, ftruncate or mmap failed:
+ * errno tells why), XFER_ERR_NOMEM.
  */
 XFER_API int xfer_shm_create(const char *name, uint16_t shard,
                              uint64_t pool_bytes,

@@ -120,13 +120,19 @@ typedef struct xfer_tracefile_info {
 } xfer_tracefile_info;
 
 /*
- * xfer_tracefile_open - create (truncate) `path` and write its header.
- * `path` is copied; `opts` is copied (NULL: the defaults, binary and
+ * xfer_tracefile_open - create `path` (mode 0600) and write its header.
+ * Never through a link: a new name is created with O_EXCL|O_NOFOLLOW; a
+ * regular file of the caller's effective uid already there is replaced
+ * (a temporary file in the same directory renamed over it); a character
+ * device or a FIFO (/dev/null) is written as it is; anything else at
+ * `path` (a symlink, another user's file, a directory) is refused; rotation renames, which never follows a link either.  `path`
+ * is copied; `opts` is copied (NULL: the defaults, binary and
  * unbounded).  On success writes *out and returns 0; on failure *out is
  * untouched.
  * Errors: XFER_ERR_INVALID_ARG (NULL path/out, an opts version this
- * library does not know, bad format), XFER_ERR_NOMEM, XFER_ERR_IO (cannot
- * create or write the file; errno tells why).
+ * library does not know, bad format), XFER_ERR_NOMEM, XFER_ERR_PERM
+ * (something other than our own regular file is at `path`), XFER_ERR_IO
+ * (cannot create or write the file; errno tells why).
  */
 XFER_API int xfer_tracefile_open(const char *path,
                                  const xfer_tracefile_opts *opts,

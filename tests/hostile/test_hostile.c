@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -242,6 +243,7 @@ static void write_secret(const char *text)
     ck_assert_ptr_nonnull(f);
     fputs(text, f);
     fclose(f);
+    ck_assert_int_eq(chmod(secret_path, 0600), 0); /* xferd refuses more */
 }
 
 static const char KEY[] = "0123456789abcdef-hostile-test";

@@ -73,6 +73,7 @@ def test_auth_secret_against_xferd(tmp_path):
     """The same secret in xferd's --secret-file and in xfer.Tcp."""
     f = tmp_path / "secret"
     f.write_bytes(SECRET)
+    f.chmod(0o600)  # xferd refuses a secret others may read, as ssh does
     with xfer.xferd.Group(2, args=["--secret-file", str(f)]) as g:
         good = xfer.Tcp(g.addrs, secret=SECRET)
         eng = xfer.Engine(good, default_timeout=5)

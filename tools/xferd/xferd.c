@@ -15,7 +15,8 @@
  *         [--rdma]
  *
  * --secret-file PATH: peers authenticate with HELLO2's challenge-response
- * (HMAC-SHA256 under the file's bytes, 16..256).  Without it only a
+ * (HMAC-SHA256 under the file's bytes, 16..256; a file group or others
+ * may read or write is refused, as ssh refuses such keys).  Without it only a
  * loopback address may be bound, unless --insecure; either way the
  * missing authentication is printed at start.  The session flags bound
  * what one peer session may hold per shard (README.md, "Running xferd on
@@ -36,10 +37,14 @@
  * taken data in place; it is unlinked at exit, and a stale one left by a
  * crashed xferd is replaced at start.  --trace FILE writes every step of
  * every hosted shard, tagged as that shard (xfer-trace merges it with the
- * producer's and the consumer's files).  --take-grace DUR: how long taken
+ * producer's and the consumer's files).  The trace and --port-file are
+ * created mode 0600 and never through a link (one planted there is left
+ * alone and the file refused).  --take-grace DUR: how long taken
  * data of a consumer session with no connection stays taken (default 30s).
  * --metrics ADDR:PORT serves the Prometheus exposition of the shards on
- * http://ADDR:PORT/metrics (port 0: a free one, printed on stdout).
+ * http://ADDR:PORT/metrics (port 0: a free one, printed on stdout),
+ * bounded by --metrics-max-header SIZE (8K), --metrics-max-body SIZE (1K),
+ * --metrics-max-conns N (64) and --metrics-idle-timeout DUR (10s).
  *
  * --faults and --drop inject seeded faults for tests: per op, a refusal or
  * an "applied but reported failed" (PPM in a million, half each), and a
@@ -74,6 +79,7 @@
 #include <event2/event.h>
 #include <event2/util.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include "xfer/ctl.h"
 #include "xfer/errors.h"
@@ -123,6 +129,9 @@ typedef struct opts {
     const char *trace;         /* --trace FILE */
     const char *metrics_addr;  /* --metrics ADDR:PORT */
     uint16_t metrics_port;
+    /* --metrics-max-header, -max-body, -max-conns, -idle-timeout (0: the
+     * defaults of xfer/metrics.h) */
+    uint64_t m_header, m_body, m_conns, m_idle;
 } opts;
 
 static const cli xferd_cli;
@@ -318,6 +327,12 @@ static const cli_flag flags[] = {
      "count=N (fire at most N times), ppm=N (chance in a million, from "
      "--faults' SEED), ms=N (delay), error=NAME (fail, applied_lost; "
      "REMOTE); e.g. op=write,shard=2,action=fail", 1012},
+    {"metrics-max-header", 0, "SIZE",
+     "metrics: request line and headers (8K)", 1241},
+    {"metrics-max-body", 0, "SIZE", "metrics: a request body (1K)", 1242},
+    {"metrics-max-conns", 0, "N", "metrics: open connections (64)", 1243},
+    {"metrics-idle-timeout", 0, "DUR",
+     "metrics: close a connection idle this long (10s)", 1244},
     CLI_HELP,
     CLI_VERSION,
     {NULL, 0, NULL, NULL, 0}};
@@ -331,12 +346,25 @@ static const cli xferd_cli = {
     .flags = flags};
 
 /* --secret-file PATH: the shared secret is the file's bytes (one
- * trailing newline dropped), never a flag's value (ps would show it). */
+ * trailing newline dropped), never a flag's value (ps would show it).  As
+ * ssh does with its keys, a file that group or others may read or write,
+ * or that neither we nor root own, is refused with one line of its own
+ * (returns -2); -1: unreadable, or not 16 to 256 bytes. */
 static int read_secret(const char *path, xd_config *cfg)
 {
     FILE *f = path ? fopen(path, "rb") : NULL;
     if (!f)
         return -1;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || (st.st_mode & 077) ||
+        (st.st_uid != geteuid() && st.st_uid != 0)) {
+        fprintf(stderr, "xferd: refusing secret file %s: mode %04o, owner "
+                "uid %u: it must not be readable or writable by group or "
+                "others, and be ours or root's (chmod 600 it)\n", path,
+                (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        fclose(f);
+        return -2;
+    }
     uint8_t buf[sizeof cfg->secret + 2];
     size_t n = fread(buf, 1, sizeof buf, f);
     int err = ferror(f);
@@ -421,9 +449,10 @@ static int parse_one(int c, const char *arg, opts *o)
             return bad("take grace", arg);
         return 0;
     case 'q': o->cfg.quiet = true; return 0;
-    case 'K': return read_secret(arg, &o->cfg) ? bad("secret file (16 to "
-                                                     "256 bytes)", arg)
-                                               : 0;
+    case 'K': {
+        int r = read_secret(arg, &o->cfg);
+        return r == -2 ? 2 : r ? bad("secret file (16 to 256 bytes)", arg) : 0;
+    }
     case 'I': o->cfg.insecure = true; return 0;
     case 1001:
         return parse_u64(arg, &o->cfg.max_sessions, 65535) ||
@@ -469,6 +498,16 @@ static int parse_one(int c, const char *arg, opts *o)
                                      NULL)
                    ? bad("fault rule", arg)
                    : 0;
+    case 1241: return parse_size(arg, &o->m_header) || !o->m_header ||
+                          o->m_header > UINT32_MAX
+                          ? bad("metrics header cap", arg) : 0;
+    case 1242: return parse_size(arg, &o->m_body) || !o->m_body ||
+                          o->m_body > UINT32_MAX
+                          ? bad("metrics body cap", arg) : 0;
+    case 1243: return parse_u64(arg, &o->m_conns, UINT32_MAX) || !o->m_conns
+                          ? bad("metrics connection cap", arg) : 0;
+    case 1244: return parse_dur(arg, &o->m_idle) || !o->m_idle
+                          ? bad("metrics idle timeout", arg) : 0;
     default: return bad("flag", arg);
     }
 }
@@ -582,17 +621,34 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     xfer_server_drain(d->srv, drained, d);
 }
 
+/* --port-file PATH: a temporary file beside it (mkstemp: O_EXCL, 0600,
+ * never through a link) renamed over PATH; rename replaces the name and
+ * never follows it.  A PATH that holds anything but a regular file of
+ * ours (a link planted there, another user's file) is left alone: -1,
+ * errno EEXIST. */
 static int write_port_file(const char *path, uint16_t port)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
+    struct stat st;
+    if (lstat(path, &st) == 0 &&
+        (!S_ISREG(st.st_mode) || st.st_uid != geteuid())) {
+        errno = EEXIST;
         return -1;
-    fprintf(f, "%u\n", (unsigned)port);
-    if (fclose(f) != 0)
+    }
+    char tmp[4096], line[16];
+    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp)
         return -1;
-    return rename(tmp, path);
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return -1;
+    int n = snprintf(line, sizeof line, "%u\n", (unsigned)port);
+    int rc = write(fd, line, (size_t)n) == n ? 0 : -1;
+    if (close(fd) != 0)
+        rc = -1;
+    if (!rc)
+        rc = rename(tmp, path);
+    if (rc)
+        unlink(tmp);
+    return rc;
 }
 
 /* The pools: with --shm, one POSIX shared-memory object per shard
@@ -608,6 +664,20 @@ static int make_pools(xferd *d)
         if (d->o->shm) {
             int rc = xfer_shm_create(d->o->shm, c->shards[i], c->pool_bytes,
                                      NULL, &d->shm[i]);
+            if (rc == XFER_ERR_PERM) { /* Linux: shm objects live there */
+                char dev[XFER_SHM_NAME_MAX + 32];
+                struct stat st;
+                snprintf(dev, sizeof dev, "/dev/shm/%s.%u", d->o->shm,
+                         (unsigned)c->shards[i]);
+                if (lstat(dev, &st) != 0)
+                    st.st_uid = (uid_t)-1;
+                fprintf(stderr, "xferd: cannot create shared memory /%s.%u:"
+                        " the name is held by uid %d, not by us (uid %u): "
+                        "never used or replaced; remove it or choose another"
+                        " --shm name\n", d->o->shm, (unsigned)c->shards[i],
+                        (int)st.st_uid, (unsigned)geteuid());
+                return rc;
+            }
             if (rc) {
                 fprintf(stderr, "xferd: cannot create shared memory /%s.%u:"
                         " %s\n", d->o->shm, (unsigned)c->shards[i],
@@ -665,7 +735,10 @@ static int open_trace(xferd *d)
     int rc = xfer_tracefile_open(d->o->trace, &to, &d->tf);
     if (rc) {
         fprintf(stderr, "xferd: cannot open trace %s: %s\n", d->o->trace,
-                reason(rc));
+                rc == XFER_ERR_PERM ? "something other than a regular file "
+                                      "of ours is there (a link?), left "
+                                      "alone"
+                                    : reason(rc));
         return rc;
     }
     xfer_tracefile_flush(d->tf); /* the header, so the file says whose */
@@ -733,6 +806,10 @@ static int start_metrics(xferd *d)
     xfer_metrics_config_default(&mc);
     mc.base = d->base;
     errno = 0;
+    mc.max_header_bytes = (uint32_t)d->o->m_header;
+    mc.max_body_bytes = (uint32_t)d->o->m_body;
+    mc.max_conns = (uint32_t)d->o->m_conns;
+    mc.idle_timeout_ns = d->o->m_idle;
     int rc = xfer_metrics_new(&mc, &d->metrics);
     if (!rc)
         rc = xfer_metrics_add_server(d->metrics, d->srv);
@@ -822,7 +899,8 @@ static int serve(opts *o)
     uint16_t port = xfer_server_port(d.srv);
     if (o->port_file && write_port_file(o->port_file, port) != 0)
         fprintf(stderr, "xferd: cannot write %s: %s\n", o->port_file,
-                strerror(errno));
+                errno == EEXIST ? "not a regular file of ours, left alone"
+                                : strerror(errno));
     if (!o->cfg.secret_len)
         fprintf(stderr, "xferd: INSECURE: no --secret-file, peers are not "
                "authenticated%s\n",
