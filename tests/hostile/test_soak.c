@@ -232,12 +232,25 @@ typedef struct run {
     uint64_t rng;
     uint8_t *seen;
     uint32_t total, submitted, completed, succeeded, dup;
+    uint32_t reported; /* outcomes the consumer process reported */
     uint32_t *slot_of, free_slots[INFLIGHT], nfree;
     int32_t first_err;
     shared *sh;
 } run;
 
 static void submit_next(run *r);
+
+/* Transfers completed at the producer that the consumer process has not
+ * reported yet: their regions are READY, or taken and not yet released,
+ * and count against the producer's session quota until released. */
+#define LAG_MAX 16
+
+static void top_up(run *r)
+{
+    while (r->nfree && r->submitted < r->total &&
+           r->completed < r->reported + LAG_MAX)
+        submit_next(r);
+}
 
 static void on_done(void *ud, const xfer_result *res)
 {
@@ -252,8 +265,7 @@ static void on_done(void *ud, const xfer_result *res)
     else if (!r->first_err)
         r->first_err = res->status;
     r->free_slots[r->nfree++] = r->slot_of[res->id];
-    if (r->submitted < r->total)
-        submit_next(r);
+    top_up(r);
 }
 
 static void submit_next(run *r)
@@ -299,8 +311,12 @@ static long rss_kb(pid_t pid)
 static bool all_done(void *ud)
 {
     run *r = ud;
-    /* keep the consumer's pipe drained, so it never blocks on it */
+    /* keep the consumer's pipe drained, so it never blocks on it, and
+     * hold the producer within LAG_MAX of it (flow control: a real
+     * deployment's scheduler would not run ahead of its consumer) */
     role_poll(&r->cons, 0);
+    r->reported = (uint32_t)role_count(&r->cons, "C ");
+    top_up(r);
     if (!r->mid_anon[0] && r->completed >= r->total / 2)
         for (int k = 0; k < NSHARDS; k++)
             r->mid_anon[k] = status_kb(r->pids[k], "RssAnon");
