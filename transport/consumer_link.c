@@ -462,6 +462,8 @@ static void link_down(xfer_consumer_link *l, bool failed_connect)
                                                      : 2 * b;
     struct timeval tv = xfer_timer_delay(was_up ? 1000 : l->backoff_ns);
     evtimer_add(l->retry, &tv);
+    /* The takes it answered may have been all a close waited for. */
+    xfer_consumer_close_check(c);
 }
 
 int xfer_consumer_link_init(xfer_consumer *c, uint16_t k, const char *addr)

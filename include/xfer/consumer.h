@@ -177,8 +177,9 @@ typedef void (*xfer_consumer_closed_fn)(void *ud, int status,
  * counted in mail_refused); the connections stay until
  * xfer_consumer_del.  Errors (done is then never called):
  * XFER_ERR_INVALID_ARG (NULL c or done), XFER_ERR_SHUTDOWN (already
- * closed), XFER_ERR_IO (libevent).  Loop thread, outside the consumer's
- * callbacks.
+ * closed), XFER_ERR_IO (libevent).  Loop thread; also from an available
+ * or unavailable callback (the outcomes queued behind it are then not
+ * delivered: what they took is released).
  */
 XFER_API int xfer_consumer_close(xfer_consumer *c, uint64_t timeout_ns,
                                  xfer_consumer_closed_fn done, void *ud);

@@ -538,6 +538,46 @@ START_TEST(test_consumer_api_close_times_out_naming_shard)
 }
 END_TEST
 
+/* Item 2, the other calls during a reconnect: a release made while one
+ * shard's link is down frees the other shard's region at once and is
+ * sent to that shard when it is back (a restarted process answers that
+ * it holds nothing); an expect made meanwhile holds. */
+START_TEST(test_consumer_api_release_and_expect_during_reconnect)
+{
+    static fx f;
+    fx_start(&f);
+    fx_consumer(&f);
+    fx_up(&f);
+    uint64_t dl = xfer_consumer_now(f.c) + 30000000000ull;
+    ck_assert_int_eq(xfer_consumer_expect(f.c, 1, dl), 0);
+    ck_assert_int_eq(submit(&f, 1), 0);
+    wait_id w1 = {&f, 1};
+    ck_assert(run_until(&f, has_outcome, &w1));
+    ck_assert(f.out[1].available); /* held on both shards */
+    mp_kill(&f.d[1], SIGKILL);
+    ck_assert(run_until(&f, link_down_k, &f));
+    ck_assert_int_eq(xfer_consumer_release(f.c, 1), 0);
+    ck_assert_int_eq(xfer_consumer_release(f.c, 1), XFER_ERR_NOT_FOUND);
+    ck_assert_int_eq(xfer_consumer_expect(f.c, 2, dl), 0);
+    ck_assert(shard_holds_nothing(&f, f.ports[0]));
+    restart_xferd(&f, 1);
+    ck_assert(run_until(&f, links_all_up, &f));
+    ck_assert(mp_producer_wait_connected(&f.p, 10000));
+    f.auto_release = true;
+    ck_assert_int_eq(submit(&f, 2), 0);
+    wait_id w2 = {&f, 2};
+    ck_assert(run_until(&f, has_outcome, &w2));
+    ck_assert(f.out[2].available);
+    ck_assert_int_eq(xfer_consumer_close(f.c, 10000000000ull, on_closed, &f),
+                     0);
+    ck_assert(run_until(&f, is_closed, &f));
+    ck_assert_int_eq(f.close_status, 0);
+    for (uint16_t k = 0; k < S2; k++)
+        ck_assert(shard_holds_nothing(&f, f.ports[k]));
+    fx_stop(&f);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------- */
 /* Item 7: a producer's cancel just after submit reaches a waiting         */
 /* consumer promptly, as the producer's cancel.                            */
@@ -590,6 +630,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, test_consumer_api_queue_cap_refuses_busy);
     tcase_add_test(tc, test_consumer_api_cancel_during_reconnect);
     tcase_add_test(tc, test_consumer_api_cancel_survives_shard_restart);
+    tcase_add_test(tc, test_consumer_api_release_and_expect_during_reconnect);
     tcase_add_test(tc, test_consumer_api_release_then_close_empties_shards);
     tcase_add_test(tc, test_consumer_api_close_releases_held_and_refuses_after);
     tcase_add_test(tc, test_consumer_api_close_times_out_naming_shard);
