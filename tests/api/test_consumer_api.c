@@ -578,6 +578,31 @@ START_TEST(test_consumer_api_release_and_expect_during_reconnect)
 }
 END_TEST
 
+/* Items 2 and 3 together: a cancel and a close both made before any link
+ * is up; the close ends once every shard acknowledged the cancel. */
+START_TEST(test_consumer_api_close_before_links_up_delivers_cancel)
+{
+    static fx f;
+    fx_start(&f);
+    fx_consumer(&f);
+    ck_assert_uint_eq(f.links_up, 0);
+    ck_assert_int_eq(xfer_consumer_cancel(f.c, 7), 0);
+    ck_assert_int_eq(xfer_consumer_close(f.c, 10000000000ull, on_closed, &f),
+                     0);
+    ck_assert(run_until(&f, is_closed, &f));
+    ck_assert_int_eq(f.close_status, 0);
+    uint64_t acked = 0;
+    ck_assert_int_eq(xfer_consumer_cancel_shards(f.c, 7, &acked, NULL), 0);
+    ck_assert_uint_eq(acked, 3);
+    xfer_wire_status st;
+    for (uint16_t k = 0; k < S2; k++) {
+        ck_assert_int_eq(mp_status(f.ports[k], &st), 0);
+        ck_assert_uint_ge(st.tombstones, 1);
+    }
+    fx_stop(&f);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------- */
 /* Item 7: a producer's cancel just after submit reaches a waiting         */
 /* consumer promptly, as the producer's cancel.                            */
@@ -634,6 +659,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, test_consumer_api_release_then_close_empties_shards);
     tcase_add_test(tc, test_consumer_api_close_releases_held_and_refuses_after);
     tcase_add_test(tc, test_consumer_api_close_times_out_naming_shard);
+    tcase_add_test(tc, test_consumer_api_close_before_links_up_delivers_cancel);
     tcase_add_test(tc, test_consumer_api_producer_cancel_reaches_expect);
     tcase_add_test(tc, test_consumer_api_producer_cancel_before_subscribe);
     suite_add_tcase(s, tc);
