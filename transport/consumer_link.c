@@ -152,7 +152,7 @@ bool xfer_consumer_link_request(xfer_consumer_link *l, uint8_t type,
     xfer_consumer_req r = {.type = type, .attempt = attempt, .id = id,
                            .resv_id = resv_id};
     if (fifo_push(l, &l->p, &l->pr, &r) != 0) {
-        l->c->st.dropped_events++;
+        l->c->st.requests_dropped++;
         return false;
     }
     return true;
@@ -188,17 +188,18 @@ static void requeue_unanswered(xfer_consumer_link *l)
     }
     if (ring.n == 0 || !ok) {
         if (!ok)
-            l->c->st.dropped_events += ring.n;
+            l->c->st.requests_dropped += ring.n;
         xfer_consumer_free(l->c, arr);
         return;
     }
     for (uint32_t i = 0; ok && i < l->pr.n; i++)
         ok = fifo_push(l, &arr, &ring, &l->p[xfer_ring_slot(&l->pr, i)]) == 0;
     if (!ok) { /* keep the old queue; what was outstanding is lost */
-        l->c->st.dropped_events += ring.n;
+        l->c->st.requests_dropped += ring.n;
         xfer_consumer_free(l->c, arr);
         return;
     }
+    l->c->st.requests_resent += ring.n - l->pr.n;
     xfer_consumer_free(l->c, l->p);
     l->p = arr;
     l->pr = ring;

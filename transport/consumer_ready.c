@@ -548,6 +548,7 @@ void xfer_consumer_cancels_replay(xfer_consumer *c, uint16_t k)
             continue;
         e->acked &= ~bit(k);
         e->refused &= ~bit(k);
+        c->st.cancels_replayed++;
         c->st.cancels_sent += xfer_consumer_link_request(
             &c->links[k], XFER_WIRE_T_CANCEL, e->id, 0, XFER_RESV_NONE);
     }

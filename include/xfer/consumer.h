@@ -76,7 +76,7 @@ struct xfer_ctl;
 typedef struct xfer_consumer xfer_consumer;
 
 #define XFER_CONSUMER_CONFIG_VERSION 1
-#define XFER_CONSUMER_STATS_VERSION 1
+#define XFER_CONSUMER_STATS_VERSION 2
 
 /* One shard's part of an available id. */
 typedef struct xfer_region {
@@ -262,6 +262,13 @@ typedef struct xfer_consumer_stats {
     uint32_t held;             /* ids available and not yet released */
     uint64_t held_bytes;
     uint32_t tombstones;
+    /* Version 2 (issue 23): */
+    uint64_t requests_queued;  /* cancels and releases waiting for a link
+                                  to be up, every shard summed */
+    uint64_t requests_resent;  /* queued again after a connection loss */
+    uint64_t cancels_replayed; /* sent again to a shard that came back */
+    uint64_t requests_dropped; /* could be neither sent nor queued (no
+                                  memory) */
 } xfer_consumer_stats;
 
 /* Counters: the fields of stats version `version` are written to *st

@@ -354,6 +354,15 @@ START_TEST(test_consumer_api_queue_cap_refuses_busy)
     for (uint64_t id = 1; id <= 4; id++)
         ck_assert_int_eq(xfer_consumer_cancel(f.c, id), 0);
     ck_assert_int_eq(xfer_consumer_cancel(f.c, 5), XFER_ERR_BUSY);
+    xfer_consumer_stats cs;
+    ck_assert_int_eq(xfer_consumer_stats_get(f.c, &cs), 0);
+    ck_assert_uint_ge(cs.requests_queued, 4); /* at least shard 1's */
+    /* A version 1 reader gets its fields only (docs/design.md 4.1). */
+    xfer_consumer_stats v1;
+    memset(&v1, 0xee, sizeof v1);
+    ck_assert_int_eq(xfer_consumer_stats_get_versioned(f.c, 1, &v1), 0);
+    ck_assert_uint_eq(v1.requests_queued, 0xeeeeeeeeeeeeeeeeull);
+    ck_assert_uint_eq(v1.user_cancels, cs.user_cancels);
     /* Refused: no tombstone, so an expect of it is still accepted. */
     ck_assert_int_eq(xfer_consumer_expect(f.c, 5, 0), 0);
     fx_stop(&f);
@@ -417,6 +426,9 @@ START_TEST(test_consumer_api_cancel_survives_shard_restart)
     ck_assert(run_until(&f, links_all_up, &f));
     tomb_wait t0 = {f.ports[0], 1};
     ck_assert(run_until(&f, has_tombs, &t0));
+    xfer_consumer_stats cs;
+    ck_assert_int_eq(xfer_consumer_stats_get(f.c, &cs), 0);
+    ck_assert_uint_ge(cs.cancels_replayed, 1);
     /* The producer's transfer of 11 is refused by both shards. */
     ck_assert(mp_producer_wait_connected(&f.p, 10000));
     ck_assert_int_eq(submit(&f, 11), 0);
