@@ -17,7 +17,11 @@
  *     or with xferd --shm NAME the object xfer_shm_map(NAME, k) maps);
  *     unavailable(id, reason, shards): it will never be, and the shards
  *     that never reported are named;
- *  4. once every id has its outcome, leave the loop; xfer_consumer_del().
+ *  4. once every id has its outcome, close: xfer_consumer_close() sends
+ *     what was accepted and not yet sent (the releases just made), and
+ *     its callback runs once every shard answered; then leave the loop
+ *     and xfer_consumer_del() (del alone would drop those releases, and
+ *     the data would stay pinned for the servers' take grace period).
  * A request aborted on this side: xfer_consumer_cancel(id) (every shard
  * drops it, and the producer's commit fails).
  * Exit status: 0 when every id was available.
@@ -33,7 +37,27 @@ typedef struct sched {
     struct event_base *base;
     xfer_consumer *c;
     unsigned expected, outcomes, available;
+    int closed; /* the close's status */
 } sched;
+
+/* Every shard answered every release: nothing is left pinned. */
+static void closed(void *ud, int status, uint64_t shards)
+{
+    sched *s = ud;
+    if (status)
+        fprintf(stderr, "consumer: close: %s (shards 0x%llx)\n",
+                xfer_strerror(status), (unsigned long long)shards);
+    s->closed = status;
+    event_base_loopbreak(s->base);
+}
+
+/* The last outcome: deliver the releases, then stop. */
+static void outcome(sched *s)
+{
+    if (++s->outcomes == s->expected &&
+        xfer_consumer_close(s->c, 5000000000ull, closed, s) != 0)
+        event_base_loopbreak(s->base);
+}
 
 /* From the loop, once per id: every region is pinned for us. */
 static void available(void *ud, uint64_t id, uint32_t attempt,
@@ -48,8 +72,7 @@ static void available(void *ud, uint64_t id, uint32_t attempt,
     /* ... hand the regions to the model, then: */
     xfer_consumer_release(s->c, id);
     s->available++;
-    if (++s->outcomes == s->expected)
-        event_base_loopbreak(s->base);
+    outcome(s);
 }
 
 static void unavailable(void *ud, uint64_t id, int32_t reason,
@@ -59,8 +82,7 @@ static void unavailable(void *ud, uint64_t id, int32_t reason,
     printf("id %llu unavailable: %s (shards 0x%llx never reported)\n",
            (unsigned long long)id, xfer_strerror(reason),
            (unsigned long long)shards);
-    if (++s->outcomes == s->expected)
-        event_base_loopbreak(s->base);
+    outcome(s);
 }
 
 int main(int argc, char **argv)
@@ -98,5 +120,5 @@ out:
     if (s.base)
         event_base_free(s.base);
     printf("%u of %u available\n", s.available, s.expected);
-    return rc || s.available != s.expected ? 1 : 0;
+    return rc || s.closed || s.available != s.expected ? 1 : 0;
 }

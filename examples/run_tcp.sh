@@ -4,8 +4,8 @@
 # and 1), the consumer scheduler (examples/consumer.c) expecting ids 1..8,
 # and the producer (examples/producer.c) sending them.  Passes when the
 # producer's 8 transfers succeed, the consumer reports all 8 available
-# (16 regions) and releases them, and both workers drain and exit 0 on
-# SIGTERM.
+# (16 regions) and releases them, closes (every release delivered), and
+# both workers drain holding nothing and exit 0 on SIGTERM.
 set -u
 server=$1 consumer=$2 producer=$3
 tmp=$(mktemp -d)
@@ -51,6 +51,10 @@ for k in 0 1; do
     eval "p=\$spid$k"
     kill -TERM "$p"
     wait "$p" || fail "server $k did not drain and exit 0"
+    # The consumer closed before it exited: every release reached the
+    # worker, which holds nothing (issue 23 item 3).
+    grep -qx 'drained: 0 bytes held, 0 live' "$tmp/server$k.out" ||
+        fail "server $k still holds data after the consumer closed"
 done
 pids=
 exit 0

@@ -13,7 +13,8 @@
  *  2. start from xfer_server_config_default(), name the loop, the shard
  *     and its memory, and create the server;
  *  3. run the loop; on SIGTERM drain (no new reserves; the callback runs
- *     once nothing is being written into the buffer), then leave the loop;
+ *     once nothing is being written into the buffer, and prints what is
+ *     still held), then leave the loop;
  *  4. xfer_server_del(), then free the memory.
  * The consumer scheduler (examples/consumer.c) learns where each
  * transfer's bytes are: {shard, offset, length} in this buffer.
@@ -38,6 +39,11 @@ typedef struct worker {
 static void drained(void *ud, bool clean)
 {
     worker *w = ud;
+    xfer_server_stats st;
+    if (xfer_server_stats_get(w->srv, XFER_SHARD_NONE, &st) == 0)
+        printf("drained: %llu bytes held, %llu live\n",
+               (unsigned long long)st.bytes_in_use,
+               (unsigned long long)st.live);
     w->clean = clean;
     event_base_loopbreak(w->base);
 }

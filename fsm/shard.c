@@ -1077,6 +1077,41 @@ xfer_resv_state xfer_shard_state(const xfer_shard *s, uint64_t id)
     return e ? (xfer_resv_state)e->reason : XFER_RESV_STATE_NONE;
 }
 
+typedef struct ended_visit {
+    const xfer_shard *s;
+    void (*fn)(void *ud, const xfer_shard_event *e);
+    void *ud;
+} ended_visit;
+
+static void visit_ended(void *ud, const xfer_tomb_entry *t)
+{
+    const ended_visit *v = ud;
+    /* Global tombstones are the consumer's (its cancel, a release):
+     * consumers know of those themselves. */
+    if (t->flags & XFER_TOMB_GLOBAL)
+        return;
+    if (t->reason != XFER_RESV_STATE_CANCELLED &&
+        t->reason != XFER_RESV_STATE_EXPIRED)
+        return;
+    xfer_shard_event e = {
+        .kind = t->reason == XFER_RESV_STATE_CANCELLED
+                    ? XFER_SHARD_EV_CANCELLED
+                    : XFER_SHARD_EV_EXPIRED,
+        .shard = v->s->cfg.shard_index, .attempt = t->attempt, .id = t->id,
+        .resv_id = XFER_RESV_NONE, .len = 0};
+    v->fn(v->ud, &e);
+}
+
+void xfer_shard_foreach_ended(const xfer_shard *s,
+                              void (*fn)(void *ud, const xfer_shard_event *e),
+                              void *ud)
+{
+    if (!s || !fn)
+        return;
+    ended_visit v = {s, fn, ud};
+    xfer_tomb_foreach(&s->tombs, visit_ended, &v);
+}
+
 uint8_t *xfer_shard_pool_base(const xfer_shard *s)
 {
     return s ? s->mem : NULL;

@@ -59,18 +59,85 @@ void xfer_consumer_kick(xfer_consumer *c)
 /* Delivery                                                                */
 /* ---------------------------------------------------------------------- */
 
+/* Every link owes nothing and no outcome waits: the close is over. */
+static bool flushed(const xfer_consumer *c)
+{
+    if (c->dq_head != XFER_CREC_NONE)
+        return false;
+    for (uint16_t k = 0; k < c->cfg.nshards; k++)
+        if (!xfer_consumer_link_idle(&c->links[k]))
+            return false;
+    return true;
+}
+
+/* The close's callback is the last thing the consumer does in this turn:
+ * it may delete the consumer. */
 static void on_deferred(evutil_socket_t fd, short what, void *arg)
 {
     xfer_consumer *c = arg;
     xfer_consumer_rec r;
     const xfer_region *regions;
-    while (xfer_consumer_pop(c, &r, &regions)) {
+    while (!c->closing && xfer_consumer_pop(c, &r, &regions)) {
         if (r.available)
             c->cfg.available(c->cfg.ud, r.id, r.attempt, regions,
                              c->cfg.nshards);
         else
             c->cfg.unavailable(c->cfg.ud, r.id, r.reason, r.missing);
     }
+    if (!c->closing || c->close_done)
+        return;
+    xfer_consumer_drop_queued(c);
+    if (!flushed(c))
+        return;
+    c->close_done = true;
+    event_del(c->close_timer);
+    c->closed(c->closed_ud, 0, 0);
+}
+
+void xfer_consumer_close_check(xfer_consumer *c)
+{
+    if (c->closing && !c->close_done && flushed(c))
+        xfer_consumer_kick(c);
+}
+
+/* The close's timeout: the shards that still owe an answer are named. */
+static void on_close_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_consumer *c = arg;
+    if (c->close_done)
+        return;
+    uint64_t owing = 0;
+    for (uint16_t k = 0; k < c->cfg.nshards; k++)
+        if (!xfer_consumer_link_idle(&c->links[k]))
+            owing |= UINT64_C(1) << k;
+    c->close_done = true;
+    c->closed(c->closed_ud, XFER_ERR_TIMEOUT, owing);
+}
+
+int xfer_consumer_close(xfer_consumer *c, uint64_t timeout_ns,
+                        xfer_consumer_closed_fn done, void *ud)
+{
+    if (!c || !done)
+        return XFER_ERR_INVALID_ARG;
+    if (c->closing)
+        return XFER_ERR_SHUTDOWN;
+    if (!c->close_timer) {
+        c->close_timer = evtimer_new(c->base, on_close_timeout, c);
+        if (!c->close_timer)
+            return XFER_ERR_IO;
+    }
+    if (timeout_ns) {
+        struct timeval tv = xfer_timer_delay(timeout_ns);
+        if (evtimer_add(c->close_timer, &tv) != 0)
+            return XFER_ERR_IO;
+    }
+    xfer_consumer_ready_close(c);
+    c->closing = true;
+    c->closed = done;
+    c->closed_ud = ud;
+    /* Checked from the loop, never inside this call. */
+    xfer_consumer_kick(c);
+    return 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -241,6 +308,8 @@ void xfer_consumer_del(xfer_consumer *c)
     xfer_timer_clear(&c->timer);
     if (c->deferred)
         event_free(c->deferred);
+    if (c->close_timer)
+        event_free(c->close_timer);
     xfer_consumer_ready_clear(c);
     struct event_base *base = c->base;
     xfer_allocator a = c->cfg.alloc;

@@ -32,11 +32,14 @@
 struct bufferevent;
 struct event;
 
-/* A request sent on a link and not yet answered (replies come in order). */
+/* A request sent on a link and not yet answered (replies come in order),
+ * or accepted and not yet sent (the link is not up: req 0). */
 typedef struct xfer_consumer_req {
     uint32_t req;
     uint8_t type;    /* the request's wire type */
+    uint32_t attempt;
     uint64_t id;
+    uint64_t resv_id;
 } xfer_consumer_req;
 
 enum { XFER_CLINK_DOWN, XFER_CLINK_CONNECTING, XFER_CLINK_HELLO,
@@ -55,6 +58,12 @@ typedef struct xfer_consumer_link {
     uint32_t next_req;
     xfer_consumer_req *q; /* outstanding requests, oldest first, */
     xfer_ring qr;         /* in a FIFO over this ring */
+    /* Requests accepted while the link was not up, and the cancels and
+     * releases that were outstanding when it went down: sent, oldest
+     * first, as soon as it is up again (issue 23 item 2). */
+    xfer_consumer_req *p;
+    xfer_ring pr;
+    uint32_t owed;        /* takes, cancels and releases in q */
     uint64_t pool_bytes;  /* from HELLO_ACK */
     xfer_wire_msg hello;  /* the HELLO2 sent on this connection */
     bool challenged;      /* the shard proved it knows the secret */
@@ -85,6 +94,14 @@ typedef struct xfer_consumer_rec {
     uint32_t next;        /* delivery FIFO */
 } xfer_consumer_rec;
 
+/* A cancel the application made, and where it stands per shard. */
+typedef struct xfer_consumer_ccl {
+    uint64_t id;
+    uint64_t t;           /* when it was (last) made */
+    uint64_t acked;       /* shards that answered CANCEL_ACK */
+    uint64_t refused;     /* shards that answered an error */
+} xfer_consumer_ccl;
+
 struct xfer_consumer {
     xfer_consumer_config cfg;
     uint8_t session[XFER_WIRE_SESSION]; /* ours, for every HELLO2 */
@@ -109,6 +126,19 @@ struct xfer_consumer {
     xfer_consumer_stats st;
     xfer_hist h_outcome;   /* first ready -> outcome */
     xfer_hist h_take;      /* take sent -> answered */
+    /* The application's cancels, oldest first (a ring of cap entries),
+     * for xfer_consumer_cancel_shards and for replay to a shard that
+     * comes back (it may have restarted and forgotten them). */
+    xfer_consumer_ccl *ccl;
+    xfer_ring cclr;
+    xfer_idmap ccl_ids;    /* id -> index in ccl */
+    uint64_t cancel_sent;  /* shards run() sent the current cancel to */
+    uint64_t cancel_id;    /* the id do_cancel is cancelling, or 0 */
+    /* Close (xfer_consumer_close). */
+    bool closing, close_done;
+    xfer_consumer_closed_fn closed;
+    void *closed_ud;
+    struct event *close_timer;
 };
 
 /* consumer.c */
@@ -123,6 +153,19 @@ void xfer_consumer_link_clear(xfer_consumer_link *l);
 bool xfer_consumer_link_send(xfer_consumer_link *l, uint8_t type,
                              uint64_t id, uint32_t attempt,
                              uint64_t resv_id);
+/* A cancel or release: sent now if the link is up, else queued until it
+ * is.  False only when it could be neither (no memory), counted. */
+bool xfer_consumer_link_request(xfer_consumer_link *l, uint8_t type,
+                                uint64_t id, uint32_t attempt,
+                                uint64_t resv_id);
+/* Requests queued on the link, not yet sent. */
+uint32_t xfer_consumer_link_queued(const xfer_consumer_link *l);
+/* True when the link owes nothing: no request queued, no cancel or
+ * release unanswered. */
+bool xfer_consumer_link_idle(const xfer_consumer_link *l);
+
+/* consumer.c: the close's progress (a request answered, a link up). */
+void xfer_consumer_close_check(xfer_consumer *c);
 
 /* consumer_ready.c */
 int xfer_consumer_ready_init(xfer_consumer *c);
@@ -146,5 +189,14 @@ void xfer_consumer_on_timer(evutil_socket_t fd, short what, void *arg);
  * the next call); false when none. */
 bool xfer_consumer_pop(xfer_consumer *c, xfer_consumer_rec *out,
                        const xfer_region **regions);
+/* The application's cancels: an answer from shard k, and the cancels to
+ * send again to a shard whose link came up. */
+void xfer_consumer_cancel_answered(xfer_consumer *c, uint16_t k,
+                                   uint64_t id, bool ok);
+void xfer_consumer_cancels_replay(xfer_consumer *c, uint16_t k);
+/* Close: stop every id waiting and release everything taken. */
+void xfer_consumer_ready_close(xfer_consumer *c);
+/* Closed: drop the outcomes queued, releasing what they took. */
+void xfer_consumer_drop_queued(xfer_consumer *c);
 
 #endif /* XFER_CONSUMER_INT_H */

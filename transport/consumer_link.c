@@ -15,9 +15,14 @@
  *  - when a link goes down, every take outstanding on it is answered
  *    CONN_LOST to the tracker (it may have been applied: the tracker
  *    releases it), then every id waiting is turned unavailable
- *    (consumer_ready.c), then the link callback runs; releases and cancels
- *    outstanding are dropped (the server's grace period and the READY
- *    lease reclaim what they would have freed).
+ *    (consumer_ready.c), then the link callback runs;
+ *  - every cancel and release the consumer accepted reaches the shard
+ *    (issue 23 item 2): one made while the link is not up is queued on
+ *    it, one outstanding when the link goes down is queued again (a
+ *    repeat is harmless: both are idempotent on the shard), and the queue
+ *    is sent, oldest first, when the link is up again; the application's
+ *    cancels are sent once more to a shard that comes back, which may
+ *    have restarted and forgotten them (consumer_ready.c).
  */
 #include "consumer_int.h"
 
@@ -41,20 +46,47 @@ static void link_down(xfer_consumer_link *l, bool failed_connect);
 /* Outstanding requests                                                    */
 /* ---------------------------------------------------------------------- */
 
+/* Append r to the FIFO (*arr, ring), growing it. */
+static int fifo_push(xfer_consumer_link *l, xfer_consumer_req **arr,
+                     xfer_ring *ring, const xfer_consumer_req *r)
+{
+    if (xfer_ring_full(ring)) {
+        uint32_t cap = ring->cap ? 2 * ring->cap : 64;
+        xfer_consumer_req *q =
+            xfer_ring_grow(ring, *arr, sizeof *q, cap, &l->c->cfg.alloc);
+        if (!q)
+            return XFER_ERR_NOMEM;
+        *arr = q;
+    }
+    (*arr)[xfer_ring_push(ring)] = *r;
+    return 0;
+}
+
+/* Requests sent again on the next connection when unanswered. */
+static bool owes_answer(uint8_t type)
+{
+    return type == XFER_WIRE_T_CANCEL || type == XFER_WIRE_T_RELEASE;
+}
+
+/* Requests a close waits for (a take's answer leads to a release). */
+static bool counted(uint8_t type)
+{
+    return owes_answer(type) || type == XFER_WIRE_T_TAKE;
+}
+
+static int q_push_req(xfer_consumer_link *l, const xfer_consumer_req *r)
+{
+    int rc = fifo_push(l, &l->q, &l->qr, r);
+    if (!rc && counted(r->type))
+        l->owed++;
+    return rc;
+}
+
 static int q_push(xfer_consumer_link *l, uint32_t req, uint8_t type,
                   uint64_t id)
 {
-    if (xfer_ring_full(&l->qr)) {
-        uint32_t cap = l->qr.cap ? 2 * l->qr.cap : 64;
-        xfer_consumer_req *q =
-            xfer_ring_grow(&l->qr, l->q, sizeof *q, cap, &l->c->cfg.alloc);
-        if (!q)
-            return XFER_ERR_NOMEM;
-        l->q = q;
-    }
-    l->q[xfer_ring_push(&l->qr)] =
-        (xfer_consumer_req){.req = req, .type = type, .id = id};
-    return 0;
+    xfer_consumer_req r = {.req = req, .type = type, .id = id};
+    return q_push_req(l, &r);
 }
 
 static bool q_pop(xfer_consumer_link *l, xfer_consumer_req *out)
@@ -62,7 +94,19 @@ static bool q_pop(xfer_consumer_link *l, xfer_consumer_req *out)
     if (xfer_ring_empty(&l->qr))
         return false;
     *out = l->q[xfer_ring_pop(&l->qr)];
+    if (counted(out->type))
+        l->owed--;
     return true;
+}
+
+uint32_t xfer_consumer_link_queued(const xfer_consumer_link *l)
+{
+    return l->pr.n;
+}
+
+bool xfer_consumer_link_idle(const xfer_consumer_link *l)
+{
+    return l->pr.n == 0 && l->owed == 0;
 }
 
 static int send_frame(xfer_consumer_link *l, const xfer_wire_msg *m,
@@ -85,7 +129,9 @@ bool xfer_consumer_link_send(xfer_consumer_link *l, uint8_t type,
         req = l->next_req = REQ_SUBSCRIBE + 1;
     xfer_wire_msg m = {.type = type, .id = id, .attempt = attempt,
                        .resv_id = resv_id};
-    if (q_push(l, req, type, id) != 0 || send_frame(l, &m, req) != 0) {
+    xfer_consumer_req r = {.req = req, .type = type, .attempt = attempt,
+                           .id = id, .resv_id = resv_id};
+    if (q_push_req(l, &r) != 0 || send_frame(l, &m, req) != 0) {
         /* Taken down from the loop, not inside the caller's call. */
         l->broken = true;
         struct timeval now = {0, 0};
@@ -93,6 +139,70 @@ bool xfer_consumer_link_send(xfer_consumer_link *l, uint8_t type,
         return false;
     }
     return true;
+}
+
+bool xfer_consumer_link_request(xfer_consumer_link *l, uint8_t type,
+                                uint64_t id, uint32_t attempt,
+                                uint64_t resv_id)
+{
+    /* Behind what is queued, so the shard sees requests in order. */
+    if (xfer_ring_empty(&l->pr) &&
+        xfer_consumer_link_send(l, type, id, attempt, resv_id))
+        return true;
+    xfer_consumer_req r = {.type = type, .attempt = attempt, .id = id,
+                           .resv_id = resv_id};
+    if (fifo_push(l, &l->p, &l->pr, &r) != 0) {
+        l->c->st.requests_dropped++;
+        return false;
+    }
+    return true;
+}
+
+/* The link is up: send what was queued, oldest first. */
+static void flush_queued(xfer_consumer_link *l)
+{
+    while (!xfer_ring_empty(&l->pr) && l->state == XFER_CLINK_UP &&
+           !l->broken) {
+        xfer_consumer_req r = l->p[xfer_ring_slot(&l->pr, 0)];
+        if (!xfer_consumer_link_send(l, r.type, r.id, r.attempt, r.resv_id))
+            return; /* broken: it stays queued for the next connection */
+        xfer_ring_pop(&l->pr);
+    }
+}
+
+/* The link went down: its cancels and releases not answered go back to
+ * the front of the queue, in the order they were sent. */
+static void requeue_unanswered(xfer_consumer_link *l)
+{
+    xfer_consumer_req *arr = NULL;
+    xfer_ring ring;
+    xfer_ring_init(&ring, 0);
+    bool ok = true;
+    for (uint32_t i = 0; i < l->qr.n; i++) {
+        const xfer_consumer_req *r = &l->q[xfer_ring_slot(&l->qr, i)];
+        if (owes_answer(r->type)) {
+            xfer_consumer_req u = *r;
+            u.req = 0;
+            ok = ok && fifo_push(l, &arr, &ring, &u) == 0;
+        }
+    }
+    if (ring.n == 0 || !ok) {
+        if (!ok)
+            l->c->st.requests_dropped += ring.n;
+        xfer_consumer_free(l->c, arr);
+        return;
+    }
+    for (uint32_t i = 0; ok && i < l->pr.n; i++)
+        ok = fifo_push(l, &arr, &ring, &l->p[xfer_ring_slot(&l->pr, i)]) == 0;
+    if (!ok) { /* keep the old queue; what was outstanding is lost */
+        l->c->st.requests_dropped += ring.n;
+        xfer_consumer_free(l->c, arr);
+        return;
+    }
+    l->c->st.requests_resent += ring.n - l->pr.n;
+    xfer_consumer_free(l->c, l->p);
+    l->p = arr;
+    l->pr = ring;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -148,11 +258,15 @@ static bool on_handshake(xfer_consumer_link *l, const xfer_wire_hdr *h,
         return true;
     }
     if (r->req == REQ_SUBSCRIBE && h->type == XFER_WIRE_T_SUBSCRIBE_ACK) {
+        xfer_consumer *c = l->c;
         l->state = XFER_CLINK_UP;
         l->backoff_ns = 0;
-        l->c->st.connects++;
-        if (l->c->cfg.link)
-            l->c->cfg.link(l->c->cfg.ud, l->shard, true);
+        c->st.connects++;
+        xfer_consumer_cancels_replay(c, l->shard);
+        flush_queued(l);
+        xfer_consumer_close_check(c);
+        if (c->cfg.link && !c->closing)
+            c->cfg.link(c->cfg.ud, l->shard, true);
         return true;
     }
     return false; /* an ERROR (refused HELLO) or anything else */
@@ -189,7 +303,12 @@ static bool on_reply(xfer_consumer_link *l, const xfer_wire_hdr *h,
     }
     uint8_t ack = r.type == XFER_WIRE_T_RELEASE ? XFER_WIRE_T_RELEASE_ACK
                                                 : XFER_WIRE_T_CANCEL_ACK;
-    return err || h->type == ack;
+    if (!err && h->type != ack)
+        return false;
+    if (r.type == XFER_WIRE_T_CANCEL)
+        xfer_consumer_cancel_answered(c, l->shard, r.id, !err);
+    xfer_consumer_close_check(c);
+    return true;
 }
 
 /* One decoded frame: false means bad input (close the link). */
@@ -300,6 +419,7 @@ static void start_connect(xfer_consumer_link *l)
     }
     l->state = XFER_CLINK_CONNECTING;
     xfer_ring_reset(&l->qr);
+    l->owed = 0;
     l->next_req = REQ_SUBSCRIBE;
     bufferevent_setcb(l->bev, on_read, NULL, on_bev_event, l);
     struct timeval tv = xfer_timer_delay(c->cfg.connect_timeout_ns);
@@ -324,6 +444,7 @@ static void link_down(xfer_consumer_link *l, bool failed_connect)
      * then the takes outstanding here. */
     if (was_up)
         xfer_consumer_on_link_lost(c, l->shard);
+    requeue_unanswered(l);
     xfer_consumer_req r;
     while (q_pop(l, &r))
         if (r.type == XFER_WIRE_T_TAKE)
@@ -331,7 +452,7 @@ static void link_down(xfer_consumer_link *l, bool failed_connect)
                                   0);
     if (was_up) {
         c->st.losses++;
-        if (c->cfg.link)
+        if (c->cfg.link && !c->closing)
             c->cfg.link(c->cfg.ud, l->shard, false);
     } else if (failed_connect) {
         c->st.connect_failures++;
@@ -342,6 +463,8 @@ static void link_down(xfer_consumer_link *l, bool failed_connect)
                                                      : 2 * b;
     struct timeval tv = xfer_timer_delay(was_up ? 1000 : l->backoff_ns);
     evtimer_add(l->retry, &tv);
+    /* The takes it answered may have been all a close waited for. */
+    xfer_consumer_close_check(c);
 }
 
 int xfer_consumer_link_init(xfer_consumer *c, uint16_t k, const char *addr)
@@ -369,5 +492,6 @@ void xfer_consumer_link_clear(xfer_consumer_link *l)
     if (l->retry)
         event_free(l->retry);
     xfer_consumer_free(l->c, l->q);
+    xfer_consumer_free(l->c, l->p);
     memset(l, 0, sizeof *l);
 }

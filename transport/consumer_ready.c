@@ -18,6 +18,13 @@
  *    for a new id is fed to the tracker only when a record could be made
  *    (otherwise it is dropped and counted; the shard's READY lease then
  *    reclaims the data);
+ *  - a cancel or a release the application made is accepted only when
+ *    every shard's link can take it (its queue below the cap of max_ids
+ *    requests: XFER_ERR_BUSY otherwise), and is then sent on every link,
+ *    now or when it is up (consumer_link.c); the application's cancels are
+ *    remembered (a ring of max_ids, the oldest forgotten first once every
+ *    shard answered or tombstone_ttl_ns passed) with the shards that
+ *    acknowledged them (xfer_consumer_cancel_shards);
  *  - actions are performed in the order the tracker produced them; an
  *    action may feed the tracker again (a take on a link that is down is
  *    answered CONN_LOST at once), and the loop in run() picks up what that
@@ -81,13 +88,23 @@ int xfer_consumer_ready_init(xfer_consumer *c)
     rc_ = xfer_idmap_init(&c->ids, cap, &c->cfg.alloc);
     if (!rc_)
         rc_ = xfer_heap_init(&c->expects, cap, &c->cfg.alloc);
-    return rc_;
+    if (!rc_)
+        rc_ = xfer_idmap_init(&c->ccl_ids, cap, &c->cfg.alloc);
+    if (rc_)
+        return rc_;
+    c->ccl = xfer_consumer_calloc(c, cap, sizeof *c->ccl);
+    if (!c->ccl)
+        return XFER_ERR_NOMEM;
+    xfer_ring_init(&c->cclr, cap);
+    return 0;
 }
 
 void xfer_consumer_ready_clear(xfer_consumer *c)
 {
     xfer_heap_clear(&c->expects, &c->cfg.alloc);
     xfer_idmap_clear(&c->ids, &c->cfg.alloc);
+    xfer_idmap_clear(&c->ccl_ids, &c->cfg.alloc);
+    xfer_consumer_free(c, c->ccl);
     xfer_consumer_free(c, c->scratch);
     xfer_consumer_free(c, c->free_slots);
     xfer_consumer_free(c, c->regions);
@@ -237,12 +254,14 @@ static void perform(xfer_consumer *c, const xfer_ready_action *a,
         do_take(c, a, now);
         break;
     case XFER_READY_ACT_RELEASE:
-        c->st.releases_sent += xfer_consumer_link_send(
+        c->st.releases_sent += xfer_consumer_link_request(
             &c->links[a->shard], XFER_WIRE_T_RELEASE, a->id, a->attempt,
             a->resv_id);
         break;
     case XFER_READY_ACT_CANCEL:
-        c->st.cancels_sent += xfer_consumer_link_send(
+        if (a->id == c->cancel_id)
+            c->cancel_sent |= bit(a->shard);
+        c->st.cancels_sent += xfer_consumer_link_request(
             &c->links[a->shard], XFER_WIRE_T_CANCEL, a->id, a->attempt,
             a->resv_id);
         break;
@@ -336,6 +355,11 @@ void xfer_consumer_on_ready(xfer_consumer *c, uint16_t k, uint64_t id,
                             uint32_t attempt, uint64_t resv_id)
 {
     uint32_t slot;
+    if (c->closing) {
+        /* Closed: nothing new is taken (the READY lease reclaims it). */
+        c->st.dropped_events++;
+        return;
+    }
     xfer_consumer_rec *r = xfer_consumer_find(c, id, &slot);
     if (!r && xfer_readiness_state(c->rd, id) == XFER_READY_STATE_NONE) {
         r = rec_new(c, id, &slot);
@@ -421,6 +445,8 @@ void xfer_consumer_on_link_lost(xfer_consumer *c, uint16_t k)
 int xfer_consumer_do_expect(xfer_consumer *c, uint64_t id, uint64_t dl)
 {
     uint32_t slot;
+    if (c->closing)
+        return XFER_ERR_SHUTDOWN;
     xfer_consumer_rec *r = xfer_consumer_find(c, id, &slot);
     if (r && r->state != XFER_CREC_PENDING)
         return r->available ? XFER_ERR_EXISTS : XFER_ERR_CANCELLED;
@@ -443,35 +469,206 @@ int xfer_consumer_do_expect(xfer_consumer *c, uint64_t id, uint64_t dl)
     return 0;
 }
 
+/* Every link can queue one more request of the application's. */
+static bool links_have_room(const xfer_consumer *c)
+{
+    for (uint16_t k = 0; k < c->cfg.nshards; k++)
+        if (xfer_consumer_link_queued(&c->links[k]) >= c->cap)
+            return false;
+    return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The application's cancels                                               */
+/* ---------------------------------------------------------------------- */
+
+static xfer_consumer_ccl *ccl_find(const xfer_consumer *c, uint64_t id)
+{
+    uint32_t k;
+    if (!c->ccl || !xfer_idmap_get(&c->ccl_ids, id, &k))
+        return NULL;
+    return &c->ccl[k];
+}
+
+/* The oldest entry may go: every shard answered it, or it is older than
+ * the consumer's tombstones. */
+static bool ccl_may_forget(const xfer_consumer *c, const xfer_consumer_ccl *e,
+                           uint64_t now)
+{
+    return ((e->acked | e->refused) & all_shards(c)) == all_shards(c) ||
+           now - e->t >= c->cfg.tombstone_ttl_ns;
+}
+
+/* Room for one more entry (forgetting the oldest if it may go). */
+static bool ccl_room(xfer_consumer *c, uint64_t now)
+{
+    if (!xfer_ring_full(&c->cclr))
+        return true;
+    xfer_consumer_ccl *e = &c->ccl[xfer_ring_slot(&c->cclr, 0)];
+    if (!ccl_may_forget(c, e, now))
+        return false;
+    xfer_idmap_del(&c->ccl_ids, e->id);
+    xfer_ring_pop(&c->cclr);
+    return true;
+}
+
+static xfer_consumer_ccl *ccl_add(xfer_consumer *c, uint64_t id, uint64_t now)
+{
+    uint32_t k = xfer_ring_push(&c->cclr);
+    c->ccl[k] = (xfer_consumer_ccl){.id = id, .t = now};
+    xfer_idmap_put(&c->ccl_ids, id, k);
+    return &c->ccl[k];
+}
+
+void xfer_consumer_cancel_answered(xfer_consumer *c, uint16_t k, uint64_t id,
+                                   bool ok)
+{
+    xfer_consumer_ccl *e = ccl_find(c, id);
+    if (!e)
+        return;
+    if (ok) {
+        e->acked |= bit(k);
+        e->refused &= ~bit(k);
+    } else if (!(e->acked & bit(k))) {
+        e->refused |= bit(k);
+    }
+}
+
+/* Shard k's link came up: it may be a new process that forgot every
+ * cancel it acknowledged, so those still within the consumer's tombstone
+ * TTL are sent to it again (idempotent on a shard that remembers).  Those
+ * not answered yet are already queued on the link. */
+void xfer_consumer_cancels_replay(xfer_consumer *c, uint16_t k)
+{
+    uint64_t now = xfer_consumer_now(c);
+    for (uint32_t i = 0; i < c->cclr.n; i++) {
+        xfer_consumer_ccl *e = &c->ccl[xfer_ring_slot(&c->cclr, i)];
+        if (!((e->acked | e->refused) & bit(k)) ||
+            now - e->t >= c->cfg.tombstone_ttl_ns)
+            continue;
+        e->acked &= ~bit(k);
+        e->refused &= ~bit(k);
+        c->st.cancels_replayed++;
+        c->st.cancels_sent += xfer_consumer_link_request(
+            &c->links[k], XFER_WIRE_T_CANCEL, e->id, 0, XFER_RESV_NONE);
+    }
+}
+
+int xfer_consumer_cancel_shards(const xfer_consumer *c, uint64_t id,
+                                uint64_t *acked, uint64_t *refused)
+{
+    if (!c || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    const xfer_consumer_ccl *e = ccl_find(c, id);
+    if (!e)
+        return XFER_ERR_NOT_FOUND;
+    if (acked)
+        *acked = e->acked;
+    if (refused)
+        *refused = e->refused;
+    return 0;
+}
+
 int xfer_consumer_do_cancel(xfer_consumer *c, uint64_t id)
 {
     uint32_t slot;
+    if (c->closing)
+        return XFER_ERR_SHUTDOWN;
     xfer_consumer_rec *r = xfer_consumer_find(c, id, &slot);
     if (r && r->state != XFER_CREC_PENDING && r->available)
         return XFER_ERR_STATE;
-    int rc = xfer_readiness_cancel(c->rd, xfer_consumer_now(c), id);
+    uint64_t now = xfer_consumer_now(c);
+    xfer_consumer_ccl *e = ccl_find(c, id);
+    if (!links_have_room(c) || (!e && !ccl_room(c, now)))
+        return XFER_ERR_BUSY;
+    c->cancel_id = id;
+    c->cancel_sent = 0;
+    int rc = xfer_readiness_cancel(c->rd, now, id);
     run(c);
+    c->cancel_id = 0;
     settle(c, id, XFER_ERR_CANCELLED);
-    return rc;
+    if (rc)
+        return rc;
+    if (!e)
+        e = ccl_add(c, id, now);
+    e->t = now;
+    /* Every shard the tracker did not cancel it on (an id it had already
+     * given up, say) gets the consumer's cancel of every attempt. */
+    uint64_t need = all_shards(c) & ~c->cancel_sent & ~e->acked;
+    for (uint16_t k = 0; k < c->cfg.nshards; k++) {
+        if (!(need & bit(k)))
+            continue;
+        e->refused &= ~bit(k);
+        c->st.cancels_sent += xfer_consumer_link_request(
+            &c->links[k], XFER_WIRE_T_CANCEL, id, 0, XFER_RESV_NONE);
+    }
+    return 0;
+}
+
+/* Release a held record (the application's call, or the close). */
+static void release_slot(xfer_consumer *c, uint32_t slot)
+{
+    xfer_consumer_rec *r = &c->recs[slot];
+    const xfer_region *g = regions_of(c, slot);
+    for (uint16_t k = 0; k < c->cfg.nshards; k++) {
+        c->st.releases_sent += xfer_consumer_link_request(
+            &c->links[k], XFER_WIRE_T_RELEASE, r->id, r->attempt,
+            g[k].resv_id);
+        c->st.held_bytes -= g[k].len;
+    }
+    c->st.held--;
+    rec_free(c, slot);
 }
 
 int xfer_consumer_do_release(xfer_consumer *c, uint64_t id)
 {
     uint32_t slot;
+    if (c->closing)
+        return XFER_ERR_SHUTDOWN;
     xfer_consumer_rec *r = xfer_consumer_find(c, id, &slot);
     if (!r || r->state == XFER_CREC_PENDING || !r->available)
         return XFER_ERR_NOT_FOUND;
     if (r->state != XFER_CREC_HELD)
         return XFER_ERR_STATE;
-    const xfer_region *g = regions_of(c, slot);
-    for (uint16_t k = 0; k < c->cfg.nshards; k++) {
-        c->st.releases_sent += xfer_consumer_link_send(
-            &c->links[k], XFER_WIRE_T_RELEASE, id, r->attempt, g[k].resv_id);
-        c->st.held_bytes -= g[k].len;
-    }
-    c->st.held--;
-    rec_free(c, slot);
+    if (!links_have_room(c))
+        return XFER_ERR_BUSY;
+    release_slot(c, slot);
     return 0;
+}
+
+/* The close: every id waiting is given up (cancelled on every shard), and
+ * every record taken is released, whether its outcome was delivered
+ * (HELD) or not (queued, or a take still answering: released as it
+ * arrives, xfer_consumer_drop_queued). */
+void xfer_consumer_ready_close(xfer_consumer *c)
+{
+    uint64_t now = xfer_consumer_now(c);
+    for (uint32_t slot = 0; slot < c->cap; slot++) {
+        xfer_consumer_rec *r = &c->recs[slot];
+        if (r->state != XFER_CREC_PENDING)
+            continue;
+        uint64_t id = r->id;
+        xfer_readiness_cancel(c->rd, now, id);
+        run(c);
+        settle(c, id, XFER_ERR_CANCELLED);
+    }
+    xfer_consumer_drop_queued(c);
+    for (uint32_t slot = 0; slot < c->cap; slot++)
+        if (c->recs[slot].state == XFER_CREC_HELD)
+            release_slot(c, slot);
+}
+
+/* Closed: the outcomes queued are not delivered; what they took is
+ * released. */
+void xfer_consumer_drop_queued(xfer_consumer *c)
+{
+    xfer_consumer_rec r;
+    const xfer_region *regions;
+    while (xfer_consumer_pop(c, &r, &regions)) {
+        uint32_t slot;
+        if (r.available && xfer_consumer_find(c, r.id, &slot))
+            release_slot(c, slot);
+    }
 }
 
 /* Fire the tracker's deadlines, then the expect deadlines: an expected id

@@ -7,11 +7,15 @@
  */
 #include "consumer_int.h"
 
+#include <stddef.h>
+
 #include "util.h" /* fsm_private_dep: the versioned copy */
 #include "xfer/ctl.h"
 
 /* The bytes each version of xfer_consumer_stats holds (fsm/util.h). */
-static const size_t stats_lens[] = {sizeof(xfer_consumer_stats)};
+static const size_t stats_lens[] = {
+    offsetof(xfer_consumer_stats, requests_queued),
+    sizeof(xfer_consumer_stats)};
 
 int xfer_consumer_stats_get_versioned(const xfer_consumer *c,
                                       uint32_t version,
@@ -21,8 +25,11 @@ int xfer_consumer_stats_get_versioned(const xfer_consumer *c,
         return XFER_ERR_INVALID_ARG;
     xfer_consumer_stats cur = c->st;
     cur.links_up = 0;
-    for (uint16_t k = 0; k < c->cfg.nshards; k++)
+    cur.requests_queued = 0;
+    for (uint16_t k = 0; k < c->cfg.nshards; k++) {
         cur.links_up += c->links[k].state == XFER_CLINK_UP;
+        cur.requests_queued += xfer_consumer_link_queued(&c->links[k]);
+    }
     xfer_readiness_stats rs;
     xfer_readiness_stats_get(c->rd, &rs);
     cur.late_ready = rs.late_ready;

@@ -261,6 +261,24 @@ void xfer_server_replay_ready(xfer_server_conn *c, xfer_server_hosted *hs)
     }
 }
 
+static void replay_one_ended(void *ud, const xfer_shard_event *ev)
+{
+    xfer_server_conn *c = ud;
+    xfer_wire_msg m = {.type = XFER_WIRE_T_EVENT, .kind = ev->kind,
+                       .shard = ev->shard, .attempt = ev->attempt,
+                       .id = ev->id, .resv_id = ev->resv_id, .len = ev->len};
+    xfer_server_conn_send(c, &m, 0);
+    c->srv->shards[c->hosted].events_sent++;
+}
+
+/* A new subscriber did not see the cancelled and expired events of ids
+ * the shard still tombstones: a consumer that expects one of them would
+ * otherwise wait for its own deadline (issue 23 item 7). */
+void xfer_server_replay_ended(xfer_server_conn *c, xfer_server_hosted *hs)
+{
+    xfer_shard_foreach_ended(hs->sh, replay_one_ended, c);
+}
+
 /* What an event means for the table: READY stamps the phase, an end
  * without a take drops the entry. */
 static void note_event(xfer_server *s, xfer_server_hosted *hs,

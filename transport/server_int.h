@@ -280,6 +280,9 @@ void xfer_server_track_disown(xfer_server *s, uint16_t taker);
 /* A new subscriber of hs: a READY event for every reservation already
  * READY there, so one that (re)subscribes misses none. */
 void xfer_server_replay_ready(xfer_server_conn *c, xfer_server_hosted *hs);
+/* The shard's producer-ended ids it still tombstones, as CANCELLED or
+ * EXPIRED events, to a new subscriber. */
+void xfer_server_replay_ended(xfer_server_conn *c, xfer_server_hosted *hs);
 /* Publish every pending shard event, then re-arm the lease timer. */
 void xfer_server_flush_all(xfer_server *s);
 void xfer_server_on_timer(evutil_socket_t fd, short what, void *arg);

@@ -28,9 +28,12 @@
  *    whole, its data (all in the input buffer: xfer_wire_frame_cut) is
  *    consumed either way, and its READY event is published before its
  *    EAGER_OK, as a commit's before its COMMIT_ACK;
- *  - a SUBSCRIBE is answered first, then followed by a READY event for
- *    every reservation already READY on the shard, so a consumer that
- *    (re)connects misses no data that is waiting for it.
+ *  - a SUBSCRIBE is answered first, then followed by a CANCELLED or
+ *    EXPIRED event for every id the shard ended for its producer and
+ *    still tombstones, and a READY event for every reservation already
+ *    READY on the shard, so a consumer that (re)connects misses no data
+ *    that is waiting for it, and no id it waits for that will never
+ *    come.
  */
 #include "server_int.h"
 
@@ -721,8 +724,10 @@ bool xfer_server_req_handle(xfer_server_conn *c, const xfer_wire_hdr *h,
         }
         xfer_wire_msg a = {.type = XFER_WIRE_T_SUBSCRIBE_ACK};
         xfer_server_conn_send(c, &a, h->req);
-        if (!c->subscribed)
+        if (!c->subscribed) {
+            xfer_server_replay_ended(c, &c->srv->shards[c->hosted]);
             xfer_server_replay_ready(c, &c->srv->shards[c->hosted]);
+        }
         c->subscribed = true;
         return true;
     }

@@ -36,6 +36,18 @@
  * are released on the next connection or, if none comes, by the server's
  * take grace period.
  *
+ * Every cancel and release the consumer accepted reaches every shard it
+ * concerns: made before a shard's connection is up, or while it is down,
+ * it waits in that shard's queue (at most max_ids requests per shard; a
+ * call that finds a queue at that cap fails XFER_ERR_BUSY and changes
+ * nothing) and is sent when the connection is up; one sent and not
+ * answered when the connection is lost is sent again on the next.  A
+ * cancel the application made is sent again to a shard whose connection
+ * comes back within tombstone_ttl_ns (it may be a restarted process that
+ * forgot it); xfer_consumer_cancel_shards says which shards acknowledged
+ * it.  To end with nothing left behind, xfer_consumer_close, wait for its
+ * callback, then xfer_consumer_del.
+ *
  * Threads and callbacks, as the engine's: every call below but the
  * _post_ ones is made on the loop thread of cfg.base; available,
  * unavailable and link callbacks come from that loop, never from inside a
@@ -64,7 +76,7 @@ struct xfer_ctl;
 typedef struct xfer_consumer xfer_consumer;
 
 #define XFER_CONSUMER_CONFIG_VERSION 1
-#define XFER_CONSUMER_STATS_VERSION 1
+#define XFER_CONSUMER_STATS_VERSION 2
 
 /* One shard's part of an available id. */
 typedef struct xfer_region {
@@ -136,37 +148,92 @@ XFER_API void xfer_consumer_config_default(xfer_consumer_config *cfg);
  */
 XFER_API int xfer_consumer_new(const xfer_consumer_config *cfg,
                                xfer_consumer **out);
-/* Close every connection and free.  Outcomes not yet delivered are
- * dropped; data still held is released by the servers after their take
- * grace period (release it first to free it at once).  NULL ok.  Loop
- * thread, outside the consumer's callbacks.  Before or after
- * xfer_engine_del of an engine whose base it runs on. */
+/* Close every connection and free, at once.  Outcomes not yet delivered
+ * are dropped; requests not yet sent or answered (the releases and
+ * cancels of this loop turn included) are dropped too: data still held
+ * is released by the servers after their take grace period, a cancel
+ * never reaches its shard.  xfer_consumer_close first delivers them.  A
+ * close not completed is dropped (its callback never runs).  NULL ok.
+ * Loop thread, outside the consumer's callbacks (the close's excepted).
+ * Before or after xfer_engine_del of an engine whose base it runs on. */
 XFER_API void xfer_consumer_del(xfer_consumer *c);
+
+/* The end of xfer_consumer_close: status 0 when every shard answered
+ * every request the consumer had accepted, XFER_ERR_TIMEOUT when the
+ * timeout came first, with `shards` (bit k: shard k) naming those that
+ * still owed an answer (their link down, or the shard silent).  From the
+ * loop; it may call xfer_consumer_del. */
+typedef void (*xfer_consumer_closed_fn)(void *ud, int status,
+                                        uint64_t shards);
+
+/*
+ * Close: end the consumer's use of every shard and deliver what it
+ * accepted.  At once: no outcome is delivered any more and no link
+ * callback runs; every id waiting or expected is cancelled on every shard
+ * (without an outcome); every region the consumer holds is released,
+ * those the application was told about and not yet released included
+ * (stop reading them before this call), as is everything a take still in
+ * flight pins when its answer comes.  Then `done` runs once, from the
+ * loop, when every shard answered every cancel, release and take (shards
+ * whose link is down are waited for, reconnecting as usual) or when
+ * timeout_ns (relative; 0: none) passed.  Afterwards expect, cancel and
+ * release fail XFER_ERR_SHUTDOWN (posted ones are refused on the loop,
+ * counted in mail_refused); the connections stay until
+ * xfer_consumer_del.  Errors (done is then never called):
+ * XFER_ERR_INVALID_ARG (NULL c or done), XFER_ERR_SHUTDOWN (already
+ * closed), XFER_ERR_IO (libevent).  Loop thread; also from an available
+ * or unavailable callback (the outcomes queued behind it are then not
+ * delivered: what they took is released).
+ */
+XFER_API int xfer_consumer_close(xfer_consumer *c, uint64_t timeout_ns,
+                                 xfer_consumer_closed_fn done, void *ud);
 
 /*
  * Expect an id: it will get exactly one outcome, even if no shard ever
  * reports it ready (then unavailable, TIMEOUT, at deadline_ns) or it is
  * only cancelled (unavailable, CANCELLED).  deadline_ns is absolute on
  * the consumer's clock (xfer_consumer_now); 0: no deadline of its own.
- * Expecting an id already waiting sets its deadline.
+ * Expecting an id already waiting sets its deadline.  Nothing is sent:
+ * made before the links are up it holds all the same.
  * Errors: XFER_ERR_INVALID_ARG (id 0), XFER_ERR_EXISTS (already reported
  * available), XFER_ERR_CANCELLED (tombstoned: already reported
- * unavailable, or cancelled), XFER_ERR_BUSY (max_ids).
+ * unavailable, or cancelled), XFER_ERR_BUSY (max_ids), XFER_ERR_SHUTDOWN
+ * (after close).
  */
 XFER_API int xfer_consumer_expect(xfer_consumer *c, uint64_t id,
                                   uint64_t deadline_ns);
 /*
  * The consumer-side abort: cancel id on every shard, tombstone it, and
  * report it unavailable (CANCELLED) if it was waiting or expected.
- * Idempotent.  Errors: XFER_ERR_INVALID_ARG, XFER_ERR_STATE (already
- * reported available: release it), XFER_ERR_BUSY (tombstone cap).
+ * Idempotent (a repeat is sent to the shards that did not acknowledge
+ * it yet).  Errors: XFER_ERR_INVALID_ARG, XFER_ERR_STATE (already
+ * reported available: release it), XFER_ERR_BUSY (tombstone cap, a
+ * shard's queue at its cap, or max_ids cancels remembered none of which
+ * every shard answered yet), XFER_ERR_SHUTDOWN (after close).
  */
 XFER_API int xfer_consumer_cancel(xfer_consumer *c, uint64_t id);
+/*
+ * Where the application's cancel of id stands on each shard (bit k: shard
+ * k): *acked, the shards that acknowledged it (the id is cancelled there,
+ * or tombstoned against any later reserve); *refused, those that answered
+ * an error (XFER_ERR_BUSY: their tombstone table was full; the cancel is
+ * not retried there until the application cancels again or the link comes
+ * back).  A shard in neither has not answered yet: its link is not up, or
+ * the cancel is on the wire.  A shard whose link comes back is asked again
+ * and leaves *acked until it answers.  Either pointer may be NULL.
+ * Errors: XFER_ERR_INVALID_ARG (NULL c, id 0), XFER_ERR_NOT_FOUND (no
+ * cancel of id remembered: never made, or forgotten once every shard
+ * answered it and newer cancels needed the room, or after
+ * tombstone_ttl_ns).  Loop thread.
+ */
+XFER_API int xfer_consumer_cancel_shards(const xfer_consumer *c, uint64_t id,
+                                         uint64_t *acked, uint64_t *refused);
 /*
  * Return every region of an available id to its shard.  After this call
  * the data may be overwritten.  Errors: XFER_ERR_INVALID_ARG,
  * XFER_ERR_NOT_FOUND (not held), XFER_ERR_STATE (its available callback
- * has not run yet).
+ * has not run yet), XFER_ERR_BUSY (a shard's queue at its cap: still
+ * held), XFER_ERR_SHUTDOWN (after close, which released it).
  */
 XFER_API int xfer_consumer_release(xfer_consumer *c, uint64_t id);
 
@@ -199,6 +266,13 @@ typedef struct xfer_consumer_stats {
     uint32_t held;             /* ids available and not yet released */
     uint64_t held_bytes;
     uint32_t tombstones;
+    /* Version 2 (issue 23): */
+    uint64_t requests_queued;  /* cancels and releases waiting for a link
+                                  to be up, every shard summed */
+    uint64_t requests_resent;  /* queued again after a connection loss */
+    uint64_t cancels_replayed; /* sent again to a shard that came back */
+    uint64_t requests_dropped; /* could be neither sent nor queued (no
+                                  memory) */
 } xfer_consumer_stats;
 
 /* Counters: the fields of stats version `version` are written to *st

@@ -307,6 +307,16 @@ XFER_API uint64_t xfer_shard_next_deadline(const xfer_shard *s);
  * XFER_ERR_BUSY and due leases wait, keeping next_deadline in the past). */
 XFER_API const xfer_shard_event *xfer_shard_events(const xfer_shard *s, size_t *n);
 XFER_API void xfer_shard_events_clear(xfer_shard *s);
+/* Every id the shard ended without a consumer's doing and still
+ * tombstones, oldest first: fn(ud, e) with e's kind CANCELLED (a
+ * producer's cancel, before or after a reserve) or EXPIRED, its attempt
+ * and id (resv_id XFER_RESV_NONE, len 0).  What a subscriber that came
+ * after those events needs to learn that the id will never be ready
+ * (xfer_server replays them at SUBSCRIBE).  `e` is borrowed for the call;
+ * fn must not call into the shard.  NULL s: nothing. */
+XFER_API void xfer_shard_foreach_ended(
+    const xfer_shard *s, void (*fn)(void *ud, const xfer_shard_event *e),
+    void *ud);
 
 /*
  * One-sided shards (cfg.one_sided).  A one-sided write lands without the

@@ -333,6 +333,8 @@ PyObject *pyx_stats_consumer(const xfer_consumer_stats *st)
         F(st, unavailable_expired), F(st, unavailable_conn_lost),
         F(st, unavailable_take_failed), F(st, late_ready),
         F(st, user_cancels), F(st, mail_refused), F(st, pending),
-        F(st, held), F(st, held_bytes), F(st, tombstones)};
+        F(st, held), F(st, held_bytes), F(st, tombstones),
+        F(st, requests_queued), F(st, requests_resent),
+        F(st, cancels_replayed), F(st, requests_dropped)};
     return dict_of(f, NF(f));
 }

@@ -59,8 +59,13 @@ struct pyx_cside {
     bool wake_pending;        /* the eventfd was written, not yet acked */
     bool q_closed;
     int efd;
+    /* xfer_consumer_close's end, under lock: */
+    bool c_closed;
+    int c_close_status;
+    uint64_t c_close_shards;
     /* GIL: */
     bool closed;              /* close began: no pops, no give-backs */
+    bool c_close_asked;       /* xfer_consumer_close was called */
     pyx_outcome *held;        /* popped available, not yet given back */
     uint64_t popped, nheld;
 };
@@ -554,6 +559,7 @@ typedef struct call_args {
     size_t nids;
     int16_t shard;
     bool up;
+    uint64_t timeout_ns, acked, nrefused;
     xfer_consumer_stats st;
     uint64_t map_failures, dropped, late, given_back, refused;
 } call_args;
@@ -796,6 +802,58 @@ static void begin_close(pyx_consumer *self)
     free(a.ids);
 }
 
+/* From the loop: every shard answered (or the timeout came). */
+static void on_c_closed(void *ud, int status, uint64_t shards)
+{
+    pyx_cside *cs = ud;
+    pthread_mutex_lock(&cs->lock);
+    cs->c_closed = true;
+    cs->c_close_status = status;
+    cs->c_close_shards = shards;
+    pthread_cond_broadcast(&cs->cond);
+    pthread_mutex_unlock(&cs->lock);
+}
+
+static int c_close_fn(pyx_core *c, void *arg)
+{
+    call_args *a = arg;
+    return xfer_consumer_close(a->cs->c, a->timeout_ns, on_c_closed, a->cs);
+}
+
+/* After begin_close (GIL): xfer_consumer_close, and wait (without the
+ * GIL) until every shard answered what the consumer accepted, the give-
+ * backs of the close included, or timeout_ns passed.  The shards that
+ * still owed an answer go to *owing. */
+static void flush_close(pyx_consumer *self, uint64_t timeout_ns,
+                        uint64_t *owing)
+{
+    pyx_cside *cs = self->cs;
+    *owing = 0;
+    if (!cs || cs->c_close_asked || self->core_closed)
+        return;
+    cs->c_close_asked = true;
+    call_args a = {.cs = cs, .timeout_ns = timeout_ns};
+    if (pyx_core_call(cs->core, c_close_fn, &a) != 0)
+        return;
+    Py_BEGIN_ALLOW_THREADS
+    struct timespec end;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    /* The C close's own timeout ends it; a second more, to be sure. */
+    uint64_t ns = (uint64_t)end.tv_nsec + timeout_ns + 1000000000ull;
+    end.tv_sec += (time_t)(ns / 1000000000ull);
+    end.tv_nsec = (long)(ns % 1000000000ull);
+    pthread_mutex_lock(&cs->lock);
+    while (!cs->c_closed &&
+           pthread_cond_timedwait(&cs->cond, &cs->lock, &end) != ETIMEDOUT) {
+    }
+    *owing = cs->c_closed ? cs->c_close_shards
+                          : (cs->nshards == 64
+                                 ? UINT64_MAX
+                                 : (UINT64_C(1) << cs->nshards) - 1);
+    pthread_mutex_unlock(&cs->lock);
+    Py_END_ALLOW_THREADS
+}
+
 static void finish_close(pyx_consumer *self)
 {
     begin_close(self);
@@ -803,10 +861,73 @@ static void finish_close(pyx_consumer *self)
         pyx_core_close(self->cs->core, &self->core_closed);
 }
 
-static PyObject *consumer_close(PyObject *obj, PyObject *unused)
+static PyObject *shard_list(uint64_t mask, uint16_t n)
+{
+    PyObject *l = PyList_New(0);
+    for (uint16_t k = 0; l && k < n; k++) {
+        if (!(mask & (UINT64_C(1) << k)))
+            continue;
+        PyObject *v = PyLong_FromLong(k);
+        if (!v || PyList_Append(l, v) < 0)
+            Py_CLEAR(l);
+        Py_XDECREF(v);
+    }
+    return l;
+}
+
+/* close(timeout=5.0) -> the shards that did not answer in time: give
+ * everything back, deliver every cancel and release accepted (waiting up
+ * to timeout seconds for the shards to answer, reconnecting as usual),
+ * then close the connections.  [] when everything was delivered. */
+static PyObject *consumer_close(PyObject *obj, PyObject *args, PyObject *kw)
+{
+    static char *kwl[] = {"timeout", NULL};
+    pyx_consumer *self = (pyx_consumer *)obj;
+    double timeout = 5.0;
+    uint64_t owing = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|d:close", kwl, &timeout))
+        return NULL;
+    if (timeout < 0 || timeout > 1e6) {
+        PyErr_SetString(PyExc_ValueError, "timeout out of range");
+        return NULL;
+    }
+    uint16_t n = self->cs ? self->cs->nshards : 0;
+    begin_close(self);
+    flush_close(self, (uint64_t)(timeout * 1e9), &owing);
+    finish_close(self);
+    return shard_list(owing, n);
+}
+
+static PyObject *consumer_finish_close(PyObject *obj, PyObject *unused)
 {
     finish_close((pyx_consumer *)obj);
     Py_RETURN_NONE;
+}
+
+static int cancel_shards_fn(pyx_core *c, void *arg)
+{
+    call_args *a = arg;
+    return xfer_consumer_cancel_shards(a->cs->c, a->id, &a->acked,
+                                       &a->nrefused);
+}
+
+/* cancel_shards(id) -> (acked, refused): the shards that acknowledged the
+ * consumer's cancel of id, and those that refused it; a shard in neither
+ * has not answered yet (its link is down).  NotFoundError when no cancel
+ * of id is remembered. */
+static PyObject *consumer_cancel_shards(PyObject *obj, PyObject *arg)
+{
+    pyx_consumer *self = (pyx_consumer *)obj;
+    call_args a = {0};
+    if (parse_id(arg, &a.id) || call(self, cancel_shards_fn, &a) < 0)
+        return NULL;
+    PyObject *acked = shard_list(a.acked, self->cs->nshards);
+    PyObject *refused = acked ? shard_list(a.nrefused, self->cs->nshards)
+                              : NULL;
+    PyObject *t = refused ? PyTuple_Pack(2, acked, refused) : NULL;
+    Py_XDECREF(acked);
+    Py_XDECREF(refused);
+    return t;
 }
 
 static PyObject *consumer_begin_aclose(PyObject *obj, PyObject *unused)
@@ -875,13 +996,16 @@ static PyMethodDef consumer_methods[] = {
      "now() -> the consumer's clock in seconds (time.monotonic()'s)"},
     {"fileno", consumer_fileno, METH_NOARGS,
      "the eventfd that becomes readable when an outcome is queued"},
-    {"close", consumer_close, METH_NOARGS,
-     "close(): give back every held and queued outcome's data, close the "
-     "connections; blocks without the GIL"},
+    {"cancel_shards", consumer_cancel_shards, METH_O,
+     "cancel_shards(id) -> (acked, refused) lists of shards"},
+    {"close", (PyCFunction)(void (*)(void))consumer_close, KW,
+     "close(timeout=5.0) -> shards that did not answer in time: give back "
+     "every held and queued outcome's data, deliver every cancel and "
+     "release accepted, close the connections; blocks without the GIL"},
     {"_pop", consumer_pop, METH_NOARGS, NULL},
     {"_ack", consumer_ack, METH_NOARGS, NULL},
     {"_begin_aclose", consumer_begin_aclose, METH_NOARGS, NULL},
-    {"_finish_close", consumer_close, METH_NOARGS, NULL},
+    {"_finish_close", consumer_finish_close, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef consumer_getset[] = {

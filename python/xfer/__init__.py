@@ -514,9 +514,16 @@ class Consumer(_Closing, _xfer.Consumer):
     reconnect_max (seconds); secret (bytes, 16..256) and session (16
     bytes, default drawn at random) as for xfer.Tcp.
 
-    close() / await aclose() give back the data of every outcome still
-    held or queued (their views are released), then close the
-    connections."""
+    cancel_shards(id) -> (acked, refused) says which shards acknowledged
+    the consumer's cancel of id (a cancel made while a shard's link is
+    down reaches it when the link is back).
+
+    close(timeout=5.0) gives back the data of every outcome still held or
+    queued (their views are released), waits until every shard answered
+    every cancel and release accepted (at most timeout seconds), then
+    closes the connections; it returns the shards that did not answer in
+    time ([] when everything was delivered).  await aclose() does the same
+    without waiting for the shards' answers."""
 
     def __init__(self, addrs, *, shm=None, buffers=None, **kw):
         addrs = _check_addrs(addrs, "Consumer")

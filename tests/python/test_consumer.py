@@ -512,3 +512,49 @@ def test_consumer_bad_arguments():
         xfer.Consumer(["127.0.0.1:1"] * 2, buffers=[bytearray(8)])
     with pytest.raises(ValueError):
         xfer.Consumer(["127.0.0.1:1"], shm="x", buffers=[bytearray(8)])
+
+
+def test_consumer_cancel_before_connected_reaches_every_shard():
+    """Issue 23 items 2 and 4: a cancel made before the consumer's links
+    are up is delivered when they are, cancel_shards() says which shards
+    acknowledged it, and the producer's transfer of the id fails."""
+    srv = xfer.Server([bytearray(1 << 20) for _ in range(S)])
+    eng = xfer.Engine(xfer.Tcp(srv.addrs), default_timeout=2)
+    assert eng.transports[0].wait_connected(10)
+    cons = xfer.Consumer(srv.addrs, buffers=srv)
+    cons.cancel(5)                       # no link is up yet
+    with pytest.raises(xfer.NotFoundError):
+        cons.cancel_shards(6)
+    assert wait_for(lambda: cons.cancel_shards(5)[0] == list(range(S)))
+    assert cons.cancel_shards(5)[1] == []
+    staging, sl = staged(8)
+    pool = eng.register_pool(staging)
+
+    async def go():
+        with pytest.raises(xfer.Error) as ei:
+            await eng.submit(5, pool, sl(5))
+        assert not ei.value.result.ok
+    run(go())
+    close_all(cons, eng, srv)
+
+
+def test_consumer_release_then_close_leaves_shards_empty():
+    """Issue 23 item 3: releases made just before close reach the shards;
+    close() returns the shards that did not answer ([] here)."""
+    srv, eng, cons = world()
+    staging, sl = staged(8)
+    pool = eng.register_pool(staging)
+
+    async def go():
+        for tid in range(1, 5):
+            assert (await eng.submit(tid, pool, sl(tid))).ok
+        for _ in range(4):
+            o = await next_outcome(cons)
+            assert o.ok
+            o.release()
+    run(go())
+    assert cons.close(timeout=5) == []
+    assert cons.closed
+    assert srv.stats()["bytes_in_use"] == 0
+    assert taken_now(srv) == 0
+    close_all(eng, srv)
