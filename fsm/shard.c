@@ -409,7 +409,8 @@ static int h_preempt(xfer_shard *s, resv_step *o)
 {
     if (xfer_tomb_insert_by(&s->tombs, o->step.now_ns, o->id, o->attempt,
                             XFER_RESV_STATE_CANCELLED, o->owner,
-                            o->consumer ? XFER_TOMB_GLOBAL : 0) != 0)
+                            o->consumer ? XFER_TOMB_GLOBAL
+                                        : XFER_TOMB_PREEMPT) != 0)
         return XFER_ERR_BUSY;
     s->st.cancels++;
     o->step.to = XFER_RESV_STATE_CANCELLED;
@@ -1087,8 +1088,11 @@ static void visit_ended(void *ud, const xfer_tomb_entry *t)
 {
     const ended_visit *v = ud;
     /* Global tombstones are the consumer's (its cancel, a release):
-     * consumers know of those themselves. */
-    if (t->flags & XFER_TOMB_GLOBAL)
+     * consumers know of those themselves.  A producer's pre-emptive one
+     * says nothing of another session's transfer of the id: replaying it
+     * would let any producer session make the consumer give up an id it
+     * never held (the soak's tombstone attack did exactly that). */
+    if (t->flags & (XFER_TOMB_GLOBAL | XFER_TOMB_PREEMPT))
         return;
     if (t->reason != XFER_RESV_STATE_CANCELLED &&
         t->reason != XFER_RESV_STATE_EXPIRED)

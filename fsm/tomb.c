@@ -211,8 +211,9 @@ int xfer_tomb_insert_by(xfer_tomb *t, uint64_t now_ns, uint64_t id,
         /* Another owner's entry stays its own unless flags make it
          * everyone's (the consumer): two owners' tombstones never block a
          * third.  This owner's late reserve of the id is then not refused
-         * by it; its lease frees it. */
-        t->ents[at].flags |= flags;
+         * by it; its lease frees it.  Only "everyone's" carries over: the
+         * entry's other flags say how its own owner made it. */
+        t->ents[at].flags |= flags & XFER_TOMB_GLOBAL;
         return 0;
     }
     int rc = xfer_tomb_hold_by(t, now_ns, owner);
@@ -401,7 +402,7 @@ bool xfer_tomb_check(const xfer_tomb *t, xfer_le_dec *d, uint32_t holds,
         xfer_tomb_entry e = get_entry(t, d);
         if (!xfer_le_dec_ok(d) || e.id == 0 || e.expires_ns < prev ||
             e.expires_ns < t->ttl_ns || e.owner > t->nowners ||
-            (e.flags & ~XFER_TOMB_GLOBAL) || (ok && !ok(ud, &e)))
+            (e.flags & ~XFER_TOMB_SAVED_FLAGS) || (ok && !ok(ud, &e)))
             return false;
         prev = e.expires_ns;
     }
@@ -417,7 +418,7 @@ int xfer_tomb_restore(xfer_tomb *t, xfer_le_dec *d, uint32_t holds)
     for (uint32_t i = 0; i < n; i++) {
         xfer_tomb_entry e = get_entry(t, d);
         if (!xfer_le_dec_ok(d) || e.id == 0 || e.expires_ns < t->ttl_ns ||
-            e.owner > t->nowners || (e.flags & ~XFER_TOMB_GLOBAL) ||
+            e.owner > t->nowners || (e.flags & ~XFER_TOMB_SAVED_FLAGS) ||
             xfer_tomb_find(t, e.id))
             goto out_bad;
         uint32_t at = xfer_ring_push(&t->ring);

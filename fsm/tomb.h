@@ -55,6 +55,11 @@
 
 /* Entry flags. */
 #define XFER_TOMB_GLOBAL 1u /* visible to every owner */
+/* Made by a producer's cancel of an id it held nothing of (pre-emptive):
+ * it says nothing of another session's transfer of that id, so it is
+ * never told to consumers as the id's end (xfer_shard_foreach_ended). */
+#define XFER_TOMB_PREEMPT 2u
+#define XFER_TOMB_SAVED_FLAGS (XFER_TOMB_GLOBAL | XFER_TOMB_PREEMPT)
 /* Internal: a ring entry superseded by a newer one of its id (dead).  Only
  * dead entries carry it, so find, foreach and save never show it; it lets
  * foreach and expiry tell dead from live without a probe of the map. */
@@ -66,7 +71,7 @@ typedef struct xfer_tomb_entry {
     uint32_t attempt;
     uint16_t owner; /* who made it; 0: nobody in particular (global) */
     uint8_t reason; /* the owner's meaning: a state or an error */
-    uint8_t flags;  /* XFER_TOMB_GLOBAL */
+    uint8_t flags;  /* XFER_TOMB_GLOBAL, XFER_TOMB_PREEMPT */
 } xfer_tomb_entry;
 
 typedef struct xfer_tomb {

@@ -309,7 +309,7 @@ XFER_API const xfer_shard_event *xfer_shard_events(const xfer_shard *s, size_t *
 XFER_API void xfer_shard_events_clear(xfer_shard *s);
 /* Every id the shard ended without a consumer's doing and still
  * tombstones, oldest first: fn(ud, e) with e's kind CANCELLED (a
- * producer's cancel, before or after a reserve) or EXPIRED, its attempt
+ * producer's cancel of its reservation) or EXPIRED, its attempt
  * and id (resv_id XFER_RESV_NONE, len 0).  What a subscriber that came
  * after those events needs to learn that the id will never be ready
  * (xfer_server replays them at SUBSCRIBE).  `e` is borrowed for the call;
