@@ -140,6 +140,17 @@ static void start_shutdown(void *ud)
     xfer_engine_shutdown(c->e, on_shutdown_done, c);
 }
 
+/* In the interpreter's main thread, soon after a loop stopped: let go of
+ * what engines dropped while their loop ran still hold (their pools and
+ * buffers), without waiting for the next Engine to be made or dropped. */
+static int reap_pending(void *unused)
+{
+    (void)unused;
+    if (pyx_engine_reap(false) < 0)
+        PyErr_Clear();
+    return 0;
+}
+
 static void *loop_main(void *arg)
 {
     pyx_core *c = arg;
@@ -155,6 +166,9 @@ static void *loop_main(void *arg)
         closers = t->next;
         pyx_channel_push(t->chan, t);
     }
+    /* Needs neither the GIL nor a thread state; fails (harmlessly) while
+     * the interpreter finalizes, which reaps with a wait of its own. */
+    Py_AddPendingCall(reap_pending, NULL);
     return NULL;
 }
 
