@@ -1088,6 +1088,20 @@ int xfer_shard_cancel_by(xfer_shard *s, uint64_t now_ns, uint16_t owner,
     return run(s, &o);
 }
 
+int xfer_shard_cancel_consumer_by(xfer_shard *s, uint64_t now_ns,
+                                  uint16_t owner, uint64_t id,
+                                  uint32_t attempt, uint64_t resv_id)
+{
+    if (!s || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    make_tomb_room(s, now_ns);
+    resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_CANCEL), .id = id,
+                   .resv_id = resv_id, .attempt = attempt, .owner = owner,
+                   .has_attempt = attempt != 0,
+                   .has_resv = resv_id != XFER_RESV_NONE, .consumer = true};
+    return run(s, &o);
+}
+
 int xfer_shard_take(xfer_shard *s, uint64_t now_ns, uint64_t id,
                     uint64_t resv_id, const uint8_t **data, uint32_t *len)
 {

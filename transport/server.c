@@ -53,6 +53,8 @@ void xfer_server_config_default(xfer_server_config *cfg)
     cfg->out_max_bytes = 64ull << 20;
     cfg->accept_retry_ns = 100000000ull;
     cfg->log_interval_ns = 1000000000ull;
+    cfg->write_min_rate = 64u << 10;
+    cfg->max_peer_sessions = 1024 / 16;
 }
 
 uint64_t xfer_server_now(const xfer_server *s)
@@ -226,6 +228,11 @@ static int take_config(xfer_server *s, const xfer_server_config *cfg)
         c->accept_retry_ns = 100000000ull;
     if (!c->log_interval_ns)
         c->log_interval_ns = 1000000000ull;
+    if (!c->write_min_rate)
+        c->write_min_rate = 64u << 10;
+    if (!c->max_peer_sessions)
+        c->max_peer_sessions =
+            c->max_sessions >= 16 ? (uint16_t)(c->max_sessions / 16) : 1;
     return take_secret(s, cfg);
 }
 

@@ -70,6 +70,8 @@ struct xfer_server_conn {
     /* A WRITE being streamed in. */
     bool in_write;
     uint32_t wreq, wgot;
+    uint64_t w_win_ns;  /* the rate floor's window began here ... */
+    uint32_t w_win_got; /* ... with wgot bytes received */
     xfer_wire_msg wm;
     uint8_t *dst;      /* NULL: the data is skipped */
     int32_t wrc;       /* the error to answer after skipping, or a fault */
@@ -78,6 +80,7 @@ struct xfer_server_conn {
      * (0 before); while a HELLO2 waits for its AUTH, that HELLO2 and the
      * server nonce. */
     uint16_t owner;
+    uint8_t peer[16];  /* the peer's address (IPv4 mapped into IPv6) */
     bool await_auth;
     uint32_t hello_req;
     xfer_wire_msg hello;
@@ -92,6 +95,9 @@ typedef struct xfer_server_sess {
     uint8_t role;
     bool used;         /* bound, or kept for its grace period */
     bool own;          /* a v1 HELLO's: ends with its one connection */
+    uint8_t peer[16];  /* the address of the connection that made it; kept
+                          after the slot is free, while its records and
+                          tombstones still count against that peer */
 } xfer_server_sess;
 
 /* Injected faults (server_req.c). */

@@ -237,13 +237,14 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
                                     m->resv_id);
     case XFER_WIRE_T_CANCEL:
         a->type = XFER_WIRE_T_CANCEL_ACK;
-        /* The consumer's cancel of one attempt applies to whoever made
-         * it (owner 0: nobody in particular, its tombstone blocks all);
-         * of attempt 0, the shard knows it for the consumer's and counts
-         * its tombstone against the consumer's session. */
-        if (c->role == XFER_WIRE_ROLE_CONSUMER && m->attempt)
-            return xfer_shard_cancel(hs->sh, t, m->id, m->attempt,
-                                     m->resv_id);
+        /* The consumer's cancel, of one attempt or of any (0), applies
+         * to whoever made the record and its tombstone blocks every
+         * reserve; a tombstone it makes anew is its session's to pay
+         * for (issue 24: one of attempt 1 was nobody's, and filled the
+         * table). */
+        if (c->role == XFER_WIRE_ROLE_CONSUMER)
+            return xfer_shard_cancel_consumer_by(hs->sh, t, c->owner, m->id,
+                                                 m->attempt, m->resv_id);
         return xfer_shard_cancel_by(hs->sh, t, c->owner, m->id, m->attempt,
                                     m->resv_id);
     case XFER_WIRE_T_TAKE:
@@ -338,6 +339,8 @@ static bool start_write(xfer_server_conn *c, uint32_t req,
     c->wreq = req;
     c->wm = *m;
     c->wgot = 0;
+    c->w_win_ns = xfer_server_now(c->srv);
+    c->w_win_got = 0;
     c->dst = NULL;
     c->wrc = 0;
     bool may = role_may(c, m->type, m->attempt);

@@ -21,8 +21,10 @@
  *    answered with ERROR (XFER_ERR_AUTH) and the connection closes;
  *  - a session keeps the role of its first HELLO: another role answers
  *    XFER_ERR_PERM and closes;
- *  - a full session table answers XFER_ERR_BUSY and closes, and touches
- *    no other session.
+ *  - a full session table, or a new session of a peer address that holds
+ *    max_peer_sessions (bound, in grace, or not yet clean), answers
+ *    XFER_ERR_BUSY and closes, and touches no other session; a session
+ *    that already exists is never refused for its peer's bound.
  */
 #include "server_int.h"
 
@@ -68,10 +70,26 @@ static void sweep(xfer_server *s, uint64_t now)
     }
 }
 
+/* Session slots that count against `peer`: bound or in their grace, or
+ * free but not clean yet (what the session left still holds the shards),
+ * so a client cannot cycle sessions past its bound either. */
+static uint32_t peer_sessions(const xfer_server *s, const uint8_t *peer)
+{
+    uint32_t n = 0;
+    for (uint16_t i = 0; i < s->cfg.max_sessions; i++) {
+        const xfer_server_sess *e = &s->sess[i];
+        if (memcmp(e->peer, peer, sizeof e->peer) == 0 &&
+            (e->used || !owner_clean(s, (uint16_t)(i + 1))))
+            n++;
+    }
+    return n;
+}
+
 /* The owner number of session `token`, made when new; 0 when the table is
- * full (*rc BUSY) or the session has another role (*rc PERM). */
+ * full or its peer holds max_peer_sessions already (*rc BUSY), or the
+ * session has another role (*rc PERM). */
 static uint16_t bind_session(xfer_server *s, const uint8_t *token, uint8_t role,
-                     bool own, int32_t *rc)
+                     bool own, const uint8_t *peer, int32_t *rc)
 {
     sweep(s, xfer_server_now(s));
     int free_slot = -1;
@@ -92,7 +110,7 @@ static uint16_t bind_session(xfer_server *s, const uint8_t *token, uint8_t role,
             xfer_server_track_adopt(s, (uint16_t)(i + 1));
         return (uint16_t)(i + 1);
     }
-    if (free_slot < 0) {
+    if (free_slot < 0 || peer_sessions(s, peer) >= s->cfg.max_peer_sessions) {
         s->sess_refused++;
         *rc = XFER_ERR_BUSY;
         return 0;
@@ -101,6 +119,7 @@ static uint16_t bind_session(xfer_server *s, const uint8_t *token, uint8_t role,
     *e = (xfer_server_sess){.conns = 1, .role = role, .used = true,
                             .own = own};
     memcpy(e->token, token, sizeof e->token);
+    memcpy(e->peer, peer, sizeof e->peer);
     return (uint16_t)(free_slot + 1);
 }
 
@@ -133,7 +152,7 @@ static bool admit(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
     xfer_server *s = c->srv;
     int idx = xfer_server_find_shard(s, m->shard);
     int32_t rc = 0;
-    c->owner = bind_session(s, m->session, m->role, own, &rc);
+    c->owner = bind_session(s, m->session, m->role, own, c->peer, &rc);
     if (!c->owner)
         return refuse(c, req, m, rc);
     c->hosted = idx;

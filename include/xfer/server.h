@@ -178,6 +178,22 @@ typedef struct xfer_server_config {
                                    long; 0: 100 ms */
     uint64_t log_interval_ns;   /* at most 20 log lines per interval, the
                                    rest counted and reported; 0: 1 s */
+    /* Issue 24: slow peers and quotas per peer. */
+    uint64_t write_min_rate;    /* bytes/s a streamed WRITE must receive
+                                   over each write_timeout_ns window (or
+                                   the rest of its data, if less): a
+                                   write slower than this ends failed and
+                                   its connection closes, so a trickle
+                                   cannot hold a region past its lease;
+                                   0: 64 KiB/s */
+    uint16_t max_peer_sessions; /* sessions one peer address may hold
+                                   (bound, or kept for their grace, or
+                                   whose records and tombstones have not
+                                   all ended): past it a new session of
+                                   that address answers XFER_ERR_BUSY,
+                                   so one client cannot fill the session
+                                   table; 0: max_sessions / 16, at least
+                                   1 */
 } xfer_server_config;
 
 /* Write the version and every default into *cfg (base, shards and nshards

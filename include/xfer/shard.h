@@ -291,6 +291,18 @@ XFER_API int xfer_shard_cancel(xfer_shard *s, uint64_t now_ns, uint64_t id,
 XFER_API int xfer_shard_cancel_by(xfer_shard *s, uint64_t now_ns,
                                   uint16_t owner, uint64_t id,
                                   uint32_t attempt, uint64_t resv_id);
+/* The consumer's cancel of one attempt (attempt != 0; 0 is the same as
+ * xfer_shard_cancel_by's), made by consumer session `owner`: like a
+ * consumer's cancel it applies to whichever owner's record holds that
+ * attempt (never PERM) and its tombstone blocks every reserve of the id;
+ * a tombstone it must make anew (an id the shard does not hold) is
+ * charged to `owner`'s tombstone quota (XFER_ERR_BUSY past it), so a
+ * consumer session cannot fill the table with tombstones nobody pays
+ * for.  Other errors: those of xfer_shard_cancel. */
+XFER_API int xfer_shard_cancel_consumer_by(xfer_shard *s, uint64_t now_ns,
+                                           uint16_t owner, uint64_t id,
+                                           uint32_t attempt,
+                                           uint64_t resv_id);
 
 /* Take (pin) READY data for the consumer.  *data and *len written on 0.
  * Errors: XFER_ERR_NOT_FOUND, XFER_ERR_STALE, XFER_ERR_CANCELLED,

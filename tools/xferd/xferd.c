@@ -12,7 +12,12 @@
  *         [--session-max-bytes SIZE] [--session-max-tombs N]
  *         [--hello-timeout DUR] [--header-timeout DUR] [--idle-timeout DUR]
  *         [--write-timeout DUR] [--max-conns N] [--out-max SIZE]
- *         [--rdma]
+ *         [--rdma] [--write-min-rate SIZE] [--max-peer-sessions N]
+ *
+ * --write-min-rate SIZE (bytes/s, default 64K): a streamed WRITE slower
+ * than this over a --write-timeout window ends failed.
+ * --max-peer-sessions N (default max-sessions / 16): sessions one peer
+ * address may hold, those in their grace period included.
  *
  * --secret-file PATH: peers authenticate with HELLO2's challenge-response
  * (HMAC-SHA256 under the file's bytes, 16..256).  Without it only a
@@ -104,6 +109,8 @@ typedef struct xd_config {
     uint64_t hello_to, header_to, idle_to, write_to;
     uint64_t max_conns, out_max;
     bool rdma;                 /* --rdma */
+    /* issue 24: the write rate floor, sessions per peer (0: defaults) */
+    uint64_t write_min_rate, peer_sessions;
 } xd_config;
 
 typedef struct opts {
@@ -263,6 +270,7 @@ static void usage(void)
            "             [--hello-timeout DUR] [--header-timeout DUR]\n"
            "             [--idle-timeout DUR] [--write-timeout DUR]\n"
            "             [--max-conns N] [--out-max SIZE] [--rdma]\n"
+           "             [--write-min-rate SIZE] [--max-peer-sessions N]\n"
            "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
            "          --lease-ttl 10s --max-resv 4096\n");
 }
@@ -399,6 +407,14 @@ static int parse_one(int c, const char *arg, opts *o)
     case 1011: return parse_size(arg, &o->cfg.out_max) || !o->cfg.out_max
                           ? bad("output cap", arg) : 0;
     case 'R': o->cfg.rdma = true; return 0;
+    case 1024: return parse_size(arg, &o->cfg.write_min_rate) ||
+                          !o->cfg.write_min_rate
+                          ? bad("write rate floor (bytes/s)", arg) : 0;
+    case 1025:
+        return parse_u64(arg, &o->cfg.peer_sessions, 65535) ||
+                       !o->cfg.peer_sessions
+                   ? bad("sessions per peer", arg)
+                   : 0;
     default: return bad("flag", arg);
     }
 }
@@ -425,6 +441,7 @@ static int parse(int argc, char **argv, opts *o)
         {"idle-timeout", 1, 0, 1008}, {"write-timeout", 1, 0, 1009},
         {"max-conns", 1, 0, 1010},  {"out-max", 1, 0, 1011},
         {"rdma", 0, 0, 'R'},
+        {"write-min-rate", 1, 0, 1024}, {"max-peer-sessions", 1, 0, 1025},
         {0, 0, 0, 0}};
     opterr = 0;
     int c;
@@ -672,6 +689,8 @@ static int start_server(xferd *d)
     sc.write_timeout_ns = c->write_to;
     sc.max_conns = (uint32_t)c->max_conns;
     sc.out_max_bytes = c->out_max;
+    sc.write_min_rate = c->write_min_rate;
+    sc.max_peer_sessions = (uint16_t)c->peer_sessions;
     if (c->rdma)
         return xfer_server_new_rdma(&sc, NULL, &d->srv);
     return xfer_server_new(&sc, &d->srv);
