@@ -1,0 +1,352 @@
+/*
+ * tests/hostile/test_quotas.c - issue 24's classes 6 and 7 on the shard
+ * server side, against a real xferd process (loopback): quotas that count
+ * every way a session holds something (a consumer's cancels, sessions per
+ * peer address), a write that trickles below the rate floor, and writes
+ * that arrive out of order.  Each test ends with a well-behaved pair
+ * still served and the pool whole.
+ *
+ * Raw frames as in test_hostile.c; a "session" is a HELLO2 with 16 bytes
+ * of our choosing.  A second peer address is 127.0.0.2 (the loopback net).
+ */
+#include <check.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "auth.h" /* wire_private_dep: HELLO2 as a client */
+#include "mp.h"
+#include "testutil.h"
+#include "xfer/errors.h"
+#include "xfer/shard.h" /* XFER_SHARD_MAX_FRAGMENTS */
+
+static mp_proc d;
+static uint32_t req = 100;
+
+static void teardown(void)
+{
+    mp_kill_all();
+}
+
+static void start(const char *const *args)
+{
+    ck_assert_int_eq(mp_xferd(&d, 0, args), 0);
+}
+
+/* A client socket to 127.0.0.1:port from source address `src` (host
+ * order), with mp_connect's timeouts. */
+static int connect_from(uint16_t port, uint32_t src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in me = {.sin_family = AF_INET};
+    me.sin_addr.s_addr = htonl(src);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&me, sizeof me), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
+}
+
+/* HELLO2 as session `tag` (its bytes all `tag`) on fd; the reply. */
+static xfer_wire_msg hello_on(int fd, uint8_t tag, uint8_t role)
+{
+    uint8_t session[XFER_WIRE_SESSION];
+    memset(session, tag, sizeof session);
+    xfer_wire_msg m, r;
+    xfer_wire_hdr h;
+    ck_assert_int_eq(xfer_auth_hello(&m, role, 0, 0, session), 0);
+    ck_assert_int_eq(tw_send_msg(fd, &m, 1, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
+    return r;
+}
+
+static int32_t code_of(const xfer_wire_msg *r)
+{
+    return r->type == XFER_WIRE_T_ERROR ? r->code : 0;
+}
+
+/* Connect from 127.0.0.1 and join as session `tag`; expect HELLO_ACK. */
+static int join(uint8_t tag, uint8_t role)
+{
+    int fd = mp_connect(d.port);
+    ck_assert_int_ge(fd, 0);
+    xfer_wire_msg r = hello_on(fd, tag, role);
+    ck_assert_msg(r.type == XFER_WIRE_T_HELLO_ACK, "HELLO answered %u code %d",
+                  r.type, r.code);
+    return fd;
+}
+
+static xfer_wire_msg call(int fd, const xfer_wire_msg *m, const void *data)
+{
+    xfer_wire_hdr h;
+    xfer_wire_msg r;
+    uint32_t q = req++;
+    ck_assert_int_eq(tw_send_msg(fd, m, q, data), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
+    ck_assert_uint_eq(h.req, q);
+    return r;
+}
+
+static xfer_wire_msg reserve(int fd, uint64_t id, uint32_t len)
+{
+    xfer_wire_msg m = {.type = XFER_WIRE_T_RESERVE, .id = id, .attempt = 1,
+                       .len = len};
+    return call(fd, &m, NULL);
+}
+
+static int32_t op(int fd, uint8_t type, uint64_t id, uint32_t attempt,
+                  uint64_t resv)
+{
+    xfer_wire_msg m = {.type = type, .id = id, .attempt = attempt,
+                       .resv_id = resv};
+    xfer_wire_msg r = call(fd, &m, NULL);
+    return code_of(&r);
+}
+
+/* WRITE len bytes of `fill` at off of reservation resv. */
+static int32_t write_at(int fd, uint64_t id, uint64_t resv, uint32_t off,
+                        uint32_t len, uint8_t fill)
+{
+    uint8_t *data = malloc(len ? len : 1);
+    memset(data, fill, len);
+    xfer_wire_msg w = {.type = XFER_WIRE_T_WRITE, .id = id, .attempt = 1,
+                       .len = len, .resv_id = resv, .off = off};
+    xfer_wire_msg r = call(fd, &w, data);
+    free(data);
+    return code_of(&r);
+}
+
+/* The well-behaved pair: producer session 0x60 reserves, writes, commits
+ * id; a consumer (session 0x61) takes and releases it. */
+static void good_pair_works(uint64_t id)
+{
+    int p = join(0x60, XFER_WIRE_ROLE_PRODUCER);
+    int c = join(0x61, XFER_WIRE_ROLE_CONSUMER);
+    xfer_wire_msg r = reserve(p, id, 4096);
+    ck_assert_int_eq(code_of(&r), 0);
+    uint64_t resv = r.resv_id;
+    ck_assert_int_eq(write_at(p, id, resv, 0, 4096, 0x3c), 0);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, id, 1, resv), 0);
+    xfer_wire_msg t = {.type = XFER_WIRE_T_TAKE, .id = id, .attempt = 1,
+                       .resv_id = resv};
+    r = call(c, &t, NULL);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_TAKE_OK);
+    ck_assert_uint_eq(r.len, 4096);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, id, 1, resv), 0);
+    close(p);
+    close(c);
+}
+
+static void pool_whole(void)
+{
+    xfer_wire_status st;
+    ck_assert_int_eq(mp_wait_pool_free(d.port, 5000, &st), 0);
+    ck_assert_uint_eq(st.bytes_in_use, 0);
+}
+
+/* Class 6: a consumer session's cancels of one attempt (not 0) of ids
+ * nobody holds make tombstones its session pays for: past its quota
+ * (256 / 4) they answer BUSY, so the table never fills and producers
+ * still reserve.  They used to be nobody's, and filled the table. */
+START_TEST(test_hostile_consumer_cancels_are_charged)
+{
+    const char *args[] = {"--pool", "1M", "--quiet", "--lease-ttl", "1s",
+                          "--max-resv", "64", "--max-tombs", "256", NULL};
+    start(args);
+    int c = join(0x81, XFER_WIRE_ROLE_CONSUMER);
+    int ok = 0, busy = 0;
+    for (uint64_t id = 1000; id < 1400; id++) {
+        int32_t rc = op(c, XFER_WIRE_T_CANCEL, id, 1, 0);
+        ck_assert(rc == 0 || rc == XFER_ERR_BUSY);
+        ok += rc == 0;
+        busy += rc == XFER_ERR_BUSY;
+    }
+    ck_assert_int_eq(ok, 64); /* its quota, and not one more */
+    ck_assert_int_eq(busy, 400 - 64);
+    /* Attempt 0 and attempt 1 draw on the one quota. */
+    ck_assert_int_eq(op(c, XFER_WIRE_T_CANCEL, 2000, 0, 0), XFER_ERR_BUSY);
+    /* Its tombstones still block every producer's reserve of the id. */
+    int p = join(0x82, XFER_WIRE_ROLE_PRODUCER);
+    xfer_wire_msg r = reserve(p, 1000, 256);
+    ck_assert_int_eq(code_of(&r), XFER_ERR_CANCELLED);
+    /* A producer session is served: reserves are not BUSY. */
+    for (uint64_t id = 1; id <= 8; id++) {
+        r = reserve(p, id, 256);
+        ck_assert_int_eq(code_of(&r), 0);
+        ck_assert_int_eq(op(p, XFER_WIRE_T_CANCEL, id, 1, r.resv_id), 0);
+    }
+    close(p);
+    close(c);
+    for (uint64_t id = 50; id < 54; id++)
+        good_pair_works(id);
+    pool_whole();
+}
+END_TEST
+
+/* Class 6: one peer address holds at most --max-peer-sessions sessions,
+ * those kept for their grace included; a session it has may come back;
+ * another address is still served. */
+START_TEST(test_hostile_sessions_per_peer)
+{
+    const char *args[] = {"--pool", "1M", "--quiet", "--max-sessions", "32",
+                          "--max-peer-sessions", "4", NULL};
+    start(args);
+    /* From 127.0.0.2: four sessions, then BUSY for a fifth. */
+    const uint32_t two = 0x7f000002;
+    int fds[4];
+    for (int i = 0; i < 4; i++) {
+        fds[i] = connect_from(d.port, two);
+        xfer_wire_msg r = hello_on(fds[i], (uint8_t)(0x90 + i),
+                                   XFER_WIRE_ROLE_PRODUCER);
+        ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
+    }
+    int x = connect_from(d.port, two);
+    xfer_wire_msg r = hello_on(x, 0x9f, XFER_WIRE_ROLE_PRODUCER);
+    ck_assert_int_eq(code_of(&r), XFER_ERR_BUSY);
+    ck_assert(mp_closed(x));
+    close(x);
+    /* Gone, the four are kept for their grace: still no fifth ... */
+    for (int i = 0; i < 4; i++)
+        close(fds[i]);
+    x = connect_from(d.port, two);
+    r = hello_on(x, 0x9e, XFER_WIRE_ROLE_PRODUCER);
+    ck_assert_int_eq(code_of(&r), XFER_ERR_BUSY);
+    close(x);
+    /* ... but one of them comes back, and reserves. */
+    x = connect_from(d.port, two);
+    r = hello_on(x, 0x91, XFER_WIRE_ROLE_PRODUCER);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
+    r = reserve(x, 9, 256);
+    ck_assert_int_eq(code_of(&r), 0);
+    ck_assert_int_eq(op(x, XFER_WIRE_T_CANCEL, 9, 1, r.resv_id), 0);
+    close(x);
+    /* Another address (127.0.0.1) is served. */
+    good_pair_works(60);
+    pool_whole();
+}
+END_TEST
+
+/* Class 7: a WRITE that trickles one byte every 100 ms never stalls for
+ * the write timeout (500 ms) but is below the rate floor (64 KiB/s over
+ * each window): it ends failed and its connection closes, and its region
+ * goes back by its lease.  A write at full speed is unaffected. */
+START_TEST(test_hostile_slow_write_below_rate_floor)
+{
+    const char *args[] = {"--pool", "1M", "--quiet", "--lease-ttl", "1s",
+                          "--write-timeout", "500ms", "--write-min-rate",
+                          "64K", NULL};
+    start(args);
+    int p = join(0x71, XFER_WIRE_ROLE_PRODUCER);
+    xfer_wire_msg r = reserve(p, 5, 65536);
+    ck_assert_int_eq(code_of(&r), 0);
+    xfer_wire_msg w = {.type = XFER_WIRE_T_WRITE, .id = 5, .attempt = 1,
+                       .len = 65536, .resv_id = r.resv_id};
+    uint8_t head[XFER_WIRE_MAX_FIXED];
+    size_t n = xfer_wire_encode(&w, req++, head, sizeof head);
+    ck_assert_uint_gt(n, 0);
+    ck_assert_int_eq(tw_send_all(p, head, n), 0);
+    /* At most 50 bytes at 100 ms: 5 s, far past two windows. */
+    bool closed = false;
+    for (int i = 0; i < 50 && !closed; i++) {
+        uint8_t b = (uint8_t)i;
+        if (send(p, &b, 1, MSG_NOSIGNAL) != 1) {
+            closed = true;
+            break;
+        }
+        struct pollfd pf = {.fd = p, .events = POLLIN};
+        if (poll(&pf, 1, 100) > 0)
+            closed = mp_closed(p);
+    }
+    ck_assert_msg(closed, "a write of one byte per 100 ms was not ended");
+    close(p);
+    pool_whole(); /* the lease ended the reservation */
+    good_pair_works(61);
+}
+END_TEST
+
+/* Class 7: writes land at any offset in any order, overlapping or not;
+ * COMMIT is INCOMPLETE only while a byte is missing; past the cap on
+ * written ranges a write is refused with an ERROR and the connection
+ * and the reservation go on. */
+START_TEST(test_hostile_writes_out_of_order)
+{
+    const char *args[] = {"--pool", "1M", "--quiet", "--lease-ttl", "2s",
+                          NULL};
+    start(args);
+    int p = join(0x72, XFER_WIRE_ROLE_PRODUCER);
+    int c = join(0x73, XFER_WIRE_ROLE_CONSUMER);
+    /* The second half, then the first: whole. */
+    xfer_wire_msg r = reserve(p, 6, 8192);
+    ck_assert_int_eq(code_of(&r), 0);
+    uint64_t resv = r.resv_id;
+    ck_assert_int_eq(write_at(p, 6, resv, 4096, 4096, 2), 0);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 6, 1, resv),
+                     XFER_ERR_INCOMPLETE);
+    ck_assert_int_eq(write_at(p, 6, resv, 0, 4096, 1), 0);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 6, 1, resv), 0);
+    xfer_wire_msg t = {.type = XFER_WIRE_T_TAKE, .id = 6, .attempt = 1,
+                       .resv_id = resv};
+    r = call(c, &t, NULL);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_TAKE_OK);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 6, 1, resv), 0);
+
+    /* Every other 64-byte block: the cap's worth of ranges, then one
+     * more refused; filling the gaps, overlapping, makes it whole. */
+    const uint32_t nb = 2 * XFER_SHARD_MAX_FRAGMENTS + 2;
+    r = reserve(p, 7, 64 * nb);
+    ck_assert_int_eq(code_of(&r), 0);
+    resv = r.resv_id;
+    for (uint32_t k = XFER_SHARD_MAX_FRAGMENTS; k >= 1; k--)
+        ck_assert_int_eq(write_at(p, 7, resv, 64 * (2 * k + 1), 64, 3), 0);
+    ck_assert_int_eq(write_at(p, 7, resv, 64, 16, 3), XFER_ERR_BUSY);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 7, 1, resv),
+                     XFER_ERR_INCOMPLETE);
+    for (uint32_t k = XFER_SHARD_MAX_FRAGMENTS; k >= 1; k--)
+        ck_assert_int_eq(write_at(p, 7, resv, 64 * (2 * k) - 8, 80, 4), 0);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 7, 1, resv),
+                     XFER_ERR_INCOMPLETE); /* bytes [0, 120) missing */
+    ck_assert_int_eq(write_at(p, 7, resv, 0, 120, 5), 0);
+    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 7, 1, resv), 0);
+    t.id = 7;
+    t.resv_id = resv;
+    r = call(c, &t, NULL);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_TAKE_OK);
+    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 7, 1, resv), 0);
+    close(p);
+    close(c);
+    good_pair_works(62);
+    pool_whole();
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("quotas");
+    TCase *tc = tcase_create("quotas");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_hostile_consumer_cancels_are_charged);
+    tcase_add_test(tc, test_hostile_sessions_per_peer);
+    tcase_add_test(tc, test_hostile_slow_write_below_rate_floor);
+    tcase_add_test(tc, test_hostile_writes_out_of_order);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
