@@ -197,13 +197,15 @@ START_TEST(test_hostile_consumer_cancels_are_charged)
 }
 END_TEST
 
-/* Class 6: one peer address holds at most --max-peer-sessions sessions,
+/* Class 6: one peer address holds at most --max-peer-sessions sessions
+ * (here its default, a sixteenth of the table),
  * those kept for their grace included; a session it has may come back;
  * another address is still served. */
 START_TEST(test_hostile_sessions_per_peer)
 {
-    const char *args[] = {"--pool", "1M", "--quiet", "--max-sessions", "32",
-                          "--max-peer-sessions", "4", NULL};
+    /* the default bound: max-sessions / 16 */
+    const char *args[] = {"--pool", "1M", "--quiet", "--max-sessions", "64",
+                          NULL};
     start(args);
     /* From 127.0.0.2: four sessions, then BUSY for a fifth. */
     const uint32_t two = 0x7f000002;
@@ -241,14 +243,13 @@ START_TEST(test_hostile_sessions_per_peer)
 END_TEST
 
 /* Class 7: a WRITE that trickles one byte every 100 ms never stalls for
- * the write timeout (500 ms) but is below the rate floor (64 KiB/s over
- * each window): it ends failed and its connection closes, and its region
+ * the write timeout (500 ms) but is below the rate floor (its default,
+ * 64 KiB/s over each window): it ends failed and its connection closes, and its region
  * goes back by its lease.  A write at full speed is unaffected. */
 START_TEST(test_hostile_slow_write_below_rate_floor)
 {
     const char *args[] = {"--pool", "1M", "--quiet", "--lease-ttl", "1s",
-                          "--write-timeout", "500ms", "--write-min-rate",
-                          "64K", NULL};
+                          "--write-timeout", "500ms", NULL};
     start(args);
     int p = join(0x71, XFER_WIRE_ROLE_PRODUCER);
     xfer_wire_msg r = reserve(p, 5, 65536);
@@ -284,8 +285,10 @@ END_TEST
  * and the reservation go on. */
 START_TEST(test_hostile_writes_out_of_order)
 {
+    /* (the two new flags are taken; their effect is tested above) */
     const char *args[] = {"--pool", "1M", "--quiet", "--lease-ttl", "2s",
-                          NULL};
+                          "--max-peer-sessions", "8", "--write-min-rate",
+                          "1K", NULL};
     start(args);
     int p = join(0x72, XFER_WIRE_ROLE_PRODUCER);
     int c = join(0x73, XFER_WIRE_ROLE_CONSUMER);
