@@ -306,7 +306,11 @@ START_TEST(test_soak_hostile_mix)
             "--consume", "--quiet", "--max-sessions", "200",
             "--session-max-resv", "16", "--session-max-bytes", "256K",
             "--session-max-tombs", "64", "--write-timeout", "300ms",
-            "--header-timeout", "300ms", "--hello-timeout", "300ms", NULL};
+            "--header-timeout", "300ms", "--hello-timeout", "300ms",
+            /* every peer here is 127.0.0.1: the bound on sessions per
+             * peer address would count the attacker and the good
+             * producer as one */
+            "--max-peer-sessions", "200", NULL};
         ck_assert_int_eq(mp_xferd(&d[k], 0, args), 0);
         ports[k] = d[k].port;
         rss0[k] = rss_kb(d[k].pid);
