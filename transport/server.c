@@ -230,6 +230,10 @@ static int take_config(xfer_server *s, const xfer_server_config *cfg)
         c->log_interval_ns = 1000000000ull;
     if (!c->write_min_rate)
         c->write_min_rate = 64u << 10;
+    if (!c->peer_max_reservations)
+        c->peer_max_reservations = c->max_reservations / 2;
+    if (!c->peer_max_tombstones)
+        c->peer_max_tombstones = c->max_tombstones / 2;
     if (!c->max_peer_sessions)
         c->max_peer_sessions =
             c->max_sessions >= 16 ? (uint16_t)(c->max_sessions / 16) : 1;

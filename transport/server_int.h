@@ -98,6 +98,8 @@ typedef struct xfer_server_sess {
     uint8_t peer[16];  /* the address of the connection that made it; kept
                           after the slot is free, while its records and
                           tombstones still count against that peer */
+    uint16_t ring_next, ring_prev; /* slots of the same peer, a ring (a
+                          slot alone is its own ring) */
 } xfer_server_sess;
 
 /* Injected faults (server_req.c). */
@@ -265,6 +267,11 @@ bool xfer_server_sess_hello(xfer_server_conn *c, const xfer_wire_hdr *h,
                             const xfer_wire_msg *m);
 /* c is closing: its session loses a connection. */
 void xfer_server_sess_unbind(xfer_server_conn *c);
+/* 0 when c's peer (its sessions together) may hold one more record of
+ * len bytes on hs (record) or one more tombstone (!record); else
+ * XFER_ERR_BUSY. */
+int32_t xfer_server_peer_room(xfer_server_conn *c, xfer_server_hosted *hs,
+                              uint32_t len, bool record);
 
 /* server_drain.c */
 void xfer_server_on_drain_tick(evutil_socket_t fd, short what,

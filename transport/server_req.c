@@ -195,6 +195,18 @@ static bool role_may(const xfer_server_conn *c, uint8_t type,
     }
 }
 
+/* The peer quota (server_sess.c) before an op that would hold something
+ * new: a reserve or eager op (a record and its tombstone slot) or a
+ * cancel (a tombstone) of an id the shard does not hold yet.  An op on an
+ * id held already takes nothing new, so it is never refused for it. */
+static int32_t peer_room(xfer_server_conn *c, xfer_server_hosted *hs,
+                         const xfer_wire_msg *m, bool record)
+{
+    if (xfer_shard_state(hs->sh, m->id) != XFER_RESV_STATE_NONE)
+        return 0;
+    return xfer_server_peer_room(c, hs, record ? m->len : 0, record);
+}
+
 /* Apply a control op to the connection's shard; fills the ack. */
 static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
                      xfer_wire_msg *a)
@@ -208,8 +220,10 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
         if (c->srv->draining)
             return XFER_ERR_SHUTDOWN;
         xfer_resv_info info;
-        rc = xfer_shard_reserve_by(hs->sh, t, c->owner, m->id, m->attempt,
-                                   m->len, &info);
+        rc = peer_room(c, hs, m, true);
+        if (rc == 0)
+            rc = xfer_shard_reserve_by(hs->sh, t, c->owner, m->id,
+                                       m->attempt, m->len, &info);
         a->type = XFER_WIRE_T_RESERVE_OK;
         a->resv_id = rc ? 0 : info.resv_id;
         a->addr = rc ? 0 : info.addr;
@@ -237,6 +251,9 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
                                     m->resv_id);
     case XFER_WIRE_T_CANCEL:
         a->type = XFER_WIRE_T_CANCEL_ACK;
+        rc = peer_room(c, hs, m, false);
+        if (rc)
+            return rc;
         /* The consumer's cancel, of one attempt or of any (0), applies
          * to whoever made the record and its tombstone blocks every
          * reserve; a tombstone it makes anew is its session's to pay
@@ -385,9 +402,12 @@ static int32_t apply_eager(xfer_server_conn *c, const xfer_wire_msg *m,
     if (m->len && !data)
         return XFER_ERR_NOMEM;
     xfer_resv_info info;
-    int rc = xfer_shard_eager_by(hs->sh, xfer_server_now(c->srv), c->owner,
-                                 m->id, m->attempt, data ? data : (const uint8_t *)"",
-                                 m->len, &info);
+    int rc = peer_room(c, hs, m, true);
+    if (rc == 0)
+        rc = xfer_shard_eager_by(hs->sh, xfer_server_now(c->srv), c->owner,
+                                 m->id, m->attempt,
+                                 data ? data : (const uint8_t *)"", m->len,
+                                 &info);
     if (rc)
         return rc;
     xfer_server_track_reserved(c->srv, hs, m->id, m->attempt, info.resv_id,

@@ -194,6 +194,14 @@ typedef struct xfer_server_config {
                                    so one client cannot fill the session
                                    table; 0: max_sessions / 16, at least
                                    1 */
+    /* What the sessions of one peer address hold together per shard
+     * (each session's own quota still applies): past it a reserve, or a
+     * cancel that needs a new tombstone, answers XFER_ERR_BUSY for that
+     * peer's sessions only.  0: half of max_reservations, of the shard's
+     * pool, of max_tombstones. */
+    uint32_t peer_max_reservations;
+    uint64_t peer_max_bytes;
+    uint32_t peer_max_tombstones;
 } xfer_server_config;
 
 /* Write the version and every default into *cfg (base, shards and nshards

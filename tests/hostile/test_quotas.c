@@ -242,6 +242,67 @@ START_TEST(test_hostile_sessions_per_peer)
 }
 END_TEST
 
+/* Class 6: sessions of one peer address together hold at most the peer
+ * quota per shard (default half of each cap) on top of each session's own
+ * (a quarter): three sessions from 127.0.0.2 get half the pool between
+ * them, not three quarters; their cancels of unknown ids stop at half the
+ * tombstone table; another address is still served. */
+START_TEST(test_hostile_peer_quota)
+{
+    const char *args[] = {"--pool", "1M", "--quiet", "--lease-ttl", "2s",
+                          "--max-resv", "64", "--max-tombs", "256", NULL};
+    start(args);
+    const uint32_t two = 0x7f000002;
+    int s[3];
+    uint32_t held[3] = {0, 0, 0}, total = 0;
+    for (int i = 0; i < 3; i++) {
+        s[i] = connect_from(d.port, two);
+        xfer_wire_msg r = hello_on(s[i], (uint8_t)(0xa0 + i),
+                                   XFER_WIRE_ROLE_PRODUCER);
+        ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
+        for (uint64_t id = 1; id < 64; id++) {
+            r = reserve(s[i], 100 * (uint64_t)(i + 1) + id, 16 << 10);
+            if (code_of(&r) == XFER_ERR_BUSY)
+                break;
+            ck_assert_int_eq(code_of(&r), 0);
+            held[i]++;
+        }
+        total += held[i];
+    }
+    ck_assert_uint_eq(held[0], 16); /* its own quarter */
+    ck_assert_uint_eq(held[1], 16);
+    ck_assert_uint_eq(held[2], 0);  /* the peer's half is spent */
+    ck_assert_uint_eq(total, 32);
+    /* Another address reserves (the pool's other half is not the
+     * peer's to take). */
+    good_pair_works(70);
+    /* Tombstones: the peer holds 32 slots for its records; cancels of
+     * unknown ids from its third session stop at the peer's 128. */
+    int ok = 0;
+    for (uint64_t id = 5000; id < 5200; id++) {
+        int32_t rc = op(s[2], XFER_WIRE_T_CANCEL, id, 1, 0);
+        ck_assert(rc == 0 || rc == XFER_ERR_BUSY);
+        ok += rc == 0;
+    }
+    ck_assert_int_eq(ok, 64); /* the session's own quarter first */
+    int s4 = connect_from(d.port, two);
+    xfer_wire_msg r = hello_on(s4, 0xa3, XFER_WIRE_ROLE_PRODUCER);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
+    int ok4 = 0;
+    for (uint64_t id = 6000; id < 6200; id++) {
+        int32_t rc = op(s4, XFER_WIRE_T_CANCEL, id, 1, 0);
+        ck_assert(rc == 0 || rc == XFER_ERR_BUSY);
+        ok4 += rc == 0;
+    }
+    ck_assert_int_eq(ok4, 128 - 32 - 64); /* the peer's half, no more */
+    for (int i = 0; i < 3; i++)
+        close(s[i]);
+    close(s4);
+    good_pair_works(71);
+    pool_whole();
+}
+END_TEST
+
 /* Class 7: a WRITE that trickles one byte every 100 ms never stalls for
  * the write timeout (500 ms) but is below the rate floor (its default,
  * 64 KiB/s over each window): it ends failed and its connection closes, and its region
@@ -344,6 +405,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_hostile_consumer_cancels_are_charged);
     tcase_add_test(tc, test_hostile_sessions_per_peer);
+    tcase_add_test(tc, test_hostile_peer_quota);
     tcase_add_test(tc, test_hostile_slow_write_below_rate_floor);
     tcase_add_test(tc, test_hostile_writes_out_of_order);
     suite_add_tcase(s, tc);

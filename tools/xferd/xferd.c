@@ -13,11 +13,14 @@
  *         [--hello-timeout DUR] [--header-timeout DUR] [--idle-timeout DUR]
  *         [--write-timeout DUR] [--max-conns N] [--out-max SIZE]
  *         [--rdma] [--write-min-rate SIZE] [--max-peer-sessions N]
+ *         [--peer-max-resv N] [--peer-max-bytes SIZE] [--peer-max-tombs N]
  *
  * --write-min-rate SIZE (bytes/s, default 64K): a streamed WRITE slower
  * than this over a --write-timeout window ends failed.
  * --max-peer-sessions N (default max-sessions / 16): sessions one peer
  * address may hold, those in their grace period included.
+ * --peer-max-resv/-bytes/-tombs: what the sessions of one peer address
+ * hold together per shard (default half of each cap).
  *
  * --secret-file PATH: peers authenticate with HELLO2's challenge-response
  * (HMAC-SHA256 under the file's bytes, 16..256).  Without it only a
@@ -111,6 +114,7 @@ typedef struct xd_config {
     bool rdma;                 /* --rdma */
     /* issue 24: the write rate floor, sessions per peer (0: defaults) */
     uint64_t write_min_rate, peer_sessions;
+    uint64_t peer_resv, peer_bytes, peer_tombs;
 } xd_config;
 
 typedef struct opts {
@@ -271,6 +275,8 @@ static void usage(void)
            "             [--idle-timeout DUR] [--write-timeout DUR]\n"
            "             [--max-conns N] [--out-max SIZE] [--rdma]\n"
            "             [--write-min-rate SIZE] [--max-peer-sessions N]\n"
+           "             [--peer-max-resv N] [--peer-max-bytes SIZE]\n"
+           "             [--peer-max-tombs N]\n"
            "defaults: --addr 127.0.0.1 --port 7470 --shards 0 --pool 64M\n"
            "          --lease-ttl 10s --max-resv 4096\n");
 }
@@ -415,6 +421,18 @@ static int parse_one(int c, const char *arg, opts *o)
                        !o->cfg.peer_sessions
                    ? bad("sessions per peer", arg)
                    : 0;
+    case 1026:
+        return parse_u64(arg, &o->cfg.peer_resv, 1u << 24)
+                   ? bad("peer reservation quota", arg)
+                   : 0;
+    case 1027:
+        return parse_size(arg, &o->cfg.peer_bytes)
+                   ? bad("peer byte quota", arg)
+                   : 0;
+    case 1028:
+        return parse_u64(arg, &o->cfg.peer_tombs, 1u << 30)
+                   ? bad("peer tombstone quota", arg)
+                   : 0;
     default: return bad("flag", arg);
     }
 }
@@ -442,6 +460,8 @@ static int parse(int argc, char **argv, opts *o)
         {"max-conns", 1, 0, 1010},  {"out-max", 1, 0, 1011},
         {"rdma", 0, 0, 'R'},
         {"write-min-rate", 1, 0, 1024}, {"max-peer-sessions", 1, 0, 1025},
+        {"peer-max-resv", 1, 0, 1026}, {"peer-max-bytes", 1, 0, 1027},
+        {"peer-max-tombs", 1, 0, 1028},
         {0, 0, 0, 0}};
     opterr = 0;
     int c;
@@ -691,6 +711,9 @@ static int start_server(xferd *d)
     sc.out_max_bytes = c->out_max;
     sc.write_min_rate = c->write_min_rate;
     sc.max_peer_sessions = (uint16_t)c->peer_sessions;
+    sc.peer_max_reservations = (uint32_t)c->peer_resv;
+    sc.peer_max_bytes = c->peer_bytes;
+    sc.peer_max_tombstones = (uint32_t)c->peer_tombs;
     if (c->rdma)
         return xfer_server_new_rdma(&sc, NULL, &d->srv);
     return xfer_server_new(&sc, &d->srv);
