@@ -1,10 +1,11 @@
 /*
- * tests/hostile/test_quotas.c - issue 24's classes 6 and 7 on the shard
- * server side, against a real xferd process (loopback): quotas that count
- * every way a session holds something (a consumer's cancels, sessions per
- * peer address), a write that trickles below the rate floor, and writes
- * that arrive out of order.  Each test ends with a well-behaved pair
- * still served and the pool whole.
+ * tests/hostile/test_quotas.c - issue 24's classes 6, 7 and 8 on the
+ * shard server side, against a real xferd process (loopback): quotas that
+ * count every way a session holds something (a consumer's cancels,
+ * sessions and quotas per peer address), a write that trickles below the
+ * rate floor, writes that arrive out of order, and ids another producer
+ * session cannot squat.  Each test ends with a well-behaved pair still
+ * served and the pool whole.
  *
  * Raw frames as in test_hostile.c; a "session" is a HELLO2 with 16 bytes
  * of our choosing.  A second peer address is 127.0.0.2 (the loopback net).
@@ -27,6 +28,7 @@
 #include "testutil.h"
 #include "xfer/errors.h"
 #include "xfer/shard.h" /* XFER_SHARD_MAX_FRAGMENTS */
+#include "xfer/xfer.h"  /* xfer_id_keyed */
 
 static mp_proc d;
 static uint32_t req = 100;
@@ -87,6 +89,28 @@ static int join(uint8_t tag, uint8_t role)
     xfer_wire_msg r = hello_on(fd, tag, role);
     ck_assert_msg(r.type == XFER_WIRE_T_HELLO_ACK, "HELLO answered %u code %d",
                   r.type, r.code);
+    return fd;
+}
+
+/* Connect and HELLO2 + AUTH under `secret` as session `tag`; expect
+ * HELLO_ACK. */
+static int join_auth(const char *secret, uint8_t tag, uint8_t role)
+{
+    int fd = mp_connect(d.port);
+    ck_assert_int_ge(fd, 0);
+    uint8_t session[XFER_WIRE_SESSION];
+    memset(session, tag, sizeof session);
+    xfer_wire_msg m, r, a;
+    xfer_wire_hdr h;
+    ck_assert_int_eq(xfer_auth_hello(&m, role, 0, 0, session), 0);
+    ck_assert_int_eq(tw_send_msg(fd, &m, 1, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_CHALLENGE);
+    ck_assert_int_eq(xfer_auth_answer((const uint8_t *)secret,
+                                      strlen(secret), &m, &r, &a), 0);
+    ck_assert_int_eq(tw_send_msg(fd, &a, 1, NULL), 0);
+    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
+    ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
     return fd;
 }
 
@@ -397,6 +421,92 @@ START_TEST(test_hostile_writes_out_of_order)
 }
 END_TEST
 
+/* Class 8: with authentication on, every producer session holds the
+ * group secret, so it may reserve ids it expects a victim to use next
+ * (sequential ids are squatted: PERM for the victim).  The rule
+ * (docs/design.md, "Who owns an id"): an id belongs to the session that
+ * reserved it first, and a producer that must not be blocked names its
+ * transfers with ids keyed by a secret it shares with its consumers only
+ * (xfer_id_keyed), which no other session can name, so none can squat. */
+static const char GROUP_KEY[] = "0123456789abcdef-quotas-test";
+static const char PAIR_KEY[] = "victim-and-its-consumers-only-key";
+
+START_TEST(test_hostile_keyed_ids_cannot_be_squatted)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/xfer-quotas-%d.key", getpid());
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(GROUP_KEY, f);
+    fclose(f);
+    const char *args[] = {"--pool", "1M", "--quiet", "--lease-ttl", "2s",
+                          "--secret-file", path, NULL};
+    start(args);
+    /* The id helper: determined by key and name, apart per name and key,
+     * and it refuses what it cannot key. */
+    uint64_t a1 = 0, a2 = 0, b1 = 0, g1 = 0;
+    ck_assert_int_eq(xfer_id_keyed(PAIR_KEY, strlen(PAIR_KEY), "req-1", 5,
+                                   &a1), 0);
+    ck_assert_int_eq(xfer_id_keyed(PAIR_KEY, strlen(PAIR_KEY), "req-1", 5,
+                                   &a2), 0);
+    ck_assert_int_eq(xfer_id_keyed(PAIR_KEY, strlen(PAIR_KEY), "req-2", 5,
+                                   &b1), 0);
+    ck_assert_int_eq(xfer_id_keyed(GROUP_KEY, strlen(GROUP_KEY), "req-1", 5,
+                                   &g1), 0);
+    ck_assert_uint_eq(a1, a2);
+    ck_assert_uint_ne(a1, b1);
+    ck_assert_uint_ne(a1, g1); /* the group secret does not name it */
+    ck_assert_uint_ne(a1, 0);
+    ck_assert_int_eq(xfer_id_keyed("short", 5, "req-1", 5, &a2),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_id_keyed(PAIR_KEY, strlen(PAIR_KEY), NULL, 1, &a2),
+                     XFER_ERR_INVALID_ARG);
+
+    /* The attacker squats the next 32 sequential ids and every id the
+     * group secret names for req-1..req-32. */
+    int atk = join_auth(GROUP_KEY, 0xb1, XFER_WIRE_ROLE_PRODUCER);
+    for (uint64_t id = 1; id <= 32; id++) {
+        xfer_wire_msg r = reserve(atk, id, 64);
+        ck_assert_int_eq(code_of(&r), 0);
+        char name[16];
+        int n = snprintf(name, sizeof name, "req-%u", (unsigned)id);
+        uint64_t g;
+        ck_assert_int_eq(xfer_id_keyed(GROUP_KEY, strlen(GROUP_KEY), name,
+                                       (size_t)n, &g), 0);
+        r = reserve(atk, g, 64);
+        ck_assert_int_eq(code_of(&r), 0);
+    }
+    int v = join_auth(GROUP_KEY, 0xb2, XFER_WIRE_ROLE_PRODUCER);
+    int c = join_auth(GROUP_KEY, 0xb3, XFER_WIRE_ROLE_CONSUMER);
+    xfer_wire_msg r = reserve(v, 1, 64); /* a predictable id: blocked */
+    ck_assert_int_eq(code_of(&r), XFER_ERR_PERM);
+    /* Keyed ids: every transfer of the victim goes through, and its
+     * consumer, deriving the same ids, takes them. */
+    for (unsigned i = 1; i <= 32; i++) {
+        char name[16];
+        int n = snprintf(name, sizeof name, "req-%u", i);
+        uint64_t id, cid;
+        ck_assert_int_eq(xfer_id_keyed(PAIR_KEY, strlen(PAIR_KEY), name,
+                                       (size_t)n, &id), 0);
+        r = reserve(v, id, 256);
+        ck_assert_int_eq(code_of(&r), 0);
+        ck_assert_int_eq(write_at(v, id, r.resv_id, 0, 256, (uint8_t)i), 0);
+        ck_assert_int_eq(op(v, XFER_WIRE_T_COMMIT, id, 1, r.resv_id), 0);
+        ck_assert_int_eq(xfer_id_keyed(PAIR_KEY, strlen(PAIR_KEY), name,
+                                       (size_t)n, &cid), 0);
+        xfer_wire_msg t = {.type = XFER_WIRE_T_TAKE, .id = cid, .attempt = 1,
+                           .resv_id = r.resv_id};
+        xfer_wire_msg tr = call(c, &t, NULL);
+        ck_assert_int_eq(tr.type, XFER_WIRE_T_TAKE_OK);
+        ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, cid, 1, r.resv_id), 0);
+    }
+    close(atk);
+    close(v);
+    close(c);
+    unlink(path);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("quotas");
@@ -408,6 +518,7 @@ int main(void)
     tcase_add_test(tc, test_hostile_peer_quota);
     tcase_add_test(tc, test_hostile_slow_write_below_rate_floor);
     tcase_add_test(tc, test_hostile_writes_out_of_order);
+    tcase_add_test(tc, test_hostile_keyed_ids_cannot_be_squatted);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
