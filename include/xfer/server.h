@@ -27,7 +27,10 @@
  *    subscribe, take, release and cancel as the consumer (attempt 0);
  *    anything else answers XFER_ERR_PERM.  Each session's reservations,
  *    bytes and tombstones count against its own quota per shard
- *    (session_max_*: XFER_ERR_BUSY for it alone);
+ *    (session_max_*: XFER_ERR_BUSY for it alone), and those of every
+ *    session of one peer address together against that peer's quota
+ *    (peer_max_*), a consumer's cancels included; one address holds at
+ *    most max_peer_sessions sessions;
  *  - with a secret, a peer is served only after HELLO2's challenge-
  *    response (wire.h): a v1 HELLO, a bad proof or a STATUS before it
  *    answers ERROR (XFER_ERR_AUTH) or closes; reservation ids and
@@ -47,8 +50,8 @@
  *    so is one with more than 1 MiB unread while every connection's
  *    output together passes out_max_bytes;
  *  - nothing a peer does holds a connection or a region for good: the
- *    HELLO, header, idle and write timeouts close it (a stalled write
- *    ends failed), at most max_conns are open (more are closed at once),
+ *    HELLO, header, idle and write timeouts close it (a stalled write, or
+ *    one below the rate floor write_min_rate, ends failed), at most max_conns are open (more are closed at once),
  *    and at the fd limit accepting pauses for accept_retry_ns while the
  *    open connections are served;
  *  - a peer's half-close lets the replies already queued go out first.

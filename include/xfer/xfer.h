@@ -167,7 +167,7 @@ XFER_API int xfer_engine_add_group(xfer_engine *e, xfer_transport tp,
 
 /*
  * A transfer id nobody without `key` can predict (issue 24; docs/design.md
- * section 2.2, "Who owns an id"): the first 8 bytes of HMAC-SHA256 under
+ * section 5.1, "Who owns an id"): the first 8 bytes of HMAC-SHA256 under
  * key of "xfer-id" and `name` (a request's name, say), little-endian, 0
  * mapped to 1.  A producer and the consumers it serves derive the same id
  * from the same key and name; another producer session of the group (who
