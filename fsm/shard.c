@@ -1097,7 +1097,7 @@ int xfer_shard_cancel_consumer_by(xfer_shard *s, uint64_t now_ns,
     make_tomb_room(s, now_ns);
     resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_CANCEL), .id = id,
                    .resv_id = resv_id, .attempt = attempt, .owner = owner,
-                   .has_attempt = attempt != 0,
+                   .has_attempt = attempt > 0, /* 0: any attempt */
                    .has_resv = resv_id != XFER_RESV_NONE, .consumer = true};
     return run(s, &o);
 }
