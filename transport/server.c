@@ -57,6 +57,11 @@ void xfer_server_config_default(xfer_server_config *cfg)
     cfg->max_peer_sessions = 1024 / 16;
 }
 
+static uint32_t u32_max(uint32_t a, uint32_t b)
+{
+    return a > b ? a : b;
+}
+
 uint64_t xfer_server_now(const xfer_server *s)
 {
     if (s->batch_depth && s->own_clock)
@@ -230,10 +235,13 @@ static int take_config(xfer_server *s, const xfer_server_config *cfg)
         c->log_interval_ns = 1000000000ull;
     if (!c->write_min_rate)
         c->write_min_rate = 64u << 10;
+    /* a peer may always hold what one of its sessions may */
     if (!c->peer_max_reservations)
-        c->peer_max_reservations = c->max_reservations / 2;
+        c->peer_max_reservations =
+            u32_max(c->max_reservations / 2, c->session_max_reservations);
     if (!c->peer_max_tombstones)
-        c->peer_max_tombstones = c->max_tombstones / 2;
+        c->peer_max_tombstones =
+            u32_max(c->max_tombstones / 2, c->session_max_tombstones);
     if (!c->max_peer_sessions)
         c->max_peer_sessions =
             c->max_sessions >= 16 ? (uint16_t)(c->max_sessions / 16) : 1;

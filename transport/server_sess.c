@@ -137,9 +137,10 @@ int32_t xfer_server_peer_room(xfer_server_conn *c, xfer_server_hosted *hs,
             ring_leave(s, i);
         i = next;
     } while (i != self);
-    uint64_t peer_bytes = k->peer_max_bytes
-                              ? k->peer_max_bytes
-                              : s->shard_cfg[hs - s->shards].len / 2;
+    uint64_t half = s->shard_cfg[hs - s->shards].len / 2;
+    uint64_t peer_bytes = k->peer_max_bytes ? k->peer_max_bytes
+                          : k->session_max_bytes > half ? k->session_max_bytes
+                                                        : half;
     uint64_t size = ((uint64_t)len + 63) & ~(uint64_t)63;
     bool over = tombs + 1 > k->peer_max_tombstones ||
                 (record && (live + 1 > k->peer_max_reservations ||

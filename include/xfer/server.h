@@ -201,7 +201,7 @@ typedef struct xfer_server_config {
      * (each session's own quota still applies): past it a reserve, or a
      * cancel that needs a new tombstone, answers XFER_ERR_BUSY for that
      * peer's sessions only.  0: half of max_reservations, of the shard's
-     * pool, of max_tombstones. */
+     * pool, of max_tombstones, or the session's quota if that is more. */
     uint32_t peer_max_reservations;
     uint64_t peer_max_bytes;
     uint32_t peer_max_tombstones;
