@@ -198,11 +198,14 @@ static bool role_may(const xfer_server_conn *c, uint8_t type,
 /* The peer quota (server_sess.c) before an op that would hold something
  * new: a reserve or eager op (a record and its tombstone slot) or a
  * cancel (a tombstone) of an id the shard does not hold yet.  An op on an
- * id held already takes nothing new, so it is never refused for it. */
+ * id held already takes nothing new, so it is never refused for it; nor
+ * is a region larger than the pool, which the shard refuses NO_SPACE
+ * whoever asks (the answer a producer acts on: it can never fit). */
 static int32_t peer_room(xfer_server_conn *c, xfer_server_hosted *hs,
                          const xfer_wire_msg *m, bool record)
 {
-    if (xfer_shard_state(hs->sh, m->id) != XFER_RESV_STATE_NONE)
+    if (xfer_shard_state(hs->sh, m->id) != XFER_RESV_STATE_NONE ||
+        (record && m->len > c->srv->shard_cfg[c->hosted].len))
         return 0;
     return xfer_server_peer_room(c, hs, record ? m->len : 0, record);
 }

@@ -297,6 +297,9 @@ START_TEST(test_hostile_peer_quota)
     ck_assert_uint_eq(held[1], 16);
     ck_assert_uint_eq(held[2], 0);  /* the peer's half is spent */
     ck_assert_uint_eq(total, 32);
+    /* A region that can never fit is NO_SPACE, whatever the quotas. */
+    xfer_wire_msg big = reserve(s[2], 999, 2 << 20);
+    ck_assert_int_eq(code_of(&big), XFER_ERR_NO_SPACE);
     /* Another address reserves (the pool's other half is not the
      * peer's to take). */
     good_pair_works(70);
