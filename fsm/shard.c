@@ -16,11 +16,13 @@
  *    CANCEL_PENDING / EXPIRE_PENDING and the last write_end frees it.
  *  - TAKEN memory is the consumer's: no lease runs in TAKEN and a cancel is
  *    refused; only release frees it.
- *  - A commit needs the whole region written: `covered` only grows by a
- *    write that ended ok while it ran alone and started inside what was
- *    covered, and shrinks from a failed write's offset (to 0 when writes
- *    ran side by side), so covered == len means every byte came from a
- *    completed write of this reservation.
+ *  - A commit needs the whole region written: the written ranges (the
+ *    prefix `covered` and at most XFER_SHARD_MAX_FRAGMENTS fragments past
+ *    it) only grow by a write that ended ok while it ran alone, wherever
+ *    it landed, and are cut from a failed write's offset (to nothing when
+ *    writes ran side by side), so covered == len means every byte came
+ *    from a completed write of this reservation.  A write that would make
+ *    more fragments is refused at its begin (the set stays bounded).
  *  - Owners (shard.h): a call made for an owner that finds another owner's
  *    record is refused with XFER_ERR_PERM before dispatch, like a stray
  *    write_end (the consumer's cancel excepted); a tombstone the caller may
@@ -158,6 +160,8 @@ static void ask_invalidation(xfer_shard *s, const xfer_shard_resv *r)
 static void forget_writes(xfer_shard_resv *r)
 {
     r->covered = r->woff = r->wlen = 0;
+    r->nfrag = 0;
+    memset(r->frag, 0, sizeof r->frag);
     r->flags &= (uint8_t)~XFER_SHARD_F_MULTI;
 }
 
@@ -429,6 +433,104 @@ static int h_reserve_again(xfer_shard *s, resv_step *o)
     return 0;
 }
 
+/* A reservation's written ranges, the prefix first when there is one:
+ * sorted, disjoint, none touching the next.  Room for what one add or
+ * truncation can make of the prefix and XFER_SHARD_MAX_FRAGMENTS
+ * fragments. */
+typedef struct span_set {
+    uint32_t n;
+    uint32_t v[XFER_SHARD_MAX_FRAGMENTS + 2][2];
+} span_set;
+
+static void spans_of(const xfer_shard_resv *r, span_set *t)
+{
+    t->n = 0;
+    if (r->covered) {
+        t->v[0][0] = 0;
+        t->v[0][1] = r->covered;
+        t->n = 1;
+    }
+    for (uint32_t i = 0; i < r->nfrag; i++) {
+        t->v[t->n][0] = r->frag[i][0];
+        t->v[t->n][1] = r->frag[i][1];
+        t->n++;
+    }
+}
+
+/* Add [a, b) to t, merging what it overlaps or touches. */
+static void spans_add(span_set *t, uint32_t a, uint32_t b)
+{
+    span_set u = {0};
+    bool placed = false;
+    if (a >= b)
+        return;
+    for (uint32_t i = 0; i < t->n; i++) {
+        uint32_t x = t->v[i][0], y = t->v[i][1];
+        if (y < a) { /* wholly before, not touching */
+            u.v[u.n][0] = x;
+            u.v[u.n++][1] = y;
+        } else if (x > b) { /* wholly after */
+            if (!placed) {
+                u.v[u.n][0] = a;
+                u.v[u.n++][1] = b;
+                placed = true;
+            }
+            u.v[u.n][0] = x;
+            u.v[u.n++][1] = y;
+        } else { /* overlaps or touches: grow [a, b) */
+            a = x < a ? x : a;
+            b = y > b ? y : b;
+        }
+    }
+    if (!placed) {
+        u.v[u.n][0] = a;
+        u.v[u.n++][1] = b;
+    }
+    *t = u;
+}
+
+/* Drop everything from a on (never adds a range). */
+static void spans_cut(span_set *t, uint32_t a)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < t->n && t->v[i][0] < a; i++, k++)
+        if (t->v[i][1] > a)
+            t->v[i][1] = a;
+    t->n = k;
+}
+
+/* The fragments t would leave past the prefix. */
+static uint32_t spans_frags(const span_set *t)
+{
+    return t->n && t->v[0][0] == 0 ? t->n - 1 : t->n;
+}
+
+/* Store t (within the cap) as r's prefix and fragments. */
+static void spans_put(xfer_shard_resv *r, const span_set *t)
+{
+    uint32_t i = 0;
+    assert(spans_frags(t) <= XFER_SHARD_MAX_FRAGMENTS);
+    r->covered = 0;
+    if (t->n && t->v[0][0] == 0)
+        r->covered = t->v[i++][1];
+    r->nfrag = 0;
+    memset(r->frag, 0, sizeof r->frag);
+    for (; i < t->n; i++, r->nfrag++) {
+        r->frag[r->nfrag][0] = t->v[i][0];
+        r->frag[r->nfrag][1] = t->v[i][1];
+    }
+}
+
+/* A write of [off, off + len) starting alone on r would fit the cap when
+ * it ends ok (a failed one only cuts). */
+static bool spans_room(const xfer_shard_resv *r, uint32_t off, uint32_t len)
+{
+    span_set t;
+    spans_of(r, &t);
+    spans_add(&t, off, off + len);
+    return spans_frags(&t) <= XFER_SHARD_MAX_FRAGMENTS;
+}
+
 static int h_write_begin(xfer_shard *s, resv_step *o)
 {
     xfer_shard_resv *r = o->rec;
@@ -437,6 +539,9 @@ static int h_write_begin(xfer_shard *s, resv_step *o)
     if (o->off > r->len || o->len > r->len - o->off)
         return XFER_ERR_BOUNDS;
     if (r->writes == UINT32_MAX)
+        return XFER_ERR_BUSY;
+    /* the written ranges stay bounded: refuse the write, not the shard */
+    if (r->writes == 0 && !spans_room(r, (uint32_t)o->off, o->len))
         return XFER_ERR_BUSY;
     if (r->writes == 0) {
         r->woff = (uint32_t)o->off; /* within len, so within 32 bits */
@@ -466,6 +571,8 @@ static int h_commit(xfer_shard *s, resv_step *o)
         return XFER_ERR_BUSY;
     if (s->cfg.one_sided) {
         o->rec->covered = o->rec->len; /* as a committed record's is */
+        o->rec->nfrag = 0;
+        memset(o->rec->frag, 0, sizeof o->rec->frag);
         start_invalidation(s, o, XFER_RESV_STATE_COMMIT_INVAL, true);
         s->st.commits++;
         return 0;
@@ -505,17 +612,17 @@ static int h_free_expired(xfer_shard *s, resv_step *o)
     return 0;
 }
 
-/* What a write that ends does to the written prefix (see the top). */
+/* What a write that ends does to the written ranges (see the top). */
 static void cover(xfer_shard_resv *r, bool ok)
 {
     bool alone = !(r->flags & XFER_SHARD_F_MULTI);
-    if (!ok) {
-        uint32_t from = alone ? r->woff : 0;
-        r->covered = r->covered < from ? r->covered : from;
-    } else if (alone && r->woff <= r->covered &&
-               r->woff + r->wlen > r->covered) {
-        r->covered = r->woff + r->wlen;
-    }
+    span_set t;
+    spans_of(r, &t);
+    if (!ok)
+        spans_cut(&t, alone ? r->woff : 0);
+    else if (alone)
+        spans_add(&t, r->woff, r->woff + r->wlen);
+    spans_put(r, &t);
 }
 
 static int h_write_end(xfer_shard *s, resv_step *o)
@@ -979,6 +1086,20 @@ int xfer_shard_cancel_by(xfer_shard *s, uint64_t now_ns, uint16_t owner,
                    .has_attempt = attempt != 0,
                    .has_resv = resv_id != XFER_RESV_NONE,
                    .consumer = attempt == 0};
+    return run(s, &o);
+}
+
+int xfer_shard_cancel_consumer_by(xfer_shard *s, uint64_t now_ns,
+                                  uint16_t owner, uint64_t id,
+                                  uint32_t attempt, uint64_t resv_id)
+{
+    if (!s || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    make_tomb_room(s, now_ns);
+    resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_CANCEL), .id = id,
+                   .resv_id = resv_id, .attempt = attempt, .owner = owner,
+                   .has_attempt = attempt > 0, /* 0: any attempt */
+                   .has_resv = resv_id != XFER_RESV_NONE, .consumer = true};
     return run(s, &o);
 }
 

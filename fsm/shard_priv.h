@@ -28,10 +28,13 @@
 #define XFER_SHARD_F_CONSUMER 2u /* CANCEL_PENDING by the consumer's cancel:
                                     its tombstone blocks everyone */
 
-/* One live reservation.  state NONE marks a free slot.  covered: bytes
- * [0, covered) written by completed writes (shard.h says how); woff and
- * wlen: the range of the one write in flight (writes > 0, no F_MULTI),
- * else 0. */
+/* One live reservation.  state NONE marks a free slot.  What completed
+ * writes covered (shard.h says how) is a set of ranges: the prefix
+ * [0, covered) and nfrag fragments frag[i] = {start, end} past it, sorted,
+ * each starting after a gap (start > covered, start > the previous end)
+ * and ending inside the region; a write that closes the gap after the
+ * prefix folds the fragments it reaches into it.  woff and wlen: the range
+ * of the one write in flight (writes > 0, no F_MULTI), else 0. */
 typedef struct xfer_shard_resv {
     uint64_t id, resv_id, off, created_ns;
     uint32_t attempt, len, writes;
@@ -39,6 +42,8 @@ typedef struct xfer_shard_resv {
     uint16_t owner; /* 0: nobody in particular */
     uint8_t state;
     uint8_t flags;  /* XFER_SHARD_F_* */
+    uint8_t nfrag;  /* fragments past the prefix, <= XFER_SHARD_MAX_FRAGMENTS */
+    uint32_t frag[XFER_SHARD_MAX_FRAGMENTS][2];
 } xfer_shard_resv;
 
 /* What one owner holds (index 1..max_owners of xfer_shard.use). */

@@ -51,7 +51,8 @@
 #include "xfer/core.h"
 
 /* A field added to a record must be saved and loaded below. */
-_Static_assert(sizeof(xfer_shard_resv) == 64,
+_Static_assert(sizeof(xfer_shard_resv) ==
+                   64 + 8 * XFER_SHARD_MAX_FRAGMENTS,
                "save the new xfer_shard_resv field");
 
 static const uint8_t MAGIC[XFER_SAVE_HDR] = {'X', XFER_SAVE_SHARD, 'S',
@@ -120,6 +121,30 @@ static uint32_t sorted_renamed(const xfer_shard *s, const xfer_canon_ids *ids)
     return n;
 }
 
+/* The fragments past the written prefixes (records in saved order,
+ * s->scratch), a section of its own only when some record has one, so a
+ * shard whose writes all came in order saves as it did before ranges. */
+static void save_frags(xfer_le_enc *w, const xfer_shard *s, uint32_t n)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        k += s->recs[s->scratch[i].slot].nfrag > 0;
+    if (!k)
+        return;
+    xfer_le_enc_u32(w, k);
+    for (uint32_t i = 0; i < n; i++) {
+        const xfer_shard_resv *r = &s->recs[s->scratch[i].slot];
+        if (!r->nfrag)
+            continue;
+        xfer_le_enc_u32(w, i);
+        xfer_le_enc_u8(w, r->nfrag);
+        for (uint32_t j = 0; j < r->nfrag; j++) {
+            xfer_le_enc_u32(w, r->frag[j][0]);
+            xfer_le_enc_u32(w, r->frag[j][1]);
+        }
+    }
+}
+
 /* The save (ids NULL) or the canonical form with ids renamed. */
 static int put_shard(const xfer_shard *s, const xfer_canon_ids *ids,
                      uint8_t *buf, size_t len, size_t *need)
@@ -156,6 +181,7 @@ static int put_shard(const xfer_shard *s, const xfer_canon_ids *ids,
             xfer_le_enc_u32(&w, s->invals[i].attempt);
         }
     }
+    save_frags(&w, s, n);
     *need = w.at;
     return xfer_le_enc_fits(&w) ? 0 : XFER_ERR_TOO_SMALL;
 }
@@ -402,6 +428,60 @@ static bool invals_ok(const xfer_shard *s, xfer_le_dec *b,
     return true;
 }
 
+/* The fragments section, when there is one (b not at its end): records
+ * in increasing saved order, each RESERVED or WRITING, 1..the cap
+ * fragments, sorted, each after a gap past the prefix and the previous
+ * one, inside the region.  Offsets of the record's bytes: save_record. */
+static bool frags_ok(xfer_le_dec *b, const uint8_t *recs, uint32_t nrec)
+{
+    if (xfer_le_dec_done(b))
+        return true;
+    uint64_t k = xfer_le_dec_u32(b);
+    int64_t prev = -1;
+    if (!xfer_le_dec_ok(b) || k == 0 || k > nrec)
+        return false;
+    for (uint64_t i = 0; i < k; i++) {
+        uint32_t at = xfer_le_dec_u32(b);
+        uint8_t n = xfer_le_dec_u8(b);
+        if (!xfer_le_dec_ok(b) || (int64_t)at <= prev || at >= nrec ||
+            n == 0 || n > XFER_SHARD_MAX_FRAGMENTS)
+            return false;
+        prev = at;
+        const uint8_t *r = recs + (size_t)at * REC_BYTES;
+        uint32_t len = xfer_le_get32(r + 28), end = xfer_le_get32(r + 37);
+        if (r[32] != XFER_RESV_STATE_RESERVED &&
+            r[32] != XFER_RESV_STATE_WRITING)
+            return false;
+        for (uint8_t j = 0; j < n; j++) {
+            uint32_t x = xfer_le_dec_u32(b), y = xfer_le_dec_u32(b);
+            if (!xfer_le_dec_ok(b) || x <= end || y <= x || y > len)
+                return false;
+            end = y;
+        }
+    }
+    return true;
+}
+
+static void apply_frags(xfer_shard *s, xfer_le_dec *b, const uint8_t *recs)
+{
+    if (xfer_le_dec_done(b))
+        return;
+    uint32_t k = xfer_le_dec_u32(b);
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t at = xfer_le_dec_u32(b), slot = 0;
+        bool found = xfer_idmap_get(
+            &s->ids, xfer_le_get64(recs + (size_t)at * REC_BYTES), &slot);
+        assert(found); /* frags_ok checked it */
+        (void)found;
+        xfer_shard_resv *r = &s->recs[slot];
+        r->nfrag = xfer_le_dec_u8(b);
+        for (uint32_t j = 0; j < r->nfrag; j++) {
+            r->frag[j][0] = xfer_le_dec_u32(b);
+            r->frag[j][1] = xfer_le_dec_u32(b);
+        }
+    }
+}
+
 /* Forget every record, region, tombstone and event (slots from 0). */
 static void reset_dynamic(xfer_shard *s)
 {
@@ -510,7 +590,8 @@ int xfer_shard_load(xfer_shard *s, const uint8_t *buf, size_t len)
          tiling_ok(s, &b, (uint32_t)nrec) &&
          xfer_tomb_check(&s->tombs, &b, (uint32_t)nrec, tomb_ok, &tc) &&
          events_ok(s, &b, pending) &&
-         invals_ok(s, &b, buf + recs_at, (uint32_t)nrec) && b.at == len;
+         invals_ok(s, &b, buf + recs_at, (uint32_t)nrec) &&
+         frags_ok(&b, buf + recs_at, (uint32_t)nrec) && b.at == len;
     xfer_le_dec again = xfer_le_dec_start(buf, len);
     again.at = recs_at;
     ok = ok && scan_records(s, &again, (uint32_t)nrec, true, &pending) &&
@@ -528,6 +609,7 @@ int xfer_shard_load(xfer_shard *s, const uint8_t *buf, size_t len)
         return XFER_ERR_FORMAT;
     apply_events(s, &b);
     apply_invals(s, &b);
+    apply_frags(s, &b, buf + recs_at);
     assert(xfer_le_dec_done(&b));
     return 0;
 }

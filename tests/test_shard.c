@@ -2242,19 +2242,94 @@ START_TEST(test_shard_commit_needs_every_byte_written)
     ck_assert_int_eq(xfer_shard_commit(s, 27, 3, 1, c.resv_id),
                      XFER_ERR_INCOMPLETE);
 
-    /* Out of order: the tail first counts only once the head joins it
-     * (conservative: the head alone is what is known to be a prefix). */
+    /* Out of order (issue 24): the tail first, then the head, is whole. */
     xfer_resv_info d = reserve_ok(s, 30, 4, 1, 200);
     ck_assert_int_eq(write_part(s, 31, 4, 1, &d, 100, 100, true), 0);
-    ck_assert_int_eq(write_part(s, 32, 4, 1, &d, 0, 100, true), 0);
-    ck_assert_int_eq(xfer_shard_commit(s, 33, 4, 1, d.resv_id),
+    ck_assert_int_eq(xfer_shard_commit(s, 32, 4, 1, d.resv_id),
                      XFER_ERR_INCOMPLETE);
-    ck_assert_int_eq(write_part(s, 34, 4, 1, &d, 50, 150, true), 0);
+    ck_assert_int_eq(write_part(s, 33, 4, 1, &d, 0, 100, true), 0);
     ck_assert_int_eq(xfer_shard_commit(s, 35, 4, 1, d.resv_id), 0);
 
     /* A reservation of no bytes has nothing to write. */
     xfer_resv_info e = reserve_ok(s, 40, 5, 1, 0);
     ck_assert_int_eq(xfer_shard_commit(s, 41, 5, 1, e.resv_id), 0);
+    xfer_shard_del(s);
+}
+END_TEST
+
+/* Issue 24 class 7: writes land at any offset, in any order, overlapping
+ * or not; COMMIT is INCOMPLETE only while a byte is missing; the set of
+ * written ranges is bounded (a write past the cap is refused, the shard
+ * goes on), and survives a save and a load. */
+START_TEST(test_shard_coverage_is_a_bounded_set_of_ranges)
+{
+    xfer_shard *s = mk();
+    const uint32_t n = XFER_SHARD_MAX_FRAGMENTS;
+    uint32_t len = 16 * (2 * n + 2);
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, len);
+    /* Every other 16-byte block from the end backwards: n fragments past
+     * an empty prefix (block 2k+1 for k = n .. 1). */
+    for (uint32_t k = n; k >= 1; k--)
+        ck_assert_int_eq(write_part(s, 1, 1, 1, &a, 16 * (2 * k + 1), 16,
+                                    true), 0);
+    /* One more disjoint range would make n + 1: refused, nothing held. */
+    uint8_t *dst = NULL;
+    ck_assert_int_eq(xfer_shard_write_begin(s, 2, 1, 1, a.resv_id, 16 * 2 + 4,
+                                            4, &dst),
+                     XFER_ERR_BUSY);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_RESERVED);
+    /* Overlapping a fragment is fine (no new one). */
+    ck_assert_int_eq(write_part(s, 3, 1, 1, &a, 16 * 3 - 8, 24, true), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 4, 1, 1, a.resv_id),
+                     XFER_ERR_INCOMPLETE);
+
+    /* The set survives a save and a load into a fresh shard. */
+    size_t need = 0;
+    ck_assert_int_eq(xfer_shard_save(s, NULL, 0, &need), XFER_ERR_TOO_SMALL);
+    uint8_t *buf = malloc(need);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_int_eq(xfer_shard_save(s, buf, need, &need), 0);
+    xfer_shard *t = mk();
+    ck_assert_int_eq(xfer_shard_load(t, buf, need), 0);
+    size_t need2 = 0;
+    uint8_t *buf2 = malloc(need);
+    ck_assert_int_eq(xfer_shard_save(t, buf2, need, &need2), 0);
+    ck_assert_uint_eq(need2, need);
+    ck_assert_mem_eq(buf, buf2, need);
+    /* A fragment section that breaks its rules is refused. */
+    buf[need - 1] ^= 0xff;
+    xfer_shard *u = mk();
+    ck_assert_int_eq(xfer_shard_load(u, buf, need), XFER_ERR_FORMAT);
+    xfer_shard_del(u);
+    free(buf);
+    free(buf2);
+
+    /* In both shards: fill the even blocks in reverse (each closes a
+     * gap), and only the last byte missing keeps it INCOMPLETE. */
+    xfer_shard *both[2] = {s, t};
+    for (int w = 0; w < 2; w++) {
+        xfer_shard *x = both[w];
+        for (uint32_t k = n; k >= 1; k--)
+            ck_assert_int_eq(write_part(x, 5, 1, 1, &a, 16 * (2 * k), 16,
+                                        true), 0);
+        ck_assert_int_eq(write_part(x, 6, 1, 1, &a, 1, 31, true), 0);
+        ck_assert_int_eq(xfer_shard_commit(x, 7, 1, 1, a.resv_id),
+                         XFER_ERR_INCOMPLETE);
+        ck_assert_int_eq(write_part(x, 8, 1, 1, &a, 0, 1, true), 0);
+        ck_assert_int_eq(xfer_shard_commit(x, 9, 1, 1, a.resv_id), 0);
+    }
+    xfer_shard_del(t);
+
+    /* A failed write cuts from its offset on, fragments included. */
+    xfer_resv_info b = reserve_ok(s, 20, 2, 1, 64);
+    ck_assert_int_eq(write_part(s, 21, 2, 1, &b, 48, 16, true), 0);
+    ck_assert_int_eq(write_part(s, 22, 2, 1, &b, 0, 16, true), 0);
+    ck_assert_int_eq(write_part(s, 23, 2, 1, &b, 8, 4, false), 0);
+    ck_assert_int_eq(write_part(s, 24, 2, 1, &b, 16, 32, true), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 25, 2, 1, b.resv_id),
+                     XFER_ERR_INCOMPLETE);
+    ck_assert_int_eq(write_part(s, 26, 2, 1, &b, 8, 56, true), 0);
+    ck_assert_int_eq(xfer_shard_commit(s, 27, 2, 1, b.resv_id), 0);
     xfer_shard_del(s);
 }
 END_TEST
@@ -2510,6 +2585,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_shard_eager_refused_whole);
     tcase_add_test(tc, test_shard_transition_coverage);
     tcase_add_test(tc, test_shard_commit_needs_every_byte_written);
+    tcase_add_test(tc, test_shard_coverage_is_a_bounded_set_of_ranges);
     tcase_add_test(tc, test_shard_owner_may_not_touch_another_owners_record);
     tcase_add_test(tc, test_shard_tombstone_blocks_only_its_maker);
     tcase_add_test(tc, test_shard_owner_quota_busy_for_itself_only);

@@ -18,6 +18,7 @@
 
 #include "le.h" /* fsm_private_dep: the one little-endian codec */
 #include "xfer/errors.h"
+#include "xfer/xfer.h" /* xfer_id_keyed */
 
 int xfer_auth_random(void *buf, size_t n)
 {
@@ -68,6 +69,27 @@ void xfer_auth_proof(const uint8_t *secret, size_t secret_len, bool server,
     unsigned int n = XFER_WIRE_MAC;
     if (!HMAC(EVP_sha256(), secret, (int)secret_len, in, sizeof in, out, &n))
         memset(out, 0, XFER_WIRE_MAC); /* never equal to a real proof */
+}
+
+int xfer_id_keyed(const void *key, size_t key_len, const void *name,
+                  size_t name_len, uint64_t *out)
+{
+    static const char tag[] = "xfer-id"; /* apart from HELLO2's proofs */
+    uint8_t in[sizeof tag + XFER_ID_NAME_MAX];
+    if (!key || !out || key_len < 16 || key_len > 256 ||
+        (!name && name_len) || name_len > XFER_ID_NAME_MAX)
+        return XFER_ERR_INVALID_ARG;
+    memcpy(in, tag, sizeof tag);
+    if (name_len)
+        memcpy(in + sizeof tag, name, name_len);
+    uint8_t mac[32];
+    unsigned int n = sizeof mac;
+    if (!HMAC(EVP_sha256(), key, (int)key_len, in, sizeof tag + name_len, mac,
+              &n))
+        return XFER_ERR_INTERNAL;
+    uint64_t v = xfer_le_get64(mac);
+    *out = v ? v : 1; /* 0 is never an id */
+    return 0;
 }
 
 bool xfer_auth_equal(const uint8_t got[XFER_WIRE_MAC],

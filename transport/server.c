@@ -55,6 +55,13 @@ void xfer_server_config_default(xfer_server_config *cfg)
     cfg->out_max_bytes = 64ull << 20;
     cfg->accept_retry_ns = 100000000ull;
     cfg->log_interval_ns = 1000000000ull;
+    cfg->write_min_rate = 64u << 10;
+    cfg->max_peer_sessions = 1024 / 16;
+}
+
+static uint32_t u32_max(uint32_t a, uint32_t b)
+{
+    return a > b ? a : b;
 }
 
 uint64_t xfer_server_now(const xfer_server *s)
@@ -232,6 +239,18 @@ static int take_config(xfer_server *s, const xfer_server_config *cfg)
         c->accept_retry_ns = 100000000ull;
     if (!c->log_interval_ns)
         c->log_interval_ns = 1000000000ull;
+    if (!c->write_min_rate)
+        c->write_min_rate = 64u << 10;
+    /* a peer may always hold what one of its sessions may */
+    if (!c->peer_max_reservations)
+        c->peer_max_reservations =
+            u32_max(c->max_reservations / 2, c->session_max_reservations);
+    if (!c->peer_max_tombstones)
+        c->peer_max_tombstones =
+            u32_max(c->max_tombstones / 2, c->session_max_tombstones);
+    if (!c->max_peer_sessions)
+        c->max_peer_sessions =
+            c->max_sessions >= 16 ? (uint16_t)(c->max_sessions / 16) : 1;
     return take_secret(s, cfg);
 }
 

@@ -480,6 +480,27 @@ struct timeval xfer_server_sweep_tick(const xfer_server *s)
     return (struct timeval){.tv_sec = 0, .tv_usec = (long)(t / 1000)};
 }
 
+/* A streamed write below the rate floor: over the window that just
+ * ended (write_timeout_ns long) it got fewer than write_min_rate bytes a
+ * second, and fewer than the rest of its data.  A write that keeps up
+ * starts a new window. */
+static bool too_slow(xfer_server_conn *c, uint64_t now)
+{
+    const xfer_server_config *k = &c->srv->cfg;
+    uint64_t win = k->write_timeout_ns;
+    if (now - c->w_win_ns < win)
+        return false;
+    /* rate * window in bytes, without overflow for any sane window */
+    uint64_t want = (uint64_t)((double)k->write_min_rate * (double)win / 1e9);
+    uint64_t rest = c->wm.len - c->w_win_got;
+    uint64_t got = c->wgot - c->w_win_got;
+    if (got < (want < rest ? want : rest))
+        return true;
+    c->w_win_ns = now;
+    c->w_win_got = c->wgot;
+    return false;
+}
+
 /* Why c is to be closed now, or NULL. */
 static const char *expired(xfer_server_conn *c, uint64_t now)
 {
@@ -488,9 +509,11 @@ static const char *expired(xfer_server_conn *c, uint64_t now)
         return now - c->t_active >= k->header_timeout_ns
                    ? "replies not read after close, closed"
                    : NULL;
+    if (c->in_write && now - c->t_active >= k->write_timeout_ns)
+        return "write stalled, ended failed, closed";
     if (c->in_write)
-        return now - c->t_active >= k->write_timeout_ns
-                   ? "write stalled, ended failed, closed"
+        return too_slow(c, now)
+                   ? "write below the rate floor, ended failed, closed"
                    : NULL;
     if (c->hosted < 0 && now - c->t_accept >= k->hello_timeout_ns)
         return "no HELLO in time, closed";
@@ -522,6 +545,23 @@ void xfer_server_conn_sweep(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* The peer address of fd as 16 bytes (IPv4 mapped into IPv6); zeros
+ * when the socket says nothing (every such peer then counts as one). */
+static void peer_of(evutil_socket_t fd, uint8_t out[16])
+{
+    struct sockaddr_storage ss;
+    socklen_t n = sizeof ss;
+    memset(out, 0, 16);
+    if (getpeername(fd, (struct sockaddr *)&ss, &n) != 0)
+        return;
+    if (ss.ss_family == AF_INET6) {
+        memcpy(out, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+    } else if (ss.ss_family == AF_INET) {
+        out[10] = out[11] = 0xff;
+        memcpy(out + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+    }
+}
+
 void xfer_server_conn_accept(xfer_server *s, evutil_socket_t fd)
 {
     xfer_server_conn *c = xfer_server_calloc(s, 1, sizeof *c);
@@ -543,6 +583,7 @@ void xfer_server_conn_accept(xfer_server *s, evutil_socket_t fd)
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    peer_of(fd, c->peer);
     c->srv = s;
     c->bev = bev;
     c->rev = rev;

@@ -71,6 +71,8 @@ struct xfer_server_conn {
     /* A WRITE being streamed in. */
     bool in_write;
     uint32_t wreq, wgot;
+    uint64_t w_win_ns;  /* the rate floor's window began here ... */
+    uint32_t w_win_got; /* ... with wgot bytes received */
     xfer_wire_msg wm;
     uint8_t *dst;      /* NULL: the data is skipped */
     int32_t wrc;       /* the error to answer after skipping, or a fault */
@@ -83,6 +85,7 @@ struct xfer_server_conn {
      * (0 before); while a HELLO2 waits for its AUTH, that HELLO2 and the
      * server nonce. */
     uint16_t owner;
+    uint8_t peer[16];  /* the peer's address (IPv4 mapped into IPv6) */
     bool await_auth;
     uint32_t hello_req;
     xfer_wire_msg hello;
@@ -97,6 +100,11 @@ typedef struct xfer_server_sess {
     uint8_t role;
     bool used;         /* bound, or kept for its grace period */
     bool own;          /* a v1 HELLO's: ends with its one connection */
+    uint8_t peer[16];  /* the address of the connection that made it; kept
+                          after the slot is free, while its records and
+                          tombstones still count against that peer */
+    uint16_t ring_next, ring_prev; /* slots of the same peer, a ring (a
+                          slot alone is its own ring) */
 } xfer_server_sess;
 
 /* Injected faults (server_req.c): refused, applied but reported failed,
@@ -295,6 +303,11 @@ bool xfer_server_sess_hello(xfer_server_conn *c, const xfer_wire_hdr *h,
                             const xfer_wire_msg *m);
 /* c is closing: its session loses a connection. */
 void xfer_server_sess_unbind(xfer_server_conn *c);
+/* 0 when c's peer (its sessions together) may hold one more record of
+ * len bytes on hs (record) or one more tombstone (!record); else
+ * XFER_ERR_BUSY. */
+int32_t xfer_server_peer_room(xfer_server_conn *c, xfer_server_hosted *hs,
+                              uint32_t len, bool record);
 
 /* server_drain.c */
 void xfer_server_on_drain_tick(evutil_socket_t fd, short what,

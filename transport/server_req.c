@@ -269,6 +269,21 @@ static bool role_may(const xfer_server_conn *c, uint8_t type,
     }
 }
 
+/* The peer quota (server_sess.c) before an op that would hold something
+ * new: a reserve or eager op (a record and its tombstone slot) or a
+ * cancel (a tombstone) of an id the shard does not hold yet.  An op on an
+ * id held already takes nothing new, so it is never refused for it; nor
+ * is a region larger than the pool, which the shard refuses NO_SPACE
+ * whoever asks (the answer a producer acts on: it can never fit). */
+static int32_t peer_room(xfer_server_conn *c, xfer_server_hosted *hs,
+                         const xfer_wire_msg *m, bool record)
+{
+    if (xfer_shard_state(hs->sh, m->id) != XFER_RESV_STATE_NONE ||
+        (record && m->len > c->srv->shard_cfg[c->hosted].len))
+        return 0;
+    return xfer_server_peer_room(c, hs, record ? m->len : 0, record);
+}
+
 /* Apply a control op to the connection's shard; fills the ack. */
 static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
                      xfer_wire_msg *a)
@@ -282,8 +297,10 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
         if (c->srv->draining)
             return XFER_ERR_SHUTDOWN;
         xfer_resv_info info;
-        rc = xfer_shard_reserve_by(hs->sh, t, c->owner, m->id, m->attempt,
-                                   m->len, &info);
+        rc = peer_room(c, hs, m, true);
+        if (rc == 0)
+            rc = xfer_shard_reserve_by(hs->sh, t, c->owner, m->id,
+                                       m->attempt, m->len, &info);
         a->type = XFER_WIRE_T_RESERVE_OK;
         a->resv_id = rc ? 0 : info.resv_id;
         a->addr = rc ? 0 : info.addr;
@@ -311,13 +328,17 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
                                     m->resv_id);
     case XFER_WIRE_T_CANCEL:
         a->type = XFER_WIRE_T_CANCEL_ACK;
-        /* The consumer's cancel of one attempt applies to whoever made
-         * it (owner 0: nobody in particular, its tombstone blocks all);
-         * of attempt 0, the shard knows it for the consumer's and counts
-         * its tombstone against the consumer's session. */
-        if (c->role == XFER_WIRE_ROLE_CONSUMER && m->attempt)
-            return xfer_shard_cancel(hs->sh, t, m->id, m->attempt,
-                                     m->resv_id);
+        rc = peer_room(c, hs, m, false);
+        if (rc)
+            return rc;
+        /* The consumer's cancel, of one attempt or of any (0), applies
+         * to whoever made the record and its tombstone blocks every
+         * reserve; a tombstone it makes anew is its session's to pay
+         * for (issue 24: one of attempt 1 was nobody's, and filled the
+         * table). */
+        if (c->role == XFER_WIRE_ROLE_CONSUMER)
+            return xfer_shard_cancel_consumer_by(hs->sh, t, c->owner, m->id,
+                                                 m->attempt, m->resv_id);
         return xfer_shard_cancel_by(hs->sh, t, c->owner, m->id, m->attempt,
                                     m->resv_id);
     case XFER_WIRE_T_TAKE:
@@ -437,6 +458,8 @@ static bool start_write(xfer_server_conn *c, uint32_t req,
     c->wreq = req;
     c->wm = *m;
     c->wgot = 0;
+    c->w_win_ns = xfer_server_now(c->srv);
+    c->w_win_got = 0;
     c->dst = NULL;
     c->wrc = 0;
     bool may = role_may(c, m->type, m->attempt);
@@ -483,8 +506,12 @@ static int32_t apply_eager(xfer_server_conn *c, const xfer_wire_msg *m,
     if (c->srv->draining)
         return XFER_ERR_SHUTDOWN;
     xfer_resv_info info;
-    int rc = xfer_shard_eager_by(hs->sh, xfer_server_now(c->srv), c->owner,
-                                 m->id, m->attempt, data, m->len, &info);
+    int rc = peer_room(c, hs, m, true);
+    if (rc == 0)
+        rc = xfer_shard_eager_by(hs->sh, xfer_server_now(c->srv), c->owner,
+                                 m->id, m->attempt,
+                                 data ? data : (const uint8_t *)"", m->len,
+                                 &info);
     if (rc)
         return rc;
     xfer_server_track_reserved(c->srv, hs, m->id, m->attempt, info.resv_id,

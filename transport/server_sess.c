@@ -21,8 +21,10 @@
  *    answered with ERROR (XFER_ERR_AUTH) and the connection closes;
  *  - a session keeps the role of its first HELLO: another role answers
  *    XFER_ERR_PERM and closes;
- *  - a full session table answers XFER_ERR_BUSY and closes, and touches
- *    no other session.
+ *  - a full session table, or a new session of a peer address that holds
+ *    max_peer_sessions (bound, in grace, or not yet clean), answers
+ *    XFER_ERR_BUSY and closes, and touches no other session; a session
+ *    that already exists is never refused for its peer's bound.
  */
 #include "server_int.h"
 
@@ -34,7 +36,30 @@
 int xfer_server_sess_init(xfer_server *s)
 {
     s->sess = xfer_server_calloc(s, s->cfg.max_sessions, sizeof *s->sess);
-    return s->sess ? 0 : XFER_ERR_NOMEM;
+    if (!s->sess)
+        return XFER_ERR_NOMEM;
+    for (uint16_t i = 0; i < s->cfg.max_sessions; i++)
+        s->sess[i].ring_next = s->sess[i].ring_prev = i;
+    return 0;
+}
+
+/* Take slot i out of its peer's ring. */
+static void ring_leave(xfer_server *s, uint16_t i)
+{
+    xfer_server_sess *e = &s->sess[i];
+    s->sess[e->ring_prev].ring_next = e->ring_next;
+    s->sess[e->ring_next].ring_prev = e->ring_prev;
+    e->ring_next = e->ring_prev = i;
+}
+
+/* Put slot i (alone) into the ring of slot j. */
+static void ring_join(xfer_server *s, uint16_t i, uint16_t j)
+{
+    xfer_server_sess *e = &s->sess[i], *f = &s->sess[j];
+    e->ring_next = f->ring_next;
+    e->ring_prev = j;
+    s->sess[f->ring_next].ring_prev = i;
+    f->ring_next = i;
 }
 
 void xfer_server_sess_clear(xfer_server *s)
@@ -68,10 +93,66 @@ static void sweep(xfer_server *s, uint64_t now)
     }
 }
 
+/* Session slots that count against `peer`: bound or in their grace, or
+ * free but not clean yet (what the session left still holds the shards),
+ * so a client cannot cycle sessions past its bound either. */
+static uint32_t peer_sessions(const xfer_server *s, const uint8_t *peer,
+                              int *any)
+{
+    uint32_t n = 0;
+    *any = -1;
+    for (uint16_t i = 0; i < s->cfg.max_sessions; i++) {
+        const xfer_server_sess *e = &s->sess[i];
+        if (memcmp(e->peer, peer, sizeof e->peer) == 0 &&
+            (e->used || !owner_clean(s, (uint16_t)(i + 1)))) {
+            n++;
+            *any = i;
+        }
+    }
+    return n;
+}
+
+int32_t xfer_server_peer_room(xfer_server_conn *c, xfer_server_hosted *hs,
+                              uint32_t len, bool record)
+{
+    xfer_server *s = c->srv;
+    const xfer_server_config *k = &s->cfg;
+    uint16_t self = (uint16_t)(c->owner - 1);
+    if (!c->owner || s->sess[self].ring_next == self)
+        return 0; /* the peer's only session: its own quota is the bound */
+    uint64_t live = 0, bytes = 0, tombs = 0;
+    uint16_t i = self;
+    do {
+        uint16_t next = s->sess[i].ring_next;
+        xfer_shard_owner_use u;
+        if (xfer_shard_owner_get(hs->sh, (uint16_t)(i + 1), &u) == 0) {
+            live += u.live;
+            bytes += u.bytes;
+            tombs += u.tombstones;
+        }
+        /* a slot that holds nothing any more no longer speaks for the
+         * peer: drop it from the ring as we pass */
+        if (i != self && !s->sess[i].used &&
+            owner_clean(s, (uint16_t)(i + 1)))
+            ring_leave(s, i);
+        i = next;
+    } while (i != self);
+    uint64_t half = s->shard_cfg[hs - s->shards].len / 2;
+    uint64_t peer_bytes = k->peer_max_bytes ? k->peer_max_bytes
+                          : k->session_max_bytes > half ? k->session_max_bytes
+                                                        : half;
+    uint64_t size = ((uint64_t)len + 63) & ~(uint64_t)63;
+    bool over = tombs + 1 > k->peer_max_tombstones ||
+                (record && (live + 1 > k->peer_max_reservations ||
+                            bytes + size > peer_bytes));
+    return over ? XFER_ERR_BUSY : 0;
+}
+
 /* The owner number of session `token`, made when new; 0 when the table is
- * full (*rc BUSY) or the session has another role (*rc PERM). */
+ * full or its peer holds max_peer_sessions already (*rc BUSY), or the
+ * session has another role (*rc PERM). */
 static uint16_t bind_session(xfer_server *s, const uint8_t *token, uint8_t role,
-                     bool own, int32_t *rc)
+                     bool own, const uint8_t *peer, int32_t *rc)
 {
     sweep(s, xfer_server_now(s));
     int free_slot = -1;
@@ -92,15 +173,22 @@ static uint16_t bind_session(xfer_server *s, const uint8_t *token, uint8_t role,
             xfer_server_track_adopt(s, (uint16_t)(i + 1));
         return (uint16_t)(i + 1);
     }
-    if (free_slot < 0) {
+    int mate;
+    if (free_slot < 0 ||
+        peer_sessions(s, peer, &mate) >= s->cfg.max_peer_sessions) {
         s->sess_refused++;
         *rc = XFER_ERR_BUSY;
         return 0;
     }
     xfer_server_sess *e = &s->sess[free_slot];
+    ring_leave(s, (uint16_t)free_slot); /* whatever peer it spoke for */
     *e = (xfer_server_sess){.conns = 1, .role = role, .used = true,
-                            .own = own};
+                            .own = own, .ring_next = (uint16_t)free_slot,
+                            .ring_prev = (uint16_t)free_slot};
     memcpy(e->token, token, sizeof e->token);
+    memcpy(e->peer, peer, sizeof e->peer);
+    if (mate >= 0 && mate != free_slot)
+        ring_join(s, (uint16_t)free_slot, (uint16_t)mate);
     return (uint16_t)(free_slot + 1);
 }
 
@@ -133,7 +221,7 @@ static bool admit(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
     xfer_server *s = c->srv;
     int idx = xfer_server_find_shard(s, m->shard);
     int32_t rc = 0;
-    c->owner = bind_session(s, m->session, m->role, own, &rc);
+    c->owner = bind_session(s, m->session, m->role, own, c->peer, &rc);
     if (!c->owner)
         return refuse(c, req, m, rc);
     c->hosted = idx;

@@ -27,7 +27,10 @@
  *    subscribe, take, release and cancel as the consumer (attempt 0);
  *    anything else answers XFER_ERR_PERM.  Each session's reservations,
  *    bytes and tombstones count against its own quota per shard
- *    (session_max_*: XFER_ERR_BUSY for it alone);
+ *    (session_max_*: XFER_ERR_BUSY for it alone), and those of every
+ *    session of one peer address together against that peer's quota
+ *    (peer_max_*), a consumer's cancels included; one address holds at
+ *    most max_peer_sessions sessions;
  *  - with a secret, a peer is served only after HELLO2's challenge-
  *    response (wire.h): a v1 HELLO, a bad proof or a STATUS before it
  *    answers ERROR (XFER_ERR_AUTH) or closes; reservation ids and
@@ -47,8 +50,8 @@
  *    so is one with more than 1 MiB unread while every connection's
  *    output together passes out_max_bytes;
  *  - nothing a peer does holds a connection or a region for good: the
- *    HELLO, header, idle and write timeouts close it (a stalled write
- *    ends failed), at most max_conns are open (more are closed at once),
+ *    HELLO, header, idle and write timeouts close it (a stalled write, or
+ *    one below the rate floor write_min_rate, ends failed), at most max_conns are open (more are closed at once),
  *    and at the fd limit accepting pauses for accept_retry_ns while the
  *    open connections are served;
  *  - a peer's half-close lets the replies already queued go out first.
@@ -182,6 +185,30 @@ typedef struct xfer_server_config {
                                    long; 0: 100 ms */
     uint64_t log_interval_ns;   /* at most 20 log lines per interval, the
                                    rest counted and reported; 0: 1 s */
+    /* Issue 24: slow peers and quotas per peer. */
+    uint64_t write_min_rate;    /* bytes/s a streamed WRITE must receive
+                                   over each write_timeout_ns window (or
+                                   the rest of its data, if less): a
+                                   write slower than this ends failed and
+                                   its connection closes, so a trickle
+                                   cannot hold a region past its lease;
+                                   0: 64 KiB/s */
+    uint16_t max_peer_sessions; /* sessions one peer address may hold
+                                   (bound, or kept for their grace, or
+                                   whose records and tombstones have not
+                                   all ended): past it a new session of
+                                   that address answers XFER_ERR_BUSY,
+                                   so one client cannot fill the session
+                                   table; 0: max_sessions / 16, at least
+                                   1 */
+    /* What the sessions of one peer address hold together per shard
+     * (each session's own quota still applies): past it a reserve, or a
+     * cancel that needs a new tombstone, answers XFER_ERR_BUSY for that
+     * peer's sessions only.  0: half of max_reservations, of the shard's
+     * pool, of max_tombstones, or the session's quota if that is more. */
+    uint32_t peer_max_reservations;
+    uint64_t peer_max_bytes;
+    uint32_t peer_max_tombstones;
 } xfer_server_config;
 
 /* Write the version and every default into *cfg (base, shards and nshards

@@ -214,22 +214,29 @@ XFER_API int xfer_shard_eager_by(xfer_shard *s, uint64_t now_ns,
                                  uint32_t attempt, const void *data,
                                  uint32_t len, xfer_resv_info *info);
 
+/* The most disjoint written ranges a reservation keeps past its written
+ * prefix (see write_begin): a write that would make more is refused. */
+#define XFER_SHARD_MAX_FRAGMENTS 8
+
 /*
  * Begin a write of len bytes at off inside the reservation.  On 0, *dst
  * points into the pool (valid until the matching write_end) and the write
  * is in flight: the memory is pinned until write_end.
  * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOT_FOUND, XFER_ERR_STALE (attempt
  * or resv_id mismatch), XFER_ERR_BOUNDS, XFER_ERR_CANCELLED, XFER_ERR_EXPIRED,
- * XFER_ERR_STATE, XFER_ERR_BUSY (2^32 - 1 writes already in flight),
- * XFER_ERR_PERM (_by: another owner's record).
+ * XFER_ERR_STATE, XFER_ERR_BUSY (2^32 - 1 writes already in flight, or
+ * the write alone would leave more than XFER_SHARD_MAX_FRAGMENTS written
+ * ranges past the prefix), XFER_ERR_PERM (_by: another owner's record).
  *
- * What a write counts for the commit: a write that ends ok while it was
- * the only one in flight on its reservation marks its bytes written when
- * it starts inside what is already written (so the written part is always
- * a prefix [0, n)); a write that fails unmarks from its offset on (or
- * everything, if it ran next to another write); writes that ran next to
- * each other mark nothing.  The transports write each reservation with
- * one write, so their commits always find it whole.
+ * What a write counts for the commit: the bytes of a write that ends ok
+ * while it was the only one in flight on its reservation are marked
+ * written, wherever they lie in the region, in any order, overlapping
+ * what is already written or not; a write that fails unmarks its range
+ * (or everything, if it ran next to another write); writes that ran next
+ * to each other mark nothing.  The written bytes are kept as a set of at
+ * most XFER_SHARD_MAX_FRAGMENTS ranges past the written prefix: a write
+ * that would leave more is refused (XFER_ERR_BUSY, nothing touched), so
+ * the set is bounded whatever a peer sends.
  */
 XFER_API int xfer_shard_write_begin(xfer_shard *s, uint64_t now_ns, uint64_t id,
                            uint32_t attempt, uint64_t resv_id, uint64_t off,
@@ -284,6 +291,18 @@ XFER_API int xfer_shard_cancel(xfer_shard *s, uint64_t now_ns, uint64_t id,
 XFER_API int xfer_shard_cancel_by(xfer_shard *s, uint64_t now_ns,
                                   uint16_t owner, uint64_t id,
                                   uint32_t attempt, uint64_t resv_id);
+/* The consumer's cancel of one attempt (attempt != 0; 0 is the same as
+ * xfer_shard_cancel_by's), made by consumer session `owner`: like a
+ * consumer's cancel it applies to whichever owner's record holds that
+ * attempt (never PERM) and its tombstone blocks every reserve of the id;
+ * a tombstone it must make anew (an id the shard does not hold) is
+ * charged to `owner`'s tombstone quota (XFER_ERR_BUSY past it), so a
+ * consumer session cannot fill the table with tombstones nobody pays
+ * for.  Other errors: those of xfer_shard_cancel. */
+XFER_API int xfer_shard_cancel_consumer_by(xfer_shard *s, uint64_t now_ns,
+                                           uint16_t owner, uint64_t id,
+                                           uint32_t attempt,
+                                           uint64_t resv_id);
 
 /* Take (pin) READY data for the consumer.  *data and *len written on 0.
  * Errors: XFER_ERR_NOT_FOUND, XFER_ERR_STALE, XFER_ERR_CANCELLED,

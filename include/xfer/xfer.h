@@ -199,6 +199,24 @@ XFER_API int xfer_engine_add_group(xfer_engine *e, xfer_transport tp,
                           uint32_t *group);
 
 /*
+ * A transfer id nobody without `key` can predict (issue 24; docs/design.md
+ * section 5.1, "Who owns an id"): the first 8 bytes of HMAC-SHA256 under
+ * key of "xfer-id" and `name` (a request's name, say), little-endian, 0
+ * mapped to 1.  A producer and the consumers it serves derive the same id
+ * from the same key and name; another producer session of the group (who
+ * holds the group secret, not this key) cannot reserve it first, because
+ * it cannot name it.  key (16..256 bytes) and name (name_len bytes, at
+ * most XFER_ID_NAME_MAX, may be empty) are borrowed until return.  *out
+ * written on 0.  Any thread.
+ * Errors: XFER_ERR_INVALID_ARG (NULL key or out, a key of a bad length,
+ * NULL name with name_len > 0, a name too long), XFER_ERR_INTERNAL (the
+ * HMAC failed).
+ */
+#define XFER_ID_NAME_MAX 1024
+XFER_API int xfer_id_keyed(const void *key, size_t key_len, const void *name,
+                           size_t name_len, uint64_t *out);
+
+/*
  * Submit a transfer.  `d` and its slices are copied.  On 0, cb is called
  * exactly once, later, from the loop.  On an error cb is never called.
  * Loop thread only.

@@ -361,7 +361,13 @@ START_TEST(test_soak_hostile_mix)
             "--session-max-resv", "40", "--session-max-bytes", "640K",
             "--max-resv", "8192",
             "--session-max-tombs", "64", "--write-timeout", "300ms",
-            "--header-timeout", "300ms", "--hello-timeout", "300ms", NULL};
+            "--header-timeout", "300ms", "--hello-timeout", "300ms",
+            /* every peer here is 127.0.0.1: the bounds per peer address
+             * would count the attacker and the good producer as one, so
+             * they are lifted to the caps (the sessions' quotas still
+             * add up to them) */
+            "--max-peer-sessions", "200", "--peer-max-resv", "8192",
+            "--peer-max-bytes", "128M", "--peer-max-tombs", "16384", NULL};
         ck_assert_int_eq(mp_xferd(&d[k], 0, args), 0);
         ports[k] = d[k].port;
         rss0[k] = rss_kb(d[k].pid);

@@ -12,7 +12,15 @@
  *         [--session-max-bytes SIZE] [--session-max-tombs N]
  *         [--hello-timeout DUR] [--header-timeout DUR] [--idle-timeout DUR]
  *         [--write-timeout DUR] [--max-conns N] [--out-max SIZE]
- *         [--rdma]
+ *         [--rdma] [--write-min-rate SIZE] [--max-peer-sessions N]
+ *         [--peer-max-resv N] [--peer-max-bytes SIZE] [--peer-max-tombs N]
+ *
+ * --write-min-rate SIZE (bytes/s, default 64K): a streamed WRITE slower
+ * than this over a --write-timeout window ends failed.
+ * --max-peer-sessions N (default max-sessions / 16): sessions one peer
+ * address may hold, those in their grace period included.
+ * --peer-max-resv/-bytes/-tombs: what the sessions of one peer address
+ * hold together per shard (default half of each cap).
  *
  * --secret-file PATH: peers authenticate with HELLO2's challenge-response
  * (HMAC-SHA256 under the file's bytes, 16..256; a file group or others
@@ -119,6 +127,9 @@ typedef struct xd_config {
     uint64_t hello_to, header_to, idle_to, write_to;
     uint64_t max_conns, out_max;
     bool rdma;                 /* --rdma */
+    /* issue 24: the write rate floor, sessions per peer (0: defaults) */
+    uint64_t write_min_rate, peer_sessions;
+    uint64_t peer_resv, peer_bytes, peer_tombs;
 } xd_config;
 
 typedef struct opts {
@@ -333,6 +344,17 @@ static const cli_flag flags[] = {
     {"metrics-max-conns", 0, "N", "metrics: open connections (64)", 1243},
     {"metrics-idle-timeout", 0, "DUR",
      "metrics: close a connection idle this long (10s)", 1244},
+    {"write-min-rate", 0, "SIZE",
+     "a WRITE receiving less per second over a write-timeout window fails "
+     "(64K)", 1024},
+    {"max-peer-sessions", 0, "N", "sessions per peer address "
+     "(max-sessions / 16)", 1025},
+    {"peer-max-resv", 0, "N", "reservations per peer address and shard "
+     "(half the cap, at least the session quota)", 1026},
+    {"peer-max-bytes", 0, "SIZE", "bytes per peer address and shard "
+     "(half the pool, at least the session quota)", 1027},
+    {"peer-max-tombs", 0, "N", "tombstones per peer address and shard "
+     "(half the cap, at least the session quota)", 1028},
     CLI_HELP,
     CLI_VERSION,
     {NULL, 0, NULL, NULL, 0}};
@@ -508,6 +530,26 @@ static int parse_one(int c, const char *arg, opts *o)
                           ? bad("metrics connection cap", arg) : 0;
     case 1244: return parse_dur(arg, &o->m_idle) || !o->m_idle
                           ? bad("metrics idle timeout", arg) : 0;
+    case 1024: return parse_size(arg, &o->cfg.write_min_rate) ||
+                          !o->cfg.write_min_rate
+                          ? bad("write rate floor (bytes/s)", arg) : 0;
+    case 1025:
+        return parse_u64(arg, &o->cfg.peer_sessions, 65535) ||
+                       !o->cfg.peer_sessions
+                   ? bad("sessions per peer", arg)
+                   : 0;
+    case 1026:
+        return parse_u64(arg, &o->cfg.peer_resv, 1u << 24)
+                   ? bad("peer reservation quota", arg)
+                   : 0;
+    case 1027:
+        return parse_size(arg, &o->cfg.peer_bytes)
+                   ? bad("peer byte quota", arg)
+                   : 0;
+    case 1028:
+        return parse_u64(arg, &o->cfg.peer_tombs, 1u << 30)
+                   ? bad("peer tombstone quota", arg)
+                   : 0;
     default: return bad("flag", arg);
     }
 }
@@ -792,6 +834,11 @@ static int start_server(xferd *d)
     sc.write_timeout_ns = c->write_to;
     sc.max_conns = (uint32_t)c->max_conns;
     sc.out_max_bytes = c->out_max;
+    sc.write_min_rate = c->write_min_rate;
+    sc.max_peer_sessions = (uint16_t)c->peer_sessions;
+    sc.peer_max_reservations = (uint32_t)c->peer_resv;
+    sc.peer_max_bytes = c->peer_bytes;
+    sc.peer_max_tombstones = (uint32_t)c->peer_tombs;
     int rc = c->rdma ? xfer_server_new_rdma(&sc, NULL, &d->srv)
                      : xfer_server_new(&sc, &d->srv);
     for (uint32_t i = 0; rc == 0 && i < c->nrules; i++)
