@@ -23,6 +23,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "auth.h" /* wire_private_dep: HELLO2 as a client */
 #include "mp.h"
 #include "testutil.h"
@@ -442,6 +444,7 @@ START_TEST(test_hostile_keyed_ids_cannot_be_squatted)
     ck_assert_ptr_nonnull(f);
     fputs(GROUP_KEY, f);
     fclose(f);
+    chmod(path, 0600); /* xferd refuses a secret others may read */
     const char *args[] = {"--pool", "1M", "--quiet", "--lease-ttl", "2s",
                           "--secret-file", path, NULL};
     start(args);
