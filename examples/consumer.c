@@ -63,6 +63,7 @@ static void outcome(sched *s)
 static void available(void *ud, uint64_t id, uint32_t attempt,
                       const xfer_region *regions, uint16_t n)
 {
+    (void)attempt;
     sched *s = ud;
     for (uint16_t k = 0; k < n; k++)
         printf("id %llu shard %u: %u bytes at offset %llu\n",

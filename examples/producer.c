@@ -29,6 +29,7 @@ static unsigned ok, failed;
 
 static void done(void *ud, const xfer_result *r)
 {
+    (void)ud;
     if (r->status == 0)
         ok++;
     else
@@ -48,6 +49,9 @@ static void idle(void *ud)
 
 static void tick(evutil_socket_t fd, short what, void *ud)
 {
+    (void)fd;
+    (void)what;
+    (void)ud;
 }
 
 /* Run the loop until every shard is connected (at most 5 s). */

@@ -50,6 +50,8 @@ static void drained(void *ud, bool clean)
 
 static void on_term(evutil_socket_t sig, short what, void *ud)
 {
+    (void)sig;
+    (void)what;
     worker *w = ud;
     if (xfer_server_drain(w->srv, drained, w) != 0)
         event_base_loopbreak(w->base); /* a second signal: now */

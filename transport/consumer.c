@@ -13,6 +13,7 @@
 #include "base_ref.h"
 #include "consumer_int.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include <event2/event.h>
@@ -33,7 +34,13 @@ void xfer_consumer_config_default(xfer_consumer_config *cfg)
     cfg->reconnect_min_ns = 10000000ull;
     cfg->reconnect_max_ns = 1000000000ull;
     cfg->mailbox_cap = 65536;
+    cfg->request_timeout_ns = 5000000000ull;
 }
+
+/* The bytes each version of xfer_consumer_config holds (fsm/util.h). */
+static const size_t config_lens[] = {
+    offsetof(xfer_consumer_config, request_timeout_ns),
+    sizeof(xfer_consumer_config)};
 
 void *xfer_consumer_calloc(const xfer_consumer *c, size_t n, size_t size)
 {
@@ -227,12 +234,14 @@ bool xfer_consumer_connected(const xfer_consumer *c, uint16_t k)
 
 static int take_config(xfer_consumer *c, const xfer_consumer_config *cfg)
 {
-    if (cfg->version != XFER_CONSUMER_CONFIG_VERSION || !cfg->base ||
-        !cfg->addrs || !cfg->available || !cfg->unavailable ||
-        cfg->nshards == 0 || cfg->nshards > XFER_MAX_SHARDS)
-        return XFER_ERR_INVALID_ARG;
-    c->cfg = *cfg;
     xfer_consumer_config *k = &c->cfg;
+    memset(k, 0, sizeof *k); /* a version 1 config: the rest defaults */
+    if (xfer_util_versioned_copy(k, cfg, cfg->version, config_lens,
+                                 XFER_UTIL_NVERSIONS(config_lens)) ||
+        !k->base || !k->addrs || !k->available || !k->unavailable ||
+        k->nshards == 0 || k->nshards > XFER_MAX_SHARDS)
+        return XFER_ERR_INVALID_ARG;
+    k->version = XFER_CONSUMER_CONFIG_VERSION;
     k->addrs = NULL; /* copied into the links */
     if (!k->max_ids)
         k->max_ids = 65536;
@@ -250,6 +259,8 @@ static int take_config(xfer_consumer *c, const xfer_consumer_config *cfg)
         k->reconnect_max_ns = 1000000000ull;
     if (!k->mailbox_cap)
         k->mailbox_cap = 65536;
+    if (!k->request_timeout_ns)
+        k->request_timeout_ns = 5000000000ull;
     if (!k->clock)
         k->clock = xfer_clock_monotonic;
     return 0;

@@ -20,6 +20,7 @@
 #include <event2/util.h>
 
 #include "auth.h"   /* HELLO2: the session, the secret */
+#include "backoff.h" /* reconnect delays */
 #include "engine_int.h"
 #include "timer.h" /* the deadline timer, xfer_timer_delay */
 #include "heap.h"  /* fsm_private_dep: expect deadlines, by time */
@@ -40,6 +41,7 @@ typedef struct xfer_consumer_req {
     uint32_t attempt;
     uint64_t id;
     uint64_t resv_id;
+    uint64_t sent_ns; /* in q: when it was sent (request_timeout_ns) */
 } xfer_consumer_req;
 
 enum { XFER_CLINK_DOWN, XFER_CLINK_CONNECTING, XFER_CLINK_HELLO,
@@ -52,9 +54,12 @@ typedef struct xfer_consumer_link {
     int salen;
     struct bufferevent *bev;
     struct event *retry;
+    struct event *req_timer; /* the oldest request's deadline */
     uint8_t state;
     bool broken;          /* a send failed: taken down from the loop */
-    uint64_t backoff_ns;
+    bool dialled;         /* dialled at least once: later dials count as
+                             reconnects */
+    xfer_backoff bo;      /* reconnect delays (backoff.h) */
     uint32_t next_req;
     xfer_consumer_req *q; /* outstanding requests, oldest first, */
     xfer_ring qr;         /* in a FIFO over this ring */

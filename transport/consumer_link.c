@@ -2,7 +2,7 @@
  * transport/consumer_link.c - the consumer's connection to one shard
  * server: connect, HELLO (role consumer) and SUBSCRIBE pipelined, then
  * EVENTs fed to the readiness machine and replies matched to the requests
- * that are outstanding; on loss, a reconnect with doubling backoff.
+ * that are outstanding; on loss, a reconnect after a jittered backoff.
  *
  * What must stay true:
  *  - peer input is never trusted: a frame the decoder refuses, a reply
@@ -22,7 +22,15 @@
  *    repeat is harmless: both are idempotent on the shard), and the queue
  *    is sent, oldest first, when the link is up again; the application's
  *    cancels are sent once more to a shard that comes back, which may
- *    have restarted and forgotten them (consumer_ready.c).
+ *    have restarted and forgotten them (consumer_ready.c);
+ *  - every request sent is answered within request_timeout_ns (issue 24):
+ *    the server answers in order, so one timer per link watches the
+ *    oldest outstanding request (HELLO2 and SUBSCRIBE included), and a
+ *    shard that leaves it unanswered with its socket open is taken down
+ *    as lost, so no take and no handshake can hang an id for good;
+ *  - reconnects back off (backoff.h): a link that breaks before it stayed
+ *    up for reconnect_max_ns is redialled after a jittered, doubling
+ *    delay, never at once.
  */
 #include "consumer_int.h"
 
@@ -74,12 +82,32 @@ static bool counted(uint8_t type)
     return owes_answer(type) || type == XFER_WIRE_T_TAKE;
 }
 
+static uint64_t now_ns(const xfer_consumer_link *l)
+{
+    return xfer_consumer_now(l->c);
+}
+
+/* The oldest outstanding request's deadline, if the timer is idle (a
+ * running timer already watches an older one). */
+static void arm_req_timer(xfer_consumer_link *l, uint64_t delay_ns)
+{
+    if (evtimer_pending(l->req_timer, NULL))
+        return;
+    struct timeval tv = xfer_timer_delay(delay_ns);
+    evtimer_add(l->req_timer, &tv);
+}
+
 static int q_push_req(xfer_consumer_link *l, const xfer_consumer_req *r)
 {
-    int rc = fifo_push(l, &l->q, &l->qr, r);
-    if (!rc && counted(r->type))
+    xfer_consumer_req s = *r;
+    s.sent_ns = now_ns(l);
+    int rc = fifo_push(l, &l->q, &l->qr, &s);
+    if (rc)
+        return rc;
+    if (counted(r->type))
         l->owed++;
-    return rc;
+    arm_req_timer(l, l->c->cfg.request_timeout_ns);
+    return 0;
 }
 
 static int q_push(xfer_consumer_link *l, uint32_t req, uint8_t type,
@@ -260,7 +288,7 @@ static bool on_handshake(xfer_consumer_link *l, const xfer_wire_hdr *h,
     if (r->req == REQ_SUBSCRIBE && h->type == XFER_WIRE_T_SUBSCRIBE_ACK) {
         xfer_consumer *c = l->c;
         l->state = XFER_CLINK_UP;
-        l->backoff_ns = 0;
+        xfer_backoff_up(&l->bo, now_ns(l));
         c->st.connects++;
         xfer_consumer_cancels_replay(c, l->shard);
         flush_queued(l);
@@ -360,6 +388,23 @@ bad:
 
 static void start_connect(xfer_consumer_link *l);
 
+/* The oldest request's deadline: a shard that has not answered it by then
+ * is taken down as lost (its socket may stay open for ever). */
+static void on_req_timer(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_consumer_link *l = arg;
+    if (xfer_ring_empty(&l->qr) || !l->bev)
+        return;
+    const xfer_consumer_req *r = &l->q[xfer_ring_slot(&l->qr, 0)];
+    uint64_t due = r->sent_ns + l->c->cfg.request_timeout_ns, now = now_ns(l);
+    if (now < due) {
+        arm_req_timer(l, due - now);
+        return;
+    }
+    l->c->st.request_timeouts++;
+    link_down(l, false);
+}
+
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
     xfer_consumer_link *l = arg;
@@ -418,6 +463,8 @@ static void start_connect(xfer_consumer_link *l)
         return;
     }
     l->state = XFER_CLINK_CONNECTING;
+    c->st.reconnects += l->dialled;
+    l->dialled = true;
     xfer_ring_reset(&l->qr);
     l->owed = 0;
     l->next_req = REQ_SUBSCRIBE;
@@ -457,11 +504,10 @@ static void link_down(xfer_consumer_link *l, bool failed_connect)
     } else if (failed_connect) {
         c->st.connect_failures++;
     }
-    uint64_t b = l->backoff_ns;
-    l->backoff_ns = b == 0 ? c->cfg.reconnect_min_ns
-                   : 2 * b > c->cfg.reconnect_max_ns ? c->cfg.reconnect_max_ns
-                                                     : 2 * b;
-    struct timeval tv = xfer_timer_delay(was_up ? 1000 : l->backoff_ns);
+    evtimer_del(l->req_timer);
+    struct timeval tv = xfer_timer_delay(
+        xfer_backoff_lost(&l->bo, now_ns(l), c->cfg.reconnect_min_ns,
+                          c->cfg.reconnect_max_ns));
     evtimer_add(l->retry, &tv);
     /* The takes it answered may have been all a close waited for. */
     xfer_consumer_close_check(c);
@@ -476,8 +522,14 @@ int xfer_consumer_link_init(xfer_consumer *c, uint16_t k, const char *addr)
     if (!addr || evutil_parse_sockaddr_port(addr, (struct sockaddr *)&l->sa,
                                             &l->salen) != 0)
         return XFER_ERR_INVALID_ARG;
+    uint8_t seed[sizeof c->session + 2];
+    memcpy(seed, c->session, sizeof c->session);
+    seed[sizeof c->session] = (uint8_t)k;
+    seed[sizeof c->session + 1] = (uint8_t)(k >> 8);
+    xfer_backoff_init(&l->bo, seed, sizeof seed);
     l->retry = evtimer_new(c->base, on_retry, l);
-    if (!l->retry)
+    l->req_timer = evtimer_new(c->base, on_req_timer, l);
+    if (!l->retry || !l->req_timer)
         return XFER_ERR_IO;
     start_connect(l);
     return 0;
@@ -491,6 +543,8 @@ void xfer_consumer_link_clear(xfer_consumer_link *l)
         bufferevent_free(l->bev);
     if (l->retry)
         event_free(l->retry);
+    if (l->req_timer)
+        event_free(l->req_timer);
     xfer_consumer_free(l->c, l->q);
     xfer_consumer_free(l->c, l->p);
     memset(l, 0, sizeof *l);

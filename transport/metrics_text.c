@@ -292,6 +292,12 @@ void xfer_metrics_consumer(xfer_metrics_text *t, const xfer_consumer *c)
         "Shard connections established.", st.connects);
     one(t, "xfer_consumer_link_losses_total", "counter",
         "Shard connections lost.", st.losses);
+    one(t, "xfer_consumer_reconnects_total", "counter",
+        "Dials after a link's first, each after the backoff.",
+        st.reconnects);
+    one(t, "xfer_consumer_request_timeouts_total", "counter",
+        "Links taken down for a request not answered in time.",
+        st.request_timeouts);
     one(t, "xfer_consumer_bad_frames_total", "counter",
         "Shard connections closed for bad input.", st.bad_frames);
     fam(t, "xfer_consumer_events_total", "counter",

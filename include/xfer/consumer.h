@@ -75,7 +75,7 @@ struct event_base;
 struct xfer_ctl;
 typedef struct xfer_consumer xfer_consumer;
 
-#define XFER_CONSUMER_CONFIG_VERSION 1
+#define XFER_CONSUMER_CONFIG_VERSION 2
 #define XFER_CONSUMER_STATS_VERSION 2
 
 /* One shard's part of an available id. */
@@ -120,7 +120,11 @@ typedef struct xfer_consumer_config {
     uint64_t ready_deadline_ns; /* from an id's first ready; 0: 30 s */
     uint64_t tombstone_ttl_ns; /* 0: 60 s */
     uint64_t connect_timeout_ns; /* 0: 2 s */
-    uint64_t reconnect_min_ns; /* 0: 10 ms, doubled per failure */
+    /* Reconnects: the delay doubles from min to max per failure, each
+     * drawn in [d/2, d]; a link that breaks before it stayed up for max
+     * (a shard that closes after HELLO) does not reset it; one that
+     * stayed up longer is redialled at once. */
+    uint64_t reconnect_min_ns; /* 0: 10 ms */
     uint64_t reconnect_max_ns; /* 0: 1 s */
     uint32_t mailbox_cap;      /* 0: 65536 */
     xfer_trace_sink trace;     /* the readiness machine's records (tag them
@@ -135,6 +139,13 @@ typedef struct xfer_consumer_config {
                                   OS CSPRNG at creation */
     const uint8_t *secret;     /* 16..256 bytes, copied; NULL: none */
     size_t secret_len;
+    /* Version 2.  Every request a link sends (HELLO2 and SUBSCRIBE, TAKE,
+     * RELEASE, CANCEL) is answered within this, or the link is taken
+     * down as lost (takes outstanding fail XFER_ERR_CONN_LOST, so their
+     * ids end unavailable; cancels and releases are sent again on the
+     * next connection) and redialled: a shard that hangs with its socket
+     * open cannot hold an id without an outcome.  0: 5 s. */
+    uint64_t request_timeout_ns;
 } xfer_consumer_config;
 
 /* Write the version and every default into *cfg.  NULL ok. */
@@ -273,6 +284,10 @@ typedef struct xfer_consumer_stats {
     uint64_t cancels_replayed; /* sent again to a shard that came back */
     uint64_t requests_dropped; /* could be neither sent nor queued (no
                                   memory) */
+    uint64_t reconnects;       /* dials after a link's first */
+    uint64_t request_timeouts; /* links taken down for a request that
+                                  was not answered within
+                                  request_timeout_ns */
 } xfer_consumer_stats;
 
 /* Counters: the fields of stats version `version` are written to *st

@@ -147,6 +147,7 @@ void pyx_config_consumer(const pyx_consumer_opts *o, struct event_base *base,
     cfg->connect_timeout_ns = o->connect_timeout_ns;
     cfg->reconnect_min_ns = o->reconnect_min_ns;
     cfg->reconnect_max_ns = o->reconnect_max_ns;
+    cfg->request_timeout_ns = o->request_timeout_ns;
     memcpy(cfg->session, o->auth.session, sizeof cfg->session);
     auth_secret(&o->auth, &cfg->secret, &cfg->secret_len);
 }
@@ -220,7 +221,8 @@ PyObject *pyx_stats_tcp(const xfer_tcp_stats *st)
                  F(st, hello_refused), F(st, ops_started), F(st, ops_sent),
                  F(st, ops_waited), F(st, results), F(st, failed_conn_lost),
                  F(st, failed_down), F(st, aborted), F(st, refs_outstanding),
-                 F(st, bytes_referenced), F(st, bad_frames), F(st, resets)};
+                 F(st, bytes_referenced), F(st, bad_frames), F(st, resets),
+                 F(st, bad_replies), F(st, reconnects)};
     return dict_of(f, NF(f));
 }
 
@@ -335,6 +337,7 @@ PyObject *pyx_stats_consumer(const xfer_consumer_stats *st)
         F(st, user_cancels), F(st, mail_refused), F(st, pending),
         F(st, held), F(st, held_bytes), F(st, tombstones),
         F(st, requests_queued), F(st, requests_resent),
-        F(st, cancels_replayed), F(st, requests_dropped)};
+        F(st, cancels_replayed), F(st, requests_dropped),
+        F(st, reconnects), F(st, request_timeouts)};
     return dict_of(f, NF(f));
 }

@@ -336,13 +336,14 @@ static int take_buffers(pyx_cside *cs, PyObject *buffers)
     return rc;
 }
 
-static int parse_durations(PyObject *d[5], pyx_consumer_opts *o)
+static int parse_durations(PyObject *d[6], pyx_consumer_opts *o)
 {
     return pyx_ns_of(d[0], &o->ready_deadline_ns) ||
            pyx_ns_of(d[1], &o->tombstone_ttl_ns) ||
            pyx_ns_of(d[2], &o->connect_timeout_ns) ||
            pyx_ns_of(d[3], &o->reconnect_min_ns) ||
-           pyx_ns_of(d[4], &o->reconnect_max_ns);
+           pyx_ns_of(d[4], &o->reconnect_max_ns) ||
+           pyx_ns_of(d[5], &o->request_timeout_ns);
 }
 
 /* The addresses as C strings, borrowed from the sequence's str objects. */
@@ -389,9 +390,9 @@ static int consumer_init(PyObject *obj, PyObject *args, PyObject *kw)
                           "max_tombstones", "mailbox_cap", "ready_deadline",
                           "tombstone_ttl", "connect_timeout",
                           "reconnect_min", "reconnect_max", "secret",
-                          "session", NULL};
+                          "session", "request_timeout", NULL};
     pyx_consumer *self = (pyx_consumer *)obj;
-    PyObject *addrs, *buffers = Py_None, *d[5] = {0};
+    PyObject *addrs, *buffers = Py_None, *d[6] = {0};
     PyObject *secret = NULL, *session = NULL;
     const char *shm = NULL;
     pyx_consumer_opts o = {0};
@@ -400,11 +401,12 @@ static int consumer_init(PyObject *obj, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Consumer.__init__ called twice");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zOIIIIOOOOOOO:Consumer",
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$zOIIIIOOOOOOOO:Consumer",
                                      kwl, &addrs, &shm, &buffers, &o.group,
                                      &o.max_ids, &o.max_tombstones,
                                      &o.mailbox_cap, &d[0], &d[1], &d[2],
-                                     &d[3], &d[4], &secret, &session) ||
+                                     &d[3], &d[4], &secret, &session,
+                                     &d[5]) ||
         pyx_auth_parse(secret, session, &o.auth))
         return -1;
     if (shm && buffers != Py_None) {

@@ -280,7 +280,7 @@ typedef struct pyx_server_opts {
 typedef struct pyx_consumer_opts {
     uint32_t group, max_ids, max_tombstones, mailbox_cap;
     uint64_t ready_deadline_ns, tombstone_ttl_ns, connect_timeout_ns;
-    uint64_t reconnect_min_ns, reconnect_max_ns;
+    uint64_t reconnect_min_ns, reconnect_max_ns, request_timeout_ns;
     pyx_auth auth;
 } pyx_consumer_opts;
 

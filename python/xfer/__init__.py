@@ -511,7 +511,8 @@ class Consumer(_Closing, _xfer.Consumer):
     every shard (the producer's commit fails).  Keywords (0 or None: the
     library's default): group, max_ids, max_tombstones, mailbox_cap,
     ready_deadline, tombstone_ttl, connect_timeout, reconnect_min,
-    reconnect_max (seconds); secret (bytes, 16..256) and session (16
+    reconnect_max, request_timeout (seconds: a shard that leaves a request
+    unanswered this long is taken down as lost); secret (bytes, 16..256) and session (16
     bytes, default drawn at random) as for xfer.Tcp.
 
     cancel_shards(id) -> (acked, refused) says which shards acknowledged

@@ -20,6 +20,13 @@
  * band that this build does not know (a newer shard's) fails the op with
  * XFER_ERR_REMOTE and keeps the connection.
  *
+ * Class 2, the consumer has deadlines (a fake shard that hangs):
+ * test_victims_consumer_take_never_answered: READY, then the TAKE it
+ * causes is never answered; the id still ends (unavailable, CONN_LOST)
+ * once request_timeout_ns takes the link down;
+ * test_victims_consumer_hello_never_answered: a HELLO2 never answered is
+ * dialled again after the request timeout.
+ *
  * Class 3, reconnects back off:
  * test_victims_backoff_delays: the delay arithmetic (backoff.h): every
  * delay in [d/2, d], d doubling from min to max, reset only after a
@@ -28,7 +35,9 @@
  * right after its HELLO_ACK is not redialled at once (on fdf0a61 it was,
  * 240-356 times a second): with a 10 s minimum backoff, no second dial
  * arrives while the loop runs for 0.5 s, and the loss is counted (stats
- * and the xfer_tcp_* metrics).
+ * and the xfer_tcp_* metrics);
+ * test_victims_consumer_flapping_shard_not_redialled_at_once: the same
+ * for the consumer's link (on fdf0a61 redialled after 1 microsecond).
  */
 #include <check.h>
 #include <signal.h>
@@ -47,7 +56,9 @@
 #include "backoff.h" /* transport/: the delay arithmetic */
 #include "mp.h"
 #include "testutil.h"
+#include "xfer/consumer.h"
 #include "xfer/metrics.h"
+#include "xfer/shard.h"
 #include "xfer/tcp.h"
 #include "xfer/xfer.h"
 
@@ -405,6 +416,209 @@ START_TEST(test_victims_flapping_shard_not_redialled_at_once)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------- */
+/* The consumer as the victim (class 2: deadlines; class 3: backoff)       */
+/* ---------------------------------------------------------------------- */
+
+typedef struct cvictim {
+    int lis, conn;
+    uint16_t port;
+    char addr[32];
+    struct event_base *base;
+    xfer_consumer *c;
+    int noutcomes;
+    uint64_t last_id;
+    int32_t last_reason;
+} cvictim;
+
+static void cv_available(void *ud, uint64_t id, uint32_t attempt,
+                         const xfer_region *reg, uint16_t n)
+{
+    cvictim *v = ud;
+    v->noutcomes++;
+    v->last_id = id;
+    v->last_reason = 0;
+}
+
+static void cv_unavailable(void *ud, uint64_t id, int32_t reason,
+                           uint64_t shards)
+{
+    cvictim *v = ud;
+    v->noutcomes++;
+    v->last_id = id;
+    v->last_reason = reason;
+}
+
+static void cv_new(cvictim *v, uint64_t req_timeout_ns, uint64_t min_ns,
+                   uint64_t max_ns)
+{
+    memset(v, 0, sizeof *v);
+    signal(SIGPIPE, SIG_IGN);
+    victim tmp;
+    fake_listen(&tmp);
+    v->lis = tmp.lis;
+    v->port = tmp.port;
+    memcpy(v->addr, tmp.addr, sizeof v->addr);
+    v->conn = -1;
+    v->base = event_base_new();
+    const char *addrs[1] = {v->addr};
+    xfer_consumer_config cc;
+    xfer_consumer_config_default(&cc);
+    cc.base = v->base;
+    cc.nshards = 1;
+    cc.addrs = addrs;
+    cc.available = cv_available;
+    cc.unavailable = cv_unavailable;
+    cc.ud = v;
+    cc.request_timeout_ns = req_timeout_ns;
+    cc.reconnect_min_ns = min_ns;
+    cc.reconnect_max_ns = max_ns;
+    ck_assert_int_eq(xfer_consumer_new(&cc, &v->c), 0);
+}
+
+static void cv_del(cvictim *v)
+{
+    xfer_consumer_del(v->c);
+    event_base_loop(v->base, EVLOOP_NONBLOCK);
+    event_base_free(v->base);
+    if (v->conn >= 0)
+        close(v->conn);
+    close(v->lis);
+}
+
+/* Turn the consumer's loop until fd is readable (or ms pass). */
+static bool cv_pump_until_readable(cvictim *v, int fd, int ms)
+{
+    uint64_t end = mp_now_ms() + (uint64_t)ms;
+    while (mp_now_ms() < end) {
+        event_base_loop(v->base, EVLOOP_NONBLOCK);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 5) == 1)
+            return true;
+    }
+    return false;
+}
+
+/* Accept the consumer's link and read its HELLO2 and SUBSCRIBE; answer
+ * them when `answer`. */
+static void cv_accept(cvictim *v, bool answer)
+{
+    ck_assert(cv_pump_until_readable(v, v->lis, 5000));
+    v->conn = accept(v->lis, NULL, NULL);
+    ck_assert_int_ge(v->conn, 0);
+    struct timeval tv = {5, 0};
+    setsockopt(v->conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    xfer_wire_hdr h[2];
+    xfer_wire_msg m[2];
+    for (int i = 0; i < 2; i++) {
+        ck_assert(cv_pump_until_readable(v, v->conn, 5000));
+        ck_assert_int_eq(tw_recv_msg(v->conn, &h[i], &m[i]), 0);
+    }
+    ck_assert_int_eq(m[0].type, XFER_WIRE_T_HELLO2);
+    ck_assert_int_eq(m[1].type, XFER_WIRE_T_SUBSCRIBE);
+    if (!answer)
+        return;
+    xfer_wire_msg a = {.type = XFER_WIRE_T_HELLO_ACK, .version = 1,
+                       .shard = 0, .pool_bytes = 1u << 20,
+                       .max_write = XFER_WIRE_MAX_DATA};
+    ck_assert_int_eq(tw_send_msg(v->conn, &a, h[0].req, NULL), 0);
+    xfer_wire_msg b = {.type = XFER_WIRE_T_SUBSCRIBE_ACK};
+    ck_assert_int_eq(tw_send_msg(v->conn, &b, h[1].req, NULL), 0);
+    uint64_t end = mp_now_ms() + 5000;
+    while (!xfer_consumer_connected(v->c, 0) && mp_now_ms() < end)
+        event_base_loop(v->base, EVLOOP_NONBLOCK);
+    ck_assert(xfer_consumer_connected(v->c, 0));
+}
+
+/* A shard that says READY and never answers the TAKE it causes: the id
+ * still ends (unavailable, CONN_LOST) once the request timeout takes the
+ * link down.  On fdf0a61 it had no outcome for good. */
+START_TEST(test_victims_consumer_take_never_answered)
+{
+    static cvictim v;
+    cv_new(&v, 300000000ull, 10000000ull, 100000000ull);
+    cv_accept(&v, true);
+    xfer_wire_msg ev = {.type = XFER_WIRE_T_EVENT,
+                        .kind = XFER_SHARD_EV_READY, .shard = 0, .id = 7,
+                        .attempt = 1, .resv_id = 5, .len = 64};
+    ck_assert_int_eq(tw_send_msg(v.conn, &ev, 0, NULL), 0);
+    ck_assert(cv_pump_until_readable(&v, v.conn, 5000));
+    xfer_wire_hdr h;
+    xfer_wire_msg m;
+    ck_assert_int_eq(tw_recv_msg(v.conn, &h, &m), 0);
+    ck_assert_int_eq(m.type, XFER_WIRE_T_TAKE);
+    ck_assert_uint_eq(m.id, 7);
+    /* never answered */
+    uint64_t end = mp_now_ms() + 10000;
+    while (v.noutcomes == 0 && mp_now_ms() < end)
+        event_base_loop(v.base, EVLOOP_NONBLOCK);
+    ck_assert_int_eq(v.noutcomes, 1);
+    ck_assert_uint_eq(v.last_id, 7);
+    ck_assert_int_eq(v.last_reason, XFER_ERR_CONN_LOST);
+    xfer_consumer_stats st;
+    xfer_consumer_stats_get(v.c, &st);
+    ck_assert_uint_eq(st.request_timeouts, 1);
+    ck_assert_uint_eq(st.losses, 1);
+    cv_del(&v);
+}
+END_TEST
+
+/* A shard that accepts and never answers HELLO2: the link is dialled
+ * again after the request timeout.  On fdf0a61 it waited for ever. */
+START_TEST(test_victims_consumer_hello_never_answered)
+{
+    static cvictim v;
+    cv_new(&v, 300000000ull, 10000000ull, 100000000ull);
+    cv_accept(&v, false);
+    int first = v.conn;
+    v.conn = -1;
+    cv_accept(&v, false); /* the second dial */
+    close(first);
+    ck_assert(!xfer_consumer_connected(v.c, 0));
+    xfer_consumer_stats st;
+    xfer_consumer_stats_get(v.c, &st);
+    ck_assert_uint_ge(st.request_timeouts, 1);
+    ck_assert_uint_ge(st.reconnects, 1);
+    cv_del(&v);
+}
+END_TEST
+
+/* A shard that closes right after the handshake is not redialled at once
+ * (on fdf0a61: after 1 microsecond): with a 10 s minimum backoff no
+ * second dial comes while the loop runs for 0.5 s. */
+START_TEST(test_victims_consumer_flapping_shard_not_redialled_at_once)
+{
+    static cvictim v;
+    cv_new(&v, 5000000000ull, 10000000000ull, 20000000000ull);
+    cv_accept(&v, true);
+    close(v.conn);
+    v.conn = -1;
+    uint64_t end = mp_now_ms() + 500;
+    int dials = 0;
+    while (mp_now_ms() < end) {
+        event_base_loop(v.base, EVLOOP_NONBLOCK);
+        struct pollfd p = {.fd = v.lis, .events = POLLIN};
+        if (poll(&p, 1, 5) == 1) {
+            int fd = accept(v.lis, NULL, NULL);
+            if (fd >= 0)
+                close(fd);
+            dials++;
+        }
+    }
+    ck_assert_int_eq(dials, 0);
+    xfer_consumer_stats st;
+    xfer_consumer_stats_get(v.c, &st);
+    ck_assert_uint_eq(st.losses, 1);
+    ck_assert_uint_eq(st.reconnects, 0);
+    char text[8192];
+    ck_assert_uint_lt(xfer_consumer_metrics(v.c, text, sizeof text),
+                      sizeof text);
+    ck_assert_ptr_nonnull(
+        strstr(text, "\nxfer_consumer_reconnects_total 0\n"));
+    cv_del(&v);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("victims");
@@ -418,5 +632,12 @@ int main(void)
     tcase_add_test(tc, test_victims_backoff_delays);
     tcase_add_test(tc, test_victims_flapping_shard_not_redialled_at_once);
     suite_add_tcase(s, tc);
+    TCase *tcc = tcase_create("consumer");
+    tcase_set_timeout(tcc, 60);
+    tcase_add_test(tcc, test_victims_consumer_take_never_answered);
+    tcase_add_test(tcc, test_victims_consumer_hello_never_answered);
+    tcase_add_test(tcc,
+                   test_victims_consumer_flapping_shard_not_redialled_at_once);
+    suite_add_tcase(s, tcc);
     return tu_run(s);
 }
