@@ -588,7 +588,8 @@ START_TEST(test_config_stats_versioned)
     EXPECT_REFUSED(xfer_readiness_stats_get_versioned, r,
                    xfer_readiness_stats);
     EXPECT_REFUSED(xfer_loop_stats_get_versioned, l, xfer_loop_stats);
-    EXPECT_REFUSED(xfer_tcp_stats_get_versioned, t, xfer_tcp_stats);
+    EXPECT_REFUSED_V(xfer_tcp_stats_get_versioned, t, xfer_tcp_stats,
+                     XFER_TCP_STATS_VERSION);
 
     EXPECT_FILLED(xfer_core_stats_get_versioned, xfer_core_stats_get, core,
                   xfer_core_stats);
@@ -600,8 +601,8 @@ START_TEST(test_config_stats_versioned)
                   xfer_readiness_stats_get, r, xfer_readiness_stats);
     EXPECT_FILLED(xfer_loop_stats_get_versioned, xfer_loop_stats_get, l,
                   xfer_loop_stats);
-    EXPECT_FILLED(xfer_tcp_stats_get_versioned, xfer_tcp_stats_get, t,
-                  xfer_tcp_stats);
+    EXPECT_FILLED_V(xfer_tcp_stats_get_versioned, xfer_tcp_stats_get, t,
+                    xfer_tcp_stats, XFER_TCP_STATS_VERSION);
 
     xfer_core_stats cs;
     xfer_core_stats_get(core, &cs);
