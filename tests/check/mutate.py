@@ -150,6 +150,15 @@ MUTANTS = {
         '            for (uint16_t j = 0; j < t->nshards; j++)\n'
         '                t->shards[j].eager = XFER_SUB_OK;\n'
         '        }\n'),
+    # Issue 30: the eager bound is off by one, so a slice of exactly
+    # eager_max_bytes (every slice of the checker's world) never takes the
+    # eager path.  Every invariant holds on the plain path: the --eager
+    # runs passed with such a bug until each mode had to reach its feature
+    # (reach.h); now they exit 3.
+    'eager_never': (
+        'transfer.c',
+        '        if (t->shards[k].len > max)\n',
+        '        if (t->shards[k].len >= max)\n'),
     # The end of a shutdown skips unregistering the pools: the callback is
     # called with every pool still registered.  fsm/life.c is the registry
     # of the real engine and of the checker's engine model alike (issue 14).

@@ -143,6 +143,8 @@ static void part_finish(ck_world *w, const ck_msg *m, int how)
 {
     bool ok = how == HOW_DELIVER || how == HOW_LOST;
     int32_t rc = end_write(w, m, ok);
+    if (ok && rc == 0 && m->part > 0)
+        ck_reach_note(w, CK_R_WRITE2);
     int32_t st = how == HOW_DELIVER ? rc
                  : how == HOW_LOST  ? XFER_ERR_CONN_LOST
                  : how == HOW_FAIL  ? XFER_ERR_IO
@@ -182,6 +184,8 @@ static void write_parts(ck_world *w, ck_msg m, int how)
                                         m.attempt, m.resv_id, off, pm.len,
                                         &dst);
         ck_monitor_shard_op(w, &pm, rc, NULL);
+        if (rc == XFER_ERR_BUSY)
+            ck_reach_note(w, CK_R_CAP);
         if (rc) {
             first = first ? first : rc;
             continue;
@@ -232,6 +236,10 @@ static void op_arrives(ck_world *w, ck_msg m, int how)
     xfer_resv_info info;
     memset(&info, 0, sizeof info);
     int32_t rc = apply_op(w, &m, &info);
+    if (m.op == XFER_OP_EAGER && rc == 0)
+        ck_reach_note(w, CK_R_EAGER);
+    else if (rc == XFER_ERR_BUSY)
+        ck_reach_note(w, CK_R_CAP);
     ck_monitor_shard_op(w, &m, rc, &info);
     if (m.op == XFER_OP_RESERVE && rc == 0 && w->cfg->rdma)
         ck_rdma_reserved(w, &m, &info);
@@ -308,6 +316,8 @@ static void to_readiness(ck_world *w, const ck_msg *m, int how)
     }
     /* E2E: an event the tracker refused at its cap (I11's BUSY) is lost
      * to it, like one dropped on the way. */
+    if (rc == XFER_ERR_BUSY)
+        ck_reach_note(w, CK_R_CAP);
     if (w->cfg->e2e && rc == XFER_ERR_BUSY)
         w->env.e2e_exempt |= (uint8_t)(1u << m->tr);
     ck_consumer_drain_ready(w);

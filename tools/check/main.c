@@ -38,7 +38,10 @@
  *
  * Exit status: 0 every invariant held (or --help), 1 a violation (printed
  * step by step, with a trace file and a choices file), 2 bad arguments
- * (one line on stderr saying what was wrong).  XFER_SEED overrides --seed.
+ * (one line on stderr saying what was wrong), 3 every invariant held but
+ * a feature the arguments ask for was never reached (reach.h: a line
+ * "UNREACHED --eager: no eager op was ever taken" for each).  XFER_SEED
+ * overrides --seed.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -300,7 +303,9 @@ static const cli check_cli = {
     .epilog = "fault classes (--faults):\n" CK_FAULTS(FAULT_LINE_)
               "exit: 0 every invariant held, 1 a violation (printed step by "
               "step,\nwith a trace file and a choices file), 2 bad "
-              "arguments.\n",
+              "arguments, 3 every invariant held\nbut a feature the "
+              "arguments ask for was never reached (a line UNREACHED\nfor "
+              "each).\n",
     .flags = flags};
 
 /* The numopts row of a numeric flag's key, found by the flag's name. */
@@ -450,7 +455,7 @@ static int run_bfs(const opts *o)
                o->cfg.rdma ? ", RLAND, RREADY, RINVAL" : "",
                o->cfg.liveness_all ? " and state" : "",
                r.out_of_memory ? " in the part explored" : "");
-        return 0;
+        return ck_reach_report(&o->cfg, r.reach) ? 0 : 3;
     }
     int rc = violation(o, &r, &o->cfg);
     ck_path_free(&r.path);
@@ -471,7 +476,7 @@ static int run_random(const opts *o)
     if (inv < 0) {
         printf("all invariants held (I1-I14, I10 by replaying every walk, "
                "liveness at the end of every walk)\n");
-        return 0;
+        return ck_reach_report(&o->cfg, r.reach) ? 0 : 3;
     }
     ck_config c = o->cfg;
     c.faults = r.faults;

@@ -100,6 +100,7 @@ static void landing(ck_world *w, const ck_msg *m)
     xfer_resv_state rs = xfer_shard_state(w->sh[m->shard], m->tr + 1u);
     bool ours = c->live && c->resv_id == m->resv_id;
     unsigned other = reused_by(w, m);
+    ck_reach_note(w, CK_R_RLAND);
     if (ours && (rs == XFER_RESV_STATE_READY || rs == XFER_RESV_STATE_TAKEN))
         ck_monitor_fail(w, CK_RREADY, "a one-sided write of id %u attempt %u "
                         "(resv %llu) landed on shard %u in a %s region: READY "
@@ -191,7 +192,9 @@ void ck_rdma_inval(ck_world *w, const ck_msg *m)
     }
     int rc = xfer_shard_invalidated(w->sh[m->shard], w->env.now, m->tr + 1u,
                                     m->resv_id);
-    if (rc)
+    if (rc == 0)
+        ck_reach_note(w, CK_R_RINVAL);
+    else
         ck_monitor_fail(w, CK_RINVAL, "shard %u refused the invalidation of "
                         "id %u (resv %llu) it asked for: %s", m->shard,
                         m->tr + 1u, (unsigned long long)m->resv_id,

@@ -413,7 +413,10 @@ static bool child(worker *k, size_t ji, const uint8_t *blob, size_t blen,
     if (take(k, ji, key, id, m, &c)) {
         ck_level_add(&c->lv, c->lv.first + (uint32_t)c->lv.n, k->tmp, len,
                      &lay, b->cfg->S, b->cfg->paranoid);
-        if (!ck_guard_liveness(&k->w))
+        k->w.reach_off = true; /* a claim may be displaced: not counted */
+        bool ok = ck_guard_liveness(&k->w);
+        k->w.reach_off = false;
+        if (!ok)
             return found(k, CK_SEEN_TAG(id, m), ji, id, (uint16_t)m, true);
         dirty = CK_M_ALL; /* liveness moved every machine */
     }
@@ -863,6 +866,9 @@ static int bfs_run(const ck_config *cfg, unsigned threads, bool shared,
     }
     if (out->out_of_memory)
         out->states = ck_seen_count(&b->seen);
+    for (unsigned t = 0; t < b->nthreads; t++)
+        for (unsigned r = 0; r < CK_R_COUNT_; r++)
+            out->reach[r] += b->wk[t].w.reach[r];
     out->mem_bytes = atomic_load(&b->peak_mem);
     out->secs = now_s() - t0;
     out->cpu_secs = cpu_s() - c0;
@@ -986,6 +992,7 @@ int ck_search_random(const ck_config *cfg, uint64_t seed, uint64_t runs,
         }
     }
     out->secs = now_s() - t0;
+    memcpy(out->reach, k.w.reach, sizeof out->reach);
     ck_path_free(&p);
     walker_free(&k);
     return out->inv;

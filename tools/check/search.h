@@ -26,6 +26,10 @@ typedef struct ck_outcome {
     double cpu_secs;     /* BFS: CPU time of the process, every thread */
     uint64_t seed;       /* random: the seed of the failing run */
     uint32_t faults;     /* the fault classes of the failing run */
+    /* reach.h: each feature's events over every explored transition (and
+     * the E2E verdicts at the end of every path); when no violation
+     * stopped the search, the same for every number of threads */
+    uint64_t reach[CK_R_COUNT_];
 } ck_outcome;
 
 /* Exhaustive BFS on `threads` threads (0 means 1: the plain BFS, a set

@@ -198,6 +198,7 @@ static void fire_core(ck_world *w)
     if (!w->in_liveness && d > w->env.now && !retry_waiting(w)) {
         w->env.expiries++;
         w->env.disturb++;
+        ck_reach_note(w, CK_R_DEADLINE);
     }
     advance(w, d);
     ck_monitor_core_timer(w);
@@ -223,6 +224,8 @@ static void fire_ready(ck_world *w)
 static void submit(ck_world *w, unsigned t, bool late)
 {
     int rc = ck_engine_submit(w, t);
+    if (rc == XFER_ERR_BUSY)
+        ck_reach_note(w, CK_R_CAP);
     ck_monitor_submit(w, t, rc, late);
     ck_engine_drain(w);
 }
@@ -231,6 +234,8 @@ static void cancel(ck_world *w, unsigned t)
 {
     xfer_transfer_state before = xfer_core_state(w->core, t + 1u);
     int rc = xfer_core_cancel(w->core, w->env.now, t + 1u);
+    if (rc == XFER_ERR_BUSY)
+        ck_reach_note(w, CK_R_CAP);
     ck_monitor_cancel(w, t, rc, before);
     ck_engine_drain(w);
 }
@@ -239,6 +244,7 @@ static void crash(ck_world *w)
 {
     /* The producer is gone: its replies are never read. */
     w->env.crashed = 1;
+    ck_reach_note(w, CK_R_CRASH);
     for (unsigned i = w->env.nmsg; i-- > 0;)
         if (w->msg[i].kind == MK_RES)
             ck_net_remove(w, i);
@@ -279,6 +285,7 @@ static void stale_reply(ck_world *w, unsigned t, unsigned k)
 
 static void apply_env(ck_world *w, ck_move mv)
 {
+    int rc;
     if (!w->in_liveness && mv.kind != MV_SUBMIT && mv.kind != MV_FIRE_CORE)
         w->env.disturb++;
     switch (mv.kind) {
@@ -288,13 +295,16 @@ static void apply_env(ck_world *w, ck_move mv)
         break;
     case MV_LATE:
         w->env.lates++;
+        ck_reach_note(w, CK_R_LATE);
         submit(w, mv.arg, true);
         break;
     case MV_CANCEL:
         w->env.cancels++;
+        ck_reach_note(w, CK_R_CANCEL);
         cancel(w, mv.arg);
         break;
     case MV_SHUTDOWN:
+        ck_reach_note(w, CK_R_SHUTDOWN);
         ck_engine_shutdown(w);
         break;
     case MV_CCANCEL:
@@ -302,8 +312,13 @@ static void apply_env(ck_world *w, ck_move mv)
          * XFER_ERR_BUSY at the tombstone cap was answered to its caller,
          * who knows the id was not cancelled (I8 does not bind it). */
         w->env.ccancels++;
-        if (xfer_readiness_cancel(w->rd, w->env.now, mv.arg + 1u) == 0)
+        rc = xfer_readiness_cancel(w->rd, w->env.now, mv.arg + 1u);
+        if (rc == 0) {
+            ck_reach_note(w, CK_R_CONSUMER);
             ck_monitor_ccancel(w, mv.arg);
+        } else if (rc == XFER_ERR_BUSY) {
+            ck_reach_note(w, CK_R_CAP);
+        }
         ck_consumer_drain_ready(w);
         break;
     case MV_FIRE_CORE:
@@ -312,19 +327,23 @@ static void apply_env(ck_world *w, ck_move mv)
     case MV_FIRE_SHARD:
         if (!w->in_liveness)
             w->env.expiries++;
+        ck_reach_note(w, CK_R_LEASE);
         fire_shard(w, mv.arg);
         break;
     case MV_FIRE_READY:
         if (!w->in_liveness)
             w->env.expiries++;
+        ck_reach_note(w, CK_R_DEADLINE);
         fire_ready(w);
         break;
     case MV_DUP:
         w->env.dups++;
+        ck_reach_note(w, CK_R_DUP);
         duplicate(w, mv.arg);
         break;
     case MV_STALE:
         w->env.dups++;
+        ck_reach_note(w, CK_R_STALE);
         stale_reply(w, mv.arg / CK_MAX_S, mv.arg % CK_MAX_S);
         break;
     default:
@@ -344,6 +363,14 @@ void ck_step_apply(ck_world *w, ck_move mv)
 {
     static const int how[] = {HOW_DELIVER, HOW_FAIL, HOW_LOST, HOW_ABORT};
     if (mv.kind <= MV_ABORT) {
+        const ck_msg *m = &w->msg[mv.arg];
+        if (mv.kind == MV_ABORT)
+            ck_reach_note(w, CK_R_ABORT);
+        else if (mv.kind != MV_DELIVER)
+            ck_reach_note(w, m->kind != MK_OP && !(m->flags & MF_LANDED)
+                                 ? CK_R_DROP
+                             : mv.kind == MV_FAIL ? CK_R_FAIL
+                                                  : CK_R_LOST);
         if (mv.kind == MV_FAIL || mv.kind == MV_LOST) {
             w->env.faults++;
             w->env.disturb++;

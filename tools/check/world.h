@@ -19,6 +19,7 @@
 /* fsm_private_dep: the engine model keeps its staging pool registry and
  * shutdown in fsm/life.h, the engine's own (plain bytes, saved with env). */
 #include "life.h"
+#include "reach.h"
 #include "xfer/core.h"
 #include "xfer/readiness.h"
 #include "xfer/shard.h"
@@ -340,6 +341,13 @@ typedef struct ck_world {
     /* where the last save or load found each machine's blob (not
      * encoded) */
     ck_layout lay;
+    /* reach.h: how often each feature's events happened in the moves
+     * applied to this world (summed over every state it expanded); not
+     * encoded, so the state counts stay.  reach_off: count nothing (a
+     * --liveness all check of a state, which several threads may run
+     * more than once). */
+    uint64_t reach[CK_R_COUNT_];
+    bool reach_off;
 } ck_world;
 
 /* Build the world in its initial state (cfg and tr borrowed for its
