@@ -140,17 +140,39 @@ static void victim_del(victim *v)
         close(v->lis);
 }
 
-/* Turn the loop until fd is readable (or 5 s). */
-static bool pump_until_readable(victim *v, int fd)
+/* Turn base's loop until fd is readable (or ms pass). */
+static bool pump_readable(struct event_base *base, int fd, int ms)
 {
-    uint64_t end = mp_now_ms() + 5000;
+    uint64_t end = mp_now_ms() + (uint64_t)ms;
     while (mp_now_ms() < end) {
-        event_base_loop(v->base, EVLOOP_NONBLOCK);
+        event_base_loop(base, EVLOOP_NONBLOCK);
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 5) == 1)
             return true;
     }
     return false;
+}
+
+static bool pump_until_readable(victim *v, int fd)
+{
+    return pump_readable(v->base, fd, 5000);
+}
+
+/* Dials the listener saw (each accepted and closed) while base's loop ran
+ * for ms. */
+static int dials_within(struct event_base *base, int lis, int ms)
+{
+    int dials = 0;
+    uint64_t end = mp_now_ms() + (uint64_t)ms;
+    for (;;) {
+        uint64_t now = mp_now_ms();
+        if (now >= end || !pump_readable(base, lis, (int)(end - now)))
+            return dials;
+        int fd = accept(lis, NULL, NULL);
+        if (fd >= 0)
+            close(fd);
+        dials++;
+    }
 }
 
 /* Accept the producer's connection and answer its HELLO2. */
@@ -382,19 +404,7 @@ START_TEST(test_victims_flapping_shard_not_redialled_at_once)
     v.conn = -1;
     /* No second dial while the loop runs for 0.5 s (the backoff is at
      * least 5 s): the listener's queue stays empty. */
-    end = mp_now_ms() + 500;
-    int dials = 0;
-    while (mp_now_ms() < end) {
-        event_base_loop(v.base, EVLOOP_NONBLOCK);
-        struct pollfd p = {.fd = v.lis, .events = POLLIN};
-        if (poll(&p, 1, 5) == 1) {
-            int fd = accept(v.lis, NULL, NULL);
-            if (fd >= 0)
-                close(fd);
-            dials++;
-        }
-    }
-    ck_assert_int_eq(dials, 0);
+    ck_assert_int_eq(dials_within(v.base, v.lis, 500), 0);
     xfer_tcp_stats st;
     xfer_tcp_stats_get(v.tcp, &st);
     ck_assert_uint_eq(st.losses, 1);
@@ -486,17 +496,9 @@ static void cv_del(cvictim *v)
     close(v->lis);
 }
 
-/* Turn the consumer's loop until fd is readable (or ms pass). */
 static bool cv_pump_until_readable(cvictim *v, int fd, int ms)
 {
-    uint64_t end = mp_now_ms() + (uint64_t)ms;
-    while (mp_now_ms() < end) {
-        event_base_loop(v->base, EVLOOP_NONBLOCK);
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 5) == 1)
-            return true;
-    }
-    return false;
+    return pump_readable(v->base, fd, ms);
 }
 
 /* Accept the consumer's link and read its HELLO2 and SUBSCRIBE; answer
@@ -593,19 +595,7 @@ START_TEST(test_victims_consumer_flapping_shard_not_redialled_at_once)
     cv_accept(&v, true);
     close(v.conn);
     v.conn = -1;
-    uint64_t end = mp_now_ms() + 500;
-    int dials = 0;
-    while (mp_now_ms() < end) {
-        event_base_loop(v.base, EVLOOP_NONBLOCK);
-        struct pollfd p = {.fd = v.lis, .events = POLLIN};
-        if (poll(&p, 1, 5) == 1) {
-            int fd = accept(v.lis, NULL, NULL);
-            if (fd >= 0)
-                close(fd);
-            dials++;
-        }
-    }
-    ck_assert_int_eq(dials, 0);
+    ck_assert_int_eq(dials_within(v.base, v.lis, 500), 0);
     xfer_consumer_stats st;
     xfer_consumer_stats_get(v.c, &st);
     ck_assert_uint_eq(st.losses, 1);
