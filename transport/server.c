@@ -18,6 +18,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -185,14 +186,21 @@ static int take_secret(xfer_server *s, const xfer_server_config *cfg)
     return 0;
 }
 
+/* The bytes each version of xfer_server_config holds (fsm/util.h). */
+static const size_t config_lens[] = {
+    offsetof(xfer_server_config, write_min_rate),
+    sizeof(xfer_server_config)};
+
 /* Copy cfg into s with every "0 means the default" filled in. */
 static int take_config(xfer_server *s, const xfer_server_config *cfg)
 {
-    if (cfg->version != XFER_SERVER_CONFIG_VERSION || !cfg->base ||
-        !shards_ok(cfg))
-        return XFER_ERR_INVALID_ARG;
-    s->cfg = *cfg;
     xfer_server_config *c = &s->cfg;
+    memset(c, 0, sizeof *c); /* a version 1 config: the rest defaults */
+    if (xfer_util_versioned_copy(c, cfg, cfg->version, config_lens,
+                                 XFER_UTIL_NVERSIONS(config_lens)) ||
+        !c->base || !shards_ok(c))
+        return XFER_ERR_INVALID_ARG;
+    c->version = XFER_SERVER_CONFIG_VERSION;
     const char *addr = cfg->addr ? cfg->addr : "127.0.0.1";
     if (strlen(addr) >= sizeof s->addr)
         return XFER_ERR_INVALID_ARG;

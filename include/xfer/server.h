@@ -89,7 +89,7 @@ struct event_base;
 struct xfer_ctl;
 typedef struct xfer_server xfer_server;
 
-#define XFER_SERVER_CONFIG_VERSION 1
+#define XFER_SERVER_CONFIG_VERSION 2
 #define XFER_SERVER_STATS_VERSION 2
 
 /* One line about bad input or a dropped connection ("conn 3 bad frame
@@ -185,7 +185,8 @@ typedef struct xfer_server_config {
                                    long; 0: 100 ms */
     uint64_t log_interval_ns;   /* at most 20 log lines per interval, the
                                    rest counted and reported; 0: 1 s */
-    /* Issue 24: slow peers and quotas per peer. */
+    /* Version 2 (issue 24): slow peers and quotas per peer.  A version 1
+     * config gets their defaults. */
     uint64_t write_min_rate;    /* bytes/s a streamed WRITE must receive
                                    over each write_timeout_ns window (or
                                    the rest of its data, if less): a

@@ -6,6 +6,7 @@
  * regions must still be the canary.
  */
 #include <check.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -322,7 +323,9 @@ START_TEST(test_server_config_checked)
     c.shards = sh;
     xfer_server *s = (xfer_server *)&c; /* must stay untouched */
     xfer_server *keep = s;
-    c.version = 2;
+    c.version = XFER_SERVER_CONFIG_VERSION + 1; /* a newer program's */
+    ck_assert_int_eq(xfer_server_new(&c, &s), XFER_ERR_INVALID_ARG);
+    c.version = 0;
     ck_assert_int_eq(xfer_server_new(&c, &s), XFER_ERR_INVALID_ARG);
     c.version = XFER_SERVER_CONFIG_VERSION;
     c.nshards = 2;
@@ -339,6 +342,15 @@ START_TEST(test_server_config_checked)
     ck_assert_uint_gt(xfer_server_port(s), 0);
     ck_assert_uint_eq(xfer_server_nshards(s), 2);
     ck_assert_uint_eq(xfer_server_shard_index(s, 1), 1);
+    xfer_server_del(s);
+    /* A program built against version 1 (before issue 24's fields): its
+     * struct ends before them, and what lies past it is not read. */
+    xfer_server_config v1 = c;
+    v1.version = 1;
+    memset(&v1.write_min_rate, 0xFF,
+           sizeof v1 - offsetof(xfer_server_config, write_min_rate));
+    ck_assert_int_eq(xfer_server_new(&v1, &s), 0);
+    ck_assert_uint_gt(xfer_server_port(s), 0);
     xfer_server_del(s);
     event_base_free(base);
 }
