@@ -34,6 +34,7 @@
 #include <event2/event.h>
 
 #include "mp.h"
+#include "raw.h"
 #include "testutil.h"
 #include "xfer/errors.h"
 
@@ -85,37 +86,6 @@ static int open_fds(pid_t pid)
         n += e->d_name[0] != '.';
     closedir(dd);
     return n;
-}
-
-/* CPU seconds (user + system) process pid has used. */
-static double cpu_s(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *p = strrchr(buf, ')');
-    unsigned long ut = 0, st = 0;
-    ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
-                            "%*u %lu %lu", &ut, &st), 2);
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
-static long rss_kib(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    long kib = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld", &kib) == 1)
-            break;
-    fclose(f);
-    return kib;
 }
 
 /* Bytes of file path (its lines holding `what` when what != NULL). */
@@ -296,11 +266,11 @@ START_TEST(test_hostile_metrics_fd_limit_pauses)
         ck_assert_int_ge(wait[i], 0);
     }
     sleep_ms(200);
-    double cpu0 = cpu_s(d.pid);
+    double cpu0 = hr_cpu_s(d.pid);
     struct stat st0, st1;
     ck_assert_int_eq(stat(d.log, &st0), 0);
     sleep_ms(1500);
-    double cpu = cpu_s(d.pid) - cpu0;
+    double cpu = hr_cpu_s(d.pid) - cpu0;
     ck_assert_int_eq(stat(d.log, &st1), 0);
     long logged = (long)(st1.st_size - st0.st_size);
     printf("metrics fd limit: %.3f CPU s in 1.5 s, %ld log bytes\n", cpu,
@@ -554,7 +524,7 @@ START_TEST(test_hostile_metrics_attack_spares_transfers)
     uint64_t quiet_ms = transfers(r, id);
     id += NTRANSFERS;
     int fds0 = open_fds(d.pid);
-    long rss0 = rss_kib(d.pid);
+    long rss0 = hr_rss_kib(d.pid);
     shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ck_assert_ptr_ne(sh, MAP_FAILED);
@@ -563,7 +533,7 @@ START_TEST(test_hostile_metrics_attack_spares_transfers)
     int decoy_fds_max = r->fds_max;
     r->fds_max = 0;
     attack_phase(r, mport, sh, &id, &ms, &n);
-    long rss1 = rss_kib(d.pid);
+    long rss1 = hr_rss_kib(d.pid);
     for (int i = 0; i < A_COUNT; i++)
         printf("metrics attack: %-22s %" PRIu64 "\n", a_name[i],
                sh->attacks[i]);

@@ -26,11 +26,11 @@
 
 #include "auth.h" /* wire_private_dep: HELLO2's proofs, as a client */
 #include "mp.h"
+#include "raw.h"
 #include "testutil.h"
 #include "xfer/errors.h"
 
 static mp_proc d;
-static uint32_t req = 100;
 
 /* A short lease, so what a hostile peer leaves reserved ends soon. */
 static const char *const plain_args[] = {"--pool", "1M", "--quiet",
@@ -61,39 +61,6 @@ static int join(uint16_t port, uint8_t tag, uint8_t role)
     return fd;
 }
 
-/* One request, one reply. */
-static xfer_wire_msg call(int fd, const xfer_wire_msg *m, const void *data)
-{
-    xfer_wire_hdr h;
-    xfer_wire_msg r;
-    uint32_t q = req++;
-    ck_assert_int_eq(tw_send_msg(fd, m, q, data), 0);
-    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
-    ck_assert_uint_eq(h.req, q);
-    return r;
-}
-
-static int32_t code_of(const xfer_wire_msg *r)
-{
-    return r->type == XFER_WIRE_T_ERROR ? r->code : 0;
-}
-
-static xfer_wire_msg reserve(int fd, uint64_t id, uint32_t len)
-{
-    xfer_wire_msg m = {.type = XFER_WIRE_T_RESERVE, .id = id, .attempt = 1,
-                       .len = len};
-    return call(fd, &m, NULL);
-}
-
-static int32_t op(int fd, uint8_t type, uint64_t id, uint32_t attempt,
-                  uint64_t resv)
-{
-    xfer_wire_msg m = {.type = type, .id = id, .attempt = attempt,
-                       .resv_id = resv};
-    xfer_wire_msg r = call(fd, &m, NULL);
-    return code_of(&r);
-}
-
 static int32_t write_all(int fd, uint64_t id, uint64_t resv, uint32_t len,
                          uint8_t fill)
 {
@@ -101,9 +68,9 @@ static int32_t write_all(int fd, uint64_t id, uint64_t resv, uint32_t len,
     memset(data, fill, len);
     xfer_wire_msg w = {.type = XFER_WIRE_T_WRITE, .id = id, .attempt = 1,
                        .len = len, .resv_id = resv};
-    xfer_wire_msg r = call(fd, &w, data);
+    xfer_wire_msg r = hr_call(fd, &w, data);
     free(data);
-    return code_of(&r);
+    return hr_code_of(&r);
 }
 
 /* The well-behaved pair: producer session 0x60 reserves, writes, commits
@@ -112,17 +79,17 @@ static void good_pair_works(uint64_t id)
 {
     int p = join(d.port, 0x60, XFER_WIRE_ROLE_PRODUCER);
     int c = join(d.port, 0x61, XFER_WIRE_ROLE_CONSUMER);
-    xfer_wire_msg r = reserve(p, id, 4096);
-    ck_assert_int_eq(code_of(&r), 0);
+    xfer_wire_msg r = hr_reserve(p, id, 4096);
+    ck_assert_int_eq(hr_code_of(&r), 0);
     uint64_t resv = r.resv_id;
     ck_assert_int_eq(write_all(p, id, resv, 4096, 0x3c), 0);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, id, 1, resv), 0);
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, id, 1, resv), 0);
     xfer_wire_msg t = {.type = XFER_WIRE_T_TAKE, .id = id, .attempt = 1,
                        .resv_id = resv};
-    r = call(c, &t, NULL);
+    r = hr_call(c, &t, NULL);
     ck_assert_int_eq(r.type, XFER_WIRE_T_TAKE_OK);
     ck_assert_uint_eq(r.len, 4096);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, id, 1, resv), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_RELEASE, id, 1, resv), 0);
     close(p);
     close(c);
 }
@@ -151,19 +118,19 @@ START_TEST(test_hostile_ownership)
     start(plain_args);
     int v = join(d.port, 0x01, XFER_WIRE_ROLE_PRODUCER);
     int a = join(d.port, 0x02, XFER_WIRE_ROLE_PRODUCER);
-    xfer_wire_msg r = reserve(v, 7, 4096);
-    ck_assert_int_eq(code_of(&r), 0);
+    xfer_wire_msg r = hr_reserve(v, 7, 4096);
+    ck_assert_int_eq(hr_code_of(&r), 0);
     uint64_t resv = r.resv_id;
     ck_assert_int_eq(write_all(a, 7, resv, 4096, 0xee), XFER_ERR_PERM);
-    ck_assert_int_eq(op(a, XFER_WIRE_T_COMMIT, 7, 1, resv), XFER_ERR_PERM);
-    ck_assert_int_eq(op(a, XFER_WIRE_T_CANCEL, 7, 1, resv), XFER_ERR_PERM);
-    r = reserve(a, 7, 4096); /* nor take the id over */
-    ck_assert_int_eq(code_of(&r), XFER_ERR_PERM);
-    ck_assert_int_eq(op(a, XFER_WIRE_T_TAKE, 7, 1, resv), XFER_ERR_PERM);
-    ck_assert_int_eq(op(a, XFER_WIRE_T_RELEASE, 7, 1, resv), XFER_ERR_PERM);
+    ck_assert_int_eq(hr_op(a, XFER_WIRE_T_COMMIT, 7, 1, resv), XFER_ERR_PERM);
+    ck_assert_int_eq(hr_op(a, XFER_WIRE_T_CANCEL, 7, 1, resv), XFER_ERR_PERM);
+    r = hr_reserve(a, 7, 4096); /* nor take the id over */
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_PERM);
+    ck_assert_int_eq(hr_op(a, XFER_WIRE_T_TAKE, 7, 1, resv), XFER_ERR_PERM);
+    ck_assert_int_eq(hr_op(a, XFER_WIRE_T_RELEASE, 7, 1, resv), XFER_ERR_PERM);
     xfer_wire_msg sub = {.type = XFER_WIRE_T_SUBSCRIBE};
-    r = call(a, &sub, NULL);
-    ck_assert_int_eq(code_of(&r), XFER_ERR_PERM);
+    r = hr_call(a, &sub, NULL);
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_PERM);
     /* The same session from a second connection is the victim itself. */
     int v2 = join(d.port, 0x01, XFER_WIRE_ROLE_PRODUCER);
     ck_assert_int_eq(write_all(v2, 7, resv, 4096, 0x11), 0);
@@ -173,13 +140,13 @@ START_TEST(test_hostile_ownership)
     xfer_wire_hdr h;
     ck_assert_int_eq(tw_send_msg(fd, &m, 1, NULL), 0);
     ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
-    ck_assert_int_eq(code_of(&r), XFER_ERR_PERM);
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_PERM);
     ck_assert(mp_closed(fd));
     close(fd);
-    ck_assert_int_eq(op(v, XFER_WIRE_T_COMMIT, 7, 1, resv), 0);
+    ck_assert_int_eq(hr_op(v, XFER_WIRE_T_COMMIT, 7, 1, resv), 0);
     int c = join(d.port, 0x03, XFER_WIRE_ROLE_CONSUMER);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 7, 1, resv), 0);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 7, 1, resv), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_TAKE, 7, 1, resv), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_RELEASE, 7, 1, resv), 0);
     close(v);
     close(v2);
     close(a);
@@ -197,8 +164,8 @@ START_TEST(test_hostile_ids_unpredictable)
     for (int i = 0; i < 2; i++) {
         start(plain_args);
         int p = join(d.port, 0x05, XFER_WIRE_ROLE_PRODUCER);
-        xfer_wire_msg r = reserve(p, 1, 64);
-        ck_assert_int_eq(code_of(&r), 0);
+        xfer_wire_msg r = hr_reserve(p, 1, 64);
+        ck_assert_int_eq(hr_code_of(&r), 0);
         first[i] = r.resv_id;
         close(p);
         good_pair_works(2);
@@ -271,7 +238,7 @@ static int auth_join(const char *secret, uint8_t tag, uint8_t role,
     ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
     *ok = r.type == XFER_WIRE_T_HELLO_ACK;
     if (!*ok)
-        ck_assert_int_eq(code_of(&r), XFER_ERR_AUTH);
+        ck_assert_int_eq(hr_code_of(&r), XFER_ERR_AUTH);
     return fd;
 }
 
@@ -300,14 +267,14 @@ START_TEST(test_hostile_auth_required)
     ck_assert(ok);
     int c = auth_join(KEY, 0x0b, XFER_WIRE_ROLE_CONSUMER, &ok);
     ck_assert(ok);
-    xfer_wire_msg r = reserve(p, 5, 512);
-    ck_assert_int_eq(code_of(&r), 0);
+    xfer_wire_msg r = hr_reserve(p, 5, 512);
+    ck_assert_int_eq(hr_code_of(&r), 0);
     ck_assert_int_eq(write_all(p, 5, r.resv_id, 512, 1), 0);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 5, 1, r.resv_id), 0);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 5, 1, r.resv_id), 0);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 5, 1, r.resv_id), 0);
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, 5, 1, r.resv_id), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_TAKE, 5, 1, r.resv_id), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_RELEASE, 5, 1, r.resv_id), 0);
     xfer_wire_msg q = {.type = XFER_WIRE_T_STATUS, .shard = 0xFFFF};
-    r = call(c, &q, NULL); /* after the HELLO: served */
+    r = hr_call(c, &q, NULL); /* after the HELLO: served */
     ck_assert_int_eq(r.type, XFER_WIRE_T_STATUS_OK);
     ck_assert_uint_eq(r.st.bytes_in_use, 0);
     close(p);
@@ -388,27 +355,27 @@ START_TEST(test_hostile_tombstones)
                           "--max-tombs", "256", NULL};
     start(args);
     int a = join(d.port, 0x21, XFER_WIRE_ROLE_PRODUCER);
-    ck_assert_int_eq(op(a, XFER_WIRE_T_CANCEL, 40, 1, 0), 0);
-    xfer_wire_msg r = reserve(a, 40, 256); /* it blocks its maker */
-    ck_assert_int_eq(code_of(&r), XFER_ERR_CANCELLED);
+    ck_assert_int_eq(hr_op(a, XFER_WIRE_T_CANCEL, 40, 1, 0), 0);
+    xfer_wire_msg r = hr_reserve(a, 40, 256); /* it blocks its maker */
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_CANCELLED);
     int v = join(d.port, 0x22, XFER_WIRE_ROLE_PRODUCER);
-    r = reserve(v, 40, 256); /* and nobody else */
-    ck_assert_int_eq(code_of(&r), 0);
-    ck_assert_int_eq(op(v, XFER_WIRE_T_CANCEL, 40, 1, r.resv_id), 0);
-    r = reserve(v, 40, 256); /* the victim's own cancel blocks it */
-    ck_assert_int_eq(code_of(&r), XFER_ERR_CANCELLED);
+    r = hr_reserve(v, 40, 256); /* and nobody else */
+    ck_assert_int_eq(hr_code_of(&r), 0);
+    ck_assert_int_eq(hr_op(v, XFER_WIRE_T_CANCEL, 40, 1, r.resv_id), 0);
+    r = hr_reserve(v, 40, 256); /* the victim's own cancel blocks it */
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_CANCELLED);
     /* A second attacker's cancel of an id the first tombstoned does not
      * make it block a third session. */
     int a2 = join(d.port, 0x23, XFER_WIRE_ROLE_PRODUCER);
-    ck_assert_int_eq(op(a, XFER_WIRE_T_CANCEL, 41, 1, 0), 0);
-    ck_assert_int_eq(op(a2, XFER_WIRE_T_CANCEL, 41, 1, 0), 0);
-    r = reserve(v, 41, 256);
-    ck_assert_int_eq(code_of(&r), 0);
-    ck_assert_int_eq(op(v, XFER_WIRE_T_CANCEL, 41, 1, r.resv_id), 0);
+    ck_assert_int_eq(hr_op(a, XFER_WIRE_T_CANCEL, 41, 1, 0), 0);
+    ck_assert_int_eq(hr_op(a2, XFER_WIRE_T_CANCEL, 41, 1, 0), 0);
+    r = hr_reserve(v, 41, 256);
+    ck_assert_int_eq(hr_code_of(&r), 0);
+    ck_assert_int_eq(hr_op(v, XFER_WIRE_T_CANCEL, 41, 1, r.resv_id), 0);
     close(a2);
     int busy = 0;
     for (uint64_t id = 1000; id < 1400; id++) {
-        int32_t rc = op(a, XFER_WIRE_T_CANCEL, id, 1, 0);
+        int32_t rc = hr_op(a, XFER_WIRE_T_CANCEL, id, 1, 0);
         ck_assert(rc == 0 || rc == XFER_ERR_BUSY);
         busy += rc == XFER_ERR_BUSY;
     }
@@ -429,10 +396,10 @@ START_TEST(test_hostile_quota)
     int a = join(d.port, 0x31, XFER_WIRE_ROLE_PRODUCER);
     int held = 0;
     for (uint64_t id = 1; id < 200; id++) {
-        xfer_wire_msg r = reserve(a, id, 16 << 10);
-        if (code_of(&r) == XFER_ERR_BUSY)
+        xfer_wire_msg r = hr_reserve(a, id, 16 << 10);
+        if (hr_code_of(&r) == XFER_ERR_BUSY)
             break;
-        ck_assert_int_eq(code_of(&r), 0);
+        ck_assert_int_eq(hr_code_of(&r), 0);
         held++;
     }
     ck_assert_int_eq(held, 16); /* a quarter of 1 MiB in 16 KiB regions */
@@ -448,15 +415,15 @@ START_TEST(test_hostile_commit_needs_every_byte)
 {
     start(plain_args);
     int p = join(d.port, 0x41, XFER_WIRE_ROLE_PRODUCER);
-    xfer_wire_msg r = reserve(p, 3, 4096);
-    ck_assert_int_eq(code_of(&r), 0);
+    xfer_wire_msg r = hr_reserve(p, 3, 4096);
+    ck_assert_int_eq(hr_code_of(&r), 0);
     uint64_t resv = r.resv_id;
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 3, 1, resv),
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, 3, 1, resv),
                      XFER_ERR_INCOMPLETE);
     ck_assert_int_eq(write_all(p, 3, resv, 1024, 9), 0);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 3, 1, resv),
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, 3, 1, resv),
                      XFER_ERR_INCOMPLETE);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_CANCEL, 3, 1, resv), 0);
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_CANCEL, 3, 1, resv), 0);
     close(p);
     good_pair_works(4);
     pool_whole();
@@ -474,12 +441,12 @@ START_TEST(test_hostile_pinned_memory_reclaimed)
                           "300ms", NULL};
     start(args);
     int a = join(d.port, 0x51, XFER_WIRE_ROLE_PRODUCER);
-    xfer_wire_msg r = reserve(a, 9, 65536);
-    ck_assert_int_eq(code_of(&r), 0);
+    xfer_wire_msg r = hr_reserve(a, 9, 65536);
+    ck_assert_int_eq(hr_code_of(&r), 0);
     xfer_wire_msg w = {.type = XFER_WIRE_T_WRITE, .id = 9, .attempt = 1,
                        .len = 65536, .resv_id = r.resv_id};
     uint8_t buf[XFER_WIRE_MAX_FIXED];
-    size_t n = xfer_wire_encode(&w, req++, buf, sizeof buf);
+    size_t n = xfer_wire_encode(&w, hr_req++, buf, sizeof buf);
     ck_assert_int_eq(tw_send_all(a, buf, n), 0);
     ck_assert_int_eq(tw_send_all(a, buf, 100), 0); /* 100 bytes, then silence */
     ck_assert(mp_closed(a)); /* the write timeout closed it (mp_closed
@@ -488,10 +455,10 @@ START_TEST(test_hostile_pinned_memory_reclaimed)
     /* A consumer takes committed data and vanishes. */
     int p = join(d.port, 0x52, XFER_WIRE_ROLE_PRODUCER);
     int c = join(d.port, 0x53, XFER_WIRE_ROLE_CONSUMER);
-    r = reserve(p, 10, 4096);
+    r = hr_reserve(p, 10, 4096);
     ck_assert_int_eq(write_all(p, 10, r.resv_id, 4096, 2), 0);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 10, 1, r.resv_id), 0);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 10, 1, r.resv_id), 0);
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, 10, 1, r.resv_id), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_TAKE, 10, 1, r.resv_id), 0);
     close(c);
     close(p);
     good_pair_works(11);
@@ -502,10 +469,10 @@ END_TEST
 /* A committed transfer of producer session 0x54 (4096 bytes): its resv. */
 static uint64_t put_ready(int p, uint64_t id)
 {
-    xfer_wire_msg r = reserve(p, id, 4096);
-    ck_assert_int_eq(code_of(&r), 0);
+    xfer_wire_msg r = hr_reserve(p, id, 4096);
+    ck_assert_int_eq(hr_code_of(&r), 0);
     ck_assert_int_eq(write_all(p, id, r.resv_id, 4096, 7), 0);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, id, 1, r.resv_id), 0);
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, id, 1, r.resv_id), 0);
     return r.resv_id;
 }
 
@@ -523,22 +490,22 @@ START_TEST(test_hostile_take_grace_follows_the_session)
              r22 = put_ready(p, 22);
     /* Session 0x70 takes 20 and 21, drops its connection, comes back. */
     int c = join(d.port, 0x70, XFER_WIRE_ROLE_CONSUMER);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 20, 1, r20), 0);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 21, 1, r21), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_TAKE, 20, 1, r20), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_TAKE, 21, 1, r21), 0);
     close(c);
     nanosleep(&(struct timespec){0, 100000000}, NULL);
     c = join(d.port, 0x70, XFER_WIRE_ROLE_CONSUMER);
     /* Session 0x71 takes 22 and is gone for good (for now). */
     int g = join(d.port, 0x71, XFER_WIRE_ROLE_CONSUMER);
-    ck_assert_int_eq(op(g, XFER_WIRE_T_TAKE, 22, 1, r22), 0);
+    ck_assert_int_eq(hr_op(g, XFER_WIRE_T_TAKE, 22, 1, r22), 0);
     close(g);
     nanosleep(&(struct timespec){0, 900000000}, NULL); /* three graces */
     /* 20 and 21 are still 0x70's: the new connection releases them. */
-    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 20, 1, r20), 0);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 21, 1, r21), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_RELEASE, 20, 1, r20), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_RELEASE, 21, 1, r21), 0);
     /* 22 was freed by the server at the grace: 0x71 back finds it gone. */
     g = join(d.port, 0x71, XFER_WIRE_ROLE_CONSUMER);
-    ck_assert_int_ne(op(g, XFER_WIRE_T_RELEASE, 22, 1, r22), 0);
+    ck_assert_int_ne(hr_op(g, XFER_WIRE_T_RELEASE, 22, 1, r22), 0);
     close(g);
     close(c);
     close(p);
@@ -559,23 +526,6 @@ static int open_fds(pid_t pid)
         n += e->d_name[0] != '.';
     closedir(dir);
     return n;
-}
-
-/* CPU seconds (user + system) process pid has used. */
-static double cpu_s(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *p = strrchr(buf, ')'); /* fields after comm */
-    unsigned long ut = 0, st = 0;
-    ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
-                            "%*u %lu %lu", &ut, &st), 2);
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 /* Lines of file path holding `what`. */
@@ -614,10 +564,10 @@ START_TEST(test_hostile_fd_limit_pauses_accepting)
         ck_assert_int_ge(wait[i], 0);
     }
     nanosleep(&(struct timespec){0, 200000000}, NULL);
-    double cpu0 = cpu_s(d.pid);
+    double cpu0 = hr_cpu_s(d.pid);
     int log0 = lines_with(d.log, "accept failed");
     nanosleep(&(struct timespec){1, 500000000}, NULL);
-    double cpu = cpu_s(d.pid) - cpu0;
+    double cpu = hr_cpu_s(d.pid) - cpu0;
     int logged = lines_with(d.log, "accept failed") - log0;
     printf("fd limit: %.3f CPU s in 1.5 s paused, %d log lines\n", cpu,
            logged);
@@ -627,8 +577,8 @@ START_TEST(test_hostile_fd_limit_pauses_accepting)
     ck_assert_int_le(logged, 2); /* one per 1 s interval */
     /* the peers it has are served: a whole transfer */
     uint64_t resv = put_ready(p, 30);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 30, 1, resv), 0);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 30, 1, resv), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_TAKE, 30, 1, resv), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_RELEASE, 30, 1, resv), 0);
     /* fds back: the waiting peers are accepted and answered */
     ck_assert_int_eq(prlimit(d.pid, RLIMIT_NOFILE, &old, NULL), 0);
     for (int i = 0; i < 8; i++) {
@@ -646,21 +596,6 @@ START_TEST(test_hostile_fd_limit_pauses_accepting)
     pool_whole();
 }
 END_TEST
-
-/* xferd's resident set, KiB. */
-static long rss_kib(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    long kib = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld", &kib) == 1)
-            break;
-    fclose(f);
-    return kib;
-}
 
 /* A subscriber that never reads: a 4 KiB receive buffer, HELLO2 and
  * SUBSCRIBE answered, then silence. */
@@ -681,7 +616,7 @@ static int deaf_subscriber(uint16_t port, uint8_t tag)
     ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
     xfer_wire_msg sub = {.type = XFER_WIRE_T_SUBSCRIBE};
-    r = call(fd, &sub, NULL);
+    r = hr_call(fd, &sub, NULL);
     ck_assert_int_eq(r.type, XFER_WIRE_T_SUBSCRIBE_ACK);
     return fd;
 }
@@ -707,7 +642,7 @@ static void put_batch(int p, uint64_t first, unsigned n)
             xfer_wire_hdr h;
             xfer_wire_msg r;
             ck_assert_int_eq(tw_recv_msg(p, &h, &r), 0);
-            ck_assert_int_eq(code_of(&r), 0);
+            ck_assert_int_eq(hr_code_of(&r), 0);
             if (phase == 0)
                 resv[h.req - 1] = r.resv_id;
         }
@@ -730,15 +665,15 @@ START_TEST(test_hostile_output_cap_drops_deaf_subscribers)
     int subs[NSUB];
     for (int i = 0; i < NSUB; i++)
         subs[i] = deaf_subscriber(d.port, (uint8_t)(0x90 + i));
-    long rss0 = rss_kib(d.pid), peak = rss0;
+    long rss0 = hr_rss_kib(d.pid), peak = rss0;
     uint64_t id = 1000, dropped = 0;
     while (id < 1000 + 300000 && dropped < NSUB) {
         put_batch(p, id, 256);
         id += 256;
-        long now = rss_kib(d.pid);
+        long now = hr_rss_kib(d.pid);
         peak = now > peak ? now : peak;
         xfer_wire_msg m = {.type = XFER_WIRE_T_STATUS_BAD};
-        xfer_wire_msg r = call(q, &m, NULL);
+        xfer_wire_msg r = hr_call(q, &m, NULL);
         ck_assert_int_eq(r.type, XFER_WIRE_T_STATUS_BAD_OK);
         dropped = r.bad.subs_dropped;
     }
@@ -805,13 +740,13 @@ START_TEST(test_hostile_timeouts_and_caps)
     close(b);
     int q = join(d.port, 0xaa, XFER_WIRE_ROLE_ADMIN);
     xfer_wire_msg m = {.type = XFER_WIRE_T_STATUS_BAD};
-    xfer_wire_msg r = call(q, &m, NULL);
+    xfer_wire_msg r = hr_call(q, &m, NULL);
     ck_assert_int_eq(r.type, XFER_WIRE_T_STATUS_BAD_OK);
     ck_assert_uint_eq(r.bad.n, XFER_WIRE_R_COUNT_);
     ck_assert_uint_eq(r.bad.by_reason[XFER_WIRE_R_BAD_MAGIC], 1);
     ck_assert_uint_ge(r.bad.timeouts, 30); /* HELLO, header, and the 10 */
     ck_assert_uint_eq(r.bad.conns_refused, 1);
-    ck_assert_int_eq(op(q, XFER_WIRE_T_RESERVE, 1, 1, 0), XFER_ERR_PERM);
+    ck_assert_int_eq(hr_op(q, XFER_WIRE_T_RESERVE, 1, 1, 0), XFER_ERR_PERM);
     close(q);
     good_pair_works(12);
     pool_whole();
@@ -829,21 +764,21 @@ START_TEST(test_hostile_idle_timeout_spares_subscribers)
     int idle = join(d.port, 0x91, XFER_WIRE_ROLE_PRODUCER);
     int sub = join(d.port, 0x92, XFER_WIRE_ROLE_CONSUMER);
     xfer_wire_msg m = {.type = XFER_WIRE_T_SUBSCRIBE};
-    xfer_wire_msg r = call(sub, &m, NULL);
+    xfer_wire_msg r = hr_call(sub, &m, NULL);
     ck_assert_int_eq(r.type, XFER_WIRE_T_SUBSCRIBE_ACK);
     ck_assert(mp_closed(idle));
     close(idle);
     nanosleep(&(struct timespec){0, 600000000}, NULL); /* 2 idle periods */
     int p = join(d.port, 0x93, XFER_WIRE_ROLE_PRODUCER);
-    r = reserve(p, 60, 256);
+    r = hr_reserve(p, 60, 256);
     ck_assert_int_eq(write_all(p, 60, r.resv_id, 256, 5), 0);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 60, 1, r.resv_id), 0);
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, 60, 1, r.resv_id), 0);
     xfer_wire_hdr h;
     ck_assert_int_eq(tw_recv_msg(sub, &h, &r), 0);
     ck_assert_int_eq(r.type, XFER_WIRE_T_EVENT);
     ck_assert_uint_eq(r.id, 60);
-    ck_assert_int_eq(op(sub, XFER_WIRE_T_TAKE, 60, 1, r.resv_id), 0);
-    ck_assert_int_eq(op(sub, XFER_WIRE_T_RELEASE, 60, 1, r.resv_id), 0);
+    ck_assert_int_eq(hr_op(sub, XFER_WIRE_T_TAKE, 60, 1, r.resv_id), 0);
+    ck_assert_int_eq(hr_op(sub, XFER_WIRE_T_RELEASE, 60, 1, r.resv_id), 0);
     close(p);
     close(sub);
     pool_whole();
@@ -875,9 +810,9 @@ START_TEST(test_hostile_drain_and_half_close)
     close(h);
     int p = join(d.port, 0x82, XFER_WIRE_ROLE_PRODUCER);
     int c = join(d.port, 0x83, XFER_WIRE_ROLE_CONSUMER);
-    xfer_wire_msg r = reserve(p, 20, 4096);
+    xfer_wire_msg r = hr_reserve(p, 20, 4096);
     ck_assert_int_eq(write_all(p, 20, r.resv_id, 4096, 7), 0);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 20, 1, r.resv_id), 0);
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, 20, 1, r.resv_id), 0);
     uint64_t resv = r.resv_id;
     kill(d.pid, SIGTERM);
     int tries = 0;
@@ -887,10 +822,10 @@ START_TEST(test_hostile_drain_and_half_close)
         nanosleep(&(struct timespec){0, 10000000}, NULL);
     }
     ck_assert_int_lt(fd, 0);
-    r = reserve(p, 21, 64);
-    ck_assert_int_eq(code_of(&r), XFER_ERR_SHUTDOWN);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_TAKE, 20, 1, resv), 0);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 20, 1, resv), 0);
+    r = hr_reserve(p, 21, 64);
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_SHUTDOWN);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_TAKE, 20, 1, resv), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_RELEASE, 20, 1, resv), 0);
     close(p);
     close(c);
     int st = mp_kill(&d, 0); /* reap: it exits by itself */

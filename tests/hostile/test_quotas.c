@@ -27,13 +27,13 @@
 
 #include "auth.h" /* wire_private_dep: HELLO2 as a client */
 #include "mp.h"
+#include "raw.h"
 #include "testutil.h"
 #include "xfer/errors.h"
 #include "xfer/shard.h" /* XFER_SHARD_MAX_FRAGMENTS */
 #include "xfer/xfer.h"  /* xfer_id_keyed */
 
 static mp_proc d;
-static uint32_t req = 100;
 
 static void teardown(void)
 {
@@ -78,11 +78,6 @@ static xfer_wire_msg hello_on(int fd, uint8_t tag, uint8_t role)
     return r;
 }
 
-static int32_t code_of(const xfer_wire_msg *r)
-{
-    return r->type == XFER_WIRE_T_ERROR ? r->code : 0;
-}
-
 /* Connect from 127.0.0.1 and join as session `tag`; expect HELLO_ACK. */
 static int join(uint8_t tag, uint8_t role)
 {
@@ -116,33 +111,6 @@ static int join_auth(const char *secret, uint8_t tag, uint8_t role)
     return fd;
 }
 
-static xfer_wire_msg call(int fd, const xfer_wire_msg *m, const void *data)
-{
-    xfer_wire_hdr h;
-    xfer_wire_msg r;
-    uint32_t q = req++;
-    ck_assert_int_eq(tw_send_msg(fd, m, q, data), 0);
-    ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
-    ck_assert_uint_eq(h.req, q);
-    return r;
-}
-
-static xfer_wire_msg reserve(int fd, uint64_t id, uint32_t len)
-{
-    xfer_wire_msg m = {.type = XFER_WIRE_T_RESERVE, .id = id, .attempt = 1,
-                       .len = len};
-    return call(fd, &m, NULL);
-}
-
-static int32_t op(int fd, uint8_t type, uint64_t id, uint32_t attempt,
-                  uint64_t resv)
-{
-    xfer_wire_msg m = {.type = type, .id = id, .attempt = attempt,
-                       .resv_id = resv};
-    xfer_wire_msg r = call(fd, &m, NULL);
-    return code_of(&r);
-}
-
 /* WRITE len bytes of `fill` at off of reservation resv. */
 static int32_t write_at(int fd, uint64_t id, uint64_t resv, uint32_t off,
                         uint32_t len, uint8_t fill)
@@ -151,9 +119,9 @@ static int32_t write_at(int fd, uint64_t id, uint64_t resv, uint32_t off,
     memset(data, fill, len);
     xfer_wire_msg w = {.type = XFER_WIRE_T_WRITE, .id = id, .attempt = 1,
                        .len = len, .resv_id = resv, .off = off};
-    xfer_wire_msg r = call(fd, &w, data);
+    xfer_wire_msg r = hr_call(fd, &w, data);
     free(data);
-    return code_of(&r);
+    return hr_code_of(&r);
 }
 
 /* The well-behaved pair: producer session 0x60 reserves, writes, commits
@@ -162,17 +130,17 @@ static void good_pair_works(uint64_t id)
 {
     int p = join(0x60, XFER_WIRE_ROLE_PRODUCER);
     int c = join(0x61, XFER_WIRE_ROLE_CONSUMER);
-    xfer_wire_msg r = reserve(p, id, 4096);
-    ck_assert_int_eq(code_of(&r), 0);
+    xfer_wire_msg r = hr_reserve(p, id, 4096);
+    ck_assert_int_eq(hr_code_of(&r), 0);
     uint64_t resv = r.resv_id;
     ck_assert_int_eq(write_at(p, id, resv, 0, 4096, 0x3c), 0);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, id, 1, resv), 0);
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, id, 1, resv), 0);
     xfer_wire_msg t = {.type = XFER_WIRE_T_TAKE, .id = id, .attempt = 1,
                        .resv_id = resv};
-    r = call(c, &t, NULL);
+    r = hr_call(c, &t, NULL);
     ck_assert_int_eq(r.type, XFER_WIRE_T_TAKE_OK);
     ck_assert_uint_eq(r.len, 4096);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, id, 1, resv), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_RELEASE, id, 1, resv), 0);
     close(p);
     close(c);
 }
@@ -196,7 +164,7 @@ START_TEST(test_hostile_consumer_cancels_are_charged)
     int c = join(0x81, XFER_WIRE_ROLE_CONSUMER);
     int ok = 0, busy = 0;
     for (uint64_t id = 1000; id < 1400; id++) {
-        int32_t rc = op(c, XFER_WIRE_T_CANCEL, id, 1, 0);
+        int32_t rc = hr_op(c, XFER_WIRE_T_CANCEL, id, 1, 0);
         ck_assert(rc == 0 || rc == XFER_ERR_BUSY);
         ok += rc == 0;
         busy += rc == XFER_ERR_BUSY;
@@ -204,16 +172,16 @@ START_TEST(test_hostile_consumer_cancels_are_charged)
     ck_assert_int_eq(ok, 64); /* its quota, and not one more */
     ck_assert_int_eq(busy, 400 - 64);
     /* Attempt 0 and attempt 1 draw on the one quota. */
-    ck_assert_int_eq(op(c, XFER_WIRE_T_CANCEL, 2000, 0, 0), XFER_ERR_BUSY);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_CANCEL, 2000, 0, 0), XFER_ERR_BUSY);
     /* Its tombstones still block every producer's reserve of the id. */
     int p = join(0x82, XFER_WIRE_ROLE_PRODUCER);
-    xfer_wire_msg r = reserve(p, 1000, 256);
-    ck_assert_int_eq(code_of(&r), XFER_ERR_CANCELLED);
+    xfer_wire_msg r = hr_reserve(p, 1000, 256);
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_CANCELLED);
     /* A producer session is served: reserves are not BUSY. */
     for (uint64_t id = 1; id <= 8; id++) {
-        r = reserve(p, id, 256);
-        ck_assert_int_eq(code_of(&r), 0);
-        ck_assert_int_eq(op(p, XFER_WIRE_T_CANCEL, id, 1, r.resv_id), 0);
+        r = hr_reserve(p, id, 256);
+        ck_assert_int_eq(hr_code_of(&r), 0);
+        ck_assert_int_eq(hr_op(p, XFER_WIRE_T_CANCEL, id, 1, r.resv_id), 0);
     }
     close(p);
     close(c);
@@ -244,7 +212,7 @@ START_TEST(test_hostile_sessions_per_peer)
     }
     int x = connect_from(d.port, two);
     xfer_wire_msg r = hello_on(x, 0x9f, XFER_WIRE_ROLE_PRODUCER);
-    ck_assert_int_eq(code_of(&r), XFER_ERR_BUSY);
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_BUSY);
     ck_assert(mp_closed(x));
     close(x);
     /* Gone, the four are kept for their grace: still no fifth ... */
@@ -252,15 +220,15 @@ START_TEST(test_hostile_sessions_per_peer)
         close(fds[i]);
     x = connect_from(d.port, two);
     r = hello_on(x, 0x9e, XFER_WIRE_ROLE_PRODUCER);
-    ck_assert_int_eq(code_of(&r), XFER_ERR_BUSY);
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_BUSY);
     close(x);
     /* ... but one of them comes back, and reserves. */
     x = connect_from(d.port, two);
     r = hello_on(x, 0x91, XFER_WIRE_ROLE_PRODUCER);
     ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
-    r = reserve(x, 9, 256);
-    ck_assert_int_eq(code_of(&r), 0);
-    ck_assert_int_eq(op(x, XFER_WIRE_T_CANCEL, 9, 1, r.resv_id), 0);
+    r = hr_reserve(x, 9, 256);
+    ck_assert_int_eq(hr_code_of(&r), 0);
+    ck_assert_int_eq(hr_op(x, XFER_WIRE_T_CANCEL, 9, 1, r.resv_id), 0);
     close(x);
     /* Another address (127.0.0.1) is served. */
     good_pair_works(60);
@@ -287,10 +255,10 @@ START_TEST(test_hostile_peer_quota)
                                    XFER_WIRE_ROLE_PRODUCER);
         ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
         for (uint64_t id = 1; id < 64; id++) {
-            r = reserve(s[i], 100 * (uint64_t)(i + 1) + id, 16 << 10);
-            if (code_of(&r) == XFER_ERR_BUSY)
+            r = hr_reserve(s[i], 100 * (uint64_t)(i + 1) + id, 16 << 10);
+            if (hr_code_of(&r) == XFER_ERR_BUSY)
                 break;
-            ck_assert_int_eq(code_of(&r), 0);
+            ck_assert_int_eq(hr_code_of(&r), 0);
             held[i]++;
         }
         total += held[i];
@@ -300,8 +268,8 @@ START_TEST(test_hostile_peer_quota)
     ck_assert_uint_eq(held[2], 0);  /* the peer's half is spent */
     ck_assert_uint_eq(total, 32);
     /* A region that can never fit is NO_SPACE, whatever the quotas. */
-    xfer_wire_msg big = reserve(s[2], 999, 2 << 20);
-    ck_assert_int_eq(code_of(&big), XFER_ERR_NO_SPACE);
+    xfer_wire_msg big = hr_reserve(s[2], 999, 2 << 20);
+    ck_assert_int_eq(hr_code_of(&big), XFER_ERR_NO_SPACE);
     /* Another address reserves (the pool's other half is not the
      * peer's to take). */
     good_pair_works(70);
@@ -309,7 +277,7 @@ START_TEST(test_hostile_peer_quota)
      * unknown ids from its third session stop at the peer's 128. */
     int ok = 0;
     for (uint64_t id = 5000; id < 5200; id++) {
-        int32_t rc = op(s[2], XFER_WIRE_T_CANCEL, id, 1, 0);
+        int32_t rc = hr_op(s[2], XFER_WIRE_T_CANCEL, id, 1, 0);
         ck_assert(rc == 0 || rc == XFER_ERR_BUSY);
         ok += rc == 0;
     }
@@ -319,7 +287,7 @@ START_TEST(test_hostile_peer_quota)
     ck_assert_int_eq(r.type, XFER_WIRE_T_HELLO_ACK);
     int ok4 = 0;
     for (uint64_t id = 6000; id < 6200; id++) {
-        int32_t rc = op(s4, XFER_WIRE_T_CANCEL, id, 1, 0);
+        int32_t rc = hr_op(s4, XFER_WIRE_T_CANCEL, id, 1, 0);
         ck_assert(rc == 0 || rc == XFER_ERR_BUSY);
         ok4 += rc == 0;
     }
@@ -342,12 +310,12 @@ START_TEST(test_hostile_slow_write_below_rate_floor)
                           "--write-timeout", "500ms", NULL};
     start(args);
     int p = join(0x71, XFER_WIRE_ROLE_PRODUCER);
-    xfer_wire_msg r = reserve(p, 5, 65536);
-    ck_assert_int_eq(code_of(&r), 0);
+    xfer_wire_msg r = hr_reserve(p, 5, 65536);
+    ck_assert_int_eq(hr_code_of(&r), 0);
     xfer_wire_msg w = {.type = XFER_WIRE_T_WRITE, .id = 5, .attempt = 1,
                        .len = 65536, .resv_id = r.resv_id};
     uint8_t head[XFER_WIRE_MAX_FIXED];
-    size_t n = xfer_wire_encode(&w, req++, head, sizeof head);
+    size_t n = xfer_wire_encode(&w, hr_req++, head, sizeof head);
     ck_assert_uint_gt(n, 0);
     ck_assert_int_eq(tw_send_all(p, head, n), 0);
     /* At most 50 bytes at 100 ms: 5 s, far past two windows. */
@@ -383,42 +351,42 @@ START_TEST(test_hostile_writes_out_of_order)
     int p = join(0x72, XFER_WIRE_ROLE_PRODUCER);
     int c = join(0x73, XFER_WIRE_ROLE_CONSUMER);
     /* The second half, then the first: whole. */
-    xfer_wire_msg r = reserve(p, 6, 8192);
-    ck_assert_int_eq(code_of(&r), 0);
+    xfer_wire_msg r = hr_reserve(p, 6, 8192);
+    ck_assert_int_eq(hr_code_of(&r), 0);
     uint64_t resv = r.resv_id;
     ck_assert_int_eq(write_at(p, 6, resv, 4096, 4096, 2), 0);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 6, 1, resv),
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, 6, 1, resv),
                      XFER_ERR_INCOMPLETE);
     ck_assert_int_eq(write_at(p, 6, resv, 0, 4096, 1), 0);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 6, 1, resv), 0);
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, 6, 1, resv), 0);
     xfer_wire_msg t = {.type = XFER_WIRE_T_TAKE, .id = 6, .attempt = 1,
                        .resv_id = resv};
-    r = call(c, &t, NULL);
+    r = hr_call(c, &t, NULL);
     ck_assert_int_eq(r.type, XFER_WIRE_T_TAKE_OK);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 6, 1, resv), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_RELEASE, 6, 1, resv), 0);
 
     /* Every other 64-byte block: the cap's worth of ranges, then one
      * more refused; filling the gaps, overlapping, makes it whole. */
     const uint32_t nb = 2 * XFER_SHARD_MAX_FRAGMENTS + 2;
-    r = reserve(p, 7, 64 * nb);
-    ck_assert_int_eq(code_of(&r), 0);
+    r = hr_reserve(p, 7, 64 * nb);
+    ck_assert_int_eq(hr_code_of(&r), 0);
     resv = r.resv_id;
     for (uint32_t k = XFER_SHARD_MAX_FRAGMENTS; k >= 1; k--)
         ck_assert_int_eq(write_at(p, 7, resv, 64 * (2 * k + 1), 64, 3), 0);
     ck_assert_int_eq(write_at(p, 7, resv, 64, 16, 3), XFER_ERR_BUSY);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 7, 1, resv),
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, 7, 1, resv),
                      XFER_ERR_INCOMPLETE);
     for (uint32_t k = XFER_SHARD_MAX_FRAGMENTS; k >= 1; k--)
         ck_assert_int_eq(write_at(p, 7, resv, 64 * (2 * k) - 8, 80, 4), 0);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 7, 1, resv),
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, 7, 1, resv),
                      XFER_ERR_INCOMPLETE); /* bytes [0, 120) missing */
     ck_assert_int_eq(write_at(p, 7, resv, 0, 120, 5), 0);
-    ck_assert_int_eq(op(p, XFER_WIRE_T_COMMIT, 7, 1, resv), 0);
+    ck_assert_int_eq(hr_op(p, XFER_WIRE_T_COMMIT, 7, 1, resv), 0);
     t.id = 7;
     t.resv_id = resv;
-    r = call(c, &t, NULL);
+    r = hr_call(c, &t, NULL);
     ck_assert_int_eq(r.type, XFER_WIRE_T_TAKE_OK);
-    ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, 7, 1, resv), 0);
+    ck_assert_int_eq(hr_op(c, XFER_WIRE_T_RELEASE, 7, 1, resv), 0);
     close(p);
     close(c);
     good_pair_works(62);
@@ -472,20 +440,20 @@ START_TEST(test_hostile_keyed_ids_cannot_be_squatted)
      * group secret names for req-1..req-32. */
     int atk = join_auth(GROUP_KEY, 0xb1, XFER_WIRE_ROLE_PRODUCER);
     for (uint64_t id = 1; id <= 32; id++) {
-        xfer_wire_msg r = reserve(atk, id, 64);
-        ck_assert_int_eq(code_of(&r), 0);
+        xfer_wire_msg r = hr_reserve(atk, id, 64);
+        ck_assert_int_eq(hr_code_of(&r), 0);
         char name[16];
         int n = snprintf(name, sizeof name, "req-%u", (unsigned)id);
         uint64_t g;
         ck_assert_int_eq(xfer_id_keyed(GROUP_KEY, strlen(GROUP_KEY), name,
                                        (size_t)n, &g), 0);
-        r = reserve(atk, g, 64);
-        ck_assert_int_eq(code_of(&r), 0);
+        r = hr_reserve(atk, g, 64);
+        ck_assert_int_eq(hr_code_of(&r), 0);
     }
     int v = join_auth(GROUP_KEY, 0xb2, XFER_WIRE_ROLE_PRODUCER);
     int c = join_auth(GROUP_KEY, 0xb3, XFER_WIRE_ROLE_CONSUMER);
-    xfer_wire_msg r = reserve(v, 1, 64); /* a predictable id: blocked */
-    ck_assert_int_eq(code_of(&r), XFER_ERR_PERM);
+    xfer_wire_msg r = hr_reserve(v, 1, 64); /* a predictable id: blocked */
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_PERM);
     /* Keyed ids: every transfer of the victim goes through, and its
      * consumer, deriving the same ids, takes them. */
     for (unsigned i = 1; i <= 32; i++) {
@@ -494,17 +462,17 @@ START_TEST(test_hostile_keyed_ids_cannot_be_squatted)
         uint64_t id, cid;
         ck_assert_int_eq(xfer_id_keyed(PAIR_KEY, strlen(PAIR_KEY), name,
                                        (size_t)n, &id), 0);
-        r = reserve(v, id, 256);
-        ck_assert_int_eq(code_of(&r), 0);
+        r = hr_reserve(v, id, 256);
+        ck_assert_int_eq(hr_code_of(&r), 0);
         ck_assert_int_eq(write_at(v, id, r.resv_id, 0, 256, (uint8_t)i), 0);
-        ck_assert_int_eq(op(v, XFER_WIRE_T_COMMIT, id, 1, r.resv_id), 0);
+        ck_assert_int_eq(hr_op(v, XFER_WIRE_T_COMMIT, id, 1, r.resv_id), 0);
         ck_assert_int_eq(xfer_id_keyed(PAIR_KEY, strlen(PAIR_KEY), name,
                                        (size_t)n, &cid), 0);
         xfer_wire_msg t = {.type = XFER_WIRE_T_TAKE, .id = cid, .attempt = 1,
                            .resv_id = r.resv_id};
-        xfer_wire_msg tr = call(c, &t, NULL);
+        xfer_wire_msg tr = hr_call(c, &t, NULL);
         ck_assert_int_eq(tr.type, XFER_WIRE_T_TAKE_OK);
-        ck_assert_int_eq(op(c, XFER_WIRE_T_RELEASE, cid, 1, r.resv_id), 0);
+        ck_assert_int_eq(hr_op(c, XFER_WIRE_T_RELEASE, cid, 1, r.resv_id), 0);
     }
     close(atk);
     close(v);
