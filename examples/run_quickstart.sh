@@ -3,7 +3,7 @@
 # README's quick starts (examples/quickstart_c.sh or quickstart_py.sh)
 # exactly as written, from a folder laid out as the source root is
 # (examples/ and build/, the latter this build, whatever its name), with
-# PYTHON first on PATH as python3, in a network namespace of its own
+# PYTHON first on PATH as python3 (and LD_PRELOAD, if set, for it alone), in a network namespace of its own
 # (`unshare -rn`, loopback up) so that the fixed ports the README shows
 # collide with nothing else running.  Passes when the script exits 0 and
 # its output says what the README says: 8 transfers done, 8 of 8
@@ -11,6 +11,11 @@
 # Exits 77 (skipped) where a network namespace cannot be made.
 set -u
 script=$1 src=$2 build=$3 python=${4:-}
+# Under ASan the suite preloads the sanitizer's runtime for the
+# interpreter; only the interpreter gets it, not sh, unshare or ip, whose
+# own leaks LeakSanitizer would report.
+preload=${LD_PRELOAD-}
+unset LD_PRELOAD
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "run_quickstart: $*" >&2; cat "$tmp/out" >&2; exit 1; }
@@ -22,7 +27,11 @@ unshare -rn ip link set lo up 2>/dev/null ||
 ln -s "$src/examples" "$tmp/examples"
 ln -s "$build" "$tmp/build"
 mkdir "$tmp/bin"
-[ -n "$python" ] && ln -s "$python" "$tmp/bin/python3"
+if [ -n "$python" ]; then
+    printf '#!/bin/sh\nLD_PRELOAD=%s exec %s "$@"\n' "$preload" \
+        "$python" >"$tmp/bin/python3"
+    chmod +x "$tmp/bin/python3"
+fi
 cd "$tmp" || exit 1
 PATH="$tmp/bin:$PATH" timeout 60 unshare -rn sh -c \
     'ip link set lo up && exec sh "$0"' "$src/examples/$script" \
