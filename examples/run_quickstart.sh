@@ -33,6 +33,7 @@ if [ -n "$python" ]; then
     chmod +x "$tmp/bin/python3"
 fi
 cd "$tmp" || exit 1
+# shellcheck disable=SC2016 # $0 is the inner shell's: the script
 PATH="$tmp/bin:$PATH" timeout 60 unshare -rn sh -c \
     'ip link set lo up && exec sh "$0"' "$src/examples/$script" \
     >"$tmp/out" 2>&1 || fail "$script failed"
