@@ -3,7 +3,7 @@
  * to a consumer of four shards, which here live in this process (the loop
  * transport), on the engine's own libevent loop.
  *
- * The README shows this file.  The test suite builds it, runs it, and
+ * docs/api.md shows this file.  The test suite builds it, runs it, and
  * builds it once more against the installed library with nothing but
  * `cc hello.c $(pkg-config --cflags --libs xfer)`.
  *

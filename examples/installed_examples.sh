@@ -1,12 +1,12 @@
 #!/bin/sh
 # examples/installed_examples.sh BUILD_DIR EXAMPLES_DIR - every C example
-# of the README as a newcomer builds it (issue 23): the build installed
+# of the documentation as a newcomer builds it (issue 23): the build installed
 # into a temporary folder (meson install --destdir), then hello.c,
 # server.c, consumer.c and producer.c each compiled against that
 # installation with nothing but `pkg-config --cflags --libs xfer` (its
 # prefix moved to the temporary folder with --define-variable), and run
 # with the installed shared library: hello as run_hello.sh checks it, the
-# other three as the README's deployment (run_tcp.sh), which passes only
+# other three as the quick start's deployment (run_tcp.sh), which passes only
 # when both workers end holding nothing.  CC names the compiler.
 set -eu
 build=$1

@@ -1,8 +1,11 @@
 #!/bin/sh
-# examples/readme_example.sh README FILE - the README shows FILE (an
+# examples/readme_example.sh PAGE FILE - the page PAGE shows FILE (an
 # examples/ program) whole: the C block after the line
 # "<!-- examples/NAME, verbatim -->" must be FILE, byte for byte.  Prints
 # the difference and exits 1 when they have drifted apart.
+# (examples/docs_blocks.py checks every block of
+# README.md and docs/*.md, this one included; this script stays for a test
+# that names one page and one file.)
 set -eu
 name=$(basename "$2")
 tmp=$(mktemp)

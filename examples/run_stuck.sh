@@ -1,6 +1,6 @@
 #!/bin/sh
 # examples/run_stuck.sh STUCK XFER-TRACE - run examples/stuck and check what
-# the README promises: once it says the trace is flushed, `xfer-trace
+# docs/trace.md promises: once it says the trace is flushed, `xfer-trace
 # stuck --older-than 1s` on the file of the running process names
 # transfer 8, in WRITING, waiting on shard 1 alone; SIGTERM then ends
 # transfer 8 with the shutdown and the program exits 0.  Exit 0 when all

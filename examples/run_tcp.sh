@@ -1,5 +1,5 @@
 #!/bin/sh
-# examples/run_tcp.sh SERVER CONSUMER PRODUCER - the README's deployment:
+# examples/run_tcp.sh SERVER CONSUMER PRODUCER - docs/consumer.md's deployment:
 # two TP workers serving their own buffers (examples/server.c, shards 0
 # and 1), the consumer scheduler (examples/consumer.c) expecting ids 1..8,
 # and the producer (examples/producer.c) sending them.  Passes when the

@@ -3,8 +3,9 @@
  * the cache over TCP, straight into its own buffer: the producer's bytes
  * land where the model will read them, with no copy and no daemon.
  *
- *   server SHARD     serve shard SHARD of group 0 on 127.0.0.1, on a free
- *                    port, printed as "shard SHARD listening on PORT"
+ *   server SHARD [PORT]  serve shard SHARD of group 0 on 127.0.0.1, on
+ *                        PORT (default 0: a free one), printed as
+ *                        "shard SHARD listening on PORT"
  *
  * The order it keeps:
  *  1. own the memory (here 1 MiB from aligned_alloc; on a GPU worker,
@@ -59,8 +60,8 @@ static void on_term(evutil_socket_t sig, short what, void *ud)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: server SHARD\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: server SHARD [PORT]\n");
         return 2;
     }
     worker w = {0};
@@ -76,7 +77,8 @@ int main(int argc, char **argv)
     xfer_server_config cfg;
     xfer_server_config_default(&cfg);
     cfg.base = w.base;
-    cfg.port = 0; /* a free one; xfer_server_port() says which */
+    /* 0: a free one; xfer_server_port() says which */
+    cfg.port = argc == 3 ? (uint16_t)atoi(argv[2]) : 0;
     cfg.nshards = 1;
     cfg.shards = &shard;
     rc = xfer_server_new(&cfg, &w.srv);

@@ -132,7 +132,7 @@ typedef struct xfer_consumer_config {
     xfer_clock_fn clock;       /* NULL: CLOCK_MONOTONIC */
     void *clock_ud;
     xfer_allocator alloc;      /* every allocation; zeroed: libc */
-    /* Sessions and authentication (README.md, "Running xferd on a
+    /* Sessions and authentication (docs/operating.md, "On a
      * network"), as xfer_tcp_config's: every link says HELLO2 with
      * `session`, the same across reconnects. */
     uint8_t session[16];       /* all zero (the default): drawn from the

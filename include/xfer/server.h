@@ -1,7 +1,7 @@
 /*
  * xfer/server.h - the shard server: one or more consumer shards
  * (xfer/shard.h) of one group, served over TCP with the wire protocol
- * (README.md, "Wire protocol"), on the caller's event_base, over memory
+ * (docs/wire.md), on the caller's event_base, over memory
  * the caller provides.
  *
  * A tensor-parallel worker embeds it over its own buffer (examples/
@@ -145,8 +145,8 @@ typedef struct xfer_server_config {
     void *clock_ud;
     xfer_allocator alloc;       /* every allocation of the server and its
                                    shards; zeroed: libc */
-    /* Sessions, authentication, quotas, timeouts and caps (README.md,
-     * "Running xferd on a network"; every 0 means the default). */
+    /* Sessions, authentication, quotas, timeouts and caps (docs/
+     * operating.md; every 0 means the default). */
     const uint8_t *secret;      /* the shared secret of HELLO2's challenge-
                                    response; copied; NULL: none (then only
                                    a loopback address may be bound unless

@@ -1,6 +1,6 @@
 /*
  * xfer/tcp.h - the TCP transport: the producer side of the wire protocol
- * (see README.md, "Wire protocol"), talking to consumer shards served by
+ * (see docs/wire.md), talking to consumer shards served by
  * xferd, one connection per shard, on the engine's event base.
  *
  * Write payloads leave by reference from the staging pool (no copy on the
@@ -75,7 +75,7 @@ typedef struct xfer_tcp_config {
     xfer_allocator alloc;      /* every allocation of the transport
                                   (libevent's own excepted); zeroed (the
                                   default): libc */
-    /* Sessions and authentication (README.md, "Running xferd on a
+    /* Sessions and authentication (docs/operating.md, "On a
      * network").  Every connection says HELLO2 with `session`, the same
      * across reconnects, so the shards keep our reservations ours. */
     uint8_t session[16];       /* all zero (the default): drawn from the

@@ -5,7 +5,7 @@
  * transition it took (verdict TRANSITION/IGNORE/DEFER/ILLEGAL), an action it
  * produced, or a note (counters such as a late event rejected).  Records are
  * 64 bytes, plain old data, little-endian on disk (see xfer-trace's file
- * format in README.md).  The inputs recorded are enough to replay the pure
+ * format in docs/trace.md).  The inputs recorded are enough to replay the pure
  * transfer core and compare the transitions it takes.
  */
 #ifndef XFER_TRACE_H

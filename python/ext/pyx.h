@@ -247,8 +247,8 @@ void pyx_deadline_in(struct timespec *ts, double secs);
 /* configs.c: every C config and stats struct, in one place                */
 /* ---------------------------------------------------------------------- */
 
-/* The secret= and session= keywords of Tcp, Server and Consumer (README.md,
- * "Running xferd on a network"), copied out of the Python objects: the
+/* The secret= and session= keywords of Tcp, Server and Consumer (docs/
+ * operating.md, "Running xferd on a network"), copied out of the Python objects: the
  * shared secret of HELLO2's challenge-response (secret_len 0: none) and
  * the 16-byte session name (all zero: drawn from the OS CSPRNG). */
 typedef struct pyx_auth {

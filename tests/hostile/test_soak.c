@@ -19,8 +19,8 @@
  *
  * The daemons run with quotas that add up to at most their caps
  * (max-sessions x session quota <= cap), the condition under which no
- * session can make another's reserve fail (README.md, "Running xferd on
- * a network").
+ * session can make another's reserve fail (docs/operating.md,
+ * "Bounds and quotas").
  */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS: the counters shared with the child */
 #include <check.h>

@@ -1,5 +1,5 @@
 """tests/python/test_auth.py - secret= and session= of xfer.Tcp,
-xfer.Server and xfer.Consumer (README.md, "Running xferd on a network").
+xfer.Server and xfer.Consumer (docs/operating.md).
 
 What must hold: with a shared secret, a producer and a consumer that know
 it are served and the data arrives; a peer with another secret, or none,

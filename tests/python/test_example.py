@@ -1,7 +1,7 @@
-"""tests/python/test_example.py - the README's Python examples run end to
+"""tests/python/test_example.py - the Python examples of docs/python.md run end to
 end: examples/python/encoder.py against 4 real xferd processes, and
 examples/python/connector.py (an encoder process, 4 worker processes
-serving their own memory, the consumer's scheduler); and the README's
+serving their own memory, the consumer's scheduler); and docs/python.md's
 copies of them, which must be the files."""
 import os
 import re
@@ -39,11 +39,11 @@ def test_example_connector_runs_end_to_end():
 
 
 def readme_copy(name):
-    with open(os.path.join(ROOT, "README.md")) as f:
-        readme = f.read()
+    with open(os.path.join(ROOT, "docs", "python.md")) as f:
+        page = f.read()
     m = re.search(r"<!-- examples/python/%s, verbatim -->\n"
-                  r"```python\n(.*?)```\n" % re.escape(name), readme, re.S)
-    assert m, "README.md has no verbatim copy of examples/python/" + name
+                  r"```python\n(.*?)```\n" % re.escape(name), page, re.S)
+    assert m, "docs/python.md has no verbatim copy of examples/python/" + name
     return m.group(1)
 
 

@@ -1,6 +1,6 @@
 /*
  * tools/check/describe.c - how a move of the environment and a machine
- * step read in a counterexample: one line each, in the words README's
+ * step read in a counterexample: one line each, in the words docs/check.md's
  * "Reading a counterexample" uses.
  *
  * What must stay true: describing reads the world and never changes it.

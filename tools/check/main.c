@@ -13,7 +13,7 @@
  *
  * --budget N: disturbances per path in all.  Its default depends on S: 3,
  * or less where a space that large cannot finish (default_budget() below;
- * README has the state counts).
+ * docs/check.md has the state counts).
  *
  * --max-mem-mb N (default 8192, 0: none) stops a BFS whose queued states
  * and visited set pass N MB; it then says the run was not exhaustive.

@@ -27,8 +27,8 @@
  * may read or write is refused, as ssh refuses such keys).  Without it only a
  * loopback address may be bound, unless --insecure; either way the
  * missing authentication is printed at start.  The session flags bound
- * what one peer session may hold per shard (README.md, "Running xferd on
- * a network").
+ * what one peer session may hold per shard (docs/operating.md,
+ * "Bounds and quotas").
  *
  * --rdma also serves the shards over RDMA (xfer/rdma.h): an rdmacm
  * listener on the same address and port, and a registration of its own
