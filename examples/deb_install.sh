@@ -29,8 +29,8 @@ export PATH
 pkgs="python3-xfer xfer-tools libxfer-dev libxfer0"
 for p in $pkgs; do
     if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q installed; then
-        echo "deb_install: $p is installed already; not touching it" >&2
-        exit 1
+        echo "deb_install: $p is installed already; not touching it (skipped)"
+        exit 77
     fi
 done
 version=$(sed -n '1s/^xfer (\([^)]*\)).*/\1/p' "$src/debian/changelog")
