@@ -364,6 +364,7 @@ static const cli_flag flags[] = {CLI_HELP, CLI_VERSION,
 
 static const cli bench_cli = {
     .prog = "xfer-bench",
+    .summary = "xfer benchmarks, each beside a reference measured in the same run",
     .synopsis = "BENCHMARK [args]",
     .intro = "benchmarks, each next to a reference measured in the same "
              "run:\n"

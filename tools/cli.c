@@ -72,10 +72,115 @@ void cli_help(const cli *c, FILE *f)
         fprintf(f, "%s", c->epilog);
 }
 
+/* Text for roff: a backslash as \e, a dash as \- (a minus, which man
+ * pages use for flags), and a line that would start with a control
+ * character ('.' or '\'') protected by \&. */
+static void roff_text(FILE *f, const char *t, size_t n)
+{
+    int bol = 1;
+    for (size_t i = 0; i < n && t[i]; i++) {
+        if (bol && (t[i] == '.' || t[i] == '\''))
+            fputs("\\&", f);
+        bol = t[i] == '\n';
+        if (t[i] == '\\')
+            fputs("\\e", f);
+        else if (t[i] == '-')
+            fputs("\\-", f);
+        else
+            fputc(t[i], f);
+    }
+}
+
+/* Preformatted text (an intro or epilog keeps its columns), no fill. */
+static void roff_block(FILE *f, const char *t)
+{
+    fputs(".nf\n", f);
+    roff_text(f, t, strlen(t));
+    if (*t && t[strlen(t) - 1] != '\n')
+        fputc('\n', f);
+    fputs(".fi\n", f);
+}
+
+static void roff_flags(FILE *f, const cli_flag *fl)
+{
+    for (; fl->name; fl++) {
+        fputs(".TP\n", f);
+        if (fl->s)
+            fprintf(f, "\\fB\\-%c\\fR, ", fl->s);
+        fputs("\\fB\\-\\-", f);
+        roff_text(f, fl->name, strlen(fl->name));
+        fputs("\\fR", f);
+        if (fl->arg) {
+            fputs(" \\fI", f);
+            roff_text(f, fl->arg, strlen(fl->arg));
+            fputs("\\fR", f);
+        }
+        fputc('\n', f);
+        roff_text(f, fl->help, strlen(fl->help));
+        fputc('\n', f);
+    }
+}
+
+void cli_man(const cli *c, FILE *f)
+{
+    const char *syn = c->synopsis ? c->synopsis : "";
+    if (strchr(c->prog, ' ')) {
+        fputs(".SS \"", f);
+        roff_text(f, c->prog, strlen(c->prog));
+        fputs("\"\n", f);
+        roff_block(f, syn);
+        if (c->intro) {
+            fputs(".PP\n", f);
+            roff_block(f, c->intro);
+        }
+        fputs(".PP\nFlags:\n", f);
+        roff_flags(f, c->flags);
+        if (c->epilog) {
+            fputs(".PP\n", f);
+            roff_block(f, c->epilog);
+        }
+        return;
+    }
+    int section = c->man_section ? c->man_section : 1;
+    fputs(".TH \"", f);
+    for (const char *p = c->prog; *p; p++)
+        fputc(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p, f);
+    fprintf(f, "\" %d \"\" \"xfer %s\" \"xfer manual\"\n", section,
+            cli_version());
+    fputs(".SH NAME\n", f);
+    roff_text(f, c->prog, strlen(c->prog));
+    if (c->summary) {
+        fputs(" \\- ", f);
+        roff_text(f, c->summary, strlen(c->summary));
+    }
+    fputs("\n.SH SYNOPSIS\n", f);
+    /* One synopsis line per line of the help's usage. */
+    for (const char *l = syn; *l;) {
+        size_t n = strcspn(l, "\n");
+        fputs(".B ", f);
+        roff_text(f, c->prog, strlen(c->prog));
+        fputc('\n', f);
+        roff_text(f, l, n);
+        fputs("\n.br\n", f);
+        l += n;
+        l += *l == '\n';
+    }
+    if (c->intro) {
+        fputs(".SH DESCRIPTION\n", f);
+        roff_block(f, c->intro);
+    }
+    fputs(".SH OPTIONS\n", f);
+    roff_flags(f, c->flags);
+    if (c->epilog) {
+        fputs(".SH NOTES\n", f);
+        roff_block(f, c->epilog);
+    }
+}
+
 /* The array and the short string, built once per table. */
 static struct {
     const cli_flag *table;
-    struct option lo[CLI_MAX_FLAGS + 1];
+    struct option lo[CLI_MAX_FLAGS + 2];
     char so[3 * CLI_MAX_FLAGS + 3];
 } built;
 
@@ -102,6 +207,7 @@ static void build(const cli *c)
                 built.so[s++] = ':';
         }
     }
+    built.lo[n] = (struct option){"man", no_argument, NULL, CLI_KEY_MAN};
 }
 
 void cli_reset(void)
@@ -142,6 +248,10 @@ int cli_next(const cli *c, int argc, char **argv, const char **arg)
     }
     if (k == CLI_KEY_VERSION) {
         printf("%s %s\n", c->prog, cli_version());
+        exit(0);
+    }
+    if (k == CLI_KEY_MAN) {
+        cli_man(c, stdout);
         exit(0);
     }
     return k;

@@ -22,6 +22,8 @@
 /* The rows every table carries: -h/--help and --version. */
 #define CLI_KEY_HELP 'h'
 #define CLI_KEY_VERSION 0x7f01
+/* --man: in no table (so no --help line); every table answers it. */
+#define CLI_KEY_MAN 0x7f02
 #define CLI_HELP {"help", 'h', NULL, "print this help and exit", 0}
 #define CLI_VERSION \
     {"version", 0, NULL, "print the version and exit", CLI_KEY_VERSION}
@@ -47,6 +49,10 @@ typedef struct cli {
     /* Stop at the first argument that is not a flag (a subcommand's own
      * flags follow it) instead of permuting. */
     int stop_at_operand;
+    /* The man page (cli_man): its one-line summary (NAME section; NULL:
+     * none) and section (0: 1, a command; 8: a daemon). */
+    const char *summary;
+    int man_section;
 } cli;
 
 /* What cli_next returns besides a row's key. */
@@ -58,9 +64,16 @@ typedef struct cli {
 const char *cli_version(void);
 /* The usage and every flag of the table, to f. */
 void cli_help(const cli *c, FILE *f);
+/* The man page in roff (man(7) macros), from the same table as cli_help:
+ * NAME, SYNOPSIS, DESCRIPTION (intro), OPTIONS (every row), NOTES
+ * (epilog).  For a subcommand (a prog with a space, "xfer-trace stuck")
+ * only a subsection of its own (.SS), which the build appends to the
+ * tool's page (tools/man.sh). */
+void cli_man(const cli *c, FILE *f);
 /* The next flag of argv (getopt_long underneath, opterr off).  Returns a
  * row's key with its value in *arg (NULL for a flag without one), CLI_END,
- * or CLI_ERR after printing one line.  --help and --version print and
+ * or CLI_ERR after printing one line.  --help, --version and the hidden
+ * --man (cli_man; the build runs it to make the man pages) print and
  * exit(0).  Call cli_reset before parsing a second argv. */
 int cli_next(const cli *c, int argc, char **argv, const char **arg);
 void cli_reset(void);

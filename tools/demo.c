@@ -485,6 +485,7 @@ static const cli_flag flags[] = {
 
 static const cli demo_cli = {
     .prog = "xfer-demo",
+    .summary = "the xfer demonstration: transfers, faults and consumers in one run",
     .synopsis = "[flags]",
     .intro = "a producer, S shards and a consumer moving transfers under "
              "injected faults;\nevery byte is checked and both sides must "

@@ -443,6 +443,7 @@ static void channel_dealloc(PyObject *self)
 
 static PyMethodDef channel_methods[] = {
     {"drain", channel_drain, METH_NOARGS,
+     "drain($self, /)\n--\n\n"
      "Deliver every completion queued so far (the loop's reader)."},
     {NULL, NULL, 0, NULL}};
 

@@ -981,26 +981,36 @@ static void consumer_dealloc(PyObject *obj)
 
 static PyMethodDef consumer_methods[] = {
     {"get", (PyCFunction)(void (*)(void))consumer_get, KW,
+     "get($self, timeout=None)\n--\n\n"
      "get(timeout=None) -> Available or Unavailable; blocks without the "
      "GIL (TimeoutError after timeout, ShutdownError once closed)"},
     {"expect", (PyCFunction)(void (*)(void))consumer_expect, KW,
+     "expect($self, id, timeout=None, *, deadline=None)\n--\n\n"
      "expect(id, timeout=None, *, deadline=None): id gets exactly one "
      "outcome, unavailable (TIMEOUT) at the latest at its deadline"},
     {"cancel", consumer_cancel, METH_O,
+     "cancel($self, id, /)\n--\n\n"
      "cancel(id): cancel id on every shard (the producer's commit fails); "
      "idempotent"},
     {"release", consumer_release, METH_O,
+     "release($self, id, /)\n--\n\n"
      "release(id): release the held Available of id"},
     {"connected", consumer_connected, METH_VARARGS,
+     "connected($self, shard=None, /)\n--\n\n"
      "connected(shard=None): is that shard's (or every) link up"},
-    {"stats", consumer_stats, METH_NOARGS, "stats() -> dict of counters"},
+    {"stats", consumer_stats, METH_NOARGS,
+     "stats($self, /)\n--\n\nstats() -> dict of counters"},
     {"now", consumer_now, METH_NOARGS,
+     "now($self, /)\n--\n\n"
      "now() -> the consumer's clock in seconds (time.monotonic()'s)"},
     {"fileno", consumer_fileno, METH_NOARGS,
+     "fileno($self, /)\n--\n\n"
      "the eventfd that becomes readable when an outcome is queued"},
     {"cancel_shards", consumer_cancel_shards, METH_O,
+     "cancel_shards($self, id, /)\n--\n\n"
      "cancel_shards(id) -> (acked, refused) lists of shards"},
     {"close", (PyCFunction)(void (*)(void))consumer_close, KW,
+     "close($self, timeout=5.0)\n--\n\n"
      "close(timeout=5.0) -> shards that did not answer in time: give back "
      "every held and queued outcome's data, deliver every cancel and "
      "release accepted, close the connections; blocks without the GIL"},

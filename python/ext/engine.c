@@ -893,33 +893,48 @@ static PyObject *get_transports(PyObject *obj, void *unused)
 
 static PyMethodDef engine_methods[] = {
     {"submit", (PyCFunction)(void (*)(void))engine_submit, FASTKW,
+     "submit($self, id, pool, slices, /, *, group=0, timeout=None, "
+     "user_data=0)\n--\n\n"
      "submit(id, pool, slices, *, group=0, timeout=None, user_data=0) -> "
      "Transfer, an awaitable of the running asyncio loop"},
     {"submit_wait", (PyCFunction)(void (*)(void))engine_submit_wait, FASTKW,
+     "submit_wait($self, id, pool, slices, /, *, group=0, timeout=None, "
+     "user_data=0)\n--\n\n"
      "submit_wait(id, pool, slices, ...) -> Result; blocks without the GIL"},
     {"submit_callback", (PyCFunction)(void (*)(void))engine_submit_callback,
      FASTKW,
+     "submit_callback($self, id, pool, slices, callback, /, *, group=0, "
+     "timeout=None, user_data=0)\n--\n\n"
      "submit_callback(id, pool, slices, callback, ...): callback(result) "
      "runs on the engine's callback thread"},
     {"cancel", engine_cancel, METH_O,
+     "cancel($self, id, /)\n--\n\n"
      "cancel(id): idempotent; waits for the loop's answer: BusyError when "
      "the tombstone table is full (the id is then not cancelled)"},
     {"register_pool", engine_register_pool, METH_O,
+     "register_pool($self, buffer, /)\n--\n\n"
      "register_pool(buffer) -> Pool; no copy"},
     {"unregister_pool", engine_unregister_pool, METH_O,
+     "unregister_pool($self, pool, /)\n--\n\n"
      "unregister_pool(pool); BusyError while a transfer uses it"},
     {"add_group", engine_add_group, METH_O,
+     "add_group($self, transport, /)\n--\n\n"
      "add_group(transport) -> group index"},
     {"state", engine_state, METH_O,
+     "state($self, id, /)\n--\n\n"
      "state(id) -> the transfer machine's state name"},
     {"view", engine_view, METH_O,
+     "view($self, id, /)\n--\n\n"
      "view(id) -> dict: a live transfer's state, attempt, ops in flight "
      "and per shard the reserve, write, commit, cancel and eager "
      "sub-states and the cancels sent; None when the id is not live"},
     {"idle", engine_idle, METH_NOARGS,
+     "idle($self, /)\n--\n\n"
      "idle() -> True when nothing is live or queued"},
-    {"stats", engine_stats, METH_NOARGS, "stats() -> dict of counters"},
+    {"stats", engine_stats, METH_NOARGS,
+     "stats($self, /)\n--\n\nstats() -> dict of counters"},
     {"shutdown", engine_shutdown, METH_NOARGS,
+     "shutdown($self, /)\n--\n\n"
      "shutdown(): end every transfer, deliver every completion, let go of "
      "every pool; blocks without the GIL"},
     {"_begin_aclose", engine_begin_aclose, METH_NOARGS, NULL},

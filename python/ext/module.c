@@ -195,6 +195,7 @@ static PyObject *mod_fault_parse(PyObject *mod, PyObject *arg)
 
 static PyMethodDef mod_methods[] = {
     {"fault_parse", mod_fault_parse, METH_O,
+     "fault_parse($module, text, /)\n--\n\n"
      "fault_parse(text) -> (kind, op (-1: any), shard (-1: any), id, "
      "prob_ppm, count, delay_ns, error)"},
     {"_setup", mod_setup, METH_VARARGS,
@@ -203,11 +204,16 @@ static PyMethodDef mod_methods[] = {
      "_reap(block): finish the Engines dropped while their loop ran, once "
      "it stopped (block: wait for it; atexit)."},
     {"error_codes", mod_error_codes, METH_NOARGS,
+     "error_codes($module, /)\n--\n\n"
      "error_codes() -> [(code, name, message)] for every xfer error."},
-    {"strerror", mod_strerror, METH_O, "strerror(code) -> message"},
-    {"err_name", mod_err_name, METH_O, "err_name(code) -> 'BUSY', ..."},
-    {"phase_name", mod_phase_name, METH_O, "phase_name(phase) -> word"},
+    {"strerror", mod_strerror, METH_O,
+     "strerror($module, code, /)\n--\n\nstrerror(code) -> message"},
+    {"err_name", mod_err_name, METH_O,
+     "err_name($module, code, /)\n--\n\nerr_name(code) -> 'BUSY', ..."},
+    {"phase_name", mod_phase_name, METH_O,
+     "phase_name($module, phase, /)\n--\n\nphase_name(phase) -> word"},
     {"state_name", mod_state_name, METH_O,
+     "state_name($module, state, /)\n--\n\n"
      "state_name(state) -> the transfer machine's state name"},
     {NULL, NULL, 0, NULL}};
 

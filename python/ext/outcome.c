@@ -377,11 +377,13 @@ static PyObject *avail_repr(PyObject *obj)
 
 static PyMethodDef avail_methods[] = {
     {"release", avail_release, METH_NOARGS,
+     "release($self, /)\n--\n\n"
      "release(): done with the data.  The views handed out are released "
      "(using them raises ValueError) and the data goes back to the shards "
      "once no view derived from them is left.  Idempotent."},
-    {"__enter__", avail_enter, METH_NOARGS, NULL},
-    {"__exit__", avail_exit, METH_VARARGS, NULL},
+    {"__enter__", avail_enter, METH_NOARGS, "__enter__($self, /)\n--\n\n"},
+    {"__exit__", avail_exit, METH_VARARGS,
+     "__exit__($self, *exc_info)\n--\n\nrelease()"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef avail_getset[] = {

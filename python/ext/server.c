@@ -509,18 +509,24 @@ static PyObject *get_closed(PyObject *obj, void *unused)
 
 static PyMethodDef server_methods[] = {
     {"stats", server_stats, METH_VARARGS,
+     "stats($self, shard=None, /)\n--\n\n"
      "stats(shard=None) -> dict of counters: of one hosted shard, or of "
      "every one summed"},
     {"add_fault", (PyCFunction)(void (*)(void))server_add_fault,
      METH_VARARGS | METH_KEYWORDS,
+     "add_fault($self, kind, *, op=-1, shard=-1, id=0, prob=0.0, count=0, "
+     "delay=None, error=0)\n--\n\n"
      "add_fault(kind, op=, shard=, id=, prob=, count=, delay=, error=): "
      "append a fault rule on the producers' ops"},
-    {"clear_faults", server_clear_faults, METH_NOARGS, "drop every rule"},
+    {"clear_faults", server_clear_faults, METH_NOARGS,
+     "clear_faults($self, /)\n--\n\ndrop every rule"},
     {"drain", server_drain, METH_NOARGS,
+     "drain($self, /)\n--\n\n"
      "drain() -> bool: refuse new reserves and wait (without the GIL) "
      "until nothing is reserved or being written (True) or drain_timeout "
      "passed (False); READY and TAKEN data stay served"},
     {"close", server_close, METH_NOARGS,
+     "close($self, /)\n--\n\n"
      "close(): close every connection, delete the server, let go of the "
      "buffers; blocks without the GIL"},
     {"_begin_drain", server_begin_drain, METH_NOARGS, NULL},

@@ -520,15 +520,21 @@ static void loop_dealloc(PyObject *self)
 static PyMethodDef loop_methods[] = {
     {"add_fault", (PyCFunction)(void (*)(void))loop_add_fault,
      METH_VARARGS | METH_KEYWORDS,
+     "add_fault($self, kind, *, op=-1, shard=-1, id=0, prob=0.0, count=0, "
+     "delay=None, error=0)\n--\n\n"
      "add_fault(kind, *, op, shard, id, prob, count, delay, error): append "
      "a fault rule (xfer/loop.h explains how rules combine)."},
-    {"clear_faults", loop_clear_faults, METH_NOARGS, "drop every rule"},
+    {"clear_faults", loop_clear_faults, METH_NOARGS,
+     "clear_faults($self, /)\n--\n\ndrop every rule"},
     {"set_down", loop_set_down, METH_VARARGS,
+     "set_down($self, shard, down=True, /)\n--\n\n"
      "set_down(shard, down=True): take a shard down or bring it up"},
     {"stats", loop_stats, METH_VARARGS,
+     "stats($self, shard=None, /)\n--\n\n"
      "stats(shard=None) -> the transport's counters (dict), or shard k's "
      "own (reserves, commits, live, ...)"},
     {"received", loop_received, METH_O,
+     "received($self, id, /)\n--\n\n"
      "received(id) -> per shard (len, crc32) of the data the consumer took "
      "for id, or None (the last 4096 pairs are kept)"},
     {NULL, NULL, 0, NULL}};
@@ -729,9 +735,12 @@ static void tcp_dealloc(PyObject *self)
 
 static PyMethodDef tcp_methods[] = {
     {"connected", tcp_connected, METH_VARARGS,
+     "connected($self, shard=None, /)\n--\n\n"
      "connected(shard=None): is that shard's (or every) connection up"},
-    {"stats", tcp_stats, METH_NOARGS, "the transport's counters (dict)"},
+    {"stats", tcp_stats, METH_NOARGS,
+     "stats($self, /)\n--\n\nthe transport's counters (dict)"},
     {"drop", tcp_drop, METH_O,
+     "drop($self, shard, /)\n--\n\n"
      "drop(shard): drop that connection as if the network lost it (tests)"},
     {NULL, NULL, 0, NULL}};
 

@@ -408,6 +408,13 @@ class Engine(_Closing, _xfer.Engine):
         super().__init__(transport, notify=_NOTIFY[notify], **kw)
         _live.add(self)
 
+    def close(self):
+        """shutdown() under the name Server and Consumer use: end every
+        transfer, deliver every completion, let go of every pool; blocks
+        without the GIL.  `with xfer.Engine(...) as e:` calls it at the end
+        of the block, `async with` awaits aclose() instead."""
+        self.shutdown()
+
     def _close_blocking(self):
         self.shutdown()
 

@@ -80,6 +80,7 @@ static const cli_flag flags[] = {
 
 static const cli rdma_cli = {
     .prog = "xfer-bench-rdma",
+    .summary = "the xfer RDMA benchmark (run by xfer-bench rdma)",
     .synopsis = "[flags]",
     .intro = "GB/s and transfers/s through the engine and the RDMA transport "
              "into a shard\nserver on this host, next to ib_write_bw "

@@ -802,6 +802,7 @@ static const cli_flag flags[] = {
 
 static const cli tcp_cli = {
     .prog = "xfer-bench-tcp",
+    .summary = "the xfer TCP benchmark (run by xfer-bench tcp)",
     .synopsis = "[flags]",
     .intro = "xfer over TCP against the machine's own floor (a C echo), "
              "its wire and a\nPython reference, all in one run "

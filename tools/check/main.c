@@ -295,6 +295,7 @@ static const cli_flag flags[] = {
 
 static const cli check_cli = {
     .prog = "xfer-check",
+    .summary = "the model checker of the xfer transfer core",
     .synopsis = "[flags]",
     .intro = "Explores every interleaving of the transfer core, S consumer "
              "shards and the\nreadiness tracker (or random walks through "

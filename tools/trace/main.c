@@ -18,6 +18,7 @@ static const cli_flag flags[] = {CLI_HELP, CLI_VERSION,
 
 static const cli trace_cli = {
     .prog = "xfer-trace",
+    .summary = "read xfer trace files and live control sockets",
     .synopsis = "[flags] COMMAND ...",
     .intro =
         "commands (each takes --help):\n"

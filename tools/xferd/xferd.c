@@ -361,6 +361,8 @@ static const cli_flag flags[] = {
 
 static const cli xferd_cli = {
     .prog = "xferd",
+    .summary = "the xfer shard server: hosts consumer shards of a group over TCP",
+    .man_section = 8,
     .synopsis = "[flags]",
     .intro = "hosts consumer shards of a group and serves them on TCP; "
              "SIGTERM drains,\nSIGUSR1 prints stats.  DUR: 250ms, 10s, "
