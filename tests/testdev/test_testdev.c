@@ -502,6 +502,85 @@ START_TEST(test_testdev_shard_copy_fail)
 }
 END_TEST
 
+/* Kill -9 a real xferd serving NSH shards while copies are in flight:
+ * its pools are test device memory whose copies complete 2 s late
+ * (shard_side), or the producer's D2H copies are 300 ms late.  The
+ * transfer fails CONN_LOST in WRITING, only once the producer's copies
+ * ended, and staging is free. */
+static void killed(bool shard_side)
+{
+    rig g;
+    memset(&g, 0, sizeof g);
+    signal(SIGPIPE, SIG_IGN);
+    xfer_testdev_clear_rules(0);
+    g.dev_staging = true;
+    g.base = event_base_new();
+    ck_assert_ptr_nonnull(g.base);
+    mp_proc d;
+    const char *dev_args[] = {"--shards", "0,1,2,3", "--pool", "64K",
+                              "--consume", "--quiet", "--pool-mem",
+                              "testdev", "--testdev-delay", "2s",
+                              "--session-max-bytes", "64K", NULL};
+    const char *host_args[] = {"--shards", "0,1,2,3", "--pool", "64K",
+                               "--consume", "--quiet",
+                               "--session-max-bytes", "64K", NULL};
+    ck_assert_int_eq(mp_xferd(&d, 0, shard_side ? dev_args : host_args), 0);
+    producer_new(&g, d.port, 10000000000ull);
+    ck_assert(mp_run_while(g.base, links_up, &g, 10000));
+    if (!shard_side) {
+        xfer_testdev_rule r = {.dir = XFER_TESTDEV_D2H,
+                               .delay_ns = 300000000ull};
+        ck_assert_int_eq(xfer_testdev_add_rule(&r), 0);
+    }
+    xfer_testdev_stats before;
+    xfer_testdev_stats_get(&before);
+    submit(&g, 11);
+    /* until every D2H copy is queued (producer side) or done and the
+     * writes are on their way (shard side) */
+    xfer_testdev_stats st;
+    for (int i = 0; i < 2000; i++) {
+        xfer_testdev_stats_get(&st);
+        if (shard_side ? st.copies_d2h - before.copies_d2h >= NSH
+                       : st.in_flight >= NSH)
+            break;
+        event_base_loop(g.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    for (int i = 0; shard_side && i < 100; i++) { /* the writes go out */
+        event_base_loop(g.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    ck_assert(!g.done);
+    mp_kill(&d, SIGKILL);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, XFER_ERR_CONN_LOST);
+    ck_assert_int_ne(g.res.failed_shards, 0);
+    ck_assert_uint_eq(g.at_done.in_flight, 0);
+    xfer_engine_stats es;
+    xfer_engine_stats_get(g.e, &es);
+    ck_assert_uint_eq(es.staging_bytes_in_use, 0);
+    ck_assert_int_eq(xfer_engine_shutdown(g.e, on_shut, &g), 0);
+    ck_assert(mp_run_until(g.base, &g.shut, 10000));
+    xfer_engine_del(g.e);
+    xfer_tcp_del(g.tcp);
+    event_base_free(g.base);
+    xfer_testdev_free(g.staging);
+    free(g.expect);
+    xfer_testdev_clear_rules(0);
+}
+
+START_TEST(test_testdev_kill_shard_mid_copy)
+{
+    killed(true);
+}
+END_TEST
+
+START_TEST(test_testdev_kill_during_producer_copy)
+{
+    killed(false);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("testdev");
@@ -521,6 +600,12 @@ static Suite *suite(void)
     tcase_add_test(tc, test_testdev_shard_cancel);
     tcase_add_test(tc, test_testdev_shard_deadline);
     tcase_add_test(tc, test_testdev_shard_shutdown);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("kill");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, NULL, mp_kill_all);
+    tcase_add_test(tc, test_testdev_kill_shard_mid_copy);
+    tcase_add_test(tc, test_testdev_kill_during_producer_copy);
     suite_add_tcase(s, tc);
     return s;
 }
