@@ -51,6 +51,8 @@
 #include "timer.h"
 #include "copy.h"
 #include "engine_copy.h"
+#include "engine_gate.h"
+#include "cuda_drv.h"
 #include "testdev_int.h"
 #include "xfer/xfer.h"
 
@@ -99,6 +101,8 @@ struct xfer_engine {
     xfer_life_pool *reg;      /* the pool registry, max_pools slots */
     xfer_ecopy *ecopy;        /* device staging's copy step; made at the
                                  first device pool */
+    xfer_gates *gates;        /* the event gates; made at the first gated
+                                 submit */
     group_rec *groups;
     cb_rec *cbs;
     uint32_t *cb_free, ncb_free;
@@ -205,7 +209,27 @@ static void refuse(xfer_engine *e, const xfer_action *a, int rc)
     kick(e);
 }
 
+static void start_now(xfer_engine *e, const xfer_action *a);
+
+/* An op the core starts: one that reads a gated transfer's bytes waits
+ * for its event (engine_gate.c). */
 static void start_op(xfer_engine *e, const xfer_action *a)
+{
+    if (e->gates &&
+        (a->kind == XFER_ACT_WRITE || a->kind == XFER_ACT_EAGER)) {
+        int rc = xfer_gates_hold(e->gates, a);
+        if (rc == 1)
+            return;
+        if (rc < 0) {
+            e->st.ops_started++;
+            refuse(e, a, rc);
+            return;
+        }
+    }
+    start_now(e, a);
+}
+
+static void start_now(xfer_engine *e, const xfer_action *a)
 {
     group_rec *g = a->group < e->cfg.max_groups ? &e->groups[a->group] : NULL;
     const void *src = NULL;
@@ -259,6 +283,7 @@ static void complete(xfer_engine *e, const xfer_action *a)
     cb_rec *c = &e->cbs[slot];
     assert(c->used);
     release_slot(e, c); /* the core released it just before */
+    xfer_gates_remove(e->gates, a->id);
     c->done.res = a->result;
     c->done.res.user_data = c->user_data;
     int32_t st = a->result.status;
@@ -293,7 +318,8 @@ static void perform(xfer_engine *e, const xfer_action *acts, size_t n,
         group_rec *g = &e->groups[a->group];
         e->st.aborts++;
         /* an op still in its copy step is not the transport's yet */
-        if (g->used && !(e->ecopy && xfer_ecopy_abort(e->ecopy, a)))
+        if (g->used && !(e->gates && xfer_gates_abort(e->gates, a)) &&
+            !(e->ecopy && xfer_ecopy_abort(e->ecopy, a)))
             g->tp.ops->abort(g->tp.self, a);
         break;
     }
@@ -604,6 +630,7 @@ void xfer_engine_del(xfer_engine *e)
         e->pools[p].cp = NULL;
     }
     xfer_ecopy_del(e->ecopy);
+    xfer_gates_del(e->gates);
     for (uint32_t g = 0; e->groups && g < e->cfg.max_groups; g++)
         if (e->groups[g].used && e->groups[g].tp.ops->detach)
             e->groups[g].tp.ops->detach(e->groups[g].tp.self);
@@ -858,8 +885,34 @@ static bool group_eager(const xfer_engine *e, uint32_t group)
  * (NOT_FOUND, INVALID_ARG), then the id and the caps (the core's order:
  * EXISTS, CANCELLED, BUSY), then NOMEM.
  */
+static int submit(xfer_engine *e, const xfer_transfer_desc *d,
+                  xfer_complete_cb cb, void *ud, void *event);
+
 int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
                        xfer_complete_cb cb, void *ud)
+{
+    return submit(e, d, cb, ud, NULL);
+}
+
+int xfer_engine_submit_gated(xfer_engine *e, const xfer_transfer_desc *d,
+                             void *event, xfer_complete_cb cb, void *ud)
+{
+    if (!event)
+        return XFER_ERR_INVALID_ARG;
+    return submit(e, d, cb, ud, event);
+}
+
+/* The gate kind for a transfer of pool `pool`: the test device's events
+ * for its pools, CUDA events for every other pool.  <0: not available. */
+static int gate_kind(const xfer_engine *e, uint32_t pool)
+{
+    if (e->pools[pool].mem.kind == XFER_MEM_TESTDEV)
+        return XFER_GATE_TESTDEV;
+    return xfer_cuda_get() ? XFER_GATE_CUDA : XFER_ERR_NOT_SUPPORTED;
+}
+
+static int submit(xfer_engine *e, const xfer_transfer_desc *d,
+                  xfer_complete_cb cb, void *ud, void *event)
 {
     if (!e || !cb || !d || d->id == 0 || !d->slices)
         return XFER_ERR_INVALID_ARG;
@@ -871,6 +924,16 @@ int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
         return rc;
     if (e->ncb_free == 0)
         return refuse_full(e, d->id);
+    int kind = event ? gate_kind(e, d->pool) : 0;
+    if (kind < 0)
+        return kind;
+    if (event && !e->gates &&
+        (rc = xfer_gates_new(e, start_now, &e->gates)) != 0)
+        return rc;
+    /* the gate goes first, so the core's first WRITE finds it; a submit
+     * the core refuses takes it away again */
+    if (event && (rc = xfer_gates_add(e->gates, d->id, event, kind)) != 0)
+        return rc;
     xfer_engine_flush(e); /* room in the core's action list */
     uint32_t slot = e->cb_free[e->ncb_free - 1];
     uint64_t now = xfer_engine_now(e);
@@ -880,8 +943,11 @@ int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
         .deadline_ns = d->timeout_ns ? now + d->timeout_ns : 0,
         .user_data = slot, .eager_ok = group_eager(e, d->group)};
     rc = xfer_core_submit(e->core, now, &a);
-    if (rc)
+    if (rc) {
+        if (event)
+            xfer_gates_remove(e->gates, d->id);
         return rc;
+    }
     e->ncb_free--;
     e->cbs[slot] = (cb_rec){.done = {.cb = cb, .ud = ud, .slot = slot},
                             .user_data = d->user_data, .bytes = bytes,

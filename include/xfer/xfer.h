@@ -215,6 +215,25 @@ XFER_API int xfer_engine_register_pool_mem(xfer_engine *e, void *base,
                                            size_t len, xfer_mem mem,
                                            uint32_t *pool);
 
+/*
+ * Submit a transfer whose bytes must not be read before `event` completed:
+ * the kernel that produced the cache may still run.  `event` is a CUDA
+ * event (CUevent / cudaEvent_t) for host and CUDA pools, an
+ * xfer_testdev_event for TESTDEV pools; borrowed until the result.  The
+ * reserves go out at once (they read no byte); every WRITE or EAGER of the
+ * transfer waits until a poll of the event (cuEventQuery on a 100 us loop
+ * timer, never blocking the loop) finds it complete.  An event whose query
+ * fails fails those ops with XFER_ERR_COPY (the transfer rolls back).
+ * Otherwise as xfer_engine_submit (cb, ud, errors, exactly one callback),
+ * plus XFER_ERR_INVALID_ARG (NULL event) and XFER_ERR_NOT_SUPPORTED (a
+ * CUDA event where the driver is not loaded).  DEVICE_API.md's sketch had
+ * no cb and ud; a submit needs them.  Loop thread.
+ */
+XFER_API int xfer_engine_submit_gated(xfer_engine *e,
+                                      const xfer_transfer_desc *d,
+                                      void *event, xfer_complete_cb cb,
+                                      void *ud);
+
 /* Add a consumer group carried by `tp`; the engine takes the transport and
  * detaches it at xfer_engine_del.  Errors: XFER_ERR_INVALID_ARG (a missing
  * op, an ops table version this library does not know, a shard count

@@ -17,8 +17,20 @@
  * transfer's deadline, or a shutdown while the copies are still in
  * flight: the transfer ends with that status only after every copy ended
  * (I3: staging held until its copies ended), every shard empty;
- * test_testdev_shard_*: the same for a shard whose pool is test device
- * memory (the server's H2D copies), see below.
+ * test_testdev_shard_transfer, _copy_fail, _cancel, _deadline,
+ * _shutdown: the same for shards whose pools are test device memory (the
+ * server's H2D copies): bytes verified through the copy thread; every
+ * copy ended before the producer heard its commits (READY follows the
+ * copy); a failed copy fails COPY naming one shard; a cancel, deadline or
+ * shutdown while the copies run leaves each region held until its copy
+ * ended (I4);
+ * test_testdev_gate_holds_until_event, _cancel, _deadline: a submit gated
+ * on a test event: the reserves go out, and nothing of staging is copied
+ * or sent before the event completed (then every byte arrives); a cancel
+ * or the deadline while gated ends it with nothing read;
+ * test_testdev_kill_shard_mid_copy, _during_producer_copy: kill -9 of a
+ * real xferd (--pool-mem testdev) while copies run: CONN_LOST, only once
+ * the producer's copies ended, staging free.
  */
 #include <check.h>
 #include <signal.h>
@@ -584,6 +596,92 @@ START_TEST(test_testdev_kill_during_producer_copy)
 }
 END_TEST
 
+/* Every shard has answered its reserve. */
+static bool reserved_all(void *ud)
+{
+    xfer_server_stats st;
+    xfer_server_stats_get(((rig *)ud)->srv, XFER_SHARD_NONE, &st);
+    return st.reserves >= NSH;
+}
+
+static void gated_submit(rig *g, uint64_t id, xfer_testdev_event *ev)
+{
+    xfer_slice sl[NSH];
+    for (uint16_t k = 0; k < NSH; k++)
+        sl[k] = (xfer_slice){.off = (uint64_t)k * SLICE, .len = SLICE};
+    xfer_transfer_desc d = {.id = id, .group = g->group, .pool = g->pool,
+                            .nslices = NSH, .slices = sl};
+    g->done = false;
+    ck_assert_int_eq(xfer_engine_submit_gated(g->e, &d, ev, on_done, g), 0);
+}
+
+/* A gated transfer (what = 0: the event comes; DO_CANCEL, DO_DEADLINE:
+ * it never does): the reserves go out, no byte of staging is copied or
+ * sent while the event has not completed. */
+static void gated(int what)
+{
+    rig g;
+    rig_new(&g, true, false,
+            what == DO_DEADLINE ? 300000000ull : 10000000000ull);
+    xfer_testdev_event *ev = NULL;
+    ck_assert_int_eq(xfer_testdev_event_new(&ev), 0);
+    xfer_testdev_stats before, st;
+    xfer_testdev_stats_get(&before);
+    gated_submit(&g, 21, ev);
+    ck_assert(mp_run_while(g.base, reserved_all, &g, 10000));
+    for (int i = 0; i < 50 && !g.done; i++) { /* the gate is polled */
+        event_base_loop(g.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    xfer_testdev_stats_get(&st);
+    xfer_server_stats ss;
+    xfer_server_stats_get(g.srv, XFER_SHARD_NONE, &ss);
+    if (what != DO_DEADLINE) {
+        /* nothing of the transfer was read before the event */
+        ck_assert(!g.done);
+        ck_assert_uint_eq(st.copies_d2h, before.copies_d2h);
+        ck_assert_uint_eq(st.in_flight, 0);
+        ck_assert_uint_eq(ss.write_bytes, 0);
+    }
+    if (what == 0) {
+        xfer_testdev_event_signal(ev);
+        ck_assert(mp_run_while(g.base, done, &g, 10000));
+        ck_assert_int_eq(g.res.status, 0);
+        check_landed(&g);
+    } else {
+        if (what == DO_CANCEL)
+            ck_assert_int_eq(xfer_engine_cancel(g.e, 21), 0);
+        ck_assert(mp_run_while(g.base, done, &g, 10000));
+        ck_assert_int_eq(g.res.status, what == DO_CANCEL ? XFER_ERR_CANCELLED
+                                                         : XFER_ERR_TIMEOUT);
+        xfer_testdev_stats_get(&st);
+        ck_assert_uint_eq(st.copies_d2h, before.copies_d2h);
+        xfer_server_stats_get(g.srv, XFER_SHARD_NONE, &ss);
+        ck_assert_uint_eq(ss.write_bytes, 0);
+    }
+    check_ended_clean(&g);
+    rig_del(&g);
+    xfer_testdev_event_free(ev);
+}
+
+START_TEST(test_testdev_gate_holds_until_event)
+{
+    gated(0);
+}
+END_TEST
+
+START_TEST(test_testdev_gate_cancel)
+{
+    gated(DO_CANCEL);
+}
+END_TEST
+
+START_TEST(test_testdev_gate_deadline)
+{
+    gated(DO_DEADLINE);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("testdev");
@@ -603,6 +701,12 @@ static Suite *suite(void)
     tcase_add_test(tc, test_testdev_shard_cancel);
     tcase_add_test(tc, test_testdev_shard_deadline);
     tcase_add_test(tc, test_testdev_shard_shutdown);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("gate");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_testdev_gate_holds_until_event);
+    tcase_add_test(tc, test_testdev_gate_cancel);
+    tcase_add_test(tc, test_testdev_gate_deadline);
     suite_add_tcase(s, tc);
     tc = tcase_create("kill");
     tcase_set_timeout(tc, 60);
