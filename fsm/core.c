@@ -608,6 +608,10 @@ int xfer_core_part(xfer_core *core, uint64_t now_ns, uint64_t id,
     xfer_transfer_step e =
         xfer_transfer_step_make(now_ns, XFER_TRANSFER_EVENT_PART, id);
     e.t = locate(core, &e);
+    /* A shutdown stops every stream (from the timer, in batches): from
+     * its request on, nothing more is taken, as for a submit. */
+    if (core->shutting_down && e.t && !e.t->status)
+        return XFER_ERR_SHUTDOWN;
     int rc = 0;
     if (e.t && e.t->st &&
         (e.t->state == XFER_TRANSFER_STATE_RESERVING ||
@@ -637,6 +641,8 @@ int xfer_core_seal(xfer_core *core, uint64_t now_ns, uint64_t id)
     xfer_transfer_step e =
         xfer_transfer_step_make(now_ns, XFER_TRANSFER_EVENT_SEAL, id);
     e.t = locate(core, &e);
+    if (core->shutting_down && e.t && !e.t->status)
+        return XFER_ERR_SHUTDOWN; /* as xfer_core_part */
     return step(core, &e);
 }
 

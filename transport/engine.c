@@ -947,6 +947,21 @@ static uint32_t stream_slot_of(const xfer_engine *e, uint64_t id)
     return (uint32_t)slot;
 }
 
+/* The core refused a part or a seal as ended (XFER_ERR_STATE): while the
+ * failed transfer's completion still waits for delivery, the caller gets
+ * the transfer's status, as it would have a moment earlier. */
+static int ended_status(const xfer_engine *e, uint64_t id, int rc)
+{
+    if (rc != XFER_ERR_STATE)
+        return rc;
+    for (const xfer_list_node *n = e->done.head; n; n = n->next) {
+        const xfer_done *d = XFER_LIST_ITEM(n, xfer_done, link);
+        if (d->slot != XFER_DONE_POST && d->res.id == id && d->res.status)
+            return d->res.status;
+    }
+    return rc;
+}
+
 int xfer_engine_stream_part(xfer_engine *e, const xfer_part_desc *d,
                             uint32_t *part)
 {
@@ -975,7 +990,7 @@ int xfer_engine_stream_part(xfer_engine *e, const xfer_part_desc *d,
                             d->nranges, &seq);
     if (rc) {
         xfer_util_free(al, p);
-        return rc;
+        return ended_status(e, d->id, rc);
     }
     /* The core took it: the transfer is a live stream of ours. */
     uint32_t slot = stream_slot_of(e, d->id);
@@ -1001,7 +1016,7 @@ int xfer_engine_stream_seal(xfer_engine *e, uint64_t id)
     xfer_engine_flush(e); /* room in the core's action list */
     int rc = xfer_core_seal(e->core, xfer_engine_now(e), id);
     drain(e);
-    return rc;
+    return ended_status(e, id, rc);
 }
 
 /* A posted open: its completion record first (a refusal by the loop is

@@ -335,7 +335,8 @@ typedef struct xfer_range {
  * reservation), XFER_ERR_NOT_FOUND (no live transfer of the id),
  * XFER_ERR_STATE (not a stream, sealed, or ended), the transfer's status
  * when it failed or is stopping (XFER_ERR_CANCELLED, XFER_ERR_TIMEOUT,
- * ...), XFER_ERR_BUSY (XFER_STREAM_MAX_PARTS parts unreleased, the action
+ * ...), XFER_ERR_SHUTDOWN (xfer_core_shutdown was called and the stream
+ * had not failed yet), XFER_ERR_BUSY (XFER_STREAM_MAX_PARTS parts unreleased, the action
  * list not cleared, or the part would leave a shard more than
  * XFER_SHARD_MAX_FRAGMENTS written ranges past its written prefix on the
  * way), XFER_ERR_NOMEM.
@@ -348,7 +349,8 @@ XFER_API int xfer_core_part(xfer_core *core, uint64_t now_ns, uint64_t id,
  * writes succeeded (at once when they have).  Errors: XFER_ERR_INVALID_ARG,
  * XFER_ERR_NOT_FOUND, XFER_ERR_STATE (not a stream, sealed already, or
  * ended), the transfer's status when it failed or is stopping,
- * XFER_ERR_BUSY (the action list was not cleared).
+ * XFER_ERR_SHUTDOWN (as for a part), XFER_ERR_BUSY (the action list was
+ * not cleared).
  */
 XFER_API int xfer_core_seal(xfer_core *core, uint64_t now_ns, uint64_t id);
 
