@@ -36,6 +36,7 @@
 
 #include <event2/event.h>
 
+#include "cli.h"
 #include "xfer/consumer.h"
 #include "xfer/stream.h"
 #include "xfer/tcp.h"
@@ -342,35 +343,51 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int usage(const char *bad)
-{
-    fprintf(stderr, "xfer-bench-stream: bad argument %s (flags: --xferd "
-            "PATH, --rounds N, --layers L, --smoke)\n", bad);
-    return 2;
-}
+enum { F_XFERD = 1, F_ROUNDS, F_LAYERS, F_SMOKE };
+
+static const cli_flag flags[] = {
+    {"xferd", 0, "PATH", "the xferd to run (default: next to this program, "
+     "or the build tree's)", F_XFERD},
+    {"rounds", 0, "N", "rounds of each mode, 1..64 (7)", F_ROUNDS},
+    {"layers", 0, "L", "layers of the prefill, 1..64 (32)", F_LAYERS},
+    {"smoke", 0, NULL, "2 rounds of 4 small layers; exit 1 unless every "
+     "round ends available", F_SMOKE},
+    CLI_HELP, CLI_VERSION, {NULL, 0, NULL, NULL, 0}};
+
+static const cli stream_cli = {
+    .prog = "xfer-bench-stream",
+    .synopsis = "[flags]",
+    .intro = "a simulated prefill (256 KiB per layer and shard, a layer per "
+             "1 ms, 4 xferd shards over TCP): the tail latency of a "
+             "one-shot submit after the last layer, of a stream with a "
+             "part per layer, and of a lone one-layer transfer, measured "
+             "at a consumer process\n",
+    .flags = flags};
 
 static int parse(int argc, char **argv, opts *o, char *xferd, size_t cap)
 {
     *o = (opts){.rounds = 7, .layers = 32, .layer = 256u << 10};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has = i + 1 < argc;
-        if (!strcmp(a, "--xferd") && has) {
-            o->xferd = argv[++i];
-        } else if (!strcmp(a, "--rounds") && has) {
-            o->rounds = (unsigned)strtoul(argv[++i], NULL, 10);
-            if (o->rounds == 0 || o->rounds > MAXR)
-                return usage(a);
-        } else if (!strcmp(a, "--layers") && has) {
-            o->layers = (unsigned)strtoul(argv[++i], NULL, 10);
-            if (o->layers == 0 || o->layers > 64)
-                return usage(a);
-        } else if (!strcmp(a, "--smoke")) {
-            o->smoke = true;
-        } else {
-            return usage(a);
+    const char *v;
+    char *end;
+    for (int k; (k = cli_next(&stream_cli, argc, argv, &v)) != CLI_END;) {
+        switch (k) {
+        case F_XFERD: o->xferd = v; break;
+        case F_ROUNDS:
+            o->rounds = (unsigned)strtoul(v, &end, 10);
+            if (!*v || *end || o->rounds == 0 || o->rounds > MAXR)
+                return cli_bad(&stream_cli, "round count (1..64)", v);
+            break;
+        case F_LAYERS:
+            o->layers = (unsigned)strtoul(v, &end, 10);
+            if (!*v || *end || o->layers == 0 || o->layers > 64)
+                return cli_bad(&stream_cli, "layer count (1..64)", v);
+            break;
+        case F_SMOKE: o->smoke = true; break;
+        default: return 2; /* CLI_ERR: the line is printed */
         }
     }
+    if (optind < argc)
+        return cli_bad(&stream_cli, "argument", argv[optind]);
     if (o->smoke) {
         o->rounds = 2;
         o->layers = 4;
