@@ -22,6 +22,7 @@
  *    assigned in submit order and times, never on pointers.
  */
 #include <assert.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core_int.h"
@@ -130,8 +131,9 @@ static int alloc_tables(xfer_core *core)
     core->recs = xfer_util_calloc(a, n, sizeof *core->recs);
     core->free_slots = xfer_util_calloc(a, n, sizeof *core->free_slots);
     core->spare = xfer_util_calloc(a, n, sizeof *core->spare);
-    core->ctx.cap = XFER_CORE_BATCH * ((size_t)core->cfg.max_shards + 3) +
-                    (size_t)core->cfg.max_shards + 8;
+    core->ctx.cap = XFER_CORE_BATCH * ((size_t)core->cfg.max_shards + 3 +
+                                       XFER_STREAM_MAX_PARTS) +
+                    (size_t)core->cfg.max_shards + 8 + XFER_STREAM_MAX_PARTS;
     core->ctx.acts = xfer_util_calloc(a, core->ctx.cap, sizeof(xfer_action));
     if (!core->recs || !core->free_slots || !core->spare || !core->ctx.acts)
         return XFER_ERR_NOMEM;
@@ -178,14 +180,43 @@ int xfer_core_new(const xfer_core_config *cfg, xfer_core **out)
     return 0;
 }
 
+/* Free a record's stream and the parts it still has. */
+static void free_stream(xfer_core *core, xfer_transfer *t)
+{
+    if (!t->st)
+        return;
+    for (uint32_t i = 0; i < t->st->nparts; i++)
+        xfer_util_free(&core->cfg.alloc, t->st->parts[i]);
+    xfer_util_free(&core->cfg.alloc, t->st);
+    t->st = NULL;
+    core->streams--;
+}
+
+/* Free the parts the step released (their RELEASE_PART is out). */
+static void free_released(xfer_core *core, xfer_transfer *t)
+{
+    xfer_stream *st = t->st;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < st->nparts; i++) {
+        if (st->parts[i]->released)
+            xfer_util_free(&core->cfg.alloc, st->parts[i]);
+        else
+            st->parts[k++] = st->parts[i];
+    }
+    st->nparts = k;
+}
+
 void xfer_core_del(xfer_core *core)
 {
     if (!core)
         return;
     const xfer_allocator a = core->cfg.alloc;
     if (core->recs)
-        for (uint32_t i = 0; i < core->cfg.max_transfers; i++)
+        for (uint32_t i = 0; i < core->cfg.max_transfers; i++) {
+            if (core->recs[i])
+                free_stream(core, core->recs[i]);
             xfer_util_free(&a, core->recs[i]);
+        }
     xfer_util_free(&a, core->recs);
     xfer_util_free(&a, core->free_slots);
     for (uint32_t i = 0; i < core->nspare; i++)
@@ -203,11 +234,12 @@ void xfer_core_del(xfer_core *core)
 /* ---------------------------------------------------------------------- */
 
 /* An input record: a result's op in old_state, or for a SUBMIT whether
- * its group allowed the eager path (0 otherwise, as before it existed). */
+ * its group allowed the eager path (0 otherwise, as before it existed;
+ * 2: a stream's open, xfer_core_open). */
 static void trace_input(xfer_core *core, uint64_t now, unsigned ev,
                         uint64_t id, uint16_t shard,
                         const xfer_shard_result *r, uint64_t a0,
-                        uint64_t a1, uint64_t a2, bool eager_ok)
+                        uint64_t a1, uint64_t a2, unsigned eager_ok)
 {
     if (!core->ctx.trace.fn)
         return;
@@ -276,6 +308,10 @@ static void settle(xfer_core *core, xfer_transfer *t, uint64_t now,
     for (size_t i = first_action; i < core->ctx.nacts; i++)
         if (core->ctx.acts[i].kind == XFER_ACT_COMPLETE)
             count_completion(core, &core->ctx.acts[i].result);
+    if (t->st)
+        free_released(core, t);
+    if (t->state == XFER_TRANSFER_STATE_TOMBSTONED)
+        free_stream(core, t);
     if (t->state != XFER_TRANSFER_STATE_TOMBSTONED) {
         /* Most steps leave the timer alone: touch the heap only when it
          * moved (an unchanged entry keeps its place among equal ones). */
@@ -335,7 +371,8 @@ static void step_record(xfer_core *core, xfer_transfer *t, uint64_t now,
 static bool room(const xfer_core *core)
 {
     return core->ctx.cap - core->ctx.nacts >=
-           (size_t)core->cfg.max_shards + 4;
+           (size_t)core->cfg.max_shards + 4 +
+               (core->streams ? XFER_STREAM_MAX_PARTS : 0);
 }
 
 static xfer_transfer *find_live(const xfer_core *core, uint64_t id)
@@ -449,6 +486,182 @@ int xfer_core_submit(xfer_core *core, uint64_t now_ns,
         return rc;
     e.attempt = e.t->attempt;
     return step(core, &e);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Streams                                                                 */
+/* ---------------------------------------------------------------------- */
+
+int xfer_core_open(xfer_core *core, uint64_t now_ns, const xfer_open_args *a)
+{
+    xfer_slice slices[XFER_MAX_SHARDS];
+    if (!core || !a || a->id == 0 || a->nshards == 0 ||
+        a->nshards > core->cfg.max_shards || !a->lens)
+        return XFER_ERR_INVALID_ARG;
+    for (uint16_t k = 0; k < a->nshards; k++) {
+        if (a->lens[k] == 0)
+            return XFER_ERR_INVALID_ARG;
+        slices[k] = (xfer_slice){.off = 0, .len = a->lens[k]};
+    }
+    now_ns = clamp_now(core, now_ns);
+    uint64_t deadline = a->deadline_ns ? a->deadline_ns
+                                       : now_ns + core->cfg.default_deadline_ns;
+    /* A SUBMIT input marked 2: an open (xfer-trace). */
+    trace_input(core, now_ns, XFER_TRANSFER_EVENT_SUBMIT, a->id, a->nshards,
+                NULL, deadline, (uint64_t)a->group << 32, a->user_data, 2);
+    if (core->shutting_down)
+        return XFER_ERR_SHUTDOWN;
+    if (core->ctx.cap - core->ctx.nacts <
+        (size_t)core->cfg.max_shards + 4 + XFER_STREAM_MAX_PARTS)
+        return XFER_ERR_BUSY;
+    xfer_transfer_step e =
+        xfer_transfer_step_make(now_ns, XFER_TRANSFER_EVENT_SUBMIT, a->id);
+    (void)locate(core, &e);
+    if (e.step.from != XFER_TRANSFER_STATE_NEW)
+        return step(core, &e); /* EXISTS, or CANCELLED (tombstoned) */
+    xfer_stream *st =
+        xfer_util_calloc(&core->cfg.alloc, 1, xfer_stream_size(a->nshards));
+    if (!st)
+        return XFER_ERR_NOMEM;
+    st->next_seq = 1;
+    xfer_submit_args sa = {.id = a->id, .group = a->group,
+                           .nshards = a->nshards, .slices = slices,
+                           .deadline_ns = deadline, .user_data = a->user_data};
+    int rc = new_record(core, now_ns, &sa, deadline, &e.t);
+    if (rc) {
+        xfer_util_free(&core->cfg.alloc, st);
+        return rc;
+    }
+    e.t->st = st;
+    core->streams++;
+    e.attempt = e.t->attempt;
+    return step(core, &e);
+}
+
+static int cmp_run(const void *x, const void *y)
+{
+    const xfer_range *a = x, *b = y;
+    if (a->shard != b->shard)
+        return a->shard < b->shard ? -1 : 1;
+    if (a->resv_off != b->resv_off)
+        return a->resv_off < b->resv_off ? -1 : 1;
+    return 0;
+}
+
+/* The part of n ranges, checked against t's reservations, sorted and
+ * joined; NULL with *rc set when refused. */
+static xfer_part *make_part(xfer_core *core, const xfer_transfer *t,
+                            const xfer_range *r, uint32_t n, int *rc)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (r[i].len == 0 || r[i].shard >= t->nshards ||
+            r[i].resv_off > t->shards[r[i].shard].len ||
+            r[i].len > t->shards[r[i].shard].len - r[i].resv_off) {
+            *rc = XFER_ERR_INVALID_ARG;
+            return NULL;
+        }
+    xfer_part *p =
+        xfer_util_alloc(&core->cfg.alloc, xfer_part_size(n, t->nshards));
+    if (!p) {
+        *rc = XFER_ERR_NOMEM;
+        return NULL;
+    }
+    memset(p, 0, sizeof *p);
+    memcpy(p->r, r, (size_t)n * sizeof *r);
+    qsort(p->r, n, sizeof *r, cmp_run);
+    /* One WRITE per run contiguous in both staging and reservation. */
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        xfer_range *q = m ? &p->r[m - 1] : NULL;
+        const xfer_range *c = &p->r[i];
+        if (q && q->shard == c->shard && q->pool == c->pool &&
+            q->staging_off + q->len == c->staging_off &&
+            q->resv_off + q->len == c->resv_off) {
+            q->len += c->len;
+            continue;
+        }
+        p->r[m++] = *c;
+    }
+    p->n = m;
+    uint32_t *start = xfer_part_start(p);
+    uint32_t at = 0;
+    for (uint16_t k = 0; k <= t->nshards; k++) {
+        while (at < m && p->r[at].shard < k)
+            at++;
+        start[k] = at;
+    }
+    return p;
+}
+
+int xfer_core_part(xfer_core *core, uint64_t now_ns, uint64_t id,
+                   const xfer_range *r, uint32_t n, uint32_t *part)
+{
+    if (!core || id == 0 || !r || n == 0 || n > XFER_STREAM_MAX_RANGES)
+        return XFER_ERR_INVALID_ARG;
+    if (!room(core))
+        return XFER_ERR_BUSY;
+    now_ns = clamp_now(core, now_ns);
+    /* One input record per part: its range count and the first range. */
+    trace_input(core, now_ns, XFER_TRANSFER_EVENT_PART, id, r[0].shard, NULL,
+                n, r[0].staging_off, (uint64_t)r[0].resv_off << 32 | r[0].len,
+                false);
+    xfer_transfer_step e =
+        xfer_transfer_step_make(now_ns, XFER_TRANSFER_EVENT_PART, id);
+    e.t = locate(core, &e);
+    /* A shutdown stops every stream (from the timer, in batches): from
+     * its request on, nothing more is taken, as for a submit. */
+    if (core->shutting_down && e.t && !e.t->status)
+        return XFER_ERR_SHUTDOWN;
+    int rc = 0;
+    if (e.t && e.t->st &&
+        (e.t->state == XFER_TRANSFER_STATE_RESERVING ||
+         e.t->state == XFER_TRANSFER_STATE_WRITING) &&
+        !e.t->st->sealed && !e.t->status && !e.t->stopping) {
+        e.part = make_part(core, e.t, r, n, &rc);
+        if (!e.part)
+            return rc;
+    }
+    rc = step(core, &e);
+    if (e.part) /* not taken */
+        xfer_util_free(&core->cfg.alloc, e.part);
+    if (rc == 0 && part)
+        *part = e.part_seq;
+    return rc;
+}
+
+int xfer_core_seal(xfer_core *core, uint64_t now_ns, uint64_t id)
+{
+    if (!core || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    if (!room(core))
+        return XFER_ERR_BUSY;
+    now_ns = clamp_now(core, now_ns);
+    trace_input(core, now_ns, XFER_TRANSFER_EVENT_SEAL, id, XFER_SHARD_NONE,
+                NULL, 0, 0, 0, false);
+    xfer_transfer_step e =
+        xfer_transfer_step_make(now_ns, XFER_TRANSFER_EVENT_SEAL, id);
+    e.t = locate(core, &e);
+    if (core->shutting_down && e.t && !e.t->status)
+        return XFER_ERR_SHUTDOWN; /* as xfer_core_part */
+    return step(core, &e);
+}
+
+int xfer_core_stream_ranges(const xfer_core *core, uint64_t id,
+                            uint16_t shard, uint32_t (*out)[2], size_t cap,
+                            size_t *n)
+{
+    if (!core || !n || (!out && cap))
+        return XFER_ERR_INVALID_ARG;
+    const xfer_transfer *t = find_live(core, id);
+    if (!t || !t->st || shard >= t->nshards)
+        return XFER_ERR_NOT_FOUND;
+    const xfer_spans *sp = &t->st->sh[shard].spans;
+    for (uint32_t i = 0; i < sp->n && i < cap; i++) {
+        out[i][0] = sp->v[i][0];
+        out[i][1] = sp->v[i][1] - sp->v[i][0];
+    }
+    *n = sp->n;
+    return 0;
 }
 
 int xfer_core_cancel(xfer_core *core, uint64_t now_ns, uint64_t id)
@@ -609,6 +822,14 @@ void xfer_core_abandon(xfer_core *core, uint64_t now_ns)
         t->timer_ns = now_ns;
         xfer_heap_set(&core->timers, t->slot, now_ns);
     }
+}
+
+bool xfer_core_user_data(const xfer_core *core, uint64_t id, uint64_t *out)
+{
+    const xfer_transfer *t = find_live(core, id);
+    if (t)
+        *out = t->user_data;
+    return t != NULL;
 }
 
 int xfer_core_submit_refusal(const xfer_core *core, uint64_t id)

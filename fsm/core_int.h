@@ -26,4 +26,9 @@ void xfer_core_health_get(const xfer_core *core, xfer_core_health *h);
  * (transport/engine.c), whose callback slots can run out first. */
 int xfer_core_submit_refusal(const xfer_core *core, uint64_t id);
 
+/* The user_data of live transfer id into *out (true), or false when the
+ * id is not live.  For the engine, whose streams' parts find their
+ * transfer's callback slot by it. */
+bool xfer_core_user_data(const xfer_core *core, uint64_t id, uint64_t *out);
+
 #endif /* XFER_FSM_CORE_INT_H */

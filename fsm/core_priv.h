@@ -36,6 +36,8 @@ struct xfer_core {
     uint64_t last_now;
     uint32_t next_attempt;
     uint8_t shutting_down, shutdown_done;
+    uint32_t streams;     /* live streams: steps then need room for their
+                             RELEASE_PART actions too */
     xfer_core_stats st;   /* counters other than those in ctx */
 };
 

@@ -37,7 +37,10 @@
 #include "util.h"
 
 /* A field added to a record must be saved and loaded below. */
-_Static_assert(sizeof(xfer_transfer) == 96, "save the new xfer_transfer field");
+/* `st` (a stream's parts) is not saved: a core with a live stream refuses
+ * save, canon and load (XFER_ERR_NOT_SUPPORTED), and a loaded record has
+ * none. */
+_Static_assert(sizeof(xfer_transfer) == 104, "save the new xfer_transfer field");
 _Static_assert(sizeof(xfer_transfer_shard) == 40, "save the new xfer_transfer_shard field");
 
 #define SHARD_BYTES 38u /* one saved xfer_transfer_shard (put_shard) */
@@ -192,6 +195,8 @@ int xfer_core_save(const xfer_core *core, uint8_t *buf, size_t len,
         return XFER_ERR_INVALID_ARG;
     if (core->ctx.nacts)
         return XFER_ERR_STATE;
+    if (core->streams) /* a stream's parts have no encoding yet */
+        return XFER_ERR_NOT_SUPPORTED;
     xfer_canon_out o;
     xfer_canon_begin_save(&o, buf, len);
     put_core(&o, core);
@@ -205,6 +210,8 @@ int xfer_core_canon(const xfer_core *core, uint16_t nshards, xfer_canon *out)
         return XFER_ERR_INVALID_ARG;
     if (core->ctx.nacts)
         return XFER_ERR_STATE;
+    if (core->streams) /* a stream's parts have no encoding yet */
+        return XFER_ERR_NOT_SUPPORTED;
     for (uint32_t s = 0; s < core->cfg.max_transfers; s++)
         if (core->recs[s] && core->recs[s]->nshards != nshards)
             return XFER_ERR_STATE;
@@ -453,6 +460,8 @@ int xfer_core_load(xfer_core *core, const uint8_t *buf, size_t len)
 {
     if (!core || !buf)
         return XFER_ERR_INVALID_ARG;
+    if (core->streams)
+        return XFER_ERR_NOT_SUPPORTED;
     saved h;
     if (!check_save(core, buf, len, &h))
         return XFER_ERR_FORMAT;

@@ -26,6 +26,16 @@
  *    commit does (the op may have been applied with its reply lost) and
  *    rolls back through CANCELLING, which sends a cancel to every shard
  *    the eager op went to (I5).  A stop there behaves as in COMPLETING.
+ *  - Streams (t->st, docs/design.md 2.5): WRITING lasts while parts come;
+ *    `pending` counts the writes in flight, at most one per shard.  A
+ *    part is released (RELEASE_PART) only when none of its writes is in
+ *    flight and none will be sent (I3 per part): all sent and answered, or
+ *    the transfer failed or stopped.  The commits go out only once the
+ *    stream is sealed, every part's runs were sent and every write
+ *    answered ok (pending 0, every part released).  A failure or stop
+ *    sends no further write; the phase drains as for a one-shot write,
+ *    and a stop that finds no write in flight leaves at once.  Every part
+ *    is released before CANCELLING's cancels and the COMPLETE.
  *  - Every cell runs through xfer_transfer_dispatch() and a handler named
  *    by its token (step.h), the rows NEW and TOMBSTONED included: the
  *    container (fsm/core.c) owns ids and tombstones and hands those rows
@@ -189,6 +199,152 @@ static bool failed(const xfer_transfer *t)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Streams                                                                 */
+/* ---------------------------------------------------------------------- */
+
+bool xfer_spans_add(xfer_spans *t, uint32_t a, uint32_t b)
+{
+    xfer_spans u = {0};
+    bool placed = false;
+    if (a >= b)
+        return true;
+    for (uint32_t i = 0; i < t->n; i++) {
+        uint32_t x = t->v[i][0], y = t->v[i][1];
+        if (y < a || (x > b && placed)) { /* apart, before or after */
+            u.v[u.n][0] = x;
+            u.v[u.n++][1] = y;
+        } else if (x > b) { /* the first one wholly after [a, b) */
+            u.v[u.n][0] = a;
+            u.v[u.n++][1] = b;
+            placed = true;
+            u.v[u.n][0] = x;
+            u.v[u.n++][1] = y;
+        } else { /* overlaps or touches: grow [a, b) */
+            a = x < a ? x : a;
+            b = y > b ? y : b;
+        }
+    }
+    if (!placed) {
+        u.v[u.n][0] = a;
+        u.v[u.n++][1] = b;
+    }
+    /* The shard keeps a prefix from 0 and XFER_SHARD_MAX_FRAGMENTS more. */
+    uint32_t frags = u.n && u.v[0][0] == 0 ? u.n - 1 : u.n;
+    if (frags > XFER_SHARD_MAX_FRAGMENTS)
+        return false;
+    *t = u;
+    return true;
+}
+
+static xfer_part *part_of(const xfer_stream *st, uint32_t seq)
+{
+    for (uint32_t i = 0; i < st->nparts; i++)
+        if (st->parts[i]->seq == seq)
+            return st->parts[i];
+    return NULL;
+}
+
+static void release_part(xfer_transfer_ctx *c, const xfer_transfer *t,
+                         xfer_part *p)
+{
+    xfer_action *a = push(c, t, XFER_ACT_RELEASE_PART, XFER_SHARD_NONE);
+    a->part = p->seq;
+    a->pool = 0;
+    a->result.id = t->id;
+    a->result.attempt = t->attempt;
+    a->result.status = p->failed || p->unsent ? (t->status ? t->status
+                                                           : XFER_ERR_REMOTE)
+                                              : 0;
+    a->result.user_data = t->user_data;
+    a->result.first_failed_shard = XFER_SHARD_NONE;
+    p->released = 1;
+}
+
+/* Release every part none of whose writes is in flight: all of them when
+ * nothing more is sent (a failure or stop, `all_idle`), else those whose
+ * runs were all sent and answered. */
+static void release_parts(xfer_transfer_ctx *c, const xfer_transfer *t,
+                          bool stopped)
+{
+    xfer_stream *st = t->st;
+    for (uint32_t i = 0; i < st->nparts; i++) {
+        xfer_part *p = st->parts[i];
+        if (!p->released && p->inflight == 0 && (stopped || p->unsent == 0))
+            release_part(c, t, p);
+    }
+}
+
+/* Shard k's next run: the first unsent run of k in the parts, in order. */
+static xfer_part *next_run(xfer_stream *st, uint16_t k, uint32_t *idx)
+{
+    xfer_stream_shard *sh = &st->sh[k];
+    for (uint32_t i = 0; i < st->nparts; i++) {
+        xfer_part *p = st->parts[i];
+        if (p->seq < sh->cur_seq)
+            continue;
+        uint32_t *start = xfer_part_start(p);
+        uint32_t at = p->seq == sh->cur_seq ? sh->cur_idx : start[k];
+        if (at < start[k + 1]) {
+            *idx = at;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+static void send_run(xfer_transfer_ctx *c, xfer_transfer *t, uint16_t k,
+                     xfer_part *p, uint32_t idx)
+{
+    const xfer_range *r = &p->r[idx];
+    xfer_transfer_shard *s = &t->shards[k];
+    xfer_action *a = push(c, t, XFER_ACT_WRITE, k);
+    a->len = r->len;
+    a->resv_id = s->resv_id;
+    a->remote_addr = s->remote_addr + r->resv_off;
+    a->staging_off = r->staging_off;
+    a->rkey = s->rkey;
+    a->pool = r->pool;
+    a->part = p->seq;
+    a->resv_off = r->resv_off;
+    s->write = XFER_SUB_PENDING;
+    t->st->sh[k].cur_seq = p->seq;
+    t->st->sh[k].cur_idx = idx + 1;
+    t->st->sh[k].fly_seq = p->seq;
+    p->unsent--;
+    p->inflight++;
+    t->pending++;
+}
+
+static bool parts_left(const xfer_stream *st)
+{
+    for (uint32_t i = 0; i < st->nparts; i++)
+        if (!st->parts[i]->released)
+            return true;
+    return false;
+}
+
+static void enter_phase(xfer_transfer *t, xfer_transfer_ctx *c, uint8_t state,
+                        uint8_t kind);
+
+/* WRITING of a healthy stream: a write to every idle shard that has a run
+ * waiting, release what is done, and commit once sealed and done. */
+static void pump(xfer_transfer *t, xfer_transfer_ctx *c)
+{
+    xfer_stream *st = t->st;
+    if (t->state != XFER_TRANSFER_STATE_WRITING || failed(t) || t->stopping)
+        return;
+    for (uint16_t k = 0; k < t->nshards; k++) {
+        uint32_t idx;
+        xfer_part *p;
+        if (st->sh[k].fly_seq == 0 && (p = next_run(st, k, &idx)) != NULL)
+            send_run(c, t, k, p, idx);
+    }
+    release_parts(c, t, false);
+    if (st->sealed && t->pending == 0 && !parts_left(st))
+        enter_phase(t, c, XFER_TRANSFER_STATE_COMPLETING, XFER_ACT_COMMIT);
+}
+
+/* ---------------------------------------------------------------------- */
 /* Phase entries                                                           */
 /* ---------------------------------------------------------------------- */
 
@@ -258,6 +414,8 @@ static void abandon_rest(xfer_transfer *t, xfer_transfer_ctx *c, uint64_t now)
 static void enter_cancelling(xfer_transfer *t, xfer_transfer_ctx *c,
                              uint64_t now)
 {
+    if (t->st)
+        release_parts(c, t, true); /* nothing more is sent */
     assert(t->pending == 0);
     t->state = XFER_TRANSFER_STATE_CANCELLING;
     if (c->abandoning) {
@@ -295,7 +453,11 @@ static void phase_drained(xfer_transfer *t, xfer_transfer_ctx *c, uint64_t now)
         enter_cancelling(t, c, now);
         return;
     }
-    if (t->state == XFER_TRANSFER_STATE_RESERVING)
+    if (t->state == XFER_TRANSFER_STATE_RESERVING && t->st) {
+        t->state = XFER_TRANSFER_STATE_WRITING; /* the parts' turn */
+        t->pending = 0;
+        pump(t, c);
+    } else if (t->state == XFER_TRANSFER_STATE_RESERVING)
         enter_phase(t, c, XFER_TRANSFER_STATE_WRITING, XFER_ACT_WRITE);
     else
         enter_phase(t, c, XFER_TRANSFER_STATE_COMPLETING, XFER_ACT_COMMIT);
@@ -374,6 +536,23 @@ static int h_write_result(xfer_transfer_ctx *c, xfer_transfer_step *e)
     } else {
         s->write = XFER_SUB_FAILED;
         note_failure(t, r->shard, r->status, XFER_PHASE_WRITING);
+    }
+    if (t->st) {
+        xfer_part *p = part_of(t->st, t->st->sh[r->shard].fly_seq);
+        t->st->sh[r->shard].fly_seq = 0;
+        assert(p && p->inflight > 0);
+        p->inflight--;
+        if (e->step.event != XFER_TRANSFER_EVENT_WRITE_OK)
+            p->failed = 1;
+        t->pending--;
+        if (!failed(t) && !t->stopping) {
+            pump(t, c);
+            return 0;
+        }
+        release_parts(c, t, true);
+        if (t->pending == 0)
+            phase_drained(t, c, e->step.now_ns);
+        return 0;
     }
     if (--t->pending == 0)
         phase_drained(t, c, e->step.now_ns);
@@ -508,6 +687,14 @@ static int h_stop(xfer_transfer_ctx *c, xfer_transfer_step *e)
             name_shard(t, k);
     }
     set_timer(t, XFER_TIMER_NONE, 0);
+    if (t->st && t->state == XFER_TRANSFER_STATE_WRITING) {
+        /* A stream waiting for its next part has nothing in flight to
+         * wait for: the parts with no write in flight go back now, and
+         * with none in flight at all the rollback starts at once. */
+        release_parts(c, t, true);
+        if (t->pending == 0)
+            phase_drained(t, c, e->step.now_ns);
+    }
     return 0;
 }
 
@@ -668,6 +855,90 @@ static int h_refresh(xfer_transfer_ctx *c, xfer_transfer_step *e)
                              e->tomb_reason);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Stream handlers (PART, SEAL)                                            */
+/* ---------------------------------------------------------------------- */
+
+/* Why a live record refuses a part or a seal: not a stream, sealed, or
+ * its failure or stop. */
+static int stream_refusal(const xfer_transfer *t)
+{
+    if (!t->st || t->st->sealed)
+        return XFER_ERR_STATE;
+    if (failed(t))
+        return t->status;
+    return t->stopping ? XFER_ERR_STATE : 0;
+}
+
+/* NEW + PART / SEAL: no live transfer of the id. */
+static int h_no_stream(xfer_transfer_ctx *c, xfer_transfer_step *e)
+{
+    return XFER_ERR_NOT_FOUND;
+}
+
+/* TOMBSTONED + PART / SEAL: the transfer ended (its completion is out). */
+static int h_part_ended(xfer_transfer_ctx *c, xfer_transfer_step *e)
+{
+    return XFER_ERR_STATE;
+}
+
+/* COMPLETING / CANCELLING / EAGER + PART / SEAL: sealed already, rolling
+ * back, or not a stream.  The record is not touched. */
+static int h_part_refused(xfer_transfer_ctx *c, xfer_transfer_step *e)
+{
+    int rc = stream_refusal(e->t);
+    return rc ? rc : XFER_ERR_STATE;
+}
+
+/* RESERVING / WRITING + PART: take the part unless the transfer refuses
+ * it, or it would leave a shard more written ranges than the shard keeps
+ * (checked run by run, in the order the runs will be written). */
+static int h_part(xfer_transfer_ctx *c, xfer_transfer_step *e)
+{
+    xfer_transfer *t = e->t;
+    xfer_part *p = e->part;
+    int rc = stream_refusal(t);
+    if (rc)
+        return rc;
+    if (!p)
+        return XFER_ERR_STATE; /* the container made none: not expected */
+    xfer_stream *st = t->st;
+    if (st->nparts >= XFER_STREAM_MAX_PARTS)
+        return XFER_ERR_BUSY;
+    uint32_t *start = xfer_part_start(p);
+    for (uint16_t k = 0; k < t->nshards; k++) {
+        xfer_spans sp = st->sh[k].spans;
+        for (uint32_t i = start[k]; i < start[k + 1]; i++)
+            if (!xfer_spans_add(&sp, p->r[i].resv_off,
+                                p->r[i].resv_off + p->r[i].len))
+                return XFER_ERR_BUSY;
+    }
+    for (uint16_t k = 0; k < t->nshards; k++)
+        for (uint32_t i = start[k]; i < start[k + 1]; i++)
+            (void)xfer_spans_add(&st->sh[k].spans, p->r[i].resv_off,
+                                 p->r[i].resv_off + p->r[i].len);
+    p->seq = st->next_seq++;
+    p->unsent = p->n;
+    st->parts[st->nparts++] = p;
+    e->part = NULL;
+    e->part_seq = p->seq;
+    pump(t, c);
+    return 0;
+}
+
+/* RESERVING / WRITING + SEAL: no part follows; in WRITING with every part
+ * done the commits go out now. */
+static int h_seal(xfer_transfer_ctx *c, xfer_transfer_step *e)
+{
+    xfer_transfer *t = e->t;
+    int rc = stream_refusal(t);
+    if (rc)
+        return rc;
+    t->st->sealed = 1;
+    pump(t, c);
+    return 0;
+}
+
 typedef struct cell {
     uint8_t verdict;
     handler_fn fn;
@@ -774,11 +1045,16 @@ void xfer_transfer_trace_action(xfer_transfer_ctx *c, uint64_t now_ns,
         .time_ns = now_ns,
         .id = a->id,
         .arg0 = a->resv_id,
-        .arg1 = a->len,
+        /* a stream's part number above the length (0 otherwise, so the
+         * records of one-shot transfers are as they were) */
+        .arg1 = a->len | (uint64_t)a->part << 32,
         .arg2 = a->kind == XFER_ACT_COMPLETE ? a->result.failed_shards
                                              : a->staging_off,
         .attempt = a->attempt,
-        .error = a->kind == XFER_ACT_COMPLETE ? a->result.status : 0,
+        .error = a->kind == XFER_ACT_COMPLETE ||
+                         a->kind == XFER_ACT_RELEASE_PART
+                     ? a->result.status
+                     : 0,
         .shard = a->shard,
         .machine = XFER_MACHINE_ACTION,
         .old_state = a->op,

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "step.h"
+#include "stream.h"
 #include "tomb.h"
 #include "xfer/core.h"
 #include "xfer/fsm.h"
@@ -63,6 +64,8 @@ typedef struct xfer_transfer {
     uint8_t eager;            /* the submit allowed eager; after SUBMIT:
                                  the transfer took the eager path */
     uint8_t pad_[4];
+    xfer_stream *st;          /* a stream's parts (xfer_core_open); NULL
+                                 for a one-shot submit */
     xfer_transfer_shard shards[];
 } xfer_transfer;
 
@@ -71,7 +74,8 @@ typedef struct xfer_transfer {
  * sink, the container's tombstone table (the NEW and TOMBSTONED rows make
  * and refresh tombstones) and counters.  Owned by the container.  The
  * action buffer must have room for nshards + 3 more actions on every step
- * (the container sizes it).
+ * (the container sizes it), plus XFER_STREAM_MAX_PARTS RELEASE_PART
+ * actions on a step of a stream.
  */
 typedef struct xfer_transfer_ctx {
     const xfer_core_config *cfg;
@@ -102,6 +106,10 @@ typedef struct xfer_transfer_step {
     uint64_t id;
     uint32_t attempt; /* the record's, the tombstone's or the result's */
     uint8_t tomb_reason; /* TOMBSTONED row: the tombstone's reason */
+    xfer_part *part;  /* PART: the part the container made; a handler that
+                         takes it sets this NULL (else the container frees
+                         it) and its number in part_seq */
+    uint32_t part_seq;
 } xfer_transfer_step;
 
 /* Bytes of a record with n shards. */

@@ -28,7 +28,7 @@
 
 #define STR_(x) #x
 #define MAX_STATES 16
-#define MAX_EVENTS 16
+#define MAX_EVENTS 20
 
 typedef struct tcell {
     unsigned state, event, verdict;

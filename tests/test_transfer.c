@@ -1110,6 +1110,12 @@ static void sc_eager_success(void)
     ck_assert_uint_eq(a->pool, 1);
     uint32_t att = attempt_of(300);
     ck_assert_int_eq(submit_eager(c, 1, 300, true), XFER_ERR_EXISTS);
+    /* not a stream: a part or a seal is refused, the record untouched */
+    xfer_range one = {.staging_off = 0, .pool = 1, .len = 10, .shard = 0};
+    ck_assert_int_eq(xfer_core_part(c, 1, 300, &one, 1, NULL), XFER_ERR_STATE);
+    ck_assert_int_eq(xfer_core_seal(c, 1, 300), XFER_ERR_STATE);
+    collect(c);
+    ck_assert_uint_eq(count(XFER_ACT_RELEASE_PART, -1), 0);
     xfer_transfer_view v;
     ck_assert(xfer_core_view(c, 300, &v));
     ck_assert_uint_eq(v.shards[1].eager, XFER_SUB_PENDING);
@@ -1249,6 +1255,287 @@ START_TEST(test_transfer_eager_stops)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------- */
+/* Streams (xfer_core_open / part / seal)                                  */
+/* ---------------------------------------------------------------------- */
+
+static const uint32_t stream_lens[S] = {100, 100, 100, 100};
+
+static int open_stream(xfer_core *c, uint64_t now, uint64_t id,
+                       uint64_t deadline)
+{
+    xfer_open_args a = {.id = id, .group = 7, .nshards = S,
+                        .lens = stream_lens, .deadline_ns = deadline,
+                        .user_data = id * 10};
+    int rc = xfer_core_open(c, now, &a);
+    collect(c);
+    return rc;
+}
+
+/* A part of one range per shard: shard k gets staging [base + 100k, +len)
+ * at reservation offset off. */
+static int add_part(xfer_core *c, uint64_t now, uint64_t id, uint32_t off,
+                    uint32_t len, uint32_t *part)
+{
+    xfer_range r[S];
+    for (uint16_t k = 0; k < S; k++)
+        r[k] = (xfer_range){.staging_off = 1000 * (off + 1) + 100 * k,
+                            .pool = 2, .len = len, .resv_off = off,
+                            .shard = k};
+    int rc = xfer_core_part(c, now, id, r, S, part);
+    collect(c);
+    return rc;
+}
+
+static size_t count_part(uint8_t kind, uint32_t part)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < O.n; i++)
+        if (O.a[i].kind == kind && O.a[i].part == part)
+            n++;
+    return n;
+}
+
+/* Parts before the reserves answered wait; writes go one per shard at a
+ * time; a part comes back only once its writes all answered; the commits
+ * only once sealed and every write answered; every RELEASE_PART precedes
+ * the COMPLETE. */
+static void sc_stream_success(void)
+{
+    xfer_core *c = mk(NULL);
+    uint32_t p1 = 0, p2 = 0, p3 = 0;
+    ck_assert_int_eq(xfer_core_part(c, 0, 400, (xfer_range[]){{.len = 1}},
+                                    1, NULL),
+                     XFER_ERR_NOT_FOUND);
+    ck_assert_int_eq(xfer_core_seal(c, 0, 400), XFER_ERR_NOT_FOUND);
+    ck_assert_int_eq(open_stream(c, 0, 400, 0), 0);
+    ck_assert_uint_eq(count(XFER_ACT_RESERVE, -1), S);
+    ck_assert_uint_eq(find(XFER_ACT_RESERVE, 2)->len, 100);
+    uint32_t att = attempt_of(400);
+    ck_assert_int_eq(add_part(c, 1, 400, 0, 40, &p1), 0);
+    ck_assert_uint_eq(p1, 1);
+    ck_assert_uint_eq(count(XFER_ACT_WRITE, -1), 0); /* waits */
+    /* past the reservation: refused, nothing taken */
+    ck_assert_int_eq(add_part(c, 1, 400, 90, 20, NULL), XFER_ERR_INVALID_ARG);
+    reset();
+    answer_all(c, 2, 400, att, XFER_OP_RESERVE, 0);
+    ck_assert_int_eq(xfer_core_state(c, 400), XFER_TRANSFER_STATE_WRITING);
+    ck_assert_uint_eq(count_part(XFER_ACT_WRITE, 1), S);
+    const xfer_action *w = find(XFER_ACT_WRITE, 3);
+    ck_assert_uint_eq(w->resv_off, 0);
+    ck_assert_uint_eq(w->len, 40);
+    ck_assert_uint_eq(w->staging_off, 1300);
+    ck_assert_uint_eq(w->pool, 2);
+    ck_assert_uint_eq(w->remote_addr, 64 * 3);
+    /* Part 2: two ranges per shard, contiguous in staging and in the
+     * reservation, join into one run; it waits behind part 1's write. */
+    xfer_range r2[2 * S];
+    for (uint16_t k = 0; k < S; k++) {
+        r2[2 * k] = (xfer_range){.staging_off = 5000 + 100 * k + 20,
+                                 .pool = 2, .len = 30, .resv_off = 60,
+                                 .shard = k};
+        r2[2 * k + 1] = (xfer_range){.staging_off = 5000 + 100 * k,
+                                     .pool = 2, .len = 20, .resv_off = 40,
+                                     .shard = k};
+    }
+    reset();
+    ck_assert_int_eq(xfer_core_part(c, 3, 400, r2, 2 * S, &p2), 0);
+    collect(c);
+    ck_assert_uint_eq(p2, 2);
+    ck_assert_uint_eq(count(XFER_ACT_WRITE, -1), 0);
+    ck_assert_int_eq(xfer_core_seal(c, 3, 400), 0);
+    collect(c);
+    ck_assert_int_eq(xfer_core_seal(c, 3, 400), XFER_ERR_STATE);
+    ck_assert_int_eq(add_part(c, 3, 400, 90, 10, &p3), XFER_ERR_STATE);
+    for (uint16_t k = 0; k < S; k++) {
+        reset();
+        answer(c, 4, 400, att, k, XFER_OP_WRITE, 0);
+        ck_assert_uint_eq(count_part(XFER_ACT_WRITE, 2), 1);
+        w = find(XFER_ACT_WRITE, k);
+        ck_assert_uint_eq(w->len, 50);
+        ck_assert_uint_eq(w->resv_off, 40);
+        ck_assert_uint_eq(w->staging_off, 5000 + 100 * k);
+        /* I3 per part: part 1 back only with its last write answered */
+        ck_assert_uint_eq(count(XFER_ACT_RELEASE_PART, -1), k + 1 == S);
+    }
+    ck_assert_uint_eq(find(XFER_ACT_RELEASE_PART, -1)->part, 1);
+    ck_assert_int_eq(find(XFER_ACT_RELEASE_PART, -1)->result.status, 0);
+    size_t nr;
+    uint32_t spans[XFER_SHARD_MAX_FRAGMENTS + 1][2];
+    ck_assert_int_eq(xfer_core_stream_ranges(c, 400, 1, spans, 10, &nr), 0);
+    ck_assert_uint_eq(nr, 1);
+    ck_assert_uint_eq(spans[0][0], 0);
+    ck_assert_uint_eq(spans[0][1], 90);
+    reset();
+    for (uint16_t k = 0; k + 1 < S; k++)
+        answer(c, 5, 400, att, k, XFER_OP_WRITE, 0);
+    /* a commit before every part's writes answered: never */
+    ck_assert_uint_eq(count(XFER_ACT_COMMIT, -1), 0);
+    ck_assert_uint_eq(count(XFER_ACT_RELEASE_PART, -1), 0);
+    answer(c, 5, 400, att, S - 1, XFER_OP_WRITE, 0);
+    ck_assert_uint_eq(count(XFER_ACT_COMMIT, -1), S);
+    ck_assert_int_lt(index_of(XFER_ACT_RELEASE_PART), index_of(XFER_ACT_COMMIT));
+    ck_assert_int_eq(xfer_core_state(c, 400), XFER_TRANSFER_STATE_COMPLETING);
+    ck_assert_int_eq(add_part(c, 6, 400, 90, 10, NULL), XFER_ERR_STATE);
+    ck_assert_int_eq(xfer_core_seal(c, 6, 400), XFER_ERR_STATE);
+    answer_all(c, 7, 400, att, XFER_OP_COMMIT, 0);
+    ck_assert_int_eq(result_of(400)->status, 0);
+    ck_assert_uint_eq(result_of(400)->user_data, 4000);
+    ck_assert_int_eq(add_part(c, 8, 400, 90, 10, NULL), XFER_ERR_STATE);
+    ck_assert_int_eq(xfer_core_seal(c, 8, 400), XFER_ERR_STATE);
+    done(c);
+}
+
+/* A failed write fails the stream: no new write, every part back once its
+ * writes ended (with the failure), every shard rolled back, later parts and
+ * seals refused with the transfer's status. */
+static void sc_stream_write_failure(void)
+{
+    xfer_core *c = mk(NULL);
+    uint32_t p;
+    ck_assert_int_eq(open_stream(c, 0, 401, 0), 0);
+    uint32_t att = attempt_of(401);
+    answer_all(c, 1, 401, att, XFER_OP_RESERVE, 0);
+    ck_assert_int_eq(add_part(c, 2, 401, 0, 50, &p), 0);
+    ck_assert_int_eq(add_part(c, 2, 401, 50, 50, &p), 0);
+    reset();
+    answer(c, 3, 401, att, 1, XFER_OP_WRITE, XFER_ERR_IO);
+    ck_assert_uint_eq(count(XFER_ACT_WRITE, -1), 0);
+    ck_assert_uint_eq(count(XFER_ACT_RELEASE_PART, -1), 1); /* part 2 */
+    ck_assert_uint_eq(find(XFER_ACT_RELEASE_PART, -1)->part, 2);
+    ck_assert_int_eq(find(XFER_ACT_RELEASE_PART, -1)->result.status,
+                     XFER_ERR_IO);
+    ck_assert_int_eq(add_part(c, 3, 401, 0, 10, NULL), XFER_ERR_IO);
+    ck_assert_int_eq(xfer_core_seal(c, 3, 401), XFER_ERR_IO);
+    answer(c, 4, 401, att, 0, XFER_OP_WRITE, 0);
+    answer(c, 4, 401, att, 2, XFER_OP_WRITE, 0);
+    ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1), 0);
+    reset();
+    answer(c, 4, 401, att, 3, XFER_OP_WRITE, 0);
+    ck_assert_uint_eq(count(XFER_ACT_RELEASE_PART, -1), 1);
+    ck_assert_int_eq(find(XFER_ACT_RELEASE_PART, -1)->result.status,
+                     XFER_ERR_IO);
+    ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1), S);
+    ck_assert_int_lt(index_of(XFER_ACT_RELEASE_PART), index_of(XFER_ACT_CANCEL));
+    ck_assert_int_eq(xfer_core_state(c, 401), XFER_TRANSFER_STATE_CANCELLING);
+    ck_assert_int_eq(add_part(c, 5, 401, 0, 10, NULL), XFER_ERR_IO);
+    ck_assert_int_eq(xfer_core_seal(c, 5, 401), XFER_ERR_IO);
+    answer_all(c, 6, 401, att, XFER_OP_CANCEL, 0);
+    const xfer_result *r = result_of(401);
+    ck_assert_int_eq(r->status, XFER_ERR_IO);
+    ck_assert_int_eq(r->phase, XFER_PHASE_WRITING);
+    ck_assert_uint_eq(r->first_failed_shard, 1);
+    done(c);
+}
+
+/* A stop while the stream waits for its next part (no write in flight)
+ * starts the rollback at once: a deadline, a user cancel, a shutdown. */
+static void sc_stream_stop_idle(unsigned how)
+{
+    xfer_core *c = mk(NULL);
+    uint64_t id = 410 + how;
+    uint32_t p;
+    ck_assert_int_eq(open_stream(c, 0, id, 100 * MS), 0);
+    uint32_t att = attempt_of(id);
+    ck_assert_int_eq(add_part(c, 1, id, 0, 50, &p), 0);
+    answer_all(c, 2, id, att, XFER_OP_RESERVE, 0);
+    answer_all(c, 3, id, att, XFER_OP_WRITE, 0);
+    ck_assert_uint_eq(count(XFER_ACT_RELEASE_PART, -1), 1);
+    ck_assert_int_eq(add_part(c, 4, id, 50, 50, &p), 0);
+    reset();
+    int32_t want = XFER_ERR_TIMEOUT;
+    if (how == 0) {
+        /* part 2 in flight on shard 0 only: the others idle */
+        for (uint16_t k = 1; k < S; k++)
+            answer(c, 5, id, att, k, XFER_OP_WRITE, 0);
+        xfer_core_on_timer(c, 100 * MS);
+        collect(c);
+        ck_assert_uint_eq(count(XFER_ACT_ABORT, -1), 1);
+        ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1), 0);
+        answer(c, 101 * MS, id, att, 0, XFER_OP_WRITE, XFER_ERR_ABORTED);
+    } else {
+        answer_all(c, 5, id, att, XFER_OP_WRITE, 0);
+        ck_assert_uint_eq(count(XFER_ACT_RELEASE_PART, -1), 1);
+        reset();
+        if (how == 1) {
+            ck_assert_int_eq(xfer_core_cancel(c, 6, id), 0);
+            want = XFER_ERR_CANCELLED;
+        } else {
+            xfer_core_shutdown(c, 6);
+            xfer_core_on_timer(c, 6);
+            want = XFER_ERR_SHUTDOWN;
+        }
+        collect(c);
+        ck_assert_uint_eq(count(XFER_ACT_ABORT, -1), 0);
+    }
+    ck_assert_uint_eq(count(XFER_ACT_CANCEL, -1), S);
+    ck_assert_int_eq(xfer_core_state(c, id), XFER_TRANSFER_STATE_CANCELLING);
+    ck_assert_int_eq(add_part(c, 102 * MS, id, 0, 10, NULL), want);
+    answer_all(c, 103 * MS, id, att, XFER_OP_CANCEL, 0);
+    ck_assert_int_lt(index_of(XFER_ACT_RELEASE_PART),
+                     index_of(XFER_ACT_COMPLETE));
+    ck_assert_int_eq(result_of(id)->status, want);
+    done(c);
+}
+
+/* A part that would leave a shard more disjoint written ranges than the
+ * shard keeps is refused whole; one that fills the holes is taken. */
+static void sc_stream_fragments(void)
+{
+    xfer_core *c = mk(NULL);
+    ck_assert_int_eq(open_stream(c, 0, 420, 0), 0);
+    xfer_range r[XFER_SHARD_MAX_FRAGMENTS + 1];
+    for (uint32_t i = 0; i <= XFER_SHARD_MAX_FRAGMENTS; i++)
+        r[i] = (xfer_range){.staging_off = 8 * i, .pool = 2, .len = 4,
+                            .resv_off = 10 * i + 5, .shard = 1};
+    ck_assert_int_eq(xfer_core_part(c, 1, 420, r, XFER_SHARD_MAX_FRAGMENTS + 1,
+                                    NULL),
+                     XFER_ERR_BUSY);
+    ck_assert_int_eq(xfer_core_part(c, 1, 420, r, XFER_SHARD_MAX_FRAGMENTS,
+                                    NULL),
+                     0);
+    xfer_range fill = {.staging_off = 0, .pool = 2, .len = 100, .shard = 1};
+    ck_assert_int_eq(xfer_core_part(c, 1, 420, &fill, 1, NULL), 0);
+    ck_assert_int_eq(xfer_core_part(c, 1, 420, r, XFER_SHARD_MAX_FRAGMENTS + 1,
+                                    NULL),
+                     0);
+    ck_assert_int_eq(xfer_core_seal(c, 1, 420), 0); /* in RESERVING */
+    ck_assert_int_eq(xfer_core_seal(c, 1, 420), XFER_ERR_STATE);
+    collect(c);
+    ck_assert_int_eq(xfer_core_cancel(c, 2, 420), 0);
+    collect(c);
+    uint32_t att = attempt_of(420);
+    answer_all(c, 3, 420, att, XFER_OP_RESERVE, 0);
+    ck_assert_uint_eq(count(XFER_ACT_RELEASE_PART, -1), 3);
+    answer_all(c, 4, 420, att, XFER_OP_CANCEL, 0);
+    ck_assert_int_eq(result_of(420)->status, XFER_ERR_CANCELLED);
+    done(c);
+}
+
+START_TEST(test_transfer_stream_success)
+{
+    sc_stream_success();
+}
+END_TEST
+
+START_TEST(test_transfer_stream_write_failure)
+{
+    sc_stream_write_failure();
+}
+END_TEST
+
+START_TEST(test_transfer_stream_stop_while_idle)
+{
+    sc_stream_stop_idle((unsigned)_i);
+}
+END_TEST
+
+START_TEST(test_transfer_stream_fragments_bounded)
+{
+    sc_stream_fragments();
+}
+END_TEST
+
 /* Every non-ILLEGAL cell of the transfer table is hit by the scenarios
  * above; a cell no scenario reaches fails here by name. */
 START_TEST(test_transfer_transition_coverage)
@@ -1274,6 +1561,11 @@ START_TEST(test_transfer_transition_coverage)
     sc_eager_partial_failure(XFER_ERR_NO_SPACE);
     sc_eager_stops(false);
     sc_eager_stops(true);
+    sc_stream_success();
+    sc_stream_write_failure();
+    for (unsigned how = 0; how < 3; how++)
+        sc_stream_stop_idle(how);
+    sc_stream_fragments();
     int missing = 0;
     for (unsigned s = 0; s < XFER_TRANSFER_STATE_COUNT_; s++)
         for (unsigned e = 0; e < XFER_TRANSFER_EVENT_COUNT_; e++) {
@@ -1322,6 +1614,10 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_transfer_eager_failure_rolls_back_every_shard,
                         0, 2);
     tcase_add_loop_test(tc, test_transfer_eager_stops, 0, 2);
+    tcase_add_test(tc, test_transfer_stream_success);
+    tcase_add_test(tc, test_transfer_stream_write_failure);
+    tcase_add_loop_test(tc, test_transfer_stream_stop_while_idle, 0, 3);
+    tcase_add_test(tc, test_transfer_stream_fragments_bounded);
     tcase_add_test(tc, test_transfer_transition_coverage);
     suite_add_tcase(s, tc);
     return s;

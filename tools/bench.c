@@ -335,9 +335,11 @@ static void run_memory(void)
 static int run_tool(const char *what, char **rest)
 {
     const bool tcp = !strcmp(what, "tcp"), rdma = !strcmp(what, "rdma");
+    const bool stream = !strcmp(what, "stream");
     const char *tool = tcp ? "xfer-bench-tcp"
-                       : rdma ? "xfer-bench-rdma" : "xfer-check";
-    const char *sub = tcp || rdma ? "bench/" : "check/";
+                       : rdma ? "xfer-bench-rdma"
+                       : stream ? "xfer-bench-stream" : "xfer-check";
+    const char *sub = tcp || rdma || stream ? "bench/" : "check/";
     char path[4096];
     if (cli_find_program(tool, sub, path, sizeof path) != 0) {
         fprintf(stderr, "xfer-bench: cannot find %s (looked next to "
@@ -348,7 +350,7 @@ static int run_tool(const char *what, char **rest)
     char *av[64];
     size_t n = 0;
     av[n++] = path;
-    if (!tcp && !rdma)
+    if (!tcp && !rdma && !stream)
         av[n++] = "--bench";
     for (; *rest && n < 63; rest++)
         av[n++] = *rest;
@@ -376,6 +378,8 @@ static const cli bench_cli = {
              "  all       core, engine and memory\n"
              "  tcp ...   xfer-bench-tcp (TCP figures; its own --help)\n"
              "  rdma ...  xfer-bench-rdma (RDMA figures; its own --help)\n"
+             "  stream .. xfer-bench-stream (a streamed prefill's tail "
+             "latency)\n"
              "  check ... xfer-check --bench (the model checker's rates)\n",
     .flags = flags,
     .stop_at_operand = 1};
@@ -388,12 +392,12 @@ int main(int argc, char **argv)
             return 2;
     if (optind >= argc) { /* no default that runs everything */
         fprintf(stderr, "usage: xfer-bench core|engine|memory|all|tcp|rdma|"
-                "check [args] (try xfer-bench --help)\n");
+                "stream|check [args] (try xfer-bench --help)\n");
         return 2;
     }
     const char *what = argv[optind];
     if (!strcmp(what, "tcp") || !strcmp(what, "rdma") ||
-        !strcmp(what, "check"))
+        !strcmp(what, "stream") || !strcmp(what, "check"))
         return run_tool(what, argv + optind + 1);
     int all = !strcmp(what, "all");
     if (!all && strcmp(what, "core") && strcmp(what, "engine") &&

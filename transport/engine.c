@@ -54,6 +54,7 @@
 #include "engine_gate.h"
 #include "cuda_drv.h"
 #include "testdev_int.h"
+#include "xfer/stream.h"
 #include "xfer/xfer.h"
 
 /* A registered pool's memory; whether it is registered, and its users,
@@ -71,6 +72,21 @@ typedef struct group_rec {
     uint8_t used;
 } group_rec;
 
+/* One accepted part of a stream, from xfer_engine_stream_part until its
+ * callback is delivered: on its transfer's list, then on the engine's
+ * FIFO of part releases.  One allocation through the engine's allocator. */
+typedef struct part_rec {
+    xfer_list_node link;
+    uint64_t id;
+    uint64_t bytes;     /* staging bytes of its ranges */
+    uint32_t part;      /* the core's number; 0 for a posted part refused */
+    int32_t status;
+    xfer_part_cb cb;
+    void *ud;
+    uint32_t npools;
+    uint32_t pools[];   /* one pool hold per range (fsm/life.h) */
+} part_rec;
+
 /* One accepted submit, from submit until its completion is delivered. */
 typedef struct cb_rec {
     xfer_done done;     /* the callback, and the result once COMPLETE came */
@@ -79,7 +95,10 @@ typedef struct cb_rec {
     uint32_t pool;
     uint8_t used;       /* from submit until delivery */
     uint8_t released;   /* RELEASE_STAGING performed */
+    uint8_t stream;     /* opened by xfer_engine_stream_open: no staging of
+                           its own, its parts hold theirs */
     uint64_t t_submit;  /* for the latency histograms (metrics) */
+    xfer_list parts;    /* a stream's parts not yet released */
 } cb_rec;
 
 struct xfer_engine {
@@ -107,6 +126,7 @@ struct xfer_engine {
     cb_rec *cbs;
     uint32_t *cb_free, ncb_free;
     xfer_list done;             /* FIFO of completions to deliver */
+    xfer_list parts_done;       /* FIFO of part releases (part_rec) */
     xfer_shard_result *refused; /* results for refused starts, */
     xfer_ring ref;              /* in a FIFO over this ring */
     xfer_mailbox *mailbox;
@@ -255,6 +275,8 @@ static void release_slot(xfer_engine *e, cb_rec *c)
     if (c->released)
         return;
     c->released = 1;
+    if (c->stream)
+        return; /* its parts held and released their staging */
     xfer_life_pool_release(e->reg, e->cfg.max_pools, c->pool);
     e->st.staging_bytes_in_use -= c->bytes;
 }
@@ -302,6 +324,27 @@ static void complete(xfer_engine *e, const xfer_action *a)
     enqueue_done(e, &c->done);
 }
 
+/* A stream's part has no write in flight and none will be sent: its pool
+ * holds and bytes go now, its callback from the deferred event. */
+static void release_part(xfer_engine *e, const xfer_action *a)
+{
+    cb_rec *c = &e->cbs[(uint32_t)a->result.user_data];
+    for (xfer_list_node *n = c->parts.head; n; n = n->next) {
+        part_rec *p = XFER_LIST_ITEM(n, part_rec, link);
+        if (p->part != a->part)
+            continue;
+        xfer_list_remove(&c->parts, &p->link);
+        for (uint32_t i = 0; i < p->npools; i++)
+            xfer_life_pool_release(e->reg, e->cfg.max_pools, p->pools[i]);
+        e->st.staging_bytes_in_use -= p->bytes;
+        p->status = a->result.status;
+        xfer_list_push_back(&e->parts_done, &p->link);
+        kick(e);
+        return;
+    }
+    assert(!"RELEASE_PART of a part the engine does not hold");
+}
+
 static void perform(xfer_engine *e, const xfer_action *acts, size_t n,
                     size_t i)
 {
@@ -325,6 +368,9 @@ static void perform(xfer_engine *e, const xfer_action *acts, size_t n,
     }
     case XFER_ACT_RELEASE_STAGING:
         release_staging(e, acts, n, i);
+        break;
+    case XFER_ACT_RELEASE_PART:
+        release_part(e, a);
         break;
     case XFER_ACT_COMPLETE:
         complete(e, a);
@@ -397,7 +443,8 @@ static void pool_gone(xfer_engine *e, uint32_t p)
  * delivered, every pool is unregistered, then the callback runs. */
 static void end_shutdown(xfer_engine *e)
 {
-    bool quiet = xfer_list_empty(&e->done) && xfer_ring_empty(&e->ref);
+    bool quiet = xfer_list_empty(&e->done) &&
+                 xfer_list_empty(&e->parts_done) && xfer_ring_empty(&e->ref);
     uint32_t p;
     for (;;) {
         switch (xfer_life_next(&e->life, e->reg, e->cfg.max_pools, quiet,
@@ -434,7 +481,8 @@ static void pop_done(xfer_engine *e, xfer_done *out)
 bool xfer_engine_idle(const xfer_engine *e)
 {
     return e && e->ncb_free == e->cfg.core.max_transfers &&
-           xfer_list_empty(&e->done) && xfer_ring_empty(&e->ref) &&
+           xfer_list_empty(&e->done) && xfer_list_empty(&e->parts_done) &&
+           xfer_ring_empty(&e->ref) &&
            !xfer_life_pending(&e->life) &&
            xfer_mailbox_pending(e->mailbox) == 0;
 }
@@ -454,6 +502,15 @@ static void on_deferred(evutil_socket_t fd, short what, void *arg)
         drain(e);
     }
     xfer_engine_batch_end(e);
+    /* Part releases first: each comes before its transfer's completion. */
+    while (!xfer_list_empty(&e->parts_done)) {
+        part_rec *p = XFER_LIST_ITEM(xfer_list_pop_front(&e->parts_done),
+                                     part_rec, link);
+        part_rec copy = *p;
+        xfer_util_free(&e->cfg.core.alloc, p);
+        if (copy.cb)
+            copy.cb(copy.ud, copy.id, copy.part, copy.status);
+    }
     while (!xfer_list_empty(&e->done)) {
         xfer_done d;
         pop_done(e, &d);
@@ -649,6 +706,16 @@ void xfer_engine_del(xfer_engine *e)
         xfer_done d;
         pop_done(e, &d);
     }
+    /* So do parts: released and not yet delivered, or still held. */
+    while (!xfer_list_empty(&e->parts_done))
+        xfer_util_free(&e->cfg.core.alloc,
+                       XFER_LIST_ITEM(xfer_list_pop_front(&e->parts_done),
+                                      part_rec, link));
+    for (uint32_t i = 0; e->cbs && i < e->cfg.core.max_transfers; i++)
+        while (!xfer_list_empty(&e->cbs[i].parts))
+            xfer_util_free(&e->cfg.core.alloc,
+                           XFER_LIST_ITEM(xfer_list_pop_front(&e->cbs[i].parts),
+                                          part_rec, link));
     const xfer_allocator a = e->cfg.core.alloc;
     xfer_util_free(&a, e->pools);
     xfer_util_free(&a, e->reg);
@@ -970,6 +1037,232 @@ int xfer_engine_cancel(xfer_engine *e, uint64_t id)
     return rc;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Streams (xfer/stream.h)                                                 */
+/* ---------------------------------------------------------------------- */
+
+int xfer_engine_stream_open(xfer_engine *e, const xfer_stream_desc *d,
+                            xfer_complete_cb cb, void *ud)
+{
+    if (!e || !cb || !d || d->id == 0 || !d->lens || d->nshards == 0)
+        return XFER_ERR_INVALID_ARG;
+    for (uint16_t k = 0; k < d->nshards; k++)
+        if (d->lens[k] == 0)
+            return XFER_ERR_INVALID_ARG;
+    if (!xfer_life_open(&e->life))
+        return XFER_ERR_SHUTDOWN;
+    if (d->group >= e->cfg.max_groups || !e->groups[d->group].used)
+        return XFER_ERR_NO_POOL;
+    if (d->nshards != e->groups[d->group].nshards)
+        return XFER_ERR_INVALID_ARG;
+    if (e->ncb_free == 0)
+        return refuse_full(e, d->id);
+    xfer_engine_flush(e); /* room in the core's action list */
+    uint32_t slot = e->cb_free[e->ncb_free - 1];
+    uint64_t now = xfer_engine_now(e);
+    xfer_open_args a = {
+        .id = d->id, .group = d->group, .nshards = d->nshards,
+        .lens = d->lens,
+        .deadline_ns = d->timeout_ns ? now + d->timeout_ns : 0,
+        .user_data = slot};
+    int rc = xfer_core_open(e->core, now, &a);
+    if (rc)
+        return rc;
+    e->ncb_free--;
+    e->cbs[slot] = (cb_rec){.done = {.cb = cb, .ud = ud, .slot = slot},
+                            .user_data = d->user_data, .used = 1,
+                            .stream = 1, .t_submit = now};
+    drain(e);
+    return 0;
+}
+
+/* The callback slot of live transfer id (the core echoes it as the
+ * transfer's user_data). */
+static uint32_t stream_slot_of(const xfer_engine *e, uint64_t id)
+{
+    uint64_t slot = 0;
+    bool live = xfer_core_user_data(e->core, id, &slot);
+    assert(live);
+    (void)live;
+    return (uint32_t)slot;
+}
+
+/* The core refused a part or a seal as ended (XFER_ERR_STATE): while the
+ * failed transfer's completion still waits for delivery, the caller gets
+ * the transfer's status, as it would have a moment earlier. */
+static int ended_status(const xfer_engine *e, uint64_t id, int rc)
+{
+    if (rc != XFER_ERR_STATE)
+        return rc;
+    for (const xfer_list_node *n = e->done.head; n; n = n->next) {
+        const xfer_done *d = XFER_LIST_ITEM(n, xfer_done, link);
+        if (d->slot != XFER_DONE_POST && d->res.id == id && d->res.status)
+            return d->res.status;
+    }
+    return rc;
+}
+
+int xfer_engine_stream_part(xfer_engine *e, const xfer_part_desc *d,
+                            uint32_t *part)
+{
+    if (!e || !d || d->id == 0 || !d->ranges || d->nranges == 0 ||
+        d->nranges > XFER_STREAM_MAX_RANGES)
+        return XFER_ERR_INVALID_ARG;
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < d->nranges; i++) {
+        const xfer_range *r = &d->ranges[i];
+        if (!xfer_life_pool_live(e->reg, e->cfg.max_pools, r->pool))
+            return XFER_ERR_NO_POOL;
+        const pool_rec *p = &e->pools[r->pool];
+        if (r->len == 0 || r->staging_off > p->len ||
+            r->len > p->len - r->staging_off)
+            return XFER_ERR_INVALID_ARG;
+        bytes += r->len;
+    }
+    const xfer_allocator *al = &e->cfg.core.alloc;
+    part_rec *p = xfer_util_alloc(al, sizeof *p + (size_t)d->nranges *
+                                                      sizeof p->pools[0]);
+    if (!p)
+        return XFER_ERR_NOMEM;
+    xfer_engine_flush(e); /* room in the core's action list */
+    uint32_t seq = 0;
+    int rc = xfer_core_part(e->core, xfer_engine_now(e), d->id, d->ranges,
+                            d->nranges, &seq);
+    if (rc) {
+        xfer_util_free(al, p);
+        return ended_status(e, d->id, rc);
+    }
+    /* The core took it: the transfer is a live stream of ours. */
+    uint32_t slot = stream_slot_of(e, d->id);
+    cb_rec *c = &e->cbs[slot];
+    *p = (part_rec){.id = d->id, .bytes = bytes, .part = seq, .cb = d->cb,
+                    .ud = d->ud, .npools = d->nranges};
+    for (uint32_t i = 0; i < d->nranges; i++) {
+        p->pools[i] = d->ranges[i].pool;
+        xfer_life_pool_hold(e->reg, e->cfg.max_pools, d->ranges[i].pool);
+    }
+    xfer_list_push_back(&c->parts, &p->link);
+    e->st.staging_bytes_in_use += bytes;
+    if (part)
+        *part = seq;
+    drain(e);
+    return 0;
+}
+
+int xfer_engine_stream_seal(xfer_engine *e, uint64_t id)
+{
+    if (!e || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    xfer_engine_flush(e); /* room in the core's action list */
+    int rc = xfer_core_seal(e->core, xfer_engine_now(e), id);
+    drain(e);
+    return ended_status(e, id, rc);
+}
+
+/* A posted open: its completion record first (a refusal by the loop is
+ * delivered through it, as a posted submit's), then the copied desc. */
+typedef struct open_post {
+    xfer_done done;
+    xfer_stream_desc d;
+    uint32_t lens[];
+} open_post;
+
+typedef struct part_post {
+    xfer_part_desc d;
+    xfer_range ranges[];
+} part_post;
+
+int xfer_engine_post_stream_open(xfer_engine *e, const xfer_stream_desc *d,
+                                 xfer_complete_cb cb, void *ud)
+{
+    if (!e || !d || !cb || d->id == 0 || !d->lens || d->nshards == 0 ||
+        d->nshards > XFER_MAX_SHARDS)
+        return XFER_ERR_INVALID_ARG;
+    const xfer_allocator *al = &e->cfg.core.alloc;
+    open_post *p = xfer_util_alloc(al, sizeof *p + (size_t)d->nshards *
+                                                       sizeof p->lens[0]);
+    if (!p)
+        return XFER_ERR_NOMEM;
+    memset(&p->done, 0, sizeof p->done);
+    p->done = (xfer_done){.cb = cb, .ud = ud, .slot = XFER_DONE_POST};
+    p->d = *d;
+    memcpy(p->lens, d->lens, (size_t)d->nshards * sizeof p->lens[0]);
+    p->d.lens = p->lens;
+    xfer_mail m = {.kind = XFER_MAIL_STREAM_OPEN, .id = d->id, .blob = p};
+    int rc = xfer_mailbox_post(e->mailbox, &m);
+    if (rc)
+        xfer_util_free(al, p);
+    return rc;
+}
+
+int xfer_engine_post_stream_part(xfer_engine *e, const xfer_part_desc *d)
+{
+    if (!e || !d || d->id == 0 || !d->ranges || d->nranges == 0 ||
+        d->nranges > XFER_STREAM_MAX_RANGES)
+        return XFER_ERR_INVALID_ARG;
+    const xfer_allocator *al = &e->cfg.core.alloc;
+    part_post *p = xfer_util_alloc(al, sizeof *p + (size_t)d->nranges *
+                                                       sizeof p->ranges[0]);
+    if (!p)
+        return XFER_ERR_NOMEM;
+    p->d = *d;
+    memcpy(p->ranges, d->ranges, (size_t)d->nranges * sizeof p->ranges[0]);
+    p->d.ranges = p->ranges;
+    xfer_mail m = {.kind = XFER_MAIL_STREAM_PART, .id = d->id, .blob = p};
+    int rc = xfer_mailbox_post(e->mailbox, &m);
+    if (rc)
+        xfer_util_free(al, p);
+    return rc;
+}
+
+int xfer_engine_post_stream_seal(xfer_engine *e, uint64_t id,
+                                 xfer_cancel_cb cb, void *ud)
+{
+    if (!e || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    xfer_mail m = {.kind = XFER_MAIL_STREAM_SEAL, .id = id, .cancel_cb = cb,
+                   .ud = ud};
+    return xfer_mailbox_post(e->mailbox, &m);
+}
+
+/* A stream's mail on the loop.  A refusal still owes the poster its
+ * callback (the post returned 0): an open's through its own completion
+ * record, a part's by its callback, at once (this runs from the mailbox's
+ * event, never inside a user's call). */
+static void on_stream_mail(xfer_engine *e, xfer_mail *m)
+{
+    const xfer_allocator *al = &e->cfg.core.alloc;
+    if (m->kind == XFER_MAIL_STREAM_OPEN) {
+        open_post *p = m->blob;
+        int rc = xfer_engine_stream_open(e, &p->d, p->done.cb, p->done.ud);
+        if (rc == 0) {
+            xfer_util_free(al, p);
+            return;
+        }
+        e->st.posts_refused++;
+        p->done.res = (xfer_result){.id = p->d.id, .status = rc,
+                                    .phase = XFER_PHASE_SUBMIT,
+                                    .first_failed_shard = XFER_SHARD_NONE,
+                                    .user_data = p->d.user_data};
+        enqueue_done(e, &p->done); /* pop_done frees p: done is first */
+        return;
+    }
+    if (m->kind == XFER_MAIL_STREAM_PART) {
+        part_post *p = m->blob;
+        int rc = xfer_engine_stream_part(e, &p->d, NULL);
+        if (rc) {
+            e->st.posts_refused++;
+            if (p->d.cb)
+                p->d.cb(p->d.ud, p->d.id, 0, rc);
+        }
+        xfer_util_free(al, p);
+        return;
+    }
+    int rc = xfer_engine_stream_seal(e, m->id);
+    if (m->cancel_cb)
+        m->cancel_cb(m->ud, m->id, rc);
+}
+
 /*
  * A mailbox submit the loop refused still owes its callback (it was
  * accepted into the mailbox): its post becomes the error completion, with
@@ -979,6 +1272,12 @@ int xfer_engine_cancel(xfer_engine *e, uint64_t id)
 static void on_mail(void *ud, xfer_mail *m)
 {
     xfer_engine *e = ud;
+    if (m->kind >= XFER_MAIL_STREAM_OPEN && m->kind <= XFER_MAIL_STREAM_SEAL) {
+        on_stream_mail(e, m);
+        if (e->idle_cb)
+            kick(e);
+        return;
+    }
     if (m->kind == XFER_MAIL_CANCEL || m->kind == XFER_MAIL_CALL) {
         if (m->kind == XFER_MAIL_CANCEL) {
             /* The loop's answer reaches the caller when it asked for it;

@@ -90,7 +90,10 @@ typedef struct xfer_mailbox xfer_mailbox;
 /* The consumer client (consumer.c) posts through the same mailbox:
  * CANCEL, EXPECT (arg: the deadline) and RELEASE, with no post. */
 enum { XFER_MAIL_SUBMIT = 0, XFER_MAIL_CANCEL = 1, XFER_MAIL_CALL = 2,
-       XFER_MAIL_EXPECT = 3, XFER_MAIL_RELEASE = 4 };
+       XFER_MAIL_EXPECT = 3, XFER_MAIL_RELEASE = 4,
+       /* streams (xfer/stream.h): blob is the copied call */
+       XFER_MAIL_STREAM_OPEN = 5, XFER_MAIL_STREAM_PART = 6,
+       XFER_MAIL_STREAM_SEAL = 7 };
 
 typedef struct xfer_mail {
     uint8_t kind;    /* XFER_MAIL_* */
@@ -99,7 +102,10 @@ typedef struct xfer_mail {
     xfer_post *post; /* SUBMIT: owned by the mail; NULL otherwise */
     xfer_call_fn fn; /* CALL: fn(ud) on the loop */
     xfer_cancel_cb cancel_cb; /* CANCEL: the loop's answer; NULL: none */
-    void *ud;        /* CALL, and CANCEL with a cancel_cb */
+    void *ud;        /* CALL, and CANCEL or STREAM_SEAL with a cancel_cb */
+    void *blob;      /* STREAM_OPEN, STREAM_PART: owned by the mail (one
+                        allocation through the mailbox's allocator, freed
+                        with the mail when never drained) */
 } xfer_mail;
 
 /* Called on the loop for each mail in FIFO order; takes m->post. */

@@ -383,6 +383,7 @@ static int32_t apply_op(xfer_loop *l, loop_op *op, uint64_t now)
     case XFER_ACT_RELEASE_STAGING:
     case XFER_ACT_COMPLETE:
     case XFER_ACT_SHUTDOWN_DONE:
+    case XFER_ACT_RELEASE_PART:
     case XFER_ACT_COUNT_:
         break;
     }
@@ -396,7 +397,8 @@ static void arrive_write(xfer_loop *l, loop_op *op, uint64_t now)
     uint8_t *dst = NULL;
     xfer_shard *s = l->shards[op->a.shard];
     int rc = xfer_shard_write_begin(s, now, op->a.id, op->a.attempt,
-                                    op->a.resv_id, 0, op->a.len, &dst);
+                                    op->a.resv_id, op->a.resv_off, op->a.len,
+                                    &dst);
     if (rc) {
         reply(l, op, rc);
         return;

@@ -103,8 +103,10 @@ void xfer_mailbox_del(xfer_mailbox *mb)
         return;
     if (mb->ev)
         event_free(mb->ev);
-    for (uint32_t i = 0; i < mb->ring.n; i++)
+    for (uint32_t i = 0; i < mb->ring.n; i++) {
         xfer_util_free(mb->alloc, mb->q[xfer_ring_slot(&mb->ring, i)].post);
+        xfer_util_free(mb->alloc, mb->q[xfer_ring_slot(&mb->ring, i)].blob);
+    }
     for (int i = 0; i < 2; i++)
         if (mb->fds[i] >= 0)
             close(mb->fds[i]);

@@ -293,7 +293,9 @@ static bool send_op(tcp_conn *c, tcp_op *op)
     xfer_wire_msg m = {.type = wire_type_of(a->kind), .id = a->id,
                        .attempt = a->attempt, .resv_id = a->resv_id,
                        .len = a->kind == XFER_ACT_RESERVE || data ? a->len
-                                                                 : 0};
+                                                                 : 0,
+                       /* a stream's run lands at its reservation offset */
+                       .off = a->kind == XFER_ACT_WRITE ? a->resv_off : 0};
     uint8_t buf[XFER_WIRE_MAX_FIXED];
     size_t n = xfer_wire_encode(&m, c->next_req, buf, sizeof buf);
     op->req = c->next_req++;

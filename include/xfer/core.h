@@ -111,7 +111,11 @@ typedef struct xfer_result {
     X(SHUTDOWN_DONE, 7)   /* shutdown requested and no transfer left */  \
     X(EAGER, 8)           /* reserve `len` bytes, copy staging[off, len)     \
                              into them and commit, all in one op on shard    \
-                             (op XFER_OP_EAGER; the eager path) */
+                             (op XFER_OP_EAGER; the eager path) */          \
+    X(RELEASE_PART, 9)    /* a stream's part `part` has no write in flight   \
+                             and none will be sent: its staging goes back    \
+                             to the user; result.status says how its writes  \
+                             ended, result.user_data is the transfer's */
 
 typedef enum xfer_action_kind {
 #define XFER_ACT_ENUM_(name, value) XFER_ACT_##name = (value),
@@ -152,7 +156,12 @@ typedef struct xfer_action {
     uint64_t staging_off; /* WRITE/EAGER: offset in the staging pool */
     uint32_t rkey;        /* WRITE: from the reserve reply (rdma) */
     uint32_t pool;        /* WRITE/EAGER/RELEASE_STAGING: staging pool */
-    xfer_result result;   /* COMPLETE */
+    xfer_result result;   /* COMPLETE; RELEASE_PART: status, user_data */
+    uint32_t part;        /* WRITE of a stream, RELEASE_PART: the part's
+                             number (xfer_core_part); 0 otherwise */
+    uint32_t resv_off;    /* WRITE: where in the reservation the bytes go
+                             (a stream's run; 0 for a one-shot write).
+                             remote_addr already includes it */
 } xfer_action;
 
 /* Per-shard part of a submit: the staging slice for that shard. */
@@ -269,6 +278,94 @@ XFER_API void xfer_core_del(xfer_core *core);
  */
 XFER_API int xfer_core_submit(xfer_core *core, uint64_t now_ns,
                      const xfer_submit_args *args);
+
+/*
+ * Streams (docs/streaming.md, docs/design.md 2.5): a transfer opened with
+ * its per-shard reservation sizes and written part by part.
+ *
+ * xfer_core_open - like xfer_core_submit, but no staging yet: `lens`
+ * (nshards entries, borrowed until return) are the bytes reserved on each
+ * shard.  The reserves go out at once; the transfer waits in RESERVING,
+ * then in WRITING, for parts and the seal.  Never eager.  Exactly one
+ * COMPLETE follows a 0, as for a submit.  Errors: those of
+ * xfer_core_submit (a zero len or NULL lens is XFER_ERR_INVALID_ARG), and
+ * XFER_ERR_NOMEM for the stream's own record.
+ */
+typedef struct xfer_open_args {
+    uint64_t id;
+    uint32_t group;
+    uint16_t nshards;
+    const uint32_t *lens; /* nshards entries */
+    uint64_t deadline_ns; /* absolute; 0: now + config default */
+    uint64_t user_data;
+} xfer_open_args;
+XFER_API int xfer_core_open(xfer_core *core, uint64_t now_ns,
+                            const xfer_open_args *args);
+
+/* One contiguous run of a part: len bytes of staging pool `pool` at
+ * staging_off go to shard `shard`'s reservation at resv_off. */
+typedef struct xfer_range {
+    uint64_t staging_off;
+    uint32_t pool;
+    uint32_t len;      /* > 0 */
+    uint32_t resv_off; /* resv_off + len <= the shard's reserved len */
+    uint16_t shard;
+    uint16_t pad_;
+} xfer_range;
+
+/* The most parts of one stream not yet released (RELEASE_PART), and the
+ * most ranges in one part. */
+#define XFER_STREAM_MAX_PARTS 64
+#define XFER_STREAM_MAX_RANGES 4096
+
+/*
+ * xfer_core_part - add a part to open stream `id`: n ranges (borrowed
+ * until return), any shards, any order.  The core sorts each shard's
+ * ranges by reservation offset and joins the runs that are contiguous in
+ * both staging and reservation (one WRITE each); a shard has one write of
+ * the stream in flight at a time (the shard counts only bytes of a write
+ * that ran alone on its reservation, shard.h).  On 0, *part (may be NULL)
+ * gets the part's number (1, 2, ...) and exactly one RELEASE_PART of it
+ * follows, once none of its writes is in flight and none will be sent:
+ * status 0 when all of them succeeded, else the transfer's failure; always
+ * before the transfer's COMPLETE.  On an error the part is not taken: no
+ * RELEASE_PART follows and its staging is the caller's at once.
+ * Errors: XFER_ERR_INVALID_ARG (id 0, n 0 or above XFER_STREAM_MAX_RANGES,
+ * NULL r, a zero len, a shard outside the group, a range past the shard's
+ * reservation), XFER_ERR_NOT_FOUND (no live transfer of the id),
+ * XFER_ERR_STATE (not a stream, sealed, or ended), the transfer's status
+ * when it failed or is stopping (XFER_ERR_CANCELLED, XFER_ERR_TIMEOUT,
+ * ...), XFER_ERR_SHUTDOWN (xfer_core_shutdown was called and the stream
+ * had not failed yet), XFER_ERR_BUSY (XFER_STREAM_MAX_PARTS parts unreleased, the action
+ * list not cleared, or the part would leave a shard more than
+ * XFER_SHARD_MAX_FRAGMENTS written ranges past its written prefix on the
+ * way), XFER_ERR_NOMEM.
+ */
+XFER_API int xfer_core_part(xfer_core *core, uint64_t now_ns, uint64_t id,
+                            const xfer_range *r, uint32_t n, uint32_t *part);
+
+/*
+ * xfer_core_seal - no part follows: the commits go out once every part's
+ * writes succeeded (at once when they have).  Errors: XFER_ERR_INVALID_ARG,
+ * XFER_ERR_NOT_FOUND, XFER_ERR_STATE (not a stream, sealed already, or
+ * ended), the transfer's status when it failed or is stopping,
+ * XFER_ERR_SHUTDOWN (as for a part), XFER_ERR_BUSY (the action list was
+ * not cleared).
+ */
+XFER_API int xfer_core_seal(xfer_core *core, uint64_t now_ns, uint64_t id);
+
+/*
+ * xfer_core_stream_ranges - the byte ranges of shard `shard` that the
+ * accepted parts of live stream `id` write, joined and sorted: what the
+ * shard holds written once they all succeeded (for a checksum over the
+ * whole reservation at seal time).  Up to `cap` pairs {off, len} go to
+ * out (borrowed); *n gets how many there are.  At most
+ * XFER_SHARD_MAX_FRAGMENTS + 1.  Errors: XFER_ERR_INVALID_ARG,
+ * XFER_ERR_NOT_FOUND (no live stream of the id, or no such shard).
+ */
+XFER_API int xfer_core_stream_ranges(const xfer_core *core, uint64_t id,
+                                     uint16_t shard, uint32_t (*out)[2],
+                                     size_t cap, size_t *n);
 
 /*
  * xfer_core_cancel - cancel a transfer.  Idempotent.  An unknown id gets a

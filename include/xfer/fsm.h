@@ -93,7 +93,9 @@ typedef struct xfer_rng {
     X(SHUTDOWN)                                                               \
     X(EAGER_OK)      /* the shard applied the eager op whole */               \
     X(EAGER_FAIL)    /* refused whole, lost (may have been applied), or      \
-                        aborted and confirmed */
+                        aborted and confirmed */                             \
+    X(PART)          /* a stream's part was added (xfer_core_part) */       \
+    X(SEAL)          /* a stream was sealed: no part follows */
 
 #define XFER_TRANSFER_TABLE(X)                                                \
     X(NEW, SUBMIT,             TRANSITION, submit)                            \
@@ -111,6 +113,8 @@ typedef struct xfer_rng {
     X(NEW, SHUTDOWN,           ILLEGAL,    none)                              \
     X(NEW, EAGER_OK, IGNORE, unknown_reply)                                   \
     X(NEW, EAGER_FAIL, IGNORE, unknown_reply)                                 \
+    X(NEW, PART, IGNORE, no_stream)                                           \
+    X(NEW, SEAL, IGNORE, no_stream)                                           \
                                                                               \
     X(RESERVING, SUBMIT,       IGNORE,     live_submit)                       \
     X(RESERVING, RESERVE_OK,   TRANSITION, reserve_result)                    \
@@ -127,6 +131,8 @@ typedef struct xfer_rng {
     X(RESERVING, SHUTDOWN,     TRANSITION, stop)                              \
     X(RESERVING, EAGER_OK, ILLEGAL, none)                                     \
     X(RESERVING, EAGER_FAIL, ILLEGAL, none)                                   \
+    X(RESERVING, PART, TRANSITION, part)                                      \
+    X(RESERVING, SEAL, TRANSITION, seal)                                      \
                                                                               \
     X(WRITING, SUBMIT,         IGNORE,     live_submit)                       \
     X(WRITING, RESERVE_OK,     ILLEGAL,    none)                              \
@@ -143,6 +149,8 @@ typedef struct xfer_rng {
     X(WRITING, SHUTDOWN,       TRANSITION, stop)                              \
     X(WRITING, EAGER_OK, ILLEGAL, none)                                       \
     X(WRITING, EAGER_FAIL, ILLEGAL, none)                                     \
+    X(WRITING, PART, TRANSITION, part)                                        \
+    X(WRITING, SEAL, TRANSITION, seal)                                        \
                                                                               \
     X(COMPLETING, SUBMIT,      IGNORE,     live_submit)                       \
     X(COMPLETING, RESERVE_OK,  ILLEGAL,    none)                              \
@@ -159,6 +167,8 @@ typedef struct xfer_rng {
     X(COMPLETING, SHUTDOWN,    DEFER,      defer_stop)                        \
     X(COMPLETING, EAGER_OK, ILLEGAL, none)                                    \
     X(COMPLETING, EAGER_FAIL, ILLEGAL, none)                                  \
+    X(COMPLETING, PART, IGNORE, part_refused)                                 \
+    X(COMPLETING, SEAL, IGNORE, part_refused)                                 \
                                                                               \
     X(CANCELLING, SUBMIT,      IGNORE,     live_submit)                       \
     X(CANCELLING, RESERVE_OK,  ILLEGAL,    none)                              \
@@ -175,6 +185,8 @@ typedef struct xfer_rng {
     X(CANCELLING, SHUTDOWN,    IGNORE,     none)                              \
     X(CANCELLING, EAGER_OK, ILLEGAL, none)                                    \
     X(CANCELLING, EAGER_FAIL, ILLEGAL, none)                                  \
+    X(CANCELLING, PART, IGNORE, part_refused)                                 \
+    X(CANCELLING, SEAL, IGNORE, part_refused)                                 \
                                                                               \
     X(TOMBSTONED, SUBMIT,      IGNORE,     late_submit)                       \
     X(TOMBSTONED, RESERVE_OK,  IGNORE,     late_reply)                        \
@@ -191,6 +203,8 @@ typedef struct xfer_rng {
     X(TOMBSTONED, SHUTDOWN, ILLEGAL, none)                                    \
     X(TOMBSTONED, EAGER_OK, ILLEGAL, none)                                    \
     X(TOMBSTONED, EAGER_FAIL, ILLEGAL, none)                                  \
+    X(TOMBSTONED, PART, IGNORE, part_ended)                                   \
+    X(TOMBSTONED, SEAL, IGNORE, part_ended)                                   \
                                                                               \
     /* The eager path (docs/design.md 2.1): like COMPLETING, a stop           \
      * starts nothing (the op may be applied) and a deadline aborts. */       \
@@ -208,7 +222,9 @@ typedef struct xfer_rng {
     X(EAGER, RETRY, ILLEGAL, none)                                            \
     X(EAGER, SHUTDOWN, DEFER, defer_stop)                                     \
     X(EAGER, EAGER_OK, TRANSITION, eager_result)                              \
-    X(EAGER, EAGER_FAIL, TRANSITION, eager_result)
+    X(EAGER, EAGER_FAIL, TRANSITION, eager_result)                            \
+    X(EAGER, PART, IGNORE, part_refused)                                      \
+    X(EAGER, SEAL, IGNORE, part_refused)
 
 /*
  * The edges a TRANSITION handler may take to another state: X(FROM, EVENT,
@@ -241,7 +257,10 @@ typedef struct xfer_rng {
     X(NEW, SUBMIT, EAGER)                                                     \
     X(EAGER, EAGER_OK, TOMBSTONED)                                            \
     X(EAGER, EAGER_OK, CANCELLING)                                            \
-    X(EAGER, EAGER_FAIL, CANCELLING)
+    X(EAGER, EAGER_FAIL, CANCELLING)                                          \
+    /* a stream: sealed with every part's writes done (docs/design.md 2.5) */ \
+    X(WRITING, SEAL, COMPLETING)                                              \
+    X(RESERVING, RESERVE_OK, COMPLETING) /* sealed with no part at all */
 
 typedef enum xfer_transfer_state {
 #define XFER_ENUM_(s) XFER_TRANSFER_STATE_##s,

@@ -290,6 +290,47 @@ int pyx_core_submit(pyx_core *c, const xfer_transfer_desc *d, pyx_ticket *t)
     return rc;
 }
 
+int pyx_core_stream_open(pyx_core *c, const xfer_stream_desc *d,
+                         pyx_ticket *t)
+{
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&c->lock);
+    rc = c->state == PYX_OPEN
+             ? xfer_engine_post_stream_open(c->e, d, on_complete, t)
+             : XFER_ERR_SHUTDOWN;
+    if (rc == 0)
+        c->posted++;
+    pthread_mutex_unlock(&c->lock);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+int pyx_core_stream_part(pyx_core *c, const xfer_part_desc *d)
+{
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&c->lock);
+    rc = c->state == PYX_OPEN ? xfer_engine_post_stream_part(c->e, d)
+                              : XFER_ERR_SHUTDOWN;
+    pthread_mutex_unlock(&c->lock);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+int pyx_core_stream_seal(pyx_core *c, uint64_t id)
+{
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&c->lock);
+    rc = c->state == PYX_OPEN ? xfer_engine_post_stream_seal(c->e, id, NULL,
+                                                             NULL)
+                              : XFER_ERR_SHUTDOWN;
+    pthread_mutex_unlock(&c->lock);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
 int pyx_core_cancel(pyx_core *c, uint64_t id)
 {
     int rc;

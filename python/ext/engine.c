@@ -596,6 +596,185 @@ static PyObject *engine_submit(PyObject *obj, PyObject *const *args,
     return fut;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Streams (xfer/stream.h): the C half of Engine.stream()                  */
+/* ---------------------------------------------------------------------- */
+
+/* _stream_open(id, lens, group, timeout_ns) -> Transfer */
+static PyObject *engine_stream_open(PyObject *obj, PyObject *args)
+{
+    pyx_engine *self = (pyx_engine *)obj;
+    unsigned long long id, timeout;
+    unsigned group;
+    PyObject *lens_o;
+    if (open_or_raise(self) ||
+        !PyArg_ParseTuple(args, "KOIK", &id, &lens_o, &group, &timeout))
+        return NULL;
+    if (id == 0) {
+        PyErr_SetString(PyExc_ValueError, "id 0 is reserved");
+        return NULL;
+    }
+    if (group >= self->ngroups) {
+        pyx_raise(XFER_ERR_NOT_FOUND);
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(lens_o, "lens must be a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    uint32_t lens[XFER_MAX_SHARDS];
+    int bad = n != self->gshards[group];
+    for (Py_ssize_t k = 0; !bad && k < n; k++) {
+        uint64_t v;
+        if (parse_u64(PySequence_Fast_GET_ITEM(seq, k), &v, "a length")) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        bad = v == 0 || v > UINT32_MAX;
+        lens[k] = (uint32_t)v;
+    }
+    Py_DECREF(seq);
+    if (bad) {
+        PyErr_Format(PyExc_ValueError, "lens: one length in 1..2**32-1 per "
+                     "shard of the group (%u)",
+                     (unsigned)self->gshards[group]);
+        return NULL;
+    }
+    PyObject *loop = pyx_running_loop();
+    if (!loop)
+        return NULL;
+    pyx_channel *chan = channel_for(self, loop);
+    Py_DECREF(loop);
+    if (!chan)
+        return NULL;
+    PyObject *fut = pyx_new_transfer();
+    if (!fut)
+        return NULL;
+    PyObject *ido = PyLong_FromUnsignedLongLong(id);
+    pyx_ticket *t = calloc(1, sizeof *t);
+    if (!ido || !t || PyObject_SetAttr(fut, s_id, ido) < 0 ||
+        PyObject_SetAttr(fut, s_engine, obj) < 0) {
+        if (!t)
+            PyErr_NoMemory();
+        free(t);
+        Py_XDECREF(ido);
+        Py_DECREF(fut);
+        return NULL;
+    }
+    Py_DECREF(ido);
+    t->kind = PYX_T_FUTURE;
+    t->res.id = id;
+    t->target = fut;
+    Py_INCREF(fut);
+    t->chan = chan;
+    Py_INCREF(chan);
+    pyx_channel_expect(chan, 1);
+    xfer_stream_desc d = {.id = id, .group = group, .nshards = (uint16_t)n,
+                          .lens = lens, .timeout_ns = timeout};
+    int rc = pyx_core_stream_open(self->core, &d, t);
+    if (rc != 0) {
+        self->refused++;
+        pyx_channel_expect(chan, -1);
+        Py_DECREF(chan);
+        Py_DECREF(fut); /* the ticket's */
+        free(t);
+        Py_DECREF(fut);
+        pyx_raise(rc);
+        return NULL;
+    }
+    self->submits++;
+    return fut;
+}
+
+/* _stream_part(id, pool, ranges): ranges of (shard, offset, length,
+ * resv_offset), offset and length inside the pool. */
+static PyObject *engine_stream_part(PyObject *obj, PyObject *args)
+{
+    pyx_engine *self = (pyx_engine *)obj;
+    unsigned long long id;
+    PyObject *pool_o, *ranges_o;
+    if (open_or_raise(self) ||
+        !PyArg_ParseTuple(args, "KOO", &id, &pool_o, &ranges_o))
+        return NULL;
+    if (!PyObject_TypeCheck(pool_o, &pyx_pool_type) ||
+        ((pyx_pool *)pool_o)->core != self->core) {
+        PyErr_SetString(PyExc_TypeError, "pool must be a Pool of this "
+                                         "engine");
+        return NULL;
+    }
+    pyx_pool *p = (pyx_pool *)pool_o;
+    if (!p->registered) {
+        pyx_raise(XFER_ERR_NOT_FOUND);
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(ranges_o, "ranges must be a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    xfer_range *r = n > 0 && n <= XFER_STREAM_MAX_RANGES
+                        ? calloc((size_t)n, sizeof *r)
+                        : NULL;
+    int rc = r ? 0 : -1;
+    if (!r)
+        PyErr_Format(PyExc_ValueError, "a part has 1..%d ranges",
+                     XFER_STREAM_MAX_RANGES);
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+        PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+        uint64_t v[4];
+        if ((!PyTuple_Check(it) && !PyList_Check(it)) ||
+            PySequence_Fast_GET_SIZE(it) != 4) {
+            PyErr_SetString(PyExc_TypeError, "a range is (shard, offset, "
+                                             "length, resv_offset)");
+            rc = -1;
+            break;
+        }
+        for (int j = 0; rc == 0 && j < 4; j++)
+            rc = parse_u64(PySequence_Fast_GET_ITEM(it, j), &v[j],
+                           "a range field");
+        if (rc == 0 && (v[0] >= XFER_MAX_SHARDS || v[2] == 0 ||
+                        v[2] > UINT32_MAX || v[3] > UINT32_MAX ||
+                        v[1] > (uint64_t)p->view.len ||
+                        v[2] > (uint64_t)p->view.len - v[1])) {
+            PyErr_Format(PyExc_ValueError, "range %zd is outside the pool's "
+                         "%zd bytes or the shards", i, p->view.len);
+            rc = -1;
+        }
+        if (rc == 0)
+            r[i] = (xfer_range){.staging_off = v[1], .pool = p->id,
+                                .len = (uint32_t)v[2],
+                                .resv_off = (uint32_t)v[3],
+                                .shard = (uint16_t)v[0]};
+    }
+    Py_DECREF(seq);
+    if (rc == 0) {
+        xfer_part_desc d = {.id = id, .ranges = r, .nranges = (uint32_t)n};
+        int xrc = pyx_core_stream_part(self->core, &d);
+        if (xrc != 0) {
+            pyx_raise(xrc);
+            rc = -1;
+        }
+    }
+    free(r);
+    if (rc)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* _stream_seal(id) */
+static PyObject *engine_stream_seal(PyObject *obj, PyObject *arg)
+{
+    pyx_engine *self = (pyx_engine *)obj;
+    uint64_t id;
+    if (open_or_raise(self) || parse_u64(arg, &id, "id"))
+        return NULL;
+    int rc = pyx_core_stream_seal(self->core, id);
+    if (rc != 0) {
+        pyx_raise(rc);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *engine_submit_callback(PyObject *obj, PyObject *const *args,
                                         Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -907,6 +1086,9 @@ static PyMethodDef engine_methods[] = {
      "timeout=None, user_data=0)\n--\n\n"
      "submit_callback(id, pool, slices, callback, ...): callback(result) "
      "runs on the engine's callback thread"},
+    {"_stream_open", engine_stream_open, METH_VARARGS, NULL},
+    {"_stream_part", engine_stream_part, METH_VARARGS, NULL},
+    {"_stream_seal", engine_stream_seal, METH_O, NULL},
     {"cancel", engine_cancel, METH_O,
      "cancel($self, id, /)\n--\n\n"
      "cancel(id): idempotent; waits for the loop's answer: BusyError when "

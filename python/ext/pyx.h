@@ -40,6 +40,7 @@
 #include "xfer/loop.h"
 #include "xfer/server.h"
 #include "xfer/shm.h"
+#include "xfer/stream.h"
 #include "xfer/tcp.h"
 #include "xfer/xfer.h"
 
@@ -219,6 +220,14 @@ int pyx_core_submit(pyx_core *c, const xfer_transfer_desc *d,
                     pyx_ticket *t);
 /* Post a cancel (GIL held on entry, released around the post). */
 int pyx_core_cancel(pyx_core *c, uint64_t id);
+/* Streams (xfer/stream.h), posted like a submit (GIL held on entry,
+ * released around the post): an open whose completion fills t, a part
+ * with no callback (its ranges' pools stay registered while the engine
+ * holds them), a seal.  0 or an xfer error (t untouched then). */
+int pyx_core_stream_open(pyx_core *c, const xfer_stream_desc *d,
+                         pyx_ticket *t);
+int pyx_core_stream_part(pyx_core *c, const xfer_part_desc *d);
+int pyx_core_stream_seal(pyx_core *c, uint64_t id);
 /* Wait for a PYX_T_WAIT ticket (GIL held on entry; released while it
  * waits; signals are checked every 100 ms).  Returns 0 with the result in
  * t->res (t is then the caller's to free), or -1 with a Python exception

@@ -57,7 +57,8 @@ from ._xfer import (MAX_SHARDS, PHASE_CANCELLING, PHASE_COMPLETING,
                     PHASE_NONE, PHASE_RESERVING, PHASE_SUBMIT, PHASE_WRITING,
                     Available, Pool, Result, Unavailable)
 
-__all__ = ["Engine", "Loop", "Tcp", "Pool", "Result", "Transfer", "Fault",
+__all__ = ["Engine", "Loop", "Tcp", "Pool", "Result", "Transfer", "Stream",
+           "Fault",
            "Server", "Consumer", "Available", "Unavailable",
            "Error", "split", "strerror", "MAX_SHARDS", "PHASE_NONE",
            "PHASE_RESERVING", "PHASE_WRITING", "PHASE_COMPLETING",
@@ -418,9 +419,76 @@ class Engine(_Closing, _xfer.Engine):
     def _close_blocking(self):
         self.shutdown()
 
+    def stream(self, id, lens, *, group=0, timeout=None):
+        """A streamed transfer (docs/streaming.md), as an async context
+        manager: entering opens it (the reserves go out to every shard at
+        once, lens[k] bytes on shard k), the body writes parts with
+        Stream.write(), and a normal exit seals it and awaits its one
+        outcome (the Result, or the Error of its status raised).  An
+        exception in the body cancels the stream, waits until it ended
+        (no write reads staging any more) and propagates."""
+        return Stream(self, id, lens, group, timeout)
+
     def __repr__(self):
         return "<xfer.Engine %s, %d group(s)>" % (
             "closed" if self.closed else "running", len(self.transports))
+
+
+_STATE_CODE = -17  # XFER_ERR_STATE (include/xfer/errors.h)
+
+
+class Stream:
+    """What Engine.stream returns; see there.  .id is the transfer id,
+    .transfer its Transfer future once entered."""
+
+    def __init__(self, engine, id, lens, group, timeout):
+        self.id = id
+        self._engine = engine
+        self._lens = list(lens)
+        self._group = group
+        self._timeout_ns = 0 if timeout is None else int(timeout * 1e9)
+        self.transfer = None
+
+    async def __aenter__(self):
+        self.transfer = self._engine._stream_open(
+            self.id, self._lens, self._group, self._timeout_ns)
+        return self
+
+    def write(self, pool, ranges):
+        """Add a part: ranges of (shard, offset, length, resv_offset), each
+        `length` bytes of `pool` at `offset` going to that shard's
+        reservation at `resv_offset` (a layer, or paged blocks gathered
+        into one).  The pool must stay registered until the stream ended
+        (the engine refuses to unregister it before).  A part the engine
+        refuses (the stream failed, was cancelled, or a bound was passed)
+        fails the stream: its outcome says why; a part after the stream
+        ended raises that outcome's error (StateError once it succeeded)."""
+        t = self.transfer
+        if t is None:
+            raise errors[_STATE_CODE](_STATE_CODE,
+                                          "the stream is not open")
+        if t.done():
+            exc = t.exception()
+            if exc is not None:
+                raise exc
+            raise errors[_STATE_CODE](_STATE_CODE,
+                                          "the stream has ended")
+        self._engine._stream_part(self.id, pool, list(ranges))
+
+    async def __aexit__(self, et, ev, tb):
+        if et is None:
+            self._engine._stream_seal(self.id)
+            await self.transfer  # the Result, or raises its Error
+            return False
+        self.transfer.cancel()  # the engine's cancel; resolves once ended
+        try:
+            await asyncio.shield(self.transfer)
+        except Error:
+            pass  # the cancel's own outcome; the body's exception wins
+        return False
+
+    def __repr__(self):
+        return "<xfer.Stream id=%s>" % self.id
 
 
 @atexit.register

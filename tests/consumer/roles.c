@@ -24,6 +24,7 @@
 #include "mp.h"
 #include "xfer/consumer.h"
 #include "xfer/shm.h"
+#include "xfer/stream.h"
 #include "xfer/tcp.h"
 #include "xfer/xfer.h"
 
@@ -84,7 +85,20 @@ typedef struct prod {
     uint32_t group, pool;
     uint8_t *staging;
     uint32_t *free_slots, nfree;
+    bool stream;           /* role_producer_stream: each id a stream */
+    struct sslot *sslots;  /* stream mode: one per slot */
 } prod;
+
+/* Stream mode: what one slot's stream needs in its part callbacks. */
+typedef struct sslot {
+    prod *p;
+    uint64_t id;
+    uint32_t slot;
+    unsigned back; /* part callbacks so far */
+} sslot;
+
+#define SLAYERS 4 /* a stream's layers: one part each */
+#define SBLOCKS 4 /* a layer's blocks per shard, gathered */
 
 static void prod_submit(prod *p);
 
@@ -102,8 +116,76 @@ static void prod_done(void *ud, const xfer_result *r)
     prod_submit(p);
 }
 
+/* Layer l of slot's stream on every shard as one part: per shard its
+ * blocks, which lie in staging in reverse order (a gather). */
+static int stream_layer(prod *p, sslot *ss, unsigned l);
+
+static void stream_part_back(void *ud, uint64_t id, uint32_t part,
+                             int status)
+{
+    sslot *ss = ud;
+    prod *p = ss->p;
+    if (part == 0 || ++ss->back != 1 || status != 0)
+        return;
+    /* the first part came back: the rest, out of order, then the seal */
+    if (stream_layer(p, ss, 3) == 0 && stream_layer(p, ss, 1) == 0)
+        (void)xfer_engine_stream_seal(p->e, id);
+}
+
+static int stream_layer(prod *p, sslot *ss, unsigned l)
+{
+    uint32_t layer = p->slice / SLAYERS, blk = layer / SBLOCKS;
+    xfer_range rg[MAXS * SBLOCKS];
+    uint32_t n = 0;
+    for (uint16_t k = 0; k < p->S; k++) {
+        uint64_t base = ((uint64_t)ss->slot * p->S + k) * p->slice;
+        for (unsigned b = 0; b < SBLOCKS; b++) {
+            uint32_t roff = l * layer + b * blk;
+            uint64_t soff = base + l * layer + (SBLOCKS - 1 - b) * blk;
+            for (uint32_t i = 0; i < blk; i++)
+                p->staging[soff + i] = role_pattern(p->seed, ss->id, k,
+                                                    roff + i);
+            rg[n++] = (xfer_range){.staging_off = soff, .pool = p->pool,
+                                   .len = blk, .resv_off = roff,
+                                   .shard = k};
+        }
+    }
+    xfer_part_desc d = {.id = ss->id, .ranges = rg, .nranges = n,
+                        .cb = stream_part_back, .ud = ss};
+    return xfer_engine_stream_part(p->e, &d, NULL);
+}
+
+/* Open slot's stream for id, two layers now (before the reserves
+ * answer), the other two when the first part is back. */
+static int stream_open(prod *p, uint32_t slot, uint64_t id)
+{
+    sslot *ss = &p->sslots[slot];
+    *ss = (sslot){.p = p, .id = id, .slot = slot};
+    uint32_t lens[MAXS];
+    for (uint16_t k = 0; k < p->S; k++)
+        lens[k] = p->slice;
+    xfer_stream_desc d = {.id = id, .group = p->group, .nshards = p->S,
+                          .lens = lens, .timeout_ns = 2000000000ull,
+                          .user_data = slot};
+    int rc = xfer_engine_stream_open(p->e, &d, prod_done, p);
+    if (rc == 0) {
+        (void)stream_layer(p, ss, 2); /* refusals: the completion says */
+        (void)stream_layer(p, ss, 0);
+    }
+    return rc;
+}
+
 static void prod_submit(prod *p)
 {
+    while (p->nfree && p->next < p->n && p->stream) {
+        uint32_t slot = p->free_slots[--p->nfree];
+        uint64_t id = ++p->next;
+        if (stream_open(p, slot, id) != 0) {
+            p->free_slots[p->nfree++] = slot;
+            dprintf(p->fd, "P %" PRIu64 " %d 5 0\n", id, XFER_ERR_BUSY);
+            p->done++;
+        }
+    }
     while (p->nfree && p->next < p->n) {
         uint32_t slot = p->free_slots[--p->nfree];
         uint64_t id = ++p->next;
@@ -137,6 +219,7 @@ static void prod_body(void *ud, int fd)
     size_t len = (size_t)p->inflight * p->S * p->slice;
     p->staging = calloc(len, 1);
     p->free_slots = calloc(p->inflight, sizeof *p->free_slots);
+    p->sslots = calloc(p->inflight, sizeof *p->sslots);
     for (uint32_t i = 0; i < p->inflight; i++)
         p->free_slots[p->nfree++] = i;
     p->base = event_base_new();
@@ -180,6 +263,15 @@ int role_producer(role *r, const uint16_t *ports, uint16_t S, uint64_t n,
     static prod p;
     p = (prod){.ports = ports, .S = S, .n = n, .inflight = inflight,
                .seed = seed};
+    return spawn(r, prod_body, &p);
+}
+
+int role_producer_stream(role *r, const uint16_t *ports, uint16_t S,
+                         uint64_t n, uint32_t inflight, uint64_t seed)
+{
+    static prod p;
+    p = (prod){.ports = ports, .S = S, .n = n, .inflight = inflight,
+               .seed = seed, .stream = true};
     return spawn(r, prod_body, &p);
 }
 

@@ -38,6 +38,12 @@ typedef struct role_out {
 uint8_t role_pattern(uint64_t seed, uint64_t id, uint16_t k, uint32_t i);
 int role_producer(role *r, const uint16_t *ports, uint16_t S, uint64_t n,
                   uint32_t inflight, uint64_t seed);
+/* The same producer, each id a stream (xfer/stream.h): four layers, each
+ * a part gathering four blocks per shard, two added at the open and two,
+ * out of order, when the first part is back, then sealed.  The consumer
+ * checks the bytes the same way. */
+int role_producer_stream(role *r, const uint16_t *ports, uint16_t S,
+                         uint64_t n, uint32_t inflight, uint64_t seed);
 int role_consumer(role *r, const uint16_t *ports, uint16_t S,
                   const char *shm, uint64_t seed);
 /* Read what the role wrote so far (waiting at most ms for more). */

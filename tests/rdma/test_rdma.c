@@ -29,6 +29,7 @@
 #include "xfer/rdma.h"
 #include "xfer/server.h"
 #include "xfer/shm.h"
+#include "xfer/stream.h"
 #include "xfer/xfer.h"
 #ifdef XFER_RDMA_HW
 /* The hardware suite: the same program on a real device, where there is
@@ -383,6 +384,79 @@ START_TEST(test_rdma_transfers_land)
     xfer_fabric_counters_get(&c);
     ck_assert_uint_eq(c.writes_landed, 16);
     ck_assert_uint_eq(c.bytes_landed, 16 * 8192);
+#endif
+    teardown(&g);
+}
+END_TEST
+
+/* A stream over RDMA (issue 26): four layers, each a part gathering four
+ * blocks per shard that lie in reverse order in staging, the first added
+ * before the reserves answered; every block is its own one-sided WRITE at
+ * its reservation offset, and every byte lands where the layer goes. */
+#define ST_LAYERS 4
+#define ST_BLOCKS 4
+static unsigned st_parts_back;
+static void st_part_back(void *ud, uint64_t id, uint32_t part, int status)
+{
+    (void)ud;
+    (void)id;
+    (void)part;
+    ck_assert_int_eq(status, 0);
+    st_parts_back++;
+}
+
+static int st_layer(rig *g, uint64_t id, unsigned l)
+{
+    uint32_t layer = g->slice / ST_LAYERS, blk = layer / ST_BLOCKS;
+    xfer_range rg[MAX_S * ST_BLOCKS];
+    uint32_t n = 0;
+    for (uint16_t k = 0; k < g->S; k++)
+        for (unsigned b = 0; b < ST_BLOCKS; b++) {
+            uint32_t roff = l * layer + b * blk;
+            uint64_t soff = (uint64_t)k * g->slice + l * layer +
+                            (ST_BLOCKS - 1 - b) * blk;
+            for (uint32_t i = 0; i < blk; i++)
+                g->staging[soff + i] = pattern(id, k, roff + i);
+            rg[n++] = (xfer_range){.staging_off = soff, .pool = g->pool,
+                                   .len = blk, .resv_off = roff,
+                                   .shard = k};
+        }
+    xfer_part_desc d = {.id = id, .ranges = rg, .nranges = n,
+                        .cb = st_part_back};
+    return xfer_engine_stream_part(g->e, &d, NULL);
+}
+
+START_TEST(test_rdma_stream_gathers_land)
+{
+    rig g;
+    begin("");
+    servers(&g, 2, 1 << 20, 0);
+    ck_assert_int_eq(producer(&g, 8192, 1, 0), 0);
+    ck_assert(run(&g, all_up, WAIT_MS));
+    uint32_t lens[MAX_S] = {8192, 8192};
+    xfer_stream_desc d = {.id = 5, .group = g.group, .nshards = g.S,
+                          .lens = lens};
+    st_parts_back = 0;
+    ck_assert_int_eq(xfer_engine_stream_open(g.e, &d, on_done, &g), 0);
+    for (unsigned l = 0; l < ST_LAYERS; l++)
+        ck_assert_int_eq(st_layer(&g, 5, l), 0);
+    ck_assert_int_eq(xfer_engine_stream_seal(g.e, 5), 0);
+    want_done = 1;
+    ck_assert(run(&g, done_enough, WAIT_MS));
+    ck_assert_int_eq(g.ndone[5], 1);
+    ck_assert_int_eq(g.res[5].status, 0);
+    ck_assert_uint_eq(st_parts_back, ST_LAYERS);
+    for (uint16_t k = 0; k < g.S; k++)
+        ck_assert_msg(landed(&g, k, 5), "shard %u", k);
+    xfer_rdma_stats st;
+    xfer_rdma_stats_get(g.rd, &st);
+    ck_assert_uint_eq(st.writes_ok, ST_LAYERS * ST_BLOCKS * 2);
+    ck_assert_uint_eq(st.wrs_posted, st.wcs_polled);
+#if HAVE_FABRIC
+    xfer_fabric_counters c;
+    xfer_fabric_counters_get(&c);
+    ck_assert_uint_eq(c.writes_landed, ST_LAYERS * ST_BLOCKS * 2);
+    ck_assert_uint_eq(c.bytes_landed, 2 * 8192);
 #endif
     teardown(&g);
 }
@@ -901,6 +975,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("fabric");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_rdma_transfers_land);
+    tcase_add_test(tc, test_rdma_stream_gathers_land);
     tcase_add_loop_test(tc, test_rdma_teardown_engine_owned_base, 0, 2);
     tcase_add_test(tc, test_rdma_config_checks);
     tcase_add_test(tc, test_rdma_kill_shard_connection);

@@ -331,6 +331,10 @@ static void on_action(xt_model *m, const xfer_trace_rec *r, xt_effect *e)
             x->shards[k].len = 0;
         }
         return;
+    case XFER_ACT_RELEASE_PART:
+        x->stream = true;
+        x->parts_back++;
+        return;
     case XFER_ACT_COMPLETE:
         x->ended = true;
         x->end_ns = r->time_ns;
@@ -350,6 +354,21 @@ static void on_input(xt_model *m, const xfer_trace_rec *r, xt_effect *e)
         m->sub_id = r->id;
         m->sub_nshards = r->shard;
         m->sub_deadline = r->arg0;
+        return;
+    }
+    if (r->event == XFER_TRANSFER_EVENT_PART ||
+        r->event == XFER_TRANSFER_EVENT_SEAL) {
+        /* a stream's part or seal (refused ones too: the step says) */
+        xt_xfer *s = xt_model_find(m, r->id);
+        if (s && !s->ended) {
+            s->stream = true;
+            if (r->event == XFER_TRANSFER_EVENT_SEAL) {
+                s->sealed = true;
+            } else {
+                s->parts_added++;
+                s->last_part_ns = r->time_ns;
+            }
+        }
         return;
     }
     if (!xt_result_event(r->event))

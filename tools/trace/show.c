@@ -48,8 +48,22 @@ static void action_text(const xfer_trace_rec *r, char *buf, size_t len)
     case XFER_ACT_COMMIT:
     case XFER_ACT_CANCEL:
     case XFER_ACT_EAGER:
-        snprintf(buf, len, "send %s, len %" PRIu64 ", resv %" PRIu64,
-                 xt_op_name(xfer_action_op(r->event)), r->arg1, r->arg0);
+        if (r->arg1 >> 32) /* a stream's run */
+            snprintf(buf, len,
+                     "send %s, part %" PRIu64 ", len %" PRIu64
+                     ", resv %" PRIu64,
+                     xt_op_name(xfer_action_op(r->event)), r->arg1 >> 32,
+                     r->arg1 & 0xffffffffu, r->arg0);
+        else
+            snprintf(buf, len, "send %s, len %" PRIu64 ", resv %" PRIu64,
+                     xt_op_name(xfer_action_op(r->event)), r->arg1, r->arg0);
+        return;
+    case XFER_ACT_RELEASE_PART:
+        if (r->error == 0)
+            snprintf(buf, len, "release part %" PRIu64, r->arg1 >> 32);
+        else
+            snprintf(buf, len, "release part %" PRIu64 ", %s",
+                     r->arg1 >> 32, xfer_err_name(r->error));
         return;
     case XFER_ACT_ABORT:
         snprintf(buf, len, "abort %s", xt_op_name(r->old_state));

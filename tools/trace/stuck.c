@@ -111,6 +111,34 @@ static size_t describe_xfer(const xt_xfer *x, uint64_t now, char *buf,
         if (x->shards[k].open && at < sizeof list - 8)
             at += (size_t)snprintf(list + at, sizeof list - at, "%s%u",
                                    waiting++ ? "," : "", k);
+    if (x->stream && waiting == 0 && !x->sealed &&
+        (x->state == XFER_TRANSFER_STATE_WRITING ||
+         x->state == XFER_TRANSFER_STATE_RESERVING)) {
+        /* Nothing of it is at a shard: the producer owes its next part. */
+        char last[40] = "never";
+        if (x->parts_added)
+            xt_fmt_dur(last, sizeof last, now - x->last_part_ns);
+        int n = snprintf(buf, len,
+                         "transfer %" PRIu64 " attempt %" PRIu32
+                         ": %s for %s (deadline %s), a stream waiting for "
+                         "its next part from the producer (%" PRIu32
+                         " parts added, %" PRIu32 " back, the last added "
+                         "%s%s), no shard owes anything\n",
+                         x->id, x->attempt,
+                         xfer_fsm_state_name(XFER_MACHINE_TRANSFER, x->state),
+                         age, dl, x->parts_added, x->parts_back, last,
+                         x->parts_added ? " ago" : "");
+        return n < 0 ? 0 : (size_t)n;
+    }
+    if (x->stream) {
+        /* a stream waiting on shards: which part count it is at */
+        char tail[96];
+        snprintf(tail, sizeof tail, " (stream: %" PRIu32 " parts added, %"
+                 PRIu32 " back%s)", x->parts_added, x->parts_back,
+                 x->sealed ? ", sealed" : "");
+        if (at < sizeof list - 1)
+            snprintf(list + at, sizeof list - at, "%s", tail);
+    }
     int n = snprintf(buf, len,
                      "transfer %" PRIu64 " attempt %" PRIu32
                      ": %s for %s (deadline %s), waits on %u of %s%u "

@@ -75,6 +75,10 @@ typedef struct xt_xfer {
     uint64_t failed_shards;
     uint64_t start_ns, end_ns, deadline_ns;
     size_t index;        /* order of submit, from 0 */
+    /* A stream (xfer/stream.h): its parts as the trace shows them. */
+    bool stream, sealed;
+    uint32_t parts_added, parts_back; /* PART inputs, RELEASE_PART actions */
+    uint64_t last_part_ns;            /* the last PART input's time */
     xt_op shards[XFER_MAX_SHARDS];
 } xt_xfer;
 
