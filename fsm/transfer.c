@@ -98,7 +98,10 @@ static void send_op(xfer_transfer_ctx *c, const xfer_transfer *t, uint8_t kind,
     a->resv_id = s->resv == XFER_SUB_OK || s->eager == XFER_SUB_OK
                      ? s->resv_id
                      : XFER_RESV_NONE;
-    if (kind == XFER_ACT_EAGER)
+    /* A COMMIT names its staging slice too: a transport with integrity
+     * on checksums it (docs/integrity.md); the staging is held until the
+     * transfer ends (I3), so the bytes are those the writes sent. */
+    if (kind == XFER_ACT_EAGER || kind == XFER_ACT_COMMIT)
         a->staging_off = s->staging_off;
     if (kind == XFER_ACT_WRITE) {
         a->remote_addr = s->remote_addr;
@@ -775,7 +778,10 @@ void xfer_transfer_trace_action(xfer_transfer_ctx *c, uint64_t now_ns,
         .id = a->id,
         .arg0 = a->resv_id,
         .arg1 = a->len,
+        /* a COMMIT's staging_off is left out, as before integrity, so
+         * traces of the same run stay the same */
         .arg2 = a->kind == XFER_ACT_COMPLETE ? a->result.failed_shards
+                : a->kind == XFER_ACT_COMMIT ? 0
                                              : a->staging_off,
         .attempt = a->attempt,
         .error = a->kind == XFER_ACT_COMPLETE ? a->result.status : 0,

@@ -202,7 +202,8 @@ static void start_op(xfer_engine *e, const xfer_action *a)
 {
     group_rec *g = a->group < e->cfg.max_groups ? &e->groups[a->group] : NULL;
     const void *src = NULL;
-    if (a->kind == XFER_ACT_WRITE || a->kind == XFER_ACT_EAGER) {
+    if (a->kind == XFER_ACT_WRITE || a->kind == XFER_ACT_EAGER ||
+        a->kind == XFER_ACT_COMMIT) {
         const pool_rec *p = &e->pools[a->pool];
         src = (const uint8_t *)p->base + a->staging_off;
     }

@@ -189,6 +189,7 @@ static int take_secret(xfer_server *s, const xfer_server_config *cfg)
 /* The bytes each version of xfer_server_config holds (fsm/util.h). */
 static const size_t config_lens[] = {
     offsetof(xfer_server_config, write_min_rate),
+    offsetof(xfer_server_config, integrity),
     sizeof(xfer_server_config)};
 
 /* Copy cfg into s with every "0 means the default" filled in. */
@@ -208,6 +209,10 @@ static int take_config(xfer_server *s, const xfer_server_config *cfg)
     c->addr = s->addr;
     memcpy(s->shard_cfg, cfg->shards, cfg->nshards * sizeof *cfg->shards);
     c->shards = s->shard_cfg;
+    if (c->integrity >= XFER_INTEGRITY_COUNT_)
+        return XFER_ERR_INVALID_ARG;
+    if (!c->integrity)
+        c->integrity = XFER_INTEGRITY_DEFAULT_MODE;
     if (!c->max_reservations)
         c->max_reservations = 4096;
     if (!c->max_tombstones)

@@ -40,11 +40,14 @@ static void add_shard(const xfer_server_hosted *hs, xfer_server_stats *st)
     st->rules_fired += hs->rules_fired;
     st->ops_delayed += hs->ops_delayed;
     st->delayed_now += hs->delayed_now;
+    st->crc_checked += hs->crc_checked;
+    st->corrupt += hs->corrupt;
 }
 
 /* The bytes each version of xfer_server_stats holds (fsm/util.h). */
 static const size_t stats_lens[] = {
-    offsetof(xfer_server_stats, rules_fired), sizeof(xfer_server_stats)};
+    offsetof(xfer_server_stats, rules_fired),
+    offsetof(xfer_server_stats, crc_checked), sizeof(xfer_server_stats)};
 
 int xfer_server_stats_get_versioned(const xfer_server *s, uint16_t index,
                                     uint32_t version, xfer_server_stats *st)

@@ -78,6 +78,7 @@
 #include "xfer/errors.h"
 #include "xfer/fault.h"
 #include "xfer/fsm.h"
+#include "xfer/integrity.h"
 #include "xfer/trace.h"
 #include "xfer/xfer.h"
 
@@ -89,8 +90,8 @@ struct event_base;
 struct xfer_ctl;
 typedef struct xfer_server xfer_server;
 
-#define XFER_SERVER_CONFIG_VERSION 2
-#define XFER_SERVER_STATS_VERSION 2
+#define XFER_SERVER_CONFIG_VERSION 3
+#define XFER_SERVER_STATS_VERSION 3
 
 /* One line about bad input or a dropped connection ("conn 3 bad frame
  * (BAD_MAGIC), closed"), without a newline; `line` is borrowed until
@@ -210,6 +211,16 @@ typedef struct xfer_server_config {
     uint32_t peer_max_reservations;
     uint64_t peer_max_bytes;
     uint32_t peer_max_tombstones;
+    /* Version 3 (issue 27): end-to-end integrity (xfer/integrity.h,
+     * docs/integrity.md).  A version 2 config gets the default. */
+    uint8_t integrity;          /* xfer_integrity: SHARD or CONSUMER: the
+                                   hosted shards say so in HELLO_ACK and
+                                   check every COMMIT_CRC / EAGER_CRC
+                                   before READY (a mismatch answers
+                                   XFER_ERR_CORRUPT and commits nothing),
+                                   and READY events carry the CRC; OFF:
+                                   neither (a producer's CRC is then
+                                   ignored); 0: XFER_INTEGRITY_DEFAULT_MODE */
 } xfer_server_config;
 
 /* Write the version and every default into *cfg (base, shards and nshards
@@ -331,6 +342,9 @@ typedef struct xfer_server_stats {
     uint64_t rules_fired;        /* rule firings (DELAY rules included) */
     uint64_t ops_delayed;        /* ops a DELAY rule held */
     uint64_t delayed_now;        /* of them, held right now */
+    /* version 3: integrity, of the shard(s) */
+    uint64_t crc_checked;        /* regions checksummed before READY */
+    uint64_t corrupt;            /* of them, refused: XFER_ERR_CORRUPT */
 } xfer_server_stats;
 
 XFER_API int xfer_server_stats_get_versioned(const xfer_server *s,
