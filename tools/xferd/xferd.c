@@ -117,6 +117,7 @@ typedef struct xd_config {
     uint64_t drain_timeout_ns;
     uint64_t take_grace_ns;    /* 0: the server's default */
     bool quiet;
+    uint8_t integrity;  /* --integrity; 0: the library default */
     /* issue 12: authentication, sessions, quotas (0: the defaults) */
     uint8_t secret[256];
     size_t secret_len;         /* 0: no --secret-file */
@@ -355,6 +356,9 @@ static const cli_flag flags[] = {
      "(half the pool, at least the session quota)", 1027},
     {"peer-max-tombs", 0, "N", "tombstones per peer address and shard "
      "(half the cap, at least the session quota)", 1028},
+    {"integrity", 0, "off|shard|consumer", "CRC32C of every region checked "
+     "before READY (shard), and offered to consumers that check on take "
+     "(consumer: the same here) (shard)", 1029},
     CLI_HELP,
     CLI_VERSION,
     {NULL, 0, NULL, NULL, 0}};
@@ -550,6 +554,13 @@ static int parse_one(int c, const char *arg, opts *o)
         return parse_u64(arg, &o->cfg.peer_tombs, 1u << 30)
                    ? bad("peer tombstone quota", arg)
                    : 0;
+    case 1029:
+        for (unsigned m = XFER_INTEGRITY_OFF; m < XFER_INTEGRITY_COUNT_; m++)
+            if (!strcmp(arg, xfer_integrity_name(m))) {
+                o->cfg.integrity = (uint8_t)m;
+                return 0;
+            }
+        return bad("integrity mode (off, shard or consumer)", arg);
     default: return bad("flag", arg);
     }
 }
@@ -816,6 +827,7 @@ static int start_server(xferd *d)
                                               : c->lease_ttl_ns;
     sc.take_grace_ns = c->take_grace_ns;
     sc.consume = c->consume;
+    sc.integrity = c->integrity;
     sc.fault_ppm = c->fault_ppm;
     sc.drop_ppm = c->drop_ppm;
     sc.fault_seed = c->fault_seed;
