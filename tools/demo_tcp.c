@@ -42,7 +42,10 @@
 #include "xfer/integrity.h"
 #include "xfer/xfer.h"
 
-#define LISTEN_WAIT_MS 10000
+/* How long an xferd may take to listen: eight of them (the bench's
+ * integrity part) with 1 M tombstones each took over 10 s to start on a
+ * 2-core machine at load 24. */
+#define LISTEN_WAIT_MS 60000
 #define STATUS_REQ 1u
 
 struct demo_tcp {

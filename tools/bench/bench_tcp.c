@@ -299,7 +299,7 @@ static int run_blocks(world *w, const opts *o, figs *f)
 /* The integrity part: each figure off, then on, back to back. */
 static const uint32_t integ_bytes[4] = {64u << 10, 1u << 20, 16u << 20,
                                         4u << 10};
-static const uint32_t integ_depth[4] = {32, 8, 2, 64};
+static const uint32_t integ_depth[4] = {32, 8, 1, 64};
 
 static int run_integ(world *w, const opts *o, figs *f)
 {
