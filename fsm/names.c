@@ -15,6 +15,7 @@
 #include "xfer/readiness.h"
 #include "xfer/shard.h"
 #include "xfer/shard_op.h"
+#include "xfer/integrity.h"
 #include "xfer/trace.h"
 
 #define NAME_AT_(name, value) [value] = #name,
@@ -62,6 +63,13 @@ const char *xfer_verdict_name(unsigned v)
 const char *xfer_note_name(unsigned n)
 {
     return pick(note_names, NELEM_(note_names), n);
+}
+
+const char *xfer_integrity_name(unsigned mode)
+{
+    static const char *const names[] = {"default", "off", "shard",
+                                        "consumer"};
+    return pick(names, NELEM_(names), mode);
 }
 
 const char *xfer_phase_name(unsigned phase)

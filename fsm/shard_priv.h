@@ -1,10 +1,11 @@
 /*
- * fsm/shard_priv.h - what the two halves of the consumer shard share:
- * fsm/shard.c (the reservation machine) and fsm/shard_save.c (its save and
- * load for the model checker).  The shard struct, the live record, the
+ * fsm/shard_priv.h - what the parts of the consumer shard share:
+ * fsm/shard.c (the reservation machine), fsm/shard_save.c (its save and
+ * load for the model checker) and fsm/shard_check.c (its integrity
+ * verdict).  The shard struct, the live record, the
  * scratch entry behind the sorted views, and the few helpers both call.
  *
- * Only those two files include it; the model checker and the tests reach
+ * Only those files include it; the model checker and the tests reach
  * save and load through save.h, and everyone else through xfer/shard.h.
  * Nothing here is exported from the library (hidden visibility).
  */

@@ -108,7 +108,10 @@ static void send_op(xfer_transfer_ctx *c, const xfer_transfer *t, uint8_t kind,
     a->resv_id = s->resv == XFER_SUB_OK || s->eager == XFER_SUB_OK
                      ? s->resv_id
                      : XFER_RESV_NONE;
-    if (kind == XFER_ACT_EAGER)
+    /* A COMMIT names its staging slice too: a transport with integrity
+     * on checksums it (docs/integrity.md); the staging is held until the
+     * transfer ends (I3), so the bytes are those the writes sent. */
+    if (kind == XFER_ACT_EAGER || kind == XFER_ACT_COMMIT)
         a->staging_off = s->staging_off;
     if (kind == XFER_ACT_WRITE) {
         a->remote_addr = s->remote_addr;
@@ -1049,6 +1052,7 @@ void xfer_transfer_trace_action(xfer_transfer_ctx *c, uint64_t now_ns,
          * records of one-shot transfers are as they were) */
         .arg1 = a->len | (uint64_t)a->part << 32,
         .arg2 = a->kind == XFER_ACT_COMPLETE ? a->result.failed_shards
+                : a->kind == XFER_ACT_COMMIT ? 0
                                              : a->staging_off,
         .attempt = a->attempt,
         .error = a->kind == XFER_ACT_COMPLETE ||

@@ -39,9 +39,13 @@
 #include "wire.h"
 #include "xfer/errors.h"
 #include "xfer/fsm.h"
+#include "xfer/integrity.h"
 #include "xfer/xfer.h"
 
-#define LISTEN_WAIT_MS 10000
+/* How long an xferd may take to listen: eight of them (the bench's
+ * integrity part) with 1 M tombstones each took over 10 s to start on a
+ * 2-core machine at load 24. */
+#define LISTEN_WAIT_MS 60000
 #define STATUS_REQ 1u
 
 struct demo_tcp {
@@ -145,7 +149,7 @@ static void make_args(const demo_tcp *t, uint16_t k, child_args *a)
                        "--faults", a->faults,
                        "--drop", a->drop, "--quiet", NULL};
     size_t n = sizeof v / sizeof v[0] - 1;
-    _Static_assert(sizeof v + 8 * sizeof v[0] <= sizeof a->argv,
+    _Static_assert(sizeof v + 10 * sizeof v[0] <= sizeof a->argv,
                    "child_args.argv too small");
     memcpy(a->argv, v, sizeof v);
     if (t->shm[0]) { /* a consumer process reads the pools */
@@ -162,6 +166,10 @@ static void make_args(const demo_tcp *t, uint16_t k, child_args *a)
     }
     if (t->cfg.rdma)
         a->argv[n++] = "--rdma";
+    if (t->cfg.integrity) {
+        a->argv[n++] = "--integrity";
+        a->argv[n++] = xfer_integrity_name(t->cfg.integrity);
+    }
     a->argv[n] = NULL;
 }
 

@@ -41,6 +41,8 @@ typedef struct demo_tcp_config {
                              NULL: none */
     uint64_t take_grace_ms; /* --take-grace */
     bool rdma;            /* xferd --rdma (demo_tcp_connect_rdma) */
+    uint8_t integrity;    /* xferd --integrity (xfer_integrity); 0: none
+                             given, the library default */
 } demo_tcp_config;
 
 /*

@@ -97,8 +97,8 @@ SYSTEM_HEADERS = PURE_HEADERS | {
     'sys/types.h', 'sys/uio.h', 'sys/un.h', 'sys/utsname.h', 'sys/wait.h',
     'syslog.h', 'termios.h', 'unistd.h', 'endian.h',
 }
-# libevent, rdma-core (verbs, rdmacm) and libcrypto.
-SYSTEM_PREFIXES = ('event2/', 'infiniband/', 'rdma/', 'openssl/')
+# libevent, rdma-core (verbs, rdmacm), libcrypto and ISA-L (CRC32C).
+SYSTEM_PREFIXES = ('event2/', 'infiniband/', 'rdma/', 'openssl/', 'isa-l/')
 
 # Per layer: its folder, the folders a quoted include is looked up in
 # (after the including file's own), the folders an include may reach, and
@@ -122,8 +122,8 @@ LAYERS = {
         'headers': SYSTEM_HEADERS,
         'prefixes': SYSTEM_PREFIXES,
         'symbols': False,
-        'rule': 'transport/ may include libc/POSIX, libevent, rdma-core and '
-                'libcrypto headers, include/xfer/, its own headers and '
+        'rule': 'transport/ may include libc/POSIX, libevent, rdma-core, '
+                'libcrypto and ISA-L headers, include/xfer/, its own headers and '
                 "fsm/'s private headers; never tools/ or tests/",
     },
 }

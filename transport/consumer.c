@@ -40,6 +40,7 @@ void xfer_consumer_config_default(xfer_consumer_config *cfg)
 /* The bytes each version of xfer_consumer_config holds (fsm/util.h). */
 static const size_t config_lens[] = {
     offsetof(xfer_consumer_config, request_timeout_ns),
+    offsetof(xfer_consumer_config, integrity),
     sizeof(xfer_consumer_config)};
 
 void *xfer_consumer_calloc(const xfer_consumer *c, size_t n, size_t size)
@@ -243,6 +244,15 @@ static int take_config(xfer_consumer *c, const xfer_consumer_config *cfg)
         return XFER_ERR_INVALID_ARG;
     k->version = XFER_CONSUMER_CONFIG_VERSION;
     k->addrs = NULL; /* copied into the links */
+    k->pools = NULL; /* copied below */
+    if (k->integrity >= XFER_INTEGRITY_COUNT_)
+        return XFER_ERR_INVALID_ARG;
+    if (cfg->version >= 3 && cfg->integrity == XFER_INTEGRITY_CONSUMER &&
+        cfg->pools) {
+        for (uint16_t i = 0; i < k->nshards; i++)
+            c->pools[i] = (uint8_t *)cfg->pools[i];
+        c->check = true;
+    }
     if (!k->max_ids)
         k->max_ids = 65536;
     if (!k->max_tombstones)

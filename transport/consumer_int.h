@@ -94,6 +94,7 @@ typedef struct xfer_consumer_rec {
     uint64_t missing;
     uint64_t ready;       /* shards that reported ready */
     uint64_t taking;      /* takes outstanding */
+    uint64_t crc_set;     /* shards whose READY carried a CRC (crcs) */
     uint64_t t_first;
     uint64_t t_take;      /* when the takes were sent */
     uint32_t next;        /* delivery FIFO */
@@ -118,6 +119,9 @@ struct xfer_consumer {
     /* records */
     xfer_consumer_rec *recs;
     xfer_region *regions;  /* regions[slot * S + k] */
+    uint32_t *crcs;        /* crcs[slot * S + k]: READY's CRC (crc_set) */
+    bool check;            /* integrity CONSUMER with pools: check takes */
+    uint8_t *pools[XFER_MAX_SHARDS];
     uint32_t *free_slots, nfree, cap;
     xfer_idmap ids;
     xfer_heap expects;     /* slot -> expect deadline */
@@ -178,6 +182,10 @@ void xfer_consumer_ready_clear(xfer_consumer *c);
 xfer_consumer_rec *xfer_consumer_find(const xfer_consumer *c, uint64_t id,
                                       uint32_t *slot);
 /* Inputs from the links. */
+/* Shard k's READY for id carried crc (the CRC its shard checked the
+ * region against before READY), kept for the check on take. */
+void xfer_consumer_note_crc(xfer_consumer *c, uint16_t k, uint64_t id,
+                            uint32_t attempt, uint32_t crc);
 void xfer_consumer_on_ready(xfer_consumer *c, uint16_t k, uint64_t id,
                             uint32_t attempt, uint64_t resv_id);
 void xfer_consumer_on_ended(xfer_consumer *c, uint16_t k, uint64_t id,

@@ -246,6 +246,8 @@ static bool on_event(xfer_consumer_link *l, const xfer_wire_msg *m)
     if (m->kind == XFER_SHARD_EV_READY) {
         c->st.ready_events++;
         xfer_consumer_on_ready(c, l->shard, m->id, m->attempt, m->resv_id);
+        if (m->crc_set && c->check)
+            xfer_consumer_note_crc(c, l->shard, m->id, m->attempt, m->crc);
     } else {
         c->st.ended_events++;
         xfer_consumer_on_ended(c, l->shard, m->id, m->attempt,

@@ -36,6 +36,7 @@
 
 #include <event2/event.h>
 
+#include "crc.h"
 #include "wire.h"
 #include "xfer/core.h" /* XFER_RESV_NONE */
 
@@ -78,6 +79,11 @@ int xfer_consumer_ready_init(xfer_consumer *c)
     c->recs = xfer_consumer_calloc(c, cap, sizeof *c->recs);
     c->regions = xfer_consumer_calloc(c, cap, c->cfg.nshards *
                                                   sizeof *c->regions);
+    c->crcs = c->check ? xfer_consumer_calloc(c, cap, c->cfg.nshards *
+                                                          sizeof *c->crcs)
+                       : NULL;
+    if (c->check && !c->crcs)
+        return XFER_ERR_NOMEM;
     c->free_slots = xfer_consumer_calloc(c, cap, sizeof *c->free_slots);
     if (!c->recs || !c->regions || !c->free_slots)
         return XFER_ERR_NOMEM;
@@ -108,6 +114,7 @@ void xfer_consumer_ready_clear(xfer_consumer *c)
     xfer_consumer_free(c, c->scratch);
     xfer_consumer_free(c, c->free_slots);
     xfer_consumer_free(c, c->regions);
+    xfer_consumer_free(c, c->crcs);
     xfer_consumer_free(c, c->recs);
     xfer_readiness_del(c->rd);
 }
@@ -381,6 +388,42 @@ void xfer_consumer_on_ready(xfer_consumer *c, uint16_t k, uint64_t id,
     settle(c, id, XFER_ERR_CANCELLED);
 }
 
+void xfer_consumer_note_crc(xfer_consumer *c, uint16_t k, uint64_t id,
+                            uint32_t attempt, uint32_t crc)
+{
+    uint32_t slot;
+    xfer_consumer_rec *r = xfer_consumer_find(c, id, &slot);
+    /* the record may already be decided (its takes answered at once):
+     * then there is nothing left to check */
+    if (!r || r->state != XFER_CREC_PENDING || r->attempt != attempt)
+        return;
+    c->crcs[(size_t)slot * c->cfg.nshards + k] = crc;
+    r->crc_set |= bit(k);
+}
+
+/* Integrity CONSUMER: a region shard k's take pinned is checksummed
+ * against the CRC its READY carried.  0, or XFER_ERR_CORRUPT: the region
+ * was released here (it is TAKEN on the shard, and the tracker releases
+ * only takes it counts as done) and the id's outcome will name k. */
+static int32_t check_take(xfer_consumer *c, xfer_consumer_rec *r,
+                          uint32_t slot, uint16_t k, uint64_t offset,
+                          uint32_t len)
+{
+    if (!c->check || !(r->crc_set & bit(k)))
+        return 0;
+    c->st.crc_checked++;
+    uint32_t want = c->crcs[(size_t)slot * c->cfg.nshards + k];
+    if (xfer_crc32c(0, c->pools[k] + offset, len) == want)
+        return 0;
+    c->st.corrupt++;
+    c->st.releases_sent += xfer_consumer_link_request(
+        &c->links[k], XFER_WIRE_T_RELEASE, r->id, r->attempt,
+        regions_of(c, slot)[k].resv_id);
+    r->override = XFER_ERR_CORRUPT;
+    r->extra |= bit(k);
+    return XFER_ERR_CORRUPT;
+}
+
 void xfer_consumer_on_ended(xfer_consumer *c, uint16_t k, uint64_t id,
                             uint32_t attempt, int32_t reason)
 {
@@ -400,6 +443,8 @@ void xfer_consumer_on_take(xfer_consumer *c, uint16_t k, uint64_t id,
     if (r && (r->taking & bit(k))) {
         r->taking &= ~bit(k);
         xfer_hist_add(&c->h_take, now - r->t_take);
+        if (status == 0)
+            status = check_take(c, r, slot, k, offset, len);
         if (status == 0) {
             regions_of(c, slot)[k].offset = offset;
             regions_of(c, slot)[k].len = len;

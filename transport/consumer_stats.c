@@ -15,6 +15,7 @@
 /* The bytes each version of xfer_consumer_stats holds (fsm/util.h). */
 static const size_t stats_lens[] = {
     offsetof(xfer_consumer_stats, requests_queued),
+    offsetof(xfer_consumer_stats, crc_checked),
     sizeof(xfer_consumer_stats)};
 
 int xfer_consumer_stats_get_versioned(const xfer_consumer *c,

@@ -257,6 +257,18 @@ static void start_now(xfer_engine *e, const xfer_action *a)
     if (a->kind == XFER_ACT_WRITE || a->kind == XFER_ACT_EAGER) {
         p = &e->pools[a->pool];
         src = (const uint8_t *)p->base + a->staging_off;
+    } else if (a->kind == XFER_ACT_COMMIT && a->pool < e->cfg.max_pools) {
+        /* integrity: a COMMIT names its slice for the transport's CRC32C
+         * (tcp.c).  Not for a device pool (never read here) nor a stream
+         * (its slice is many staging ranges, released part by part): those
+         * commit without a CRC (docs/integrity.md). */
+        const pool_rec *cp = &e->pools[a->pool];
+        uint32_t r[1][2];
+        size_t n = 0;
+        if (!cp->cp && cp->base &&
+            xfer_core_stream_ranges(e->core, a->id, a->shard, r, 1, &n) ==
+                XFER_ERR_NOT_FOUND)
+            src = (const uint8_t *)cp->base + a->staging_off;
     }
     int rc = XFER_ERR_NOT_FOUND;
     if (g && g->used && p && p->cp) /* device staging: its copy first */

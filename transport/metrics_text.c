@@ -175,6 +175,10 @@ static const shard_val shard_vals[] = {
        "Taken regions whose consumer connection is gone (grace running)."),
     SV("xfer_server_grace_released_total", "counter", grace_released,
        "Taken regions released by the grace period."),
+    SV("xfer_server_crc_checked_total", "counter", crc_checked,
+       "Regions checksummed before READY (integrity)."),
+    SV("xfer_server_corrupt_total", "counter", corrupt,
+       "Regions refused before READY: checksum mismatch, data corrupt."),
 };
 
 static uint64_t field(const xfer_server_stats *st, size_t off)
@@ -295,6 +299,13 @@ void xfer_metrics_consumer(xfer_metrics_text *t, const xfer_consumer *c)
     one(t, "xfer_consumer_reconnects_total", "counter",
         "Dials after a link's first, each after the backoff.",
         st.reconnects);
+    one(t, "xfer_consumer_crc_checked_total", "counter",
+        "Regions checksummed again on take (integrity consumer).",
+        st.crc_checked);
+    one(t, "xfer_consumer_corrupt_total", "counter",
+        "Taken regions that no longer matched their checksum: released, "
+        "the id unavailable.",
+        st.corrupt);
     one(t, "xfer_consumer_request_timeouts_total", "counter",
         "Links taken down for a request not answered in time.",
         st.request_timeouts);
@@ -346,6 +357,9 @@ void xfer_metrics_tcp(xfer_metrics_text *t, const xfer_tcp *tcp)
     one(t, "xfer_tcp_reconnects_total", "counter",
         "Dials after a connection's first, each after the backoff.",
         st.reconnects);
+    one(t, "xfer_tcp_crcs_sent_total", "counter",
+        "COMMITs and EAGERs sent with their slice's CRC32C (integrity).",
+        st.crcs_sent);
     one(t, "xfer_tcp_connect_failures_total", "counter",
         "Dials that failed or broke before HELLO was answered.",
         st.connect_failures);

@@ -598,7 +598,7 @@ static int t_start(void *self, const xfer_action *a, const void *src)
     if (a->shard >= r->cfg.tcp.nshards || a->kind > XFER_ACT_CANCEL)
         return XFER_ERR_INVALID_ARG;
     if (a->kind != XFER_ACT_WRITE)
-        return xfer_tcp_start_op(r->tcp, a);
+        return xfer_tcp_start_op_src(r->tcp, a, src);
     return start_write(r, a, src);
 }
 

@@ -209,6 +209,10 @@ static int take_config(xfer_server *s, const xfer_server_config *cfg)
     c->addr = s->addr;
     memcpy(s->shard_cfg, cfg->shards, cfg->nshards * sizeof *cfg->shards);
     c->shards = s->shard_cfg;
+    if (c->integrity >= XFER_INTEGRITY_COUNT_)
+        return XFER_ERR_INVALID_ARG;
+    if (!c->integrity)
+        c->integrity = XFER_INTEGRITY_DEFAULT_MODE;
     if (!c->max_reservations)
         c->max_reservations = 4096;
     if (!c->max_tombstones)

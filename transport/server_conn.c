@@ -293,7 +293,9 @@ static bool is_request(uint8_t type)
     case XFER_WIRE_T_RESERVE:
     case XFER_WIRE_T_WRITE:
     case XFER_WIRE_T_EAGER:
+    case XFER_WIRE_T_EAGER_CRC:
     case XFER_WIRE_T_COMMIT:
+    case XFER_WIRE_T_COMMIT_CRC:
     case XFER_WIRE_T_CANCEL:
     case XFER_WIRE_T_SUBSCRIBE:
     case XFER_WIRE_T_TAKE:

@@ -111,9 +111,16 @@ static void sweep(xfer_server_hosted *hs)
     }
 }
 
+xfer_server_resv *xfer_server_track_find(xfer_server_hosted *hs,
+                                         uint64_t id)
+{
+    return entry(&hs->track, id, NULL);
+}
+
 void xfer_server_track_reserved(xfer_server *s, xfer_server_hosted *hs,
                                 uint64_t id, uint32_t attempt,
-                                uint64_t resv_id, uint32_t len)
+                                uint64_t resv_id, uint32_t len,
+                                uint64_t off, uint16_t owner)
 {
     xfer_server_track *t = &hs->track;
     if (entry(t, id, NULL))
@@ -125,6 +132,7 @@ void xfer_server_track_reserved(xfer_server *s, xfer_server_hosted *hs,
     uint32_t slot = t->free_slots[--t->nfree];
     t->e[slot] = (xfer_server_resv){.id = id, .resv_id = resv_id,
                                     .attempt = attempt, .len = len,
+                                    .off = off, .owner = owner,
                                     .t_reserved = xfer_server_now(s)};
     xfer_idmap_put(&t->map, id, slot);
 }
@@ -225,6 +233,7 @@ static void publish(xfer_server *s, xfer_server_hosted *hs,
     xfer_wire_msg m = {.type = XFER_WIRE_T_EVENT, .kind = ev->kind,
                        .shard = hs->index, .attempt = ev->attempt,
                        .id = ev->id, .resv_id = ev->resv_id, .len = ev->len};
+    xfer_server_check_event(hs, &m);
     for (xfer_server_conn *c = xfer_server_conn_of(s->conns.head); c;
          c = xfer_server_conn_of(c->link.next)) {
         if (!c->subscribed || c->closing || c->doomed || c->hosted < 0 ||
@@ -256,6 +265,7 @@ void xfer_server_replay_ready(xfer_server_conn *c, xfer_server_hosted *hs)
                            .kind = XFER_SHARD_EV_READY, .shard = hs->index,
                            .attempt = r->attempt, .id = r->id,
                            .resv_id = r->resv_id, .len = r->len};
+        xfer_server_check_event(hs, &m);
         xfer_server_conn_send(c, &m, 0);
         hs->events_sent++;
     }

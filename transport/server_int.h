@@ -141,7 +141,12 @@ typedef struct xfer_server_held {
 typedef struct xfer_server_resv {
     uint64_t id, resv_id;
     uint32_t attempt, len;
+    uint64_t off;      /* the region's offset in the pool */
     uint64_t t_reserved, t_ready, t_taken;
+    uint32_t crc;      /* integrity: the CRC32C the region was checked
+                          against before READY (crc_set) */
+    bool crc_set;
+    uint16_t owner;    /* the reserving session's owner number */
     uint16_t taker;    /* owner number of the taking consumer session;
                           0: none, or that session was forgotten */
     bool orphaned;     /* TAKEN and its taker's session has no connection */
@@ -161,6 +166,7 @@ typedef struct xfer_server_hosted {
     uint64_t write_bytes, events_sent;
     xfer_server_track track;
     uint64_t rules_fired, ops_delayed, delayed_now; /* fault rules */
+    uint64_t crc_checked, corrupt; /* integrity (server_check.c) */
     xfer_hist h_ready;    /* reserve -> READY */
     xfer_hist h_taken;    /* READY -> TAKEN */
     xfer_hist h_released; /* TAKEN -> released */
@@ -302,7 +308,11 @@ void xfer_server_track_clear(xfer_server *s, xfer_server_hosted *hs);
  * succeeded / a release of id succeeded. */
 void xfer_server_track_reserved(xfer_server *s, xfer_server_hosted *hs,
                                 uint64_t id, uint32_t attempt,
-                                uint64_t resv_id, uint32_t len);
+                                uint64_t resv_id, uint32_t len,
+                                uint64_t off, uint16_t owner);
+/* The live record of id, or NULL. */
+xfer_server_resv *xfer_server_track_find(xfer_server_hosted *hs,
+                                         uint64_t id);
 void xfer_server_track_taken(xfer_server *s, xfer_server_hosted *hs,
                              uint64_t id, uint16_t taker);
 void xfer_server_track_released(xfer_server *s, xfer_server_hosted *hs,
@@ -323,6 +333,21 @@ void xfer_server_replay_ended(xfer_server_conn *c, xfer_server_hosted *hs);
 /* Publish every pending shard event, then re-arm the lease timer. */
 void xfer_server_flush_all(xfer_server *s);
 void xfer_server_on_timer(evutil_socket_t fd, short what, void *arg);
+
+/* server_check.c (integrity).  Before a COMMIT / an EAGER of c's session
+ * is applied: 0 to apply it, or the error to answer (XFER_ERR_CORRUPT:
+ * the bytes differ from the CRC it carries; XFER_ERR_REMOTE: an rkey
+ * could not be killed).  A message without a CRC, or a server with
+ * integrity off, is not checked. */
+int32_t xfer_server_check_commit(xfer_server_conn *c, xfer_server_hosted *hs,
+                                 const xfer_wire_msg *m);
+int32_t xfer_server_check_eager(xfer_server_conn *c, xfer_server_hosted *hs,
+                                const xfer_wire_msg *m, const uint8_t *data);
+/* An EAGER m that passed was applied: its record keeps the CRC. */
+void xfer_server_check_keep(xfer_server_hosted *hs, const xfer_wire_msg *m);
+/* An EVENT about to go out: a READY of a record that passed carries its
+ * CRC. */
+void xfer_server_check_event(xfer_server_hosted *hs, xfer_wire_msg *ev);
 
 /* server_sess.c */
 int xfer_server_sess_init(xfer_server *s);

@@ -387,6 +387,16 @@ void xfer_server_rdma_invalidate(xfer_server_rdma *r, xfer_server_hosted *hs,
     xfer_shard_invalidations_clear(hs->sh);
 }
 
+int xfer_server_rdma_seal(xfer_server_rdma *r, xfer_server_hosted *hs,
+                          uint64_t id, uint64_t resv_id)
+{
+    srv_regs *g = regs_of(r, hs);
+    uint32_t slot;
+    if (!xfer_idmap_get(&g->map, id, &slot) || g->resv[slot] != resv_id)
+        return 0; /* no rkey was ever given out: nothing can land */
+    return rkey_kill(r, g, slot);
+}
+
 bool xfer_server_rdma_windows(const xfer_server *s)
 {
     return s && s->rdma && s->rdma->windows;

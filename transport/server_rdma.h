@@ -53,5 +53,13 @@ int xfer_server_rdma_bind(xfer_server_rdma *r, struct xfer_server_hosted *hs,
  * any more. */
 void xfer_server_rdma_invalidate(xfer_server_rdma *r,
                                  struct xfer_server_hosted *hs, uint64_t now);
+/* Integrity: kill the rkey of (id, resv_id) now, before its region is
+ * checksummed (server_check.c), so what is checked is what stays: no
+ * write can land there once this returned 0.  Its slot stays until the
+ * shard's invalidation, which then finds nothing more to kill.  0 (also
+ * when it has no rkey), or -1 when the rkey may still be alive (the
+ * region must not be checked, nor made READY). */
+int xfer_server_rdma_seal(xfer_server_rdma *r, struct xfer_server_hosted *hs,
+                          uint64_t id, uint64_t resv_id);
 
 #endif /* XFER_SERVER_RDMA_H */

@@ -328,13 +328,17 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
         }
         if (rc == 0)
             xfer_server_track_reserved(c->srv, hs, m->id, m->attempt,
-                                       info.resv_id, m->len);
+                                       info.resv_id, m->len, info.addr,
+                                       c->owner);
         return rc;
     }
     case XFER_WIRE_T_COMMIT:
         a->type = XFER_WIRE_T_COMMIT_ACK;
-        return xfer_shard_commit_by(hs->sh, t, c->owner, m->id, m->attempt,
-                                    m->resv_id);
+        a->crc_set = 0;
+        rc = xfer_server_check_commit(c, hs, m);
+        return rc ? rc
+                  : xfer_shard_commit_by(hs->sh, t, c->owner, m->id,
+                                         m->attempt, m->resv_id);
     case XFER_WIRE_T_CANCEL:
         a->type = XFER_WIRE_T_CANCEL_ACK;
         rc = peer_room(c, hs, m, false);
@@ -531,6 +535,9 @@ static int32_t apply_eager(xfer_server_conn *c, const xfer_wire_msg *m,
     xfer_resv_info info;
     int rc = peer_room(c, hs, m, true);
     if (rc == 0)
+        rc = xfer_server_check_eager(c, hs, m, data ? data
+                                                    : (const uint8_t *)"");
+    if (rc == 0)
         rc = xfer_shard_eager_by(hs->sh, xfer_server_now(c->srv), c->owner,
                                  m->id, m->attempt,
                                  data ? data : (const uint8_t *)"", m->len,
@@ -538,7 +545,9 @@ static int32_t apply_eager(xfer_server_conn *c, const xfer_wire_msg *m,
     if (rc)
         return rc;
     xfer_server_track_reserved(c->srv, hs, m->id, m->attempt, info.resv_id,
-                               m->len);
+                               m->len, info.addr, c->owner);
+    if (c->srv->cfg.integrity != XFER_INTEGRITY_OFF)
+        xfer_server_check_keep(hs, m);
     hs->write_bytes += m->len;
     *a = (xfer_wire_msg){.type = XFER_WIRE_T_EAGER_OK, .id = m->id,
                          .attempt = m->attempt, .len = m->len,
@@ -784,6 +793,7 @@ bool xfer_server_req_handle(xfer_server_conn *c, const xfer_wire_hdr *h,
     case XFER_WIRE_T_WRITE:
         return start_write(c, h->req, m);
     case XFER_WIRE_T_EAGER:
+    case XFER_WIRE_T_EAGER_CRC:
         return on_eager(c, h->req, m);
     default:
         return on_op(c, h->req, m);

@@ -234,10 +234,16 @@ static bool admit(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
                        .max_write = XFER_WIRE_MAX_DATA,
                        /* two-sided shards apply EAGER (one-sided ones
                         * cannot publish READY in the same step) */
-                       .hello_flags = s->one_sided ||
-                                              xfer_server_copy_device(s, idx)
-                                          ? 0
-                                          : XFER_WIRE_HELLO_EAGER};
+                       .hello_flags =
+                           (s->one_sided || xfer_server_copy_device(s, idx)
+                                ? 0u
+                                : XFER_WIRE_HELLO_EAGER) |
+                           /* a device pool is never read here, so its
+                            * shard checks nothing (docs/integrity.md) */
+                           (s->cfg.integrity != XFER_INTEGRITY_OFF &&
+                                    !xfer_server_copy_device(s, idx)
+                                ? XFER_WIRE_HELLO_CRC
+                                : 0u)};
     xfer_server_conn_send(c, &a, req);
     return true;
 }

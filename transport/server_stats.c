@@ -44,6 +44,8 @@ static void add_shard(const xfer_server_hosted *hs, xfer_server_stats *st)
     st->copies += hs->copies;
     st->copies_failed += hs->copies_failed;
     st->copies_now += xfer_copy_in_flight(hs->cp);
+    st->crc_checked += hs->crc_checked;
+    st->corrupt += hs->corrupt;
 }
 
 /* The bytes each version of xfer_server_stats holds (fsm/util.h). */

@@ -64,6 +64,7 @@
 #include <sys/socket.h>
 
 #include "auth.h"
+#include "crc.h"
 #include "base_ref.h"
 #include "engine_int.h"
 /* fsm_private_dep: the injected allocator with its libc default, and the
@@ -296,6 +297,15 @@ static bool send_op(tcp_conn *c, tcp_op *op)
                                                                  : 0,
                        /* a stream's run lands at its reservation offset */
                        .off = a->kind == XFER_ACT_WRITE ? a->resv_off : 0};
+    if (c->crc && (a->kind == XFER_ACT_EAGER ||
+                   (a->kind == XFER_ACT_COMMIT && op->src))) {
+        /* integrity: the slice's CRC32C, from the staging as it is now
+         * (after the gate; a COMMIT's after its write ended, I3 holds the
+         * staging) */
+        m.crc = xfer_crc32c(0, op->src, a->len);
+        m.crc_set = 1;
+        c->t->st.crcs_sent++;
+    }
     uint8_t buf[XFER_WIRE_MAX_FIXED];
     size_t n = xfer_wire_encode(&m, c->next_req, buf, sizeof buf);
     op->req = c->next_req++;
@@ -428,6 +438,7 @@ static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
     }
     xfer_backoff_up(&c->bo, xfer_clock_monotonic(NULL));
     c->eager = (m->hello_flags & XFER_WIRE_HELLO_EAGER) != 0;
+    c->crc = (m->hello_flags & XFER_WIRE_HELLO_CRC) != 0;
     c->t->st.connects++;
     bufferevent_set_timeouts(c->bev, NULL, NULL);
     c->own_read = true; /* cut_frames hands the reads over (tcp_io.c) */
@@ -809,7 +820,8 @@ xfer_transport xfer_tcp_transport(xfer_tcp *t)
 /* The bytes each version of xfer_tcp_config and _stats holds (util.h). */
 static const size_t config_lens[] = {sizeof(xfer_tcp_config)};
 static const size_t stats_lens[] = {
-    offsetof(xfer_tcp_stats, bad_replies), sizeof(xfer_tcp_stats)};
+    offsetof(xfer_tcp_stats, bad_replies),
+    offsetof(xfer_tcp_stats, crcs_sent), sizeof(xfer_tcp_stats)};
 
 void xfer_tcp_config_default(xfer_tcp_config *cfg)
 {
@@ -1020,8 +1032,13 @@ void xfer_tcp_open(xfer_tcp *t, uint16_t shard)
 
 int xfer_tcp_start_op(xfer_tcp *t, const xfer_action *a)
 {
+    return xfer_tcp_start_op_src(t, a, NULL);
+}
+
+int xfer_tcp_start_op_src(xfer_tcp *t, const xfer_action *a, const void *src)
+{
     return a->kind == XFER_ACT_WRITE ? XFER_ERR_INVALID_ARG
-                                     : t_start(t, a, NULL);
+                                     : t_start(t, a, src);
 }
 
 void xfer_tcp_abort_op(xfer_tcp *t, const xfer_action *a)

@@ -84,6 +84,7 @@ struct tcp_conn {
     xfer_wire_msg hello;  /* the HELLO2 sent on this connection */
     bool challenged;      /* the shard proved it knows the secret */
     bool eager;           /* its HELLO_ACK said the shard takes EAGER */
+    bool crc;             /* its HELLO_ACK said the shard checks CRCs */
     /* Output queued during this loop turn, written once (flush_conn). */
     uint8_t *flat;        /* frame heads, back to back */
     uint32_t flat_len, flat_cap;

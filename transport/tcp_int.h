@@ -43,6 +43,10 @@ void xfer_tcp_open(xfer_tcp *t, uint16_t shard);
 /* Start / abort a RESERVE, COMMIT or CANCEL as the ops table would (a
  * WRITE is refused: XFER_ERR_INVALID_ARG).  `a` borrowed. */
 int xfer_tcp_start_op(xfer_tcp *t, const xfer_action *a);
+/* The same with the op's staging bytes (a COMMIT's slice: its CRC32C goes
+ * with it to a shard that checks, docs/integrity.md; retained until the
+ * result); NULL: none. */
+int xfer_tcp_start_op_src(xfer_tcp *t, const xfer_action *a, const void *src);
 void xfer_tcp_abort_op(xfer_tcp *t, const xfer_action *a);
 
 /* What the hot path did, for the tests that pin its batching (not API,

@@ -98,8 +98,8 @@ int xfer_wire_decode_hdr(const void *buf, size_t n, xfer_wire_hdr *h,
     if (body == 0)
         return refuse(reason, XFER_WIRE_R_BAD_TYPE);
     if (xfer_wire_has_data(type)) {
-        uint32_t max = type == XFER_WIRE_T_EAGER ? XFER_WIRE_MAX_EAGER
-                                                 : XFER_WIRE_MAX_DATA;
+        uint32_t max = xfer_wire_is_eager(type) ? XFER_WIRE_MAX_EAGER
+                                                : XFER_WIRE_MAX_DATA;
         if (len < XFER_WIRE_HDR + body || len - XFER_WIRE_HDR - body > max)
             return refuse(reason, XFER_WIRE_R_BAD_LENGTH);
     } else if (len != XFER_WIRE_HDR + body) {
@@ -217,12 +217,14 @@ static int get_hello2(xfer_le_dec *r, xfer_wire_msg *m)
 static int get_event(xfer_le_dec *r, xfer_wire_msg *m)
 {
     m->kind = xfer_le_dec_u8(r);
-    (void)xfer_le_dec_u8(r);
+    /* flags: bits other than CRC are a newer peer's, ignored */
+    m->crc_set = (xfer_le_dec_u8(r) & XFER_WIRE_EVENT_CRC) != 0;
     m->shard = xfer_le_dec_u16(r);
     m->attempt = xfer_le_dec_u32(r);
     m->id = xfer_le_dec_u64(r);
     m->resv_id = xfer_le_dec_u64(r);
     m->len = xfer_le_dec_u32(r);
+    m->crc = m->crc_set ? xfer_le_dec_u32(r) : 0;
     return m->kind < XFER_SHARD_EV_COUNT_ ? 0 : -1;
 }
 
@@ -236,15 +238,22 @@ static int get_write(xfer_le_dec *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
     return 0;
 }
 
-/* EAGER: its data follows the 16-byte fixed part, len bytes exactly. */
+/* EAGER: its data follows the 16-byte fixed part, len bytes exactly;
+ * EAGER_CRC: the same after its 24-byte one, and it decodes as an EAGER
+ * with its crc. */
 static int get_eager(xfer_le_dec *r, const xfer_wire_hdr *h,
                      xfer_wire_msg *m)
 {
     m->id = xfer_le_dec_u64(r);
     m->attempt = xfer_le_dec_u32(r);
     m->len = xfer_le_dec_u32(r);
+    if (h->type == XFER_WIRE_T_EAGER_CRC) {
+        m->type = XFER_WIRE_T_EAGER;
+        m->crc = xfer_le_dec_u32(r);
+        m->crc_set = 1;
+    }
     uint64_t data = (uint64_t)h->len - XFER_WIRE_HDR -
-                    xfer_wire_body_size(XFER_WIRE_T_EAGER);
+                    xfer_wire_body_size(h->type);
     return m->len == data ? 0 : -1;
 }
 
@@ -281,7 +290,15 @@ static int get_body(xfer_le_dec *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
     case XFER_WIRE_T_WRITE:
         return get_write(r, h, m);
     case XFER_WIRE_T_EAGER:
+    case XFER_WIRE_T_EAGER_CRC:
         return get_eager(r, h, m);
+    case XFER_WIRE_T_COMMIT_CRC:
+        get_op(r, m); /* the crc sits where COMMIT's rsv does */
+        m->type = XFER_WIRE_T_COMMIT;
+        m->crc = m->len;
+        m->len = 0;
+        m->crc_set = 1;
+        return 0;
     case XFER_WIRE_T_TAKE_OK:
         get_op(r, m);
         m->addr = xfer_le_dec_u64(r);
@@ -373,6 +390,7 @@ static bool may_refuse(unsigned type)
     case XFER_WIRE_T_HELLO_ACK:
     case XFER_WIRE_T_WRITE:
     case XFER_WIRE_T_EAGER:
+    case XFER_WIRE_T_EAGER_CRC:
     case XFER_WIRE_T_EVENT:
     case XFER_WIRE_T_ERROR:
     case XFER_WIRE_T_HELLO2:
@@ -471,17 +489,29 @@ static void put_hello(xfer_le_enc *w, const xfer_wire_msg *m, bool ack)
 static void put_event(xfer_le_enc *w, const xfer_wire_msg *m)
 {
     xfer_le_enc_u8(w, m->kind);
-    xfer_le_enc_u8(w, 0);
+    xfer_le_enc_u8(w, m->crc_set ? XFER_WIRE_EVENT_CRC : 0);
     xfer_le_enc_u16(w, m->shard);
     xfer_le_enc_u32(w, m->attempt);
     xfer_le_enc_u64(w, m->id);
     xfer_le_enc_u64(w, m->resv_id);
     xfer_le_enc_u32(w, m->len);
+    xfer_le_enc_u32(w, m->crc_set ? m->crc : 0);
+}
+
+/* The frame type a message goes out as: a COMMIT or EAGER with crc_set
+ * as COMMIT_CRC or EAGER_CRC. */
+static unsigned wire_type(const xfer_wire_msg *m)
+{
+    if (m->crc_set && m->type == XFER_WIRE_T_COMMIT)
+        return XFER_WIRE_T_COMMIT_CRC;
+    if (m->crc_set && m->type == XFER_WIRE_T_EAGER)
+        return XFER_WIRE_T_EAGER_CRC;
+    return m->type;
 }
 
 static void put_body(xfer_le_enc *w, const xfer_wire_msg *m)
 {
-    switch ((xfer_wire_type)m->type) {
+    switch ((xfer_wire_type)wire_type(m)) {
     case XFER_WIRE_T_HELLO:
     case XFER_WIRE_T_HELLO_ACK:
         put_hello(w, m, m->type == XFER_WIRE_T_HELLO_ACK);
@@ -491,6 +521,18 @@ static void put_body(xfer_le_enc *w, const xfer_wire_msg *m)
         xfer_le_enc_u64(w, m->id);
         xfer_le_enc_u32(w, m->attempt);
         xfer_le_enc_u32(w, m->len);
+        break;
+    case XFER_WIRE_T_EAGER_CRC:
+        xfer_le_enc_u64(w, m->id);
+        xfer_le_enc_u32(w, m->attempt);
+        xfer_le_enc_u32(w, m->len);
+        xfer_le_enc_u32(w, m->crc);
+        break;
+    case XFER_WIRE_T_COMMIT_CRC:
+        xfer_le_enc_u64(w, m->id);
+        xfer_le_enc_u32(w, m->attempt);
+        xfer_le_enc_u32(w, m->crc);
+        xfer_le_enc_u64(w, m->resv_id);
         break;
     case XFER_WIRE_T_RESERVE_OK:
     case XFER_WIRE_T_EAGER_OK:
@@ -554,14 +596,15 @@ static void put_body(xfer_le_enc *w, const xfer_wire_msg *m)
 size_t xfer_wire_encode(const xfer_wire_msg *m, uint32_t req, void *buf,
                         size_t cap)
 {
-    size_t body = xfer_wire_body_size(m->type);
+    unsigned type = wire_type(m);
+    size_t body = xfer_wire_body_size(type);
     size_t n = XFER_WIRE_HDR + body;
     if (body == 0 || cap < n)
         return 0;
     uint64_t len = n;
-    if (xfer_wire_has_data(m->type)) {
-        if (m->len > (m->type == XFER_WIRE_T_EAGER ? XFER_WIRE_MAX_EAGER
-                                                   : XFER_WIRE_MAX_DATA))
+    if (xfer_wire_has_data(type)) {
+        if (m->len > (xfer_wire_is_eager(type) ? XFER_WIRE_MAX_EAGER
+                                               : XFER_WIRE_MAX_DATA))
             return 0;
         len += m->len;
     }
@@ -569,7 +612,7 @@ size_t xfer_wire_encode(const xfer_wire_msg *m, uint32_t req, void *buf,
     xfer_le_enc w = xfer_le_enc_start(buf, n);
     xfer_le_enc_u32(&w, XFER_WIRE_MAGIC);
     xfer_le_enc_u8(&w, XFER_WIRE_VERSION);
-    xfer_le_enc_u8(&w, m->type);
+    xfer_le_enc_u8(&w, (uint8_t)type);
     xfer_le_enc_u16(&w, 0);
     xfer_le_enc_u32(&w, (uint32_t)len);
     xfer_le_enc_u32(&w, req);

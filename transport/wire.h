@@ -84,6 +84,26 @@
  *                   order), u64 auth_failed, conns_refused, timeouts,
  *                   writes_stalled, subs_dropped (120).
  *
+ *  COMMIT_CRC c->s  u64 id, u32 attempt, u32 crc, u64 resv_id (24): a
+ *                   COMMIT that carries the CRC32C (transport/crc.h) of
+ *                   the reservation's bytes as the producer staged them;
+ *                   the shard checksums what it holds and answers ERROR
+ *                   CORRUPT, committing nothing, when the two differ
+ *                   (docs/integrity.md).  Sent only to a shard whose
+ *                   HELLO_ACK set XFER_WIRE_HELLO_CRC; answered COMMIT_ACK.
+ *  EAGER_CRC  c->s  u64 id, u32 attempt, u32 len, u32 crc, u32 rsv (24),
+ *                   then len data bytes: an EAGER with the data's CRC32C,
+ *                   refused whole (CORRUPT) when the data does not match.
+ *                   Same rule for sending; answered EAGER_OK.
+ *                   HELLO_ACK flag bit 1 (XFER_WIRE_HELLO_CRC): the shard
+ *                   checks these; a server from before integrity sends 0
+ *                   there, so its producers send plain COMMIT and EAGER
+ *                   and that link runs with integrity off.
+ *                   EVENT's u8 after the kind is its flags: bit 0
+ *                   (XFER_WIRE_EVENT_CRC) says its last u32 (rsv before)
+ *                   holds the CRC32C the shard checked the region against,
+ *                   for a consumer that checks again on take.
+ *
  *  EAGER      c->s  u64 id, u32 attempt, u32 len (16), then len data
  *                   bytes: reserve len bytes, copy the data in and commit,
  *                   applied whole or refused whole (the eager path of
@@ -166,7 +186,9 @@
     X(STATUS_BAD, 24, 8)                                                      \
     X(STATUS_BAD_OK, 25, 120)                                                 \
     X(EAGER, 26, 16)                                                          \
-    X(EAGER_OK, 27, 40)
+    X(EAGER_OK, 27, 40)                                                       \
+    X(COMMIT_CRC, 30, 24)                                                     \
+    X(EAGER_CRC, 31, 24)
 
 typedef enum xfer_wire_type {
     XFER_WIRE_T_INVALID = 0,
@@ -178,11 +200,21 @@ typedef enum xfer_wire_type {
 
 /* HELLO_ACK flags. */
 #define XFER_WIRE_HELLO_EAGER 1u
+#define XFER_WIRE_HELLO_CRC 2u /* the shard checks COMMIT_CRC/EAGER_CRC */
 
-/* The types followed by `len` data bytes (WRITE, EAGER). */
+/* EVENT flags (the byte after its kind). */
+#define XFER_WIRE_EVENT_CRC 1u /* the event's crc field holds the CRC32C */
+
+/* The eager types: EAGER, and EAGER_CRC (the same op with a checksum). */
+static inline int xfer_wire_is_eager(unsigned type)
+{
+    return type == XFER_WIRE_T_EAGER || type == XFER_WIRE_T_EAGER_CRC;
+}
+
+/* The types followed by `len` data bytes (WRITE, EAGER, EAGER_CRC). */
 static inline int xfer_wire_has_data(unsigned type)
 {
-    return type == XFER_WIRE_T_WRITE || type == XFER_WIRE_T_EAGER;
+    return type == XFER_WIRE_T_WRITE || xfer_wire_is_eager(type);
 }
 
 /* HELLO roles. */
@@ -243,6 +275,12 @@ typedef struct xfer_wire_msg {
     uint16_t version, shard;
     uint32_t group, attempt, len, rkey, max_write;
     uint32_t hello_flags; /* HELLO_ACK: XFER_WIRE_HELLO_* */
+    /* COMMIT, EAGER, EVENT: crc_set says crc holds the CRC32C of the
+     * region (xfer_wire_msg.type stays COMMIT or EAGER: a COMMIT_CRC or
+     * EAGER_CRC frame decodes to its op with crc_set, and such a message
+     * encodes as one; an EVENT carries it in its flags) */
+    uint32_t crc;
+    uint8_t crc_set;
     int32_t code;
     uint64_t id, resv_id, addr, off;
     uint64_t pool_bytes, lease_ttl_ns;

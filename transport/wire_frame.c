@@ -25,7 +25,7 @@ int xfer_wire_frame_cut(struct evbuffer *in, xfer_wire_hdr *h,
     /* An EAGER is applied whole, so it is cut only once its data is in
      * too (at most XFER_WIRE_MAX_EAGER bytes, checked with the header):
      * its reader finds all of it right after the fixed part. */
-    if (have < need || (h->type == XFER_WIRE_T_EAGER && have < h->len))
+    if (have < need || (xfer_wire_is_eager(h->type) && have < h->len))
         return 0;
     evbuffer_remove(in, buf, need);
     if (xfer_wire_decode_body(h, buf + XFER_WIRE_HDR, need - XFER_WIRE_HDR,

@@ -63,6 +63,7 @@
 #include <stdint.h>
 
 #include "xfer/errors.h"
+#include "xfer/integrity.h"
 #include "xfer/fsm.h"
 #include "xfer/trace.h"
 #include "xfer/xfer.h"
@@ -75,8 +76,8 @@ struct event_base;
 struct xfer_ctl;
 typedef struct xfer_consumer xfer_consumer;
 
-#define XFER_CONSUMER_CONFIG_VERSION 2
-#define XFER_CONSUMER_STATS_VERSION 2
+#define XFER_CONSUMER_CONFIG_VERSION 3
+#define XFER_CONSUMER_STATS_VERSION 3
 
 /* One shard's part of an available id. */
 typedef struct xfer_region {
@@ -146,6 +147,22 @@ typedef struct xfer_consumer_config {
      * next connection) and redialled: a shard that hangs with its socket
      * open cannot hold an id without an outcome.  0: 5 s. */
     uint64_t request_timeout_ns;
+    /* Version 3 (issue 27): the consumer's own check on take
+     * (docs/integrity.md).  With integrity XFER_INTEGRITY_CONSUMER and
+     * pools set, every region taken whose READY event carried a CRC (its
+     * shard checked it before READY) is checksummed again in
+     * pools[k] + offset before the id is reported available: a region
+     * that no longer matches (a stray write into the pool after READY)
+     * is released and the id ends unavailable, reason XFER_ERR_CORRUPT,
+     * naming the shard.  Any other value, or pools NULL: no check (a
+     * version 2 config gets that). */
+    uint8_t integrity;         /* xfer_integrity */
+    void *const *pools;        /* nshards pointers: shard k's pool as
+                                  mapped in this process (xfer_shm_pool
+                                  of xferd --shm, or a TP worker's own
+                                  buffer), at least its pool_bytes long;
+                                  the array is copied, the memory
+                                  borrowed until del; NULL: none */
 } xfer_consumer_config;
 
 /* Write the version and every default into *cfg.  NULL ok. */
@@ -288,6 +305,10 @@ typedef struct xfer_consumer_stats {
     uint64_t request_timeouts; /* links taken down for a request that
                                   was not answered within
                                   request_timeout_ns */
+    /* Version 3: the check on take (integrity CONSUMER). */
+    uint64_t crc_checked;      /* regions checksummed on take */
+    uint64_t corrupt;          /* of them, no longer the producer's bytes:
+                                  released, the id unavailable CORRUPT */
 } xfer_consumer_stats;
 
 /* Counters: the fields of stats version `version` are written to *st

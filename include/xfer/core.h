@@ -153,7 +153,8 @@ typedef struct xfer_action {
     uint32_t len;         /* RESERVE/WRITE/EAGER: bytes */
     uint64_t resv_id;     /* WRITE/COMMIT/CANCEL: XFER_RESV_NONE if unknown */
     uint64_t remote_addr; /* WRITE: from the reserve reply */
-    uint64_t staging_off; /* WRITE/EAGER: offset in the staging pool */
+    uint64_t staging_off; /* WRITE/EAGER/COMMIT: offset in the staging
+                             pool (a COMMIT's: for its checksum) */
     uint32_t rkey;        /* WRITE: from the reserve reply (rdma) */
     uint32_t pool;        /* WRITE/EAGER/RELEASE_STAGING: staging pool */
     xfer_result result;   /* COMPLETE; RELEASE_PART: status, user_data */

@@ -53,6 +53,7 @@ extern "C" {
     X(NO_POOL,     -28, "no such staging pool or group")                      \
     X(PEER_CANCELLED, -29, "cancelled on the shard, by a consumer or the shard") \
     X(COPY,        -30, "device copy failed")                                 \
+    X(CORRUPT,    -31, "checksum mismatch: data corrupt")                     \
     X(INTERNAL,   -100, "internal error (bug in xfer)")
 
 #define XFER_ERR_FATAL_BAND (-100)

@@ -79,6 +79,7 @@
 #include "xfer/fault.h"
 #include "xfer/fsm.h"
 #include "xfer/mem.h"
+#include "xfer/integrity.h"
 #include "xfer/trace.h"
 #include "xfer/xfer.h"
 
@@ -224,6 +225,16 @@ typedef struct xfer_server_config {
      * the kind is not available here (xfer_mem_available) and
      * XFER_ERR_INVALID_ARG for a pool that is not memory of its kind. */
     const xfer_mem *shard_mem;
+    /* Version 3 (issue 27): end-to-end integrity (xfer/integrity.h,
+     * docs/integrity.md).  A version 2 config gets the default. */
+    uint8_t integrity;          /* xfer_integrity: SHARD or CONSUMER: the
+                                   hosted shards say so in HELLO_ACK and
+                                   check every COMMIT_CRC / EAGER_CRC
+                                   before READY (a mismatch answers
+                                   XFER_ERR_CORRUPT and commits nothing),
+                                   and READY events carry the CRC; OFF:
+                                   neither (a producer's CRC is then
+                                   ignored); 0: XFER_INTEGRITY_DEFAULT_MODE */
 } xfer_server_config;
 
 /* Write the version and every default into *cfg (base, shards and nshards
@@ -349,6 +360,9 @@ typedef struct xfer_server_stats {
     uint64_t copies;             /* host -> device copies started */
     uint64_t copies_failed;      /* of them, failed (writes failed COPY) */
     uint64_t copies_now;         /* in flight right now */
+    /* version 3: integrity, of the shard(s) */
+    uint64_t crc_checked;        /* regions checksummed before READY */
+    uint64_t corrupt;            /* of them, refused: XFER_ERR_CORRUPT */
 } xfer_server_stats;
 
 XFER_API int xfer_server_stats_get_versioned(const xfer_server *s,

@@ -397,6 +397,21 @@ XFER_API int xfer_shard_owner_get(const xfer_shard *s, uint16_t owner,
  * dispatched; 0 outside the table. */
 XFER_API uint64_t xfer_shard_cell_hits(const xfer_shard *s, unsigned state,
                                        unsigned event);
+/*
+ * Integrity (docs/integrity.md): the verdict on a region whose bytes the
+ * caller checksummed (CRC32C) to `got`, against the `expected` CRC the
+ * producer sent with its commit.  A driver asks before it commits (over
+ * a one-sided transport, once the region's rkey is dead) and commits only
+ * on 0, so no region whose bytes differ from the producer's is ever
+ * READY.  Returns 0 when they match; XFER_ERR_CORRUPT when they differ,
+ * traced as a note (XFER_NOTE_CORRUPT, error CORRUPT, this shard's
+ * index), the record untouched (the producer rolls back with a cancel,
+ * the lease is the backstop); XFER_ERR_INVALID_ARG for a NULL shard.
+ */
+XFER_API int xfer_shard_check(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                              uint32_t attempt, uint32_t expected,
+                              uint32_t got);
+
 /* The reservation state of id (XFER_RESV_STATE_NONE when unknown). */
 XFER_API xfer_resv_state xfer_shard_state(const xfer_shard *s, uint64_t id);
 /* The pool's base pointer (for transports that write into it). */

@@ -92,7 +92,7 @@ XFER_API void xfer_tcp_config_default(xfer_tcp_config *cfg);
 
 /* Counters, read with xfer_tcp_stats_get(); versioned like the config
  * (the macro passes XFER_TCP_STATS_VERSION). */
-#define XFER_TCP_STATS_VERSION 2
+#define XFER_TCP_STATS_VERSION 3
 typedef struct xfer_tcp_stats {
     uint64_t connects, connect_failures, losses, hello_refused;
     uint64_t ops_started, ops_sent, ops_waited; /* waited: watermark/connect */
@@ -106,6 +106,10 @@ typedef struct xfer_tcp_stats {
      * after a connection's first (each after the backoff, or at once
      * when the lost connection had stayed up for reconnect_max_ns). */
     uint64_t bad_replies, reconnects;
+    /* Version 3 (integrity, docs/integrity.md): COMMITs and EAGERs sent
+     * with the slice's CRC32C, to shards whose HELLO_ACK said they check
+     * (a shard without integrity gets none: that link is unchecked). */
+    uint64_t crcs_sent;
 } xfer_tcp_stats;
 
 /*

@@ -113,7 +113,8 @@ typedef struct xfer_trace_rec {
     X(TOMB_FULL, 3)      /* tombstone table at cap: BUSY returned */         \
     X(CANCEL_GAVE_UP, 4) /* cancel retries exhausted on a shard */           \
     X(PREEMPTIVE, 5)     /* cancel of an unknown id tombstoned it */         \
-    X(UNKNOWN_REPLY, 6)  /* reply for an id never seen: absorbed */
+    X(UNKNOWN_REPLY, 6)  /* reply for an id never seen: absorbed */         \
+    X(CORRUPT, 7)        /* a shard's region failed its checksum */
 
 typedef enum xfer_note {
 #define XFER_NOTE_ENUM_(name, value) XFER_NOTE_##name = (value),

@@ -46,8 +46,10 @@ typedef struct xfer_transport_ops {
      * ...).  Returns 0 or an error. */
     int (*attach)(void *self, struct xfer_engine *e, uint32_t group);
     /* Start the op of a RESERVE/WRITE/COMMIT/CANCEL/EAGER action.  `a`
-     * borrowed; `src` (WRITE and EAGER only) points at the staging bytes
-     * and is retained until the op's result is delivered.  Returns 0 (a result will follow) or an
+     * borrowed; `src` (WRITE, EAGER and COMMIT) points at the staging
+     * bytes (a COMMIT's: its slice, a->len bytes, for a transport that
+     * checksums them: docs/integrity.md) and is retained until the op's
+     * result is delivered.  Returns 0 (a result will follow) or an
      * error (no result will follow; the engine reports the op failed). */
     int (*start)(void *self, const xfer_action *a, const void *src);
     /* Abort the op named by an ABORT action.  The op's result still comes,

@@ -183,6 +183,12 @@ MUTANTS = {
         'life.c',
         '    l->reported = 1;\n',
         ''),
+    # Issue 27: the shard's integrity verdict never refuses: a region a
+    # write corrupted is committed READY (caught by INTEG, --corrupt).
+    'check_skipped': (
+        'shard_check.c',
+        '    if (expected == got)\n',
+        '    if (1 || expected == got)\n'),
     'registry_no_hold': (
         'life.c',
         '    pools[p].users++;\n',

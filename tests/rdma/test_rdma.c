@@ -636,6 +636,69 @@ START_TEST(test_rdma_cut_link_mid_write)
 }
 END_TEST
 
+static bool shards_empty(rig *g)
+{
+    for (uint16_t k = 0; k < g->S; k++) {
+        xfer_server_stats st;
+        if (xfer_server_stats_get(g->srv[k], XFER_SHARD_NONE, &st) != 0 ||
+            st.bytes_in_use != 0)
+            return false;
+    }
+    return true;
+}
+
+/* Issue 27: the fabric lands one write wrong (a bit flipped, or nothing
+ * at all) and still completes it with success, so the producer commits.
+ * The shard kills the region's rkey, checksums its own memory and refuses
+ * the commit: the transfer fails CORRUPT naming that shard (the one whose
+ * server counted it), nothing is READY, every shard ends empty, and the
+ * next transfer lands. */
+static void landed_wrong(const char *faults)
+{
+    rig g;
+    begin(faults);
+    servers(&g, 2, 1 << 20, 0);
+    ck_assert_int_eq(producer(&g, 4096, 2, 0), 0);
+    ck_assert(run(&g, all_up, WAIT_MS));
+    ck_assert_int_eq(submit(&g, 1, 0), 0);
+    want_done = 1;
+    ck_assert(run(&g, done_enough, WAIT_MS));
+    ck_assert_int_eq(g.res[1].status, XFER_ERR_CORRUPT);
+    uint16_t bad = g.res[1].first_failed_shard;
+    ck_assert_uint_lt(bad, 2);
+    ck_assert_uint_eq(g.res[1].failed_shards, 1u << bad);
+    for (uint16_t k = 0; k < 2; k++) {
+        xfer_server_stats st;
+        ck_assert_int_eq(xfer_server_stats_get(g.srv[k], XFER_SHARD_NONE,
+                                               &st), 0);
+        ck_assert_uint_eq(st.corrupt, k == bad);
+        ck_assert_uint_eq(st.crc_checked, 1);
+    }
+    ck_assert(run(&g, shards_empty, WAIT_MS));
+    ck_assert_int_eq(submit(&g, 2, 1), 0);
+    want_done = 2;
+    ck_assert(run(&g, done_enough, WAIT_MS));
+    ck_assert_int_eq(g.res[2].status, 0);
+    ck_assert(landed(&g, 0, 2));
+    ck_assert(landed(&g, 1, 2));
+    xfer_fabric_counters c;
+    xfer_fabric_counters_get(&c);
+    ck_assert_uint_eq(c.writes_mangled, 1);
+    teardown(&g);
+}
+
+START_TEST(test_rdma_corrupt_landed_write_refused)
+{
+    landed_wrong("write_corrupt=1");
+}
+END_TEST
+
+START_TEST(test_rdma_phantom_write_refused)
+{
+    landed_wrong("write_phantom=2");
+}
+END_TEST
+
 /* The staging pool's registration fails: a clean error, nothing leaks. */
 START_TEST(test_rdma_registration_failure_is_clean)
 {
@@ -990,6 +1053,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_rdma_remote_access_error_fails_write);
     tcase_add_test(tc, test_rdma_qp_error_mid_write_flushes);
     tcase_add_test(tc, test_rdma_cut_link_mid_write);
+    tcase_add_test(tc, test_rdma_corrupt_landed_write_refused);
+    tcase_add_test(tc, test_rdma_phantom_write_refused);
     tcase_add_test(tc, test_rdma_registration_failure_is_clean);
     tcase_add_test(tc, test_rdma_server_rkey_failure_refuses_reserve);
     if (getenv("XFERD_SIM"))

@@ -21,7 +21,12 @@
  *           json), 4 shard processes and a producer process;
  *   data    iperf3 -l 1M (one stream, loopback) and 1 MiB blocks through
  *           xfer over 1 and over 4 shards;
- *   blocks  payload GB/s for 64 KiB, 256 KiB and 4 MiB blocks.
+ *   blocks  payload GB/s for 64 KiB, 256 KiB and 4 MiB blocks;
+ *   integrity  the same transfers with end-to-end integrity off and on
+ *           (docs/integrity.md), in one run: 4 xferd started with
+ *           --integrity off, then 4 with shard (order alternating): GB/s
+ *           at 64 KiB, 1 MiB and 16 MiB per shard over 4 shards, and CPU
+ *           per 4 KiB transfer (64 in flight).
  * Each of echo, wire, xfer and python runs at every --inflight level (default
  * 1,64) and reports units/s, p50/p99 latency, and CPU per unit summed over
  * every process involved (/proc: the bench for the producer and the echo
@@ -58,6 +63,7 @@
 #include <unistd.h>
 
 #include "../demo_tcp.h"
+#include "xfer/integrity.h"
 #include "cli.h"
 #include "echo.h"
 #include "figure.h"
@@ -79,9 +85,10 @@
 #endif
 
 enum { P_ECHO = 1, P_WIRE = 2, P_XFER = 4, P_PYTHON = 8, P_DATA = 16,
-       P_BLOCKS = 32 };
-#define PART_NAMES {"echo", "wire", "xfer", "python", "data", "blocks"}
-#define NPARTS 6
+       P_BLOCKS = 32, P_INTEG = 64 };
+#define PART_NAMES                                                          \
+    {"echo", "wire", "xfer", "python", "data", "blocks", "integrity"}
+#define NPARTS 7
 
 typedef struct opts {
     unsigned parts;
@@ -100,6 +107,8 @@ typedef struct figs {
     bench_fig wire[MAX_LEVELS], xfer[MAX_LEVELS], py[MAX_LEVELS];
     bench_fig iperf, mib[2];       /* 1 MiB: [0] 1 shard, [1] 4 shards */
     bench_fig blocks[3][2];        /* 64 KiB, 256 KiB, 4 MiB x 1/4 shards */
+    bench_fig integ[4][2];         /* 64 KiB, 1 MiB, 16 MiB, 4 KiB (64 in
+                                      flight) x integrity off / on */
 } figs;
 
 static const uint32_t echo_rounds[2] = {1, 3};
@@ -111,6 +120,8 @@ typedef struct world {
     bench_echo *echo, *wire;
     demo_tcp *group;
     bench_pump *pump;
+    demo_tcp_config integ_gc; /* P_INTEG: how to start a group of 4 */
+    char xferd[PATH_MAX];
     bench_pyref *py;
     char py_why[256];
 } world;
@@ -285,6 +296,45 @@ static int run_blocks(world *w, const opts *o, figs *f)
     return 0;
 }
 
+/* The integrity part: each figure off, then on, back to back. */
+static const uint32_t integ_bytes[4] = {64u << 10, 1u << 20, 16u << 20,
+                                        4u << 10};
+static const uint32_t integ_depth[4] = {32, 8, 1, 64};
+
+static int run_integ(world *w, const opts *o, figs *f)
+{
+    char err[256];
+    /* Each mode on a group and a producer of its own, started afresh
+     * (two groups side by side measured apart by up to 2x with the same
+     * setting on both); off first in odd runs, on first in even ones. */
+    static int turn;
+    int first = turn++ % 2;
+    int rc = 0;
+    for (int j = 0; j < 2 && rc == 0; j++) {
+        int on = j ^ first;
+        demo_tcp_config gc = w->integ_gc;
+        gc.integrity = on ? XFER_INTEGRITY_SHARD : XFER_INTEGRITY_OFF;
+        demo_tcp *g = NULL;
+        bench_pump *u = NULL;
+        rc = demo_tcp_start(&gc, &g, err, sizeof err);
+        if (rc == 0)
+            rc = bench_pump_new(g, NSHARDS, &u, err, sizeof err);
+        for (int i = 0; i < 4 && rc == 0; i++) {
+            bench_pump_params p = {.slice = integ_bytes[i],
+                                   .inflight = integ_depth[i],
+                                   .ns = ns_of(o)};
+            bench_pump_counts c;
+            rc = bench_pump_run(u, &p, &f->integ[i][on], &c, err,
+                                sizeof err);
+        }
+        bench_pump_del(u);
+        demo_tcp_stop(g);
+    }
+    if (rc)
+        fprintf(stderr, "xfer-bench-tcp: %s\n", err);
+    return rc ? -1 : 0;
+}
+
 static int run_once(world *w, const opts *o, figs *f)
 {
     *f = (figs){0};
@@ -299,6 +349,8 @@ static int run_once(world *w, const opts *o, figs *f)
     if ((o->parts & P_DATA) && run_data(w, o, f))
         return -1;
     if ((o->parts & P_BLOCKS) && run_blocks(w, o, f))
+        return -1;
+    if ((o->parts & P_INTEG) && run_integ(w, o, f))
         return -1;
     return 0;
 }
@@ -510,6 +562,34 @@ static void print_data(const opts *o, const figs *f)
     }
 }
 
+static void print_integ(const figs *f)
+{
+    printf("\nintegrity (docs/integrity.md): the same transfers to 4 xferd "
+           "with --integrity off,\nthen to 4 with shard (the default: CRC32C "
+           "by the producer, checked before READY)\n");
+    printf("  %-22s %12s %12s %8s\n", "block per shard", "off", "on",
+           "on/off");
+    for (int i = 0; i < 3; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "%u KiB x 4 shards",
+                 integ_bytes[i] >> 10);
+        printf("  %-22s %7.2f GB/s %7.2f GB/s %8.3f\n", what,
+               f->integ[i][0].gbps, f->integ[i][1].gbps,
+               bench_ratio(f->integ[i][1].gbps, f->integ[i][0].gbps));
+    }
+    printf("  %-22s %9.2f us %9.2f us %+8.2f us\n",
+           "4 KiB: CPU / transfer", f->integ[3][0].cpu_us,
+           f->integ[3][1].cpu_us,
+           f->integ[3][1].cpu_us - f->integ[3][0].cpu_us);
+    printf("  %-22s %9.2f us %9.2f us %+8.2f us\n",
+           "  of it, the producer", f->integ[3][0].driver_us,
+           f->integ[3][1].driver_us,
+           f->integ[3][1].driver_us - f->integ[3][0].driver_us);
+    printf("  %-22s %9.2f us %9.2f us %+8.2f us\n", "  of it, the shards",
+           f->integ[3][0].peers_us, f->integ[3][1].peers_us,
+           f->integ[3][1].peers_us - f->integ[3][0].peers_us);
+}
+
 static void print_all(const opts *o, const world *w, const figs *f)
 {
     if (o->parts & P_ECHO)
@@ -536,6 +616,8 @@ static void print_all(const opts *o, const world *w, const figs *f)
     }
     if (o->parts & (P_DATA | P_BLOCKS))
         print_data(o, f);
+    if (o->parts & P_INTEG)
+        print_integ(f);
     print_ratios(o, f);
     print_ceiling(o, f);
     double other = max_other(f);
@@ -716,7 +798,7 @@ static int start_world(world *w, const opts *o, const char *argv0)
     if ((o->parts & P_ECHO) &&
         bench_echo_start(NSHARDS, &w->echo, err, sizeof err) != 0)
         goto out_err;
-    if (o->parts & (P_WIRE | P_XFER | P_DATA | P_BLOCKS)) {
+    if (o->parts & (P_WIRE | P_XFER | P_DATA | P_BLOCKS | P_INTEG)) {
         if (o->xferd)
             snprintf(xferd, sizeof xferd, "%s", o->xferd);
         else if (getenv("XFERD"))
@@ -733,6 +815,9 @@ static int start_world(world *w, const opts *o, const char *argv0)
         if (demo_tcp_start(&gc, &w->group, err, sizeof err) != 0 ||
             bench_pump_new(w->group, NSHARDS, &w->pump, err, sizeof err))
             goto out_err;
+        snprintf(w->xferd, sizeof w->xferd, "%s", xferd);
+        w->integ_gc = gc;
+        w->integ_gc.xferd = w->xferd;
     }
     if ((o->parts & P_WIRE) && connect_wire(w, err, sizeof err) != 0)
         goto out_err;
@@ -761,6 +846,7 @@ static void stop_world(world *w)
 {
     bench_pyref_stop(w->py);
     bench_pump_del(w->pump);
+
     bench_echo_stop(w->wire);
     demo_tcp_stop(w->group);
     bench_echo_stop(w->echo);
@@ -771,8 +857,8 @@ static void stop_world(world *w)
 enum { F_ONLY = 256, F_RUNS, F_SECONDS, F_INFLIGHT, F_WARMUP, F_XFERD,
        F_PYTHON, F_PYREF, F_PYSTDLIB, F_SMOKE, F_VERBOSE, F_PAUSE, F_EAGER };
 static const cli_flag flags[] = {
-    {"only", 0, "PARTS", "a comma list of echo,wire,xfer,python,data,blocks "
-     "(all)", F_ONLY},
+    {"only", 0, "PARTS", "a comma list of echo,wire,xfer,python,data,blocks,"
+     "integrity (all)", F_ONLY},
     {"runs", 0, "N", "repeat every part N times, print the medians, 1..32 "
      "(1)", F_RUNS},
     {"seconds", 0, "S", "seconds per figure (2)", F_SECONDS},

@@ -14,6 +14,7 @@
 
 #include "consumer.h"
 
+#include "corrupt.h"
 #include "engine.h"
 #include "monitor.h"
 #include "net.h"
@@ -105,8 +106,12 @@ static int32_t apply_op(ck_world *w, const ck_msg *m, xfer_resv_info *info)
     case XFER_OP_WRITE:
         return xfer_shard_write_begin(s, w->env.now, id, m->attempt,
                                       m->resv_id, 0, m->len, &dst);
-    case XFER_OP_COMMIT:
-        return xfer_shard_commit(s, w->env.now, id, m->attempt, m->resv_id);
+    case XFER_OP_COMMIT: {
+        int32_t rc = ck_corrupt_commit(w, m);
+        return rc ? rc
+                  : xfer_shard_commit(s, w->env.now, id, m->attempt,
+                                      m->resv_id);
+    }
     case XFER_OP_EAGER: {
         static const uint8_t bytes[CK_SLICE]; /* the staging slice */
         return xfer_shard_eager(s, w->env.now, id, m->attempt, bytes,
@@ -241,6 +246,8 @@ static void op_arrives(ck_world *w, ck_msg m, int how)
     else if (rc == XFER_ERR_BUSY)
         ck_reach_note(w, CK_R_CAP);
     ck_monitor_shard_op(w, &m, rc, &info);
+    if ((m.op == XFER_OP_RESERVE || m.op == XFER_OP_EAGER) && rc == 0)
+        ck_corrupt_fresh(w, &m);
     if (m.op == XFER_OP_RESERVE && rc == 0 && w->cfg->rdma)
         ck_rdma_reserved(w, &m, &info);
     if (m.op == XFER_OP_WRITE && rc == 0) {

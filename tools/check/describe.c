@@ -146,6 +146,10 @@ void ck_describe_move(const ck_world *w, ck_move mv, char *b, size_t n)
         describe_msg(&w->msg[mv.arg], "RETRANSMIT (delivered, a copy stays "
                      "in flight)", b, n);
         break;
+    case MV_CORRUPT:
+        describe_msg(&w->msg[mv.arg], "LANDS CORRUPT (its bytes differ "
+                     "from the producer's)", b, n);
+        break;
     case MV_STALE:
         snprintf(b, n, "a reply of another attempt for id %u reaches the "
                  "producer from shard %u", mv.arg / CK_MAX_S + 1u,

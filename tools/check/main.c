@@ -146,6 +146,7 @@ static const numopt numopts[] = {
     {"--seed", 0, UINT64_MAX, offsetof(opts, seed), 8},
     {"--runs", 1, UINT64_MAX, offsetof(opts, runs), 8},
     {"--threads", 1, 64, offsetof(opts, threads), 4},
+    {"--corrupt", 0, 50, CFG_(max_corrupt), 4},
 };
 
 static int set_num(opts *o, const numopt *n, const char *v)
@@ -289,6 +290,8 @@ static const cli_flag flags[] = {
      NUM_KEY + 17},
     {"bench", 0, NULL, "benchmark BFS for S = 1, 2, 3 with a reference",
      F_BENCH},
+    {"corrupt", 0, "N", "per path, N writes land corrupt; the shards check "
+     "before commit (integrity on; monitor INTEG) (0)", NUM_KEY + 18},
     CLI_HELP,
     CLI_VERSION,
     {NULL, 0, NULL, NULL, 0}};
@@ -359,6 +362,10 @@ static int parse(opts *o, int argc, char **argv)
     if (o->cfg.rdma && o->cfg.writes > 1)
         return bad("--rdma posts each WRITE as one write; --writes above 1 "
                    "is not modelled with it", NULL);
+    if (o->cfg.max_corrupt && (o->cfg.rdma || o->cfg.writes > 1))
+        return bad("--corrupt models two-sided shards with one write per "
+                   "WRITE (the RDMA fabric tests cover one-sided ones); "
+                   "not with --rdma or --writes above 1", NULL);
     o->cfg.max_delay = o->delay_ms * 1000000ull;
     o->cfg.max_mem = o->mem_mb << 20;
     if (o->cfg.budget == ~0u)
@@ -390,11 +397,12 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
     snprintf(b, n, "--shards %u --transfers %u --faults %s --max-faults %u "
              "--budget %u --cancels %u --lates %u --ccancels %u --expiries %u "
              "--cancel-attempts %u --depth %u --max-delay-ms %llu --caps %u "
-             "--dups %u --writes %u%s%s%s%s%s%s%s", c->S,
+             "--dups %u --writes %u --corrupt %u%s%s%s%s%s%s%s", c->S,
              c->T, f, c->max_faults, c->budget, c->max_cancels, c->max_lates,
              c->max_ccancels, c->max_expiries, c->cancel_max_attempts,
              c->depth, (unsigned long long)(c->max_delay / 1000000u),
              c->caps, c->max_dups, c->writes ? c->writes : 1u,
+             c->max_corrupt,
              c->liveness_all ? " --liveness all" : "",
              c->symmetry ? "" : " --no-symmetry",
              c->transfer_symmetry ? "" : " --no-transfer-symmetry",

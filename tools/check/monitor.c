@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core_int.h"
+#include "corrupt.h"
 #include "monitor.h"
 #include "rdma.h"
 #include "readiness_int.h"
@@ -760,6 +761,7 @@ static void ready_available(ck_world *w, mon_tr *t, const xfer_ready_action *a)
     if (t->ccancelled && w->env.now < t->ccancel_at + CK_READY_TOMB_TTL)
         ck_monitor_fail(w, CK_I8, "id %llu AVAILABLE after the consumer "
                         "cancelled it", id);
+    ck_corrupt_available(w, (unsigned)(a->id - 1));
     t->available = 1;
 }
 

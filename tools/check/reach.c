@@ -80,6 +80,9 @@ bool ck_reach_wanted(const ck_config *c, unsigned r)
         return c->rdma;
     case CK_R_E2E:
         return c->e2e;
+    case CK_R_CORRUPT:
+    case CK_R_CREFUSED:
+        return c->max_corrupt > 0;
     default:
         return false;
     }
@@ -98,6 +101,8 @@ static void option(const ck_config *c, unsigned r, char *b, size_t n)
         snprintf(b, n, "--caps %u", c->caps);
     else if (r == CK_R_RLAND || r == CK_R_RINVAL)
         snprintf(b, n, "--rdma");
+    else if (r == CK_R_CORRUPT || r == CK_R_CREFUSED)
+        snprintf(b, n, "--corrupt %u", c->max_corrupt);
     else
         snprintf(b, n, "--%s", names[r]);
 }

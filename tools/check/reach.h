@@ -49,7 +49,11 @@
     X(RINVAL, "rinval", "rkey invalidations completed",                       \
       "no rkey invalidation ever completed")                                  \
     X(E2E, "e2e", "successes held to E2E at a path's end",                    \
-      "no producer success was ever checked")
+      "no producer success was ever checked")                                 \
+    X(CORRUPT, "corrupt", "corruptions injected",                             \
+      "no write ever landed corrupt")                                         \
+    X(CREFUSED, "crefused", "corrupt commits refused (CORRUPT)",              \
+      "no shard ever refused a corrupt commit")
 
 enum {
 #define CK_R_ENUM_(n, s, d, m) CK_R_##n,

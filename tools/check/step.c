@@ -14,6 +14,7 @@
 #include "step.h"
 
 #include "consumer.h"
+#include "corrupt.h"
 #include "describe.h"
 #include "engine.h"
 #include "monitor.h"
@@ -100,6 +101,8 @@ static unsigned msg_moves(const ck_world *w, unsigned i, ck_move *out)
      * transport reports each op exactly once (tools/check/consumer.c). */
     if (m->kind == MK_EV && dup_budget(w) && w->env.nmsg < CK_MAX_MSG)
         out[n++] = (ck_move){MV_DUP, (uint8_t)i};
+    if (ck_corrupt_may(w, m))
+        out[n++] = (ck_move){MV_CORRUPT, (uint8_t)i};
     bool b = budget(w);
     if (m->kind == MK_OP) {
         if (b && fault_on(w, CK_FB_FAIL))
@@ -346,6 +349,9 @@ static void apply_env(ck_world *w, ck_move mv)
         ck_reach_note(w, CK_R_STALE);
         stale_reply(w, mv.arg / CK_MAX_S, mv.arg % CK_MAX_S);
         break;
+    case MV_CORRUPT:
+        ck_corrupt_apply(w, mv.arg);
+        break;
     default:
         crash(w);
         break;
@@ -412,6 +418,7 @@ unsigned ck_step_touches(const ck_world *w, ck_move mv)
     case MV_FIRE_SHARD:
         return CK_M_SH(mv.arg);
     case MV_CRASH:
+    case MV_CORRUPT: /* plain data: the region's bit */
         return 0;
     default:
         return CK_M_CORE;

@@ -77,7 +77,9 @@ enum {
              "region of its own reservation")                               \
     X(RREADY, "--rdma: READY bytes never change (no live rkey, no landing)") \
     X(RINVAL, "--rdma: every invalidation asked for is pending and "         \
-              "completes; no rkey outlives its reservation")
+              "completes; no rkey outlives its reservation")                 \
+    X(INTEG, "--corrupt: no region whose bytes a write corrupted is ever "   \
+             "available")
 
 enum {
 #define CK_I_ENUM_(n, d) CK_##n,
@@ -128,6 +130,9 @@ typedef struct ck_config {
     bool paranoid;         /* BFS: check every delta save (slow) */
     uint64_t max_mem;      /* BFS: stop (not exhaustive) past this many
                             * bytes of queued states and visited set */
+    unsigned max_corrupt;  /* --corrupt: per path, this many writes land
+                            * corrupt (issue 27: integrity on, the
+                            * shard's commit checks; corrupt.c); 0: off */
 } ck_config;
 
 /* Timings of the modelled deployment (ns): the library's documented
@@ -216,7 +221,9 @@ typedef struct mon_cs {
     uint32_t cancelled_attempt; /* last attempt cancelled here (0: none) */
     uint8_t in_tomb;            /* TIME: the shard holds a tombstone of
                                  * the id, since tomb_at */
-    uint8_t pad1[3];
+    uint8_t corrupt;            /* --corrupt: a write landed wrong in the
+                                 * live region (cleared by a new one) */
+    uint8_t pad1[2];
     uint64_t cancelled_at;
     uint64_t take_resv;         /* resv id a take succeeded on */
     uint64_t tomb_at;           /* the move that made the tombstone (0
@@ -270,6 +277,7 @@ typedef struct ck_env {
                                 * (the tracker then tombstones it without
                                 * a report: F3 and F4) */
     uint8_t dups;              /* duplicates and stale replies so far */
+    uint8_t corrupts;          /* --corrupt: writes corrupted so far */
 } ck_env;
 
 /* A move of the environment. */
@@ -280,6 +288,7 @@ enum {
     MV_DUP,   /* message arg is delivered and a copy stays in flight */
     MV_STALE, /* a reply of another attempt reaches the core: arg is
                * transfer * CK_MAX_S + shard */
+    MV_CORRUPT, /* --corrupt: the landing write arg lands corrupt */
     MV_COUNT_
 };
 typedef struct ck_move {

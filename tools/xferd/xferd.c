@@ -128,6 +128,7 @@ typedef struct xd_config {
     uint64_t drain_timeout_ns;
     uint64_t take_grace_ns;    /* 0: the server's default */
     bool quiet;
+    uint8_t integrity;  /* --integrity; 0: the library default */
     /* issue 12: authentication, sessions, quotas (0: the defaults) */
     uint8_t secret[256];
     size_t secret_len;         /* 0: no --secret-file */
@@ -372,6 +373,9 @@ static const cli_flag flags[] = {
      1029},
     {"testdev-delay", 0, "DUR", "tests: copies into testdev pools are late",
      1030},
+    {"integrity", 0, "off|shard|consumer", "CRC32C of every region checked "
+     "before READY (shard), and offered to consumers that check on take "
+     "(consumer: the same here) (shard)", 1031},
     CLI_HELP,
     CLI_VERSION,
     {NULL, 0, NULL, NULL, 0}};
@@ -575,6 +579,13 @@ static int parse_one(int c, const char *arg, opts *o)
                    : 0;
     case 1030:
         return parse_dur(arg, &o->testdev_delay) ? bad("duration", arg) : 0;
+    case 1031:
+        for (unsigned m = XFER_INTEGRITY_OFF; m < XFER_INTEGRITY_COUNT_; m++)
+            if (!strcmp(arg, xfer_integrity_name(m))) {
+                o->cfg.integrity = (uint8_t)m;
+                return 0;
+            }
+        return bad("integrity mode (off, shard or consumer)", arg);
     default: return bad("flag", arg);
     }
 }
@@ -935,6 +946,7 @@ static int start_server(xferd *d)
     for (uint16_t i = 0; i < c->nshards; i++)
         mems[i] = d->o->pool_mem;
     sc.shard_mem = mems;
+    sc.integrity = c->integrity;
     sc.fault_ppm = c->fault_ppm;
     sc.drop_ppm = c->drop_ppm;
     sc.fault_seed = c->fault_seed;

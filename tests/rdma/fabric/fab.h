@@ -387,6 +387,10 @@ enum {
 enum { FAB_D_WRITE, FAB_D_WRITE_IMM, FAB_D_SEND, FAB_D_SEND_IMM };
 
 /* Head of a data message; the payload follows. */
+/* fab_data_hdr.mangle: a write the responder lands wrong and still
+ * acknowledges (write_corrupt, write_phantom). */
+enum { FAB_MANGLE_NONE = 0, FAB_MANGLE_FLIP = 1, FAB_MANGLE_DROP = 2 };
+
 typedef struct fab_data_hdr {
     uint64_t raddr;
     uint64_t len;
@@ -395,7 +399,8 @@ typedef struct fab_data_hdr {
     uint8_t kind;      /* FAB_D_* */
     uint8_t inject;    /* refuse it (write_access_err) */
     uint8_t solicited;
-    uint8_t pad[5];
+    uint8_t mangle;    /* FAB_MANGLE_*: land it wrong, answer success */
+    uint8_t pad[4];
 } fab_data_hdr;
 
 typedef struct fab_buf {

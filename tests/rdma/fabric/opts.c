@@ -37,6 +37,8 @@ static const struct opt_def {
     {"write_access_err", offsetof(xfer_fabric_opts, write_access_err), T_U64},
     {"write_qp_err", offsetof(xfer_fabric_opts, write_qp_err), T_U64},
     {"write_cut", offsetof(xfer_fabric_opts, write_cut), T_U64},
+    {"write_corrupt", offsetof(xfer_fabric_opts, write_corrupt), T_U64},
+    {"write_phantom", offsetof(xfer_fabric_opts, write_phantom), T_U64},
     {"reg_fail", offsetof(xfer_fabric_opts, reg_fail), T_U64},
     {"bind_fail", offsetof(xfer_fabric_opts, bind_fail), T_U64},
 };

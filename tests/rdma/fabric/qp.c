@@ -586,6 +586,10 @@ static bool send_data(fab_qp *q, fab_swr *w)
         .kind = data_kind(w->op),
         .inject = write && nth == o->write_access_err,
         .solicited = w->solicited,
+        .mangle = !write                     ? FAB_MANGLE_NONE
+                  : nth == o->write_corrupt ? FAB_MANGLE_FLIP
+                  : nth == o->write_phantom ? FAB_MANGLE_DROP
+                                            : FAB_MANGLE_NONE,
     };
     w->len = len;
     w->seq = q->next_seq++;

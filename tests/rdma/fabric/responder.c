@@ -116,8 +116,12 @@ static void land_write(fab_conn *c, fab_qp *q, uint64_t seq,
         fab_async_qp(q, IBV_EVENT_QP_ACCESS_ERR);
         return;
     }
-    if (h->len)
+    if (h->len && h->mangle != FAB_MANGLE_DROP)
         memcpy(host, data, h->len);
+    if (h->len && h->mangle == FAB_MANGLE_FLIP)
+        host[h->len / 2] ^= 0x10;
+    if (h->mangle != FAB_MANGLE_NONE)
+        fab_g.ctr.writes_mangled++;
     fab_g.ctr.writes_landed++;
     fab_g.ctr.bytes_landed += h->len;
     if (h->kind == FAB_D_WRITE_IMM) {

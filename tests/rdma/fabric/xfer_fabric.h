@@ -56,6 +56,11 @@ typedef struct xfer_fabric_opts {
                                   posted WR is flushed (IBV_EVENT_QP_FATAL) */
     uint64_t write_cut;        /* Nth RDMA WRITE: sent, then the link is
                                   cut: it may land, its ack is lost */
+    uint64_t write_corrupt;    /* Nth RDMA WRITE: lands with one bit of
+                                  its middle byte flipped, and completes
+                                  with success (silent corruption) */
+    uint64_t write_phantom;    /* Nth RDMA WRITE: lands nothing, and
+                                  completes with success all the same */
     uint64_t reg_fail;         /* Nth ibv_reg_mr*: NULL, errno ENOMEM */
     uint64_t bind_fail;        /* Nth MW bind: IBV_WC_MW_BIND_ERR */
 } xfer_fabric_opts;
@@ -98,6 +103,7 @@ void xfer_fabric_set_opts(const xfer_fabric_opts *o);
     X(wrs_dropped)     /* still posted when their QP was destroyed */        \
     X(cqes) X(cq_overflows) /* CQEs queued; queued past the CQ's size */     \
     X(writes_sent) X(writes_landed) X(bytes_landed)                          \
+    X(writes_mangled)  /* landed wrong on purpose (write_corrupt/phantom) */ \
     X(sends_landed)    /* SEND / WRITE_WITH_IMM that consumed a recv */      \
     X(rej_no_key)      /* rkey names no MR or MW */                          \
     X(rej_stale_key)   /* MW not bound, invalidated, or another key tag */   \

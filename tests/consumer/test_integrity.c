@@ -1,0 +1,434 @@
+/*
+ * tests/consumer/test_integrity.c - end-to-end integrity (issue 27,
+ * docs/integrity.md) over TCP, in one process (stack.c): shard servers
+ * over the test's own memory, a producer (engine + tcp), a consumer.
+ *
+ *  - a relay between the producer and one shard flips one bit of a
+ *    WRITE's payload: the transfer fails XFER_ERR_CORRUPT naming that
+ *    shard, every shard ends empty, the consumer never sees the id
+ *    available; with integrity off the same flip reaches the consumer
+ *    (the check is what stops it);
+ *  - a READY region scribbled on before the consumer takes it: with the
+ *    consumer's check on, the id ends unavailable CORRUPT naming the shard;
+ *  - raw frames: an EAGER_CRC whose data does not match is refused whole;
+ *    a wrong COMMIT_CRC leaves the region unREADY; another session's
+ *    COMMIT_CRC (right or wrong checksum) never makes its region READY.
+ */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include "stack.h"
+#include "testutil.h"
+#include "wire.h"
+
+#define SLICE 8192
+
+/* CRC32C from its definition (the library's is not exported; test_crc
+ * pins it to this). */
+static uint32_t crc32c(const uint8_t *p, size_t n)
+{
+    uint32_t c = ~0u;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int b = 0; b < 8; b++)
+            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    }
+    return ~c;
+}
+
+/* The state of id on server 0 as a consumer sees it: 0 when a TAKE
+ * succeeds (it was READY; released again), else the TAKE's error. */
+static int32_t take_probe(stack *s, uint64_t id, uint64_t resv)
+{
+    int fd = st_raw_connect_role(s, 0, XFER_WIRE_ROLE_CONSUMER);
+    ck_assert_int_ge(fd, 0);
+    xfer_wire_msg m = {.type = XFER_WIRE_T_TAKE, .id = id, .attempt = 1,
+                       .resv_id = resv}, r;
+    ck_assert_int_eq(st_raw_call(s, fd, &m, NULL, &r), 0);
+    int32_t rc = r.type == XFER_WIRE_T_ERROR ? r.code : 0;
+    close(fd);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* A relay that flips one bit of the first `flips` WRITE payloads          */
+/* ---------------------------------------------------------------------- */
+
+typedef struct relay {
+    struct evconnlistener *lis;
+    uint16_t port, to_port;
+    int flips;          /* WRITEs still to corrupt */
+    int flipped;
+    struct event_base *base;
+} relay;
+
+typedef struct rpair {
+    relay *r;
+    struct bufferevent *c, *s; /* client (producer) side, server side */
+} rpair;
+
+static void pair_free(rpair *p)
+{
+    bufferevent_free(p->c);
+    bufferevent_free(p->s);
+    free(p);
+}
+
+/* Producer -> shard, whole frames: a WRITE's data gets one bit flipped. */
+static void on_c_read(struct bufferevent *bev, void *arg)
+{
+    rpair *p = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    for (;;) {
+        uint8_t h[XFER_WIRE_HDR];
+        if (evbuffer_copyout(in, h, sizeof h) < (ev_ssize_t)sizeof h)
+            return;
+        uint32_t len = (uint32_t)h[8] | (uint32_t)h[9] << 8 |
+                       (uint32_t)h[10] << 16 | (uint32_t)h[11] << 24;
+        if (len < XFER_WIRE_HDR || evbuffer_get_length(in) < len)
+            return;
+        uint8_t *f = malloc(len);
+        ck_assert_ptr_nonnull(f);
+        evbuffer_remove(in, f, len);
+        uint32_t head = XFER_WIRE_HDR + XFER_WIRE_WRITE_FIXED;
+        if (h[5] == XFER_WIRE_T_WRITE && len > head && p->r->flips > 0) {
+            f[head + (len - head) / 2] ^= 0x04;
+            p->r->flips--;
+            p->r->flipped++;
+        }
+        bufferevent_write(p->s, f, len);
+        free(f);
+    }
+}
+
+static void on_s_read(struct bufferevent *bev, void *arg)
+{
+    rpair *p = arg;
+    bufferevent_write_buffer(p->c, bufferevent_get_input(bev));
+}
+
+static void on_ev(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        pair_free(arg);
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd,
+                      struct sockaddr *sa, int salen, void *arg)
+{
+    (void)l, (void)sa, (void)salen;
+    relay *r = arg;
+    rpair *p = calloc(1, sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    p->r = r;
+    p->c = bufferevent_socket_new(r->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    p->s = bufferevent_socket_new(r->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons(r->to_port)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bufferevent_setcb(p->c, on_c_read, NULL, on_ev, p);
+    bufferevent_setcb(p->s, on_s_read, NULL, on_ev, p);
+    ck_assert_int_eq(bufferevent_socket_connect(p->s, (struct sockaddr *)&to,
+                                                sizeof to), 0);
+    bufferevent_enable(p->c, EV_READ | EV_WRITE);
+    bufferevent_enable(p->s, EV_READ | EV_WRITE);
+}
+
+/* A relay in front of shard k; the stack's producer and consumer dial it
+ * (so call before st_start_producer / st_start_consumer). */
+static void relay_start(relay *r, stack *s, uint16_t k, int flips)
+{
+    memset(r, 0, sizeof *r);
+    r->base = s->base;
+    r->to_port = s->port[k];
+    r->flips = flips;
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    r->lis = evconnlistener_new_bind(s->base, on_accept, r,
+                                     LEV_OPT_CLOSE_ON_FREE |
+                                         LEV_OPT_REUSEABLE,
+                                     16, (struct sockaddr *)&sin, sizeof sin);
+    ck_assert_ptr_nonnull(r->lis);
+    struct sockaddr_in got;
+    socklen_t gl = sizeof got;
+    getsockname(evconnlistener_get_fd(r->lis), (struct sockaddr *)&got, &gl);
+    r->port = ntohs(got.sin_port);
+    snprintf(s->addr[k], sizeof s->addr[k], "127.0.0.1:%u",
+             (unsigned)r->port);
+}
+
+/* ---------------------------------------------------------------------- */
+
+static uint64_t want_id;
+
+static bool id_done(void *ud)
+{
+    stack *s = ud;
+    return s->done[want_id].n > 0;
+}
+
+static bool empty(void *ud)
+{
+    return st_bytes_in_use(ud) == 0;
+}
+
+static bool id_outcome(void *ud)
+{
+    stack *s = ud;
+    return s->out[want_id].n > 0;
+}
+
+static uint64_t corrupt_of(stack *s, uint16_t k)
+{
+    xfer_server_stats st;
+    ck_assert_int_eq(xfer_server_stats_get(s->srv[k], XFER_SHARD_NONE, &st),
+                     0);
+    return st.corrupt;
+}
+
+static void run_flip(stack *s, relay *r, uint8_t integrity)
+{
+    xfer_server_config sc;
+    xfer_server_config_default(&sc);
+    sc.session_max_bytes = 1 << 20;
+    sc.integrity = integrity;
+    ck_assert_int_eq(st_start_servers(s, 3, 1 << 20, 8, &sc), 0);
+    relay_start(r, s, 1, 1);
+    ck_assert_int_eq(st_start_producer(s, SLICE, 4, 5000000000ull), 0);
+    ck_assert_int_eq(st_start_consumer(s, NULL), 0);
+    ck_assert(st_run(s, st_all_up, s, 5000));
+    ck_assert_int_eq(st_submit(s, 1, 0), 0);
+    want_id = 1;
+    ck_assert(st_run(s, id_done, s, 5000));
+    ck_assert_int_eq(r->flipped, 1);
+}
+
+START_TEST(test_integrity_tcp_bit_flip_fails_corrupt)
+{
+    stack s;
+    relay r;
+    run_flip(&s, &r, XFER_INTEGRITY_SHARD);
+    const xfer_result *res = &s.done[1].res;
+    ck_assert_int_eq(res->status, XFER_ERR_CORRUPT);
+    ck_assert_uint_eq(res->first_failed_shard, 1);
+    ck_assert_uint_eq(res->phase, XFER_PHASE_COMPLETING);
+    ck_assert(res->failed_shards & (1u << 1));
+    ck_assert_uint_eq(corrupt_of(&s, 1), 1);
+    ck_assert_uint_eq(corrupt_of(&s, 0), 0);
+    /* rolled back: every shard empty; the consumer never had the id */
+    ck_assert(st_run(&s, empty, &s, 5000));
+    st_spin(&s, 50);
+    ck_assert(!s.out[1].available);
+    ck_assert_uint_eq(s.available, 0);
+    /* the next transfer, unflipped, arrives whole */
+    ck_assert_int_eq(st_submit(&s, 2, 1), 0);
+    want_id = 2;
+    ck_assert(st_run(&s, id_outcome, &s, 5000));
+    ck_assert(s.out[2].available);
+    ck_assert(s.out[2].bytes_ok);
+    ck_assert_int_eq(s.done[2].res.status, 0);
+    xfer_tcp_stats ts;
+    ck_assert_int_eq(xfer_tcp_stats_get(s.tcp, &ts), 0);
+    ck_assert_uint_ge(ts.crcs_sent, 6); /* 3 commits per transfer */
+    st_stop(&s);
+    evconnlistener_free(r.lis);
+}
+END_TEST
+
+/* The same flip with integrity off on the shards: nothing checks, and the
+ * consumer gets the flipped byte (what the check prevents). */
+START_TEST(test_integrity_off_lets_the_flip_through)
+{
+    stack s;
+    relay r;
+    run_flip(&s, &r, XFER_INTEGRITY_OFF);
+    ck_assert_int_eq(s.done[1].res.status, 0);
+    want_id = 1;
+    ck_assert(st_run(&s, id_outcome, &s, 5000));
+    ck_assert(s.out[1].available);
+    ck_assert(!s.out[1].bytes_ok);
+    ck_assert_uint_eq(corrupt_of(&s, 1), 0);
+    xfer_tcp_stats ts;
+    ck_assert_int_eq(xfer_tcp_stats_get(s.tcp, &ts), 0);
+    ck_assert_uint_eq(ts.crcs_sent, 0); /* no shard said it checks */
+    st_stop(&s);
+    evconnlistener_free(r.lis);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* The consumer's check on take                                            */
+/* ---------------------------------------------------------------------- */
+
+/* Where id's region of shard k lies in its pool (the pattern's first
+ * SLICE bytes); -1 if not found. */
+static long find_region(stack *s, uint16_t k, uint64_t id)
+{
+    for (size_t off = 0; off + SLICE <= s->mem[k].len; off += 64) {
+        bool all = true;
+        for (uint32_t i = 0; i < SLICE && all; i++)
+            all = s->mem[k].buf[off + i] == st_pattern(id, k, i);
+        if (all)
+            return (long)off;
+    }
+    return -1;
+}
+
+static void scribble_run(stack *s, uint8_t cons_integrity, bool scribble)
+{
+    ck_assert_int_eq(st_start_servers(s, 2, 1 << 20, 8, NULL), 0);
+    ck_assert_int_eq(st_start_producer(s, SLICE, 4, 5000000000ull), 0);
+    ck_assert_int_eq(st_submit(s, 1, 0), 0);
+    want_id = 1;
+    ck_assert(st_run(s, id_done, s, 5000));
+    ck_assert_int_eq(s->done[1].res.status, 0); /* READY on both shards */
+    if (scribble) {
+        /* a stray write into shard 1's pool, after READY, before take */
+        long off = find_region(s, 1, 1);
+        ck_assert_int_ge(off, 0);
+        s->mem[1].buf[off + 100] ^= 0xFF;
+    }
+    void *pools[2] = {s->mem[0].buf, s->mem[1].buf};
+    xfer_consumer_config cc;
+    xfer_consumer_config_default(&cc);
+    cc.integrity = cons_integrity;
+    cc.pools = pools;
+    ck_assert_int_eq(st_start_consumer(s, &cc), 0);
+    ck_assert(st_run(s, id_outcome, s, 5000));
+}
+
+START_TEST(test_integrity_consumer_catches_scribble_after_ready)
+{
+    stack s;
+    scribble_run(&s, XFER_INTEGRITY_CONSUMER, true);
+    ck_assert(!s.out[1].available);
+    ck_assert_int_eq(s.out[1].reason, XFER_ERR_CORRUPT);
+    ck_assert(s.out[1].missing & (1u << 1));
+    xfer_consumer_stats cs;
+    ck_assert_int_eq(xfer_consumer_stats_get(s.cons, &cs), 0);
+    ck_assert_uint_eq(cs.corrupt, 1);
+    ck_assert_uint_ge(cs.crc_checked, 1);
+    /* nothing stays taken: the corrupt take was released, the other
+     * shard's by the readiness machine */
+    ck_assert(st_run(&s, empty, &s, 5000));
+    st_stop(&s);
+}
+END_TEST
+
+/* Without a scribble the check passes; with the check off a scribble
+ * goes unseen (the consumer's own pattern check sees the bad byte). */
+START_TEST(test_integrity_consumer_check_passes_clean_data)
+{
+    stack s;
+    scribble_run(&s, XFER_INTEGRITY_CONSUMER, false);
+    ck_assert(s.out[1].available);
+    ck_assert(s.out[1].bytes_ok);
+    xfer_consumer_stats cs;
+    ck_assert_int_eq(xfer_consumer_stats_get(s.cons, &cs), 0);
+    ck_assert_uint_eq(cs.crc_checked, 2);
+    ck_assert_uint_eq(cs.corrupt, 0);
+    st_stop(&s);
+
+    scribble_run(&s, XFER_INTEGRITY_SHARD, true);
+    ck_assert(s.out[1].available);
+    ck_assert(!s.out[1].bytes_ok);
+    st_stop(&s);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* Raw frames                                                              */
+/* ---------------------------------------------------------------------- */
+
+START_TEST(test_integrity_eager_crc_mismatch_refused_whole)
+{
+    stack s;
+    ck_assert_int_eq(st_start_servers(&s, 1, 1 << 20, 8, NULL), 0);
+    int fd = st_raw_connect(&s, 0);
+    ck_assert_int_ge(fd, 0);
+    uint8_t data[512];
+    for (size_t i = 0; i < sizeof data; i++)
+        data[i] = (uint8_t)(i * 13);
+    uint32_t good = crc32c(data, sizeof data);
+    xfer_wire_msg m = {.type = XFER_WIRE_T_EAGER, .id = 7, .attempt = 1,
+                       .len = sizeof data, .crc = good ^ 1, .crc_set = 1};
+    xfer_wire_msg r;
+    ck_assert_int_eq(st_raw_call(&s, fd, &m, data, &r), 0);
+    ck_assert_uint_eq(r.type, XFER_WIRE_T_ERROR);
+    ck_assert_int_eq(r.code, XFER_ERR_CORRUPT);
+    ck_assert_uint_eq(r.shard, 0);
+    ck_assert_uint_eq(st_bytes_in_use(&s), 0); /* nothing held */
+    m.crc = good;
+    ck_assert_int_eq(st_raw_call(&s, fd, &m, data, &r), 0);
+    ck_assert_uint_eq(r.type, XFER_WIRE_T_EAGER_OK);
+    ck_assert_uint_eq(corrupt_of(&s, 0), 1);
+    st_stop(&s);
+}
+END_TEST
+
+/* Hostile: a wrong checksum never makes READY; another session's COMMIT,
+ * whatever checksum it carries, is refused and the region stays unREADY. */
+START_TEST(test_integrity_hostile_commit_crc)
+{
+    stack s;
+    ck_assert_int_eq(st_start_servers(&s, 1, 1 << 20, 8, NULL), 0);
+    s.slice = 1024;
+    int a = st_raw_connect(&s, 0), b = st_raw_connect(&s, 0);
+    ck_assert_int_ge(a, 0);
+    ck_assert_int_ge(b, 0);
+    uint64_t resv;
+    ck_assert_int_eq(st_raw_put(&s, a, 0, 5, 1, false, &resv), 0);
+    uint8_t data[1024];
+    for (uint32_t i = 0; i < sizeof data; i++)
+        data[i] = st_pattern(5, 0, i);
+    uint32_t good = crc32c(data, sizeof data);
+    xfer_wire_msg m = {.type = XFER_WIRE_T_COMMIT, .id = 5, .attempt = 1,
+                       .resv_id = resv, .crc = good, .crc_set = 1};
+    xfer_wire_msg r;
+    /* session b, the right checksum: not its region */
+    ck_assert_int_eq(st_raw_call(&s, b, &m, NULL, &r), 0);
+    ck_assert_uint_eq(r.type, XFER_WIRE_T_ERROR);
+    ck_assert_int_eq(r.code, XFER_ERR_PERM);
+    /* session b, a wrong one: refused as well, nothing checksummed */
+    m.crc = good ^ 0x100;
+    ck_assert_int_eq(st_raw_call(&s, b, &m, NULL, &r), 0);
+    ck_assert_int_eq(r.code, XFER_ERR_PERM);
+    ck_assert_uint_eq(corrupt_of(&s, 0), 0);
+    /* session a, a wrong one: CORRUPT, still not READY */
+    ck_assert_int_eq(st_raw_call(&s, a, &m, NULL, &r), 0);
+    ck_assert_uint_eq(r.type, XFER_WIRE_T_ERROR);
+    ck_assert_int_eq(r.code, XFER_ERR_CORRUPT);
+    ck_assert_int_ne(take_probe(&s, 5, resv), 0); /* not READY */
+    /* session a, the right one: READY */
+    m.crc = good;
+    ck_assert_int_eq(st_raw_call(&s, a, &m, NULL, &r), 0);
+    ck_assert_uint_eq(r.type, XFER_WIRE_T_COMMIT_ACK);
+    ck_assert_int_eq(take_probe(&s, 5, resv), 0); /* READY: taken */
+    st_stop(&s);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("integrity");
+    TCase *tc = tcase_create("integrity");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_integrity_tcp_bit_flip_fails_corrupt);
+    tcase_add_test(tc, test_integrity_off_lets_the_flip_through);
+    tcase_add_test(tc, test_integrity_consumer_catches_scribble_after_ready);
+    tcase_add_test(tc, test_integrity_consumer_check_passes_clean_data);
+    tcase_add_test(tc, test_integrity_eager_crc_mismatch_refused_whole);
+    tcase_add_test(tc, test_integrity_hostile_commit_crc);
+    suite_add_tcase(su, tc);
+    return tu_run(su);
+}
