@@ -54,6 +54,11 @@ static void describe_msg(const ck_msg *m, const char *verb, char *b,
                      "%u att %" PRIu32 ")", verb,
                      (m->flags & MF_PART) ? " part" : "", m->shard, id,
                      m->attempt);
+        else if (m->op == XFER_OP_WRITE && (m->flags & MF_PART))
+            snprintf(b, n, "%s WRITE part %u (id %u, att %" PRIu32 ", resv %"
+                     PRIu64 ")%s producer -> shard %u", verb, m->part, id,
+                     m->attempt, m->resv_id,
+                     (m->flags & MF_ABORT) ? " [abort asked]" : "", m->shard);
         else
             snprintf(b, n, "%s %s(id %u, att %" PRIu32 ", resv %" PRIu64
                      ")%s producer -> shard %u", verb, xfer_op_name(m->op), id,
