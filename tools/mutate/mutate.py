@@ -165,8 +165,9 @@ def select(a, mutants, log):
             for group in per_op:
                 if group and len(picked) < a.sample:
                     picked.append(group.pop(0))
-        keep = {id(m) for m in picked}
-        mutants = [m for m in mutants if id(m) in keep]
+        # In the order picked: every prefix of the run is spread over the
+        # operators (and the files), so a run cut short is still a sample.
+        mutants = picked
     return mutants
 
 
