@@ -226,13 +226,44 @@ static void write_parts(ck_world *w, ck_msg m, int how)
     }
 }
 
+/* An op whose connection died reaches its shard (a half-open connection
+ * read late): applied like any, a WRITE lands whole, nobody hears. */
+static void orphan_arrives(ck_world *w, ck_msg m)
+{
+    xfer_resv_info info;
+    memset(&info, 0, sizeof info);
+    int32_t rc = apply_op(w, &m, &info);
+    ck_reach_note(w, CK_R_ORPHAN);
+    if (m.op == XFER_OP_EAGER && rc == 0)
+        ck_reach_note(w, CK_R_EAGER);
+    else if (rc == XFER_ERR_BUSY)
+        ck_reach_note(w, CK_R_CAP);
+    ck_monitor_shard_op(w, &m, rc, &info);
+    if (m.op == XFER_OP_RESERVE && rc == 0 && w->cfg->rdma)
+        ck_rdma_reserved(w, &m, &info);
+    if (m.op == XFER_OP_WRITE && rc == 0)
+        end_write(w, &m, true);
+}
+
+void ck_consumer_orphan(ck_world *w, unsigned i)
+{
+    ck_msg m = w->msg[i];
+    w->msg[i].flags = (uint8_t)((w->msg[i].flags & ~MF_ABORT) | MF_ORPHAN);
+    reply(w, &m, XFER_ERR_CONN_LOST, NULL);
+}
+
 /* An op message reaching its shard, in one of the four ways. */
 static void op_arrives(ck_world *w, ck_msg m, int how)
 {
     int32_t st;
+    ck_rdma_op_seen(w, &m);
     if (m.op == XFER_OP_WRITE && w->cfg->rdma) {
         if (ck_rdma_write(w, &m, how, &st))
             reply(w, &m, st, NULL);
+        return;
+    }
+    if (m.flags & MF_ORPHAN) {
+        orphan_arrives(w, m);
         return;
     }
     if (m.op == XFER_OP_WRITE && (m.flags & MF_PART)) {
@@ -374,7 +405,7 @@ void ck_consumer_deliver(ck_world *w, unsigned i, int how)
         mon_cs before = w->mon.tr[m.tr].cs[m.shard];
         op_arrives(w, m, how);
         ck_consumer_drain_shard(w, m.shard);
-        if (m.op == XFER_OP_CANCEL)
+        if (m.op == XFER_OP_CANCEL && !(m.flags & MF_ORPHAN))
             ck_monitor_cancel_done(w, &m, &before);
         break;
     }

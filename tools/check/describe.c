@@ -151,6 +151,11 @@ void ck_describe_move(const ck_world *w, ck_move mv, char *b, size_t n)
         describe_msg(&w->msg[mv.arg], "RETRANSMIT (delivered, a copy stays "
                      "in flight)", b, n);
         break;
+    case MV_ORPHAN:
+        describe_msg(&w->msg[mv.arg], "CONNECTION DIES (the producer hears "
+                     "CONN_LOST; the op stays in flight, may still be "
+                     "applied, answers nobody)", b, n);
+        break;
     case MV_STALE:
         snprintf(b, n, "a reply of another attempt for id %u reaches the "
                  "producer from shard %u", mv.arg / CK_MAX_S + 1u,

@@ -49,7 +49,13 @@
     X(RINVAL, "rinval", "rkey invalidations completed",                       \
       "no rkey invalidation ever completed")                                  \
     X(E2E, "e2e", "successes held to E2E at a path's end",                    \
-      "no producer success was ever checked")
+      "no producer success was ever checked")                                 \
+    X(ORPHAN, "orphan", "ops applied after their connection died",         \
+      "no op ever reached its shard after its connection died")              \
+    X(RSTALE, "rstale", "ops of another attempt at a reservation waiting "    \
+      "for its invalidation",                                                 \
+      "no op of another attempt ever reached a reservation waiting for its "  \
+      "invalidation")
 
 enum {
 #define CK_R_ENUM_(n, s, d, m) CK_R_##n,

@@ -280,6 +280,8 @@ enum {
     MV_DUP,   /* message arg is delivered and a copy stays in flight */
     MV_STALE, /* a reply of another attempt reaches the core: arg is
                * transfer * CK_MAX_S + shard */
+    MV_ORPHAN, /* --dups: op message arg's connection dies: the producer
+                * hears CONN_LOST, the op stays in flight (MF_ORPHAN) */
     MV_COUNT_
 };
 typedef struct ck_move {
