@@ -121,7 +121,7 @@ static int32_t end_write(ck_world *w, const ck_msg *m, bool ok)
 {
     int rc = xfer_shard_write_end(w->sh[m->shard], w->env.now, m->tr + 1u,
                                   m->resv_id, ok);
-    ck_monitor_write_end(w, m, rc);
+    ck_monitor_write_end(w, m, ok, rc);
     return rc;
 }
 
