@@ -50,6 +50,13 @@ FILE_NETS = [
 
 FSM_NETS = None  # fsm/ and the tables: the issue-14 nets (unit+fault, checker)
 
+# Tests of the build, not of behaviour, left out of every net: `walls`
+# copies and rebuilds the tree to check which directory may include what,
+# `public_headers` compiles each public header alone.  A mutant inside a
+# function body changes neither, and on a loaded machine walls alone costs
+# minutes per mutant.
+NOT_BEHAVIOUR = {'walls', 'public_headers'}
+
 
 def nets_of(path):
     """The suites that judge a mutant of `path`, or FSM_NETS (None) for

@@ -289,6 +289,29 @@ class NetsTest(unittest.TestCase):
             self.assertTrue(any(m.line == 3 for m in ms))
 
 
+class SyncTest(unittest.TestCase):
+    def test_a_changed_file_is_newer_than_the_last_build(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = os.path.join(d, 'repo')
+            os.makedirs(root)
+            subprocess.run(['git', '-C', root, 'init', '-q'], check=True)
+            f = os.path.join(root, 'a.c')
+            with open(f, 'w') as fh:
+                fh.write('int a;\n')
+            w = runner.Worker(root, os.path.join(d, 'scratch'), 0, None)
+            w.sync()
+            copy = os.path.join(w.src, 'a.c')
+            # the source edited an hour ago, the scratch built since
+            with open(f, 'w') as fh:
+                fh.write('int b;\n')
+            old = os.path.getmtime(copy) - 3600
+            os.utime(f, (old, old))
+            w.sync()
+            with open(copy) as fh:
+                self.assertEqual(fh.read(), 'int b;\n')
+            self.assertGreater(os.path.getmtime(copy), old + 1800)
+
+
 class HintTest(unittest.TestCase):
     def test_catcher_of_a_cell(self):
         self.assertEqual(runner.catcher('killed:transfer:test_x'), 'transfer')
