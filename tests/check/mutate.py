@@ -117,6 +117,23 @@ MUTANTS = {
         '        r->flags &= (uint8_t)~XFER_SHARD_F_MULTI;\n',
         '    if (r->writes-- != 0) {\n'
         '        r->flags &= (uint8_t)~XFER_SHARD_F_MULTI;\n'),
+    # Issue 30: merging a written range into the ones before it forgets
+    # the lower end, so writes in order of offsets cover less than they
+    # wrote and the commit is refused INCOMPLETE (tools/mutate sample
+    # fsm/shard.c:481:drop:0; test_shard saw it, the checker did not
+    # before --writes parts ran alone and COVER).
+    'cover_lower_end': (
+        'shard.c',
+        '            a = x < a ? x : a;\n',
+        '            {}\n'),
+    # Issue 30: the commit rule ignores what was written: a region with a
+    # gap (a part lost on the way) is committed.
+    'commit_over_gap': (
+        'shard.c',
+        '    if (!s->cfg.one_sided && o->rec->covered < o->rec->len)\n'
+        '        return XFER_ERR_INCOMPLETE;\n',
+        '    if (!s->cfg.one_sided && o->rec->covered < o->rec->len && 0)\n'
+        '        return XFER_ERR_INCOMPLETE;\n'),
     # A one-sided shard frees a cancelled RESERVED region at once, without
     # waiting for its rkey's invalidation: a posted write lands in the
     # freed region (issue 15; found only with --rdma).

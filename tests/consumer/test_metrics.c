@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +191,66 @@ START_TEST(test_metrics_endpoint_matches_status)
 END_TEST
 
 /* The parser refuses what a scraper refuses. */
+/* Whether a blocking TCP connect to addr:port (numeric, v4 or v6)
+ * succeeds: on loopback a port nobody listens on is refused at once. */
+static bool connects(int family, const char *addr, uint16_t port)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    socklen_t len;
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons(port);
+        ck_assert_int_eq(inet_pton(AF_INET, addr, &a->sin_addr), 1);
+        len = sizeof *a;
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons(port);
+        ck_assert_int_eq(inet_pton(AF_INET6, addr, &a->sin6_addr), 1);
+        len = sizeof *a;
+    }
+    int fd = socket(family, SOCK_STREAM, 0);
+    if (fd < 0)
+        return false; /* no such family here: nothing can connect */
+    bool ok = connect(fd, (struct sockaddr *)&ss, len) == 0;
+    close(fd);
+    return ok;
+}
+
+/* Issue 30 (tools/mutate survivor transport/metrics.c:456:neg:0): the
+ * endpoint listens only on the address it was given.  A listener asked
+ * for 127.0.0.1 must not answer on ::1 (a parse that fell through to
+ * IPv6 binds "::", every interface, and still answers on 127.0.0.1),
+ * and one asked for ::1 must not answer on 127.0.0.1. */
+START_TEST(test_metrics_listens_only_where_asked)
+{
+    struct event_base *base = event_base_new();
+    ck_assert_ptr_nonnull(base);
+    xfer_metrics_config mc;
+    xfer_metrics_config_default(&mc);
+    mc.base = base;
+    xfer_metrics *m;
+    ck_assert_int_eq(xfer_metrics_new(&mc, &m), 0);
+    ck_assert_int_eq(xfer_metrics_listen(m, "127.0.0.1", 0), 0);
+    uint16_t port = xfer_metrics_port(m);
+    ck_assert_uint_ne(port, 0);
+    ck_assert(connects(AF_INET, "127.0.0.1", port));
+    ck_assert(!connects(AF_INET6, "::1", port));
+    xfer_metrics_del(m);
+
+    ck_assert_int_eq(xfer_metrics_new(&mc, &m), 0);
+    if (xfer_metrics_listen(m, "::1", 0) == 0) { /* a host with IPv6 */
+        port = xfer_metrics_port(m);
+        ck_assert(connects(AF_INET6, "::1", port));
+        ck_assert(!connects(AF_INET, "127.0.0.1", port));
+    }
+    xfer_metrics_del(m);
+    event_base_free(base);
+}
+END_TEST
+
 START_TEST(test_metrics_parser_refuses_bad_text)
 {
     static const char *const bad[] = {
@@ -228,6 +289,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_metrics_endpoint_matches_status);
     tcase_add_test(tc, test_metrics_parser_refuses_bad_text);
+    tcase_add_test(tc, test_metrics_listens_only_where_asked);
     suite_add_tcase(su, tc);
     return tu_run(su);
 }

@@ -126,7 +126,7 @@ static int32_t end_write(ck_world *w, const ck_msg *m, bool ok)
 {
     int rc = xfer_shard_write_end(w->sh[m->shard], w->env.now, m->tr + 1u,
                                   m->resv_id, ok);
-    ck_monitor_write_end(w, m, rc);
+    ck_monitor_write_end(w, m, ok, rc);
     return rc;
 }
 
@@ -142,18 +142,12 @@ static void write_finish(ck_world *w, const ck_msg *m, int how)
     reply(w, m, st, NULL);
 }
 
-/* --writes: one of the writes a WRITE landed as ends.  The producer
- * hears once, when the last one ended, with the first error of any. */
-static void part_finish(ck_world *w, const ck_msg *m, int how)
+/* --writes: one part of a WRITE is over (it ended, or it never began,
+ * with status st).  Every part still to begin or to end inherits the
+ * first error; the producer hears once, when the last part is over,
+ * with the first error of any. */
+static void part_over(ck_world *w, const ck_msg *m, int32_t st)
 {
-    bool ok = how == HOW_DELIVER || how == HOW_LOST;
-    int32_t rc = end_write(w, m, ok);
-    if (ok && rc == 0 && m->part > 0)
-        ck_reach_note(w, CK_R_WRITE2);
-    int32_t st = how == HOW_DELIVER ? rc
-                 : how == HOW_LOST  ? XFER_ERR_CONN_LOST
-                 : how == HOW_FAIL  ? XFER_ERR_IO
-                                    : XFER_ERR_ABORTED;
     int32_t status = m->status ? m->status : st;
     bool more = false;
     for (unsigned i = 0; i < w->env.nmsg; i++) {
@@ -170,59 +164,118 @@ static void part_finish(ck_world *w, const ck_msg *m, int how)
         reply(w, m, status, NULL);
 }
 
-/* --writes: a WRITE arrives and begins as w->cfg->writes writes, each
- * its own slice of the region; each then lands and ends on its own. */
-static void write_parts(ck_world *w, ck_msg m, int how)
+/* --writes: one of the writes a WRITE landed as ends. */
+static void part_finish(ck_world *w, const ck_msg *m, int how)
+{
+    bool ok = how == HOW_DELIVER || how == HOW_LOST;
+    int32_t rc = end_write(w, m, ok);
+    if (ok && rc == 0 && m->part > 0)
+        ck_reach_note(w, CK_R_WRITE2);
+    part_over(w, m, how == HOW_DELIVER ? rc
+                    : how == HOW_LOST  ? XFER_ERR_CONN_LOST
+                    : how == HOW_FAIL  ? XFER_ERR_IO
+                                       : XFER_ERR_ABORTED);
+}
+
+/* --writes: one part of a WRITE reaches the shard and begins (its slice
+ * of the region: part p of n, the last one takes the rest), or fails on
+ * the way (a gap the commit must see).  Parts travel as messages of
+ * their own, so they begin one after another in any order, or side by
+ * side when a part arrives while another is landing (issue 30 item 2:
+ * before, every part began at once, and the shard credits no coverage
+ * to writes that ran side by side, so no transfer ever succeeded, F5). */
+static void part_begins(ck_world *w, ck_msg m, int how)
 {
     unsigned n = w->cfg->writes;
     uint32_t step = m.len / n;
-    int32_t first = 0;
-    ck_msg land[CK_MAX_WRITES];
-    unsigned nl = 0;
-    for (unsigned p = 0; p < n; p++) {
-        ck_msg pm = m;
-        uint32_t off = p * step;
-        pm.len = p + 1 == n ? m.len - off : step;
-        pm.part = (uint16_t)p;
-        uint8_t *dst = NULL;
-        int rc = xfer_shard_write_begin(w->sh[m.shard], w->env.now, m.tr + 1u,
-                                        m.attempt, m.resv_id, off, pm.len,
-                                        &dst);
-        ck_monitor_shard_op(w, &pm, rc, NULL);
-        if (rc == XFER_ERR_BUSY)
-            ck_reach_note(w, CK_R_CAP);
-        if (rc) {
-            first = first ? first : rc;
-            continue;
-        }
-        if (how == HOW_LOST) {
-            end_write(w, &pm, true);
-            continue;
-        }
-        pm.flags |= MF_BEGUN | MF_PART;
-        land[nl++] = pm;
-    }
-    if (!nl) {
-        reply(w, &m, how == HOW_LOST ? XFER_ERR_CONN_LOST : first, NULL);
+    uint32_t off = m.part * step;
+    if (how == HOW_FAIL || how == HOW_ABORT) {
+        part_over(w, &m, how == HOW_FAIL ? XFER_ERR_CONN_LOST
+                                         : XFER_ERR_ABORTED);
         return;
     }
-    for (unsigned i = 0; i < nl; i++) {
-        land[i].status = first;
-        ck_net_push(w, &land[i]);
+    m.len = m.part + 1u == n ? m.len - off : step;
+    uint8_t *dst = NULL;
+    int rc = xfer_shard_write_begin(w->sh[m.shard], w->env.now, m.tr + 1u,
+                                    m.attempt, m.resv_id, off, m.len, &dst);
+    ck_monitor_shard_op(w, &m, rc, NULL);
+    if (rc == XFER_ERR_BUSY)
+        ck_reach_note(w, CK_R_CAP);
+    if (rc == 0 && how == HOW_LOST) {
+        /* the bytes landed, the reply is lost */
+        if (end_write(w, &m, true) == 0 && m.part > 0)
+            ck_reach_note(w, CK_R_WRITE2);
+        part_over(w, &m, XFER_ERR_CONN_LOST);
+        return;
     }
+    if (rc == 0) {
+        m.flags |= MF_BEGUN; /* the bytes are landing */
+        ck_net_push(w, &m);
+        return;
+    }
+    part_over(w, &m, rc);
+}
+
+/* --writes: a WRITE arrives as w->cfg->writes parts, each its own message
+ * carrying the WRITE's whole length (part_begins cuts its slice); a WRITE
+ * whose reply is lost leaves its parts to land and the producer hears
+ * CONN_LOST. */
+static void write_parts(ck_world *w, ck_msg m, int how)
+{
+    for (unsigned p = 0; p < w->cfg->writes; p++) {
+        ck_msg pm = m;
+        pm.part = (uint16_t)p;
+        pm.flags |= MF_PART;
+        pm.status = how == HOW_LOST ? XFER_ERR_CONN_LOST : 0;
+        ck_net_push(w, &pm);
+    }
+}
+
+/* An op whose connection died reaches its shard (a half-open connection
+ * read late): applied like any, a WRITE lands whole, nobody hears. */
+static void orphan_arrives(ck_world *w, ck_msg m)
+{
+    xfer_resv_info info;
+    memset(&info, 0, sizeof info);
+    int32_t rc = apply_op(w, &m, &info);
+    ck_reach_note(w, CK_R_ORPHAN);
+    if (m.op == XFER_OP_EAGER && rc == 0)
+        ck_reach_note(w, CK_R_EAGER);
+    else if (rc == XFER_ERR_BUSY)
+        ck_reach_note(w, CK_R_CAP);
+    ck_monitor_shard_op(w, &m, rc, &info);
+    if (m.op == XFER_OP_RESERVE && rc == 0 && w->cfg->rdma)
+        ck_rdma_reserved(w, &m, &info);
+    if (m.op == XFER_OP_WRITE && rc == 0)
+        end_write(w, &m, true);
+}
+
+void ck_consumer_orphan(ck_world *w, unsigned i)
+{
+    ck_msg m = w->msg[i];
+    w->msg[i].flags = (uint8_t)((w->msg[i].flags & ~MF_ABORT) | MF_ORPHAN);
+    reply(w, &m, XFER_ERR_CONN_LOST, NULL);
 }
 
 /* An op message reaching its shard, in one of the four ways. */
 static void op_arrives(ck_world *w, ck_msg m, int how)
 {
     int32_t st;
+    ck_rdma_op_seen(w, &m);
     if (m.op == XFER_OP_WRITE && w->cfg->rdma) {
         if (ck_rdma_write(w, &m, how, &st))
             reply(w, &m, st, NULL);
         return;
     }
+    if (m.flags & MF_ORPHAN) {
+        orphan_arrives(w, m);
+        return;
+    }
     if (m.op == XFER_OP_WRITE && (m.flags & MF_PART)) {
-        part_finish(w, &m, how);
+        if (m.flags & MF_BEGUN)
+            part_finish(w, &m, how);
+        else
+            part_begins(w, m, how);
         return;
     }
     if (m.op == XFER_OP_WRITE && (m.flags & MF_BEGUN)) {
@@ -359,7 +412,7 @@ void ck_consumer_deliver(ck_world *w, unsigned i, int how)
         mon_cs before = w->mon.tr[m.tr].cs[m.shard];
         op_arrives(w, m, how);
         ck_consumer_drain_shard(w, m.shard);
-        if (m.op == XFER_OP_CANCEL)
+        if (m.op == XFER_OP_CANCEL && !(m.flags & MF_ORPHAN))
             ck_monitor_cancel_done(w, &m, &before);
         break;
     }

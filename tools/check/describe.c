@@ -54,6 +54,11 @@ static void describe_msg(const ck_msg *m, const char *verb, char *b,
                      "%u att %" PRIu32 ")", verb,
                      (m->flags & MF_PART) ? " part" : "", m->shard, id,
                      m->attempt);
+        else if (m->op == XFER_OP_WRITE && (m->flags & MF_PART))
+            snprintf(b, n, "%s WRITE part %u (id %u, att %" PRIu32 ", resv %"
+                     PRIu64 ")%s producer -> shard %u", verb, m->part, id,
+                     m->attempt, m->resv_id,
+                     (m->flags & MF_ABORT) ? " [abort asked]" : "", m->shard);
         else
             snprintf(b, n, "%s %s(id %u, att %" PRIu32 ", resv %" PRIu64
                      ")%s producer -> shard %u", verb, xfer_op_name(m->op), id,
@@ -149,6 +154,10 @@ void ck_describe_move(const ck_world *w, ck_move mv, char *b, size_t n)
     case MV_CORRUPT:
         describe_msg(&w->msg[mv.arg], "LANDS CORRUPT (its bytes differ "
                      "from the producer's)", b, n);
+    case MV_ORPHAN:
+        describe_msg(&w->msg[mv.arg], "CONNECTION DIES (the producer hears "
+                     "CONN_LOST; the op stays in flight, may still be "
+                     "applied, answers nobody)", b, n);
         break;
     case MV_STALE:
         snprintf(b, n, "a reply of another attempt for id %u reaches the "

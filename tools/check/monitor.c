@@ -557,6 +557,14 @@ static void new_region(ck_world *w, const ck_msg *m,
     c->len = m->len;
     c->reserved_at = w->env.now;
     c->writes = c->taken = c->ready = 0;
+    c->wok = c->wside = 0;
+}
+
+/* COVER: the parts a WRITE lands as (--writes), all of them. */
+static uint8_t all_parts(const ck_world *w)
+{
+    unsigned n = w->cfg->writes > 1 ? w->cfg->writes : 1u;
+    return (uint8_t)((1u << n) - 1u);
 }
 
 void ck_monitor_shard_op(ck_world *w, const ck_msg *m, int rc,
@@ -564,6 +572,23 @@ void ck_monitor_shard_op(ck_world *w, const ck_msg *m, int rc,
 {
     mon_cs *c = &w->mon.tr[m->tr].cs[m->shard];
     unsigned long long id = m->tr + 1ull;
+    /* COVER, an independent account of the shard's commit rule: a
+     * one-sided shard takes the producer's word; any other commits when
+     * no write is landing and the parts written alone and ended well
+     * cover the region (the shard's ranges, fsm/shard.c's top). */
+    if (m->op == XFER_OP_COMMIT && !w->cfg->rdma && c->live &&
+        c->attempt == m->attempt && !c->writes) {
+        bool full = c->wok == all_parts(w);
+        if (rc == 0 && !full)
+            ck_monitor_fail(w, CK_COVER, "shard %u committed id %llu with "
+                            "a part never written alone and well (parts "
+                            "0x%x of 0x%x)", m->shard, id, c->wok,
+                            all_parts(w));
+        else if (rc == XFER_ERR_INCOMPLETE && full)
+            ck_monitor_fail(w, CK_COVER, "shard %u refused id %llu's commit "
+                            "INCOMPLETE though every part was written alone "
+                            "and well", m->shard, id);
+    }
     if (rc != 0) {
         if (m->op == XFER_OP_CANCEL && rc != XFER_ERR_STATE &&
             rc != XFER_ERR_STALE && rc != XFER_ERR_BUSY)
@@ -586,11 +611,15 @@ void ck_monitor_shard_op(ck_world *w, const ck_msg *m, int rc,
                 id, m->attempt, (unsigned long long)m->resv_id, m->shard,
                 c->live ? "" : "no live reservation; last", c->attempt,
                 (unsigned long long)c->resv_id);
-        if (!w->env.staging[m->tr])
+        /* an op applied after its connection died (MF_ORPHAN) carries
+         * bytes that left staging before the producer heard */
+        if (!w->env.staging[m->tr] && !(m->flags & MF_ORPHAN))
             ck_monitor_fail(w, CK_I3,
                             "a write of id %llu began on shard %u after "
                             "its staging region was released",
                             id, m->shard);
+        if (c->writes)
+            c->wside = 1;
         c->writes++;
         break;
     case XFER_OP_COMMIT:
@@ -604,7 +633,7 @@ void ck_monitor_shard_op(ck_world *w, const ck_msg *m, int rc,
     case XFER_OP_EAGER:
         /* A fresh region (as a reserve's), written from staging and
          * committed in the same step. */
-        if (!w->env.staging[m->tr])
+        if (!w->env.staging[m->tr] && !(m->flags & MF_ORPHAN))
             ck_monitor_fail(w, CK_I3,
                             "an eager op of id %llu applied on shard %u "
                             "after its staging region was released",
@@ -619,12 +648,22 @@ void ck_monitor_shard_op(ck_world *w, const ck_msg *m, int rc,
     }
 }
 
-void ck_monitor_write_end(ck_world *w, const ck_msg *m, int rc)
+void ck_monitor_write_end(ck_world *w, const ck_msg *m, bool ok, int rc)
 {
     mon_cs *c = &w->mon.tr[m->tr].cs[m->shard];
+    /* COVER: a part's bit; an orphaned WRITE (--dups) lands whole */
+    bool whole = (m->flags & MF_ORPHAN) || !(m->flags & MF_PART);
+    uint8_t bit = whole ? all_parts(w) : (uint8_t)(1u << m->part);
+    uint8_t from = whole ? 1u : bit;
+    if (rc == 0 && ok && !c->wside)
+        c->wok |= bit;
+    else if (rc == 0 && !ok) /* it may have clobbered from its offset on */
+        c->wok &= c->wside ? 0u : (uint8_t)(from - 1u);
     if (c->writes)
         c->writes--;
-    if (!w->env.staging[m->tr])
+    if (!c->writes)
+        c->wside = 0;
+    if (!w->env.staging[m->tr] && !(m->flags & MF_ORPHAN))
         ck_monitor_fail(w, CK_I3, "a write of id %u to shard %u was still "
                         "reading staging after it was released", m->tr + 1u,
                         m->shard);
@@ -665,6 +704,7 @@ void ck_monitor_shard_event(ck_world *w, const xfer_shard_event *e)
                         (unsigned long long)e->id);
     c->live = 0;
     c->ready = 0;
+    c->wok = c->wside = 0;
 }
 
 /* I14: a producer's cancel frees only its own attempt's region.  A region
@@ -722,6 +762,7 @@ void ck_monitor_release(ck_world *w, unsigned tr, unsigned k, int rc)
         c->taken = 0;
         c->live = 0;
         c->ready = 0;
+        c->wok = c->wside = 0;
         w->mon.tr[tr].take_mask_lo &= (uint8_t)~(1u << k);
     } else if (rc != 0 && w->in_liveness && w->mon.tr[tr].available) {
         ck_monitor_fail(w, CK_I8, "the consumer could not release id %u on "

@@ -44,6 +44,15 @@ static bool is_inval(xfer_resv_state rs)
            rs == XFER_RESV_STATE_EXPIRE_INVAL;
 }
 
+void ck_rdma_op_seen(ck_world *w, const ck_msg *m)
+{
+    if (!w->cfg->rdma || m->kind != MK_OP)
+        return;
+    xfer_resv_state rs = xfer_shard_state(w->sh[m->shard], m->tr + 1u);
+    if (is_inval(rs) && m->attempt != w->mon.tr[m->tr].cs[m->shard].attempt)
+        ck_reach_note(w, CK_R_RSTALE);
+}
+
 static const char *rs_name(xfer_resv_state rs)
 {
     return xfer_fsm_state_name(XFER_MACHINE_RESERVATION, rs);

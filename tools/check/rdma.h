@@ -19,6 +19,9 @@ void ck_rdma_reserved(ck_world *w, const ck_msg *m,
  * completes, fails or is orphaned.  True when the producer hears now, with
  * *status. */
 bool ck_rdma_write(ck_world *w, const ck_msg *m, int how, int32_t *status);
+/* An op reaching its shard: counts (reach RSTALE) an op of another
+ * attempt that finds the id's reservation waiting for its invalidation. */
+void ck_rdma_op_seen(ck_world *w, const ck_msg *m);
 /* Turn shard k's invalidation requests into driver work (MK_INV). */
 void ck_rdma_drain_shard(ck_world *w, unsigned k);
 /* An MK_INV m is delivered: the invalidation completes (the rkey dies), or

@@ -72,12 +72,19 @@ bool ck_reach_wanted(const ck_config *c, unsigned r)
         return c->writes > 1;
     case CK_R_DUP:
     case CK_R_STALE:
+    case CK_R_ORPHAN:
         return c->max_dups > 0;
     case CK_R_CAP:
         return c->caps > 0 && c->caps < c->T;
     case CK_R_RLAND:
     case CK_R_RINVAL:
         return c->rdma;
+    case CK_R_RSTALE:
+        /* Counted, not asked for: an id gets a new attempt only when it
+         * is submitted again, after its tombstones, which outlive every
+         * message (the deployment assumption), so no world reaches it
+         * yet (tests/check/FINDINGS.md, issue 30). */
+        return false;
     case CK_R_E2E:
         return c->e2e;
     case CK_R_CORRUPT:
@@ -95,11 +102,11 @@ static void option(const ck_config *c, unsigned r, char *b, size_t n)
         snprintf(b, n, "--faults %s", names[r]);
     else if (r == CK_R_WRITE2)
         snprintf(b, n, "--writes %u", c->writes);
-    else if (r == CK_R_DUP || r == CK_R_STALE)
+    else if (r == CK_R_DUP || r == CK_R_STALE || r == CK_R_ORPHAN)
         snprintf(b, n, "--dups %u", c->max_dups);
     else if (r == CK_R_CAP)
         snprintf(b, n, "--caps %u", c->caps);
-    else if (r == CK_R_RLAND || r == CK_R_RINVAL)
+    else if (r == CK_R_RLAND || r == CK_R_RINVAL || r == CK_R_RSTALE)
         snprintf(b, n, "--rdma");
     else if (r == CK_R_CORRUPT || r == CK_R_CREFUSED)
         snprintf(b, n, "--corrupt %u", c->max_corrupt);

@@ -53,7 +53,13 @@
     X(CORRUPT, "corrupt", "corruptions injected",                             \
       "no write ever landed corrupt")                                         \
     X(CREFUSED, "crefused", "corrupt commits refused (CORRUPT)",              \
-      "no shard ever refused a corrupt commit")
+      "no shard ever refused a corrupt commit")                                \
+    X(ORPHAN, "orphan", "ops applied after their connection died",         \
+      "no op ever reached its shard after its connection died")              \
+    X(RSTALE, "rstale", "ops of another attempt at a reservation waiting "    \
+      "for its invalidation",                                                 \
+      "no op of another attempt ever reached a reservation waiting for its "  \
+      "invalidation")
 
 enum {
 #define CK_R_ENUM_(n, s, d, m) CK_R_##n,

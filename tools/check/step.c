@@ -103,6 +103,16 @@ static unsigned msg_moves(const ck_world *w, unsigned i, ck_move *out)
         out[n++] = (ck_move){MV_DUP, (uint8_t)i};
     if (ck_corrupt_may(w, m))
         out[n++] = (ck_move){MV_CORRUPT, (uint8_t)i};
+    /* --dups: the connection an op went out on dies while the shard has
+     * not read it yet (a half-open connection): the producer hears
+     * CONN_LOST and goes on (a new attempt, a reconnect in the middle of
+     * a reservation), and the op may still be applied later, answering
+     * nobody (issue 30 item 2).  Not a write already landing, nor a
+     * one-sided write (rdma.c orphans those itself). */
+    if (m->kind == MK_OP && !(m->flags & (MF_BEGUN | MF_PART)) &&
+        !(w->cfg->rdma && m->op == XFER_OP_WRITE) && dup_budget(w) &&
+        w->env.nmsg < CK_MAX_MSG)
+        out[n++] = (ck_move){MV_ORPHAN, (uint8_t)i};
     bool b = budget(w);
     if (m->kind == MK_OP) {
         if (b && fault_on(w, CK_FB_FAIL))
@@ -344,6 +354,10 @@ static void apply_env(ck_world *w, ck_move mv)
         ck_reach_note(w, CK_R_DUP);
         duplicate(w, mv.arg);
         break;
+    case MV_ORPHAN:
+        w->env.dups++;
+        ck_consumer_orphan(w, mv.arg);
+        break;
     case MV_STALE:
         w->env.dups++;
         ck_reach_note(w, CK_R_STALE);
@@ -411,6 +425,8 @@ unsigned ck_step_touches(const ck_world *w, ck_move mv)
     }
     if (mv.kind == MV_DUP)
         return ck_step_touches(w, (ck_move){MV_DELIVER, mv.arg});
+    if (mv.kind == MV_ORPHAN)
+        return 0; /* a result goes out; the op stays in flight */
     switch (mv.kind) {
     case MV_CCANCEL:
     case MV_FIRE_READY:

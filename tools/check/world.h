@@ -73,6 +73,8 @@ enum {
     X(LIVE, "liveness: the system did not settle")                          \
     X(E2E, "a producer success is available or flagged on the consumer")     \
     X(TIME, "timers are armed for their documented time and fire on time")  \
+    X(COVER, "a shard commits a region exactly when writes that ran alone "  \
+             "and ended well covered all of it")                             \
     X(RLAND, "--rdma: a one-sided write lands only in a RESERVED or *_INVAL "  \
              "region of its own reservation")                               \
     X(RREADY, "--rdma: READY bytes never change (no live rkey, no landing)") \
@@ -223,7 +225,11 @@ typedef struct mon_cs {
                                  * the id, since tomb_at */
     uint8_t corrupt;            /* --corrupt: a write landed wrong in the
                                  * live region (cleared by a new one) */
-    uint8_t pad1[2];
+    uint8_t wok;   /* COVER: parts (bit p: part p of --writes, bit 0 a
+                    * whole write) written alone and ended well, none
+                    * clobbered by a failed write since */
+    uint8_t wside; /* COVER: writes ran side by side since the region
+                    * last had none landing */
     uint64_t cancelled_at;
     uint64_t take_resv;         /* resv id a take succeeded on */
     uint64_t tomb_at;           /* the move that made the tombstone (0
@@ -289,6 +295,8 @@ enum {
     MV_STALE, /* a reply of another attempt reaches the core: arg is
                * transfer * CK_MAX_S + shard */
     MV_CORRUPT, /* --corrupt: the landing write arg lands corrupt */
+    MV_ORPHAN, /* --dups: op message arg's connection dies: the producer
+                * hears CONN_LOST, the op stays in flight (MF_ORPHAN) */
     MV_COUNT_
 };
 typedef struct ck_move {

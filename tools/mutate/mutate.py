@@ -17,6 +17,7 @@ sources (--from).
 """
 
 import argparse
+import glob
 import os
 import random
 import signal
@@ -28,6 +29,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import nets  # noqa: E402
 import operators  # noqa: E402
 import results  # noqa: E402
 import runner  # noqa: E402
@@ -61,8 +63,12 @@ def parse_args(argv):
                    help='operators to use (default all: %s)' %
                         ','.join(operators.OPERATOR_NAMES))
     p.add_argument('--files', metavar='PATH,...',
-                   help='files to mutate, relative to the repository '
-                        '(default fsm/*.c and include/xfer/fsm.h)')
+                   help='files to mutate, relative to the repository, '
+                        'shell patterns allowed (default fsm/*.c and '
+                        'include/xfer/fsm.h; transport/*.c for transport/)')
+    p.add_argument('--since', metavar='REV',
+                   help='only mutants on lines added or changed since '
+                        'commit REV (git diff -U0 REV)')
     p.add_argument('--from', dest='from_file', metavar='OLD',
                    help='run exactly the mutants of result file OLD, found '
                         'again by key in today\'s sources')
@@ -159,9 +165,36 @@ def select(a, mutants, log):
             for group in per_op:
                 if group and len(picked) < a.sample:
                     picked.append(group.pop(0))
-        keep = {id(m) for m in picked}
-        mutants = [m for m in mutants if id(m) in keep]
+        # In the order picked: every prefix of the run is spread over the
+        # operators (and the files), so a run cut short is still a sample.
+        mutants = picked
     return mutants
+
+
+def expand_files(patterns):
+    """The files named by `patterns` (shell patterns, relative to the
+    repository), in order, each once; a pattern that names none fails."""
+    out = []
+    for pat in patterns:
+        found = sorted(os.path.relpath(f, ROOT) for f in
+                       glob.glob(os.path.join(ROOT, pat))
+                       if os.path.isfile(f))
+        if not found:
+            fail('no such file: %s' % pat)
+        out.extend(f for f in found if f not in out)
+    return out
+
+
+def since(rev, mutants):
+    """The mutants whose lines changed since `rev`."""
+    lines = {}
+    out = []
+    for m in mutants:
+        if m.path not in lines:
+            lines[m.path] = nets.since_lines(ROOT, rev, m.path)
+        if nets.is_new(m, lines[m.path]):
+            out.append(m)
+    return out
 
 
 def source_state():
@@ -182,6 +215,7 @@ def row_of(m, res):
         return o.cell() if o else '-'
     return {'id': m.id, 'key': m.key, 'op': m.op, 'status': res['status'],
             'unit': cell(res['unit']), 'checker': cell(res['checker']),
+            'nets': nets.cell_of(res.get('nets') or []) or '-',
             'secs': '%.1f' % res['secs'], 'build_s': '%.1f' % res['build_s'],
             'func': m.func, 'what': m.what, 'before': m.before,
             'after': m.after}
@@ -189,7 +223,8 @@ def row_of(m, res):
 
 def equivalent_row(m):
     return {'id': m.id, 'key': m.key, 'op': m.op, 'status': 'equivalent',
-            'unit': '-', 'checker': '-', 'secs': '0', 'build_s': '0',
+            'unit': '-', 'checker': '-', 'nets': '-', 'secs': '0',
+            'build_s': '0',
             'func': m.func, 'what': m.what, 'before': m.before,
             'after': m.after}
 
@@ -256,9 +291,11 @@ def run(a, todo, equiv, log):
             with lock:
                 rows[m.key] = r
                 count[0] += 1
-                log('[%d/%d] %s %s %s  unit=%s checker=%s  (%s s)%s' % (
+                verdicts = ('nets=' + r['nets'] if r['nets'] != '-' else
+                            'unit=%s checker=%s' % (r['unit'], r['checker']))
+                log('[%d/%d] %s %s %s  %s  (%s s)%s' % (
                     count[0], len(pending), m.id, m.key, r['status'],
-                    r['unit'], r['checker'], r['secs'],
+                    verdicts, r['secs'],
                     ('  ' + res['note']) if res.get('note') else ''))
                 if a.verbose:
                     log('    %s\n -> %s' % (m.before, m.after))
@@ -297,13 +334,12 @@ def main(argv):
         if a.compare:
             results.compare(results.read(a.compare)[1], rows, equiv, log)
         return 0
-    files = a.files.split(',') if a.files else None
+    files = expand_files(a.files.split(',')) if a.files else None
     ops = a.operators.split(',') if a.operators else None
-    for f in files or []:
-        if not os.path.isfile(os.path.join(ROOT, f)):
-            fail('no such file: %s' % f)
     try:
         mutants = operators.enumerate_mutants(ROOT, files, ops)
+        if a.since:
+            mutants = since(a.since, mutants)
     except ValueError as e:
         fail('cannot scan the sources: %s' % e)
     todo = select(a, mutants, log)
@@ -320,6 +356,10 @@ def main(argv):
         todo = [m for m in todo if m not in skipped]
     if not todo:
         fail('no mutant selected')
+    a.fsm = any(nets.nets_of(m.path) is nets.FSM_NETS for m in todo)
+    a.suites = sorted({s for m in todo for s in nets.nets_of(m.path) or ()})
+    if not a.fsm:
+        a.unit_suites = []
     log('%d mutants selected of %d (%s)' % (len(todo), len(mutants), ', '.join(
         '%s %d' % (op, sum(m.op == op for m in todo))
         for op in operators.OPERATOR_NAMES if any(m.op == op for m in todo))))

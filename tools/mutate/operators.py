@@ -76,6 +76,7 @@ class Mutant:
         self.path = path
         self.op = prop.op
         self.line = prop.line
+        self.last_line = prop.last_line
         self.func = prop.func
         self.start, self.end, self.repl = prop.start, prop.end, prop.repl
         self.index = index

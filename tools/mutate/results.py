@@ -9,6 +9,10 @@ status is stillborn, killed or survived; unit and checker say what each
 net did: `pass` (the mutant got through), `killed:TEST[:DETAIL]` (DETAIL:
 the Check test function for unit, the invariant for the checker) or
 `timeout:TEST` (counted as killed), `-` when the net did not run.
+A transport/ mutant has no checker verdict (`-`); its `nets` column says
+what each suite that can see its file did, `SUITE=VERDICT;...` (nets.py),
+and its unit column is the first suite's failure.  Files of issue 14 have
+no `nets` column; it reads as `-`.
 
 The equivalence file (equivalent.txt) has one line per equivalent mutant,
 `ID KEY reason`; its mutants are left out of every score and listed.
@@ -20,7 +24,7 @@ population for both nets (built, not equivalent), so the nets compare.
 import os
 
 COLUMNS = ['id', 'key', 'op', 'status', 'unit', 'checker', 'secs',
-           'build_s', 'func', 'what', 'before', 'after']
+           'build_s', 'func', 'what', 'before', 'after', 'nets']
 
 
 def clean(v):
@@ -52,8 +56,10 @@ def read(path):
             if not line or line.split('\t')[0] == 'id':
                 continue
             vals = line.split('\t')
-            rows.append(dict(zip(COLUMNS, vals + [''] * (len(COLUMNS) -
-                                                          len(vals)))))
+            row = dict(zip(COLUMNS, vals + [''] * (len(COLUMNS) -
+                                                    len(vals))))
+            row['nets'] = row['nets'] or '-'
+            rows.append(row)
     return header, rows
 
 
@@ -137,7 +143,39 @@ def summary(rows, equiv, out):
             total.scored, pct(total.unit, total.scored).strip(),
             pct(total.checker, total.scored).strip(),
             pct(total.either, total.scored).strip(), total.timeouts))
+    net_summary(rows, equiv, out)
     return total
+
+
+def net_scores(rows, equiv):
+    """{suite: (scored mutants it ran on, caught)} over the rows with
+    per-suite verdicts (transport/ mutants), suites in first-seen order."""
+    out = {}
+    for r in rows:
+        if r['status'] not in ('killed', 'survived') or \
+                is_equivalent(r, equiv):
+            continue
+        for suite, cell in parse_nets(r.get('nets', '-')):
+            ran, got = out.get(suite, (0, 0))
+            out[suite] = (ran + 1, got + caught(cell))
+    return out
+
+
+def parse_nets(cell):
+    if not cell or cell == '-':
+        return []
+    return [tuple(p.partition('=')[::2]) for p in cell.split(';')]
+
+
+def net_summary(rows, equiv, out):
+    """Print the score of each suite net (transport/ mutants)."""
+    scores = net_scores(rows, equiv)
+    if not scores:
+        return scores
+    out('%-10s %7s %7s %7s' % ('suite net', 'ran on', 'caught', 'score'))
+    for suite, (ran, got) in scores.items():
+        out('%-10s %7d %7d %7s' % (suite, ran, got, pct(got, ran)))
+    return scores
 
 
 def listing(rows, equiv, out):

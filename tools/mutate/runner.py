@@ -33,6 +33,7 @@ import signal
 import subprocess
 import time
 
+import nets
 from operators import read_text
 
 UNIT_SUITES = ('unit', 'fault')
@@ -180,6 +181,10 @@ class Worker:
         self.opts = opts
         self.unit, self.checker = [], []
         self.targets = []
+        # transport/: the tests of every suite some selected file needs
+        # (nets.FILE_NETS), cheapest first after the baseline.
+        self.suites = {}
+        self.test_targets = {}
 
     # -- the scratch tree --------------------------------------------------
     def sync(self):
@@ -192,7 +197,11 @@ class Worker:
             a, b = os.path.join(self.root, f), os.path.join(self.src, f)
             if not same_content(a, b):
                 os.makedirs(os.path.dirname(b), exist_ok=True)
-                shutil.copy2(a, b)
+                # A fresh mtime, not the source's (copy2): a file edited
+                # before the scratch build last ran would look older than
+                # its object, and ninja would keep the stale one.
+                shutil.copyfile(a, b)
+                shutil.copymode(a, b)
         for dirpath, dirnames, filenames in os.walk(self.src):
             for fn in filenames:
                 rel = os.path.relpath(os.path.join(dirpath, fn), self.src)
@@ -218,6 +227,7 @@ class Worker:
         tests = intro('tests')
         targets = {t['id']: t for t in intro('targets')}
         o = self.opts
+        tests = [t for t in tests if t['name'] not in nets.NOT_BEHAVIOUR]
         self.unit = [Test(t) for t in tests
                      if suites_of(t) & set(o.unit_suites)]
         if o.checker_runs:
@@ -228,17 +238,36 @@ class Worker:
             self.checker = [Test(by_name[n]) for n in o.checker_runs]
         else:
             self.checker = [Test(t) for t in tests if is_checker_run(t)]
+        need = set(getattr(o, 'suites', None) or ())
+        self.suites = {s: [Test(t) for t in tests if s in suites_of(t)]
+                       for s in sorted(need)}
+        if not getattr(o, 'fsm', True):
+            self.unit, self.checker = [], []
+        for t in self.all_tests():
+            self.test_targets[t.name] = sorted(
+                os.path.relpath(fn, self.build) for d in t.depends
+                for fn in targets[d]['filename'])
         wanted = set()
-        for t in self.unit + self.checker:
-            for d in t.depends:
-                for fn in targets[d]['filename']:
-                    wanted.add(os.path.relpath(fn, self.build))
+        for t in self.all_tests():
+            wanted.update(self.test_targets[t.name])
         self.targets = sorted(wanted)
 
-    def compile(self):
-        """(ok, output tail) of building every target the nets need."""
+    def all_tests(self):
+        """Every test of every net once (a test of two nets is one run)."""
+        seen, out = set(), []
+        for t in self.unit + self.checker + [
+                t for s in sorted(self.suites) for t in self.suites[s]]:
+            if t.name not in seen:
+                seen.add(t.name)
+                out.append(t)
+        return out
+
+    def compile(self, targets=None):
+        """(ok, output tail) of building every target the nets need (or
+        `targets`: what one mutant's nets need)."""
         cmd = ['ninja', '-C', self.build, '-j', str(self.opts.ninja_jobs)]
-        p = subprocess.run(cmd + self.targets, capture_output=True)
+        p = subprocess.run(cmd + (self.targets if targets is None
+                                  else targets), capture_output=True)
         text = (p.stdout + p.stderr).decode(errors='replace')
         return p.returncode == 0, text[-OUTPUT_KEEP:]
 
@@ -278,13 +307,23 @@ class Worker:
         if not ok:
             raise SystemExit('mutate: the unmutated tree does not build:\n' +
                              text[-4000:])
-        for t in self.unit + self.checker:
+        secs_of = {}
+        for t in self.all_tests():
             rc, text, secs = self.run_test(t)
+            if rc != 0:
+                # Once more: on a loaded machine a process test can miss
+                # its own start-up bound (xferd not listening within
+                # 10 s); a test that fails twice on the clean tree is a
+                # broken net, and no mutant can be judged by it.
+                log('baseline: %s failed (exit %s), running it again' % (
+                    t.name, rc))
+                rc, text, secs = self.run_test(t)
             if rc != 0:
                 raise SystemExit(
                     'mutate: baseline: %s fails on the unmutated tree '
                     '(exit %s):\n%s' % (t.name, rc, text[-4000:]))
-            t.baseline = secs
+            secs_of[t.name] = secs
+        self.set_baseline(secs_of)
         # Cheapest checker run first: most mutants it catches, it catches
         # in its first seconds.
         self.checker.sort(key=lambda t: (t.baseline, t.name))
@@ -292,6 +331,10 @@ class Worker:
             sum(t.baseline for t in self.unit), len(self.unit),
             sum(t.baseline for t in self.checker),
             ', '.join('%s %.1f' % (t.name, t.baseline) for t in self.checker)))
+        for s in sorted(self.suites):
+            log('baseline: suite %s %.1f s (%d tests)' % (
+                s, sum(t.baseline for t in self.suites[s]),
+                len(self.suites[s])))
 
     def order_checker(self, names):
         """Put the checker runs in a given order (a baseline's order)."""
@@ -299,12 +342,18 @@ class Worker:
         self.checker.sort(key=lambda t: (rank.get(t.name, len(rank)), t.name))
 
     def set_baseline(self, secs):
-        for t in self.unit + self.checker:
+        for t in self.unit + self.checker + [
+                t for s in self.suites.values() for t in s]:
             if t.name in secs:
                 t.baseline = secs[t.name]
+        # Within a suite net, the cheapest test first.
+        for s in self.suites.values():
+            s.sort(key=lambda t: (t.baseline or 0.0, t.name))
 
     # -- one mutant --------------------------------------------------------
     def run_mutant(self, m):
+        if nets.nets_of(m.path) is not nets.FSM_NETS:
+            return self.run_mutant_suites(m, nets.nets_of(m.path))
         path = os.path.join(self.src, m.path)
         original = read_text(path)
         t0 = time.monotonic()
@@ -327,6 +376,44 @@ class Worker:
                                           hint.get('checker'))
             caught = res['unit'].caught or res['checker'].caught
             res.update(status='killed' if caught else 'survived',
+                       build_s=build_s, secs=time.monotonic() - t0, note='')
+            return res
+        finally:
+            with open(path, 'w') as f:
+                f.write(original)
+
+
+    def run_mutant_suites(self, m, suites):
+        """A transport/ mutant: build only the test binaries of the suites
+        that can see its file, and run each suite as a net of its own (to
+        its first failure).  res['unit'] is the first failure of any suite
+        (or pass), res['nets'] every suite's verdict."""
+        path = os.path.join(self.src, m.path)
+        original = read_text(path)
+        t0 = time.monotonic()
+        res = {'unit': None, 'checker': None, 'nets': []}
+        targets = sorted({x for s in suites for t in self.suites.get(s, [])
+                          for x in self.test_targets[t.name]})
+        try:
+            with open(path, 'w') as f:
+                f.write(m.apply(original))
+            ok, text = self.compile(targets)
+            build_s = time.monotonic() - t0
+            if not ok:
+                res.update(status='stillborn', build_s=build_s,
+                           secs=time.monotonic() - t0,
+                           note=first_error(text))
+                return res
+            hint = getattr(m, 'hint', {})
+            first = None
+            for s in suites:
+                o = self.run_net(self.suites.get(s, []), unit_detail,
+                                 self.opts.all_tests, hint.get('unit'))
+                res['nets'].append((s, o))
+                if o.caught and first is None:
+                    first = o
+            res['unit'] = first or Outcome('pass')
+            res.update(status='killed' if first else 'survived',
                        build_s=build_s, secs=time.monotonic() - t0, note='')
             return res
         finally:

@@ -9,6 +9,7 @@ the score.  Nothing here builds or runs the project.
 
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import types
@@ -18,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import csource  # noqa: E402
 import mutate  # noqa: E402
+import nets  # noqa: E402
 import operators  # noqa: E402
 import results  # noqa: E402
 import runner  # noqa: E402
@@ -181,7 +183,7 @@ class ResultsTest(unittest.TestCase):
                         'status': status, 'unit': unit, 'checker': checker,
                         'secs': '1.0', 'build_s': '0.5', 'func': 'f',
                         'what': '< -> <=', 'before': 'a < b',
-                        'after': 'a <= b'})
+                        'after': 'a <= b', 'nets': '-'})
         return out
 
     def test_round_trip_and_score(self):
@@ -202,6 +204,112 @@ class ResultsTest(unittest.TestCase):
                          (7, 1, 1, 5))
         self.assertEqual((t.unit, t.checker, t.either, t.timeouts),
                          (3, 2, 4, 1))
+
+
+class NetsTest(unittest.TestCase):
+    def test_every_transport_file_has_its_suites(self):
+        root = os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))))
+        files = sorted(f for f in os.listdir(os.path.join(root, 'transport'))
+                       if f.endswith('.c'))
+        self.assertTrue(files)
+        for f in files:
+            suites = nets.nets_of('transport/' + f)
+            self.assertTrue(suites, f)
+            self.assertNotIn('model', suites)
+        self.assertIs(nets.nets_of('fsm/transfer.c'), nets.FSM_NETS)
+        self.assertIs(nets.nets_of('include/xfer/fsm.h'), nets.FSM_NETS)
+        self.assertEqual(nets.nets_of('transport/rdma.c'), ['rdma-sim'])
+        self.assertIn('rdma-sim', nets.nets_of('transport/server_rdma.c'))
+        self.assertIn('python', nets.nets_of('transport/server_sess.c'))
+        self.assertNotIn('rdma-sim', nets.nets_of('transport/server_sess.c'))
+
+    def test_changed_lines_of_a_diff(self):
+        diff = ('@@ -3,0 +4,2 @@ f\n+a\n+b\n@@ -10 +12 @@\n-x\n+y\n'
+                '@@ -20,3 +22,0 @@\n-p\n-q\n-r\n')
+        self.assertEqual(nets.changed_lines(diff), {4, 5, 12})
+
+    def test_a_mutant_is_new_when_one_of_its_lines_is(self):
+        m = types.SimpleNamespace(line=7, last_line=9)
+        self.assertTrue(nets.is_new(m, {9}))
+        self.assertFalse(nets.is_new(m, {6, 10}))
+
+    def test_suite_cells_round_trip_and_score(self):
+        o_pass = runner.Outcome('pass')
+        o_kill = runner.Outcome('killed', 'hostile', 'test_h_auth')
+        cell = nets.cell_of([('unit', o_pass), ('fault', o_kill)])
+        self.assertEqual(cell, 'unit=pass;fault=killed:hostile:test_h_auth')
+        self.assertEqual(nets.parse_cell(cell),
+                         [('unit', 'pass'),
+                          ('fault', 'killed:hostile:test_h_auth')])
+        base = {'op': 'drop', 'unit': '-', 'checker': '-', 'id': 'x',
+                'secs': '1', 'build_s': '1', 'func': 'f', 'what': 'w',
+                'before': 'b', 'after': 'a'}
+        rows = [dict(base, key='k1', id='ik1', status='killed', nets=cell),
+                dict(base, key='k2', id='ik2', status='survived',
+                     nets='unit=pass;fault=pass'),
+                dict(base, key='k3', id='ik3', status='stillborn', nets='-'),
+                dict(base, key='k4', id='ik4', status='killed',
+                     nets='rdma-sim=timeout:fabric')]
+        equiv = {}
+        self.assertEqual(results.net_scores(rows, equiv),
+                         {'unit': (2, 0), 'fault': (2, 1),
+                          'rdma-sim': (1, 1)})
+        equiv = {'k1': ('ik1', 'same')}
+        self.assertEqual(results.net_scores(rows, equiv)['fault'], (1, 0))
+
+    def test_since_keeps_only_new_lines(self):
+        with tempfile.TemporaryDirectory() as d:
+            def git(*args):
+                subprocess.run(['git', '-C', d] + list(args), check=True,
+                               capture_output=True)
+            git('init', '-q')
+            git('config', 'user.email', 't@t')
+            git('config', 'user.name', 't')
+            os.makedirs(os.path.join(d, 'transport'))
+            path = os.path.join(d, 'transport', 'x.c')
+            old = 'int f(int a)\n{\n    if (a < 1)\n        a = 2;\n' \
+                  '    return a;\n}\n'
+            with open(path, 'w') as f:
+                f.write(old)
+            git('add', '.')
+            git('commit', '-q', '-m', 'old')
+            new = old.replace('    return a;\n',
+                              '    if (a > 5)\n        a = 5;\n'
+                              '    return a;\n')
+            with open(path, 'w') as f:
+                f.write(new)
+            self.assertEqual(nets.since_lines(d, 'HEAD', 'transport/x.c'),
+                             {5, 6})
+            ms = operators.enumerate_mutants(d, ['transport/x.c'])
+            lines = nets.since_lines(d, 'HEAD', 'transport/x.c')
+            fresh = [m for m in ms if nets.is_new(m, lines)]
+            self.assertTrue(fresh)
+            self.assertTrue(all(m.line in (5, 6) for m in fresh))
+            self.assertTrue(any(m.line == 3 for m in ms))
+
+
+class SyncTest(unittest.TestCase):
+    def test_a_changed_file_is_newer_than_the_last_build(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = os.path.join(d, 'repo')
+            os.makedirs(root)
+            subprocess.run(['git', '-C', root, 'init', '-q'], check=True)
+            f = os.path.join(root, 'a.c')
+            with open(f, 'w') as fh:
+                fh.write('int a;\n')
+            w = runner.Worker(root, os.path.join(d, 'scratch'), 0, None)
+            w.sync()
+            copy = os.path.join(w.src, 'a.c')
+            # the source edited an hour ago, the scratch built since
+            with open(f, 'w') as fh:
+                fh.write('int b;\n')
+            old = os.path.getmtime(copy) - 3600
+            os.utime(f, (old, old))
+            w.sync()
+            with open(copy) as fh:
+                self.assertEqual(fh.read(), 'int b;\n')
+            self.assertGreater(os.path.getmtime(copy), old + 1800)
 
 
 class HintTest(unittest.TestCase):
