@@ -1,0 +1,188 @@
+"""tests/python/test_tensor.py - tensors in place (issue 25 item 6): the
+engine's staging pools, xfer.Server's shard buffers and what a Consumer
+hands back take objects with __cuda_array_interface__ (v3), DLPack
+(__dlpack__ / __dlpack_device__) and raw (pointer, nbytes, device) tuples,
+as well as buffers, and never copy them.
+
+"Without a copy" is checked twice over: the address the library registered
+is the object's own data pointer, and bytes changed in the object after it
+was registered are the bytes a transfer carries (producer), or bytes a
+transfer wrote are in the object (shard).  The DLPack tests use numpy
+(Debian's python3-numpy, >= 1.22 exports __dlpack__); the array-interface
+ones use the test device's memory (xfer._testdev_alloc) where the build has
+it, and a fake CUDA array where it does not (refused: no CUDA here)."""
+import asyncio
+import ctypes
+import gc
+import os
+import sys
+
+import pytest
+
+import xfer
+from conftest import run
+
+np = pytest.importorskip("numpy")
+if not hasattr(np.ndarray, "__dlpack__"):
+    pytest.skip("numpy without __dlpack__ (< 1.22)", allow_module_level=True)
+
+N = 64 * 1024
+S = 2
+
+
+class FakeCuda:
+    """An object with __cuda_array_interface__ over a pointer it is given."""
+
+    def __init__(self, ptr, shape, typestr="|u1", strides=None,
+                 readonly=False, version=3):
+        self.__cuda_array_interface__ = {
+            "version": version, "shape": shape, "typestr": typestr,
+            "data": (ptr, readonly), "strides": strides, "stream": None}
+
+
+def rig(buffers):
+    srv = xfer.Server(buffers)
+    eng = xfer.Engine(xfer.Tcp(srv.addrs), default_timeout=5)
+    cons = xfer.Consumer(srv.addrs, buffers=srv)
+    assert eng.transports[0].wait_connected(10) and cons.wait_connected(10)
+    return srv, eng, cons
+
+
+def transfer(eng, cons, pool, tid, nbytes):
+    async def go():
+        assert (await eng.submit(tid, pool, xfer.split(0, nbytes, S))).ok
+        return await asyncio.wait_for(cons.__anext__(), 10)
+    return run(go())
+
+
+def close(srv, eng, cons):
+    cons.close()
+    eng.shutdown()
+    srv.close()
+
+
+def test_tensor_dlpack_host_to_engine_and_server_in_place():
+    shards = [np.zeros(N, dtype=np.uint8) for _ in range(S)]
+    staging = np.zeros(N // 4, dtype=np.uint32)
+    # What the binding takes from each: the array's own pointer, by DLPack.
+    for a in shards + [staging]:
+        assert xfer._memory(a, True) == (a.ctypes.data, a.nbytes, "host",
+                                         "dlpack")
+    srv, eng, cons = rig(shards)
+    pool = eng.register_pool(staging)
+    assert pool.form == "dlpack" and pool.device == "host"
+    assert pool.ptr == staging.ctypes.data and pool.nbytes == staging.nbytes
+    # Written after the registration: a copy made then would not see it.
+    data = os.urandom(2 * 4096)
+    staging.view(np.uint8)[:len(data)] = np.frombuffer(data, np.uint8)
+    o = transfer(eng, cons, pool, 1, len(data))
+    assert o.ok
+    for k, ((shard, off, n), view) in enumerate(zip(o.regions, o.views)):
+        want = data[k * 4096:(k + 1) * 4096]
+        assert bytes(shards[shard][off:off + n]) == want  # in the array
+        assert bytes(view) == want
+    o.release()
+    close(srv, eng, cons)
+
+
+def test_tensor_dlpack_deleter_runs_when_let_go():
+    a = np.zeros(N, dtype=np.uint8)
+    before = sys.getrefcount(a)
+    eng = xfer.Engine(xfer.Loop(1))
+    pool = eng.register_pool(a)
+    assert sys.getrefcount(a) > before      # the DLPack tensor holds it
+    eng.unregister_pool(pool)
+    del pool
+    gc.collect()
+    assert sys.getrefcount(a) == before     # its deleter ran
+    eng.shutdown()
+
+
+def test_tensor_refuses_what_it_cannot_take_in_place():
+    a = np.arange(N, dtype=np.uint8)
+    # numpy's own __dlpack__ refuses it (ValueError), or ours (BufferError)
+    with pytest.raises((BufferError, ValueError), match="contiguous"):
+        xfer._memory(a[::2])                       # DLPack, strided
+    with pytest.raises(BufferError, match="contiguous"):
+        xfer._memory(FakeCuda(1 << 40, (4, 4), "<f4", strides=(32, 4)))
+    with pytest.raises(BufferError, match="read-only"):
+        xfer._memory(FakeCuda(1 << 40, (16,), readonly=True), True)
+    with pytest.raises(BufferError, match="typestr"):
+        xfer._memory(FakeCuda(1 << 40, (16,), typestr="f"))
+    with pytest.raises(BufferError, match="version"):
+        xfer._memory(FakeCuda(1 << 40, (16,), version=1))
+    with pytest.raises(TypeError):
+        xfer._memory((1, 2))
+    with pytest.raises(ValueError):
+        xfer._memory((1 << 40, 16, "gpu"))
+    # Contiguous strides given explicitly are fine; shape * itemsize bytes.
+    assert xfer._memory(FakeCuda(1 << 40, (4, 4), "<f4", strides=(16, 4))
+                        )[:2] == (1 << 40, 64)
+    # DLPack's own device pair: kDLCUDA 2 -> cuda:3.
+    assert xfer._memory((1 << 40, 8, (2, 3)))[2] == "cuda:3"
+
+
+def test_tensor_raw_tuple_host_in_place():
+    buf = (ctypes.c_ubyte * N)()
+    ptr = ctypes.addressof(buf)
+    srv, eng, cons = rig([(ptr, N, "host"), bytearray(N)])
+    staging = bytearray(N)
+    pool = eng.register_pool((ctypes.addressof(
+        (ctypes.c_char * N).from_buffer(staging)), N, "cpu"))
+    assert pool.form == "raw" and pool.obj is None
+    data = os.urandom(2 * 4096)
+    staging[:len(data)] = data
+    o = transfer(eng, cons, pool, 1, len(data))
+    assert o.ok
+    shard, off, n = o.regions[0]
+    assert shard == 0 and bytes(buf[off:off + n]) == data[:4096]
+    o.release()
+    close(srv, eng, cons)
+
+
+@pytest.mark.skipif(xfer._HAVE_TESTDEV, reason="the build has a device kind")
+def test_tensor_device_memory_refused_without_device():
+    fake = FakeCuda(1 << 40, (N,))
+    eng = xfer.Engine(xfer.Loop(1))
+    with pytest.raises(xfer.NotSupportedError):
+        eng.register_pool(fake)
+    with pytest.raises(xfer.NotSupportedError):
+        xfer.Server([fake])
+    with pytest.raises(xfer.NotSupportedError):
+        xfer._testdev_alloc(N)
+    eng.shutdown()
+
+
+@pytest.mark.skipif(not xfer._HAVE_TESTDEV, reason="no test device kind")
+def test_tensor_cai_testdev_to_engine_and_server_in_place():
+    """Test-device memory (PROT_NONE to everyone but its copy engine) as
+    an array-interface object: the producer's staging and a shard's pool.
+    The pointer registered is the object's; the bytes a transfer carried
+    are read back through the copy engine, and a device region comes back
+    from the consumer as a DeviceView over the pool's own memory."""
+    stage = xfer._testdev_alloc(N)
+    pools = [xfer._testdev_alloc(N), bytearray(N)]
+    cai = stage.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["data"][0] == stage.ptr
+    assert xfer._mem_of(stage.ptr) == "testdev"
+    assert xfer._memory(stage)[:3] == (stage.ptr, N, "testdev")
+    srv, eng, cons = rig(pools)
+    pool = eng.register_pool(stage)
+    assert pool.form == "cuda_array_interface" and pool.device == "testdev"
+    assert pool.ptr == stage.ptr
+    data = os.urandom(2 * 4096)
+    stage.write(data)                 # after registration: no copy taken
+    o = transfer(eng, cons, pool, 1, len(data))
+    assert o.ok
+    (s0, off0, n0), (s1, off1, n1) = o.regions
+    dev_view, host_view = o.views
+    assert isinstance(dev_view, xfer.DeviceView)
+    assert dev_view.ptr == pools[0].ptr + off0 and dev_view.nbytes == n0
+    assert dev_view.__cuda_array_interface__["data"][0] == dev_view.ptr
+    assert dev_view.read() == data[:4096]
+    assert pools[0].read()[off0:off0 + n0] == data[:4096]   # in the pool
+    assert bytes(host_view) == data[4096:]
+    o.release()
+    with pytest.raises(ValueError):
+        dev_view.__cuda_array_interface__     # valid until release only
+    close(srv, eng, cons)
