@@ -118,6 +118,13 @@ def test_tensor_refuses_what_it_cannot_take_in_place():
     # Contiguous strides given explicitly are fine; shape * itemsize bytes.
     assert xfer._memory(FakeCuda(1 << 40, (4, 4), "<f4", strides=(16, 4))
                         )[:2] == (1 << 40, 64)
+    # A read-only array: DLPack cannot say read-only, so numpy refuses to
+    # export it; staging (read only) takes its buffer, a shard refuses it.
+    ro = np.zeros(64, np.uint8)
+    ro.flags.writeable = False
+    assert xfer._memory(ro) == (ro.ctypes.data, 64, "host", "buffer")
+    with pytest.raises(BufferError):
+        xfer._memory(ro, True)
     # DLPack's own device pair: kDLCUDA 2 -> cuda:3.
     assert xfer._memory((1 << 40, 8, (2, 3)))[2] == "cuda:3"
 
