@@ -441,8 +441,16 @@ void pyx_tensor_release(pyx_tensor *t)
     if (t->view.obj)
         PyBuffer_Release(&t->view);
     t->view.obj = NULL;
-    if (t->dl && t->dl->deleter)
+    if (t->dl && t->dl->deleter) {
+        /* The deleter may be Python code (a ctypes exporter), which must
+         * not run with an exception set: a refusal's is kept aside. */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
         t->dl->deleter(t->dl);
+        if (PyErr_Occurred())
+            PyErr_WriteUnraisable(NULL);
+        PyErr_Restore(et, ev, tb);
+    }
     t->dl = NULL;
     Py_CLEAR(t->obj);
 }

@@ -208,3 +208,145 @@ def test_tensor_cai_testdev_to_engine_and_server_in_place():
     with pytest.raises(ValueError):
         dev_view.__cuda_array_interface__     # valid until release only
     close(srv, eng, cons)
+
+
+# ---------------------------------------------------------------------------
+# A DLPack exporter of our own (ctypes, no numpy): it runs under ASan too,
+# and it sees what the binding does with the capsule (renamed, deleter
+# called exactly once) where numpy's keeps that to itself.
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice),
+                ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManaged(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManaged))
+_DLManaged._fields_ = [("dl_tensor", _DLTensor),
+                       ("manager_ctx", ctypes.c_void_p),
+                       ("deleter", _DELETER)]
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_capsule_name = ctypes.pythonapi.PyCapsule_GetName
+_capsule_name.restype = ctypes.c_char_p
+_capsule_name.argtypes = [ctypes.py_object]
+
+
+class DLHost:
+    """A DLPack tensor of bytes over a bytearray (shape elements of
+    `itemsize` bytes, from byte `offset`), counting its deleter's calls."""
+
+    def __init__(self, buf, offset, shape, strides=None, itemsize=1,
+                 device=(1, 0)):
+        self.buf, self.offset, self.device = buf, offset, device
+        self.shape = (ctypes.c_int64 * len(shape))(*shape)
+        self.strides = ((ctypes.c_int64 * len(strides))(*strides)
+                        if strides else None)
+        self.itemsize = itemsize
+        self.base = ctypes.addressof((ctypes.c_char * len(buf))
+                                     .from_buffer(buf))
+        self.live = {}      # id -> the managed struct, until deleted
+        self.deleted = 0
+        self.capsules = []
+
+        def deleter(p):
+            self.deleted += 1
+            del self.live[ctypes.addressof(p.contents)]
+        self._deleter = _DELETER(deleter)
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, stream=None):
+        m = _DLManaged()
+        t = m.dl_tensor
+        t.data = self.base
+        t.device = _DLDevice(*self.device)
+        t.ndim = len(self.shape)
+        t.dtype = _DLDataType(1, 8 * self.itemsize, 1)  # kDLUInt
+        t.shape = self.shape
+        t.strides = self.strides
+        t.byte_offset = self.offset
+        m.deleter = self._deleter
+        self.live[ctypes.addressof(m)] = m
+        cap = _capsule_new(ctypes.addressof(m), b"dltensor", None)
+        self.capsules.append(cap)
+        return cap
+
+
+def test_tensor_dlpack_capsule_used_and_deleted_once():
+    buf = bytearray(N + 64)
+    t = DLHost(buf, 64, (N // 4,), itemsize=4)
+    eng = xfer.Engine(xfer.Loop(1))
+    pool = eng.register_pool(t)
+    assert pool.form == "dlpack"
+    assert pool.ptr == t.base + 64 and pool.nbytes == N  # byte_offset
+    assert _capsule_name(t.capsules[-1]) == b"used_dltensor"
+    assert t.deleted == 0 and len(t.live) == 1   # held while registered
+    eng.unregister_pool(pool)
+    assert t.deleted == 1 and not t.live         # deleted once, at release
+    del pool
+    gc.collect()
+    assert t.deleted == 1
+    eng.shutdown()
+
+
+def test_tensor_dlpack_refused_tensors_are_deleted():
+    buf = bytearray(N)
+    strided = DLHost(buf, 0, (16, 16), strides=(32, 1))
+    with pytest.raises(BufferError, match="contiguous"):
+        xfer._memory(strided)
+    assert strided.deleted == 1
+    # strides that are the compact ones are fine
+    assert xfer._memory(DLHost(buf, 0, (16, 16), strides=(16, 1)))[1] == 256
+    odd = DLHost(buf, 0, (N,), device=(4, 0))  # kDLOpenCL
+    with pytest.raises(BufferError, match="kDLCPU"):
+        xfer._memory(odd)
+    assert odd.deleted == 0  # refused by its device, before __dlpack__
+
+
+def test_tensor_dlpack_host_server_in_place():
+    """A DLPack host tensor as a shard's pool: the transfer's bytes are in
+    the exporter's own memory."""
+    shard_mem = bytearray(N)
+    t = DLHost(shard_mem, 0, (N,))
+    srv, eng, cons = rig([t, bytearray(N)])
+    data = os.urandom(2 * 4096)
+    pool = eng.register_pool(bytearray(data))
+    o = transfer(eng, cons, pool, 1, len(data))
+    assert o.ok
+    shard, off, n = o.regions[0]
+    assert shard == 0 and bytes(shard_mem[off:off + n]) == data[:4096]
+    o.release()
+    close(srv, eng, cons)
+    del srv, eng, cons, o
+    gc.collect()
+    assert t.deleted == 2 and not t.live  # the server's and the consumer's
+
+
+@pytest.mark.skipif(xfer._HAVE_TESTDEV, reason="the build has a device kind")
+def test_tensor_dlpack_cuda_refused_without_device():
+    t = DLHost(bytearray(N), 0, (N,), device=(2, 0))   # kDLCUDA
+    assert xfer._memory(t)[2] == "cuda:0"
+    eng = xfer.Engine(xfer.Loop(1))
+    with pytest.raises(xfer.NotSupportedError):
+        eng.register_pool(t)
+    assert t.deleted == 2
+    eng.shutdown()
