@@ -92,7 +92,13 @@ int gpurig_start(gpurig *g, char *why, size_t cap)
         c.nshards = 1;
         c.shards = &sh;
         c.consume = g->consume;
+        /* one producer session, every id a tombstone for a while: the
+         * whole pool and tables are its quota (as xfer-bench rdma's) */
         c.max_reservations = 1024;
+        c.max_tombstones = 1u << 16;
+        c.session_max_bytes = g->pool_len;
+        c.session_max_reservations = c.max_reservations;
+        c.session_max_tombstones = c.max_tombstones;
 #if GPURIG_HAVE_MEM
         xfer_mem m = {.kind = g->dev_pools ? XFER_MEM_CUDA : XFER_MEM_HOST};
         if (g->dev_pools)
@@ -121,6 +127,7 @@ int gpurig_start(gpurig *g, char *why, size_t cap)
     xfer_engine_config_default(&ec);
     ec.base = g->base;
     ec.core.max_transfers = 4096;
+    ec.core.max_tombstones = 1u << 16; /* one per id of the run */
     ec.core.default_deadline_ns = 30000000000ull;
     if ((rc = xfer_engine_new(&ec, &g->e)) != 0)
         goto fail;
