@@ -566,6 +566,68 @@ static PyObject *devview_dlpack_device(PyObject *obj, PyObject *unused)
     return Py_BuildValue("(ii)", DL_CUDA, (int)v->device);
 }
 
+/* __dlpack__: a "dltensor" capsule of bytes over the view's CUDA memory,
+ * holding the view's owner (the region stays given out) until the
+ * consumer's deleter runs, or the capsule goes unused. */
+typedef struct dl_export {
+    dl_managed m;
+    int64_t shape[1];
+    PyObject *owner;
+} dl_export;
+
+static void dl_export_delete(dl_managed *m)
+{
+    dl_export *x = (dl_export *)m;
+    PyGILState_STATE st = PyGILState_Ensure();
+    Py_XDECREF(x->owner);
+    PyGILState_Release(st);
+    PyMem_RawFree(x);
+}
+
+static void dl_capsule_gone(PyObject *cap)
+{
+    /* renamed "used_dltensor" by a consumer that took it: its deleter */
+    if (PyCapsule_IsValid(cap, "dltensor"))
+        dl_export_delete(PyCapsule_GetPointer(cap, "dltensor"));
+}
+
+static PyObject *devview_dlpack(PyObject *obj, PyObject *args, PyObject *kw)
+{
+    static char *kwl[] = {"stream", "max_version", "dl_device", "copy",
+                          NULL};
+    PyObject *stream = NULL, *maxv = NULL, *dldev = NULL, *copy = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOO", kwl, &stream,
+                                     &maxv, &dldev, &copy))
+        return NULL;
+    pyx_devview *v = (pyx_devview *)obj;
+    if (!devview_ok(v))
+        return NULL;
+    if (v->kind != PYX_MEM_CUDA) {
+        PyErr_SetString(PyExc_BufferError, "DLPack has no device type for "
+                        "test-device memory");
+        return NULL;
+    }
+    /* No stream to order against: the bytes were complete (the copy into
+     * the pool ended) before the region was handed out. */
+    dl_export *x = PyMem_RawCalloc(1, sizeof *x);
+    if (!x)
+        return PyErr_NoMemory();
+    x->shape[0] = (int64_t)v->nbytes;
+    x->m.dl_tensor = (dl_tensor){
+        .data = v->ptr, .device = {DL_CUDA, v->device}, .ndim = 1,
+        .dtype = {.code = 1 /* kDLUInt */, .bits = 8, .lanes = 1},
+        .shape = x->shape};
+    x->m.deleter = dl_export_delete;
+    x->owner = v->owner;
+    Py_INCREF(x->owner);
+    PyObject *cap = PyCapsule_New(&x->m, "dltensor", dl_capsule_gone);
+    if (!cap) {
+        Py_DECREF(x->owner);
+        PyMem_RawFree(x);
+    }
+    return cap;
+}
+
 /* Test-device memory through the test device's copy engine (never a
  * direct read: the pages are PROT_NONE). */
 static PyObject *devview_read(PyObject *obj, PyObject *unused)
@@ -655,6 +717,11 @@ static PyGetSetDef devview_getset[] = {
 static PyMethodDef devview_methods[] = {
     {"__dlpack_device__", devview_dlpack_device, METH_NOARGS,
      "(kDLCUDA, ordinal)"},
+    {"__dlpack__", (PyCFunction)(void (*)(void))devview_dlpack,
+     METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, ...) -> a 'dltensor' capsule of bytes "
+     "(CUDA memory only); like the array interface, valid until the "
+     "region is released"},
     {"read", devview_read, METH_NOARGS,
      "read() -> bytes: test-device memory, through its copy engine"},
     {"write", devview_write, METH_VARARGS,
@@ -765,7 +832,25 @@ static PyObject *mod_memory(PyObject *m, PyObject *args)
     return r;
 }
 
+/* _device_view(owner, pointer, nbytes, device) -> a DeviceView over
+ * memory owner keeps (tests of the view itself). */
+static PyObject *mod_device_view(PyObject *m, PyObject *args)
+{
+    PyObject *owner, *dev;
+    unsigned long long ptr, n;
+    if (!PyArg_ParseTuple(args, "OKKO", &owner, &ptr, &n, &dev))
+        return NULL;
+    int kind;
+    int32_t d;
+    if (parse_device(dev, &kind, &d) < 0)
+        return NULL;
+    return pyx_devview_new((void *)(uintptr_t)ptr, (size_t)n, kind, d, false,
+                           owner, NULL);
+}
+
 PyMethodDef pyx_tensor_methods[] = {
+    {"_device_view", mod_device_view, METH_VARARGS,
+     "_device_view(owner, pointer, nbytes, device) -> DeviceView (tests)"},
     {"_testdev_alloc", mod_testdev_alloc, METH_O,
      "_testdev_alloc(n) -> DeviceView over n bytes of test-device memory "
      "(tests only; NotSupportedError in a build without the test device)"},

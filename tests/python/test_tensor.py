@@ -350,3 +350,46 @@ def test_tensor_dlpack_cuda_refused_without_device():
         eng.register_pool(t)
     assert t.deleted == 2
     eng.shutdown()
+
+
+def test_tensor_device_view_exports_dlpack_until_released():
+    """A DeviceView of CUDA memory hands out a "dltensor" capsule of bytes
+    over its own pointer, which keeps the view's owner alive until the
+    consumer calls its deleter; one of test-device memory refuses (DLPack
+    has no device type for it).  (Host memory stands in for the device here: nothing
+    reads through the pointer.)"""
+    class Owner:
+        pass
+    buf = bytearray(4096)
+    base = ctypes.addressof((ctypes.c_char * 4096).from_buffer(buf))
+    owner = Owner()
+    before = sys.getrefcount(owner)
+    v = xfer._device_view(owner, base + 16, 1024, "cuda:1")
+    assert v.__dlpack_device__() == (2, 1)
+    cap = v.__dlpack__(stream=None)
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    m = _DLManaged.from_address(get(cap, b"dltensor"))
+    t = m.dl_tensor
+    assert t.data == base + 16 and t.byte_offset == 0
+    assert (t.device.device_type, t.device.device_id) == (2, 1)
+    assert t.ndim == 1 and t.shape[0] == 1024 and not t.strides
+    assert (t.dtype.bits, t.dtype.lanes) == (8, 1)
+    assert sys.getrefcount(owner) == before + 2  # the view and the tensor
+    # A consumer takes it: renamed, and its deleter called once.
+    rename = ctypes.pythonapi.PyCapsule_SetName
+    rename.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    assert rename(cap, b"used_dltensor") == 0
+    m.deleter(ctypes.pointer(m))
+    del cap
+    assert sys.getrefcount(owner) == before + 1
+    # An unused capsule frees itself (no leak under ASan).
+    cap2 = v.__dlpack__()
+    del cap2
+    assert sys.getrefcount(owner) == before + 1
+    td = xfer._device_view(owner, base, 64, "testdev")
+    with pytest.raises(BufferError):
+        td.__dlpack__()
+    del v, td
+    assert sys.getrefcount(owner) == before
