@@ -35,13 +35,13 @@ export LD_LIBRARY_PATH=$b/gpu-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
-echo "gpu-check: suite cuda" >&2
 timeout 120 "$t" >"$out" 2>&1
 rc=$?
 if [ "$rc" -eq 77 ]; then
     echo "gpu-check: $(head -n 1 "$out")"
     exit 77
 fi
+echo "gpu-check: suite cuda"
 cat "$out"
 if [ "$rc" -ne 0 ]; then
     echo "gpu-check: suite cuda FAILED (exit $rc)"
