@@ -848,7 +848,20 @@ static PyObject *mod_device_view(PyObject *m, PyObject *args)
                            owner, NULL);
 }
 
+/* _mem_available(device) -> bool: can memory of that kind be registered
+ * in this process (xfer_mem_available)? */
+static PyObject *mod_mem_available(PyObject *m, PyObject *dev)
+{
+    pyx_tensor t = {0};
+    if (parse_device(dev, &t.kind, &t.device) < 0)
+        return NULL;
+    return PyBool_FromLong(pyx_tensor_check_kind(&t) == 0);
+}
+
 PyMethodDef pyx_tensor_methods[] = {
+    {"_mem_available", mod_mem_available, METH_O,
+     "_mem_available(device) -> True when memory of that kind registers "
+     "here (xfer_mem_available)"},
     {"_device_view", mod_device_view, METH_VARARGS,
      "_device_view(owner, pointer, nbytes, device) -> DeviceView (tests)"},
     {"_testdev_alloc", mod_testdev_alloc, METH_O,

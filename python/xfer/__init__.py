@@ -63,7 +63,8 @@ from ._xfer import (MAX_SHARDS, PHASE_CANCELLING, PHASE_COMPLETING,
 # what kind of memory the library sees there, _testdev_alloc(n) test-device
 # memory (tests only).
 from ._xfer import (DeviceView, HAVE_TESTDEV as _HAVE_TESTDEV,  # noqa: F401
-                    _device_view, _mem_of, _memory, _testdev_alloc)
+                    _device_view, _mem_available, _mem_of, _memory,
+                    _testdev_alloc)
 
 __all__ = ["Engine", "Loop", "Tcp", "Pool", "Result", "Transfer", "Fault",
            "Server", "Consumer", "Available", "Unavailable",

@@ -162,16 +162,19 @@ def test_tensor_raw_tuple_host_in_place():
     close(srv, eng, cons)
 
 
-@pytest.mark.skipif(xfer._HAVE_TESTDEV, reason="the build has a device kind")
+@pytest.mark.skipif(xfer._mem_available("cuda"), reason="CUDA is here")
 def test_tensor_device_memory_refused_without_device():
+    assert xfer._mem_available("host")
     fake = FakeCuda(1 << 40, (N,))
     eng = xfer.Engine(xfer.Loop(1))
     with pytest.raises(xfer.NotSupportedError):
         eng.register_pool(fake)
     with pytest.raises(xfer.NotSupportedError):
         xfer.Server([fake])
-    with pytest.raises(xfer.NotSupportedError):
-        xfer._testdev_alloc(N)
+    if not xfer._HAVE_TESTDEV:
+        assert not xfer._mem_available("testdev")
+        with pytest.raises(xfer.NotSupportedError):
+            xfer._testdev_alloc(N)
     eng.shutdown()
 
 
@@ -341,7 +344,7 @@ def test_tensor_dlpack_host_server_in_place():
     assert t.deleted == 2 and not t.live  # the server's and the consumer's
 
 
-@pytest.mark.skipif(xfer._HAVE_TESTDEV, reason="the build has a device kind")
+@pytest.mark.skipif(xfer._mem_available("cuda"), reason="CUDA is here")
 def test_tensor_dlpack_cuda_refused_without_device():
     t = DLHost(bytearray(N), 0, (N,), device=(2, 0))   # kDLCUDA
     assert xfer._memory(t)[2] == "cuda:0"
