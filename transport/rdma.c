@@ -87,7 +87,7 @@ typedef struct rd_pool {
     uint8_t *base;
     size_t len;
     struct ibv_mr *mr;
-    xfer_devmem dm;       /* how mr was made (device memory: dma-buf or
+    xfer_rdma_devmem dm;       /* how mr was made (device memory: dma-buf or
                              nvidia-peermem, rdma_devmem.h) */
     uint32_t writes;      /* posted writes reading it */
 } rd_pool;
@@ -168,7 +168,7 @@ static void finish(xfer_rdma *r, rd_op *op, int32_t status)
         rd_pool *p = &r->pools[op->a.pool];
         if (--p->writes == 0 && p->removing) {
             ibv_dereg_mr(p->mr);
-            xfer_devmem_close(&p->dm);
+            xfer_rdma_devmem_close(&p->dm);
             r->st.mrs_live--;
             memset(p, 0, sizeof *p);
         }
@@ -644,15 +644,15 @@ static int t_pool_added(void *self, uint32_t pool, void *base, size_t len)
         return XFER_ERR_EXISTS;
     /* Device staging: dma-buf, else nvidia-peermem, else refused (the
      * transport has no log callback: the refusal is the diagnostic). */
-    int drc = xfer_devmem_open(&p->dm, base, len ? len : 1, NULL, NULL);
+    int drc = xfer_rdma_devmem_open(&p->dm, base, len ? len : 1, NULL, NULL);
     if (drc) {
         r->st.reg_failures++;
         return drc;
     }
-    p->mr = xfer_devmem_reg(&p->dm, r->pd, 0, len ? len : 1,
+    p->mr = xfer_rdma_devmem_reg(&p->dm, r->pd, 0, len ? len : 1,
                             (uintptr_t)base, IBV_ACCESS_LOCAL_WRITE);
     if (!p->mr) {
-        xfer_devmem_close(&p->dm);
+        xfer_rdma_devmem_close(&p->dm);
         r->st.reg_failures++;
         return XFER_ERR_NOMEM;
     }
@@ -675,7 +675,7 @@ static void t_pool_removed(void *self, uint32_t pool)
         return;
     }
     ibv_dereg_mr(p->mr);
-    xfer_devmem_close(&p->dm);
+    xfer_rdma_devmem_close(&p->dm);
     r->st.mrs_live--;
     memset(p, 0, sizeof *p);
 }
@@ -822,7 +822,7 @@ static void rdma_free(xfer_rdma *r)
     for (uint32_t p = 0; p < RD_MAX_POOLS; p++)
         if (r->pools[p].mr) {
             ibv_dereg_mr(r->pools[p].mr);
-            xfer_devmem_close(&r->pools[p].dm);
+            xfer_rdma_devmem_close(&r->pools[p].dm);
         }
     if (r->cq_ev)
         event_free(r->cq_ev);

@@ -79,16 +79,16 @@ static int real_is_device(void *ud, const void *ptr, int *dev)
     pthread_once(&cu.once, cu_load);
     unsigned type = 0;
     int ord = 0;
-    if (!cu.ptr_attr ||
-        cu.ptr_attr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                    (unsigned long long)(uintptr_t)ptr) != 0 ||
-        type != CU_MEMORYTYPE_DEVICE)
-        return 0;
-    if (cu.ptr_attr(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                    (unsigned long long)(uintptr_t)ptr) != 0)
+    bool device = cu.ptr_attr &&
+                  cu.ptr_attr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                              (unsigned long long)(uintptr_t)ptr) == 0 &&
+                  type == CU_MEMORYTYPE_DEVICE;
+    if (device && cu.ptr_attr(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                              (unsigned long long)(uintptr_t)ptr) != 0)
         ord = 0;
-    *dev = ord;
-    return 1;
+    if (device)
+        *dev = ord;
+    return device ? 1 : 0;
 }
 
 static int real_dmabuf_fd(void *ud, void *base, size_t len, int *fd,
@@ -96,24 +96,25 @@ static int real_dmabuf_fd(void *ud, void *base, size_t len, int *fd,
 {
     (void)ud;
     pthread_once(&cu.once, cu_load);
+    int out = -1, rc = -1;
     if (!cu.handle) {
         snprintf(why, cap, "%s", cu.lib ? "the driver has no "
                  "cuMemGetHandleForAddressRange (older than CUDA 11.7)"
                  : cu.why);
-        return -1;
+        goto out;
     }
-    int out = -1;
-    int rc = cu.handle(&out, (unsigned long long)(uintptr_t)base, len,
-                       CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    rc = cu.handle(&out, (unsigned long long)(uintptr_t)base, len,
+                   CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
     if (rc != 0) {
         const char *s = NULL;
         if (!cu.errstr || cu.errstr(rc, &s) != 0 || !s)
             s = "?";
         snprintf(why, cap, "cuMemGetHandleForAddressRange: %s (%d)", s, rc);
-        return -1;
+        goto out;
     }
     *fd = out;
-    return 0;
+out:
+    return rc;
 }
 
 static bool real_peermem(void *ud)
@@ -122,19 +123,19 @@ static bool real_peermem(void *ud)
     return access("/sys/module/nvidia_peermem", F_OK) == 0;
 }
 
-static const xfer_devmem_hooks real_hooks = {
+static const xfer_rdma_devmem_hooks real_hooks = {
     .is_device = real_is_device,
     .dmabuf_fd = real_dmabuf_fd,
     .peermem_loaded = real_peermem,
 };
 
-static xfer_devmem_hooks hooks = {
+static xfer_rdma_devmem_hooks hooks = {
     .is_device = real_is_device,
     .dmabuf_fd = real_dmabuf_fd,
     .peermem_loaded = real_peermem,
 };
 
-void xfer_devmem_set_hooks(const xfer_devmem_hooks *h)
+void xfer_rdma_devmem_set_hooks(const xfer_rdma_devmem_hooks *h)
 {
     hooks = h ? *h : real_hooks;
 }
@@ -143,20 +144,20 @@ void xfer_devmem_set_hooks(const xfer_devmem_hooks *h)
 /* Registration                                                            */
 /* ---------------------------------------------------------------------- */
 
-const char *xfer_devmem_path_name(xfer_devmem_path p)
+const char *xfer_rdma_devmem_path_name(xfer_rdma_devmem_path p)
 {
     switch (p) {
-    case XFER_DEVMEM_HOST: return "host";
-    case XFER_DEVMEM_DMABUF: return "dma-buf";
-    case XFER_DEVMEM_PEERMEM: return "nvidia-peermem";
+    case XFER_RDMA_DEVMEM_HOST: return "host";
+    case XFER_RDMA_DEVMEM_DMABUF: return "dma-buf";
+    case XFER_RDMA_DEVMEM_PEERMEM: return "nvidia-peermem";
     }
     return "?";
 }
 
-int xfer_devmem_open(xfer_devmem *d, void *base, size_t len,
-                     xfer_devmem_log_fn log, void *log_ud)
+int xfer_rdma_devmem_open(xfer_rdma_devmem *d, void *base, size_t len,
+                     xfer_rdma_devmem_log_fn log, void *log_ud)
 {
-    *d = (xfer_devmem){.path = XFER_DEVMEM_HOST, .fd = -1, .base = base,
+    *d = (xfer_rdma_devmem){.path = XFER_RDMA_DEVMEM_HOST, .fd = -1, .base = base,
                        .len = len};
     int dev = 0;
     if (!hooks.is_device || !hooks.is_device(hooks.ud, base, &dev))
@@ -173,13 +174,13 @@ int xfer_devmem_open(xfer_devmem *d, void *base, size_t len,
     if (hooks.dmabuf_fd &&
         hooks.dmabuf_fd(hooks.ud, (void *)lo, hi - lo, &fd, why,
                         sizeof why) == 0) {
-        d->path = XFER_DEVMEM_DMABUF;
+        d->path = XFER_RDMA_DEVMEM_DMABUF;
         d->fd = fd;
         d->fd_off = (uintptr_t)base - lo;
         snprintf(line, sizeof line, "rdma: cuda:%d pool of %zu bytes "
                  "registered via dma-buf", dev, len);
     } else if (hooks.peermem_loaded && hooks.peermem_loaded(hooks.ud)) {
-        d->path = XFER_DEVMEM_PEERMEM;
+        d->path = XFER_RDMA_DEVMEM_PEERMEM;
         snprintf(line, sizeof line, "rdma: cuda:%d pool of %zu bytes "
                  "registered via nvidia-peermem (dma-buf failed: %s)", dev,
                  len, why[0] ? why : "no hook");
@@ -194,20 +195,20 @@ int xfer_devmem_open(xfer_devmem *d, void *base, size_t len,
     return rc;
 }
 
-struct ibv_mr *xfer_devmem_reg(const xfer_devmem *d, struct ibv_pd *pd,
+struct ibv_mr *xfer_rdma_devmem_reg(const xfer_rdma_devmem *d, struct ibv_pd *pd,
                                uint64_t off, size_t len, uint64_t iova,
                                int access)
 {
-    if (d->path == XFER_DEVMEM_DMABUF)
+    if (d->path == XFER_RDMA_DEVMEM_DMABUF)
         return ibv_reg_dmabuf_mr(pd, d->fd_off + off, len, iova, d->fd,
                                  access);
     return ibv_reg_mr_iova(pd, d->base + off, len, iova, (unsigned)access);
 }
 
-void xfer_devmem_close(xfer_devmem *d)
+void xfer_rdma_devmem_close(xfer_rdma_devmem *d)
 {
-    if (d->path == XFER_DEVMEM_DMABUF && d->fd >= 0)
+    if (d->path == XFER_RDMA_DEVMEM_DMABUF && d->fd >= 0)
         close(d->fd);
     d->fd = -1;
-    d->path = XFER_DEVMEM_HOST;
+    d->path = XFER_RDMA_DEVMEM_HOST;
 }

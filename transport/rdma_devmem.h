@@ -9,11 +9,11 @@
  * CUDA is never linked: libcuda.so.1 is loaded with dlopen on the first
  * registration that asks, so one libxfer starts on a machine without it.
  * The CUDA calls and the peermem probe are behind hooks a test replaces
- * (xfer_devmem_set_hooks), so the software fabric can make DMA-BUF fail or
+ * (xfer_rdma_devmem_set_hooks), so the software fabric can make DMA-BUF fail or
  * succeed.
  *
- * Threads: xfer_devmem_open/reg/close on the transport's loop thread;
- * xfer_devmem_set_hooks before any transport exists (tests).
+ * Threads: xfer_rdma_devmem_open/reg/close on the transport's loop thread;
+ * xfer_rdma_devmem_set_hooks before any transport exists (tests).
  */
 #ifndef XFER_RDMA_DEVMEM_H
 #define XFER_RDMA_DEVMEM_H
@@ -24,13 +24,13 @@
 
 #include <infiniband/verbs.h>
 
-typedef enum xfer_devmem_path {
-    XFER_DEVMEM_HOST = 0,    /* not device memory: ibv_reg_mr */
-    XFER_DEVMEM_DMABUF = 1,  /* ibv_reg_dmabuf_mr over d->fd */
-    XFER_DEVMEM_PEERMEM = 2, /* ibv_reg_mr, nvidia-peermem pins it */
-} xfer_devmem_path;
+typedef enum xfer_rdma_devmem_path {
+    XFER_RDMA_DEVMEM_HOST = 0,    /* not device memory: ibv_reg_mr */
+    XFER_RDMA_DEVMEM_DMABUF = 1,  /* ibv_reg_dmabuf_mr over d->fd */
+    XFER_RDMA_DEVMEM_PEERMEM = 2, /* ibv_reg_mr, nvidia-peermem pins it */
+} xfer_rdma_devmem_path;
 
-typedef struct xfer_devmem_hooks {
+typedef struct xfer_rdma_devmem_hooks {
     /* 1: ptr is device memory (its CUDA ordinal in *dev); 0: it is not
      * (or no driver).  Never fails otherwise. */
     int (*is_device)(void *ud, const void *ptr, int *dev);
@@ -42,21 +42,21 @@ typedef struct xfer_devmem_hooks {
     /* Is nvidia-peermem loaded (/sys/module/nvidia_peermem)? */
     bool (*peermem_loaded)(void *ud);
     void *ud;
-} xfer_devmem_hooks;
+} xfer_rdma_devmem_hooks;
 
 /* Replace the CUDA calls (copied); NULL: the real ones again.  Tests. */
-void xfer_devmem_set_hooks(const xfer_devmem_hooks *h);
+void xfer_rdma_devmem_set_hooks(const xfer_rdma_devmem_hooks *h);
 
-typedef struct xfer_devmem {
-    xfer_devmem_path path;
+typedef struct xfer_rdma_devmem {
+    xfer_rdma_devmem_path path;
     int fd;          /* DMABUF: the range's fd, -1 otherwise */
     size_t fd_off;   /* DMABUF: the pool's base inside the fd's range */
     uint8_t *base;   /* the pool */
     size_t len;
-} xfer_devmem;
+} xfer_rdma_devmem;
 
 /* The line sink of a diagnostic (the server's log callback). */
-typedef void (*xfer_devmem_log_fn)(void *ud, const char *line);
+typedef void (*xfer_rdma_devmem_log_fn)(void *ud, const char *line);
 
 /*
  * Decide how the pool [base, base + len) is registered.  Device memory
@@ -65,18 +65,18 @@ typedef void (*xfer_devmem_log_fn)(void *ud, const char *line);
  * (device memory, and neither DMA-BUF nor nvidia-peermem: the line says
  * both reasons); d is then closed.
  */
-int xfer_devmem_open(xfer_devmem *d, void *base, size_t len,
-                     xfer_devmem_log_fn log, void *log_ud);
+int xfer_rdma_devmem_open(xfer_rdma_devmem *d, void *base, size_t len,
+                     xfer_rdma_devmem_log_fn log, void *log_ud);
 /* Register [off, off + len) of the pool with iova and access, the way
  * d->path says.  NULL with errno as the verbs call left it. */
-struct ibv_mr *xfer_devmem_reg(const xfer_devmem *d, struct ibv_pd *pd,
+struct ibv_mr *xfer_rdma_devmem_reg(const xfer_rdma_devmem *d, struct ibv_pd *pd,
                                uint64_t off, size_t len, uint64_t iova,
                                int access);
 /* Close the fd (after every registration through it was deregistered,
  * or before: the MR holds the dma-buf itself).  A zeroed (path HOST),
  * open or closed d is fine. */
-void xfer_devmem_close(xfer_devmem *d);
+void xfer_rdma_devmem_close(xfer_rdma_devmem *d);
 /* "host", "dma-buf", "nvidia-peermem". */
-const char *xfer_devmem_path_name(xfer_devmem_path p);
+const char *xfer_rdma_devmem_path_name(xfer_rdma_devmem_path p);
 
 #endif /* XFER_RDMA_DEVMEM_H */

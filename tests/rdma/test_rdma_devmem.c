@@ -4,7 +4,7 @@
  * (suite rdma-sim): the choice between DMA-BUF and nvidia-peermem, and
  * the one log line that says which path was taken and why DMA-BUF failed.
  *
- * The CUDA calls are replaced through xfer_devmem_set_hooks: "device
+ * The CUDA calls are replaced through xfer_rdma_devmem_set_hooks: "device
  * memory" is a memfd mapped shared, the DMA-BUF hook hands out a dup of
  * that memfd (or fails, as a driver without dma-buf support does), and the
  * fabric's ibv_reg_dmabuf_mr maps the fd it is given, so a write through
@@ -109,10 +109,10 @@ static void fake_begin(bool dmabuf_ok, bool peermem)
     memset(&fake, 0, sizeof fake);
     fake.dmabuf_ok = dmabuf_ok;
     fake.peermem = peermem;
-    xfer_devmem_hooks h = {.is_device = fake_is_device,
+    xfer_rdma_devmem_hooks h = {.is_device = fake_is_device,
                            .dmabuf_fd = fake_dmabuf_fd,
                            .peermem_loaded = fake_peermem};
-    xfer_devmem_set_hooks(&h);
+    xfer_rdma_devmem_set_hooks(&h);
     xfer_fabric_opts o;
     xfer_fabric_default_opts(&o);
     char err[128];
@@ -129,7 +129,7 @@ static void fake_end(void)
         munmap(fake.dev[i].base, LEN);
         close(fake.dev[i].fd);
     }
-    xfer_devmem_set_hooks(NULL);
+    xfer_rdma_devmem_set_hooks(NULL);
 }
 
 /* ---- the server's log ------------------------------------------------- */
