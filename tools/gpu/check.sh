@@ -8,15 +8,21 @@
 #      every byte of its check transfers verified, GB/s at 64 KiB, 1 MiB and
 #      16 MiB next to the host-memory path and pinned cuMemcpy D2H / H2D
 #      of the same run, and the target as PASS/FAIL.
-# Fits in 5 minutes (each step has a timeout: 120 s + 150 s).
+#   (between them) tests/cuda/test_torch.py with the machine's python3
+#      (3.12, torch, CuPy) and the binding built for 3.12 here: torch CUDA
+#      tensors as staging and shard pools, no copy, by the array interface,
+#      DLPack and a raw tuple, and the consumer's DeviceView read in place.
+# Fits in 5 minutes (each step has a timeout: 120 s + 120 s + 150 s; in
+# practice each takes seconds).
 #
 # Built here by `tools/run gpu-check` (which then runs this script, and
 # on a machine without a GPU stops with one line and exit 77).  What to
 # carry to the GPU machine: the build folder alone (BUILD, default
 # build-gpu): the two programs link libevent and check statically, CUDA is
-# loaded with dlopen from the machine's driver, and the one shared library
-# of ours they need beyond glibc (>= 2.34), libsubunit, is copied into
-# BUILD/gpu-libs.  On the GPU machine: `tools/gpu/check.sh build-gpu`.
+# loaded with dlopen from the machine's driver, and the shared libraries
+# they and the extension need beyond glibc (>= 2.34) and libxfer (in
+# BUILD, found through the extension's $ORIGIN rpath) are copied into
+# BUILD/gpu-libs (libsubunit; libcrypto for libxfer).  On the GPU machine: `tools/gpu/check.sh build-gpu`.
 #
 # Exit: 0 all passed; 1 a test or the target failed; 2 not built; 77 no
 # CUDA driver or device (one line).
@@ -31,9 +37,18 @@ for f in "$t" "$bench"; do
         exit 2
     fi
 done
-export LD_LIBRARY_PATH=$b/gpu-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+libs=$(mktemp -d)
+trap 'rm -rf "$out" "$libs"' EXIT
+# Only the carried libraries the machine lacks: its own libcrypto (say)
+# may be newer than ours, and Python's ssl module built against it.
+for f in "$b"/gpu-libs/*.so*; do
+    [ -e "$f" ] || continue
+    if ! ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$(basename "$f") "; then
+        ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$libs/"
+    fi
+done
+export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 timeout 120 "$t" >"$out" 2>&1
 rc=$?
@@ -46,6 +61,21 @@ cat "$out"
 if [ "$rc" -ne 0 ]; then
     echo "gpu-check: suite cuda FAILED (exit $rc)"
     exit 1
+fi
+
+# The binding with torch tensors (the machine's python3, 3.12, with torch
+# and CuPy; the extension built for 3.12 here).
+if [ -d "$b/python/xfer" ]; then
+    echo "gpu-check: python tensors (tests/cuda/test_torch.py)"
+    PYTHONPATH=$b/python timeout 120 "${GPU_PYTHON:-python3}" \
+        tests/cuda/test_torch.py
+    rc=$?
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
+        echo "gpu-check: python tensors FAILED (exit $rc)"
+        exit 1
+    fi
+else
+    echo "gpu-check: python tensors skipped: the binding was not built (no Python 3.12 on the build machine)"
 fi
 
 echo "gpu-check: xfer-gpu-bench" >&2
