@@ -12,7 +12,7 @@
 #      (3.12, torch, CuPy) and the binding built for 3.12 here: torch CUDA
 #      tensors as staging and shard pools, no copy, by the array interface,
 #      DLPack and a raw tuple, and the consumer's DeviceView read in place.
-# Fits in 5 minutes (each step has a timeout: 120 s + 120 s + 150 s; in
+# Fits in 5 minutes (each step has a timeout: 90 s + 60 s + 140 s; in
 # practice each takes seconds).
 #
 # Built here by `tools/run gpu-check` (which then runs this script, and
@@ -50,7 +50,7 @@ for f in "$b"/gpu-libs/*.so*; do
 done
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
-timeout 120 "$t" >"$out" 2>&1
+timeout 90 "$t" >"$out" 2>&1
 rc=$?
 if [ "$rc" -eq 77 ]; then
     echo "gpu-check: $(head -n 1 "$out")"
@@ -67,7 +67,7 @@ fi
 # and CuPy; the extension built for 3.12 here).
 if [ -d "$b/python/xfer" ]; then
     echo "gpu-check: python tensors (tests/cuda/test_torch.py)"
-    PYTHONPATH=$b/python timeout 120 "${GPU_PYTHON:-python3}" \
+    PYTHONPATH=$b/python timeout 60 "${GPU_PYTHON:-python3}" \
         tests/cuda/test_torch.py
     rc=$?
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
@@ -79,7 +79,7 @@ else
 fi
 
 echo "gpu-check: xfer-gpu-bench" >&2
-timeout 150 "$bench"
+timeout 140 "$bench"
 rc=$?
 case "$rc" in
 0) echo "gpu-check: PASS" ;;
