@@ -34,6 +34,7 @@
 #include "xfer/rdma.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -642,11 +643,13 @@ static int t_pool_added(void *self, uint32_t pool, void *base, size_t len)
     rd_pool *p = &r->pools[pool];
     if (p->used)
         return XFER_ERR_EXISTS;
-    /* Device staging: dma-buf, else nvidia-peermem, else refused (the
-     * transport has no log callback: the refusal is the diagnostic). */
+    /* Device staging: dma-buf, else nvidia-peermem, else refused; the
+     * transport has no log callback, so its stats say which path each
+     * pool took (pools_dmabuf, pools_peermem, pools_device_refused). */
     int drc = xfer_rdma_devmem_open(&p->dm, base, len ? len : 1, NULL, NULL);
     if (drc) {
         r->st.reg_failures++;
+        r->st.pools_device_refused++;
         return drc;
     }
     p->mr = xfer_rdma_devmem_reg(&p->dm, r->pd, 0, len ? len : 1,
@@ -660,6 +663,10 @@ static int t_pool_added(void *self, uint32_t pool, void *base, size_t len)
     p->base = base;
     p->len = len;
     r->st.pools_registered++;
+    if (p->dm.path == XFER_RDMA_DEVMEM_DMABUF)
+        r->st.pools_dmabuf++;
+    else if (p->dm.path == XFER_RDMA_DEVMEM_PEERMEM)
+        r->st.pools_peermem++;
     r->st.mrs_live++;
     return 0;
 }
@@ -864,7 +871,9 @@ static void rdma_free(xfer_rdma *r)
 /* ---------------------------------------------------------------------- */
 
 /* The bytes each version of xfer_rdma_stats holds (util.h). */
-static const size_t stats_lens[] = {sizeof(xfer_rdma_stats)};
+static const size_t stats_lens[] = {
+    offsetof(xfer_rdma_stats, pools_dmabuf), /* 1 */
+    sizeof(xfer_rdma_stats)};                /* 2: device staging paths */
 
 int xfer_rdma_stats_get_versioned(const xfer_rdma *r, uint32_t version,
                                   xfer_rdma_stats *st)

@@ -318,6 +318,10 @@ START_TEST(test_rdma_devmem_dmabuf_path_taken)
     ck_assert_msg(strstr(line, "via dma-buf") != NULL, "%s", line);
     ck_assert_int_eq(producer(&g, stage->base), 0);
     ck_assert_int_eq(fake.dmabuf_given, 2); /* the pool and the staging */
+    xfer_rdma_stats st;
+    ck_assert_int_eq(xfer_rdma_stats_get(g.rd, &st), 0);
+    ck_assert_uint_eq(st.pools_dmabuf, 1);
+    ck_assert_uint_eq(st.pools_peermem, 0);
     ck_assert(run(&g, up));
     ck_assert(transfer_lands(&g, pool->base));
     teardown(&g);
@@ -341,6 +345,10 @@ START_TEST(test_rdma_devmem_peermem_fallback_logged)
     ck_assert_int_eq(producer(&g, stage->base), 0);
     ck_assert_int_eq(fake.dmabuf_calls, 2);
     ck_assert_int_eq(fake.dmabuf_given, 0);
+    xfer_rdma_stats st;
+    ck_assert_int_eq(xfer_rdma_stats_get(g.rd, &st), 0);
+    ck_assert_uint_eq(st.pools_peermem, 1);
+    ck_assert_uint_eq(st.pools_dmabuf, 0);
     ck_assert(run(&g, up));
     ck_assert(transfer_lands(&g, pool->base));
     teardown(&g);
@@ -373,6 +381,18 @@ START_TEST(test_rdma_devmem_neither_path_refused)
     uint8_t *hstage = calloc(LEN, 1);
     ck_assert_int_eq(xfer_engine_register_pool(g.e, hstage, LEN, &g.pool),
                      0);
+    xfer_rdma_stats st;
+    ck_assert_int_eq(xfer_rdma_stats_get(g.rd, &st), 0);
+    ck_assert_uint_eq(st.pools_device_refused, 1);
+    ck_assert_uint_eq(st.reg_failures, 1);
+    ck_assert_uint_eq(st.pools_registered, 1); /* the host one */
+    ck_assert_uint_eq(st.pools_dmabuf + st.pools_peermem, 0);
+    /* a version 1 caller gets the fields it knows, nothing past them */
+    xfer_rdma_stats v1;
+    memset(&v1, 0xAB, sizeof v1);
+    ck_assert_int_eq(xfer_rdma_stats_get_versioned(g.rd, 1, &v1), 0);
+    ck_assert_uint_eq(v1.pools_registered, 1);
+    ck_assert_uint_eq(v1.pools_dmabuf, 0xABABABABABABABABull);
     g.staging = hstage;
     ck_assert(run(&g, up));
     ck_assert(transfer_lands(&g, host));
