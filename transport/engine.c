@@ -49,6 +49,11 @@
 #include "life.h"
 #include "core_int.h" /* fsm/: the core's refusal of an id (fsm_private_dep) */
 #include "timer.h"
+#include "copy.h"
+#include "engine_copy.h"
+#include "engine_gate.h"
+#include "cuda_drv.h"
+#include "testdev_int.h"
 #include "xfer/xfer.h"
 
 /* A registered pool's memory; whether it is registered, and its users,
@@ -56,6 +61,8 @@
 typedef struct pool_rec {
     void *base;
     size_t len;
+    xfer_mem mem;  /* HOST, or a device kind: then `cp` copies it */
+    xfer_copy *cp; /* the pool's copy engine (engine_copy.c), or NULL */
 } pool_rec;
 
 typedef struct group_rec {
@@ -92,6 +99,10 @@ struct xfer_engine {
     xfer_core *core;
     pool_rec *pools;
     xfer_life_pool *reg;      /* the pool registry, max_pools slots */
+    xfer_ecopy *ecopy;        /* device staging's copy step; made at the
+                                 first device pool */
+    xfer_gates *gates;        /* the event gates; made at the first gated
+                                 submit */
     group_rec *groups;
     cb_rec *cbs;
     uint32_t *cb_free, ncb_free;
@@ -198,16 +209,40 @@ static void refuse(xfer_engine *e, const xfer_action *a, int rc)
     kick(e);
 }
 
+static void start_now(xfer_engine *e, const xfer_action *a);
+
+/* An op the core starts: one that reads a gated transfer's bytes waits
+ * for its event (engine_gate.c). */
 static void start_op(xfer_engine *e, const xfer_action *a)
+{
+    if (e->gates &&
+        (a->kind == XFER_ACT_WRITE || a->kind == XFER_ACT_EAGER)) {
+        int rc = xfer_gates_hold(e->gates, a);
+        if (rc == 1)
+            return;
+        if (rc < 0) {
+            e->st.ops_started++;
+            refuse(e, a, rc);
+            return;
+        }
+    }
+    start_now(e, a);
+}
+
+static void start_now(xfer_engine *e, const xfer_action *a)
 {
     group_rec *g = a->group < e->cfg.max_groups ? &e->groups[a->group] : NULL;
     const void *src = NULL;
+    const pool_rec *p = NULL;
     if (a->kind == XFER_ACT_WRITE || a->kind == XFER_ACT_EAGER) {
-        const pool_rec *p = &e->pools[a->pool];
+        p = &e->pools[a->pool];
         src = (const uint8_t *)p->base + a->staging_off;
     }
-    int rc = g && g->used ? g->tp.ops->start(g->tp.self, a, src)
-                          : XFER_ERR_NOT_FOUND;
+    int rc = XFER_ERR_NOT_FOUND;
+    if (g && g->used && p && p->cp) /* device staging: its copy first */
+        rc = xfer_ecopy_start(e->ecopy, p->cp, a, src, g->tp);
+    else if (g && g->used)
+        rc = g->tp.ops->start(g->tp.self, a, src);
     e->st.ops_started++;
     if (rc)
         refuse(e, a, rc);
@@ -248,6 +283,7 @@ static void complete(xfer_engine *e, const xfer_action *a)
     cb_rec *c = &e->cbs[slot];
     assert(c->used);
     release_slot(e, c); /* the core released it just before */
+    xfer_gates_remove(e->gates, a->id);
     c->done.res = a->result;
     c->done.res.user_data = c->user_data;
     int32_t st = a->result.status;
@@ -281,7 +317,9 @@ static void perform(xfer_engine *e, const xfer_action *acts, size_t n,
     case XFER_ACT_ABORT: {
         group_rec *g = &e->groups[a->group];
         e->st.aborts++;
-        if (g->used)
+        /* an op still in its copy step is not the transport's yet */
+        if (g->used && !(e->gates && xfer_gates_abort(e->gates, a)) &&
+            !(e->ecopy && xfer_ecopy_abort(e->ecopy, a)))
             g->tp.ops->abort(g->tp.self, a);
         break;
     }
@@ -344,11 +382,14 @@ static void on_stop_timer(evutil_socket_t fd, short what, void *arg)
 /* The transports forget pool p, which the registry just let go. */
 static void pool_gone(xfer_engine *e, uint32_t p)
 {
-    for (uint32_t g = 0; g < e->cfg.max_groups; g++) {
+    for (uint32_t g = 0; g < e->cfg.max_groups && !e->pools[p].cp; g++) {
         group_rec *gr = &e->groups[g];
         if (gr->used && gr->tp.ops->pool_removed)
             gr->tp.ops->pool_removed(gr->tp.self, p);
     }
+    /* no copy of it is in flight: its transfers all ended (I3) */
+    xfer_copy_del(e->pools[p].cp);
+    e->pools[p].cp = NULL;
     e->st.pools--;
 }
 
@@ -441,6 +482,8 @@ static void on_deferred(evutil_socket_t fd, short what, void *arg)
 void xfer_engine_deliver(struct xfer_engine *e, const xfer_shard_result *r)
 {
     e->st.results_delivered++;
+    if (e->ecopy) /* a bounce buffer the transport let go of */
+        xfer_ecopy_on_result(e->ecopy, r);
     uint64_t now = xfer_engine_now(e);
     int rc = xfer_core_on_result(e->core, now, r);
     if (rc == XFER_ERR_BUSY && e->undrained) {
@@ -580,6 +623,14 @@ void xfer_engine_del(xfer_engine *e)
      * may be closed later (their base is held: base_ref.h). */
     for (xfer_engine_ctl_link *l = e->ctls; l; l = l->next)
         l->e = NULL;
+    /* copy engines first: they wait for their backends and call nothing
+     * more, so the copy step's records can go after them */
+    for (uint32_t p = 0; e->pools && p < e->cfg.max_pools; p++) {
+        xfer_copy_del(e->pools[p].cp);
+        e->pools[p].cp = NULL;
+    }
+    xfer_ecopy_del(e->ecopy);
+    xfer_gates_del(e->gates);
     for (uint32_t g = 0; e->groups && g < e->cfg.max_groups; g++)
         if (e->groups[g].used && e->groups[g].tp.ops->detach)
             e->groups[g].tp.ops->detach(e->groups[g].tp.self);
@@ -646,13 +697,62 @@ const xfer_core *xfer_engine_core(const xfer_engine *e)
 int xfer_engine_register_pool(xfer_engine *e, void *base, size_t len,
                               uint32_t *pool)
 {
-    if (!e || !base || !len || !pool)
-        return XFER_ERR_INVALID_ARG;
-    uint32_t p;
-    int rc = xfer_life_pool_add(&e->life, e->reg, e->cfg.max_pools, &p);
+    return xfer_engine_register_pool_mem(
+        e, base, len, (xfer_mem){.kind = XFER_MEM_HOST}, pool);
+}
+
+/* Whether [base, base+len) is memory of kind `mem` as far as the library
+ * can tell (never by reading it). */
+static bool mem_is(const void *base, size_t len, xfer_mem mem)
+{
+    if (mem.kind == XFER_MEM_TESTDEV)
+        return xfer_testdev_contains(base, len);
+    xfer_mem a = xfer_mem_of(base);
+    xfer_mem b = xfer_mem_of((const uint8_t *)base + len - 1);
+    return a.kind == mem.kind && a.device == mem.device &&
+           b.kind == mem.kind && b.device == mem.device;
+}
+
+/* A device pool: its copy engine, and the engine's copy step at the
+ * first.  The transports are not told of it (they read only the bounce
+ * buffers the copy step hands them). */
+static int device_pool(xfer_engine *e, void *base, size_t len, xfer_mem mem,
+                       xfer_copy **cp)
+{
+    int rc = xfer_mem_available(mem);
     if (rc)
         return rc;
-    for (uint32_t g = 0; g < e->cfg.max_groups; g++) {
+    if (!mem_is(base, len, mem))
+        return XFER_ERR_INVALID_ARG;
+    if (!e->ecopy && (rc = xfer_ecopy_new(e, &e->ecopy)) != 0)
+        return rc;
+    return xfer_copy_new(e->base, mem, cp);
+}
+
+int xfer_engine_register_pool_mem(xfer_engine *e, void *base, size_t len,
+                                  xfer_mem mem, uint32_t *pool)
+{
+    if (!e || !base || !len || !pool)
+        return XFER_ERR_INVALID_ARG;
+    if (mem.kind != XFER_MEM_HOST && mem.kind != XFER_MEM_CUDA &&
+        mem.kind != XFER_MEM_TESTDEV)
+        return XFER_ERR_INVALID_ARG;
+    if (mem.kind == XFER_MEM_HOST && mem.device != 0)
+        return XFER_ERR_INVALID_ARG;
+    if (!xfer_life_open(&e->life))
+        return XFER_ERR_SHUTDOWN;
+    xfer_copy *cp = NULL;
+    int rc = 0;
+    if (mem.kind != XFER_MEM_HOST &&
+        (rc = device_pool(e, base, len, mem, &cp)) != 0)
+        return rc;
+    uint32_t p;
+    rc = xfer_life_pool_add(&e->life, e->reg, e->cfg.max_pools, &p);
+    if (rc) {
+        xfer_copy_del(cp);
+        return rc;
+    }
+    for (uint32_t g = 0; g < e->cfg.max_groups && !cp; g++) {
         group_rec *gr = &e->groups[g];
         if (!gr->used || !gr->tp.ops->pool_added)
             continue;
@@ -666,7 +766,7 @@ int xfer_engine_register_pool(xfer_engine *e, void *base, size_t len,
             return rc;
         }
     }
-    e->pools[p] = (pool_rec){.base = base, .len = len};
+    e->pools[p] = (pool_rec){.base = base, .len = len, .mem = mem, .cp = cp};
     e->st.pools++;
     *pool = p;
     return 0;
@@ -727,7 +827,8 @@ int xfer_engine_add_group(xfer_engine *e, xfer_transport tp, uint32_t *group)
     if (rc)
         return rc;
     for (uint32_t p = 0; p < e->cfg.max_pools && tp.ops->pool_added; p++)
-        if (xfer_life_pool_live(e->reg, e->cfg.max_pools, p))
+        if (xfer_life_pool_live(e->reg, e->cfg.max_pools, p) &&
+            !e->pools[p].cp)
             tp.ops->pool_added(tp.self, p, e->pools[p].base,
                                e->pools[p].len);
     e->groups[g] = (group_rec){.tp = tp, .nshards = n, .used = 1};
@@ -784,8 +885,34 @@ static bool group_eager(const xfer_engine *e, uint32_t group)
  * (NOT_FOUND, INVALID_ARG), then the id and the caps (the core's order:
  * EXISTS, CANCELLED, BUSY), then NOMEM.
  */
+static int submit(xfer_engine *e, const xfer_transfer_desc *d,
+                  xfer_complete_cb cb, void *ud, void *event);
+
 int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
                        xfer_complete_cb cb, void *ud)
+{
+    return submit(e, d, cb, ud, NULL);
+}
+
+int xfer_engine_submit_gated(xfer_engine *e, const xfer_transfer_desc *d,
+                             void *event, xfer_complete_cb cb, void *ud)
+{
+    if (!event)
+        return XFER_ERR_INVALID_ARG;
+    return submit(e, d, cb, ud, event);
+}
+
+/* The gate kind for a transfer of pool `pool`: the test device's events
+ * for its pools, CUDA events for every other pool.  <0: not available. */
+static int gate_kind(const xfer_engine *e, uint32_t pool)
+{
+    if (e->pools[pool].mem.kind == XFER_MEM_TESTDEV)
+        return XFER_GATE_TESTDEV;
+    return xfer_cuda_get() ? XFER_GATE_CUDA : XFER_ERR_NOT_SUPPORTED;
+}
+
+static int submit(xfer_engine *e, const xfer_transfer_desc *d,
+                  xfer_complete_cb cb, void *ud, void *event)
 {
     if (!e || !cb || !d || d->id == 0 || !d->slices)
         return XFER_ERR_INVALID_ARG;
@@ -797,6 +924,16 @@ int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
         return rc;
     if (e->ncb_free == 0)
         return refuse_full(e, d->id);
+    int kind = event ? gate_kind(e, d->pool) : 0;
+    if (kind < 0)
+        return kind;
+    if (event && !e->gates &&
+        (rc = xfer_gates_new(e, start_now, &e->gates)) != 0)
+        return rc;
+    /* the gate goes first, so the core's first WRITE finds it; a submit
+     * the core refuses takes it away again */
+    if (event && (rc = xfer_gates_add(e->gates, d->id, event, kind)) != 0)
+        return rc;
     xfer_engine_flush(e); /* room in the core's action list */
     uint32_t slot = e->cb_free[e->ncb_free - 1];
     uint64_t now = xfer_engine_now(e);
@@ -806,8 +943,11 @@ int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
         .deadline_ns = d->timeout_ns ? now + d->timeout_ns : 0,
         .user_data = slot, .eager_ok = group_eager(e, d->group)};
     rc = xfer_core_submit(e->core, now, &a);
-    if (rc)
+    if (rc) {
+        if (event)
+            xfer_gates_remove(e->gates, d->id);
         return rc;
+    }
     e->ncb_free--;
     e->cbs[slot] = (cb_rec){.done = {.cb = cb, .ud = ud, .slot = slot},
                             .user_data = d->user_data, .bytes = bytes,

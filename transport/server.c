@@ -189,6 +189,7 @@ static int take_secret(xfer_server *s, const xfer_server_config *cfg)
 /* The bytes each version of xfer_server_config holds (fsm/util.h). */
 static const size_t config_lens[] = {
     offsetof(xfer_server_config, write_min_rate),
+    offsetof(xfer_server_config, shard_mem),
     sizeof(xfer_server_config)};
 
 /* Copy cfg into s with every "0 means the default" filled in. */
@@ -461,6 +462,9 @@ static int server_new(const xfer_server_config *cfg, bool rdma,
         rc = xfer_server_sess_init(s);
     if (!rc)
         rc = make_shards(s);
+    if (!rc)
+        rc = xfer_server_copy_init(s, s->cfg.shard_mem);
+    s->cfg.shard_mem = NULL; /* borrowed only until here */
     if (rc)
         goto out_fail;
     rc = listen_on(s);
@@ -511,6 +515,7 @@ void xfer_server_del(xfer_server *s)
     while (!xfer_list_empty(&s->conns))
         xfer_server_conn_close(xfer_server_conn_of(s->conns.head));
     xfer_server_rdma_del(s->rdma); /* before the shards it registered */
+    xfer_server_copy_clear(s);     /* before the shards it writes */
     if (s->lis)
         evconnlistener_free(s->lis);
     xfer_timer_clear(&s->timer);

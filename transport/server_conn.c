@@ -174,6 +174,7 @@ void xfer_server_conn_close(xfer_server_conn *c)
     if (c->in_write)
         xfer_server_req_end_write(c, false);
     xfer_server_req_drop_held(c);
+    xfer_server_copy_conn_gone(c);
     if (c->out_cb) {
         struct evbuffer *out = bufferevent_get_output(c->bev);
         evbuffer_remove_cb_entry(out, c->out_cb);

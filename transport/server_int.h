@@ -75,6 +75,8 @@ struct xfer_server_conn {
     uint32_t w_win_got; /* ... with wgot bytes received */
     xfer_wire_msg wm;
     uint8_t *dst;      /* NULL: the data is skipped */
+    uint8_t *wdev;     /* a device shard's: where in the pool the bounce
+                          buffer at dst is copied once the data is in */
     int32_t wrc;       /* the error to answer after skipping, or a fault */
     uint8_t wfault;    /* XFER_SERVER_F_*: the write's injected fate */
     int32_t werr;      /* its status (FAIL, APPLIED_LOST) */
@@ -162,6 +164,11 @@ typedef struct xfer_server_hosted {
     xfer_hist h_ready;    /* reserve -> READY */
     xfer_hist h_taken;    /* READY -> TAKEN */
     xfer_hist h_released; /* TAKEN -> released */
+    /* A device pool (server_copy.c): its kind, and the copy engine that
+     * moves writes into it (NULL: host memory). */
+    xfer_mem mem;
+    struct xfer_copy *cp;
+    uint64_t copies, copies_failed;
 } xfer_server_hosted;
 
 struct xfer_server {
@@ -192,6 +199,7 @@ struct xfer_server {
     uint64_t conns_refused, timeouts, writes_stalled;
     uint64_t out_bytes;      /* queued output of every connection */
     xfer_list dirty;         /* connections with output queued this turn */
+    xfer_list landing;       /* copies into device pools (server_copy.c) */
     struct event *flush_ev;  /* writes it, for output queued outside a
                                 read callback */
     bool flush_armed;
@@ -265,6 +273,27 @@ void xfer_server_req_end_write(xfer_server_conn *c, bool ok);
 /* c is closing: drop what a DELAY rule holds for it (a held write end
  * ends failed on the shard). */
 void xfer_server_req_drop_held(xfer_server_conn *c);
+/* Answer request `req` (an ack of type `ack`, or an error when rc). */
+void xfer_server_req_answer(xfer_server_conn *c, uint32_t req,
+                            const xfer_wire_msg *m, uint8_t ack, int32_t rc);
+
+/* Device shard pools (server_copy.c). */
+/* Copy engines for the shards whose mem[i] is a device kind (mem NULL:
+ * every shard host).  XFER_ERR_INVALID_ARG, XFER_ERR_NOT_SUPPORTED, ... */
+int xfer_server_copy_init(xfer_server *s, const xfer_mem *mem);
+/* Teardown: wait for every copy, free what they held. */
+void xfer_server_copy_clear(xfer_server *s);
+bool xfer_server_copy_device(const xfer_server *s, int hosted);
+/* A WRITE into a device shard begun at pool address dev: its data goes to
+ * a bounce buffer (c->dst).  XFER_ERR_NOMEM: none to be had. */
+int xfer_server_copy_begin(xfer_server_conn *c, uint8_t *dev);
+/* Its data is all in: start the copy into the pool; the write's end and
+ * answer follow the copy.  False: c's write is not a device one. */
+bool xfer_server_copy_land(xfer_server_conn *c);
+/* The write ended without its copy (its connection went mid-data). */
+void xfer_server_copy_abandon(xfer_server_conn *c);
+/* c closes: copies of its writes end unanswered. */
+void xfer_server_copy_conn_gone(xfer_server_conn *c);
 
 /* server_events.c */
 int xfer_server_track_init(xfer_server *s, xfer_server_hosted *hs);

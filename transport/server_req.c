@@ -64,6 +64,15 @@ void xfer_server_req_error(xfer_server_conn *c, uint32_t req, uint8_t type,
 
 /* Answer an op: ack of `ack` type echoing m, or ERROR with rc. */
 static void answer(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
+                   uint8_t ack, int32_t rc);
+
+void xfer_server_req_answer(xfer_server_conn *c, uint32_t req,
+                            const xfer_wire_msg *m, uint8_t ack, int32_t rc)
+{
+    answer(c, req, m, ack, rc);
+}
+
+static void answer(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
                    uint8_t ack, int32_t rc)
 {
     if (rc) {
@@ -420,6 +429,7 @@ void xfer_server_req_end_write(xfer_server_conn *c, bool ok)
 {
     xfer_server_hosted *hs = &c->srv->shards[c->hosted];
     int rc = 0;
+    xfer_server_copy_abandon(c); /* a device write that never landed */
     if (c->dst)
         rc = xfer_shard_write_end(hs->sh, xfer_server_now(c->srv), c->wm.id,
                                   c->wm.resv_id, ok);
@@ -435,6 +445,11 @@ static void hold_write_end(xfer_server_conn *c);
 
 void xfer_server_req_finish_write(xfer_server_conn *c)
 {
+    /* a device shard: the data is in its bounce buffer; the write ends,
+     * and is answered, when the copy into the pool did (a DELAY rule's
+     * delay is not applied to it: the copy's own lateness stands in) */
+    if (xfer_server_copy_land(c))
+        return;
     if (c->wdelay) {
         hold_write_end(c);
         return;
@@ -480,6 +495,12 @@ static bool start_write(xfer_server_conn *c, uint32_t req,
                                            m->resv_id, m->off, m->len, &dst);
         if (rc == 0)
             c->dst = dst ? dst : (uint8_t *)"";
+        if (rc == 0 && xfer_server_copy_device(c->srv, c->hosted) &&
+            (rc = xfer_server_copy_begin(c, dst)) != 0) {
+            xfer_shard_write_end(sh, xfer_server_now(c->srv), m->id,
+                                 m->resv_id, false);
+            c->dst = NULL;
+        }
         c->wrc = rc;
     }
     if (c->wfault == XFER_SERVER_F_DROP) {
@@ -505,6 +526,8 @@ static int32_t apply_eager(xfer_server_conn *c, const xfer_wire_msg *m,
     xfer_server_hosted *hs = &c->srv->shards[c->hosted];
     if (c->srv->draining)
         return XFER_ERR_SHUTDOWN;
+    if (xfer_server_copy_device(c->srv, c->hosted))
+        return XFER_ERR_NOT_SUPPORTED; /* never offered (HELLO_ACK) */
     xfer_resv_info info;
     int rc = peer_room(c, hs, m, true);
     if (rc == 0)

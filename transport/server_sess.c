@@ -234,8 +234,10 @@ static bool admit(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
                        .max_write = XFER_WIRE_MAX_DATA,
                        /* two-sided shards apply EAGER (one-sided ones
                         * cannot publish READY in the same step) */
-                       .hello_flags = s->one_sided ? 0
-                                                   : XFER_WIRE_HELLO_EAGER};
+                       .hello_flags = s->one_sided ||
+                                              xfer_server_copy_device(s, idx)
+                                          ? 0
+                                          : XFER_WIRE_HELLO_EAGER};
     xfer_server_conn_send(c, &a, req);
     return true;
 }

@@ -6,6 +6,7 @@
  * Only reads: nothing here changes a shard or a connection.
  */
 #include "server_int.h"
+#include "copy.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -40,11 +41,15 @@ static void add_shard(const xfer_server_hosted *hs, xfer_server_stats *st)
     st->rules_fired += hs->rules_fired;
     st->ops_delayed += hs->ops_delayed;
     st->delayed_now += hs->delayed_now;
+    st->copies += hs->copies;
+    st->copies_failed += hs->copies_failed;
+    st->copies_now += xfer_copy_in_flight(hs->cp);
 }
 
 /* The bytes each version of xfer_server_stats holds (fsm/util.h). */
 static const size_t stats_lens[] = {
-    offsetof(xfer_server_stats, rules_fired), sizeof(xfer_server_stats)};
+    offsetof(xfer_server_stats, rules_fired),
+    offsetof(xfer_server_stats, copies), sizeof(xfer_server_stats)};
 
 int xfer_server_stats_get_versioned(const xfer_server *s, uint16_t index,
                                     uint32_t version, xfer_server_stats *st)

@@ -78,6 +78,7 @@
 #include "xfer/errors.h"
 #include "xfer/fault.h"
 #include "xfer/fsm.h"
+#include "xfer/mem.h"
 #include "xfer/trace.h"
 #include "xfer/xfer.h"
 
@@ -89,8 +90,8 @@ struct event_base;
 struct xfer_ctl;
 typedef struct xfer_server xfer_server;
 
-#define XFER_SERVER_CONFIG_VERSION 2
-#define XFER_SERVER_STATS_VERSION 2
+#define XFER_SERVER_CONFIG_VERSION 3
+#define XFER_SERVER_STATS_VERSION 3
 
 /* One line about bad input or a dropped connection ("conn 3 bad frame
  * (BAD_MAGIC), closed"), without a newline; `line` is borrowed until
@@ -210,6 +211,19 @@ typedef struct xfer_server_config {
     uint32_t peer_max_reservations;
     uint64_t peer_max_bytes;
     uint32_t peer_max_tombstones;
+    /* Version 3 (issue 25; docs/gpu.md): the memory kind of each shard's
+     * pool, nshards entries parallel to shards (copied); NULL (and a
+     * version 1 or 2 config): every pool host memory.  A device pool
+     * (CUDA, TESTDEV) is never read or written by the server directly:
+     * a WRITE lands in a host bounce buffer and is copied host -> device
+     * on a stream the server owns; the write ends, and is acknowledged,
+     * only once that copy completed, so READY (at commit) always follows
+     * it and a region is never freed under a copy into it.  A failed copy
+     * fails the write (XFER_ERR_COPY).  Such a shard does not offer the
+     * eager path.  xfer_server_new answers XFER_ERR_NOT_SUPPORTED where
+     * the kind is not available here (xfer_mem_available) and
+     * XFER_ERR_INVALID_ARG for a pool that is not memory of its kind. */
+    const xfer_mem *shard_mem;
 } xfer_server_config;
 
 /* Write the version and every default into *cfg (base, shards and nshards
@@ -331,6 +345,10 @@ typedef struct xfer_server_stats {
     uint64_t rules_fired;        /* rule firings (DELAY rules included) */
     uint64_t ops_delayed;        /* ops a DELAY rule held */
     uint64_t delayed_now;        /* of them, held right now */
+    /* version 3: copies into device pools (shard_mem), of the shard(s) */
+    uint64_t copies;             /* host -> device copies started */
+    uint64_t copies_failed;      /* of them, failed (writes failed COPY) */
+    uint64_t copies_now;         /* in flight right now */
 } xfer_server_stats;
 
 XFER_API int xfer_server_stats_get_versioned(const xfer_server *s,

@@ -49,6 +49,7 @@
 #include "xfer/core.h"
 #include "xfer/errors.h"
 #include "xfer/fsm.h"
+#include "xfer/mem.h"
 #include "xfer/trace.h"
 #include "xfer/transport.h"
 
@@ -189,6 +190,49 @@ XFER_API int xfer_engine_register_pool(xfer_engine *e, void *base, size_t len,
 /* Unregister a pool.  Errors: XFER_ERR_NOT_FOUND, XFER_ERR_BUSY (a live
  * transfer still uses it). */
 XFER_API int xfer_engine_unregister_pool(xfer_engine *e, uint32_t pool);
+
+/*
+ * Register staging memory of any kind (xfer/mem.h; docs/gpu.md).  HOST is
+ * xfer_engine_register_pool.  A device kind (CUDA, TESTDEV) is never read
+ * by the library or a transport: each WRITE or EAGER from it first copies
+ * its slice device -> pinned host bounce buffer on a stream the engine
+ * owns (the copy step), and goes out of that buffer; the staging region
+ * is released (and the pool may go) only when every such copy and every
+ * write it fed ended (I3).  A failed copy fails its op with
+ * XFER_ERR_COPY, its shard and phase named, and the transfer rolls back
+ * as for any failed write.  The transports are not told of a device pool
+ * (pool_added is not called for it): they see only host bounce buffers.
+ * `base` .. base+len must be memory of that kind (CUDA: one allocation
+ * the driver knows on that device; TESTDEV: one xfer_testdev_alloc); it
+ * is retained until the pool is unregistered.  Loop thread.
+ * Errors: XFER_ERR_INVALID_ARG (NULL, len 0, an unknown kind, memory not
+ * of the kind), XFER_ERR_NOT_SUPPORTED (CUDA absent from the build or
+ * this machine, or no such device), XFER_ERR_SHUTDOWN, XFER_ERR_BUSY
+ * (cap), XFER_ERR_NOMEM, XFER_ERR_IO, XFER_ERR_COPY (the device refused a
+ * stream), or what a transport's pool_added returned (HOST).
+ */
+XFER_API int xfer_engine_register_pool_mem(xfer_engine *e, void *base,
+                                           size_t len, xfer_mem mem,
+                                           uint32_t *pool);
+
+/*
+ * Submit a transfer whose bytes must not be read before `event` completed:
+ * the kernel that produced the cache may still run.  `event` is a CUDA
+ * event (CUevent / cudaEvent_t) for host and CUDA pools, an
+ * xfer_testdev_event for TESTDEV pools; borrowed until the result.  The
+ * reserves go out at once (they read no byte); every WRITE or EAGER of the
+ * transfer waits until a poll of the event (cuEventQuery on a 100 us loop
+ * timer, never blocking the loop) finds it complete.  An event whose query
+ * fails fails those ops with XFER_ERR_COPY (the transfer rolls back).
+ * Otherwise as xfer_engine_submit (cb, ud, errors, exactly one callback),
+ * plus XFER_ERR_INVALID_ARG (NULL event) and XFER_ERR_NOT_SUPPORTED (a
+ * CUDA event where the driver is not loaded).  DEVICE_API.md's sketch had
+ * no cb and ud; a submit needs them.  Loop thread.
+ */
+XFER_API int xfer_engine_submit_gated(xfer_engine *e,
+                                      const xfer_transfer_desc *d,
+                                      void *event, xfer_complete_cb cb,
+                                      void *ud);
 
 /* Add a consumer group carried by `tp`; the engine takes the transport and
  * detaches it at xfer_engine_del.  Errors: XFER_ERR_INVALID_ARG (a missing

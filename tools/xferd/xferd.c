@@ -40,6 +40,15 @@
  * --ctl PATH opens a Unix control socket (xfer/ctl.h) answering with every
  * open reservation (`xfer-trace stuck --live PATH`).
  *
+ * --pool-mem host|testdev|cuda:N (issue 25; docs/gpu.md): the memory kind
+ * of every pool: host (the default), the test device (xfer/testdev.h;
+ * tests only: such a pool is process-local), or CUDA device memory on
+ * ordinal N (cuMemAlloc through the driver, loaded at run time).  Writes
+ * into a device pool land in host bounce buffers and are copied in; a
+ * kind this machine does not have is one line and exit 1.  Not with
+ * --shm.  --testdev-delay DUR (tests): every copy into a testdev pool
+ * completes DUR late, so a test can kill the daemon mid-copy.
+ *
  * --shm NAME puts shard k's pool in the POSIX shared-memory object
  * /NAME.k (xfer/shm.h), which consumer processes on the host map to read
  * taken data in place; it is unlinked at exit, and a stale one left by a
@@ -75,6 +84,7 @@
  * Invariant: this file only parses flags, handles signals and provides
  * the pools; the server is the library's xfer_server (xfer/server.h).
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -95,6 +105,7 @@
 #include "xfer/rdma.h"
 #include "xfer/server.h"
 #include "xfer/shm.h"
+#include "xfer/testdev.h"
 #include "xfer/tracefile.h"
 
 #include "cli.h"
@@ -137,6 +148,8 @@ typedef struct opts {
     const char *port_file;
     const char *ctl_path;
     const char *shm;           /* --shm NAME: pools in /NAME.<shard> */
+    xfer_mem pool_mem;         /* --pool-mem */
+    uint64_t testdev_delay;    /* --testdev-delay */
     const char *trace;         /* --trace FILE */
     const char *metrics_addr;  /* --metrics ADDR:PORT */
     uint16_t metrics_port;
@@ -355,6 +368,10 @@ static const cli_flag flags[] = {
      "(half the pool, at least the session quota)", 1027},
     {"peer-max-tombs", 0, "N", "tombstones per peer address and shard "
      "(half the cap, at least the session quota)", 1028},
+    {"pool-mem", 0, "KIND", "pool memory: host, testdev, cuda:N (host)",
+     1029},
+    {"testdev-delay", 0, "DUR", "tests: copies into testdev pools are late",
+     1030},
     CLI_HELP,
     CLI_VERSION,
     {NULL, 0, NULL, NULL, 0}};
@@ -550,6 +567,12 @@ static int parse_one(int c, const char *arg, opts *o)
         return parse_u64(arg, &o->cfg.peer_tombs, 1u << 30)
                    ? bad("peer tombstone quota", arg)
                    : 0;
+    case 1029:
+        return xfer_mem_parse(arg, &o->pool_mem)
+                   ? bad("pool memory kind (host, testdev, cuda:N)", arg)
+                   : 0;
+    case 1030:
+        return parse_dur(arg, &o->testdev_delay) ? bad("duration", arg) : 0;
     default: return bad("flag", arg);
     }
 }
@@ -693,6 +716,92 @@ static int write_port_file(const char *path, uint16_t port)
     return rc;
 }
 
+/* Device pools (--pool-mem): the test device's allocator, or cuMemAlloc
+ * through the CUDA driver, loaded here as the library loads it (dlopen,
+ * never linked: an xferd without CUDA still starts). */
+static struct {
+    void *h;
+    int (*alloc)(unsigned long long *p, size_t n);
+    int (*free)(unsigned long long p);
+} cu;
+
+static int cuda_load(int ordinal)
+{
+    if (cu.h)
+        return 0;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return -1;
+    int (*init)(unsigned) = NULL, (*get)(int *, int) = NULL;
+    int (*retain)(void **, int) = NULL, (*cur)(void *) = NULL;
+    *(void **)&init = dlsym(h, "cuInit");
+    *(void **)&get = dlsym(h, "cuDeviceGet");
+    *(void **)&retain = dlsym(h, "cuDevicePrimaryCtxRetain");
+    *(void **)&cur = dlsym(h, "cuCtxSetCurrent");
+    *(void **)&cu.alloc = dlsym(h, "cuMemAlloc_v2");
+    *(void **)&cu.free = dlsym(h, "cuMemFree_v2");
+    int dev = 0;
+    void *ctx = NULL;
+    if (!init || !get || !retain || !cur || !cu.alloc || !cu.free ||
+        init(0) != 0 || get(&dev, ordinal) != 0 || retain(&ctx, dev) != 0 ||
+        cur(ctx) != 0)
+        return -1;
+    cu.h = h;
+    return 0;
+}
+
+static void dev_free(xfer_mem m, void *p)
+{
+    if (!p)
+        return;
+    if (m.kind == XFER_MEM_TESTDEV)
+        xfer_testdev_free(p);
+    else if (cu.h)
+        cu.free((unsigned long long)(uintptr_t)p);
+}
+
+static int make_dev_pools(xferd *d, size_t len)
+{
+    const xd_config *c = &d->o->cfg;
+    xfer_mem m = d->o->pool_mem;
+    if (d->o->shm) {
+        fprintf(stderr, "xferd: --pool-mem %s cannot be shared memory "
+                "(--shm)\n", xfer_mem_kind_name(m.kind));
+        return XFER_ERR_INVALID_ARG;
+    }
+    if (xfer_mem_available(m) != 0 ||
+        (m.kind == XFER_MEM_CUDA && cuda_load(m.device) != 0)) {
+        fprintf(stderr, "xferd: --pool-mem %s:%d: not available on this "
+                "machine or in this build\n", xfer_mem_kind_name(m.kind),
+                (int)m.device);
+        return XFER_ERR_NOT_SUPPORTED;
+    }
+    if (m.kind == XFER_MEM_TESTDEV && d->o->testdev_delay) {
+        xfer_testdev_rule r = {.dir = XFER_TESTDEV_H2D,
+                               .delay_ns = d->o->testdev_delay};
+        xfer_testdev_add_rule(&r);
+    }
+    for (uint16_t i = 0; i < c->nshards; i++) {
+        int rc = XFER_ERR_NOMEM;
+        if (m.kind == XFER_MEM_TESTDEV) {
+            rc = xfer_testdev_alloc(len, &d->mem[i]);
+        } else {
+            unsigned long long p = 0;
+            if (cu.alloc(&p, len) == 0) {
+                d->mem[i] = (void *)(uintptr_t)p;
+                rc = 0;
+            }
+        }
+        if (rc) {
+            fprintf(stderr, "xferd: cannot allocate %" PRIu64
+                    " bytes of %s memory per shard\n", c->pool_bytes,
+                    xfer_mem_kind_name(m.kind));
+            return rc;
+        }
+    }
+    return 0;
+}
+
 /* The pools: with --shm, one POSIX shared-memory object per shard
  * (xfer/shm.h: created here, a stale one of a crashed run replaced,
  * unlinked at exit); else page-aligned private memory.  Either way faulted
@@ -702,6 +811,8 @@ static int make_pools(xferd *d)
 {
     const xd_config *c = &d->o->cfg;
     size_t len = (size_t)((c->pool_bytes + 4095) & ~(uint64_t)4095);
+    if (d->o->pool_mem.kind != XFER_MEM_HOST)
+        return make_dev_pools(d, len);
     for (uint16_t i = 0; i < c->nshards; i++) {
         if (d->o->shm) {
             int rc = xfer_shm_create(d->o->shm, c->shards[i], c->pool_bytes,
@@ -748,8 +859,10 @@ static void free_pools(xferd *d)
     for (uint16_t i = 0; i < XFER_MAX_SHARDS; i++) {
         if (d->shm[i])
             xfer_shm_close(d->shm[i]);
-        else
+        else if (d->o->pool_mem.kind == XFER_MEM_HOST)
             free(d->mem[i]);
+        else
+            dev_free(d->o->pool_mem, d->mem[i]);
     }
 }
 
@@ -816,6 +929,10 @@ static int start_server(xferd *d)
                                               : c->lease_ttl_ns;
     sc.take_grace_ns = c->take_grace_ns;
     sc.consume = c->consume;
+    xfer_mem mems[XFER_MAX_SHARDS];
+    for (uint16_t i = 0; i < c->nshards; i++)
+        mems[i] = d->o->pool_mem;
+    sc.shard_mem = mems;
     sc.fault_ppm = c->fault_ppm;
     sc.drop_ppm = c->drop_ppm;
     sc.fault_seed = c->fault_seed;
