@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "xfer/errors.h"
+#include "xfer/mem.h"
 
 /* ---------------------------------------------------------------------- */
 /* The real hooks: libcuda.so.1 through dlopen                             */
@@ -160,10 +161,19 @@ int xfer_rdma_devmem_open(xfer_rdma_devmem *d, void *base, size_t len,
     *d = (xfer_rdma_devmem){.path = XFER_RDMA_DEVMEM_HOST, .fd = -1, .base = base,
                        .len = len};
     int dev = 0;
-    if (!hooks.is_device || !hooks.is_device(hooks.ud, base, &dev))
-        return 0;
     char line[384], why[256] = "";
     int rc = 0;
+    if (xfer_mem_of(base).kind == XFER_MEM_TESTDEV) {
+        /* PROT_NONE to everyone but its copy thread: no NIC (nor the
+         * fabric's responder) may write it, so it is never registered. */
+        snprintf(line, sizeof line, "rdma: testdev pool of %zu bytes not "
+                 "registrable: the test device has no RDMA path (use TCP)",
+                 len);
+        rc = XFER_ERR_NOT_SUPPORTED;
+        goto out_log;
+    }
+    if (!hooks.is_device || !hooks.is_device(hooks.ud, base, &dev))
+        return 0;
     /* The fd's range is page aligned (the driver's rule); the pool's
      * base sits fd_off into it. */
     long pg = sysconf(_SC_PAGESIZE);
@@ -190,6 +200,7 @@ int xfer_rdma_devmem_open(xfer_rdma_devmem *d, void *base, size_t len,
                  "not loaded", dev, len, why[0] ? why : "no hook");
         rc = XFER_ERR_NOT_SUPPORTED;
     }
+out_log:
     if (log)
         log(log_ud, line);
     return rc;

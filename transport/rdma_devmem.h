@@ -63,7 +63,8 @@ typedef void (*xfer_rdma_devmem_log_fn)(void *ud, const char *line);
  * logs one line through log (NULL: none) naming the path taken, and when
  * DMA-BUF failed, why.  Returns 0 (d->path set) or XFER_ERR_NOT_SUPPORTED
  * (device memory, and neither DMA-BUF nor nvidia-peermem: the line says
- * both reasons); d is then closed.
+ * both reasons; or test-device memory, xfer/testdev.h, which nothing but
+ * its copy thread may touch); d is then closed.
  */
 int xfer_rdma_devmem_open(xfer_rdma_devmem *d, void *base, size_t len,
                      xfer_rdma_devmem_log_fn log, void *log_ud);

@@ -27,6 +27,7 @@
 #include "testutil.h"
 #include "xfer/rdma.h"
 #include "xfer/server.h"
+#include "xfer/testdev.h"
 #include "xfer/xfer.h"
 #include "xfer_fabric.h"
 
@@ -403,6 +404,39 @@ START_TEST(test_rdma_devmem_neither_path_refused)
 }
 END_TEST
 
+/* Test-device memory (PROT_NONE to all but its copy thread) has no RDMA
+ * path: a shard pool and a producer's staging of it are refused with one
+ * line (the server's) and a count (the producer's), never registered for
+ * a NIC to write. */
+START_TEST(test_rdma_devmem_testdev_refused)
+{
+    rig g;
+    fake_begin(true, true);
+    void *pool = NULL, *stage = NULL;
+    ck_assert_int_eq(xfer_testdev_alloc(LEN, &pool), 0);
+    ck_assert_int_eq(xfer_testdev_alloc(LEN, &stage), 0);
+    ck_assert_int_eq(server_on(&g, pool), XFER_ERR_NOT_SUPPORTED);
+    int n = 0;
+    for (int i = 0; i < nlogged; i++)
+        n += strstr(logged[i], "testdev pool of 1048576 bytes not "
+                               "registrable") != NULL;
+    ck_assert_int_eq(n, 1);
+    event_base_free(g.base);
+    uint8_t *host = calloc(LEN, 1);
+    ck_assert_int_eq(server_on(&g, host), 0);
+    ck_assert_int_eq(producer(&g, stage), XFER_ERR_NOT_SUPPORTED);
+    ck_assert_int_eq(fake.dmabuf_calls, 0);
+    xfer_rdma_stats st;
+    ck_assert_int_eq(xfer_rdma_stats_get(g.rd, &st), 0);
+    ck_assert_uint_eq(st.pools_device_refused, 1);
+    teardown(&g);
+    free(host);
+    xfer_testdev_free(pool);
+    xfer_testdev_free(stage);
+    fake_end();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("rdma_devmem");
@@ -411,6 +445,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_rdma_devmem_dmabuf_path_taken);
     tcase_add_test(tc, test_rdma_devmem_peermem_fallback_logged);
     tcase_add_test(tc, test_rdma_devmem_neither_path_refused);
+    tcase_add_test(tc, test_rdma_devmem_testdev_refused);
     suite_add_tcase(s, tc);
     return s;
 }
