@@ -34,6 +34,7 @@
 #include "xfer/rdma.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -45,6 +46,7 @@
 
 #include "base_ref.h"
 #include "list.h" /* fsm/: the one intrusive list (fsm_private_dep) */
+#include "rdma_devmem.h"
 #include "rdma_pdata.h"
 #include "tcp_int.h"
 #include "util.h" /* fsm/: the injected allocator (fsm_private_dep) */
@@ -86,6 +88,8 @@ typedef struct rd_pool {
     uint8_t *base;
     size_t len;
     struct ibv_mr *mr;
+    xfer_rdma_devmem dm;       /* how mr was made (device memory: dma-buf or
+                             nvidia-peermem, rdma_devmem.h) */
     uint32_t writes;      /* posted writes reading it */
 } rd_pool;
 
@@ -165,6 +169,7 @@ static void finish(xfer_rdma *r, rd_op *op, int32_t status)
         rd_pool *p = &r->pools[op->a.pool];
         if (--p->writes == 0 && p->removing) {
             ibv_dereg_mr(p->mr);
+            xfer_rdma_devmem_close(&p->dm);
             r->st.mrs_live--;
             memset(p, 0, sizeof *p);
         }
@@ -638,8 +643,19 @@ static int t_pool_added(void *self, uint32_t pool, void *base, size_t len)
     rd_pool *p = &r->pools[pool];
     if (p->used)
         return XFER_ERR_EXISTS;
-    p->mr = ibv_reg_mr(r->pd, base, len ? len : 1, IBV_ACCESS_LOCAL_WRITE);
+    /* Device staging: dma-buf, else nvidia-peermem, else refused; the
+     * transport has no log callback, so its stats say which path each
+     * pool took (pools_dmabuf, pools_peermem, pools_device_refused). */
+    int drc = xfer_rdma_devmem_open(&p->dm, base, len ? len : 1, NULL, NULL);
+    if (drc) {
+        r->st.reg_failures++;
+        r->st.pools_device_refused++;
+        return drc;
+    }
+    p->mr = xfer_rdma_devmem_reg(&p->dm, r->pd, 0, len ? len : 1,
+                            (uintptr_t)base, IBV_ACCESS_LOCAL_WRITE);
     if (!p->mr) {
+        xfer_rdma_devmem_close(&p->dm);
         r->st.reg_failures++;
         return XFER_ERR_NOMEM;
     }
@@ -647,6 +663,10 @@ static int t_pool_added(void *self, uint32_t pool, void *base, size_t len)
     p->base = base;
     p->len = len;
     r->st.pools_registered++;
+    if (p->dm.path == XFER_RDMA_DEVMEM_DMABUF)
+        r->st.pools_dmabuf++;
+    else if (p->dm.path == XFER_RDMA_DEVMEM_PEERMEM)
+        r->st.pools_peermem++;
     r->st.mrs_live++;
     return 0;
 }
@@ -662,6 +682,7 @@ static void t_pool_removed(void *self, uint32_t pool)
         return;
     }
     ibv_dereg_mr(p->mr);
+    xfer_rdma_devmem_close(&p->dm);
     r->st.mrs_live--;
     memset(p, 0, sizeof *p);
 }
@@ -806,8 +827,10 @@ static void rdma_free(xfer_rdma *r)
         ep_destroy(ep);
     }
     for (uint32_t p = 0; p < RD_MAX_POOLS; p++)
-        if (r->pools[p].mr)
+        if (r->pools[p].mr) {
             ibv_dereg_mr(r->pools[p].mr);
+            xfer_rdma_devmem_close(&r->pools[p].dm);
+        }
     if (r->cq_ev)
         event_free(r->cq_ev);
     if (r->cm_ev)
@@ -848,7 +871,9 @@ static void rdma_free(xfer_rdma *r)
 /* ---------------------------------------------------------------------- */
 
 /* The bytes each version of xfer_rdma_stats holds (util.h). */
-static const size_t stats_lens[] = {sizeof(xfer_rdma_stats)};
+static const size_t stats_lens[] = {
+    offsetof(xfer_rdma_stats, pools_dmabuf), /* 1 */
+    sizeof(xfer_rdma_stats)};                /* 2: device staging paths */
 
 int xfer_rdma_stats_get_versioned(const xfer_rdma *r, uint32_t version,
                                   xfer_rdma_stats *st)

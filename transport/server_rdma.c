@@ -57,6 +57,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "idmap.h" /* fsm_private_dep: id -> registration slot */
+#include "rdma_devmem.h"
 #include "rdma_pdata.h"
 #include "server_int.h"
 #include "util.h"  /* fsm_private_dep: the injected allocator */
@@ -88,6 +89,8 @@ typedef struct srv_regs {
     uint32_t *rkey;           /* the rkey each slot gave */
     uint64_t *resv;           /* the reservation id each slot holds */
     uint32_t *free_slots, nfree, cap;
+    xfer_rdma_devmem dm;           /* how the pool is registered (device
+                                 memory: dma-buf or nvidia-peermem) */
 } srv_regs;
 
 struct xfer_server_rdma {
@@ -151,6 +154,11 @@ static int post_wait(xfer_server_rdma *r, struct ibv_qp *qp,
 /* Per-reservation rkeys                                                   */
 /* ---------------------------------------------------------------------- */
 
+static void devmem_log(void *ud, const char *line)
+{
+    xfer_server_log(ud, 0, line);
+}
+
 static int regs_init(xfer_server_rdma *r, uint16_t i)
 {
     srv_regs *g = &r->regs[i];
@@ -172,13 +180,17 @@ static int regs_init(xfer_server_rdma *r, uint16_t i)
         g->free_slots[k] = cap - 1 - k;
     g->nfree = cap;
     int rc = xfer_idmap_init(&g->map, cap, &r->srv->cfg.alloc);
+    if (rc)
+        return rc;
+    /* Device memory: dma-buf or nvidia-peermem, logged either way. */
+    rc = xfer_rdma_devmem_open(&g->dm, xfer_shard_pool_base(r->srv->shards[i].sh),
+                          r->srv->shard_cfg[i].len, devmem_log, r->srv);
     if (rc || !r->windows)
         return rc;
     /* iova 0: a window's address is the region's offset in the pool */
-    g->pool_mr = ibv_reg_mr_iova(
-        r->pd, xfer_shard_pool_base(r->srv->shards[i].sh),
-        r->srv->shard_cfg[i].len, 0,
-        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+    g->pool_mr = xfer_rdma_devmem_reg(&g->dm, r->pd, 0, r->srv->shard_cfg[i].len,
+                                 0, IBV_ACCESS_LOCAL_WRITE |
+                                        IBV_ACCESS_MW_BIND);
     return g->pool_mr ? 0 : XFER_ERR_IO;
 }
 
@@ -192,6 +204,7 @@ static void regs_clear(xfer_server_rdma *r, srv_regs *g)
             ibv_dereg_mr(g->mr[i]);
     if (g->pool_mr)
         ibv_dereg_mr(g->pool_mr); /* after its windows */
+    xfer_rdma_devmem_close(&g->dm);
     xfer_idmap_clear(&g->map, &r->srv->cfg.alloc);
     xfer_server_free(r->srv, g->mr);
     xfer_server_free(r->srv, g->mw);
@@ -298,8 +311,8 @@ static int window_kill(xfer_server_rdma *r, srv_regs *g, uint32_t slot)
 static int region_register(xfer_server_rdma *r, xfer_server_hosted *hs,
                            uint64_t off, uint32_t len, struct ibv_mr **out)
 {
-    uint8_t *base = xfer_shard_pool_base(hs->sh);
-    *out = ibv_reg_mr_iova(r->pd, base + off, len ? len : 1, off,
+    *out = xfer_rdma_devmem_reg(&regs_of(r, hs)->dm, r->pd, off, len ? len : 1,
+                           off,
                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     return *out ? 0 : XFER_ERR_NOMEM;
 }

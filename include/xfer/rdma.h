@@ -80,7 +80,7 @@ XFER_API void xfer_rdma_del(xfer_rdma *r);
 /* The ops table + self for xfer_engine_add_group(). */
 XFER_API xfer_transport xfer_rdma_transport(xfer_rdma *r);
 
-#define XFER_RDMA_STATS_VERSION 1
+#define XFER_RDMA_STATS_VERSION 2
 typedef struct xfer_rdma_stats {
     uint64_t cm_connects, cm_failures, cm_losses;
     uint64_t writes, writes_ok, writes_failed, writes_aborted;
@@ -89,6 +89,11 @@ typedef struct xfer_rdma_stats {
     uint64_t pools_registered, reg_failures;
     uint32_t mrs_live;       /* staging registrations held now */
     uint32_t wrs_outstanding;/* posted, completion not yet polled */
+    /* Version 2 (issue 25): staging pools in CUDA device memory, by the
+     * path their registration took (docs/gpu-edges.md): a DMA-BUF, or a
+     * plain registration through nvidia-peermem; and those refused (no
+     * path, or test-device memory), counted in reg_failures too. */
+    uint64_t pools_dmabuf, pools_peermem, pools_device_refused;
 } xfer_rdma_stats;
 
 /* Counters: the fields of stats version `version` are copied into *st

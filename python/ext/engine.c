@@ -449,11 +449,11 @@ static int parse_slice(PyObject *item, const pyx_pool *p, xfer_slice *s)
     if (parse_u64(PySequence_Fast_GET_ITEM(item, 0), &off, "an offset") ||
         parse_u64(PySequence_Fast_GET_ITEM(item, 1), &len, "a length"))
         return -1;
-    if (len > UINT32_MAX || off > (uint64_t)p->view.len ||
-        len > (uint64_t)p->view.len - off) {
+    if (len > UINT32_MAX || off > (uint64_t)p->mem.nbytes ||
+        len > (uint64_t)p->mem.nbytes - off) {
         PyErr_Format(PyExc_ValueError, "slice (%llu, %llu) is outside the "
-                     "pool's %zd bytes", (unsigned long long)off,
-                     (unsigned long long)len, p->view.len);
+                     "pool's %zu bytes", (unsigned long long)off,
+                     (unsigned long long)len, p->mem.nbytes);
         return -1;
     }
     *s = (xfer_slice){.off = off, .len = (uint32_t)len};

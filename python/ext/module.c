@@ -293,7 +293,8 @@ PyMODINIT_FUNC PyInit__xfer(void)
         add_type(m, &pyx_consumer_type, "Consumer") < 0 ||
         add_type(m, &pyx_available_type, "Available") < 0 ||
         add_type(m, &pyx_unavailable_type, "Unavailable") < 0 ||
-        add_constants(m)) {
+        add_constants(m) || pyx_tensor_init(m) < 0 ||
+        PyModule_AddFunctions(m, pyx_tensor_methods) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -38,7 +38,7 @@
 struct pyx_mem {
     atomic_uint refs;
     xfer_shm *shm;      /* or NULL: a buffer */
-    Py_buffer view;     /* a buffer's; view.obj NULL for shm */
+    pyx_tensor t;       /* a buffer's or tensor's (tensor.c); zero for shm */
     const uint8_t *base;
     uint64_t len;
 };
@@ -62,13 +62,13 @@ pyx_mem *pyx_mem_of_buffer(PyObject *obj)
     pyx_mem *p = calloc(1, sizeof *p);
     if (!p)
         return (pyx_mem *)PyErr_NoMemory();
-    if (PyObject_GetBuffer(obj, &p->view, PyBUF_ANY_CONTIGUOUS) < 0) {
+    if (pyx_tensor_get(obj, false, &p->t) < 0) {
         free(p);
         return NULL;
     }
     atomic_init(&p->refs, 1);
-    p->base = p->view.buf;
-    p->len = (uint64_t)p->view.len;
+    p->base = p->t.ptr;
+    p->len = (uint64_t)p->t.nbytes;
     return p;
 }
 
@@ -90,7 +90,7 @@ void pyx_mem_unref(pyx_mem *m)
     if (m->shm)
         xfer_shm_close(m->shm);
     else
-        PyBuffer_Release(&m->view);
+        pyx_tensor_release(&m->t);
     free(m);
 }
 
@@ -142,6 +142,12 @@ typedef struct pyx_region {
 } pyx_region;
 
 static PyTypeObject pyx_region_type;
+
+/* A DeviceView over region r may be used until its outcome's release. */
+static PyObject *region_valid(PyObject *r)
+{
+    return ((pyx_region *)r)->o->release_asked ? Py_False : Py_True;
+}
 
 static int region_getbuffer(PyObject *obj, Py_buffer *view, int flags)
 {
@@ -222,7 +228,15 @@ static PyObject *view_of(pyx_outcome *o, uint16_t k)
     r->o = o;
     r->k = k;
     o->refs++;
-    PyObject *v = PyMemoryView_FromObject((PyObject *)r);
+    PyObject *v;
+    if (g->mem->t.kind != PYX_MEM_HOST)
+        /* Device memory: never read here; handed back as a
+         * DeviceView (__cuda_array_interface__), valid until release. */
+        v = pyx_devview_new((void *)(g->mem->base + g->r.offset), g->r.len,
+                            g->mem->t.kind, g->mem->t.device, true,
+                            (PyObject *)r, region_valid);
+    else
+        v = PyMemoryView_FromObject((PyObject *)r);
     Py_DECREF(r); /* the view's buffer holds it */
     return v;
 }
@@ -258,8 +272,12 @@ static void release_views(pyx_available *a)
     PyObject *views = a->views;
     a->views = NULL;
     for (Py_ssize_t k = 0; views && k < PyTuple_GET_SIZE(views); k++) {
-        PyObject *r = PyObject_CallMethod(PyTuple_GET_ITEM(views, k),
-                                          "release", NULL);
+        PyObject *v = PyTuple_GET_ITEM(views, k);
+        if (PyObject_TypeCheck(v, &pyx_devview_type)) {
+            pyx_devview_invalidate(v); /* device memory: no exports */
+            continue;
+        }
+        PyObject *r = PyObject_CallMethod(v, "release", NULL);
         if (!r)
             PyErr_Clear(); /* BufferError: exported; released later */
         Py_XDECREF(r);

@@ -1,13 +1,18 @@
 /*
  * python/ext/pool.c - xfer.Pool: a staging pool made of any object with
  * the buffer protocol (bytearray, bytes, mmap, array.array, a memoryview
- * or a slice of one, a numpy array, a tensor's buffer), without a copy.
+ * or a slice of one, a numpy array, a tensor's buffer), with
+ * __cuda_array_interface__ or DLPack (a GPU tensor, a host tensor), or a
+ * raw (pointer, nbytes, device) tuple, without a copy (tensor.c).
  *
- * What is required of the buffer: one contiguous block (C or Fortran
- * order; a strided view is refused with BufferError) of at least one
- * byte.  It need not be writable: the producer only reads staging memory.
+ * What is required of the memory: one contiguous block (C or Fortran
+ * order for a buffer, row-major for a tensor; a strided view is refused
+ * with BufferError) of at least one byte.  It need not be writable: the
+ * producer only reads staging memory.  Device memory is registered with
+ * its kind (xfer_engine_register_pool_mem).
  *
- * What must stay true (I3): the Py_buffer is held, so the exporter keeps
+ * What must stay true (I3): the memory is held (a Py_buffer, a DLPack
+ * tensor not yet deleted, the object referenced), so the exporter keeps
  * the memory where it is (a bytearray cannot resize, an mmap cannot close)
  * from the registration until the engine's loop unregistered the pool,
  * which it does only when no transfer uses it any more, or until the
@@ -20,13 +25,24 @@
 typedef struct reg_args {
     void *base;
     size_t len;
+    int kind;
+    int32_t device;
     uint32_t id;
 } reg_args;
 
 static int reg_on_loop(pyx_core *c, void *arg)
 {
     reg_args *a = arg;
-    return xfer_engine_register_pool(c->e, a->base, a->len, &a->id);
+    if (a->kind == PYX_MEM_HOST)
+        return xfer_engine_register_pool(c->e, a->base, a->len, &a->id);
+#if PYX_HAVE_MEM
+    return xfer_engine_register_pool_mem(
+        c->e, a->base, a->len,
+        (xfer_mem){.kind = (xfer_mem_kind)a->kind, .device = a->device},
+        &a->id);
+#else
+    return XFER_ERR_NOT_SUPPORTED;
+#endif
 }
 
 pyx_pool *pyx_pool_register(pyx_core *c, PyObject *obj)
@@ -36,18 +52,18 @@ pyx_pool *pyx_pool_register(pyx_core *c, PyObject *obj)
         return NULL;
     p->core = NULL;
     p->registered = false;
-    if (PyObject_GetBuffer(obj, &p->view, PyBUF_ANY_CONTIGUOUS) < 0) {
-        p->view.obj = NULL;
+    if (pyx_tensor_get(obj, false, &p->mem) < 0) {
         Py_DECREF(p);
         return NULL;
     }
-    if (p->view.len <= 0) {
+    if (p->mem.nbytes == 0) {
         PyErr_SetString(PyExc_ValueError, "a staging pool needs at least "
                                           "one byte");
         Py_DECREF(p);
         return NULL;
     }
-    reg_args a = {.base = p->view.buf, .len = (size_t)p->view.len};
+    reg_args a = {.base = p->mem.ptr, .len = p->mem.nbytes,
+                  .kind = p->mem.kind, .device = p->mem.device};
     int rc = pyx_core_call(c, reg_on_loop, &a);
     if (rc) {
         Py_DECREF(p);
@@ -65,8 +81,7 @@ void pyx_pool_released(pyx_pool *p)
     if (!p->registered)
         return;
     p->registered = false;
-    PyBuffer_Release(&p->view);
-    p->view.obj = NULL;
+    pyx_tensor_release(&p->mem);
 }
 
 static void pool_dealloc(PyObject *self)
@@ -74,8 +89,7 @@ static void pool_dealloc(PyObject *self)
     pyx_pool *p = (pyx_pool *)self;
     /* A registered pool is kept alive by its Engine: only a released or
      * never registered one gets here. */
-    if (p->view.obj)
-        PyBuffer_Release(&p->view);
+    pyx_tensor_release(&p->mem);
     if (p->core)
         pyx_core_unref(p->core);
     PyObject_Free(self);
@@ -86,9 +100,11 @@ static PyObject *pool_repr(PyObject *self)
     pyx_pool *p = (pyx_pool *)self;
     if (!p->registered)
         return PyUnicode_FromString("<xfer.Pool unregistered>");
-    return PyUnicode_FromFormat("<xfer.Pool id=%u nbytes=%zd over %s>",
-                                (unsigned)p->id, p->view.len,
-                                Py_TYPE(p->view.obj)->tp_name);
+    return PyUnicode_FromFormat("<xfer.Pool id=%u nbytes=%zu %s over %s>",
+                                (unsigned)p->id, p->mem.nbytes,
+                                pyx_mem_kind_name(p->mem.kind),
+                                p->mem.obj ? Py_TYPE(p->mem.obj)->tp_name
+                                           : "a raw pointer");
 }
 
 static PyObject *get_id(PyObject *self, void *unused)
@@ -99,7 +115,28 @@ static PyObject *get_id(PyObject *self, void *unused)
 static PyObject *get_nbytes(PyObject *self, void *unused)
 {
     pyx_pool *p = (pyx_pool *)self;
-    return PyLong_FromSsize_t(p->registered ? p->view.len : 0);
+    return PyLong_FromSize_t(p->registered ? p->mem.nbytes : 0);
+}
+
+static PyObject *get_ptr(PyObject *self, void *unused)
+{
+    pyx_pool *p = (pyx_pool *)self;
+    return PyLong_FromUnsignedLongLong(
+        p->registered ? (uintptr_t)p->mem.ptr : 0);
+}
+
+static PyObject *get_device(PyObject *self, void *unused)
+{
+    pyx_pool *p = (pyx_pool *)self;
+    if (p->mem.kind == PYX_MEM_CUDA)
+        return PyUnicode_FromFormat("cuda:%d", (int)p->mem.device);
+    return PyUnicode_FromString(pyx_mem_kind_name(p->mem.kind));
+}
+
+static PyObject *get_form(PyObject *self, void *unused)
+{
+    pyx_pool *p = (pyx_pool *)self;
+    return PyUnicode_FromString(p->mem.form ? p->mem.form : "none");
 }
 
 static PyObject *get_registered(PyObject *self, void *unused)
@@ -110,7 +147,7 @@ static PyObject *get_registered(PyObject *self, void *unused)
 static PyObject *get_obj(PyObject *self, void *unused)
 {
     pyx_pool *p = (pyx_pool *)self;
-    PyObject *o = p->registered && p->view.obj ? p->view.obj : Py_None;
+    PyObject *o = p->registered && p->mem.obj ? p->mem.obj : Py_None;
     Py_INCREF(o);
     return o;
 }
@@ -121,6 +158,12 @@ static PyGetSetDef pool_getset[] = {
      NULL},
     {"registered", get_registered, NULL,
      "True until unregistered or the engine stopped", NULL},
+    {"ptr", get_ptr, NULL, "the address registered (0 once released)",
+     NULL},
+    {"device", get_device, NULL, "'host', 'cuda:N' or 'testdev'", NULL},
+    {"form", get_form, NULL, "how the memory was handed over: 'buffer', "
+                             "'dlpack', 'cuda_array_interface' or 'raw'",
+     NULL},
     {"obj", get_obj, NULL, "the object whose buffer this is (None once "
                            "released)", NULL},
     {NULL, NULL, NULL, NULL, NULL}};

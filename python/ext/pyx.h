@@ -338,13 +338,83 @@ int pyx_server_stats_get(const xfer_server *s, uint16_t index,
 int pyx_consumer_stats_get(const xfer_consumer *c, xfer_consumer_stats *st);
 
 /* ---------------------------------------------------------------------- */
+/* tensor.c: memory handed over in place (buffer, array interface, DLPack, */
+/* a raw tuple), and device memory handed back                             */
+/* ---------------------------------------------------------------------- */
+
+/* Helper device's memory kinds (include/xfer/mem.h, testdev.h) where the
+ * tree has them; without, only host memory registers. */
+#if defined(__has_include)
+#if __has_include("xfer/mem.h")
+#include "xfer/mem.h"
+#define PYX_HAVE_MEM 1
+#endif
+#if __has_include("xfer/testdev.h")
+#include "xfer/testdev.h"
+#define PYX_HAVE_TESTDEV 1
+#endif
+#endif
+#ifndef PYX_HAVE_MEM
+#define PYX_HAVE_MEM 0
+#endif
+#ifndef PYX_HAVE_TESTDEV
+#define PYX_HAVE_TESTDEV 0
+#endif
+
+/* xfer_mem_kind's values. */
+enum { PYX_MEM_HOST = 0, PYX_MEM_CUDA = 1, PYX_MEM_TESTDEV = 2 };
+
+struct dl_managed;
+
+/* Memory taken from a Python object, held until pyx_tensor_release. */
+typedef struct pyx_tensor {
+    void *ptr;
+    size_t nbytes;
+    int kind;             /* PYX_MEM_* */
+    int32_t device;       /* CUDA ordinal; 0 otherwise */
+    bool readonly;
+    const char *form;     /* "buffer", "dlpack", "cuda_array_interface",
+                             "raw" (static) */
+    PyObject *obj;        /* a reference to the object (NULL: raw) */
+    Py_buffer view;       /* the buffer form's; view.obj NULL otherwise */
+    struct dl_managed *dl;/* DLPack's; its deleter runs at release */
+} pyx_tensor;
+
+/* Take obj's memory in place (GIL): a (pointer, nbytes, device) tuple, an
+ * object with __cuda_array_interface__, with __dlpack__, or a buffer.
+ * writable: refuse read-only memory.  0, or -1 with an exception
+ * (BufferError for non-contiguous or read-only memory; *t then holds
+ * nothing). */
+int pyx_tensor_get(PyObject *obj, bool writable, pyx_tensor *t);
+/* Let go of it (GIL); a released or zeroed t is fine. */
+void pyx_tensor_release(pyx_tensor *t);
+/* 0 when memory of t's kind can be registered here, else
+ * XFER_ERR_NOT_SUPPORTED.  Any. */
+int pyx_tensor_check_kind(const pyx_tensor *t);
+/* xfer_mem_of (HOST in a tree without mem.h).  Any. */
+int pyx_mem_kind_of(const void *ptr, int32_t *device);
+const char *pyx_mem_kind_name(int kind);
+
+/* xfer.DeviceView: device memory handed back with
+ * __cuda_array_interface__; owner (referenced) keeps it; valid(owner),
+ * when given, says whether it may still be used (Py_True). */
+extern PyTypeObject pyx_devview_type;
+PyObject *pyx_devview_new(void *ptr, size_t nbytes, int kind, int32_t device,
+                          bool readonly, PyObject *owner,
+                          PyObject *(*valid)(PyObject *owner));
+/* It may not be used any more (the region was released).  GIL. */
+void pyx_devview_invalidate(PyObject *v);
+extern PyMethodDef pyx_tensor_methods[];
+int pyx_tensor_init(PyObject *m);
+
+/* ---------------------------------------------------------------------- */
 /* pool.c, transport.c, engine.c                                           */
 /* ---------------------------------------------------------------------- */
 
 typedef struct pyx_pool {
     PyObject_HEAD
     pyx_core *core;     /* a reference; NULL once released */
-    Py_buffer view;     /* held from register until unregister succeeded
+    pyx_tensor mem;     /* held from register until unregister succeeded
                            or the engine stopped (I3) */
     uint32_t id;
     bool registered;

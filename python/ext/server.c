@@ -10,8 +10,9 @@
  * once its loop stopped.
  *
  * What must stay true:
- *  - I3 for the worker's memory: every buffer's Py_buffer (writable,
- *    C-contiguous) is held from the constructor until the C server was
+ *  - I3 for the worker's memory: every buffer's memory (writable,
+ *    C-contiguous: a Py_buffer, a DLPack tensor, an object with
+ *    __cuda_array_interface__ or a raw tuple, tensor.c) is held from the constructor until the C server was
  *    deleted after its loop stopped, so every connection is gone and no
  *    byte from the network can land in it any more; only then is the
  *    exporter free to resize, close or free it.  Dropping the last
@@ -35,7 +36,7 @@ typedef struct pyx_server {
     PyObject_HEAD
     pyx_core *core;
     srvside *side;
-    Py_buffer *views;  /* nshards, held until closed (I3) */
+    pyx_tensor *views; /* nshards, held until closed (I3) */
     uint16_t nshards;
     uint16_t index[XFER_MAX_SHARDS];
     uint16_t port;
@@ -72,8 +73,7 @@ static PyObject *server_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 static void release_views(pyx_server *self)
 {
     for (uint16_t k = 0; self->views && k < self->nshards; k++)
-        if (self->views[k].obj)
-            PyBuffer_Release(&self->views[k]);
+        pyx_tensor_release(&self->views[k]);
     free(self->views);
     self->views = NULL;
 }
@@ -98,15 +98,17 @@ static int take_buffers(pyx_server *self, PyObject *buffers)
     }
     self->nshards = (uint16_t)n;
     for (Py_ssize_t k = 0; k < n; k++) {
-        Py_buffer *v = &self->views[k];
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, k), v,
-                               PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-            v->obj = NULL;
+        pyx_tensor *v = &self->views[k];
+        if (pyx_tensor_get(PySequence_Fast_GET_ITEM(seq, k), true, v) < 0)
             goto out;
-        }
-        if (v->len <= 0) {
+        if (v->nbytes == 0) {
             PyErr_SetString(PyExc_ValueError, "a shard's buffer needs at "
                                               "least one byte");
+            goto out;
+        }
+        int krc = pyx_tensor_check_kind(v);
+        if (krc) {
+            pyx_raise(krc);
             goto out;
         }
     }
@@ -163,14 +165,26 @@ static int start(pyx_server *self, const pyx_server_opts *o)
     xfer_server_shard sh[XFER_MAX_SHARDS];
     for (uint16_t k = 0; k < self->nshards; k++)
         sh[k] = (xfer_server_shard){.index = self->index[k],
-                                    .base = self->views[k].buf,
-                                    .len = (uint64_t)self->views[k].len};
+                                    .base = self->views[k].ptr,
+                                    .len = (uint64_t)self->views[k].nbytes};
     pyx_core *c;
     int rc = pyx_core_new(&eo, &c);
     if (rc)
         return rc;
     xfer_server_config cfg;
     pyx_config_server(o, c->base, sh, self->nshards, &cfg);
+#if PYX_HAVE_MEM
+    /* Device pools: each shard's kind (mem.h's next server config). */
+    xfer_mem sm[XFER_MAX_SHARDS];
+    bool device = false;
+    for (uint16_t k = 0; k < self->nshards; k++) {
+        sm[k] = (xfer_mem){.kind = (xfer_mem_kind)self->views[k].kind,
+                           .device = self->views[k].device};
+        device |= self->views[k].kind != PYX_MEM_HOST;
+    }
+    if (device)
+        cfg.shard_mem = sm;
+#endif
     rc = xfer_server_new(&cfg, &self->side->s);
     if (rc == 0) {
         pyx_core_host(c, self->side, srvside_del);

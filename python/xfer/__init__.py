@@ -56,13 +56,22 @@ from . import _xfer
 from ._xfer import (MAX_SHARDS, PHASE_CANCELLING, PHASE_COMPLETING,
                     PHASE_NONE, PHASE_RESERVING, PHASE_SUBMIT, PHASE_WRITING,
                     Available, Pool, Result, Unavailable)
+# Memory handed over in place (python/ext/tensor.c): DeviceView is what a
+# device pool's region comes back as (__cuda_array_interface__ v3, valid
+# until released); the underscored names are test and diagnostic helpers:
+# _memory(obj) says what would be registered for obj, _mem_of(pointer)
+# what kind of memory the library sees there, _testdev_alloc(n) test-device
+# memory (tests only).
+from ._xfer import (DeviceView, HAVE_TESTDEV as _HAVE_TESTDEV,  # noqa: F401
+                    _device_view, _mem_available, _mem_of, _memory,
+                    _testdev_alloc)
 
 __all__ = ["Engine", "Loop", "Tcp", "Pool", "Result", "Transfer", "Stream",
            "Fault",
            "Server", "Consumer", "Available", "Unavailable",
            "Error", "split", "strerror", "MAX_SHARDS", "PHASE_NONE",
            "PHASE_RESERVING", "PHASE_WRITING", "PHASE_COMPLETING",
-           "PHASE_CANCELLING", "PHASE_SUBMIT"]
+           "PHASE_CANCELLING", "PHASE_SUBMIT", "DeviceView"]
 
 
 # --------------------------------------------------------------------------

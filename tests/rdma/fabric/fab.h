@@ -193,6 +193,9 @@ struct fab_mr {
     uint64_t iova;
     unsigned access;
     uint32_t windows; /* MWs bound to it: dereg is refused while > 0 */
+    void *map;        /* a dma-buf MR's mapping of its fd, unmapped at
+                         dereg (NULL: an address MR) */
+    size_t maplen;
 };
 
 struct fab_mw {

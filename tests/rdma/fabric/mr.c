@@ -23,6 +23,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "fab.h"
 
@@ -194,6 +196,39 @@ FAB_API struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
     return reg(pd, addr, length, iova, access);
 }
 
+/* A dma-buf MR: the fabric maps the fd (a memfd in the tests, standing
+ * for a GPU's dma-buf) and serves the mapping as the MR's memory, so a
+ * write through its rkey lands in the fd's pages, as on a device. */
+FAB_API struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
+                                         size_t length, uint64_t iova,
+                                         int fd, int access)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    uint64_t page = pg > 0 ? (uint64_t)pg : 4096;
+    uint64_t lo = offset & ~(page - 1);
+    size_t maplen = (size_t)(offset - lo) + length;
+    if (fd < 0 || length == 0) {
+        errno = EINVAL;
+        return NULL;
+    }
+    void *map = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                     (off_t)lo);
+    if (map == MAP_FAILED)
+        return NULL;
+    struct ibv_mr *mr = reg(pd, (uint8_t *)map + (offset - lo), length, iova,
+                            (unsigned)access);
+    if (!mr) {
+        int err = errno;
+        munmap(map, maplen);
+        errno = err;
+        return NULL;
+    }
+    fab_mr *m = FAB_OF(mr, fab_mr, mr);
+    m->map = map;
+    m->maplen = maplen;
+    return mr;
+}
+
 FAB_API int ibv_dereg_mr(struct ibv_mr *mr)
 {
     int r = 0;
@@ -205,6 +240,8 @@ FAB_API int ibv_dereg_mr(struct ibv_mr *mr)
     } else {
         key_free(mr->handle);
         m->pd->users--;
+        if (m->map)
+            munmap(m->map, m->maplen);
         free(m);
         fab_g.ctr.mrs_live--;
         fab_g.ctr.mrs_destroyed++;
