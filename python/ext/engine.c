@@ -733,10 +733,10 @@ static PyObject *engine_stream_part(PyObject *obj, PyObject *args)
                            "a range field");
         if (rc == 0 && (v[0] >= XFER_MAX_SHARDS || v[2] == 0 ||
                         v[2] > UINT32_MAX || v[3] > UINT32_MAX ||
-                        v[1] > (uint64_t)p->view.len ||
-                        v[2] > (uint64_t)p->view.len - v[1])) {
+                        v[1] > (uint64_t)p->mem.nbytes ||
+                        v[2] > (uint64_t)p->mem.nbytes - v[1])) {
             PyErr_Format(PyExc_ValueError, "range %zd is outside the pool's "
-                         "%zd bytes or the shards", i, p->view.len);
+                         "%zd bytes or the shards", i, (Py_ssize_t)p->mem.nbytes);
             rc = -1;
         }
         if (rc == 0)
