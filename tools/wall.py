@@ -97,8 +97,9 @@ SYSTEM_HEADERS = PURE_HEADERS | {
     'sys/types.h', 'sys/uio.h', 'sys/un.h', 'sys/utsname.h', 'sys/wait.h',
     'syslog.h', 'termios.h', 'unistd.h', 'endian.h',
 }
-# libevent, rdma-core (verbs, rdmacm) and libcrypto.
-SYSTEM_PREFIXES = ('event2/', 'infiniband/', 'rdma/', 'openssl/')
+# libevent, rdma-core (verbs, rdmacm), libcrypto/libssl and json-c (the
+# directory client, transport/dir*.c).
+SYSTEM_PREFIXES = ('event2/', 'infiniband/', 'rdma/', 'openssl/', 'json-c/')
 
 # Per layer: its folder, the folders a quoted include is looked up in
 # (after the including file's own), the folders an include may reach, and
