@@ -229,6 +229,19 @@ static void on_reply(struct evhttp_request *req, void *arg)
     free(r);
 }
 
+static void reply_ignored(xfer_dir *d, json_object *o, void *arg)
+{
+}
+
+void xfer_dir_forget_arg(xfer_dir *d, void *arg)
+{
+    for (dir_req *r = d->reqs; r; r = r->next)
+        if (r->arg == arg) {
+            r->fn = reply_ignored;
+            r->arg = NULL;
+        }
+}
+
 /* POST `body` (taken: put here) to `path` on the current endpoint. */
 int xfer_dir_post(xfer_dir *d, const char *path, json_object *body,
                   dir_reply_fn fn, void *arg)

@@ -102,6 +102,8 @@ struct xfer_dir {
 /* dir.c, for dir_watch.c. */
 int xfer_dir_post(struct xfer_dir *d, const char *path,
                   struct json_object *body, dir_reply_fn fn, void *arg);
+/* In-flight requests whose argument is `arg` complete into nothing. */
+void xfer_dir_forget_arg(struct xfer_dir *d, void *arg);
 /* A fresh connection to the current endpoint (TLS when it says https). */
 struct evhttp_connection *xfer_dir_connect(struct xfer_dir *d);
 /* True while a token must first be fetched (then retry later). */

@@ -498,3 +498,21 @@ int xfer_dir_member(const xfer_dir *d, const char *group, uint16_t shard,
     }
     return XFER_ERR_NOT_FOUND;
 }
+
+int xfer_dir_unwatch(xfer_dir *d, const char *group)
+{
+    if (!d || !group)
+        return XFER_ERR_NOT_FOUND;
+    for (uint32_t i = 0; i < d->nwatches; i++) {
+        dir_watch *w = d->watches[i];
+        if (strcmp(w->group, group))
+            continue;
+        /* A range request of this watch may be in flight: it is told the
+         * watch is gone through its argument. */
+        xfer_dir_forget_arg(d, w);
+        xfer_dir_watch_free(w);
+        d->watches[i] = d->watches[--d->nwatches];
+        return 0;
+    }
+    return XFER_ERR_NOT_FOUND;
+}

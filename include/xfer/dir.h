@@ -145,6 +145,10 @@ typedef void (*xfer_dir_member_fn)(void *ud, const char *group,
 XFER_API int xfer_dir_watch(xfer_dir *d, const char *group,
                             xfer_dir_member_fn fn, void *ud);
 
+/* Stop watching `group`: no callback for it after this returns.  Not
+ * from inside that group's member callback.  Errors: XFER_ERR_NOT_FOUND. */
+XFER_API int xfer_dir_unwatch(xfer_dir *d, const char *group);
+
 /*
  * The known member `shard` of a watched `group` into *e (borrowed).
  * Errors: XFER_ERR_NOT_FOUND (no such watched group, or no member),

@@ -52,6 +52,7 @@ extern "C" {
     X(REUSED,      -27, "id finished recently (tombstoned); use a new id")   \
     X(NO_POOL,     -28, "no such staging pool or group")                      \
     X(PEER_CANCELLED, -29, "cancelled on the shard, by a consumer or the shard") \
+    X(SHARD_GONE,  -32, "shard left its group")                               \
     X(INTERNAL,   -100, "internal error (bug in xfer)")
 
 #define XFER_ERR_FATAL_BAND (-100)
