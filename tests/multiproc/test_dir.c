@@ -34,6 +34,7 @@
 #include "mp.h"
 #include "testutil.h"
 #include "xfer/dir.h"
+#include "xfer/metrics.h"
 
 typedef struct seen {
     int reports[64], gones[64];
@@ -155,6 +156,19 @@ START_TEST(test_dir_register_resolve)
     ck_assert(st.connected);
     ck_assert_uint_eq(st.members, 2);
     ck_assert_int_gt(st.revision, 0);
+    /* The state in the metrics exposition. */
+    xfer_metrics_config mc;
+    xfer_metrics_config_default(&mc);
+    mc.base = base;
+    xfer_metrics *m = NULL;
+    ck_assert_int_eq(xfer_metrics_new(&mc, &m), 0);
+    ck_assert_int_eq(xfer_metrics_add_dir(m, cli), 0);
+    ck_assert_int_eq(xfer_metrics_add_dir(m, cli), XFER_ERR_EXISTS);
+    static char text[1 << 16];
+    ck_assert_uint_gt(xfer_metrics_render(m, text, sizeof text), 0);
+    ck_assert_ptr_nonnull(strstr(text, "\nxfer_dir_members 2\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nxfer_dir_connected 1\n"));
+    xfer_metrics_del(m);
     /* A drain: the entries go first, and the watcher hears it. */
     unreg_done = false;
     ck_assert_int_eq(xfer_dir_unregister(srv, on_unreg, NULL), 0);
@@ -376,6 +390,48 @@ START_TEST(test_dir_cluster_failover)
 }
 END_TEST
 
+/* xferd --members lists the group as etcd sees it. */
+START_TEST(test_dir_xferd_members)
+{
+    etcd_cluster c;
+    ck_assert_int_eq(etcd_start(&c, 1), 0);
+    mp_proc d[2];
+    for (int k = 0; k < 2; k++) {
+        char shard[8];
+        snprintf(shard, sizeof shard, "%d", k);
+        const char *args[] = {"--shard", shard, "--pool", "1M", "--etcd",
+                              c.endpoints, "--etcd-ttl", "2", "--group",
+                              "listed", "--quiet", NULL};
+        ck_assert_int_eq(mp_xferd(&d[k], 0, args), 0);
+    }
+    char cmd[1024], out[4096] = "", line[64];
+    snprintf(cmd, sizeof cmd, "%s --etcd %s --group listed --members",
+             getenv("XFERD"), c.endpoints);
+    /* The registrations are put right after the listen: poll. */
+    for (int i = 0; i < 100; i++) {
+        FILE *f = popen(cmd, "r");
+        ck_assert_ptr_nonnull(f);
+        size_t n = fread(out, 1, sizeof out - 1, f);
+        out[n] = '\0';
+        pclose(f);
+        if (strstr(out, ": 2 members"))
+            break;
+        struct timespec ts = {0, 50 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, ": 2 members"));
+    for (int k = 0; k < 2; k++) {
+        snprintf(line, sizeof line, "shard %d 127.0.0.1:%u transports tcp",
+                 k, (unsigned)d[k].port);
+        ck_assert_ptr_nonnull(strstr(out, line));
+    }
+    for (int k = 0; k < 2; k++)
+        mp_kill(&d[k], SIGTERM);
+    etcd_stop(&c);
+}
+END_TEST
+
 int main(void)
 {
     if (!etcd_binary()) {
@@ -393,6 +449,7 @@ int main(void)
     tcase_add_test(tc, test_dir_hostile);
     tcase_add_test(tc, test_dir_etcd_down);
     tcase_add_test(tc, test_dir_cluster_failover);
+    tcase_add_test(tc, test_dir_xferd_members);
     suite_add_tcase(s, tc);
     int rc = tu_run(s);
     mp_kill_all();

@@ -160,6 +160,7 @@ typedef struct opts {
     uint64_t etcd_ttl;         /* --etcd-ttl SECS (10) */
     const char *etcd_user, *etcd_ca, *etcd_cert, *etcd_key;
     char etcd_password[256];   /* --etcd-password-file */
+    bool members;              /* --members: list and exit */
 } opts;
 
 static const cli xferd_cli;
@@ -314,6 +315,8 @@ static const cli_flag flags[] = {
     {"etcd", 0, "URLS", "register the shards in etcd: http(s)://host:port,"
      "... (docs/discovery.md)", 1101},
     {"etcd-ttl", 0, "SECS", "lease of the registration (10)", 1102},
+    {"members", 0, NULL, "with --etcd: print the group's members as etcd "
+     "sees them and exit (serves nothing)", 1109},
     {"advertise", 0, "A", "address registered in etcd (--addr)", 1103},
     {"etcd-user", 0, "USER", "etcd user (password from --etcd-password-file)",
      1104},
@@ -480,6 +483,7 @@ static int parse_one(int c, const char *arg, opts *o)
     case 1106: o->etcd_ca = arg; return 0;
     case 1107: o->etcd_cert = arg; return 0;
     case 1108: o->etcd_key = arg; return 0;
+    case 1109: o->members = true; return 0;
     case 's': return parse_shards(arg, &o->cfg) ? bad("shard list", arg) : 0;
     case 'P':
         if (parse_size(arg, &o->cfg.pool_bytes) || o->cfg.pool_bytes == 0)
@@ -931,6 +935,8 @@ static int start_metrics(xferd *d)
     int rc = xfer_metrics_new(&mc, &d->metrics);
     if (!rc)
         rc = xfer_metrics_add_server(d->metrics, d->srv);
+    if (!rc && d->dir)
+        rc = xfer_metrics_add_dir(d->metrics, d->dir);
     if (!rc)
         rc = xfer_metrics_listen(d->metrics, d->o->metrics_addr,
                                  d->o->metrics_port);
@@ -985,28 +991,22 @@ static int setup(xferd *d)
                                  : reason(rc));
         return rc;
     }
-    if (o->metrics_addr && (rc = start_metrics(d)) != 0)
+    if (o->etcd && (rc = start_dir(d)) != 0)
         return rc;
-    return o->etcd ? start_dir(d) : 0;
+    return o->metrics_addr ? start_metrics(d) : 0;
 }
 
 /* --etcd: one entry per hosted shard under one lease (xfer/dir.h).  The
  * epoch is the start time in microseconds (CLOCK_REALTIME): it grows at
  * every start without a round trip to etcd before serving, and only a
  * clock stepped back between two starts could make it shrink. */
+static void dir_config(const opts *o, xfer_dir_config *dc);
+
 static int start_dir(xferd *d)
 {
     const opts *o = d->o;
     xfer_dir_config dc;
-    xfer_dir_config_default(&dc);
-    dc.endpoints = o->etcd;
-    dc.lease_ttl_s = o->etcd_ttl ? (uint32_t)o->etcd_ttl : 10;
-    dc.user = o->etcd_user;
-    dc.password = o->etcd_password[0] ? o->etcd_password : NULL;
-    dc.ca_file = o->etcd_ca;
-    dc.cert_file = o->etcd_cert;
-    dc.key_file = o->etcd_key;
-    dc.log = o->cfg.quiet ? NULL : log_line;
+    dir_config(o, &dc);
     int rc = xfer_dir_new(d->base, &dc, &d->dir);
     if (rc) {
         fprintf(stderr, "xferd: --etcd %s: %s\n", o->etcd, xfer_strerror(rc));
@@ -1049,6 +1049,71 @@ static void teardown(xferd *d)
     if (xfer_tracefile_close(d->tf) != 0)
         fprintf(stderr, "xferd: writing the trace %s failed\n", d->o->trace);
     free_pools(d);
+}
+
+static void dir_config(const opts *o, xfer_dir_config *dc)
+{
+    xfer_dir_config_default(dc);
+    dc->endpoints = o->etcd;
+    dc->lease_ttl_s = o->etcd_ttl ? (uint32_t)o->etcd_ttl : 10;
+    dc->user = o->etcd_user;
+    dc->password = o->etcd_password[0] ? o->etcd_password : NULL;
+    dc->ca_file = o->etcd_ca;
+    dc->cert_file = o->etcd_cert;
+    dc->key_file = o->etcd_key;
+    dc->log = o->cfg.quiet ? NULL : log_line;
+}
+
+static void member_seen(void *ud, const char *group, uint16_t shard,
+                        const xfer_dir_entry *e)
+{
+}
+
+/* --members: the group as etcd sees it now (what a producer created from
+ * the group name would use), one line per member; exit 1 when etcd did
+ * not answer within 5 s. */
+static int list_members(const opts *o)
+{
+    const char *group = o->group_name ? o->group_name : "0";
+    struct event_base *base = event_base_new();
+    xfer_dir_config dc;
+    dir_config(o, &dc);
+    xfer_dir *dir = NULL;
+    int rc = base ? xfer_dir_new(base, &dc, &dir) : XFER_ERR_NOMEM;
+    if (!rc)
+        rc = xfer_dir_watch(dir, group, member_seen, NULL);
+    xfer_dir_state st = {0};
+    for (int i = 0; rc == 0 && i < 100 && st.revision == 0; i++) {
+        struct timeval tv = {0, 50000};
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+        xfer_dir_state_get(dir, &st);
+    }
+    int status = 1;
+    if (rc || st.revision == 0) {
+        fprintf(stderr, "xferd: --members: etcd at %s did not answer\n",
+                o->etcd);
+        goto out;
+    }
+    printf("group %s (hello group %u) at etcd revision %lld: %u member%s\n",
+           group, (unsigned)xfer_dir_group_id(group), (long long)st.revision,
+           (unsigned)st.members, st.members == 1 ? "" : "s");
+    for (uint16_t k = 0; k < 64; k++) {
+        xfer_dir_entry e;
+        if (xfer_dir_member(dir, group, k, &e) != 0)
+            continue;
+        printf("shard %u %s:%u transports%s%s epoch %llu\n", (unsigned)k,
+               e.addr, (unsigned)e.port,
+               e.transports & XFER_DIR_TCP ? " tcp" : "",
+               e.transports & XFER_DIR_RDMA ? " rdma" : "",
+               (unsigned long long)e.epoch);
+    }
+    status = 0;
+out:
+    xfer_dir_del(dir);
+    if (base)
+        event_base_free(base);
+    return status;
 }
 
 static int serve(opts *o)
@@ -1101,5 +1166,10 @@ int main(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc;
+    if (o.members) {
+        if (!o.etcd)
+            return bad("--members without --etcd", "--members");
+        return list_members(&o);
+    }
     return serve(&o);
 }
