@@ -5,6 +5,8 @@
  *
  *   xfer-bench core|engine|memory|all    (no default: a name is needed)
  *   xfer-bench tcp [args]                 runs xfer-bench-tcp (TCP figures)
+ *   xfer-bench scale [args]               runs xfer-bench-scale (cost as the
+ *                                         cluster grows; docs/perf.md)
  *   xfer-bench rdma [args]                runs xfer-bench-rdma (RDMA figures
  *                                         next to ib_write_bw; says so and
  *                                         exits 77 without a device)
@@ -335,9 +337,11 @@ static void run_memory(void)
 static int run_tool(const char *what, char **rest)
 {
     const bool tcp = !strcmp(what, "tcp"), rdma = !strcmp(what, "rdma");
+    const bool scale = !strcmp(what, "scale");
     const char *tool = tcp ? "xfer-bench-tcp"
-                       : rdma ? "xfer-bench-rdma" : "xfer-check";
-    const char *sub = tcp || rdma ? "bench/" : "check/";
+                       : rdma ? "xfer-bench-rdma"
+                       : scale ? "xfer-bench-scale" : "xfer-check";
+    const char *sub = tcp || rdma || scale ? "bench/" : "check/";
     char path[4096];
     if (cli_find_program(tool, sub, path, sizeof path) != 0) {
         fprintf(stderr, "xfer-bench: cannot find %s (looked next to "
@@ -348,7 +352,7 @@ static int run_tool(const char *what, char **rest)
     char *av[64];
     size_t n = 0;
     av[n++] = path;
-    if (!tcp && !rdma)
+    if (!tcp && !rdma && !scale)
         av[n++] = "--bench";
     for (; *rest && n < 63; rest++)
         av[n++] = *rest;
@@ -375,6 +379,8 @@ static const cli bench_cli = {
              "  all       core, engine and memory\n"
              "  tcp ...   xfer-bench-tcp (TCP figures; its own --help)\n"
              "  rdma ...  xfer-bench-rdma (RDMA figures; its own --help)\n"
+             "  scale ... xfer-bench-scale (cost vs shards, producers, in "
+             "flight, live ids,\n            groups in etcd; --plots DIR)\n"
              "  check ... xfer-check --bench (the model checker's rates)\n",
     .flags = flags,
     .stop_at_operand = 1};
@@ -387,12 +393,12 @@ int main(int argc, char **argv)
             return 2;
     if (optind >= argc) { /* no default that runs everything */
         fprintf(stderr, "usage: xfer-bench core|engine|memory|all|tcp|rdma|"
-                "check [args] (try xfer-bench --help)\n");
+                "check|scale [args] (try xfer-bench --help)\n");
         return 2;
     }
     const char *what = argv[optind];
     if (!strcmp(what, "tcp") || !strcmp(what, "rdma") ||
-        !strcmp(what, "check"))
+        !strcmp(what, "check") || !strcmp(what, "scale"))
         return run_tool(what, argv + optind + 1);
     int all = !strcmp(what, "all");
     if (!all && strcmp(what, "core") && strcmp(what, "engine") &&
