@@ -524,7 +524,8 @@ int xfer_dir_unregister(xfer_dir *d, xfer_dir_done_fn done, void *ud)
                           NULL) == 0)
             d->unreg_left++;
     }
-    unreg_one_done(d, json_object_new_object(), NULL);
+    if (--d->unreg_left == 0) /* every request answered already */
+        event_active(d->done_ev, 0, 0);
     d->nregs = 0;
     d->st.registered = 0;
     return 0;

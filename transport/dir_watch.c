@@ -178,7 +178,7 @@ static void on_kv(dir_watch *w, json_object *kv, uint64_t *seen)
         return;
     }
     int k = key_shard(w, key, kn);
-    if (k < 0) {
+    if (k < 0 || k >= DIR_MAX_SHARDS) {
         bad_entry(w, key, kn, "key is not <prefix><group>/<shard below 64>");
         return;
     }
