@@ -455,7 +455,8 @@ int xfer_dir_watch(xfer_dir *d, const char *group, xfer_dir_member_fn fn,
     if (!d || !fn || xfer_dir_group_ok(group) != 0)
         return XFER_ERR_INVALID_ARG;
     for (uint32_t i = 0; i < d->nwatches; i++)
-        if (!strcmp(d->watches[i]->group, group))
+        if (!strcmp(d->watches[i]->group, group) &&
+            d->watches[i]->fn == fn && d->watches[i]->ud == ud)
             return XFER_ERR_EXISTS;
     if (d->nwatches == DIR_MAX_WATCHES)
         return XFER_ERR_BUSY;
@@ -499,13 +500,14 @@ int xfer_dir_member(const xfer_dir *d, const char *group, uint16_t shard,
     return XFER_ERR_NOT_FOUND;
 }
 
-int xfer_dir_unwatch(xfer_dir *d, const char *group)
+int xfer_dir_unwatch(xfer_dir *d, const char *group, xfer_dir_member_fn fn,
+                     void *ud)
 {
     if (!d || !group)
         return XFER_ERR_NOT_FOUND;
     for (uint32_t i = 0; i < d->nwatches; i++) {
         dir_watch *w = d->watches[i];
-        if (strcmp(w->group, group))
+        if (strcmp(w->group, group) || w->fn != fn || w->ud != ud)
             continue;
         /* A range request of this watch may be in flight: it is told the
          * watch is gone through its argument. */

@@ -63,6 +63,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include "addr.h"
 #include "auth.h"
 #include "base_ref.h"
 #include "engine_int.h"
@@ -850,44 +851,13 @@ static void set_defaults(xfer_tcp_config *c)
     c->dir_group = NULL; /* copied into t->dir_group */
 }
 
-/* "ip:port", "[v6]:port", or "host:port" resolved with getaddrinfo
- * (blocking: at creation, or when the directory names a host). */
-static int resolve(const char *addr, struct sockaddr_storage *sa, int *salen)
-{
-    *salen = sizeof *sa;
-    if (!addr || strlen(addr) >= TCP_ADDR_MAX)
-        return XFER_ERR_INVALID_ARG;
-    if (evutil_parse_sockaddr_port(addr, (struct sockaddr *)sa, salen) == 0)
-        return 0;
-    char host[TCP_ADDR_MAX];
-    strcpy(host, addr);
-    char *colon = strrchr(host, ':');
-    if (!colon || colon == host || !colon[1])
-        return XFER_ERR_INVALID_ARG;
-    *colon = '\0';
-    struct evutil_addrinfo hints = {.ai_family = AF_UNSPEC,
-                                    .ai_socktype = SOCK_STREAM,
-                                    .ai_flags = EVUTIL_AI_NUMERICSERV};
-    struct evutil_addrinfo *res = NULL;
-    if (evutil_getaddrinfo(host, colon + 1, &hints, &res) != 0 || !res)
-        return XFER_ERR_INVALID_ARG;
-    int rc = XFER_ERR_INVALID_ARG;
-    if (res->ai_addrlen <= sizeof *sa) {
-        memcpy(sa, res->ai_addr, res->ai_addrlen);
-        *salen = (int)res->ai_addrlen;
-        rc = 0;
-    }
-    evutil_freeaddrinfo(res);
-    return rc;
-}
-
 static int init_conn(xfer_tcp *t, uint16_t k, const char *addr)
 {
     tcp_conn *c = &t->conns[k];
     c->t = t;
     c->shard = k;
     if (addr) {
-        if (resolve(addr, &c->sa, &c->salen) != 0)
+        if (xfer_addr_resolve(addr, &c->sa, &c->salen) != 0)
             return XFER_ERR_INVALID_ARG;
     } else {
         c->state = C_GONE; /* until the directory names it */
@@ -1001,7 +971,7 @@ static void tcp_free(xfer_tcp *t)
 {
     struct event_base *base = t->base;
     if (t->dir_group[0])
-        xfer_dir_unwatch(t->cfg.dir, t->dir_group);
+        xfer_dir_unwatch(t->cfg.dir, t->dir_group, on_member, t);
     for (uint16_t k = 0; k < t->cfg.nshards; k++) {
         tcp_conn *c = &t->conns[k];
         for (uint32_t i = 0; i < c->nsegs; i++)
@@ -1070,7 +1040,7 @@ int xfer_tcp_set_shard(xfer_tcp *t, uint16_t shard, const char *addr)
     }
     struct sockaddr_storage sa;
     int salen;
-    if (resolve(addr, &sa, &salen) != 0)
+    if (xfer_addr_resolve(addr, &sa, &salen) != 0)
         return XFER_ERR_INVALID_ARG;
     bool same = salen == c->salen && !memcmp(&sa, &c->sa, (size_t)salen);
     if (same && c->state != C_GONE)
@@ -1158,7 +1128,7 @@ int xfer_tcp_split_addrs(const char *list, char *buf, size_t cap,
             *comma = '\0';
         struct sockaddr_storage ss;
         int sl;
-        if (n == max || !*p || resolve(p, &ss, &sl) != 0)
+        if (n == max || !*p || xfer_addr_resolve(p, &ss, &sl) != 0)
             return XFER_ERR_INVALID_ARG;
         addrs[n++] = p;
         p = comma ? comma + 1 : p + strlen(p);

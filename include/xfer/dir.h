@@ -138,19 +138,24 @@ typedef void (*xfer_dir_member_fn)(void *ud, const char *group,
 /*
  * Watch `group` (copied): read its members, report each, then follow
  * every change from that revision on (after a lost watch: read again and
- * report the differences).  At most 16 groups per directory.
+ * report the differences).  At most 16 watches per directory; a group
+ * may be watched by several (fn, ud) pairs (a producer and a consumer in
+ * one process), each with its own stream.
  * Errors: XFER_ERR_INVALID_ARG (bad group, NULL fn), XFER_ERR_EXISTS
- * (already watched), XFER_ERR_BUSY, XFER_ERR_NOMEM.
+ * (this group, fn and ud already), XFER_ERR_BUSY, XFER_ERR_NOMEM.
  */
 XFER_API int xfer_dir_watch(xfer_dir *d, const char *group,
                             xfer_dir_member_fn fn, void *ud);
 
-/* Stop watching `group`: no callback for it after this returns.  Not
- * from inside that group's member callback.  Errors: XFER_ERR_NOT_FOUND. */
-XFER_API int xfer_dir_unwatch(xfer_dir *d, const char *group);
+/* Stop the watch of `group` by (fn, ud): no callback of it after this
+ * returns.  Not from inside its own member callback.
+ * Errors: XFER_ERR_NOT_FOUND. */
+XFER_API int xfer_dir_unwatch(xfer_dir *d, const char *group,
+                              xfer_dir_member_fn fn, void *ud);
 
 /*
- * The known member `shard` of a watched `group` into *e (borrowed).
+ * The known member `shard` of a watched `group` into *e (borrowed), as
+ * the group's first watch knows it.
  * Errors: XFER_ERR_NOT_FOUND (no such watched group, or no member),
  * XFER_ERR_INVALID_ARG.
  */

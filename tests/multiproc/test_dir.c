@@ -142,8 +142,15 @@ START_TEST(test_dir_register_resolve)
     ck_assert_int_eq(xfer_dir_watch(cli, "g1", on_member, &s), 0);
     ck_assert_int_eq(xfer_dir_watch(cli, "g1", on_member, &s),
                      XFER_ERR_EXISTS);
+    /* A second watcher of the group (another fn/ud) hears it too. */
+    seen s2 = {0};
+    ck_assert_int_eq(xfer_dir_watch(cli, "g1", on_member, &s2), 0);
     ck_assert(wait_for(base, &s, 0, 7000, 10000));
     ck_assert(wait_for(base, &s, 1, 7001, 10000));
+    ck_assert(wait_for(base, &s2, 1, 7001, 10000));
+    ck_assert_int_eq(xfer_dir_unwatch(cli, "g1", on_member, &s2), 0);
+    ck_assert_int_eq(xfer_dir_unwatch(cli, "g1", on_member, &s2),
+                     XFER_ERR_NOT_FOUND);
     ck_assert_str_eq(s.e[0].addr, "127.0.0.1");
     ck_assert_uint_eq(s.e[0].epoch, 11);
     ck_assert_uint_eq(s.e[1].transports, XFER_DIR_TCP | XFER_DIR_RDMA);

@@ -11,6 +11,10 @@
  * completes exactly once; at the end no shard holds a byte.
  * test_dir_tcp_etcd_down: etcd stopped (kill, then restarted on its data) for 10 s mid-run: not
  * one transfer fails, and the producer reads the group again after.
+ * test_dir_tcp_consumer: a consumer created from the group name takes
+ * what a producer created from it sends; after shard 1 is killed and
+ * comes back on another port, the consumer's link follows it there and
+ * the transfers after that are available again.
  * test_dir_tcp_forged_entry: with a secret, a forged entry of a higher
  * epoch points shard 1 at a rogue listener (an xferd with another
  * secret): the connection is refused by HELLO2's mutual authentication,
@@ -30,6 +34,7 @@
 #include "etcd.h"
 #include "mp.h"
 #include "testutil.h"
+#include "xfer/consumer.h"
 #include "xfer/dir.h"
 #include "xfer/tcp.h"
 #include "xfer/xfer.h"
@@ -202,6 +207,8 @@ static void run_ms(pump *u, int ms)
     event_base_dispatch(u->base);
 }
 
+static bool shard_consume = true;
+
 /* xferd serving shard k of `group`, registered in etcd unless c is NULL. */
 static void start_shard(mp_proc *p, const etcd_cluster *c, int k,
                         const char *group, const char *secret_file)
@@ -210,8 +217,8 @@ static void start_shard(mp_proc *p, const etcd_cluster *c, int k,
     snprintf(shard, sizeof shard, "%d", k);
     const char *args[24] = {"--shard", shard, "--pool", "16M",
                             "--lease-ttl", "2s", "--group", group,
-                            "--quiet", "--consume"};
-    int n = 10;
+                            "--quiet", shard_consume ? "--consume" : NULL};
+    int n = shard_consume ? 10 : 9;
     if (secret_file) {
         args[n++] = "--secret-file";
         args[n++] = secret_file;
@@ -396,6 +403,89 @@ START_TEST(test_dir_tcp_forged_entry)
 }
 END_TEST
 
+typedef struct taker {
+    xfer_consumer *c;
+    uint64_t available, unavailable;
+} taker;
+
+static void took(void *ud, uint64_t id, uint32_t attempt,
+                 const xfer_region *regions, uint16_t n)
+{
+    taker *t = ud;
+    t->available++;
+    ck_assert_int_eq(n, NSHARDS);
+    ck_assert_int_eq(xfer_consumer_release(t->c, id), 0);
+}
+
+static void not_taken(void *ud, uint64_t id, int32_t reason, uint64_t shards)
+{
+    ((taker *)ud)->unavailable++;
+}
+
+static bool consumer_up(void *ud)
+{
+    taker *t = ud;
+    for (uint16_t k = 0; k < NSHARDS; k++)
+        if (!xfer_consumer_connected(t->c, k))
+            return false;
+    return true;
+}
+
+START_TEST(test_dir_tcp_consumer)
+{
+    etcd_cluster c;
+    ck_assert_int_eq(etcd_start(&c, 1), 0);
+    shard_consume = false; /* the consumer takes and releases */
+    mp_proc d[NSHARDS];
+    for (int k = 0; k < NSHARDS; k++)
+        start_shard(&d[k], &c, k, "cons", NULL);
+    pump u;
+    pump_new(&u, c.endpoints, "cons", NULL, 0);
+    taker t = {0};
+    xfer_consumer_config cc;
+    xfer_consumer_config_default(&cc);
+    cc.base = u.base;
+    cc.nshards = NSHARDS;
+    cc.dir = u.dir;
+    cc.dir_group = "cons";
+    cc.available = took;
+    cc.unavailable = not_taken;
+    cc.ud = &t;
+    cc.ready_deadline_ns = 2000000000ull;
+    ck_assert_int_eq(xfer_consumer_new(&cc, &t.c), 0);
+    ck_assert(mp_run_while(u.base, all_connected, &u, 15000));
+    ck_assert(mp_run_while(u.base, consumer_up, &t, 15000));
+    pump_start(&u);
+    run_ms(&u, 500);
+    pump_stop(&u);
+    ck_assert_uint_gt(u.ok, 0);
+    run_ms(&u, 300);
+    ck_assert_uint_eq(t.available, u.ok);
+    /* Shard 1 moves: killed, back on another port. */
+    uint16_t old_port = d[1].port;
+    mp_kill(&d[1], SIGKILL);
+    ck_assert(mp_run_while(u.base, shard_gone, &u, 10000));
+    start_shard(&d[1], &c, 1, "cons", NULL);
+    ck_assert_uint_ne(d[1].port, old_port);
+    ck_assert(mp_run_while(u.base, all_connected, &u, 15000));
+    ck_assert(mp_run_while(u.base, consumer_up, &t, 15000));
+    uint64_t ok0 = u.ok, avail0 = t.available;
+    pump_start(&u);
+    run_ms(&u, 500);
+    pump_stop(&u);
+    run_ms(&u, 300);
+    ck_assert_uint_gt(u.ok, ok0);
+    ck_assert_uint_eq(t.available - avail0, u.ok - ok0);
+    ck_assert_uint_eq(u.done, u.submitted);
+    xfer_consumer_del(t.c);
+    pump_del(&u);
+    for (int k = 0; k < NSHARDS; k++)
+        ck_assert_uint_eq(stat_at_exit(&d[k], "in_use"), 0);
+    shard_consume = true;
+    etcd_stop(&c);
+}
+END_TEST
+
 int main(void)
 {
     if (!etcd_binary()) {
@@ -412,6 +502,8 @@ int main(void)
         tcase_add_test(tc, test_dir_tcp_kill_shard);
     if (!only || !strcmp(only, "down"))
         tcase_add_test(tc, test_dir_tcp_etcd_down);
+    if (!only || !strcmp(only, "consumer"))
+        tcase_add_test(tc, test_dir_tcp_consumer);
     if (!only || !strcmp(only, "forged"))
         tcase_add_test(tc, test_dir_tcp_forged_entry);
     suite_add_tcase(s, tc);
