@@ -404,7 +404,7 @@ START_TEST(test_dir_xferd_members)
     ck_assert_int_eq(etcd_start(&c, 1), 0);
     mp_proc d[2];
     for (int k = 0; k < 2; k++) {
-        char shard[8];
+        char shard[16];
         snprintf(shard, sizeof shard, "%d", k);
         const char *args[] = {"--shard", shard, "--pool", "1M", "--etcd",
                               c.endpoints, "--etcd-ttl", "2", "--group",

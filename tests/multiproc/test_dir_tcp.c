@@ -213,7 +213,7 @@ static bool shard_consume = true;
 static void start_shard(mp_proc *p, const etcd_cluster *c, int k,
                         const char *group, const char *secret_file)
 {
-    char shard[8];
+    char shard[16];
     snprintf(shard, sizeof shard, "%d", k);
     const char *args[24] = {"--shard", shard, "--pool", "16M",
                             "--lease-ttl", "2s", "--group", group,
