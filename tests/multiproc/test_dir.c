@@ -16,6 +16,9 @@
  * (nothing is reported gone), the state says disconnected; after etcd
  * comes back the registration is kept alive (or put again) and a change
  * made after the restart is seen.
+ * test_dir_auth: with etcd's authentication on, a directory with the
+ * user's password registers and watches; one without credentials never
+ * gets its entry into etcd.
  * test_dir_cluster_failover: a three-member cluster with the member in
  * use killed: the registration survives past its TTL through the other
  * members, and a watcher still sees changes.
@@ -397,6 +400,60 @@ START_TEST(test_dir_cluster_failover)
 }
 END_TEST
 
+START_TEST(test_dir_auth)
+{
+    etcd_cluster c;
+    ck_assert_int_eq(etcd_start(&c, 1), 0);
+    char out[1024];
+    ck_assert_int_eq(etcd_post(&c, 0, "/v3/auth/user/add",
+                               "{\"name\":\"root\",\"password\":\"pw\"}",
+                               out, sizeof out), 200);
+    ck_assert_int_eq(etcd_post(&c, 0, "/v3/auth/role/add",
+                               "{\"name\":\"root\"}", out, sizeof out),
+                     200);
+    ck_assert_int_eq(etcd_post(&c, 0, "/v3/auth/user/grant",
+                               "{\"user\":\"root\",\"role\":\"root\"}",
+                               out, sizeof out), 200);
+    ck_assert_int_eq(etcd_post(&c, 0, "/v3/auth/enable", "{}", out,
+                               sizeof out), 200);
+    struct event_base *base = event_base_new();
+    seen s = {0}, nobody = {0};
+    xfer_dir_config cfg;
+    xfer_dir_config_default(&cfg);
+    cfg.endpoints = c.endpoints;
+    cfg.lease_ttl_s = 2;
+    cfg.reconnect_min_ns = 50000000ull;
+    cfg.reconnect_max_ns = 200000000ull;
+    cfg.user = "root";
+    cfg.password = "pw";
+    xfer_dir *srv = NULL, *cli = NULL, *anon = NULL;
+    ck_assert_int_eq(xfer_dir_new(base, &cfg, &srv), 0);
+    ck_assert_int_eq(xfer_dir_new(base, &cfg, &cli), 0);
+    xfer_dir *anon_cli = dir_new(base, c.endpoints, 2, &nobody);
+    anon = dir_new(base, c.endpoints, 2, NULL);
+    xfer_dir_entry e = entry(0, 7600, 1), e1 = entry(1, 7601, 1);
+    ck_assert_int_eq(xfer_dir_register(srv, "auth", &e), 0);
+    ck_assert_int_eq(xfer_dir_register(anon, "auth", &e1), 0);
+    ck_assert_int_eq(xfer_dir_watch(cli, "auth", on_member, &s), 0);
+    ck_assert_int_eq(xfer_dir_watch(anon_cli, "auth", on_member, &nobody),
+                     0);
+    ck_assert(wait_for(base, &s, 0, 7600, 10000));
+    run_ms(base, 1000);
+    ck_assert(!s.have[1]);       /* the anonymous put never landed */
+    ck_assert(!nobody.have[0]);  /* nor does an anonymous watch read */
+    xfer_dir_state st;
+    xfer_dir_state_get(anon, &st);
+    ck_assert(!st.connected);
+    ck_assert_uint_gt(st.failures, 0);
+    xfer_dir_del(anon);
+    xfer_dir_del(anon_cli);
+    xfer_dir_del(srv);
+    xfer_dir_del(cli);
+    event_base_free(base);
+    etcd_stop(&c);
+}
+END_TEST
+
 /* xferd --members lists the group as etcd sees it. */
 START_TEST(test_dir_xferd_members)
 {
@@ -457,6 +514,7 @@ int main(void)
     tcase_add_test(tc, test_dir_etcd_down);
     tcase_add_test(tc, test_dir_cluster_failover);
     tcase_add_test(tc, test_dir_xferd_members);
+    tcase_add_test(tc, test_dir_auth);
     suite_add_tcase(s, tc);
     int rc = tu_run(s);
     mp_kill_all();
