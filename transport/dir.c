@@ -31,6 +31,8 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <sys/socket.h>
 
 #include "dir_int.h"
 #include "timer.h"
@@ -141,8 +143,16 @@ struct evhttp_connection *xfer_dir_connect(xfer_dir *d)
         SSL *ssl = SSL_new(d->ssl_ctx);
         if (!ssl)
             return NULL;
-        SSL_set_tlsext_host_name(ssl, ep->host);
-        SSL_set1_host(ssl, ep->host);
+        /* The certificate must name the endpoint: an IP address against
+         * its IP SANs, a host name against its DNS names (and as SNI). */
+        unsigned char ip[16];
+        if (evutil_inet_pton(AF_INET, ep->host, ip) == 1 ||
+            evutil_inet_pton(AF_INET6, ep->host, ip) == 1) {
+            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), ep->host);
+        } else {
+            SSL_set_tlsext_host_name(ssl, ep->host);
+            SSL_set1_host(ssl, ep->host);
+        }
         bev = bufferevent_openssl_socket_new(d->base, -1, ssl,
                                              BUFFEREVENT_SSL_CONNECTING,
                                              BEV_OPT_CLOSE_ON_FREE);

@@ -69,9 +69,13 @@ static int spawn(etcd_cluster *c, int i)
 {
     etcd_member *m = &c->m[i];
     char data[256], cl[128], pl[128], cluster[512], log[256];
+    char cert[200], key[200];
     snprintf(data, sizeof data, "%s/%s", c->dir, m->name);
     snprintf(log, sizeof log, "%s/%s.log", c->dir, m->name);
-    snprintf(cl, sizeof cl, "http://127.0.0.1:%u", (unsigned)m->client_port);
+    snprintf(cert, sizeof cert, "%s/srv.pem", c->dir);
+    snprintf(key, sizeof key, "%s/srv.key", c->dir);
+    snprintf(cl, sizeof cl, "%s://127.0.0.1:%u", c->tls_ca[0] ? "https" : "http",
+             (unsigned)m->client_port);
     snprintf(pl, sizeof pl, "http://127.0.0.1:%u", (unsigned)m->peer_port);
     cluster_arg(c, cluster, sizeof cluster);
     const char *bin = etcd_binary();
@@ -93,7 +97,9 @@ static int spawn(etcd_cluster *c, int i)
               "--initial-cluster", cluster, "--initial-cluster-token",
               "xfer-test", "--initial-cluster-state", "new",
               "--heartbeat-interval", "50", "--election-timeout", "500",
-              "--log-level", "warn", (char *)NULL);
+              "--log-level", "warn",
+              c->tls_ca[0] ? "--cert-file" : (char *)NULL, cert,
+              "--key-file", key, (char *)NULL);
         _exit(127);
     }
     mp_track(pid);
@@ -115,6 +121,61 @@ int etcd_wait_up(const etcd_cluster *c, int i, int timeout_ms)
         nanosleep(&ts, NULL);
     }
     return -1;
+}
+
+/* A TCP connect to member i's client port answers (TLS members). */
+static int port_open(const etcd_cluster *c, int i, int timeout_ms)
+{
+    for (uint64_t end = mp_now_ms() + (uint64_t)timeout_ms;
+         mp_now_ms() < end;) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET,
+                                 .sin_port = htons(c->m[i].client_port)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (ok)
+            return 0;
+        struct timespec ts = {0, 50 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+int etcd_start_tls(etcd_cluster *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->dir, sizeof c->dir, "/tmp/xfer-etcd-XXXXXX");
+    if (!mkdtemp(c->dir))
+        return -1;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && openssl req -x509 -newkey rsa:2048 -nodes -keyout "
+             "ca.key -out ca.pem -days 2 -subj /CN=xfer-test-ca && "
+             "openssl req -newkey rsa:2048 -nodes -keyout srv.key -out "
+             "srv.csr -subj /CN=127.0.0.1 && printf 'subjectAltName=IP:"
+             "127.0.0.1\\n' > ext && openssl x509 -req -in srv.csr -CA "
+             "ca.pem -CAkey ca.key -CAcreateserial -out srv.pem -days 2 "
+             "-extfile ext",
+             c->dir);
+    char quiet[2100];
+    snprintf(quiet, sizeof quiet, "(%s) >/dev/null 2>&1", cmd);
+    if (system(quiet) != 0)
+        return -1;
+    snprintf(c->tls_ca, sizeof c->tls_ca, "%s/ca.pem", c->dir);
+    c->n = 1;
+    snprintf(c->m[0].name, sizeof c->m[0].name, "m0");
+    c->m[0].client_port = free_port();
+    c->m[0].peer_port = free_port();
+    snprintf(c->endpoints, sizeof c->endpoints, "https://127.0.0.1:%u",
+             (unsigned)c->m[0].client_port);
+    if (spawn(c, 0) != 0 || port_open(c, 0, 20000) != 0)
+        return -1;
+    /* Open before it has a leader: give it the time one election takes. */
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+    return 0;
 }
 
 int etcd_start(etcd_cluster *c, int n)

@@ -24,6 +24,8 @@ typedef struct etcd_cluster {
     etcd_member m[ETCD_MAX_MEMBERS];
     char dir[128];        /* the temporary folder */
     char endpoints[256];  /* "http://127.0.0.1:P,..." */
+    char tls_ca[160];     /* etcd_start_tls: the CA that signed etcd's
+                             certificate; "" plain HTTP */
 } etcd_cluster;
 
 /* The etcd binary ($ETCD, else etcd on PATH), or NULL when there is none
@@ -31,6 +33,11 @@ typedef struct etcd_cluster {
 const char *etcd_binary(void);
 /* Start n members and wait until each answers.  Returns 0. */
 int etcd_start(etcd_cluster *c, int n);
+/* One member serving clients over TLS (https), with a CA and a server
+ * certificate for 127.0.0.1 made by the openssl command in its folder
+ * (c->tls_ca).  etcd_post does not speak TLS: only the library's client
+ * is used against it.  Returns 0, or -1 (no openssl, no etcd). */
+int etcd_start_tls(etcd_cluster *c);
 /* Stop member i with `sig` (SIGKILL, SIGSTOP...) and reap when it died. */
 void etcd_signal(etcd_cluster *c, int i, int sig);
 /* Start member i again on its ports and data (after SIGKILL). */

@@ -19,6 +19,9 @@
  * test_dir_auth: with etcd's authentication on, a directory with the
  * user's password registers and watches; one without credentials never
  * gets its entry into etcd.
+ * test_dir_tls: etcd serving clients over https: a directory given the
+ * CA registers and watches through TLS; one given another CA (the
+ * server's certificate does not verify) never connects.
  * test_dir_cluster_failover: a three-member cluster with the member in
  * use killed: the registration survives past its TTL through the other
  * members, and a watcher still sees changes.
@@ -454,6 +457,44 @@ START_TEST(test_dir_auth)
 }
 END_TEST
 
+START_TEST(test_dir_tls)
+{
+    etcd_cluster c;
+    ck_assert_int_eq(etcd_start_tls(&c), 0);
+    struct event_base *base = event_base_new();
+    seen s = {0}, wrong = {0};
+    xfer_dir_config cfg;
+    xfer_dir_config_default(&cfg);
+    cfg.endpoints = c.endpoints;
+    cfg.lease_ttl_s = 2;
+    cfg.reconnect_min_ns = 50000000ull;
+    cfg.reconnect_max_ns = 300000000ull;
+    cfg.ca_file = c.tls_ca;
+    xfer_dir *srv = NULL, *cli = NULL, *bad = NULL;
+    ck_assert_int_eq(xfer_dir_new(base, &cfg, &srv), 0);
+    ck_assert_int_eq(xfer_dir_new(base, &cfg, &cli), 0);
+    /* The system's CAs do not know ours. */
+    cfg.ca_file = NULL;
+    ck_assert_int_eq(xfer_dir_new(base, &cfg, &bad), 0);
+    xfer_dir_entry e = entry(0, 7700, 1);
+    ck_assert_int_eq(xfer_dir_register(srv, "tls", &e), 0);
+    ck_assert_int_eq(xfer_dir_watch(cli, "tls", on_member, &s), 0);
+    ck_assert_int_eq(xfer_dir_watch(bad, "tls", on_member, &wrong), 0);
+    ck_assert(wait_for(base, &s, 0, 7700, 15000));
+    run_ms(base, 500);
+    ck_assert(!wrong.have[0]);
+    xfer_dir_state st;
+    xfer_dir_state_get(bad, &st);
+    ck_assert(!st.connected);
+    ck_assert_uint_gt(st.failures, 0);
+    xfer_dir_del(bad);
+    xfer_dir_del(srv);
+    xfer_dir_del(cli);
+    event_base_free(base);
+    etcd_stop(&c);
+}
+END_TEST
+
 /* xferd --members lists the group as etcd sees it. */
 START_TEST(test_dir_xferd_members)
 {
@@ -515,6 +556,7 @@ int main(void)
     tcase_add_test(tc, test_dir_cluster_failover);
     tcase_add_test(tc, test_dir_xferd_members);
     tcase_add_test(tc, test_dir_auth);
+    tcase_add_test(tc, test_dir_tls);
     suite_add_tcase(s, tc);
     int rc = tu_run(s);
     mp_kill_all();
