@@ -43,6 +43,7 @@ TOOLS = {
     "xfer-demo": (["tools/demo.c"], ["--transfers", "x"]),
     "xfer-bench-tcp": (["tools/bench/bench_tcp.c"], ["--runs", "0"]),
     "xfer-bench-rdma": (["tools/bench/bench_rdma.c"], ["--size", "x"]),
+    "xfer-bench-scale": (["tools/bench/bench_scale.c"], ["surplus"]),
 }
 
 

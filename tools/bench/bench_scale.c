@@ -23,6 +23,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <getopt.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -39,6 +40,7 @@
 #include <event2/event.h>
 
 #include "../demo_tcp.h"
+#include "../cli.h"
 #include "proc.h"
 #include "xfer/dir.h"
 #include "xfer/tcp.h"
@@ -569,23 +571,41 @@ static void plot(const char *dir, const char *datpath)
                "groups}.png\n", dir);
 }
 
+static const cli_flag flags[] = {
+    {"xferd", 0, "PATH", "the xferd to run (default: next to this program)",
+     'x'},
+    {"plots", 0, "DIR", "write scale.dat and the gnuplot PNGs into DIR",
+     'p'},
+    {"quick", 0, NULL, "0.3 s per point (a smoke run)", 'q'},
+    CLI_HELP,
+    CLI_VERSION,
+    {NULL, 0, NULL, NULL, 0}};
+
+static const cli scale_cli = {
+    .prog = "xfer-bench-scale",
+    .synopsis = "[flags]",
+    .intro = "how the cost grows with shards, producers, transfers in "
+             "flight, live ids\nand (etcd on PATH) groups registered in "
+             "etcd; a table, and PNG plots\n",
+    .flags = flags};
+
 int main(int argc, char **argv)
 {
-    const char *xferd = NULL, *plots = NULL;
+    const char *xferd = NULL, *plots = NULL, *v;
     bool quick = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--xferd") && i + 1 < argc)
-            xferd = argv[++i];
-        else if (!strcmp(argv[i], "--plots") && i + 1 < argc)
-            plots = argv[++i];
-        else if (!strcmp(argv[i], "--quick"))
-            quick = true;
-        else {
-            fprintf(stderr, "usage: xfer-bench-scale [--xferd PATH] "
-                    "[--plots DIR] [--quick]\n");
+    int k;
+    while ((k = cli_next(&scale_cli, argc, argv, &v)) != CLI_END) {
+        if (k == CLI_ERR)
             return 2;
-        }
+        if (k == 'x')
+            xferd = v;
+        else if (k == 'p')
+            plots = v;
+        else if (k == 'q')
+            quick = true;
     }
+    if (optind < argc)
+        return cli_bad(&scale_cli, "argument", argv[optind]);
     if (quick)
         secs = 0.3;
     signal(SIGPIPE, SIG_IGN);
@@ -617,8 +637,8 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *addrs[MAXS];
-    for (uint16_t k = 0; k < MAXS; k++)
-        addrs[k] = demo_tcp_addr(g, k);
+    for (uint16_t j = 0; j < MAXS; j++)
+        addrs[j] = demo_tcp_addr(g, j);
     char datpath[256];
     snprintf(datpath, sizeof datpath, "%s/scale.dat", plots ? plots : "/tmp");
     FILE *dat = fopen(datpath, "w");
