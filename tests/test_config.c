@@ -357,7 +357,7 @@ START_TEST(test_config_unknown_version_refused)
         ck_assert_ptr_eq(l, untouched);
 
         xfer_tcp_config tc = tcp_cfg();
-        tc.version = v;
+        tc.version = past_newest(v, XFER_TCP_CONFIG_VERSION);
         xfer_tcp *t = untouched;
         ck_assert_int_eq(xfer_tcp_new(base, &tc, &t), XFER_ERR_INVALID_ARG);
         ck_assert_ptr_eq(t, untouched);

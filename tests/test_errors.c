@@ -97,16 +97,20 @@ START_TEST(test_errors_fatal_band)
         ck_assert_int_eq(fatal, !strcmp(E[i].name, "INTERNAL"));
         ordinary += !fatal;
     }
-    /* the ordinary band is -1 .. -ordinary, no gaps but the codes
-     * allocated to work on other branches (-30 COPY, issue 25), which
-     * the band counts as if listed */
-    const int elsewhere = 1;
-    ordinary += elsewhere;
-    for (int v = -1; v >= -ordinary; v--)
-        ck_assert(listed(v) || v == -30);
-    ck_assert(!listed(-ordinary - 1));
-    ck_assert_int_lt(-ordinary, XFER_ERR_OK);
-    ck_assert_int_gt(-ordinary, XFER_ERR_FATAL_BAND);
+    /* the ordinary band is -1 .. its lowest code, no gaps (a code
+     * allocated to work not merged yet would be listed as allocated) */
+    int lowest = 0, gaps = 0;
+    for (size_t i = 1; i < NE; i++)
+        if (E[i].value > XFER_ERR_FATAL_BAND && E[i].value < lowest)
+            lowest = E[i].value;
+    for (int v = -1; v >= lowest; v--) {
+        bool allocated = false;
+        ck_assert(listed(v) || allocated);
+        gaps += !listed(v);
+    }
+    ck_assert_int_eq(-lowest - gaps, ordinary);
+    ck_assert_int_lt(lowest, XFER_ERR_OK);
+    ck_assert_int_gt(lowest, XFER_ERR_FATAL_BAND);
 }
 END_TEST
 

@@ -5,6 +5,8 @@
  *
  *   xfer-bench core|engine|memory|all    (no default: a name is needed)
  *   xfer-bench tcp [args]                 runs xfer-bench-tcp (TCP figures)
+ *   xfer-bench scale [args]               runs xfer-bench-scale (cost as the
+ *                                         cluster grows; docs/perf.md)
  *   xfer-bench rdma [args]                runs xfer-bench-rdma (RDMA figures
  *                                         next to ib_write_bw; says so and
  *                                         exits 77 without a device)
@@ -336,10 +338,12 @@ static int run_tool(const char *what, char **rest)
 {
     const bool tcp = !strcmp(what, "tcp"), rdma = !strcmp(what, "rdma");
     const bool stream = !strcmp(what, "stream");
+    const bool scale = !strcmp(what, "scale");
     const char *tool = tcp ? "xfer-bench-tcp"
                        : rdma ? "xfer-bench-rdma"
-                       : stream ? "xfer-bench-stream" : "xfer-check";
-    const char *sub = tcp || rdma || stream ? "bench/" : "check/";
+                       : stream ? "xfer-bench-stream"
+                       : scale ? "xfer-bench-scale" : "xfer-check";
+    const char *sub = tcp || rdma || stream || scale ? "bench/" : "check/";
     char path[4096];
     if (cli_find_program(tool, sub, path, sizeof path) != 0) {
         fprintf(stderr, "xfer-bench: cannot find %s (looked next to "
@@ -350,7 +354,7 @@ static int run_tool(const char *what, char **rest)
     char *av[64];
     size_t n = 0;
     av[n++] = path;
-    if (!tcp && !rdma && !stream)
+    if (!tcp && !rdma && !stream && !scale)
         av[n++] = "--bench";
     for (; *rest && n < 63; rest++)
         av[n++] = *rest;
@@ -380,6 +384,8 @@ static const cli bench_cli = {
              "  rdma ...  xfer-bench-rdma (RDMA figures; its own --help)\n"
              "  stream .. xfer-bench-stream (a streamed prefill's tail "
              "latency)\n"
+             "  scale ... xfer-bench-scale (cost vs shards, producers, in "
+             "flight, live ids,\n            groups in etcd; --plots DIR)\n"
              "  check ... xfer-check --bench (the model checker's rates)\n",
     .flags = flags,
     .stop_at_operand = 1};
@@ -392,12 +398,13 @@ int main(int argc, char **argv)
             return 2;
     if (optind >= argc) { /* no default that runs everything */
         fprintf(stderr, "usage: xfer-bench core|engine|memory|all|tcp|rdma|"
-                "stream|check [args] (try xfer-bench --help)\n");
+                "stream|check|scale [args] (try xfer-bench --help)\n");
         return 2;
     }
     const char *what = argv[optind];
     if (!strcmp(what, "tcp") || !strcmp(what, "rdma") ||
-        !strcmp(what, "stream") || !strcmp(what, "check"))
+        !strcmp(what, "stream") || !strcmp(what, "check") ||
+        !strcmp(what, "scale"))
         return run_tool(what, argv + optind + 1);
     int all = !strcmp(what, "all");
     if (!all && strcmp(what, "core") && strcmp(what, "engine") &&

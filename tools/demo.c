@@ -48,6 +48,7 @@
 #include "demo_consumer.h"
 #include "demo_tcp.h"
 #include "timer.h" /* transport/: the one deadline timer (wire_private_dep) */
+#include "xfer/dir.h"
 #include "xfer/loop.h"
 #include "xfer/readiness.h"
 #include "xfer/tracefile.h"
@@ -72,6 +73,7 @@ typedef struct opts {
     int tcp;           /* --tcp: xferd processes instead of the loop */
     int rdma;          /* --rdma: over tcp, data by RDMA WRITE */
     const char *xferd; /* --xferd PATH; NULL: next to argv0 */
+    const char *etcd;  /* --etcd URLS: shards found through etcd */
     const char *argv0;
 } opts;
 
@@ -91,6 +93,10 @@ typedef struct demo {
     bool have_report;
     int killed;            /* tcp mode: the shard was killed, restarted */
     struct event *kill_ev;
+    xfer_dir *dir;         /* --etcd: the directory the transport follows */
+    struct event *gone_ev; /* --etcd: polls for the killed shard gone */
+    uint64_t killed_at;    /* --etcd: when the shard was killed (ns) */
+    uint64_t gone_ms;      /* --etcd: kill to "gone" (0: never seen) */
     char shm[64];
     xfer_tracefile *tf;
     uint8_t *staging;
@@ -370,10 +376,47 @@ static void on_kill(evutil_socket_t fd, short what, void *arg)
 {
     demo *d = arg;
     char err[320];
+    if (d->dir) {
+        /* Through etcd: kill, let the producer notice through the
+         * shard's lease (no goodbye was said), then restart. */
+        if (demo_tcp_kill(d->kids, TCP_KILLED_SHARD, err, sizeof err)) {
+            fprintf(stderr, "xfer-demo: %s\n", err);
+            return;
+        }
+        d->killed_at = xfer_engine_now(d->engine);
+        struct timeval tv = {0, 10000};
+        event_add(d->gone_ev, &tv);
+        return;
+    }
     if (demo_tcp_kill_restart(d->kids, TCP_KILLED_SHARD, err, sizeof err))
         fprintf(stderr, "xfer-demo: %s\n", err);
     else
         d->killed = 2;
+}
+
+static void submit_more(demo *d);
+
+/* --etcd: the killed shard's entry left etcd with its lease; the
+ * transport failed its ops with XFER_ERR_SHARD_GONE.  Start it again:
+ * it registers with a new epoch and the transport redials it. */
+static void on_gone_poll(evutil_socket_t fd, short what, void *arg)
+{
+    demo *d = arg;
+    char err[320];
+    uint64_t waited = xfer_engine_now(d->engine) - d->killed_at;
+    if (!xfer_tcp_gone(d->tcp, TCP_KILLED_SHARD) && waited < 15000 * MS)
+        return;
+    event_del(d->gone_ev);
+    if (!xfer_tcp_gone(d->tcp, TCP_KILLED_SHARD))
+        fprintf(stderr, "xfer-demo: shard %u was not reported gone within "
+                "15 s\n", TCP_KILLED_SHARD);
+    else
+        d->gone_ms = waited / MS;
+    if (demo_tcp_restart(d->kids, TCP_KILLED_SHARD, err, sizeof err))
+        fprintf(stderr, "xfer-demo: %s\n", err);
+    else
+        d->killed = 2;
+    submit_more(d);
 }
 
 static void on_shutdown(void *ud)
@@ -391,6 +434,10 @@ static void on_shutdown(void *ud)
 
 static void submit_more(demo *d)
 {
+    /* --etcd: nothing new while the killed shard is down (each would
+     * fail at once); its in-flight ops fail and roll back meanwhile. */
+    if (d->dir && d->killed_at && d->killed != 2)
+        return;
     while (d->nfree && d->next_id < d->o.transfers)
         if (submit_one(d) != 0)
             break;
@@ -460,7 +507,7 @@ static void on_settle(evutil_socket_t fd, short what, void *arg)
 /* Every flag, its value and its help: getopt_long's options and --help
  * are both built from this table (tools/cli.h). */
 enum { F_TRANSFERS = 256, F_INFLIGHT, F_SHARDS, F_BLOCK, F_SEED, F_FAULTS,
-       F_TRACE, F_QUIET, F_TCP, F_XFERD, F_RDMA };
+       F_TRACE, F_QUIET, F_TCP, F_XFERD, F_RDMA, F_ETCD };
 static const cli_flag flags[] = {
     {"transfers", 0, "N", "transfers to run (5000)", F_TRANSFERS},
     {"inflight", 0, "N", "transfers in flight at once, 1..4096 (64)",
@@ -479,6 +526,9 @@ static const cli_flag flags[] = {
      "xfer-demo)", F_XFERD},
     {"rdma", 0, NULL, "--tcp with the data moved by RDMA WRITE (no device: "
      "exit 77)", F_RDMA},
+    {"etcd", 0, "URLS", "with --tcp: the shards register in etcd (lease "
+     "2 s) and the producer finds them there; the killed shard is noticed "
+     "through its lease (docs/discovery.md)", F_ETCD},
     CLI_HELP,
     CLI_VERSION,
     {NULL, 0, NULL, NULL, 0}};
@@ -543,6 +593,7 @@ static void parse(opts *o, int argc, char **argv)
             break;
         case F_TRACE: o->trace = v; break;
         case F_XFERD: o->xferd = v; break;
+        case F_ETCD: o->etcd = v; break;
         default: exit(2); /* CLI_ERR: the line is printed */
         }
     }
@@ -552,6 +603,8 @@ static void parse(opts *o, int argc, char **argv)
         usage_error("--shards, --inflight and --transfers must be > 0", NULL);
     if (o->xferd && !o->tcp)
         usage_error("--xferd needs --tcp", NULL);
+    if (o->etcd && (!o->tcp || o->rdma))
+        usage_error("--etcd needs --tcp (and not --rdma)", NULL);
 }
 
 static void add_faults(demo *d)
@@ -693,7 +746,8 @@ static int start_xferds(demo *d)
         .lease_ttl_ms = TCP_LEASE_MS,
         .fault_ppm = o->fault_ppm, .drop_ppm = o->fault_ppm / 200,
         .seed = o->seed, .shm = d->shm, .trace = o->trace,
-        .take_grace_ms = TCP_GRACE_MS, .rdma = o->rdma != 0};
+        .take_grace_ms = TCP_GRACE_MS, .rdma = o->rdma != 0,
+        .etcd = o->etcd};
     signal(SIGPIPE, SIG_IGN); /* libevent writes to sockets (xfer/tcp.h) */
     return demo_tcp_start(&c, &d->kids, d->err, sizeof d->err);
 }
@@ -735,8 +789,27 @@ static int setup_tcp(demo *d)
                                           xfer_rdma_transport(d->rdma),
                                           &d->group);
     }
-    int rc = demo_tcp_connect(d->kids, d->base, TCP_CONNECT_MS, &d->tcp,
+    int rc;
+    if (d->o.etcd) {
+        xfer_dir_config dc;
+        xfer_dir_config_default(&dc);
+        dc.endpoints = d->o.etcd;
+        dc.lease_ttl_s = 2;
+        rc = xfer_dir_new(d->base, &dc, &d->dir);
+        if (rc) {
+            snprintf(d->err, sizeof d->err, "--etcd %.200s: %s", d->o.etcd,
+                     xfer_strerror(rc));
+            return rc;
+        }
+        d->gone_ev = event_new(d->base, -1, EV_PERSIST, on_gone_poll, d);
+        if (!d->gone_ev)
+            return XFER_ERR_NOMEM;
+        rc = demo_tcp_connect_dir(d->kids, d->base, d->dir, TCP_CONNECT_MS,
+                                  &d->tcp, d->err, sizeof d->err);
+    } else {
+        rc = demo_tcp_connect(d->kids, d->base, TCP_CONNECT_MS, &d->tcp,
                               d->err, sizeof d->err);
+    }
     if (!rc)
         rc = xfer_engine_add_group(d->engine, xfer_tcp_transport(d->tcp),
                                    &d->group);
@@ -837,6 +910,18 @@ static void print_tcp(const demo *d, const tally *t)
            d->killed == 2 ? "killed with SIGKILL mid-run and restarted"
                           : "NOT killed and restarted",
            d->o.shards, t->xferd_unclean);
+    if (d->dir) {
+        xfer_tcp_stats ts;
+        xfer_dir_state ds;
+        xfer_tcp_stats_get(d->tcp, &ts);
+        xfer_dir_state_get(d->dir, &ds);
+        printf("  etcd: shard %u gone %" PRIu64 " ms after its kill -9 "
+               "(its lease: 2 s), ops failed as gone %" PRIu64
+               "; directory revision %lld, members %u, requests failed %"
+               PRIu64 "\n",
+               TCP_KILLED_SHARD, d->gone_ms, ts.failed_gone,
+               (long long)ds.revision, ds.members, ds.failures);
+    }
 }
 
 static void print_consumer(const demo *d, const tally *t)
@@ -902,7 +987,8 @@ static int summary(demo *d, const tally *t)
     if (d->o.tcp)
         ok = ok && d->have_report && demo_agreed(&t->agree) &&
              d->rep.exit_status == 0 && d->rep.held_bytes == 0 &&
-             d->rep.unreported == 0 && d->killed == 2;
+             d->rep.unreported == 0 && d->killed == 2 &&
+             (!d->dir || d->gone_ms > 0);
     printf("xfer-demo: %s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
 }
@@ -919,9 +1005,12 @@ static void teardown(demo *d)
         event_free(d->settle);
     if (d->kill_ev)
         event_free(d->kill_ev);
+    if (d->gone_ev)
+        event_free(d->gone_ev);
     xfer_engine_del(d->engine);
     xfer_loop_del(d->loop);
     xfer_tcp_del(d->tcp);
+    xfer_dir_del(d->dir); /* after the transport that follows it */
     xfer_rdma_del(d->rdma);
     if (d->own_base) {
         event_base_loop(d->own_base, EVLOOP_NONBLOCK);

@@ -59,13 +59,14 @@ struct demo_tcp {
     char addr[XFER_MAX_SHARDS][24];
     const char *addrs[XFER_MAX_SHARDS];
     char dir[256]; /* private temp folder: port files, logs; "" none */
+    char etcd[1024]; /* --etcd of every child; "" none */
 };
 
 /* The argument vector of one child, with the storage it points into. */
 typedef struct child_args {
     char shard[8], pool[24], resv[16], tombs[16], lease[32], faults[48];
     char drop[16], portfile[320], port[8], grace[32], trace[4200];
-    const char *argv[40];
+    const char *argv[48];
 } child_args;
 
 /* The library's monotonic clock, in ms. */
@@ -169,6 +170,14 @@ static void make_args(const demo_tcp *t, uint16_t k, child_args *a)
     if (t->cfg.integrity) {
         a->argv[n++] = "--integrity";
         a->argv[n++] = xfer_integrity_name(t->cfg.integrity);
+    }
+    if (t->etcd[0]) { /* group "0": HELLO group 0, as the consumer's */
+        a->argv[n++] = "--etcd";
+        a->argv[n++] = t->etcd;
+        a->argv[n++] = "--etcd-ttl";
+        a->argv[n++] = "2";
+        a->argv[n++] = "--group";
+        a->argv[n++] = "0";
     }
     a->argv[n] = NULL;
 }
@@ -315,6 +324,12 @@ static int make_dir(demo_tcp *t, char *err, size_t cap)
 
 int demo_tcp_kill_restart(demo_tcp *t, uint16_t k, char *err, size_t cap)
 {
+    int rc = demo_tcp_kill(t, k, err, cap);
+    return rc ? rc : demo_tcp_restart(t, k, err, cap);
+}
+
+int demo_tcp_kill(demo_tcp *t, uint16_t k, char *err, size_t cap)
+{
     if (k >= t->n || t->pid[k] <= 0) {
         snprintf(err, cap, "no xferd for shard %u to kill", (unsigned)k);
         return XFER_ERR_IO;
@@ -322,6 +337,11 @@ int demo_tcp_kill_restart(demo_tcp *t, uint16_t k, char *err, size_t cap)
     kill(t->pid[k], SIGKILL);
     waitpid(t->pid[k], NULL, 0); /* reaped: its shm objects are stale now */
     t->pid[k] = 0;
+    return 0;
+}
+
+int demo_tcp_restart(demo_tcp *t, uint16_t k, char *err, size_t cap)
+{
     uint16_t port = t->port[k];
     t->restarted[k] = 1;
     int rc = make_dir(t, err, cap);
@@ -370,6 +390,8 @@ int demo_tcp_start(const demo_tcp_config *cfg, demo_tcp **out, char *err,
     snprintf(t->shm, sizeof t->shm, "%s", cfg->shm ? cfg->shm : "");
     snprintf(t->trace, sizeof t->trace, "%s", cfg->trace ? cfg->trace : "");
     snprintf(t->xferd, sizeof t->xferd, "%s", cfg->xferd);
+    snprintf(t->etcd, sizeof t->etcd, "%s", cfg->etcd ? cfg->etcd : "");
+    t->cfg.etcd = NULL; /* copied */
     t->cfg.shm = t->shm;
     t->cfg.trace = t->trace;
     rc = make_dir(t, err, cap);
@@ -468,6 +490,31 @@ int demo_tcp_connect(const demo_tcp *t, struct event_base *base,
 {
     xfer_tcp_config tc;
     tcp_config(t, &tc);
+    xfer_tcp *tcp = NULL;
+    int rc = xfer_tcp_new(base, &tc, &tcp);
+    if (rc) {
+        snprintf(err, cap, "cannot make the tcp transport: %s",
+                 xfer_strerror(rc));
+        return rc;
+    }
+    rc = wait_up(t, base, timeout_ms, tcp_up, tcp, err, cap);
+    if (rc) {
+        xfer_tcp_del(tcp);
+        return rc;
+    }
+    *out = tcp;
+    return 0;
+}
+
+int demo_tcp_connect_dir(const demo_tcp *t, struct event_base *base,
+                         struct xfer_dir *dir, uint64_t timeout_ms,
+                         xfer_tcp **out, char *err, size_t cap)
+{
+    xfer_tcp_config tc;
+    tcp_config(t, &tc);
+    tc.addrs = NULL;
+    tc.dir = dir;
+    tc.dir_group = "0";
     xfer_tcp *tcp = NULL;
     int rc = xfer_tcp_new(base, &tc, &tcp);
     if (rc) {

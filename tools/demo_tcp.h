@@ -43,6 +43,9 @@ typedef struct demo_tcp_config {
     bool rdma;            /* xferd --rdma (demo_tcp_connect_rdma) */
     uint8_t integrity;    /* xferd --integrity (xfer_integrity); 0: none
                              given, the library default */
+    const char *etcd;     /* xferd --etcd ETCD --etcd-ttl 2 --group 0
+                             (copied): the shards register there
+                             (docs/discovery.md); NULL: not */
 } demo_tcp_config;
 
 /*
@@ -109,6 +112,16 @@ int demo_tcp_status(const demo_tcp *t, uint16_t k,
  * XFER_ERR_IO with one line in err.
  */
 int demo_tcp_kill_restart(demo_tcp *t, uint16_t k, char *err, size_t cap);
+/* The two halves of it: the kill (reaped), and the restart later. */
+int demo_tcp_kill(demo_tcp *t, uint16_t k, char *err, size_t cap);
+int demo_tcp_restart(demo_tcp *t, uint16_t k, char *err, size_t cap);
+
+/* demo_tcp_connect with the shards found through the directory: the
+ * transport follows group "0" on `dir` (borrowed: outlives *out). */
+struct xfer_dir;
+int demo_tcp_connect_dir(const demo_tcp *t, struct event_base *base,
+                         struct xfer_dir *dir, uint64_t timeout_ms,
+                         xfer_tcp **out, char *err, size_t cap);
 
 /* Child k's pid (0 once reaped) and its "127.0.0.1:port" (borrowed: lives
  * as long as t), for k below the nshards of demo_tcp_start. */

@@ -97,8 +97,10 @@ SYSTEM_HEADERS = PURE_HEADERS | {
     'sys/types.h', 'sys/uio.h', 'sys/un.h', 'sys/utsname.h', 'sys/wait.h',
     'syslog.h', 'termios.h', 'unistd.h', 'endian.h',
 }
-# libevent, rdma-core (verbs, rdmacm), libcrypto and ISA-L (CRC32C).
-SYSTEM_PREFIXES = ('event2/', 'infiniband/', 'rdma/', 'openssl/', 'isa-l/')
+# libevent, rdma-core (verbs, rdmacm), libcrypto/libssl, ISA-L (CRC32C) and
+# json-c (the directory client, transport/dir*.c).
+SYSTEM_PREFIXES = ('event2/', 'infiniband/', 'rdma/', 'openssl/', 'isa-l/',
+                   'json-c/')
 
 # Per layer: its folder, the folders a quoted include is looked up in
 # (after the including file's own), the folders an include may reach, and

@@ -19,6 +19,7 @@
 #include <event2/event.h>
 
 #include "util.h" /* fsm_private_dep: the injected allocator */
+#include "xfer/dir.h"
 
 void xfer_consumer_config_default(xfer_consumer_config *cfg)
 {
@@ -239,9 +240,17 @@ static int take_config(xfer_consumer *c, const xfer_consumer_config *cfg)
     memset(k, 0, sizeof *k); /* a version 1 config: the rest defaults */
     if (xfer_util_versioned_copy(k, cfg, cfg->version, config_lens,
                                  XFER_UTIL_NVERSIONS(config_lens)) ||
-        !k->base || !k->addrs || !k->available || !k->unavailable ||
-        k->nshards == 0 || k->nshards > XFER_MAX_SHARDS)
+        !k->base || (!k->addrs && !k->dir) || !k->available ||
+        !k->unavailable || k->nshards == 0 ||
+        k->nshards > XFER_MAX_SHARDS ||
+        (k->dir && (!k->dir_group || strlen(k->dir_group) >= 64)))
         return XFER_ERR_INVALID_ARG;
+    if (k->dir) {
+        strcpy(c->dir_group, k->dir_group);
+        k->dir_group = c->dir_group;
+        if (k->group == 0)
+            k->group = xfer_dir_group_id(c->dir_group);
+    }
     k->version = XFER_CONSUMER_CONFIG_VERSION;
     k->addrs = NULL; /* copied into the links */
     k->pools = NULL; /* copied below */
@@ -310,7 +319,12 @@ int xfer_consumer_new(const xfer_consumer_config *cfg, xfer_consumer **out)
     if (!rc)
         rc = make_loop(c);
     for (uint16_t k = 0; !rc && k < c->cfg.nshards; k++)
-        rc = xfer_consumer_link_init(c, k, cfg->addrs[k]);
+        rc = xfer_consumer_link_init(c, k, cfg->addrs ? cfg->addrs[k] : NULL);
+    if (!rc && c->cfg.dir) {
+        rc = xfer_dir_watch(c->cfg.dir, c->dir_group, xfer_consumer_on_member,
+                            c);
+        c->watching = rc == 0;
+    }
     if (rc) {
         xfer_consumer_del(c);
         return rc;
@@ -323,6 +337,9 @@ void xfer_consumer_del(xfer_consumer *c)
 {
     if (!c)
         return;
+    if (c->watching)
+        xfer_dir_unwatch(c->cfg.dir, c->dir_group, xfer_consumer_on_member,
+                         c);
     for (uint16_t k = 0; k < c->cfg.nshards; k++)
         xfer_consumer_link_clear(&c->links[k]);
     xfer_mailbox_del(c->mailbox);

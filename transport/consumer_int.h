@@ -72,6 +72,7 @@ typedef struct xfer_consumer_link {
     uint64_t pool_bytes;  /* from HELLO_ACK */
     xfer_wire_msg hello;  /* the HELLO2 sent on this connection */
     bool challenged;      /* the shard proved it knows the secret */
+    bool gone;            /* no address (directory): not dialled */
 } xfer_consumer_link;
 
 /* Record states. */
@@ -110,6 +111,8 @@ typedef struct xfer_consumer_ccl {
 
 struct xfer_consumer {
     xfer_consumer_config cfg;
+    char dir_group[64];    /* cfg.dir_group's copy */
+    bool watching;         /* dir_group is watched on cfg.dir */
     uint8_t session[XFER_WIRE_SESSION]; /* ours, for every HELLO2 */
     uint8_t secret[XFER_AUTH_SECRET_MAX];
     size_t secret_len;
@@ -211,5 +214,10 @@ void xfer_consumer_cancels_replay(xfer_consumer *c, uint16_t k);
 void xfer_consumer_ready_close(xfer_consumer *c);
 /* Closed: drop the outcomes queued, releasing what they took. */
 void xfer_consumer_drop_queued(xfer_consumer *c);
+
+/* consumer_link.c: the directory reports member `shard` (e NULL: gone). */
+struct xfer_dir_entry;
+void xfer_consumer_on_member(void *ud, const char *group, uint16_t shard,
+                             const struct xfer_dir_entry *e);
 
 #endif /* XFER_CONSUMER_INT_H */

@@ -36,13 +36,16 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "addr.h"
 #include "wire_frame.h"
+#include "xfer/dir.h"
 #include "xfer/shard.h"
 
 #define REQ_HELLO 1u
@@ -415,6 +418,8 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
         link_down(l, false);
         return;
     }
+    if (l->gone)
+        return; /* the directory names no address for it now */
     start_connect(l);
 }
 
@@ -521,8 +526,8 @@ int xfer_consumer_link_init(xfer_consumer *c, uint16_t k, const char *addr)
     l->c = c;
     l->shard = k;
     l->salen = (int)sizeof l->sa;
-    if (!addr || evutil_parse_sockaddr_port(addr, (struct sockaddr *)&l->sa,
-                                            &l->salen) != 0)
+    l->gone = !addr; /* the directory gives it one later */
+    if (addr && xfer_addr_resolve(addr, &l->sa, &l->salen) != 0)
         return XFER_ERR_INVALID_ARG;
     uint8_t seed[sizeof c->session + 2];
     memcpy(seed, c->session, sizeof c->session);
@@ -533,8 +538,45 @@ int xfer_consumer_link_init(xfer_consumer *c, uint16_t k, const char *addr)
     l->req_timer = evtimer_new(c->base, on_req_timer, l);
     if (!l->retry || !l->req_timer)
         return XFER_ERR_IO;
-    start_connect(l);
+    if (!l->gone)
+        start_connect(l);
     return 0;
+}
+
+/* The directory reports shard `shard` of our group: dial a new address at
+ * once (a link up elsewhere goes down as lost first); a gone shard's link
+ * goes down and is not redialled until it registers again.  Runs from the
+ * directory's callback on the loop, never inside an application call. */
+void xfer_consumer_on_member(void *ud, const char *group, uint16_t shard,
+                             const xfer_dir_entry *e)
+{
+    xfer_consumer *c = ud;
+    if (shard >= c->cfg.nshards || c->closing)
+        return;
+    xfer_consumer_link *l = &c->links[shard];
+    struct sockaddr_storage sa;
+    int salen = 0;
+    char addr[XFER_DIR_ADDR_MAX + 16];
+    if (e && (e->transports & XFER_DIR_TCP)) {
+        snprintf(addr, sizeof addr, strchr(e->addr, ':') ? "[%s]:%u" : "%s:%u",
+                 e->addr, (unsigned)e->port);
+        if (xfer_addr_resolve(addr, &sa, &salen) != 0)
+            e = NULL; /* unusable: as gone */
+    } else {
+        e = NULL;
+    }
+    if (e && !l->gone && salen == l->salen &&
+        !memcmp(&sa, &l->sa, (size_t)salen))
+        return; /* the same place: nothing moved */
+    if (l->bev || l->state != XFER_CLINK_DOWN)
+        link_down(l, false);
+    evtimer_del(l->retry);
+    l->gone = !e;
+    if (!e)
+        return;
+    l->sa = sa;
+    l->salen = salen;
+    start_connect(l);
 }
 
 void xfer_consumer_link_clear(xfer_consumer_link *l)

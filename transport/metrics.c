@@ -58,6 +58,7 @@ struct xfer_metrics {
     const xfer_server *server;
     const xfer_consumer *consumer;
     const xfer_tcp *tcp;
+    const xfer_dir *dir;
     struct evhttp *own;              /* from xfer_metrics_listen */
     struct evhttp *mounts[MAX_MOUNTS];
     char *paths[MAX_MOUNTS];
@@ -78,6 +79,8 @@ static struct evbuffer *render(const xfer_metrics *m)
         xfer_metrics_consumer(&t, m->consumer);
     if (m->tcp)
         xfer_metrics_tcp(&t, m->tcp);
+    if (m->dir)
+        xfer_metrics_dir(&t, m->dir);
     if (t.err) {
         evbuffer_free(t.b);
         return NULL;
@@ -286,6 +289,16 @@ int xfer_metrics_add_tcp(xfer_metrics *m, const xfer_tcp *t)
     if (m->tcp)
         return XFER_ERR_EXISTS;
     m->tcp = t;
+    return 0;
+}
+
+int xfer_metrics_add_dir(xfer_metrics *m, const xfer_dir *d)
+{
+    if (!m || !d)
+        return XFER_ERR_INVALID_ARG;
+    if (m->dir)
+        return XFER_ERR_EXISTS;
+    m->dir = d;
     return 0;
 }
 

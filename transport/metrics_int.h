@@ -8,6 +8,7 @@
 #include "xfer/consumer.h"
 #include "xfer/server.h"
 #include "xfer/tcp.h"
+#include "xfer/dir.h"
 #include "xfer/xfer.h"
 
 struct evbuffer;
@@ -26,5 +27,6 @@ void xfer_metrics_engine(xfer_metrics_text *t, const xfer_engine *e);
 void xfer_metrics_server(xfer_metrics_text *t, const xfer_server *s);
 void xfer_metrics_consumer(xfer_metrics_text *t, const xfer_consumer *c);
 void xfer_metrics_tcp(xfer_metrics_text *t, const xfer_tcp *tcp);
+void xfer_metrics_dir(xfer_metrics_text *t, const xfer_dir *d);
 
 #endif /* XFER_METRICS_INT_H */

@@ -370,4 +370,44 @@ void xfer_metrics_tcp(xfer_metrics_text *t, const xfer_tcp *tcp)
     one(t, "xfer_tcp_bad_replies_total", "counter",
         "Replies refused (each failed its op with XFER_ERR_PROTO).",
         st.bad_replies);
+    one(t, "xfer_tcp_shard_gone_total", "counter",
+        "Shards that left their group (directory), their ops failed with "
+        "XFER_ERR_SHARD_GONE.", st.gones);
+    one(t, "xfer_tcp_shard_moves_total", "counter",
+        "Shards given a new address by the directory.", st.moves);
+    one(t, "xfer_tcp_failed_gone_total", "counter",
+        "Ops failed with XFER_ERR_SHARD_GONE.", st.failed_gone);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The directory (etcd)                                                    */
+/* ---------------------------------------------------------------------- */
+
+void xfer_metrics_dir(xfer_metrics_text *t, const xfer_dir *d)
+{
+    xfer_dir_state st;
+    xfer_dir_state_get(d, &st);
+    one(t, "xfer_dir_connected", "gauge",
+        "1 when the last request to etcd was answered.", st.connected);
+    one(t, "xfer_dir_revision", "gauge", "The last etcd revision seen.",
+        (uint64_t)(st.revision > 0 ? st.revision : 0));
+    one(t, "xfer_dir_members", "gauge",
+        "Members known over every watched group.", st.members);
+    one(t, "xfer_dir_registered", "gauge",
+        "Entries this process keeps registered.", st.registered);
+    one(t, "xfer_dir_endpoint", "gauge", "Index of the etcd endpoint in use.",
+        st.endpoint);
+    one(t, "xfer_dir_failures_total", "counter",
+        "Requests to etcd that failed (each moved to the next endpoint).",
+        st.failures);
+    one(t, "xfer_dir_events_total", "counter", "Watch events read.",
+        st.events);
+    one(t, "xfer_dir_bad_entries_total", "counter",
+        "Entries ignored as malformed or hostile.", st.bad_entries);
+    one(t, "xfer_dir_stale_entries_total", "counter",
+        "Entries ignored for an epoch below the known one.",
+        st.stale_entries);
+    one(t, "xfer_dir_lease_grants_total", "counter",
+        "Leases granted (more than one: the registration was put again).",
+        st.lease_grants);
 }

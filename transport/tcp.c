@@ -63,6 +63,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include "addr.h"
 #include "auth.h"
 #include "crc.h"
 #include "base_ref.h"
@@ -73,6 +74,7 @@
 #include "tcp_conn.h"
 #include "timer.h"
 #include "wire_frame.h"
+#include "xfer/dir.h"
 
 /* ---------------------------------------------------------------------- */
 /* Lists                                                                   */
@@ -747,7 +749,11 @@ static int t_start(void *self, const xfer_action *a, const void *src)
                                   .op = (uint8_t)xfer_action_op(a->kind)};
     t->outstanding++;
     t->st.ops_started++;
-    if (c->state == C_DOWN) {
+    if (c->state == C_GONE) {
+        t->st.failed_gone++;
+        finish(t, op, XFER_ERR_SHARD_GONE);
+        maybe_free(op);
+    } else if (c->state == C_DOWN) {
         t->st.failed_down++;
         finish(t, op, XFER_ERR_CONN_LOST);
         maybe_free(op);
@@ -818,7 +824,8 @@ xfer_transport xfer_tcp_transport(xfer_tcp *t)
 /* ---------------------------------------------------------------------- */
 
 /* The bytes each version of xfer_tcp_config and _stats holds (util.h). */
-static const size_t config_lens[] = {sizeof(xfer_tcp_config)};
+static const size_t config_lens[] = {offsetof(xfer_tcp_config, dir),
+                                     sizeof(xfer_tcp_config)};
 static const size_t stats_lens[] = {
     offsetof(xfer_tcp_stats, bad_replies),
     offsetof(xfer_tcp_stats, crcs_sent), sizeof(xfer_tcp_stats)};
@@ -854,6 +861,7 @@ static void set_defaults(xfer_tcp_config *c)
     if (!c->abort_grace_ns)
         c->abort_grace_ns = 1000000000ull;
     c->addrs = NULL; /* copied into the connections */
+    c->dir_group = NULL; /* copied into t->dir_group */
 }
 
 static int init_conn(xfer_tcp *t, uint16_t k, const char *addr)
@@ -861,11 +869,12 @@ static int init_conn(xfer_tcp *t, uint16_t k, const char *addr)
     tcp_conn *c = &t->conns[k];
     c->t = t;
     c->shard = k;
-    c->salen = sizeof c->sa;
-    if (!addr || strlen(addr) >= TCP_ADDR_MAX ||
-        evutil_parse_sockaddr_port(addr, (struct sockaddr *)&c->sa,
-                                   &c->salen) != 0)
-        return XFER_ERR_INVALID_ARG;
+    if (addr) {
+        if (xfer_addr_resolve(addr, &c->sa, &c->salen) != 0)
+            return XFER_ERR_INVALID_ARG;
+    } else {
+        c->state = C_GONE; /* until the directory names it */
+    }
     uint8_t seed[sizeof t->session + 2];
     memcpy(seed, t->session, sizeof t->session);
     seed[sizeof t->session] = (uint8_t)k;
@@ -875,6 +884,9 @@ static int init_conn(xfer_tcp *t, uint16_t k, const char *addr)
     c->grace_ev = evtimer_new(t->base, on_grace, c);
     return c->retry_ev && c->grace_ev ? 0 : XFER_ERR_IO;
 }
+
+static void on_member(void *ud, const char *group, uint16_t shard,
+                      const xfer_dir_entry *e);
 
 int xfer_tcp_new(struct event_base *base, const xfer_tcp_config *cfg,
                  xfer_tcp **out)
@@ -890,8 +902,12 @@ int xfer_tcp_new_hooked(struct event_base *base, const xfer_tcp_config *cfg,
     if (!base || !out ||
         (cfg && xfer_util_versioned_copy(&c, cfg, cfg->version, config_lens,
                                          XFER_UTIL_NVERSIONS(config_lens))) ||
-        !c.addrs || c.nshards == 0 || c.nshards > XFER_MAX_SHARDS)
+        (!c.addrs && !c.dir) || c.nshards == 0 ||
+        c.nshards > XFER_MAX_SHARDS ||
+        (c.dir && (!c.dir_group || strlen(c.dir_group) >= 64)))
         return XFER_ERR_INVALID_ARG;
+    if (c.dir && c.group == 0)
+        c.group = xfer_dir_group_id(c.dir_group);
     xfer_tcp *t = xfer_util_calloc(&c.alloc, 1, sizeof *t);
     if (!t)
         return XFER_ERR_NOMEM;
@@ -914,12 +930,19 @@ int xfer_tcp_new_hooked(struct event_base *base, const xfer_tcp_config *cfg,
     if (!t->deliver_ev || !t->flush_ev)
         goto out_fail;
     for (uint16_t k = 0; k < c.nshards; k++) {
-        rc = init_conn(t, k, c.addrs[k]);
+        rc = init_conn(t, k, c.addrs ? c.addrs[k] : NULL);
         if (rc)
             goto out_fail;
     }
+    if (c.dir) {
+        rc = xfer_dir_watch(c.dir, c.dir_group, on_member, t);
+        if (rc)
+            goto out_fail;
+        strcpy(t->dir_group, c.dir_group);
+    }
     for (uint16_t k = 0; k < c.nshards; k++)
-        start_connect(&t->conns[k]);
+        if (t->conns[k].state != C_GONE)
+            start_connect(&t->conns[k]);
     *out = t;
     return 0;
 out_fail:
@@ -960,6 +983,8 @@ void xfer_tcp_del(xfer_tcp *t)
 static void tcp_free(xfer_tcp *t)
 {
     struct event_base *base = t->base;
+    if (t->dir_group[0])
+        xfer_dir_unwatch(t->cfg.dir, t->dir_group, on_member, t);
     for (uint16_t k = 0; k < t->cfg.nshards; k++) {
         tcp_conn *c = &t->conns[k];
         for (uint32_t i = 0; i < c->nsegs; i++)
@@ -1010,6 +1035,68 @@ bool xfer_tcp_connected(const xfer_tcp *t, uint16_t shard)
     return t && shard < t->cfg.nshards && t->conns[shard].state == C_UP;
 }
 
+int xfer_tcp_set_shard(xfer_tcp *t, uint16_t shard, const char *addr)
+{
+    if (!t || shard >= t->cfg.nshards)
+        return XFER_ERR_INVALID_ARG;
+    tcp_conn *c = &t->conns[shard];
+    if (!addr) {
+        if (c->state == C_GONE)
+            return 0;
+        t->st.gones++;
+        close_bev(c);
+        evtimer_del(c->retry_ev);
+        c->state = C_GONE;
+        fail_list(c, &c->sent, XFER_ERR_SHARD_GONE);
+        fail_list(c, &c->wait, XFER_ERR_SHARD_GONE);
+        return 0;
+    }
+    struct sockaddr_storage sa;
+    int salen;
+    if (xfer_addr_resolve(addr, &sa, &salen) != 0)
+        return XFER_ERR_INVALID_ARG;
+    bool same = salen == c->salen && !memcmp(&sa, &c->sa, (size_t)salen);
+    if (same && c->state != C_GONE)
+        return 0;
+    t->st.moves++;
+    if (c->state != C_GONE) {
+        close_bev(c);
+        evtimer_del(c->retry_ev);
+        fail_list(c, &c->sent, XFER_ERR_CONN_LOST);
+        fail_list(c, &c->wait, XFER_ERR_CONN_LOST);
+    }
+    c->sa = sa;
+    c->salen = salen;
+    c->state = C_DOWN;
+    c->bo.cur_ns = 0; /* a new home: no backoff carried over */
+    start_connect(c);
+    return 0;
+}
+
+bool xfer_tcp_gone(const xfer_tcp *t, uint16_t shard)
+{
+    return t && shard < t->cfg.nshards && t->conns[shard].state == C_GONE;
+}
+
+/* The directory reports a member of our group (dir_group on cfg.dir). */
+static void on_member(void *ud, const char *group, uint16_t shard,
+                      const xfer_dir_entry *e)
+{
+    xfer_tcp *t = ud;
+    if (shard >= t->cfg.nshards)
+        return;
+    if (!e || !(e->transports & XFER_DIR_TCP)) {
+        xfer_tcp_set_shard(t, shard, NULL);
+        return;
+    }
+    char addr[XFER_DIR_ADDR_MAX + 16];
+    bool v6 = strchr(e->addr, ':') != NULL;
+    snprintf(addr, sizeof addr, v6 ? "[%s]:%u" : "%s:%u", e->addr,
+             (unsigned)e->port);
+    if (xfer_tcp_set_shard(t, shard, addr) != 0)
+        xfer_tcp_set_shard(t, shard, NULL); /* unresolvable: not usable */
+}
+
 uint32_t xfer_tcp_outstanding(const xfer_tcp *t)
 {
     return t ? t->outstanding : 0;
@@ -1058,9 +1145,8 @@ int xfer_tcp_split_addrs(const char *list, char *buf, size_t cap,
         if (comma)
             *comma = '\0';
         struct sockaddr_storage ss;
-        int sl = sizeof ss;
-        if (n == max || !*p ||
-            evutil_parse_sockaddr_port(p, (struct sockaddr *)&ss, &sl) != 0)
+        int sl;
+        if (n == max || !*p || xfer_addr_resolve(p, &ss, &sl) != 0)
             return XFER_ERR_INVALID_ARG;
         addrs[n++] = p;
         p = comma ? comma + 1 : p + strlen(p);

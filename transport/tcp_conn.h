@@ -37,7 +37,7 @@ struct xfer_engine;
 
 /* C_GATED: HELLO answered, ops held until the owner opens the connection
  * (only with hooks; see tcp_int.h). */
-enum { C_DOWN, C_CONNECTING, C_HELLO, C_GATED, C_UP };
+enum { C_DOWN, C_CONNECTING, C_HELLO, C_GATED, C_UP, C_GONE };
 enum { L_NONE, L_WAIT, L_SENT };
 
 typedef struct tcp_op tcp_op;
@@ -125,6 +125,7 @@ struct xfer_tcp {
     uint16_t dirty[XFER_MAX_SHARDS]; /* connections with queued output */
     uint16_t ndirty;
     xfer_tcp_io io;         /* the hot path's counters (tcp_int.h) */
+    char dir_group[64];     /* watched on cfg.dir (""  none) */
 };
 
 

@@ -73,6 +73,7 @@ extern "C" {
 #endif
 
 struct event_base;
+struct xfer_dir;
 struct xfer_ctl;
 typedef struct xfer_consumer xfer_consumer;
 
@@ -107,8 +108,9 @@ typedef struct xfer_consumer_config {
                                   (xfer_engine_base) is held until del, so
                                   the engine may go first */
     uint16_t nshards;          /* S, 1..XFER_MAX_SHARDS */
-    /* nshards numeric addresses "a.b.c.d:port" or "[v6]:port"; shard k is
-     * served at addrs[k].  Copied. */
+    /* nshards addresses "a.b.c.d:port", "[v6]:port" or "host:port" (a
+     * name resolved with getaddrinfo at creation); shard k is served at
+     * addrs[k].  Copied.  Required unless `dir` is set. */
     const char *const *addrs;
     uint32_t group;            /* sent in HELLO */
     xfer_consumer_available_fn available; /* required */
@@ -163,6 +165,16 @@ typedef struct xfer_consumer_config {
                                   buffer), at least its pool_bytes long;
                                   the array is copied, the memory
                                   borrowed until del; NULL: none */
+    /* Version 3: the group found through the directory (xfer/dir.h,
+     * docs/discovery.md).  With `dir` set, `addrs` may be NULL: the
+     * consumer watches `dir_group` on `dir` (borrowed: it must outlive
+     * the consumer); a shard's link dials where its entry says, and
+     * moves (a lost link, redialled at once) when the shard registers at
+     * a new address; a shard whose entry is gone is not redialled until
+     * it registers again (its link goes down as a lost one).  `group` 0
+     * takes xfer_dir_group_id(dir_group). */
+    struct xfer_dir *dir;
+    const char *dir_group;     /* copied */
 } xfer_consumer_config;
 
 /* Write the version and every default into *cfg.  NULL ok. */

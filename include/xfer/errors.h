@@ -54,6 +54,7 @@ extern "C" {
     X(PEER_CANCELLED, -29, "cancelled on the shard, by a consumer or the shard") \
     X(COPY,        -30, "device copy failed")                                 \
     X(CORRUPT,    -31, "checksum mismatch: data corrupt")                     \
+    X(SHARD_GONE,  -32, "shard left its group")                               \
     X(INTERNAL,   -100, "internal error (bug in xfer)")
 
 #define XFER_ERR_FATAL_BAND (-100)

@@ -120,6 +120,9 @@ XFER_API int xfer_metrics_add_server(xfer_metrics *m, const xfer_server *s);
 XFER_API int xfer_metrics_add_consumer(xfer_metrics *m,
                                        const xfer_consumer *c);
 XFER_API int xfer_metrics_add_tcp(xfer_metrics *m, const xfer_tcp *t);
+/* The directory's state (xfer/dir.h): connected, last revision, members
+ * known, entries registered, and its counters. */
+XFER_API int xfer_metrics_add_dir(xfer_metrics *m, const struct xfer_dir *d);
 
 /* Every added object's families, as xfer_engine_metrics renders one. */
 XFER_API size_t xfer_metrics_render(const xfer_metrics *m, char *buf,

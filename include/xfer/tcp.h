@@ -44,6 +44,7 @@ extern "C" {
 #endif
 
 struct event_base;
+struct xfer_dir;
 typedef struct xfer_tcp xfer_tcp;
 
 /*
@@ -53,13 +54,14 @@ typedef struct xfer_tcp xfer_tcp;
  * xfer_tcp_new() reads only the fields of that version.  Zero fields take
  * defaults too.
  */
-#define XFER_TCP_CONFIG_VERSION 1
+#define XFER_TCP_CONFIG_VERSION 2
 typedef struct xfer_tcp_config {
     uint32_t version;          /* XFER_TCP_CONFIG_VERSION */
     uint16_t nshards;          /* 1..XFER_MAX_SHARDS; required (default 0) */
-    /* nshards addresses "a.b.c.d:port" or "[v6]:port", numeric only;
-     * shard k is served at addrs[k] (an xferd hosting shard k).  The
-     * array and strings are copied.  Required (default NULL). */
+    /* nshards addresses "a.b.c.d:port", "[v6]:port" or "host:port" (a
+     * name is resolved with getaddrinfo once, at creation); shard k is
+     * served at addrs[k] (an xferd hosting shard k).  The array and
+     * strings are copied.  Required unless `dir` is set (default NULL). */
     const char *const *addrs;
     uint32_t group;            /* sent in HELLO; xferd --group must match;
                                   default 0 */
@@ -84,6 +86,19 @@ typedef struct xfer_tcp_config {
                                   copied; NULL (the default): none, and a
                                   shard that challenges us is refused */
     size_t secret_len;
+    /* Version 2: the group found through the directory (xfer/dir.h,
+     * docs/discovery.md).  With `dir` set, `addrs` may be NULL: the
+     * transport watches `dir_group` on `dir` (borrowed: it must outlive
+     * the transport) and follows it.  A shard registered at a new
+     * address is redialled there (its outstanding ops fail with
+     * XFER_ERR_CONN_LOST, as at a lost connection); a shard whose entry
+     * vanished is gone: its outstanding ops fail at once with
+     * XFER_ERR_SHARD_GONE, and so do new ops until it registers again
+     * (before the first entry arrives, every shard is gone).  `group` 0
+     * takes xfer_dir_group_id(dir_group).  Entries of shards >= nshards
+     * are ignored. */
+    struct xfer_dir *dir;
+    const char *dir_group;     /* copied */
 } xfer_tcp_config;
 
 /* Write version 1 and every default above into *cfg (the derived one as
@@ -110,6 +125,10 @@ typedef struct xfer_tcp_stats {
      * with the slice's CRC32C, to shards whose HELLO_ACK said they check
      * (a shard without integrity gets none: that link is unchecked). */
     uint64_t crcs_sent;
+    /* failed_gone: ops failed with XFER_ERR_SHARD_GONE; moves: shards
+     * given a new address (xfer_tcp_set_shard); gones: shards that left
+     * (the directory, docs/discovery.md). */
+    uint64_t failed_gone, moves, gones;
 } xfer_tcp_stats;
 
 /*
@@ -149,13 +168,31 @@ XFER_API int xfer_tcp_stats_get_versioned(const xfer_tcp *t, uint32_t version,
     xfer_tcp_stats_get_versioned((t), XFER_TCP_STATS_VERSION, (st))
 /* True when shard's connection is up (HELLO answered). */
 XFER_API bool xfer_tcp_connected(const xfer_tcp *t, uint16_t shard);
+/*
+ * Shard `shard` is now served at `addr` ("ip:port", "[v6]:port" or
+ * "host:port", copied), or, with addr NULL, left its group: what the
+ * directory binding calls, and callable by an embedder that keeps its own
+ * membership.  A new address closes the connection (its ops fail with
+ * XFER_ERR_CONN_LOST) and dials the new one at once; the same address
+ * changes nothing, except that a gone shard is dialled again.  Gone: the
+ * connection closes, every op outstanding on it fails with
+ * XFER_ERR_SHARD_GONE (results on the loop), and new ops fail so at once,
+ * until an address is set again.  Loop thread.
+ * Errors: XFER_ERR_INVALID_ARG (NULL t, shard out of range, an address
+ * that does not parse or resolve).
+ */
+XFER_API int xfer_tcp_set_shard(xfer_tcp *t, uint16_t shard, const char *addr);
+/* True when shard `shard` is gone (xfer_tcp_set_shard with NULL, or not
+ * registered yet in a directory-driven transport). */
+XFER_API bool xfer_tcp_gone(const xfer_tcp *t, uint16_t shard);
+
 /* Ops started and not yet answered (every shard). */
 XFER_API uint32_t xfer_tcp_outstanding(const xfer_tcp *t);
 /* Test hook: drop shard's connection as if the network lost it. */
 XFER_API void xfer_tcp_drop(xfer_tcp *t, uint16_t shard);
 
 /*
- * Parse "host:port,host:port,..." (numeric addresses) into `addrs`, an
+ * Parse "host:port,host:port,..." (numeric addresses or host names) into `addrs`, an
  * array of `max` pointers into `buf` (a copy of `list` of `cap` bytes that
  * the caller keeps alive).  Returns the number of addresses (>= 1) or
  * XFER_ERR_INVALID_ARG.  Helper for tools (demo, bench): pass the result

@@ -113,6 +113,7 @@ _ALSO = {"INVALID_ARG": ValueError, "NOMEM": MemoryError,
 # causes): `except xfer.CancelledError` still catches every cancel, and
 # `except xfer.ShutdownError` every transfer the shutdown ended.
 _REFINES = {"PEER_CANCELLED": "CANCELLED", "REUSED": "CANCELLED",
+            "SHARD_GONE": "CONN_LOST",
             "ABANDONED": "SHUTDOWN"}
 _by_name = {}
 

@@ -44,6 +44,7 @@ TOOLS = {
     "xfer-bench-tcp": (["tools/bench/bench_tcp.c"], ["--runs", "0"]),
     "xfer-bench-rdma": (["tools/bench/bench_rdma.c"], ["--size", "x"]),
     "xfer-bench-stream": (["tools/bench/bench_stream.c"], ["--rounds", "0"]),
+    "xfer-bench-scale": (["tools/bench/bench_scale.c"], ["surplus"]),
 }
 
 

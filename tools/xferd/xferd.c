@@ -14,6 +14,14 @@
  *         [--write-timeout DUR] [--max-conns N] [--out-max SIZE]
  *         [--rdma] [--write-min-rate SIZE] [--max-peer-sessions N]
  *         [--peer-max-resv N] [--peer-max-bytes SIZE] [--peer-max-tombs N]
+ *         [--etcd URLS [--etcd-ttl SECS] [--advertise A] [--etcd-user U]
+ *          [--etcd-password-file PATH] [--etcd-ca/-cert/-key PATH]]
+ *
+ * --etcd URLS registers every hosted shard in etcd under --group (a
+ * number or a name) with a lease of --etcd-ttl seconds kept alive
+ * (docs/discovery.md): producers created from the group name find it
+ * there.  A drain removes the entries first; a crash leaves them to the
+ * lease.
  *
  * --write-min-rate SIZE (bytes/s, default 64K): a streamed WRITE slower
  * than this over a --write-timeout window ends failed.
@@ -92,6 +100,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -100,6 +109,7 @@
 #include <sys/stat.h>
 
 #include "xfer/ctl.h"
+#include "xfer/dir.h"
 #include "xfer/errors.h"
 #include "xfer/metrics.h"
 #include "xfer/rdma.h"
@@ -157,6 +167,14 @@ typedef struct opts {
     /* --metrics-max-header, -max-body, -max-conns, -idle-timeout (0: the
      * defaults of xfer/metrics.h) */
     uint64_t m_header, m_body, m_conns, m_idle;
+    /* issue 28: the directory (docs/discovery.md) */
+    const char *group_name;    /* --group as given ("0" by default) */
+    const char *etcd;          /* --etcd URLS: register the shards */
+    const char *advertise;     /* --advertise A: the address registered */
+    uint64_t etcd_ttl;         /* --etcd-ttl SECS (10) */
+    const char *etcd_user, *etcd_ca, *etcd_cert, *etcd_key;
+    char etcd_password[256];   /* --etcd-password-file */
+    bool members;              /* --members: list and exit */
 } opts;
 
 static const cli xferd_cli;
@@ -304,8 +322,23 @@ static int parse_metrics(const char *s, opts *o)
 static const cli_flag flags[] = {
     {"addr", 0, "A", "numeric IPv4/IPv6 address to bind (127.0.0.1)", 'a'},
     {"port", 0, "P", "TCP port, 0: a free one (7470)", 'p'},
-    {"group", 0, "G", "the group a HELLO must name (0)", 'g'},
+    {"group", 0, "G", "the group: a number, or a name ([A-Za-z0-9._-], "
+     "its number is its FNV-1a hash) (0)", 'g'},
     {"shards", 0, "LIST", "shard indexes hosted, e.g. 0,2,5-7 (0)", 's'},
+    {"shard", 0, "K", "the same as --shards K", 's'},
+    {"etcd", 0, "URLS", "register the shards in etcd: http(s)://host:port,"
+     "... (docs/discovery.md)", 1101},
+    {"etcd-ttl", 0, "SECS", "lease of the registration (10)", 1102},
+    {"members", 0, NULL, "with --etcd: print the group's members as etcd "
+     "sees them and exit (serves nothing)", 1109},
+    {"advertise", 0, "A", "address registered in etcd (--addr)", 1103},
+    {"etcd-user", 0, "USER", "etcd user (password from --etcd-password-file)",
+     1104},
+    {"etcd-password-file", 0, "PATH", "etcd password: the file's first line",
+     1105},
+    {"etcd-ca", 0, "PATH", "CA file for https etcd endpoints", 1106},
+    {"etcd-cert", 0, "PATH", "client certificate for etcd (PEM)", 1107},
+    {"etcd-key", 0, "PATH", "client key for etcd (PEM)", 1108},
     {"pool", 0, "SIZE", "pool bytes per shard, K/M/G suffix (64M)", 'P'},
     {"lease-ttl", 0, "DUR", "reservation lease (10s)", 'l'},
     {"max-resv", 0, "N", "reservations per shard (4096)", 'r'},
@@ -441,11 +474,39 @@ static int parse_one(int c, const char *arg, opts *o)
             return bad("port", arg);
         o->cfg.port = (uint16_t)v;
         return 0;
-    case 'g':
-        if (parse_u64(arg, &v, UINT32_MAX))
+    case 'g': {
+        /* A number, or a name whose HELLO number both sides derive. */
+        size_t n = strlen(arg);
+        if (n == 0 || n >= XFER_DIR_GROUP_MAX ||
+            strspn(arg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                        "0123456789._-") != n ||
+            (strspn(arg, "0123456789") == n &&
+             parse_u64(arg, &v, UINT32_MAX)))
             return bad("group", arg);
-        o->cfg.group = (uint32_t)v;
+        o->cfg.group = xfer_dir_group_id(arg);
+        o->group_name = arg;
         return 0;
+    }
+    case 1101: o->etcd = arg; return 0;
+    case 1102:
+        return parse_u64(arg, &o->etcd_ttl, 3600) || !o->etcd_ttl
+                   ? bad("etcd lease TTL (seconds)", arg) : 0;
+    case 1103: o->advertise = arg; return 0;
+    case 1104: o->etcd_user = arg; return 0;
+    case 1105: {
+        FILE *f = fopen(arg, "r");
+        bool ok = f && fgets(o->etcd_password, sizeof o->etcd_password, f);
+        if (f)
+            fclose(f);
+        if (!ok)
+            return bad("etcd password file", arg);
+        o->etcd_password[strcspn(o->etcd_password, "\r\n")] = '\0';
+        return 0;
+    }
+    case 1106: o->etcd_ca = arg; return 0;
+    case 1107: o->etcd_cert = arg; return 0;
+    case 1108: o->etcd_key = arg; return 0;
+    case 1109: o->members = true; return 0;
     case 's': return parse_shards(arg, &o->cfg) ? bad("shard list", arg) : 0;
     case 'P':
         if (parse_size(arg, &o->cfg.pool_bytes) || o->cfg.pool_bytes == 0)
@@ -617,6 +678,7 @@ typedef struct xferd {
     xfer_metrics *metrics;          /* --metrics */
     struct event *flush_ev;         /* flushes the trace 10 times a second */
     struct event *empty_ev;         /* after the drain: waits for empty */
+    xfer_dir *dir;                  /* --etcd: our registration */
     uint64_t empty_deadline;
     int terms;
 } xferd;
@@ -684,6 +746,15 @@ static void drained(void *ud, bool clean)
     }
 }
 
+static void unregistered(void *ud, bool ok)
+{
+    xferd *d = ud;
+    if (!ok)
+        fprintf(stderr, "xferd: etcd did not confirm the removal of our "
+                "entries: they go with their lease\n");
+    xfer_server_drain(d->srv, drained, d);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     xferd *d = arg;
@@ -696,6 +767,10 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
         return;
     }
     fprintf(stderr, "xferd: draining\n");
+    /* A draining server leaves its group first, so producers stop
+     * sending here before the listener closes. */
+    if (d->dir && xfer_dir_unregister(d->dir, unregistered, d) == 0)
+        return;
     xfer_server_drain(d->srv, drained, d);
 }
 
@@ -991,6 +1066,8 @@ static int start_metrics(xferd *d)
     int rc = xfer_metrics_new(&mc, &d->metrics);
     if (!rc)
         rc = xfer_metrics_add_server(d->metrics, d->srv);
+    if (!rc && d->dir)
+        rc = xfer_metrics_add_dir(d->metrics, d->dir);
     if (!rc)
         rc = xfer_metrics_listen(d->metrics, d->o->metrics_addr,
                                  d->o->metrics_port);
@@ -1004,6 +1081,8 @@ static int start_metrics(xferd *d)
            (unsigned)xfer_metrics_port(d->metrics));
     return 0;
 }
+
+static int start_dir(xferd *d);
 
 static int setup(xferd *d)
 {
@@ -1043,11 +1122,52 @@ static int setup(xferd *d)
                                  : reason(rc));
         return rc;
     }
+    if (o->etcd && (rc = start_dir(d)) != 0)
+        return rc;
     return o->metrics_addr ? start_metrics(d) : 0;
+}
+
+/* --etcd: one entry per hosted shard under one lease (xfer/dir.h).  The
+ * epoch is the start time in microseconds (CLOCK_REALTIME): it grows at
+ * every start without a round trip to etcd before serving, and only a
+ * clock stepped back between two starts could make it shrink. */
+static void dir_config(const opts *o, xfer_dir_config *dc);
+
+static int start_dir(xferd *d)
+{
+    const opts *o = d->o;
+    xfer_dir_config dc;
+    dir_config(o, &dc);
+    int rc = xfer_dir_new(d->base, &dc, &d->dir);
+    if (rc) {
+        fprintf(stderr, "xferd: --etcd %s: %s\n", o->etcd, xfer_strerror(rc));
+        return rc;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    xfer_dir_entry e = {
+        .port = xfer_server_port(d->srv),
+        .transports = XFER_DIR_TCP | (o->cfg.rdma ? XFER_DIR_RDMA : 0),
+        .epoch = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000};
+    snprintf(e.addr, sizeof e.addr, "%s",
+             o->advertise ? o->advertise : o->cfg.addr);
+    const char *group = o->group_name ? o->group_name : "0";
+    for (uint16_t i = 0; i < o->cfg.nshards && rc == 0; i++) {
+        e.shard = o->cfg.shards[i];
+        rc = xfer_dir_register(d->dir, group, &e);
+    }
+    if (rc)
+        fprintf(stderr, "xferd: cannot register in etcd: %s\n",
+                xfer_strerror(rc));
+    else
+        printf("xferd: registering group %s in etcd (epoch %llu)\n", group,
+               (unsigned long long)e.epoch);
+    return rc;
 }
 
 static void teardown(xferd *d)
 {
+    xfer_dir_del(d->dir);
     xfer_metrics_del(d->metrics);
     xfer_ctl_close(d->ctl);
     xfer_server_del(d->srv);
@@ -1060,6 +1180,71 @@ static void teardown(xferd *d)
     if (xfer_tracefile_close(d->tf) != 0)
         fprintf(stderr, "xferd: writing the trace %s failed\n", d->o->trace);
     free_pools(d);
+}
+
+static void dir_config(const opts *o, xfer_dir_config *dc)
+{
+    xfer_dir_config_default(dc);
+    dc->endpoints = o->etcd;
+    dc->lease_ttl_s = o->etcd_ttl ? (uint32_t)o->etcd_ttl : 10;
+    dc->user = o->etcd_user;
+    dc->password = o->etcd_password[0] ? o->etcd_password : NULL;
+    dc->ca_file = o->etcd_ca;
+    dc->cert_file = o->etcd_cert;
+    dc->key_file = o->etcd_key;
+    dc->log = o->cfg.quiet ? NULL : log_line;
+}
+
+static void member_seen(void *ud, const char *group, uint16_t shard,
+                        const xfer_dir_entry *e)
+{
+}
+
+/* --members: the group as etcd sees it now (what a producer created from
+ * the group name would use), one line per member; exit 1 when etcd did
+ * not answer within 5 s. */
+static int list_members(const opts *o)
+{
+    const char *group = o->group_name ? o->group_name : "0";
+    struct event_base *base = event_base_new();
+    xfer_dir_config dc;
+    dir_config(o, &dc);
+    xfer_dir *dir = NULL;
+    int rc = base ? xfer_dir_new(base, &dc, &dir) : XFER_ERR_NOMEM;
+    if (!rc)
+        rc = xfer_dir_watch(dir, group, member_seen, NULL);
+    xfer_dir_state st = {0};
+    for (int i = 0; rc == 0 && i < 100 && st.revision == 0; i++) {
+        struct timeval tv = {0, 50000};
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+        xfer_dir_state_get(dir, &st);
+    }
+    int status = 1;
+    if (rc || st.revision == 0) {
+        fprintf(stderr, "xferd: --members: etcd at %s did not answer\n",
+                o->etcd);
+        goto out;
+    }
+    printf("group %s (hello group %u) at etcd revision %lld: %u member%s\n",
+           group, (unsigned)xfer_dir_group_id(group), (long long)st.revision,
+           (unsigned)st.members, st.members == 1 ? "" : "s");
+    for (uint16_t k = 0; k < 64; k++) {
+        xfer_dir_entry e;
+        if (xfer_dir_member(dir, group, k, &e) != 0)
+            continue;
+        printf("shard %u %s:%u transports%s%s epoch %llu\n", (unsigned)k,
+               e.addr, (unsigned)e.port,
+               e.transports & XFER_DIR_TCP ? " tcp" : "",
+               e.transports & XFER_DIR_RDMA ? " rdma" : "",
+               (unsigned long long)e.epoch);
+    }
+    status = 0;
+out:
+    xfer_dir_del(dir);
+    if (base)
+        event_base_free(base);
+    return status;
 }
 
 static int serve(opts *o)
@@ -1112,5 +1297,10 @@ int main(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc;
+    if (o.members) {
+        if (!o.etcd)
+            return bad("--members without --etcd", "--members");
+        return list_members(&o);
+    }
     return serve(&o);
 }

@@ -1,0 +1,186 @@
+/*
+ * xfer/dir.h - the directory of groups: where each shard of a group is
+ * served, kept in etcd (v3 API) so producers and consumers find shards by
+ * group name instead of a static address list (docs/discovery.md).
+ *
+ * A shard server registers one entry per hosted shard under
+ *   <prefix><group>/<shard>      (prefix default "/xfer/groups/")
+ * with the JSON value {"shard":K,"addr":"A","port":P,"transports":T,
+ * "epoch":E}, attached to a lease it keeps alive; a draining server
+ * deletes its entries first (xfer_dir_unregister); a crashed one
+ * disappears when its lease expires (lease_ttl_s).  A client watches a
+ * group: every change of a member is reported through the member
+ * callback, a vanished entry as "gone".  An entry whose epoch is lower
+ * than the one already known for that shard is never used.  Entries that
+ * do not parse, or whose fields are out of range, are ignored with one
+ * line through the log callback each.
+ *
+ * etcd is reached through its v3 JSON gateway (HTTP/1.1, base64 keys and
+ * values) with libevent's HTTP client on the caller's event base, JSON
+ * through json-c: Debian ships no C gRPC stack, and the gateway is etcd's
+ * documented HTTP interface.  etcd is not in the data path: while no
+ * endpoint answers, the last known membership stays in force, and the
+ * client redials with jittered, capped backoff, trying the endpoints in
+ * turn.
+ *
+ * One thread: the loop thread of `base`.  Callbacks run on the loop,
+ * never from inside a call into the directory.
+ */
+#ifndef XFER_DIR_H
+#define XFER_DIR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xfer/errors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct event_base;
+typedef struct xfer_dir xfer_dir;
+
+#define XFER_DIR_GROUP_MAX 64 /* bytes of a group name, NUL included */
+#define XFER_DIR_ADDR_MAX 64  /* bytes of an address, NUL included */
+
+/* Transports a shard serves (xfer_dir_entry.transports). */
+#define XFER_DIR_TCP 1u
+#define XFER_DIR_RDMA 2u
+
+/* One member of a group as the directory knows it. */
+typedef struct xfer_dir_entry {
+    uint16_t shard;                 /* index in the group, < 64 */
+    uint16_t port;                  /* 1..65535 */
+    uint32_t transports;            /* XFER_DIR_TCP | XFER_DIR_RDMA */
+    uint64_t epoch;                 /* grows at every start of the shard */
+    char addr[XFER_DIR_ADDR_MAX];   /* host name or numeric address */
+} xfer_dir_entry;
+
+/* One log line (no newline); `line` borrowed for the call. */
+typedef void (*xfer_dir_log_fn)(void *ud, const char *line);
+
+/*
+ * Configuration; copied at creation.  Start from xfer_dir_config_default().
+ */
+#define XFER_DIR_CONFIG_VERSION 1
+typedef struct xfer_dir_config {
+    uint32_t version;           /* XFER_DIR_CONFIG_VERSION */
+    /* "http://host:port,https://host:port,..." (the members' client
+     * URLs); copied.  Required. */
+    const char *endpoints;
+    const char *prefix;         /* default "/xfer/groups/"; copied */
+    uint32_t lease_ttl_s;       /* registrations' lease; default 10 */
+    uint64_t request_timeout_ns; /* one HTTP request; default 2 s */
+    uint64_t reconnect_min_ns;  /* default 100 ms, doubled per failure */
+    uint64_t reconnect_max_ns;  /* default 2 s */
+    /* etcd authentication (/v3/auth/authenticate); NULL: none.  Copied. */
+    const char *user, *password;
+    /* TLS for https:// endpoints: the CA file the server certificate is
+     * checked against, and an optional client certificate and key (PEM).
+     * NULL ca_file: the system's default CA paths.  Copied. */
+    const char *ca_file, *cert_file, *key_file;
+    xfer_dir_log_fn log;        /* NULL: quiet */
+    void *log_ud;
+} xfer_dir_config;
+
+/* Write version 1 and the defaults into *cfg (borrowed; NULL ignored). */
+XFER_API void xfer_dir_config_default(xfer_dir_config *cfg);
+
+/*
+ * Create on `base` (borrowed, must outlive the directory).  Nothing is
+ * sent until a register or a watch.  *out untouched on failure.
+ * Errors: XFER_ERR_INVALID_ARG (no endpoint, a URL that does not parse,
+ * an unknown version, a prefix that is empty or longer than 128 bytes),
+ * XFER_ERR_NOMEM, XFER_ERR_NOT_SUPPORTED (https without TLS support),
+ * XFER_ERR_IO (TLS files that do not load).
+ */
+XFER_API int xfer_dir_new(struct event_base *base, const xfer_dir_config *cfg,
+                          xfer_dir **out);
+/* Stop everything (no callback after this returns) and free; NULL ok.
+ * Entries registered stay in etcd until their lease expires: call
+ * xfer_dir_unregister first to remove them at once. */
+XFER_API void xfer_dir_del(xfer_dir *d);
+
+/*
+ * Register `e` (copied) as a member of `group` (copied; 1..63 bytes of
+ * [A-Za-z0-9._-]) and keep it registered: the entry is put under a lease
+ * that is kept alive, and put again (under a new lease) whenever the
+ * lease was lost (etcd unreachable for longer than the TTL).  Several
+ * entries (shards) may be registered on one directory.
+ * Errors: XFER_ERR_INVALID_ARG (bad group, shard >= 64, port 0, empty
+ * address), XFER_ERR_BUSY (64 entries already), XFER_ERR_NOMEM.
+ */
+XFER_API int xfer_dir_register(xfer_dir *d, const char *group,
+                               const xfer_dir_entry *e);
+
+/* Called once when every entry's delete has been answered by etcd, or
+ * when that could not be done (ok false): the entries then vanish with
+ * their lease. */
+typedef void (*xfer_dir_done_fn)(void *ud, bool ok);
+/*
+ * Delete every registered entry now (a draining server leaves first) and
+ * stop keeping them alive; `done` (may be NULL) is called on the loop.
+ * Errors: XFER_ERR_STATE (nothing registered; done not called).
+ */
+XFER_API int xfer_dir_unregister(xfer_dir *d, xfer_dir_done_fn done,
+                                 void *ud);
+
+/*
+ * A member changed: `e` is its entry now (borrowed for the call), or NULL
+ * when the shard left the group (its entry was deleted or its lease
+ * expired).  Only entries with an epoch at least the known one are
+ * reported.
+ */
+typedef void (*xfer_dir_member_fn)(void *ud, const char *group,
+                                   uint16_t shard, const xfer_dir_entry *e);
+/*
+ * Watch `group` (copied): read its members, report each, then follow
+ * every change from that revision on (after a lost watch: read again and
+ * report the differences).  At most 16 watches per directory; a group
+ * may be watched by several (fn, ud) pairs (a producer and a consumer in
+ * one process), each with its own stream.
+ * Errors: XFER_ERR_INVALID_ARG (bad group, NULL fn), XFER_ERR_EXISTS
+ * (this group, fn and ud already), XFER_ERR_BUSY, XFER_ERR_NOMEM.
+ */
+XFER_API int xfer_dir_watch(xfer_dir *d, const char *group,
+                            xfer_dir_member_fn fn, void *ud);
+
+/* Stop the watch of `group` by (fn, ud): no callback of it after this
+ * returns.  Not from inside its own member callback.
+ * Errors: XFER_ERR_NOT_FOUND. */
+XFER_API int xfer_dir_unwatch(xfer_dir *d, const char *group,
+                              xfer_dir_member_fn fn, void *ud);
+
+/*
+ * The known member `shard` of a watched `group` into *e (borrowed), as
+ * the group's first watch knows it.
+ * Errors: XFER_ERR_NOT_FOUND (no such watched group, or no member),
+ * XFER_ERR_INVALID_ARG.
+ */
+XFER_API int xfer_dir_member(const xfer_dir *d, const char *group,
+                             uint16_t shard, xfer_dir_entry *e);
+
+/* The directory's state (metrics, ctl). */
+typedef struct xfer_dir_state {
+    bool connected;        /* the last request to etcd was answered */
+    uint32_t endpoint;     /* index of the endpoint in use */
+    int64_t revision;      /* last etcd revision seen */
+    uint32_t members;      /* members known over every watched group */
+    uint32_t registered;   /* entries this directory keeps registered */
+    uint64_t requests, failures, reconnects, events, bad_entries,
+        stale_entries, lease_grants;
+} xfer_dir_state;
+/* Errors: XFER_ERR_INVALID_ARG (NULL). */
+XFER_API int xfer_dir_state_get(const xfer_dir *d, xfer_dir_state *st);
+
+/* The HELLO group number of a group name: the decimal value of a name of
+ * digits only (below 2^32), else the 32-bit FNV-1a hash of the name, so
+ * xferd --group NAME and a producer of that group agree. */
+XFER_API uint32_t xfer_dir_group_id(const char *group);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XFER_DIR_H */
