@@ -137,6 +137,57 @@ static void write_finish(ck_world *w, const ck_msg *m, int how)
     reply(w, m, st, NULL);
 }
 
+/* --copies: a copy into a device region (see copies.h).  Its connection
+ * may close while it runs (LOST): the producer hears XFER_ERR_CONN_LOST at
+ * once and the copy stays in flight as an orphan (MF_ORPHAN) that ends
+ * later, unanswered, as server_copy.c's landings outlive their
+ * connections.  Otherwise it ends ok (DELIVER) or failed (FAIL:
+ * XFER_ERR_COPY), and the shard ends the write with it.  The copy reads
+ * the bounce buffer, not staging, so its end is no I3 matter. */
+static void copy_finish(ck_world *w, const ck_msg *m, int how)
+{
+    if (how == HOW_LOST) {
+        ck_msg o = *m;
+        o.flags = (uint8_t)((o.flags & ~MF_ABORT) | MF_ORPHAN);
+        ck_net_push(w, &o);
+        reply(w, m, XFER_ERR_CONN_LOST, NULL);
+        return;
+    }
+    bool ok = how != HOW_FAIL;
+    int rc = xfer_shard_copy_end(w->sh[m->shard], w->env.now, m->tr + 1u,
+                                 m->resv_id, ok);
+    if (!ok)
+        ck_reach_note(w, CK_R_COPYFAIL);
+    if (!(m->flags & MF_ORPHAN))
+        reply(w, m, ok ? rc : XFER_ERR_COPY, NULL);
+}
+
+/* --copies: a begun write's bytes are in the bounce buffer; its copy into
+ * the region starts, counted by the shard, and ends at a later step.  From
+ * here the copy, not the write, lands in the region: I4's count of writes
+ * landing lets go of it, and CREADY and CFREE (copies.c) watch the copy's
+ * message instead, so a shard that ends the write early (the record
+ * RESERVED under the copy, harmless until it is committed or freed) is
+ * caught at the READY or the free it allows. */
+static void copy_start(ck_world *w, ck_msg m)
+{
+    int rc = xfer_shard_copy_begin(w->sh[m.shard], w->env.now, m.tr + 1u,
+                                   m.resv_id);
+    if (rc) { /* the write is in flight, so the shard counts it */
+        ck_monitor_fail(w, CK_ILLEGAL, "copy_begin of id %u (resv %llu) on "
+                        "shard %u answered %d with its write in flight",
+                        m.tr + 1u, (unsigned long long)m.resv_id, m.shard,
+                        rc);
+        return;
+    }
+    mon_cs *c = &w->mon.tr[m.tr].cs[m.shard];
+    if (c->writes)
+        c->writes--;
+    ck_reach_note(w, CK_R_COPY);
+    m.flags |= MF_COPY;
+    ck_net_push(w, &m);
+}
+
 /* --writes: one of the writes a WRITE landed as ends.  The producer
  * hears once, when the last one ended, with the first error of any. */
 static void part_finish(ck_world *w, const ck_msg *m, int how)
@@ -218,6 +269,15 @@ static void op_arrives(ck_world *w, ck_msg m, int how)
     }
     if (m.op == XFER_OP_WRITE && (m.flags & MF_PART)) {
         part_finish(w, &m, how);
+        return;
+    }
+    if (m.op == XFER_OP_WRITE && (m.flags & MF_COPY)) {
+        copy_finish(w, &m, how);
+        return;
+    }
+    if (m.op == XFER_OP_WRITE && (m.flags & MF_BEGUN) && w->cfg->copies &&
+        how == HOW_DELIVER) {
+        copy_start(w, m);
         return;
     }
     if (m.op == XFER_OP_WRITE && (m.flags & MF_BEGUN)) {

@@ -78,6 +78,11 @@ bool ck_reach_wanted(const ck_config *c, unsigned r)
     case CK_R_RLAND:
     case CK_R_RINVAL:
         return c->rdma;
+    case CK_R_COPY:
+        return c->copies;
+    case CK_R_COPYFAIL:
+        return c->copies && (c->faults & (1u << CK_FB_FAIL)) &&
+               c->budget > 0 && c->max_faults > 0;
     case CK_R_E2E:
         return c->e2e;
     default:
@@ -98,6 +103,8 @@ static void option(const ck_config *c, unsigned r, char *b, size_t n)
         snprintf(b, n, "--caps %u", c->caps);
     else if (r == CK_R_RLAND || r == CK_R_RINVAL)
         snprintf(b, n, "--rdma");
+    else if (r == CK_R_COPYFAIL)
+        snprintf(b, n, "--copies --faults fail");
     else
         snprintf(b, n, "--%s", names[r]);
 }

@@ -48,6 +48,10 @@
       "no one-sided write ever landed")                                       \
     X(RINVAL, "rinval", "rkey invalidations completed",                       \
       "no rkey invalidation ever completed")                                  \
+    X(COPY, "copies", "copies into a device region begun",                   \
+      "no copy into a device region ever began")                            \
+    X(COPYFAIL, "copyfail", "copies into a device region failed",           \
+      "no copy into a device region ever failed")                           \
     X(E2E, "e2e", "successes held to E2E at a path's end",                    \
       "no producer success was ever checked")
 

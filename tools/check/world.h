@@ -77,7 +77,10 @@ enum {
              "region of its own reservation")                               \
     X(RREADY, "--rdma: READY bytes never change (no live rkey, no landing)") \
     X(RINVAL, "--rdma: every invalidation asked for is pending and "         \
-              "completes; no rkey outlives its reservation")
+              "completes; no rkey outlives its reservation")                \
+    X(CREADY, "--copies: no READY while a copy into the region is in "      \
+              "flight")                                                     \
+    X(CFREE, "--copies: no region freed or reused under a copy into it")
 
 enum {
 #define CK_I_ENUM_(n, d) CK_##n,
@@ -109,6 +112,12 @@ typedef struct ck_config {
                             * per shard (reserve + data + commit) for
                             * every submit; off with --rdma (one-sided
                             * shards never allow it) */
+    bool copies;           /* device shard pools (issue 25): a WRITE's
+                            * bytes land in a bounce buffer, then a copy
+                            * into the region runs as a step of its own
+                            * that completes late, in any order, or fails
+                            * (--faults fail); off with --rdma, --eager and
+                            * --writes above 1 */
     bool defaults;         /* the machines get every timing and the cancel
                             * bound as 0, "the library default"; the
                             * monitors keep the documented values below */
@@ -172,6 +181,9 @@ enum {
 #define MF_ORPHAN 16u  /* --rdma: a posted write whose producer already
                         * heard (lost connection, abort): it may still
                         * land, and reports to nobody */
+#define MF_COPY 64u /* --copies: a begun write whose bytes landed in the
+                     * bounce buffer and whose copy into the region runs;
+                     * its delivery is the copy's end */
 #define MF_INV_DONE 32u /* MK_INV: the invalidation completed (the rkey is
                          * dead); the shard has not been told yet */
 
