@@ -147,6 +147,19 @@ MUTANTS = {
         'consumer.c',
         '    if (m.op == XFER_OP_WRITE && (m.flags & MF_BEGUN) && w->cfg->copies &&\n',
         '    if (m.op == XFER_OP_WRITE && (m.flags & MF_BEGUN) && 0 &&\n'),
+    # Issue 25: the engine hands a WRITE of device staging to the transport
+    # when its device-to-host copy starts, not when it ended: the op's
+    # result, and so the staging release, can come while the copy still
+    # reads staging (I3; found only with --copies).
+    'staging_before_d2h': (
+        'engine.c',
+        '    if (w->cfg->copies && m.op == XFER_OP_WRITE)\n'
+        '        m.flags |= MF_D2H;\n',
+        '    if (w->cfg->copies && m.op == XFER_OP_WRITE) {\n'
+        '        ck_msg c = m;\n'
+        '        c.flags |= MF_D2H | MF_ORPHAN;\n'
+        '        ck_net_push(w, &c);\n'
+        '    }\n'),
     'write_end_at_bounce': (
         'shard.c',
         '    o.rec->copies++;\n'

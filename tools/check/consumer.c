@@ -188,6 +188,25 @@ static void copy_start(ck_world *w, ck_msg m)
     ck_net_push(w, &m);
 }
 
+/* --copies: the device-to-host copy of a WRITE at the producer ended
+ * (DELIVER) or failed (FAIL: the op's result is XFER_ERR_COPY).  An op the
+ * core asked to abort meanwhile is answered ABORTED now, once the copy no
+ * longer reads staging (engine_copy.c); any other goes to its shard.  A
+ * copy of a crashed producer, or an orphan, ends with nobody to tell. */
+static void d2h_ends(ck_world *w, ck_msg m, int how)
+{
+    if (w->env.crashed || (m.flags & MF_ORPHAN))
+        return;
+    ck_reach_note(w, how == HOW_FAIL ? CK_R_COPYFAIL : CK_R_D2H);
+    if (how == HOW_FAIL || (m.flags & MF_ABORT)) {
+        reply(w, &m, how == HOW_FAIL ? XFER_ERR_COPY : XFER_ERR_ABORTED,
+              NULL);
+        return;
+    }
+    m.flags = (uint8_t)(m.flags & ~MF_D2H);
+    ck_net_push(w, &m);
+}
+
 /* --writes: one of the writes a WRITE landed as ends.  The producer
  * hears once, when the last one ended, with the first error of any. */
 static void part_finish(ck_world *w, const ck_msg *m, int how)
@@ -262,6 +281,10 @@ static void write_parts(ck_world *w, ck_msg m, int how)
 static void op_arrives(ck_world *w, ck_msg m, int how)
 {
     int32_t st;
+    if (m.flags & MF_D2H) {
+        d2h_ends(w, m, how);
+        return;
+    }
     if (m.op == XFER_OP_WRITE && w->cfg->rdma) {
         if (ck_rdma_write(w, &m, how, &st))
             reply(w, &m, st, NULL);

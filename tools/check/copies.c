@@ -34,6 +34,14 @@ void ck_copies_monitor_global(ck_world *w)
 {
     for (unsigned i = 0; i < w->env.nmsg; i++) {
         const ck_msg *m = &w->msg[i];
+        if (m->kind == MK_OP && (m->flags & MF_D2H) && !w->env.crashed &&
+            !w->env.staging[m->tr]) {
+            ck_monitor_fail(w, CK_I3, "the device-to-host copy of a WRITE "
+                            "of id %u attempt %u to shard %u still reads "
+                            "staging, which was released", m->tr + 1u,
+                            m->attempt, m->shard);
+            return;
+        }
         if (m->kind != MK_OP || !(m->flags & MF_COPY))
             continue;
         const mon_cs *c = &w->mon.tr[m->tr].cs[m->shard];

@@ -79,6 +79,7 @@ bool ck_reach_wanted(const ck_config *c, unsigned r)
     case CK_R_RINVAL:
         return c->rdma;
     case CK_R_COPY:
+    case CK_R_D2H:
         return c->copies;
     case CK_R_COPYFAIL:
         return c->copies && (c->faults & (1u << CK_FB_FAIL)) &&
@@ -105,6 +106,8 @@ static void option(const ck_config *c, unsigned r, char *b, size_t n)
         snprintf(b, n, "--rdma");
     else if (r == CK_R_COPYFAIL)
         snprintf(b, n, "--copies --faults fail");
+    else if (r == CK_R_D2H)
+        snprintf(b, n, "--copies");
     else
         snprintf(b, n, "--%s", names[r]);
 }

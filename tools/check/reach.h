@@ -50,8 +50,10 @@
       "no rkey invalidation ever completed")                                  \
     X(COPY, "copies", "copies into a device region begun",                   \
       "no copy into a device region ever began")                            \
-    X(COPYFAIL, "copyfail", "copies into a device region failed",           \
-      "no copy into a device region ever failed")                           \
+    X(D2H, "d2h", "device-to-host copies of staging ended",                 \
+      "no device-to-host copy of staging ever ended")                       \
+    X(COPYFAIL, "copyfail", "copies failed (either direction)",             \
+      "no copy ever failed")                                                \
     X(E2E, "e2e", "successes held to E2E at a path's end",                    \
       "no producer success was ever checked")
 

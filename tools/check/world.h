@@ -184,6 +184,10 @@ enum {
 #define MF_COPY 64u /* --copies: a begun write whose bytes landed in the
                      * bounce buffer and whose copy into the region runs;
                      * its delivery is the copy's end */
+#define MF_D2H 128u /* --copies: a WRITE still at the producer, in its
+                     * device-to-host copy from staging into a bounce
+                     * buffer (engine_copy.c); its delivery is the copy's
+                     * end, and only then does the op go to its shard */
 #define MF_INV_DONE 32u /* MK_INV: the invalidation completed (the rkey is
                          * dead); the shard has not been told yet */
 
