@@ -1630,6 +1630,28 @@ static void load_from(xfer_shard *dst, const xfer_shard *src)
     ck_assert(same_state(src, dst));
 }
 
+/* The copies in flight are part of the saved record: a twin loaded from a
+ * shard with one holds the region for it, and a shard whose write has no
+ * copy saves apart from it. */
+START_TEST(test_shard_copy_count_saved)
+{
+    xfer_shard *s = mk(), *t = mk(), *u = mk();
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 512);
+    begin_ok(s, 1, 1, 1, &a);
+    load_from(u, s); /* the write, no copy yet */
+    ck_assert_int_eq(xfer_shard_copy_begin(s, 2, 1, a.resv_id), 0);
+    ck_assert(!same_state(s, u));
+    load_from(t, s);
+    ck_assert_uint_eq(xfer_shard_copies(t, 1), 1);
+    ck_assert_int_ne(xfer_shard_commit(t, 3, 1, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_copy_end(t, 4, 1, a.resv_id, true), 0);
+    ck_assert_int_eq(xfer_shard_state(t, 1), XFER_RESV_STATE_RESERVED);
+    xfer_shard_del(u);
+    xfer_shard_del(t);
+    xfer_shard_del(s);
+}
+END_TEST
+
 static void same_events(const xfer_shard *a, const xfer_shard *b)
 {
     size_t na, nb;
@@ -2616,6 +2638,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_shard_lease_expiry_during_write_is_deferred);
     tcase_add_test(tc, test_shard_cancel_during_write_is_deferred);
     tcase_add_test(tc, test_shard_copy_holds_region_until_it_ends);
+    tcase_add_test(tc, test_shard_copy_count_saved);
     tcase_add_test(tc, test_shard_cancel_frees_reserved_and_ready_at_once);
     tcase_add_test(tc, test_shard_taken_memory_survives_cancel_and_lease);
     tcase_add_test(tc, test_shard_preemptive_cancel_refuses_later_reserve);
