@@ -40,6 +40,7 @@ typedef struct landing {
     uint8_t *bounce;
     int32_t wrc;
     uint8_t fault;
+    bool counted; /* the shard counts this copy (xfer_shard_copy_begin) */
     int32_t werr;
 } landing;
 
@@ -130,8 +131,11 @@ static void landed(void *ud, int status)
     xfer_server *s = l->srv;
     xfer_server_batch_begin(s);
     xfer_server_hosted *hs = &s->shards[l->hosted];
-    int erc = xfer_shard_copy_end(hs->sh, xfer_server_now(s), l->m.id,
-                                  l->m.resv_id, status == 0);
+    uint64_t now = xfer_server_now(s);
+    int erc = l->counted ? xfer_shard_copy_end(hs->sh, now, l->m.id,
+                                               l->m.resv_id, status == 0)
+                         : xfer_shard_write_end(hs->sh, now, l->m.id,
+                                                l->m.resv_id, status == 0);
     if (status == 0)
         hs->write_bytes += l->m.len;
     else
@@ -176,8 +180,8 @@ bool xfer_server_copy_land(xfer_server_conn *c)
         /* the shard counts the copy into the region: its write stays in
          * flight until copy_end, and READY or a free only after (the
          * write was begun at its head and not ended, so this holds) */
-        xfer_shard_copy_begin(hs->sh, xfer_server_now(s), c->wm.id,
-                              c->wm.resv_id);
+        l->counted = xfer_shard_copy_begin(hs->sh, xfer_server_now(s),
+                                           c->wm.id, c->wm.resv_id) == 0;
         xfer_list_push_back(&s->landing, &l->link);
         hs->copies++;
     }
