@@ -257,7 +257,7 @@ static uint8_t tomb_flags(const resv_step *o, uint8_t reason)
 static void end_record(xfer_shard *s, resv_step *o, uint8_t reason, int kind)
 {
     xfer_shard_resv *r = o->rec;
-    assert(r && r->writes == 0);
+    assert(r && r->writes == 0 && r->copies == 0);
     if (kind >= 0)
         push_event(s, (uint8_t)kind, r);
     if (r->owner) {
@@ -1000,6 +1000,50 @@ int xfer_shard_write_end(xfer_shard *s, uint64_t now_ns, uint64_t id,
     if (o.rec->resv_id != resv_id || o.rec->writes == 0)
         return counted(s, XFER_ERR_STALE);
     return dispatch(s, &o);
+}
+
+int xfer_shard_copy_begin(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                          uint64_t resv_id)
+{
+    if (!s || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_WRITE_BEGIN),
+                   .id = id, .resv_id = resv_id, .has_resv = true};
+    lookup(s, &o);
+    if (!o.rec)
+        return XFER_ERR_NOT_FOUND;
+    if (o.rec->resv_id != resv_id)
+        return XFER_ERR_STALE;
+    /* each copy is one write's: the write stays in flight until it ends */
+    if (o.rec->copies >= o.rec->writes)
+        return XFER_ERR_STATE;
+    o.rec->copies++;
+    return 0;
+}
+
+int xfer_shard_copy_end(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                        uint64_t resv_id, bool ok)
+{
+    if (!s || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    resv_step o = {.step = step_of(now_ns, ok ? XFER_RESV_EVENT_WRITE_END_OK
+                                            : XFER_RESV_EVENT_WRITE_END_FAIL),
+                   .id = id, .resv_id = resv_id, .has_resv = true};
+    lookup(s, &o);
+    if (!o.rec)
+        return counted(s, XFER_ERR_NOT_FOUND);
+    if (o.rec->resv_id != resv_id || o.rec->copies == 0)
+        return counted(s, XFER_ERR_STALE);
+    o.rec->copies--; /* copies <= writes: the write is still in flight */
+    return dispatch(s, &o);
+}
+
+uint32_t xfer_shard_copies(const xfer_shard *s, uint64_t id)
+{
+    uint32_t slot;
+    if (!s || !xfer_idmap_get(&s->ids, id, &slot))
+        return 0;
+    return s->recs[slot].copies;
 }
 
 int xfer_shard_invalidated(xfer_shard *s, uint64_t now_ns, uint64_t id,

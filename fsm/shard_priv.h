@@ -40,6 +40,8 @@ typedef struct xfer_shard_resv {
     uint64_t id, resv_id, off, created_ns;
     uint32_t attempt, len, writes;
     uint32_t covered, woff, wlen;
+    uint32_t copies; /* of the writes, those whose copy into the region (a
+                      * device pool) is in flight: <= writes */
     uint16_t owner; /* 0: nobody in particular */
     uint8_t state;
     uint8_t flags;  /* XFER_SHARD_F_* */

@@ -1,6 +1,6 @@
 /*
  * fsm/shard_save.c - save and load of a consumer shard's dynamic state
- * (fsm/save.h), format version 2, for the model checker (tools/check) and
+ * (fsm/save.h), format version 3 (3: the copies in flight of each record), for the model checker (tools/check) and
  * the tests.
  *
  * The save holds everything that decides what the shard does next: the
@@ -52,12 +52,12 @@
 
 /* A field added to a record must be saved and loaded below. */
 _Static_assert(sizeof(xfer_shard_resv) ==
-                   64 + 8 * XFER_SHARD_MAX_FRAGMENTS,
+                   72 + 8 * XFER_SHARD_MAX_FRAGMENTS,
                "save the new xfer_shard_resv field");
 
 static const uint8_t MAGIC[XFER_SAVE_HDR] = {'X', XFER_SAVE_SHARD, 'S',
                                              XFER_SHARD_SAVE_VERSION};
-#define REC_BYTES 72u
+#define REC_BYTES 76u
 
 /* A record holding an event slot for later (ev_reserved). */
 static bool is_pending(unsigned st)
@@ -100,6 +100,7 @@ static void save_record(xfer_le_enc *to, const xfer_canon_ids *ids,
     xfer_le_enc_u32(w, r->covered);
     xfer_le_enc_u32(w, r->woff);
     xfer_le_enc_u32(w, r->wlen);
+    xfer_le_enc_u32(w, r->copies);
     xfer_le_enc_u16(w, r->owner);
     xfer_le_enc_u8(w, r->flags);
     xfer_le_enc_u64(w, r->created_ns);
@@ -219,6 +220,7 @@ static saved_rec get_record(xfer_le_dec *from)
     x.r.covered = xfer_le_dec_u32(b);
     x.r.woff = xfer_le_dec_u32(b);
     x.r.wlen = xfer_le_dec_u32(b);
+    x.r.copies = xfer_le_dec_u32(b);
     x.r.owner = xfer_le_dec_u16(b);
     x.r.flags = xfer_le_dec_u8(b);
     x.r.created_ns = xfer_le_dec_u64(b);
@@ -280,7 +282,8 @@ static bool record_ok(const xfer_shard *s, const saved_rec *x, uint64_t prev)
                  (inval && s->cfg.one_sided);
     uint64_t size = xfer_pool_round(&s->pool, r->len);
     return r->id > prev && r->resv_id != XFER_RESV_NONE && known &&
-           writes_ok(r) && r->owner <= s->cfg.max_owners &&
+           writes_ok(r) && r->copies <= r->writes &&
+           r->owner <= s->cfg.max_owners &&
            (r->writes > 0) == writing && (leased ? may_lease : !must_lease) &&
            (leased || x->lease == 0) && r->off % s->pool.align == 0 &&
            size <= s->pool.size && r->off <= s->pool.size - size;

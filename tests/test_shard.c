@@ -226,6 +226,55 @@ END_TEST
 /* Cancel                                                                  */
 /* ---------------------------------------------------------------------- */
 
+/* Device pools (issue 25): a copy into the region holds it as its write
+ * does.  No commit while it runs, a cancel meanwhile frees only at the
+ * copy's end, copy_end ends the write, and the count is per record and
+ * bounded by the writes in flight. */
+START_TEST(test_shard_copy_holds_region_until_it_ends)
+{
+    xfer_shard *s = mk();
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 512);
+    xfer_resv_info b = reserve_ok(s, 0, 2, 1, 512);
+    /* no write in flight: no copy to count */
+    ck_assert_int_eq(xfer_shard_copy_begin(s, 1, 1, a.resv_id),
+                     XFER_ERR_STATE);
+    ck_assert_int_eq(xfer_shard_copy_end(s, 1, 1, a.resv_id, true),
+                     XFER_ERR_STALE);
+    ck_assert_int_eq(xfer_shard_copy_begin(s, 1, 3, a.resv_id),
+                     XFER_ERR_NOT_FOUND);
+    begin_ok(s, 1, 1, 1, &a);
+    ck_assert_int_eq(xfer_shard_copy_begin(s, 2, 1, b.resv_id),
+                     XFER_ERR_STALE);
+    ck_assert_int_eq(xfer_shard_copy_begin(s, 2, 1, a.resv_id), 0);
+    ck_assert_uint_eq(xfer_shard_copies(s, 1), 1);
+    ck_assert_uint_eq(xfer_shard_copies(s, 2), 0);
+    /* one write, one copy */
+    ck_assert_int_eq(xfer_shard_copy_begin(s, 2, 1, a.resv_id),
+                     XFER_ERR_STATE);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_WRITING);
+    ck_assert_int_ne(xfer_shard_commit(s, 3, 1, 1, a.resv_id), 0);
+    ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_READY, 1), 0);
+    ck_assert_int_eq(xfer_shard_copy_end(s, 4, 1, a.resv_id, true), 0);
+    ck_assert_uint_eq(xfer_shard_copies(s, 1), 0);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_RESERVED);
+    ck_assert_int_eq(xfer_shard_commit(s, 5, 1, 1, a.resv_id), 0);
+    ck_assert_uint_eq(count_events(s, XFER_SHARD_EV_READY, 1), 1);
+    /* b: cancelled under its copy, freed when the copy ends (failed) */
+    begin_ok(s, 6, 2, 1, &b);
+    ck_assert_int_eq(xfer_shard_copy_begin(s, 6, 2, b.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_cancel(s, 7, 2, 1, XFER_RESV_NONE), 0);
+    ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RESV_STATE_CANCEL_PENDING);
+    ck_assert_uint_eq(stats(s).bytes_in_use, 1024);
+    ck_assert_int_eq(xfer_shard_copy_end(s, 8, 2, b.resv_id, false),
+                     XFER_ERR_CANCELLED);
+    ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RESV_STATE_CANCELLED);
+    ck_assert_uint_eq(stats(s).bytes_in_use, 512);
+    ck_assert_int_eq(xfer_shard_copy_end(s, 9, 2, b.resv_id, true),
+                     XFER_ERR_NOT_FOUND);
+    xfer_shard_del(s);
+}
+END_TEST
+
 START_TEST(test_shard_cancel_during_write_is_deferred)
 {
     xfer_shard *s = mk();
@@ -1581,6 +1630,28 @@ static void load_from(xfer_shard *dst, const xfer_shard *src)
     ck_assert(same_state(src, dst));
 }
 
+/* The copies in flight are part of the saved record: a twin loaded from a
+ * shard with one holds the region for it, and a shard whose write has no
+ * copy saves apart from it. */
+START_TEST(test_shard_copy_count_saved)
+{
+    xfer_shard *s = mk(), *t = mk(), *u = mk();
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 512);
+    begin_ok(s, 1, 1, 1, &a);
+    load_from(u, s); /* the write, no copy yet */
+    ck_assert_int_eq(xfer_shard_copy_begin(s, 2, 1, a.resv_id), 0);
+    ck_assert(!same_state(s, u));
+    load_from(t, s);
+    ck_assert_uint_eq(xfer_shard_copies(t, 1), 1);
+    ck_assert_int_ne(xfer_shard_commit(t, 3, 1, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_copy_end(t, 4, 1, a.resv_id, true), 0);
+    ck_assert_int_eq(xfer_shard_state(t, 1), XFER_RESV_STATE_RESERVED);
+    xfer_shard_del(u);
+    xfer_shard_del(t);
+    xfer_shard_del(s);
+}
+END_TEST
+
 static void same_events(const xfer_shard *a, const xfer_shard *b)
 {
     size_t na, nb;
@@ -2566,6 +2637,8 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_shard_consumer_cancel_any_attempt, 0, 6);
     tcase_add_test(tc, test_shard_lease_expiry_during_write_is_deferred);
     tcase_add_test(tc, test_shard_cancel_during_write_is_deferred);
+    tcase_add_test(tc, test_shard_copy_holds_region_until_it_ends);
+    tcase_add_test(tc, test_shard_copy_count_saved);
     tcase_add_test(tc, test_shard_cancel_frees_reserved_and_ready_at_once);
     tcase_add_test(tc, test_shard_taken_memory_survives_cancel_and_lease);
     tcase_add_test(tc, test_shard_preemptive_cancel_refuses_later_reserve);

@@ -6,7 +6,8 @@
  * go.  Nothing here dereferences the pool.
  *
  * The write stays in flight on the shard (xfer_shard_write_begin ..
- * _write_end) from its head until its copy ended, so the reservation
+ * xfer_shard_copy_begin .. _copy_end) from its head until its copy ended,
+ * the shard counting the copy as the record's, so the reservation
  * machine's rules for a write in flight hold for the copy too: a cancel
  * or a lease expiry meanwhile is deferred until it ended, and the region
  * is freed or reused only after (I4); a commit, hence READY, can only
@@ -39,6 +40,7 @@ typedef struct landing {
     uint8_t *bounce;
     int32_t wrc;
     uint8_t fault;
+    bool counted; /* the shard counts this copy (xfer_shard_copy_begin) */
     int32_t werr;
 } landing;
 
@@ -129,8 +131,11 @@ static void landed(void *ud, int status)
     xfer_server *s = l->srv;
     xfer_server_batch_begin(s);
     xfer_server_hosted *hs = &s->shards[l->hosted];
-    int erc = xfer_shard_write_end(hs->sh, xfer_server_now(s), l->m.id,
-                                   l->m.resv_id, status == 0);
+    uint64_t now = xfer_server_now(s);
+    int erc = l->counted ? xfer_shard_copy_end(hs->sh, now, l->m.id,
+                                               l->m.resv_id, status == 0)
+                         : xfer_shard_write_end(hs->sh, now, l->m.id,
+                                                l->m.resv_id, status == 0);
     if (status == 0)
         hs->write_bytes += l->m.len;
     else
@@ -172,6 +177,11 @@ bool xfer_server_copy_land(xfer_server_conn *c)
         xfer_server_req_answer(c, c->wreq, &c->wm, XFER_WIRE_T_WRITE_ACK,
                                rc == XFER_ERR_NOMEM ? rc : XFER_ERR_COPY);
     } else {
+        /* the shard counts the copy into the region: its write stays in
+         * flight until copy_end, and READY or a free only after (the
+         * write was begun at its head and not ended, so this holds) */
+        l->counted = xfer_shard_copy_begin(hs->sh, xfer_server_now(s),
+                                           c->wm.id, c->wm.resv_id) == 0;
         xfer_list_push_back(&s->landing, &l->link);
         hs->copies++;
     }

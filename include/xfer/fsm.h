@@ -283,7 +283,7 @@ typedef enum xfer_transfer_event {
 #define XFER_RESV_STATES(X)                                                   \
     X(NONE)            /* implicit start: the id is not held */              \
     X(RESERVED)        /* memory allocated, lease running, no write */       \
-    X(WRITING)         /* at least one write in flight */                    \
+    X(WRITING)         /* a write in flight (or its copy, device pools) */   \
     X(READY)           /* committed; ready event emitted; lease running */   \
     X(TAKEN)           /* pinned by the consumer; no lease, no cancel */     \
     X(CANCEL_PENDING)  /* cancelled during a write: freed when it ends */    \

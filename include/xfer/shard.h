@@ -252,6 +252,33 @@ XFER_API int xfer_shard_write_begin_by(xfer_shard *s, uint64_t now_ns,
  * XFER_ERR_NOT_FOUND / XFER_ERR_STALE for a write that was never begun. */
 XFER_API int xfer_shard_write_end(xfer_shard *s, uint64_t now_ns, uint64_t id,
                          uint64_t resv_id, bool ok);
+
+/*
+ * The copy step of a device pool (transport/server_copy.c).  A write into
+ * device memory lands in a host bounce buffer; copy_begin says that one of
+ * the record's writes in flight now has its bytes there and its copy into
+ * the region started; copy_end ends that copy and, with it, the write (as
+ * write_end does, ok only when the copy was).  A write with its copy in
+ * flight is a write in flight: the record stays WRITING (or CANCEL_PENDING
+ * / EXPIRE_PENDING), so no commit makes it READY and no cancel or expiry
+ * frees or reuses the region until every copy into it ended.  The count of
+ * copies in flight is the record's (at most its writes in flight); it is
+ * not an event of the table, which sees the copy's end as the write's end.
+ *
+ * copy_begin returns 0, XFER_ERR_INVALID_ARG (s NULL, id 0),
+ * XFER_ERR_NOT_FOUND (no record of id), XFER_ERR_STALE (another
+ * reservation) or XFER_ERR_STATE (every write in flight already has its
+ * copy: nothing counted).  copy_end returns what write_end returns, and
+ * XFER_ERR_STALE when no copy of that reservation is in flight.  s is
+ * borrowed; the shard's thread only.
+ */
+XFER_API int xfer_shard_copy_begin(xfer_shard *s, uint64_t now_ns,
+                                   uint64_t id, uint64_t resv_id);
+XFER_API int xfer_shard_copy_end(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                                 uint64_t resv_id, bool ok);
+/* Copies in flight into the region of id's record (0 when none or no
+ * record).  s is borrowed. */
+XFER_API uint32_t xfer_shard_copies(const xfer_shard *s, uint64_t id);
 /* write_begin + memcpy + write_end.  `data` borrowed. */
 XFER_API int xfer_shard_write(xfer_shard *s, uint64_t now_ns, uint64_t id,
                      uint32_t attempt, uint64_t resv_id, uint64_t off,

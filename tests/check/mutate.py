@@ -153,6 +153,50 @@ MUTANTS = {
         '        o->rec->covered = o->rec->len; /* as a committed record\'s is */\n',
         '    if (0) {\n'
         '        o->rec->covered = o->rec->len; /* as a committed record\'s is */\n'),
+    # Issue 25: the shard ends a write into a device pool when its bytes
+    # reached the bounce buffer, not when the copy into the region ended:
+    # a cancel or lease expiry meanwhile frees the region under the copy
+    # (found only with --copies, monitor CFREE).
+    # Issue 30 item 4(b) for --copies: a server model that never starts a
+    # copy (every device write ends as a host one) holds every invariant;
+    # the run must say that --copies was never reached.
+    'copies_never': (
+        'consumer.c',
+        '    if (m.op == XFER_OP_WRITE && (m.flags & MF_BEGUN) && w->cfg->copies &&\n',
+        '    if (m.op == XFER_OP_WRITE && (m.flags & MF_BEGUN) && 0 &&\n'),
+    # Issue 25: the engine hands a WRITE of device staging to the transport
+    # when its device-to-host copy starts, not when it ended: the op's
+    # result, and so the staging release, can come while the copy still
+    # reads staging (I3; found only with --copies).
+    'staging_before_d2h': (
+        'engine.c',
+        '    if (w->cfg->copies && m.op == XFER_OP_WRITE)\n'
+        '        m.flags |= MF_D2H;\n',
+        '    if (w->cfg->copies && m.op == XFER_OP_WRITE) {\n'
+        '        ck_msg c = m;\n'
+        '        c.flags |= MF_D2H | MF_ORPHAN;\n'
+        '        ck_net_push(w, &c);\n'
+        '    }\n'),
+    'write_end_at_bounce': (
+        'shard.c',
+        '    o.rec->copies++;\n'
+        '    return 0;\n',
+        '    xfer_shard_write_end(s, now_ns, id, resv_id, true);\n'
+        '    return 0;\n'),
+    # Issue 25: the shard server (tools/check/consumer.c, the world's model
+    # of transport/server_copy.c) ends the write and answers its WRITE_ACK
+    # when the bytes reached the bounce buffer, while the copy into the
+    # region still runs: the commit publishes READY under the copy
+    # (monitor CREADY).
+    'ready_before_copy': (
+        'consumer.c',
+        '    ck_reach_note(w, CK_R_COPY);\n'
+        '    m.flags |= MF_COPY;\n',
+        '    ck_reach_note(w, CK_R_COPY);\n'
+        '    xfer_shard_copy_end(w->sh[m.shard], w->env.now, m.tr + 1u,\n'
+        '                        m.resv_id, true);\n'
+        '    reply(w, &m, 0, NULL);\n'
+        '    m.flags |= MF_COPY | MF_ORPHAN;\n'),
     # Issue 13: the eager path reports success on the first shard's ack,
     # while the other shards' eager ops are still unanswered (they may
     # never apply it).

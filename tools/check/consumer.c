@@ -142,6 +142,76 @@ static void write_finish(ck_world *w, const ck_msg *m, int how)
     reply(w, m, st, NULL);
 }
 
+/* --copies: a copy into a device region (see copies.h).  Its connection
+ * may close while it runs (LOST): the producer hears XFER_ERR_CONN_LOST at
+ * once and the copy stays in flight as an orphan (MF_ORPHAN) that ends
+ * later, unanswered, as server_copy.c's landings outlive their
+ * connections.  Otherwise it ends ok (DELIVER) or failed (FAIL:
+ * XFER_ERR_COPY), and the shard ends the write with it.  The copy reads
+ * the bounce buffer, not staging, so its end is no I3 matter. */
+static void copy_finish(ck_world *w, const ck_msg *m, int how)
+{
+    if (how == HOW_LOST) {
+        ck_msg o = *m;
+        o.flags = (uint8_t)((o.flags & ~MF_ABORT) | MF_ORPHAN);
+        ck_net_push(w, &o);
+        reply(w, m, XFER_ERR_CONN_LOST, NULL);
+        return;
+    }
+    bool ok = how != HOW_FAIL;
+    int rc = xfer_shard_copy_end(w->sh[m->shard], w->env.now, m->tr + 1u,
+                                 m->resv_id, ok);
+    if (!ok)
+        ck_reach_note(w, CK_R_COPYFAIL);
+    if (!(m->flags & MF_ORPHAN))
+        reply(w, m, ok ? rc : XFER_ERR_COPY, NULL);
+}
+
+/* --copies: a begun write's bytes are in the bounce buffer; its copy into
+ * the region starts, counted by the shard, and ends at a later step.  From
+ * here the copy, not the write, lands in the region: I4's count of writes
+ * landing lets go of it, and CREADY and CFREE (copies.c) watch the copy's
+ * message instead, so a shard that ends the write early (the record
+ * RESERVED under the copy, harmless until it is committed or freed) is
+ * caught at the READY or the free it allows. */
+static void copy_start(ck_world *w, ck_msg m)
+{
+    int rc = xfer_shard_copy_begin(w->sh[m.shard], w->env.now, m.tr + 1u,
+                                   m.resv_id);
+    if (rc) { /* the write is in flight, so the shard counts it */
+        ck_monitor_fail(w, CK_ILLEGAL, "copy_begin of id %u (resv %llu) on "
+                        "shard %u answered %d with its write in flight",
+                        m.tr + 1u, (unsigned long long)m.resv_id, m.shard,
+                        rc);
+        return;
+    }
+    mon_cs *c = &w->mon.tr[m.tr].cs[m.shard];
+    if (c->writes)
+        c->writes--;
+    ck_reach_note(w, CK_R_COPY);
+    m.flags |= MF_COPY;
+    ck_net_push(w, &m);
+}
+
+/* --copies: the device-to-host copy of a WRITE at the producer ended
+ * (DELIVER) or failed (FAIL: the op's result is XFER_ERR_COPY).  An op the
+ * core asked to abort meanwhile is answered ABORTED now, once the copy no
+ * longer reads staging (engine_copy.c); any other goes to its shard.  A
+ * copy of a crashed producer, or an orphan, ends with nobody to tell. */
+static void d2h_ends(ck_world *w, ck_msg m, int how)
+{
+    if (w->env.crashed || (m.flags & MF_ORPHAN))
+        return;
+    ck_reach_note(w, how == HOW_FAIL ? CK_R_COPYFAIL : CK_R_D2H);
+    if (how == HOW_FAIL || (m.flags & MF_ABORT)) {
+        reply(w, &m, how == HOW_FAIL ? XFER_ERR_COPY : XFER_ERR_ABORTED,
+              NULL);
+        return;
+    }
+    m.flags = (uint8_t)(m.flags & ~MF_D2H);
+    ck_net_push(w, &m);
+}
+
 /* --writes: one part of a WRITE is over (it ended, or it never began,
  * with status st).  Every part still to begin or to end inherits the
  * first error; the producer hears once, when the last part is over,
@@ -261,6 +331,10 @@ void ck_consumer_orphan(ck_world *w, unsigned i)
 static void op_arrives(ck_world *w, ck_msg m, int how)
 {
     int32_t st;
+    if (m.flags & MF_D2H) {
+        d2h_ends(w, m, how);
+        return;
+    }
     ck_rdma_op_seen(w, &m);
     if (m.op == XFER_OP_WRITE && w->cfg->rdma) {
         if (ck_rdma_write(w, &m, how, &st))
@@ -276,6 +350,15 @@ static void op_arrives(ck_world *w, ck_msg m, int how)
             part_finish(w, &m, how);
         else
             part_begins(w, m, how);
+        return;
+    }
+    if (m.op == XFER_OP_WRITE && (m.flags & MF_COPY)) {
+        copy_finish(w, &m, how);
+        return;
+    }
+    if (m.op == XFER_OP_WRITE && (m.flags & MF_BEGUN) && w->cfg->copies &&
+        how == HOW_DELIVER) {
+        copy_start(w, m);
         return;
     }
     if (m.op == XFER_OP_WRITE && (m.flags & MF_BEGUN)) {

@@ -41,7 +41,12 @@ static void describe_msg(const ck_msg *m, const char *verb, char *b,
     char word[16];
     switch (m->kind) {
     case MK_OP:
-        if (m->op == XFER_OP_WRITE && (m->flags & MF_ORPHAN))
+        if (m->op == XFER_OP_WRITE && (m->flags & MF_COPY))
+            snprintf(b, n, "%s end of the %scopy into the device region of "
+                     "shard %u (id %u att %" PRIu32 ", resv %" PRIu64 ")",
+                     verb, (m->flags & MF_ORPHAN) ? "orphaned " : "",
+                     m->shard, id, m->attempt, m->resv_id);
+        else if (m->op == XFER_OP_WRITE && (m->flags & MF_ORPHAN))
             snprintf(b, n, "%s orphaned one-sided WRITE (id %u att %" PRIu32
                      ", resv %" PRIu64 ") to shard %u: it lands if the rkey "
                      "is live", verb, id, m->attempt, m->resv_id, m->shard);

@@ -89,6 +89,11 @@ static void send_op(ck_world *w, const xfer_action *a)
     m.len = a->len;
     m.resv_id = a->resv_id;
     m.addr = a->remote_addr;
+    /* --copies: staging is device memory; engine_copy.c copies the slice
+     * into a bounce buffer first and hands the op to the transport only
+     * when that copy ended (its delivery, consumer.c) */
+    if (w->cfg->copies && m.op == XFER_OP_WRITE)
+        m.flags |= MF_D2H;
     ck_net_push(w, &m);
 }
 

@@ -230,7 +230,7 @@ static void defaults(opts *o)
  * (tools/cli.h).  A numeric flag's key is NUM_KEY + its row in numopts. */
 #define NUM_KEY 1000
 enum { F_MODE = 256, F_FAULTS, F_LIVENESS, F_OUT, F_REPLAY, F_NOSYM,
-       F_NOTSYM, F_PARANOID, F_DEFAULTS, F_RDMA, F_EAGER, F_E2E,
+       F_NOTSYM, F_PARANOID, F_DEFAULTS, F_RDMA, F_EAGER, F_E2E, F_COPIES,
        F_STRICT_E2E, F_BENCH };
 #define FAULT_LINE_(n, s, desc) "      " s ": " desc "\n"
 static const cli_flag flags[] = {
@@ -264,6 +264,10 @@ static const cli_flag flags[] = {
      "documented values", F_DEFAULTS},
     {"rdma", 0, NULL, "one-sided shards: a WRITE lands without the shard "
      "while its rkey is live (monitors RLAND, RREADY, RINVAL)", F_RDMA},
+    {"copies", 0, NULL, "device shard pools: a WRITE's bytes land in a "
+     "bounce buffer and a copy into the region completes late, in any "
+     "order, or fails with --faults fail (monitors CREADY, CFREE)",
+     F_COPIES},
     {"eager", 0, NULL, "the eager path: every submit sends one EAGER op "
      "(reserve + data + commit) per shard", F_EAGER},
     {"e2e", 0, NULL, "the E2E monitor: a producer success is available or "
@@ -339,6 +343,7 @@ static int parse(opts *o, int argc, char **argv)
         case F_DEFAULTS: o->cfg.defaults = true; break;
         case F_RDMA: o->cfg.rdma = true; break;
         case F_EAGER: o->cfg.eager = true; break;
+        case F_COPIES: o->cfg.copies = true; break;
         case F_E2E: o->cfg.e2e = true; break;
         case F_STRICT_E2E:
             o->cfg.e2e = true; /* the F3 exemption it lifted is gone */
@@ -366,6 +371,11 @@ static int parse(opts *o, int argc, char **argv)
         return bad("--corrupt models two-sided shards with one write per "
                    "WRITE (the RDMA fabric tests cover one-sided ones); "
                    "not with --rdma or --writes above 1", NULL);
+    if (o->cfg.copies && (o->cfg.rdma || o->cfg.eager || o->cfg.writes > 1))
+        return bad("--copies models device shards over TCP, one write per "
+                   "WRITE and no eager path (a device shard offers none); "
+                   "--rdma, --eager and --writes above 1 are not modelled "
+                   "with it", NULL);
     o->cfg.max_delay = o->delay_ms * 1000000ull;
     o->cfg.max_mem = o->mem_mb << 20;
     if (o->cfg.budget == ~0u)
@@ -397,7 +407,7 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
     snprintf(b, n, "--shards %u --transfers %u --faults %s --max-faults %u "
              "--budget %u --cancels %u --lates %u --ccancels %u --expiries %u "
              "--cancel-attempts %u --depth %u --max-delay-ms %llu --caps %u "
-             "--dups %u --writes %u --corrupt %u%s%s%s%s%s%s%s", c->S,
+             "--dups %u --writes %u --corrupt %u%s%s%s%s%s%s%s%s", c->S,
              c->T, f, c->max_faults, c->budget, c->max_cancels, c->max_lates,
              c->max_ccancels, c->max_expiries, c->cancel_max_attempts,
              c->depth, (unsigned long long)(c->max_delay / 1000000u),
@@ -407,7 +417,8 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
              c->symmetry ? "" : " --no-symmetry",
              c->transfer_symmetry ? "" : " --no-transfer-symmetry",
              c->defaults ? " --defaults" : "", c->rdma ? " --rdma" : "",
-             c->eager ? " --eager" : "", c->e2e ? " --e2e" : "");
+             c->eager ? " --eager" : "", c->e2e ? " --e2e" : "",
+             c->copies ? " --copies" : "");
 }
 
 static void banner(const opts *o)
@@ -461,7 +472,8 @@ static int run_bfs(const opts *o)
     if (inv < 0) {
         printf("all invariants held (I1-I14%s after every step, liveness at "
                "every leaf%s)%s\n",
-               o->cfg.rdma ? ", RLAND, RREADY, RINVAL" : "",
+               o->cfg.rdma ? ", RLAND, RREADY, RINVAL"
+               : o->cfg.copies ? ", CREADY, CFREE" : "",
                o->cfg.liveness_all ? " and state" : "",
                r.out_of_memory ? " in the part explored" : "");
         return ck_reach_report(&o->cfg, r.reach) ? 0 : 3;

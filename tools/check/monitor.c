@@ -21,6 +21,7 @@
 #include "core_int.h"
 #include "corrupt.h"
 #include "monitor.h"
+#include "copies.h"
 #include "rdma.h"
 #include "readiness_int.h"
 #include "shard_int.h"
@@ -1039,6 +1040,8 @@ void ck_monitor_global(ck_world *w)
                         rs.live);
     if (w->cfg->rdma)
         ck_rdma_monitor_global(w);
+    if (w->cfg->copies)
+        ck_copies_monitor_global(w);
 }
 
 /* I13: once a shard's timer ran past a lease, a reservation nobody writes

@@ -85,6 +85,12 @@ bool ck_reach_wanted(const ck_config *c, unsigned r)
          * message (the deployment assumption), so no world reaches it
          * yet (tests/check/FINDINGS.md, issue 30). */
         return false;
+    case CK_R_COPY:
+    case CK_R_D2H:
+        return c->copies;
+    case CK_R_COPYFAIL:
+        return c->copies && (c->faults & (1u << CK_FB_FAIL)) &&
+               c->budget > 0 && c->max_faults > 0;
     case CK_R_E2E:
         return c->e2e;
     case CK_R_CORRUPT:
@@ -110,6 +116,10 @@ static void option(const ck_config *c, unsigned r, char *b, size_t n)
         snprintf(b, n, "--rdma");
     else if (r == CK_R_CORRUPT || r == CK_R_CREFUSED)
         snprintf(b, n, "--corrupt %u", c->max_corrupt);
+    else if (r == CK_R_COPYFAIL)
+        snprintf(b, n, "--copies --faults fail");
+    else if (r == CK_R_D2H)
+        snprintf(b, n, "--copies");
     else
         snprintf(b, n, "--%s", names[r]);
 }

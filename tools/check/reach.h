@@ -48,6 +48,12 @@
       "no one-sided write ever landed")                                       \
     X(RINVAL, "rinval", "rkey invalidations completed",                       \
       "no rkey invalidation ever completed")                                  \
+    X(COPY, "copies", "copies into a device region begun",                   \
+      "no copy into a device region ever began")                            \
+    X(D2H, "d2h", "device-to-host copies of staging ended",                 \
+      "no device-to-host copy of staging ever ended")                       \
+    X(COPYFAIL, "copyfail", "copies failed (either direction)",             \
+      "no copy ever failed")                                                \
     X(E2E, "e2e", "successes held to E2E at a path's end",                    \
       "no producer success was ever checked")                                 \
     X(CORRUPT, "corrupt", "corruptions injected",                             \

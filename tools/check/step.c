@@ -91,6 +91,21 @@ static unsigned msg_moves(const ck_world *w, unsigned i, ck_move *out)
      * lost) have no other fates. */
     if (m->kind == MK_INV || (m->flags & MF_ORPHAN))
         return n;
+    /* --copies: a copy into a device region is not aborted (the copy
+     * engine finishes what it started); it may fail, or its reply be
+     * lost with its connection. */
+    if (m->flags & MF_D2H) { /* at the producer: never aborted or lost */
+        if (budget(w) && fault_on(w, CK_FB_FAIL))
+            out[n++] = (ck_move){MV_FAIL, (uint8_t)i};
+        return n;
+    }
+    if (m->flags & MF_COPY) {
+        if (budget(w) && fault_on(w, CK_FB_FAIL))
+            out[n++] = (ck_move){MV_FAIL, (uint8_t)i};
+        if (budget(w) && fault_on(w, CK_FB_LOST))
+            out[n++] = (ck_move){MV_LOST, (uint8_t)i};
+        return n;
+    }
     if (m->flags & MF_LANDED) {
         if (budget(w) && fault_on(w, CK_FB_LOST))
             out[n++] = (ck_move){MV_LOST, (uint8_t)i};

@@ -81,7 +81,10 @@ enum {
     X(RINVAL, "--rdma: every invalidation asked for is pending and "         \
               "completes; no rkey outlives its reservation")                 \
     X(INTEG, "--corrupt: no region whose bytes a write corrupted is ever "   \
-             "available")
+             "available")                                                    \
+    X(CREADY, "--copies: no READY while a copy into the region is in "       \
+              "flight")                                                      \
+    X(CFREE, "--copies: no region freed or reused under a copy into it")
 
 enum {
 #define CK_I_ENUM_(n, d) CK_##n,
@@ -113,6 +116,12 @@ typedef struct ck_config {
                             * per shard (reserve + data + commit) for
                             * every submit; off with --rdma (one-sided
                             * shards never allow it) */
+    bool copies;           /* device shard pools (issue 25): a WRITE's
+                            * bytes land in a bounce buffer, then a copy
+                            * into the region runs as a step of its own
+                            * that completes late, in any order, or fails
+                            * (--faults fail); off with --rdma, --eager and
+                            * --writes above 1 */
     bool defaults;         /* the machines get every timing and the cancel
                             * bound as 0, "the library default"; the
                             * monitors keep the documented values below */
@@ -179,6 +188,13 @@ enum {
 #define MF_ORPHAN 16u  /* --rdma: a posted write whose producer already
                         * heard (lost connection, abort): it may still
                         * land, and reports to nobody */
+#define MF_COPY 64u /* --copies: a begun write whose bytes landed in the
+                     * bounce buffer and whose copy into the region runs;
+                     * its delivery is the copy's end */
+#define MF_D2H 128u /* --copies: a WRITE still at the producer, in its
+                     * device-to-host copy from staging into a bounce
+                     * buffer (engine_copy.c); its delivery is the copy's
+                     * end, and only then does the op go to its shard */
 #define MF_INV_DONE 32u /* MK_INV: the invalidation completed (the rkey is
                          * dead); the shard has not been told yet */
 
