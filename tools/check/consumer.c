@@ -161,6 +161,7 @@ static void copy_finish(ck_world *w, const ck_msg *m, int how)
     bool ok = how != HOW_FAIL;
     int rc = xfer_shard_copy_end(w->sh[m->shard], w->env.now, m->tr + 1u,
                                  m->resv_id, ok);
+    ck_monitor_copy_end(w, m, ok, rc);
     if (!ok)
         ck_reach_note(w, CK_R_COPYFAIL);
     if (!(m->flags & MF_ORPHAN))
@@ -341,6 +342,11 @@ static void op_arrives(ck_world *w, ck_msg m, int how)
             reply(w, &m, st, NULL);
         return;
     }
+    /* a copy's end, orphaned or not (MF_ORPHAN marks both kinds) */
+    if (m.op == XFER_OP_WRITE && (m.flags & MF_COPY)) {
+        copy_finish(w, &m, how);
+        return;
+    }
     if (m.flags & MF_ORPHAN) {
         orphan_arrives(w, m);
         return;
@@ -350,10 +356,6 @@ static void op_arrives(ck_world *w, ck_msg m, int how)
             part_finish(w, &m, how);
         else
             part_begins(w, m, how);
-        return;
-    }
-    if (m.op == XFER_OP_WRITE && (m.flags & MF_COPY)) {
-        copy_finish(w, &m, how);
         return;
     }
     if (m.op == XFER_OP_WRITE && (m.flags & MF_BEGUN) && w->cfg->copies &&

@@ -30,6 +30,17 @@ static const char *rs_name(xfer_resv_state rs)
     return xfer_fsm_state_name(XFER_MACHINE_RESERVATION, rs);
 }
 
+bool ck_copies_into(const ck_world *w, unsigned tr, unsigned shard)
+{
+    for (unsigned i = 0; i < w->env.nmsg; i++) {
+        const ck_msg *m = &w->msg[i];
+        if (m->kind == MK_OP && (m->flags & MF_COPY) && m->tr == tr &&
+            m->shard == shard)
+            return true;
+    }
+    return false;
+}
+
 void ck_copies_monitor_global(ck_world *w)
 {
     for (unsigned i = 0; i < w->env.nmsg; i++) {

@@ -17,5 +17,8 @@
 
 /* CREADY and CFREE after every step (monitor.c). */
 void ck_copies_monitor_global(ck_world *w);
+/* Whether a copy into shard `shard`'s region of transfer `tr` is in
+ * flight (--copies): COVER leaves a commit then to CREADY. */
+bool ck_copies_into(const ck_world *w, unsigned tr, unsigned shard);
 
 #endif /* XFER_CHECK_COPIES_H */

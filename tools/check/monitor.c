@@ -578,7 +578,8 @@ void ck_monitor_shard_op(ck_world *w, const ck_msg *m, int rc,
      * no write is landing and the parts written alone and ended well
      * cover the region (the shard's ranges, fsm/shard.c's top). */
     if (m->op == XFER_OP_COMMIT && !w->cfg->rdma && c->live &&
-        c->attempt == m->attempt && !c->writes) {
+        c->attempt == m->attempt && !c->writes &&
+        !ck_copies_into(w, m->tr, m->shard)) {
         bool full = c->wok == all_parts(w);
         if (rc == 0 && !full)
             ck_monitor_fail(w, CK_COVER, "shard %u committed id %llu with "
@@ -669,6 +670,20 @@ void ck_monitor_write_end(ck_world *w, const ck_msg *m, bool ok, int rc)
                         "reading staging after it was released", m->tr + 1u,
                         m->shard);
     (void)rc;
+}
+
+/* --copies: a copy into the region ended (ok: its bytes all landed).
+ * COVER counts the write as ending here, where its bytes reach the
+ * region, not at its bounce buffer (copy_start let go of its count). */
+void ck_monitor_copy_end(ck_world *w, const ck_msg *m, bool ok, int rc)
+{
+    mon_cs *c = &w->mon.tr[m->tr].cs[m->shard];
+    if (rc == 0 && ok && !c->wside)
+        c->wok |= all_parts(w);
+    else if (rc == 0 && !ok) /* it may have clobbered the region */
+        c->wok = 0;
+    if (!c->writes)
+        c->wside = 0;
 }
 
 /* The shard says a reservation ended without being taken: its memory is

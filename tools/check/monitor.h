@@ -30,6 +30,8 @@ void ck_monitor_result_in(ck_world *w, const ck_msg *m);
 void ck_monitor_shard_op(ck_world *w, const ck_msg *m, int rc,
                          const xfer_resv_info *info);
 void ck_monitor_write_end(ck_world *w, const ck_msg *m, bool ok, int rc);
+/* --copies: a copy into a region ended (COVER's write end). */
+void ck_monitor_copy_end(ck_world *w, const ck_msg *m, bool ok, int rc);
 void ck_monitor_shard_event(ck_world *w, const xfer_shard_event *e);
 void ck_monitor_ready_action(ck_world *w, const xfer_ready_action *a);
 void ck_monitor_take_result(ck_world *w, unsigned tr, unsigned k, int rc,
