@@ -723,8 +723,10 @@ static PyMethodDef devview_methods[] = {
      "(CUDA memory only); like the array interface, valid until the "
      "region is released"},
     {"read", devview_read, METH_NOARGS,
+     "read($self, /)\n--\n\n"
      "read() -> bytes: test-device memory, through its copy engine"},
     {"write", devview_write, METH_VARARGS,
+     "write($self, data, offset=0, /)\n--\n\n"
      "write(data, offset=0): test-device memory, through its copy engine"},
     {NULL, NULL, 0, NULL}};
 
