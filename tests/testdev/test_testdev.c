@@ -24,6 +24,10 @@
  * copy); a failed copy fails COPY naming one shard; a cancel, deadline or
  * shutdown while the copies run leaves each region held until its copy
  * ended (I4);
+ * test_testdev_shard_corrupt_copy_fails_corrupt: integrity on device
+ * shards: an H2D copy that silently flips a byte fails the transfer
+ * CORRUPT (COMPLETING) naming that shard, every shard empty; the next
+ * transfer passes, every region checked through a D2H read-back;
  * test_testdev_gate_holds_until_event, _cancel, _deadline: a submit gated
  * on a test event: the reserves go out, and nothing of staging is copied
  * or sent before the event completed (then every byte arrives); a cancel
@@ -522,6 +526,55 @@ START_TEST(test_testdev_shard_copy_fail)
 }
 END_TEST
 
+/* Integrity over device shards (docs/integrity.md): a COMMIT's region is
+ * read back device-to-host and checksummed, so an H2D copy that silently
+ * flips a byte (a test device rule) fails the transfer CORRUPT naming
+ * that shard, before READY, every shard empty; clean transfers pass, each
+ * region checked once through one read-back. */
+START_TEST(test_testdev_shard_corrupt_copy_fails_corrupt)
+{
+    rig g;
+    rig_new(&g, false, true, 10000000000ull);
+    xfer_testdev_rule r = {.dir = XFER_TESTDEV_H2D, .skip = 1, .count = 1,
+                           .flip = 1};
+    ck_assert_int_eq(xfer_testdev_add_rule(&r), 0);
+    xfer_testdev_stats before;
+    xfer_testdev_stats_get(&before);
+    submit(&g, 7);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, XFER_ERR_CORRUPT);
+    ck_assert_int_eq(g.res.phase, XFER_PHASE_COMPLETING);
+    ck_assert_int_eq(__builtin_popcountll(g.res.failed_shards), 1);
+    ck_assert_uint_eq(g.res.failed_shards, 1ull << g.res.first_failed_shard);
+    /* (the other shards' clean regions may have been READY a moment:
+     * consumer_may_hold is the engine's to say) */
+    uint64_t corrupt = 0;
+    for (uint16_t k = 0; k < NSH; k++) {
+        xfer_server_stats st;
+        ck_assert_int_eq(xfer_server_stats_get(g.srv, k, &st), 0);
+        ck_assert_uint_eq(st.corrupt, k == g.res.first_failed_shard);
+        corrupt += st.corrupt;
+    }
+    ck_assert_uint_eq(corrupt, 1);
+    check_ended_clean(&g);
+    submit(&g, 8);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    check_landed(&g);
+    xfer_testdev_stats after;
+    xfer_testdev_stats_get(&after);
+    for (uint16_t k = 0; k < NSH; k++) {
+        xfer_server_stats st;
+        ck_assert_int_eq(xfer_server_stats_get(g.srv, k, &st), 0);
+        ck_assert_uint_ge(st.crc_checked, 2);
+    }
+    /* the shards' read-backs are the only D2H copies (host staging) */
+    ck_assert_uint_ge(after.copies_d2h - before.copies_d2h, 2 * NSH - 3);
+    check_ended_clean(&g);
+    rig_del(&g);
+}
+END_TEST
+
 /* Kill -9 a real xferd serving NSH shards while copies are in flight:
  * its pools are test device memory whose copies complete 2 s late
  * (shard_side), or the producer's D2H copies are 300 ms late.  The
@@ -703,6 +756,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_testdev_shard_transfer);
     tcase_add_test(tc, test_testdev_shard_copy_fail);
+    tcase_add_test(tc, test_testdev_shard_corrupt_copy_fails_corrupt);
     tcase_add_test(tc, test_testdev_shard_cancel);
     tcase_add_test(tc, test_testdev_shard_deadline);
     tcase_add_test(tc, test_testdev_shard_shutdown);
