@@ -13,6 +13,10 @@
  * test_testdev_producer_copy_fail: the second D2H copy fails: the
  * transfer fails COPY in WRITING naming that shard, every shard rolls
  * back, and no copy is left in flight;
+ * test_testdev_producer_corrupt_copy_fails_corrupt: integrity from device
+ * staging: a WRITE's D2H copy that silently flips a byte fails CORRUPT
+ * naming that shard (the COMMIT's CRC is of its own D2H copy), every
+ * shard empty; a clean transfer passes with a CRC per commit;
  * test_testdev_producer_cancel, _deadline, _shutdown: a cancel, the
  * transfer's deadline, or a shutdown while the copies are still in
  * flight: the transfer ends with that status only after every copy ended
@@ -333,7 +337,10 @@ START_TEST(test_testdev_producer_transfer)
         ck_assert_int_eq(g.res.status, 0);
         check_landed(&g);
     }
-    ck_assert_uint_eq(g.at_done.copies_d2h - before.copies_d2h, 3 * NSH);
+    /* two D2H copies per slice: its WRITE's, and its COMMIT's whose bounce
+     * buffer the integrity CRC is computed from (issue 27) */
+    ck_assert_uint_eq(g.at_done.copies_d2h - before.copies_d2h,
+                      2 * 3 * NSH);
     ck_assert_uint_ge(g.at_done.copies_reordered - before.copies_reordered,
                       1);
     check_ended_clean(&g);
@@ -575,6 +582,44 @@ START_TEST(test_testdev_shard_corrupt_copy_fails_corrupt)
 }
 END_TEST
 
+/* Integrity from device staging: the producer's COMMIT is copied D2H like
+ * a WRITE and carries the CRC of that bounce buffer, so a WRITE whose D2H
+ * copy silently flipped a byte (a test device rule on the second copy, a
+ * WRITE's: the commits' copies come after every write ended) fails
+ * CORRUPT naming that shard, every shard empty; a clean transfer then
+ * passes with a CRC sent per commit. */
+START_TEST(test_testdev_producer_corrupt_copy_fails_corrupt)
+{
+    rig g;
+    rig_new(&g, true, false, 10000000000ull);
+    xfer_testdev_rule r = {.dir = XFER_TESTDEV_D2H, .skip = 1, .count = 1,
+                           .flip = 1};
+    ck_assert_int_eq(xfer_testdev_add_rule(&r), 0);
+    submit(&g, 9);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, XFER_ERR_CORRUPT);
+    ck_assert_int_eq(g.res.phase, XFER_PHASE_COMPLETING);
+    ck_assert_int_eq(__builtin_popcountll(g.res.failed_shards), 1);
+    ck_assert_uint_eq(g.res.failed_shards, 1ull << g.res.first_failed_shard);
+    xfer_server_stats st;
+    ck_assert_int_eq(xfer_server_stats_get(g.srv, g.res.first_failed_shard,
+                                           &st),
+                     0);
+    ck_assert_uint_eq(st.corrupt, 1);
+    check_ended_clean(&g);
+    xfer_tcp_stats ts0, ts1;
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts0), 0);
+    submit(&g, 10);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    check_landed(&g);
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts1), 0);
+    ck_assert_uint_eq(ts1.crcs_sent - ts0.crcs_sent, NSH);
+    check_ended_clean(&g);
+    rig_del(&g);
+}
+END_TEST
+
 /* Kill -9 a real xferd serving NSH shards while copies are in flight:
  * its pools are test device memory whose copies complete 2 s late
  * (shard_side), or the producer's D2H copies are 300 ms late.  The
@@ -748,6 +793,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_testdev_memory_closed);
     tcase_add_test(tc, test_testdev_producer_transfer);
     tcase_add_test(tc, test_testdev_producer_copy_fail);
+    tcase_add_test(tc, test_testdev_producer_corrupt_copy_fails_corrupt);
     tcase_add_test(tc, test_testdev_producer_cancel);
     tcase_add_test(tc, test_testdev_producer_deadline);
     tcase_add_test(tc, test_testdev_producer_shutdown);
