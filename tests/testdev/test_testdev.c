@@ -32,6 +32,9 @@
  * shards: an H2D copy that silently flips a byte fails the transfer
  * CORRUPT (COMPLETING) naming that shard, every shard empty; the next
  * transfer passes, every region checked through a D2H read-back;
+ * test_testdev_stream_crc: a stream of two parts written out of order
+ * carries its runs' joined CRC per shard and passes; one whose H2D copy
+ * flipped a byte fails CORRUPT naming that shard, every shard empty;
  * test_testdev_gate_holds_until_event, _cancel, _deadline: a submit gated
  * on a test event: the reserves go out, and nothing of staging is copied
  * or sent before the event completed (then every byte arrives); a cancel
@@ -53,6 +56,7 @@
 
 #include "mp.h"
 #include "xfer/server.h"
+#include "xfer/stream.h"
 #include "xfer/tcp.h"
 #include "xfer/testdev.h"
 #include "xfer/xfer.h"
@@ -620,6 +624,65 @@ START_TEST(test_testdev_producer_corrupt_copy_fails_corrupt)
 }
 END_TEST
 
+/* A stream of two parts over every shard: the second half of each slice
+ * first, then the first half, from the same staging as submit(). */
+static void stream(rig *g, uint64_t id)
+{
+    uint32_t lens[NSH];
+    for (uint16_t k = 0; k < NSH; k++)
+        lens[k] = SLICE;
+    xfer_stream_desc sd = {.id = id, .group = g->group, .nshards = NSH,
+                           .lens = lens};
+    g->done = false;
+    ck_assert_int_eq(xfer_engine_stream_open(g->e, &sd, on_done, g), 0);
+    for (uint32_t half = 2; half >= 1; half--) {
+        xfer_range rg[NSH];
+        for (uint16_t k = 0; k < NSH; k++) {
+            uint32_t off = (half - 1) * (SLICE / 2);
+            rg[k] = (xfer_range){.staging_off = (uint64_t)k * SLICE + off,
+                                 .pool = g->pool, .len = SLICE / 2,
+                                 .resv_off = off, .shard = k};
+        }
+        xfer_part_desc pd = {.id = id, .ranges = rg, .nranges = NSH};
+        ck_assert_int_eq(xfer_engine_stream_part(g->e, &pd, NULL), 0);
+    }
+    ck_assert_int_eq(xfer_engine_stream_seal(g->e, id), 0);
+}
+
+/* Integrity of streams: the producer joins its runs' CRCs in reservation
+ * order into the COMMIT's, so a clean stream passes the shards' check
+ * (a CRC sent per shard), and one whose H2D copy flipped a byte on a
+ * device shard fails CORRUPT naming that shard, every shard empty. */
+START_TEST(test_testdev_stream_crc)
+{
+    rig g;
+    rig_new(&g, false, true, 10000000000ull);
+    xfer_tcp_stats ts0, ts1;
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts0), 0);
+    stream(&g, 21);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    check_landed(&g);
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts1), 0);
+    ck_assert_uint_eq(ts1.crcs_sent - ts0.crcs_sent, NSH);
+    check_ended_clean(&g);
+    xfer_testdev_rule r = {.dir = XFER_TESTDEV_H2D, .skip = 3, .count = 1,
+                           .flip = 1};
+    ck_assert_int_eq(xfer_testdev_add_rule(&r), 0);
+    stream(&g, 22);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, XFER_ERR_CORRUPT);
+    ck_assert_int_eq(__builtin_popcountll(g.res.failed_shards), 1);
+    xfer_server_stats st;
+    ck_assert_int_eq(xfer_server_stats_get(g.srv, g.res.first_failed_shard,
+                                           &st),
+                     0);
+    ck_assert_uint_eq(st.corrupt, 1);
+    check_ended_clean(&g);
+    rig_del(&g);
+}
+END_TEST
+
 /* Kill -9 a real xferd serving NSH shards while copies are in flight:
  * its pools are test device memory whose copies complete 2 s late
  * (shard_side), or the producer's D2H copies are 300 ms late.  The
@@ -803,6 +866,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_testdev_shard_transfer);
     tcase_add_test(tc, test_testdev_shard_copy_fail);
     tcase_add_test(tc, test_testdev_shard_corrupt_copy_fails_corrupt);
+    tcase_add_test(tc, test_testdev_stream_crc);
     tcase_add_test(tc, test_testdev_shard_cancel);
     tcase_add_test(tc, test_testdev_shard_deadline);
     tcase_add_test(tc, test_testdev_shard_shutdown);
