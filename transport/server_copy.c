@@ -165,8 +165,6 @@ static void read_back(void *ud, int status)
         int32_t rc = status ? XFER_ERR_COPY
                             : xfer_server_check_device(l->c, hs, &l->m,
                                                        l->bounce, l->blen);
-        if (status)
-            hs->copies_failed++;
         xfer_server_req_commit_end(l->c, l->req, &l->m, l->fault, l->werr,
                                    rc);
     }
@@ -209,8 +207,7 @@ bool xfer_server_copy_readback(xfer_server_conn *c, uint32_t req,
         return true;
     }
     xfer_list_push_back(&s->landing, &l->link);
-    hs->copies++;
-    return true;
+    return true; /* not counted in copies: those are host -> device */
 }
 
 bool xfer_server_copy_land(xfer_server_conn *c)
