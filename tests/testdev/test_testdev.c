@@ -35,6 +35,8 @@
  * test_testdev_stream_crc: a stream of two parts written out of order
  * carries its runs' joined CRC per shard and passes; one whose H2D copy
  * flipped a byte fails CORRUPT naming that shard, every shard empty;
+ * test_testdev_stream_overlap_unchecked: a stream whose parts overlap
+ * commits without a CRC (none sent) and succeeds;
  * test_testdev_gate_holds_until_event, _cancel, _deadline: a submit gated
  * on a test event: the reserves go out, and nothing of staging is copied
  * or sent before the event completed (then every byte arrives); a cancel
@@ -683,6 +685,42 @@ START_TEST(test_testdev_stream_crc)
 }
 END_TEST
 
+/* A stream whose parts overlap (the whole slice, then its first half
+ * again): the producer cannot know which write the shard holds, so its
+ * COMMITs go without a CRC (none sent), unchecked, and the stream
+ * succeeds with every byte in place. */
+START_TEST(test_testdev_stream_overlap_unchecked)
+{
+    rig g;
+    rig_new(&g, false, true, 10000000000ull);
+    xfer_tcp_stats ts0, ts1;
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts0), 0);
+    uint32_t lens[NSH];
+    for (uint16_t k = 0; k < NSH; k++)
+        lens[k] = SLICE;
+    xfer_stream_desc sd = {.id = 31, .group = g.group, .nshards = NSH,
+                           .lens = lens};
+    g.done = false;
+    ck_assert_int_eq(xfer_engine_stream_open(g.e, &sd, on_done, &g), 0);
+    for (uint32_t len = SLICE; len >= SLICE / 2; len /= 2) {
+        xfer_range rg[NSH];
+        for (uint16_t k = 0; k < NSH; k++)
+            rg[k] = (xfer_range){.staging_off = (uint64_t)k * SLICE,
+                                 .pool = g.pool, .len = len, .shard = k};
+        xfer_part_desc pd = {.id = 31, .ranges = rg, .nranges = NSH};
+        ck_assert_int_eq(xfer_engine_stream_part(g.e, &pd, NULL), 0);
+    }
+    ck_assert_int_eq(xfer_engine_stream_seal(g.e, 31), 0);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    check_landed(&g);
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts1), 0);
+    ck_assert_uint_eq(ts1.crcs_sent - ts0.crcs_sent, 0);
+    check_ended_clean(&g);
+    rig_del(&g);
+}
+END_TEST
+
 /* Kill -9 a real xferd serving NSH shards while copies are in flight:
  * its pools are test device memory whose copies complete 2 s late
  * (shard_side), or the producer's D2H copies are 300 ms late.  The
@@ -867,6 +905,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_testdev_shard_copy_fail);
     tcase_add_test(tc, test_testdev_shard_corrupt_copy_fails_corrupt);
     tcase_add_test(tc, test_testdev_stream_crc);
+    tcase_add_test(tc, test_testdev_stream_overlap_unchecked);
     tcase_add_test(tc, test_testdev_shard_cancel);
     tcase_add_test(tc, test_testdev_shard_deadline);
     tcase_add_test(tc, test_testdev_shard_shutdown);
