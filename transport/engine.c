@@ -259,16 +259,21 @@ static void start_now(xfer_engine *e, const xfer_action *a)
         src = (const uint8_t *)p->base + a->staging_off;
     } else if (a->kind == XFER_ACT_COMMIT && a->pool < e->cfg.max_pools) {
         /* integrity: a COMMIT names its slice for the transport's CRC32C
-         * (tcp.c).  Not for a device pool (never read here) nor a stream
-         * (its slice is many staging ranges, released part by part): those
-         * commit without a CRC (docs/integrity.md). */
+         * (tcp.c).  A device pool is never read here: its COMMIT goes
+         * through the copy step like a WRITE, so the CRC is of the bytes a
+         * D2H copy brought into a bounce buffer.  Not for a stream (its
+         * slice is many staging ranges, released part by part): it
+         * commits without a CRC (docs/integrity.md). */
         const pool_rec *cp = &e->pools[a->pool];
         uint32_t r[1][2];
         size_t n = 0;
-        if (!cp->cp && cp->base &&
+        if (cp->base && (!cp->cp || a->len) &&
             xfer_core_stream_ranges(e->core, a->id, a->shard, r, 1, &n) ==
-                XFER_ERR_NOT_FOUND)
+                XFER_ERR_NOT_FOUND) {
             src = (const uint8_t *)cp->base + a->staging_off;
+            if (cp->cp)
+                p = cp; /* device staging: copied first, as a WRITE */
+        }
     }
     int rc = XFER_ERR_NOT_FOUND;
     if (g && g->used && p && p->cp) /* device staging: its copy first */

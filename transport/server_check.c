@@ -29,13 +29,13 @@
 #include "server_rdma.h"
 #include "xfer/integrity.h"
 
-/* A device pool (issue 25) is never read by the server: its shard does
- * not offer integrity (HELLO_ACK), and a CRC sent to it anyway is ignored
- * rather than checked against memory the server may not touch. */
-static bool checking(const xfer_server *s, const xfer_server_hosted *hs,
-                     const xfer_wire_msg *m)
+/* A device pool (issue 25) is never dereferenced here: its COMMIT is
+ * checked over a read-back (xfer_server_check_device, started by
+ * server_copy.c's xfer_server_copy_readback), never by
+ * xfer_server_check_commit. */
+static bool checking(const xfer_server *s, const xfer_wire_msg *m)
 {
-    return m->crc_set && s->cfg.integrity != XFER_INTEGRITY_OFF && !hs->cp;
+    return m->crc_set && s->cfg.integrity != XFER_INTEGRITY_OFF;
 }
 
 static int32_t judge(xfer_server_conn *c, xfer_server_hosted *hs,
@@ -58,17 +58,27 @@ static int32_t judge(xfer_server_conn *c, xfer_server_hosted *hs,
     return rc;
 }
 
-int32_t xfer_server_check_commit(xfer_server_conn *c, xfer_server_hosted *hs,
-                                 const xfer_wire_msg *m)
+xfer_server_resv *xfer_server_check_region(xfer_server_conn *c,
+                                           xfer_server_hosted *hs,
+                                           const xfer_wire_msg *m)
 {
-    xfer_server *s = c->srv;
-    if (!checking(s, hs, m))
-        return 0;
+    if (!checking(c->srv, m))
+        return NULL;
     xfer_server_resv *r = xfer_server_track_find(hs, m->id);
     if (!r || r->resv_id != m->resv_id || r->attempt != m->attempt ||
         r->owner != c->owner ||
         xfer_shard_state(hs->sh, m->id) != XFER_RESV_STATE_RESERVED)
-        return 0; /* not a commit the shard would apply: its refusal */
+        return NULL; /* not a commit the shard would apply: its refusal */
+    return r;
+}
+
+int32_t xfer_server_check_commit(xfer_server_conn *c, xfer_server_hosted *hs,
+                                 const xfer_wire_msg *m)
+{
+    xfer_server *s = c->srv;
+    xfer_server_resv *r = xfer_server_check_region(c, hs, m);
+    if (!r || hs->cp)
+        return 0; /* a device region is checked by its read-back */
     if (s->one_sided && xfer_server_rdma_seal(s->rdma, hs, m->id,
                                               m->resv_id) != 0)
         return XFER_ERR_REMOTE; /* a write may still land: no verdict */
@@ -82,10 +92,25 @@ int32_t xfer_server_check_commit(xfer_server_conn *c, xfer_server_hosted *hs,
     return rc;
 }
 
+int32_t xfer_server_check_device(xfer_server_conn *c, xfer_server_hosted *hs,
+                                 const xfer_wire_msg *m, const uint8_t *bytes,
+                                 uint32_t len)
+{
+    xfer_server_resv *r = xfer_server_check_region(c, hs, m);
+    if (!r || r->len != len)
+        return 0; /* freed or reused meanwhile: the shard refuses it */
+    int32_t rc = judge(c, hs, m, xfer_crc32c(0, bytes, len));
+    if (rc == 0) {
+        r->crc = m->crc;
+        r->crc_set = true;
+    }
+    return rc;
+}
+
 int32_t xfer_server_check_eager(xfer_server_conn *c, xfer_server_hosted *hs,
                                 const xfer_wire_msg *m, const uint8_t *data)
 {
-    if (!checking(c->srv, hs, m))
+    if (!checking(c->srv, m))
         return 0;
     return judge(c, hs, m, xfer_crc32c(0, data, m->len));
 }
@@ -93,7 +118,7 @@ int32_t xfer_server_check_eager(xfer_server_conn *c, xfer_server_hosted *hs,
 void xfer_server_check_keep(xfer_server_hosted *hs, const xfer_wire_msg *m)
 {
     xfer_server_resv *r = xfer_server_track_find(hs, m->id);
-    if (r && m->crc_set && !hs->cp) {
+    if (r && m->crc_set) {
         r->crc = m->crc;
         r->crc_set = true;
     }

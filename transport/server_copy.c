@@ -42,6 +42,8 @@ typedef struct landing {
     uint8_t fault;
     bool counted; /* the shard counts this copy (xfer_shard_copy_begin) */
     int32_t werr;
+    bool readback; /* a COMMIT's read-back (device to host), not a WRITE */
+    uint32_t blen; /* the bounce buffer's length */
 } landing;
 
 bool xfer_server_copy_device(const xfer_server *s, int hosted)
@@ -95,7 +97,7 @@ void xfer_server_copy_clear(xfer_server *s)
     while (s->landing.head) {
         landing *l = XFER_LIST_ITEM(s->landing.head, landing, link);
         xfer_list_remove(&s->landing, &l->link);
-        xfer_copy_bounce_put(s->shards[l->hosted].cp, l->bounce, l->m.len);
+        xfer_copy_bounce_put(s->shards[l->hosted].cp, l->bounce, l->blen);
         free(l);
     }
     for (uint16_t i = 0; i < s->cfg.nshards; i++) {
@@ -147,10 +149,70 @@ static void landed(void *ud, int status)
         xfer_server_req_answer(l->c, l->req, &l->m, XFER_WIRE_T_WRITE_ACK,
                                rc);
     xfer_list_remove(&s->landing, &l->link);
-    xfer_copy_bounce_put(hs->cp, l->bounce, l->m.len);
+    xfer_copy_bounce_put(hs->cp, l->bounce, l->blen);
     free(l);
     xfer_server_flush_all(s);
     xfer_server_batch_end(s);
+}
+
+/* A COMMIT's read-back ended (loop thread): the bytes that landed are
+ * checksummed and judged, then the commit applies and is answered; a
+ * failed read-back answers XFER_ERR_COPY and commits nothing.  A
+ * connection gone meanwhile gets no answer and nothing is committed (its
+ * producer's deadline, or the lease, ends the region). */
+static void read_back(void *ud, int status)
+{
+    landing *l = ud;
+    xfer_server *s = l->srv;
+    xfer_server_batch_begin(s);
+    xfer_server_hosted *hs = &s->shards[l->hosted];
+    if (l->c && !l->c->closing && !l->c->doomed) {
+        int32_t rc = status ? XFER_ERR_COPY
+                            : xfer_server_check_device(l->c, hs, &l->m,
+                                                       l->bounce, l->blen);
+        xfer_server_req_commit_end(l->c, l->req, &l->m, l->fault, l->werr,
+                                   rc);
+    }
+    xfer_list_remove(&s->landing, &l->link);
+    xfer_copy_bounce_put(hs->cp, l->bounce, l->blen);
+    free(l);
+    xfer_server_flush_all(s);
+    xfer_server_batch_end(s);
+}
+
+bool xfer_server_copy_readback(xfer_server_conn *c, uint32_t req,
+                               const xfer_wire_msg *m, uint8_t fault,
+                               int32_t err)
+{
+    xfer_server *s = c->srv;
+    xfer_server_hosted *hs = &s->shards[c->hosted];
+    if (!hs->cp)
+        return false;
+    xfer_server_resv *r = xfer_server_check_region(c, hs, m);
+    if (!r)
+        return false; /* unchecked, or the shard refuses it anyway */
+    landing *l = calloc(1, sizeof *l);
+    uint8_t *b = l ? xfer_copy_bounce_get(hs->cp, r->len) : NULL;
+    int rc = XFER_ERR_NOMEM;
+    if (b) {
+        *l = (landing){.srv = s, .c = c, .hosted = c->hosted, .req = req,
+                       .m = *m, .bounce = b, .fault = fault, .werr = err,
+                       .readback = true, .blen = r->len};
+        rc = xfer_copy_start(hs->cp, true, b,
+                             xfer_shard_pool_base(hs->sh) + r->off, r->len,
+                             read_back, l);
+    }
+    if (rc) {
+        /* no verdict without the bytes: nothing is committed */
+        if (b)
+            xfer_copy_bounce_put(hs->cp, b, r->len);
+        free(l);
+        xfer_server_req_commit_end(c, req, m, fault, err,
+                                   rc == XFER_ERR_NOMEM ? rc : XFER_ERR_COPY);
+        return true;
+    }
+    xfer_list_push_back(&s->landing, &l->link);
+    return true; /* not counted in copies: those are host -> device */
 }
 
 bool xfer_server_copy_land(xfer_server_conn *c)
@@ -164,7 +226,8 @@ bool xfer_server_copy_land(xfer_server_conn *c)
     if (l) {
         *l = (landing){.srv = s, .c = c, .hosted = c->hosted, .req = c->wreq,
                        .m = c->wm, .bounce = c->dst, .wrc = c->wrc,
-                       .fault = c->wfault, .werr = c->werr};
+                       .fault = c->wfault, .werr = c->werr,
+                       .blen = c->wm.len};
         rc = xfer_copy_start(hs->cp, false, c->dst, c->wdev, c->wm.len,
                              landed, l);
     }

@@ -298,8 +298,22 @@ int xfer_server_copy_begin(xfer_server_conn *c, uint8_t *dev);
 bool xfer_server_copy_land(xfer_server_conn *c);
 /* The write ended without its copy (its connection went mid-data). */
 void xfer_server_copy_abandon(xfer_server_conn *c);
+/* A COMMIT m (req, its fate's fault and err) to c's device shard that
+ * integrity checks: the region is read back device-to-host into a bounce
+ * buffer, and when that copy ended it is checksummed, judged, committed
+ * and answered (xfer_server_req_commit_end).  False: m is not such a
+ * commit (apply it as usual). */
+bool xfer_server_copy_readback(xfer_server_conn *c, uint32_t req,
+                               const xfer_wire_msg *m, uint8_t fault,
+                               int32_t err);
 /* c closes: copies of its writes end unanswered. */
 void xfer_server_copy_conn_gone(xfer_server_conn *c);
+
+/* server_req.c: a COMMIT whose check ended with rc (0: passed) is
+ * committed (rc 0) and answered as its fate (fault, err) says. */
+void xfer_server_req_commit_end(xfer_server_conn *c, uint32_t req,
+                                const xfer_wire_msg *m, uint8_t fault,
+                                int32_t err, int32_t rc);
 
 /* server_events.c */
 int xfer_server_track_init(xfer_server *s, xfer_server_hosted *hs);
@@ -343,6 +357,17 @@ int32_t xfer_server_check_commit(xfer_server_conn *c, xfer_server_hosted *hs,
                                  const xfer_wire_msg *m);
 int32_t xfer_server_check_eager(xfer_server_conn *c, xfer_server_hosted *hs,
                                 const xfer_wire_msg *m, const uint8_t *data);
+/* The record a COMMIT m of c's session would commit and check (checking
+ * on, m carries a CRC, the region c reserved, of m's attempt and
+ * reservation, still RESERVED), or NULL. */
+xfer_server_resv *xfer_server_check_region(xfer_server_conn *c,
+                                           xfer_server_hosted *hs,
+                                           const xfer_wire_msg *m);
+/* A device region's read-back (len bytes at bytes, host memory) judged
+ * against m's CRC, as xfer_server_check_commit judges a host region. */
+int32_t xfer_server_check_device(xfer_server_conn *c, xfer_server_hosted *hs,
+                                 const xfer_wire_msg *m, const uint8_t *bytes,
+                                 uint32_t len);
 /* An EAGER m that passed was applied: its record keeps the CRC. */
 void xfer_server_check_keep(xfer_server_hosted *hs, const xfer_wire_msg *m);
 /* An EVENT about to go out: a READY of a record that passed carries its

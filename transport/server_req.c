@@ -401,9 +401,30 @@ static bool run_op(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
     int32_t rc = 0;
     if (f->fault == XFER_SERVER_F_FAIL)
         rc = f->err;
-    else if (f->fault != XFER_SERVER_F_LOST)
+    else if (f->fault != XFER_SERVER_F_LOST) {
+        /* a checked COMMIT to a device shard: its answer waits for the
+         * read-back of the region (server_copy.c) */
+        if (m->type == XFER_WIRE_T_COMMIT &&
+            xfer_server_copy_readback(c, req, m, f->fault, f->err))
+            return true;
         rc = apply(c, m, &a);
+    }
     return end_op(c, req, m, f, rc, &a);
+}
+
+void xfer_server_req_commit_end(xfer_server_conn *c, uint32_t req,
+                                const xfer_wire_msg *m, uint8_t fault,
+                                int32_t err, int32_t rc)
+{
+    xfer_server_hosted *hs = &c->srv->shards[c->hosted];
+    op_fate f = {.fault = fault, .err = err};
+    xfer_wire_msg a = *m;
+    a.type = XFER_WIRE_T_COMMIT_ACK;
+    a.crc_set = 0;
+    if (rc == 0)
+        rc = xfer_shard_commit_by(hs->sh, xfer_server_now(c->srv), c->owner,
+                                  m->id, m->attempt, m->resv_id);
+    end_op(c, req, m, &f, rc, &a); /* may close c */
 }
 
 static bool hold(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,

@@ -238,10 +238,9 @@ static bool admit(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
                            (s->one_sided || xfer_server_copy_device(s, idx)
                                 ? 0u
                                 : XFER_WIRE_HELLO_EAGER) |
-                           /* a device pool is never read here, so its
-                            * shard checks nothing (docs/integrity.md) */
-                           (s->cfg.integrity != XFER_INTEGRITY_OFF &&
-                                    !xfer_server_copy_device(s, idx)
+                           /* a device shard checks a read-back of the
+                            * region (server_copy.c, docs/integrity.md) */
+                           (s->cfg.integrity != XFER_INTEGRITY_OFF
                                 ? XFER_WIRE_HELLO_CRC
                                 : 0u)};
     xfer_server_conn_send(c, &a, req);

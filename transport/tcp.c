@@ -280,6 +280,79 @@ static bool above_high(const tcp_conn *c)
            c->t->cfg.high_watermark;
 }
 
+/* Integrity for streams: remember the CRC of a stream WRITE's run (a
+ * full table, or no memory: the stream goes unchecked, never wrongly
+ * refused). */
+static void stream_run(tcp_conn *c, const tcp_op *op)
+{
+    const xfer_action *a = &op->a;
+    if (!c->runs)
+        c->runs = xfer_util_calloc(&c->t->cfg.alloc, TCP_RUNS_MAX,
+                                   sizeof *c->runs);
+    if (!c->runs || c->nruns >= TCP_RUNS_MAX)
+        return;
+    c->runs[c->nruns++] = (tcp_run){.id = a->id, .resv_id = a->resv_id,
+                                    .attempt = a->attempt,
+                                    .off = a->resv_off, .len = a->len,
+                                    .crc = xfer_crc32c(0, op->src, a->len)};
+}
+
+/* Drop the runs of (id, attempt) (attempt 0: of any), keeping the order
+ * of the rest. */
+static void runs_drop(tcp_conn *c, uint64_t id, uint32_t attempt)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < c->nruns; i++)
+        if (c->runs[i].id != id ||
+            (attempt && c->runs[i].attempt != attempt))
+            c->runs[k++] = c->runs[i];
+    c->nruns = k;
+}
+
+/* A stream's COMMIT: the runs its WRITEs sent on this connection, in
+ * reservation order, must tile [0, end) exactly (no gap, no overlap);
+ * then their CRCs join (xfer_crc32c_combine) into the region's, *crc.
+ * False: it cannot be known (overlapping or missing runs): the COMMIT
+ * goes without a CRC, unchecked.  The runs are dropped either way. */
+static bool stream_crc(tcp_conn *c, const xfer_action *a, uint32_t *crc)
+{
+    uint32_t pos = 0, acc = 0;
+    bool ok = c->nruns > 0, any = false;
+    while (ok) {
+        const tcp_run *next = NULL;
+        bool dup = false;
+        for (uint32_t i = 0; i < c->nruns; i++) {
+            const tcp_run *r = &c->runs[i];
+            if (r->id != a->id || r->attempt != a->attempt ||
+                r->resv_id != a->resv_id || r->off + (uint64_t)r->len <= pos)
+                continue;
+            if (r->off < pos) {
+                ok = false; /* overlaps what is joined already */
+                break;
+            }
+            if (next && r->off == next->off)
+                dup = true;
+            if (!next || r->off < next->off)
+                next = r, dup = false;
+        }
+        if (!ok || !next)
+            break;
+        if (dup || next->off != pos) {
+            ok = false; /* overlapping runs, or a gap */
+            break;
+        }
+        acc = any ? xfer_crc32c_combine(acc, next->crc, next->len)
+                  : next->crc;
+        any = true;
+        pos += next->len;
+    }
+    runs_drop(c, a->id, a->attempt);
+    if (!ok || !any || (a->len && pos != a->len))
+        return false;
+    *crc = acc;
+    return true;
+}
+
 /* Encode op onto the connection.  Returns false when the connection had
  * to be dropped (a staging reference could not be added). */
 
@@ -307,6 +380,15 @@ static bool send_op(tcp_conn *c, tcp_op *op)
         m.crc = xfer_crc32c(0, op->src, a->len);
         m.crc_set = 1;
         c->t->st.crcs_sent++;
+    } else if (c->crc && a->kind == XFER_ACT_COMMIT && c->nruns &&
+               stream_crc(c, a, &m.crc)) {
+        m.crc_set = 1; /* a stream's: its runs' CRCs joined */
+        c->t->st.crcs_sent++;
+    } else if (c->crc && a->kind == XFER_ACT_WRITE && a->part && op->src &&
+               a->len) {
+        stream_run(c, op);
+    } else if (c->nruns && a->kind == XFER_ACT_CANCEL) {
+        runs_drop(c, a->id, 0);
     }
     uint8_t buf[XFER_WIRE_MAX_FIXED];
     size_t n = xfer_wire_encode(&m, c->next_req, buf, sizeof buf);
@@ -441,6 +523,7 @@ static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
     xfer_backoff_up(&c->bo, xfer_clock_monotonic(NULL));
     c->eager = (m->hello_flags & XFER_WIRE_HELLO_EAGER) != 0;
     c->crc = (m->hello_flags & XFER_WIRE_HELLO_CRC) != 0;
+    c->nruns = 0; /* runs of the connection before are not this one's */
     c->t->st.connects++;
     bufferevent_set_timeouts(c->bev, NULL, NULL);
     c->own_read = true; /* cut_frames hands the reads over (tcp_io.c) */
@@ -994,6 +1077,7 @@ static void tcp_free(xfer_tcp *t)
         drop_list(&c->sent, &t->cfg.alloc);
         xfer_util_free(&t->cfg.alloc, c->flat);
         xfer_util_free(&t->cfg.alloc, c->segs);
+        xfer_util_free(&t->cfg.alloc, c->runs);
         xfer_util_free(&t->cfg.alloc, c->in);
         if (c->rd_ev)
             event_free(c->rd_ev);

@@ -67,6 +67,15 @@ struct tcp_op {
     xfer_allocator orphan_alloc; /* the transport's, once it is gone */
 };
 
+/* Integrity for streams: the CRC32C of one run a stream WRITE sent (its
+ * reservation offset and length), kept until the stream's COMMIT joins
+ * them (tcp.c stream_crc) or a CANCEL of its id drops them. */
+typedef struct tcp_run {
+    uint64_t id, resv_id;
+    uint32_t attempt, off, len, crc;
+} tcp_run;
+#define TCP_RUNS_MAX 1024u /* per connection; past it, streams go unchecked */
+
 struct tcp_conn {
     xfer_tcp *t;
     uint16_t shard;
@@ -85,6 +94,8 @@ struct tcp_conn {
     bool challenged;      /* the shard proved it knows the secret */
     bool eager;           /* its HELLO_ACK said the shard takes EAGER */
     bool crc;             /* its HELLO_ACK said the shard checks CRCs */
+    tcp_run *runs;        /* TCP_RUNS_MAX, allocated at the first one */
+    uint32_t nruns;
     /* Output queued during this loop turn, written once (flush_conn). */
     uint8_t *flat;        /* frame heads, back to back */
     uint32_t flat_len, flat_cap;

@@ -40,6 +40,7 @@ typedef struct job {
     size_t len;
     uint64_t due_ns, seq;
     bool fail, delayed, sync;
+    bool flip; /* a rule flips one byte of the destination */
     int status;    /* sync: the result */
     bool finished; /* sync: the caller may go */
     xfer_testdev_done_fn done;
@@ -144,6 +145,8 @@ static int run_copy(job *j)
         memcpy(j->host, j->dev, j->len);
     else
         memcpy(j->dev, j->host, j->len);
+    if (j->flip) /* silent corruption: the copy still says it succeeded */
+        (j->dir == XFER_TESTDEV_D2H ? j->host : j->dev)[j->len / 2] ^= 0x01;
     mprotect((void *)lo, hi - lo, PROT_NONE);
     return 0;
 }
@@ -260,6 +263,7 @@ static void apply_rules(job *j)
         j->due_ns += d;
         j->delayed = d != 0;
         j->fail = rr->r.fail != 0;
+        j->flip = rr->r.flip != 0;
         return;
     }
 }

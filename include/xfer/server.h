@@ -359,7 +359,8 @@ typedef struct xfer_server_stats {
     /* version 3: copies into device pools (shard_mem), of the shard(s) */
     uint64_t copies;             /* host -> device copies started */
     uint64_t copies_failed;      /* of them, failed (writes failed COPY) */
-    uint64_t copies_now;         /* in flight right now */
+    uint64_t copies_now;         /* in flight right now (integrity
+                                    read-backs, device to host, included) */
     /* version 3: integrity, of the shard(s) */
     uint64_t crc_checked;        /* regions checksummed before READY */
     uint64_t corrupt;            /* of them, refused: XFER_ERR_CORRUPT */

@@ -79,6 +79,10 @@ typedef struct xfer_testdev_rule {
                               so copies complete out of order */
     int fail;              /* nonzero: the copy fails (XFER_ERR_COPY),
                               after its delay, its destination untouched */
+    int flip;              /* nonzero (and fail 0): the copy succeeds but
+                              flips the low bit of its destination's middle
+                              byte (byte len/2), a silent corruption for
+                              the integrity tests (docs/integrity.md) */
 } xfer_testdev_rule;
 
 /*

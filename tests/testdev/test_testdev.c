@@ -13,6 +13,10 @@
  * test_testdev_producer_copy_fail: the second D2H copy fails: the
  * transfer fails COPY in WRITING naming that shard, every shard rolls
  * back, and no copy is left in flight;
+ * test_testdev_producer_corrupt_copy_fails_corrupt: integrity from device
+ * staging: a WRITE's D2H copy that silently flips a byte fails CORRUPT
+ * naming that shard (the COMMIT's CRC is of its own D2H copy), every
+ * shard empty; a clean transfer passes with a CRC per commit;
  * test_testdev_producer_cancel, _deadline, _shutdown: a cancel, the
  * transfer's deadline, or a shutdown while the copies are still in
  * flight: the transfer ends with that status only after every copy ended
@@ -24,6 +28,15 @@
  * copy); a failed copy fails COPY naming one shard; a cancel, deadline or
  * shutdown while the copies run leaves each region held until its copy
  * ended (I4);
+ * test_testdev_shard_corrupt_copy_fails_corrupt: integrity on device
+ * shards: an H2D copy that silently flips a byte fails the transfer
+ * CORRUPT (COMPLETING) naming that shard, every shard empty; the next
+ * transfer passes, every region checked through a D2H read-back;
+ * test_testdev_stream_crc: a stream of two parts written out of order
+ * carries its runs' joined CRC per shard and passes; one whose H2D copy
+ * flipped a byte fails CORRUPT naming that shard, every shard empty;
+ * test_testdev_stream_overlap_unchecked: a stream whose parts overlap
+ * commits without a CRC (none sent) and succeeds;
  * test_testdev_gate_holds_until_event, _cancel, _deadline: a submit gated
  * on a test event: the reserves go out, and nothing of staging is copied
  * or sent before the event completed (then every byte arrives); a cancel
@@ -45,6 +58,7 @@
 
 #include "mp.h"
 #include "xfer/server.h"
+#include "xfer/stream.h"
 #include "xfer/tcp.h"
 #include "xfer/testdev.h"
 #include "xfer/xfer.h"
@@ -329,7 +343,10 @@ START_TEST(test_testdev_producer_transfer)
         ck_assert_int_eq(g.res.status, 0);
         check_landed(&g);
     }
-    ck_assert_uint_eq(g.at_done.copies_d2h - before.copies_d2h, 3 * NSH);
+    /* two D2H copies per slice: its WRITE's, and its COMMIT's whose bounce
+     * buffer the integrity CRC is computed from (issue 27) */
+    ck_assert_uint_eq(g.at_done.copies_d2h - before.copies_d2h,
+                      2 * 3 * NSH);
     ck_assert_uint_ge(g.at_done.copies_reordered - before.copies_reordered,
                       1);
     check_ended_clean(&g);
@@ -522,6 +539,188 @@ START_TEST(test_testdev_shard_copy_fail)
 }
 END_TEST
 
+/* Integrity over device shards (docs/integrity.md): a COMMIT's region is
+ * read back device-to-host and checksummed, so an H2D copy that silently
+ * flips a byte (a test device rule) fails the transfer CORRUPT naming
+ * that shard, before READY, every shard empty; clean transfers pass, each
+ * region checked once through one read-back. */
+START_TEST(test_testdev_shard_corrupt_copy_fails_corrupt)
+{
+    rig g;
+    rig_new(&g, false, true, 10000000000ull);
+    xfer_testdev_rule r = {.dir = XFER_TESTDEV_H2D, .skip = 1, .count = 1,
+                           .flip = 1};
+    ck_assert_int_eq(xfer_testdev_add_rule(&r), 0);
+    xfer_testdev_stats before;
+    xfer_testdev_stats_get(&before);
+    submit(&g, 7);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, XFER_ERR_CORRUPT);
+    ck_assert_int_eq(g.res.phase, XFER_PHASE_COMPLETING);
+    ck_assert_int_eq(__builtin_popcountll(g.res.failed_shards), 1);
+    ck_assert_uint_eq(g.res.failed_shards, 1ull << g.res.first_failed_shard);
+    /* (the other shards' clean regions may have been READY a moment:
+     * consumer_may_hold is the engine's to say) */
+    uint64_t corrupt = 0;
+    for (uint16_t k = 0; k < NSH; k++) {
+        xfer_server_stats st;
+        ck_assert_int_eq(xfer_server_stats_get(g.srv, k, &st), 0);
+        ck_assert_uint_eq(st.corrupt, k == g.res.first_failed_shard);
+        corrupt += st.corrupt;
+    }
+    ck_assert_uint_eq(corrupt, 1);
+    check_ended_clean(&g);
+    submit(&g, 8);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    check_landed(&g);
+    xfer_testdev_stats after;
+    xfer_testdev_stats_get(&after);
+    for (uint16_t k = 0; k < NSH; k++) {
+        xfer_server_stats st;
+        ck_assert_int_eq(xfer_server_stats_get(g.srv, k, &st), 0);
+        ck_assert_uint_ge(st.crc_checked, 2);
+    }
+    /* the shards' read-backs are the only D2H copies (host staging) */
+    ck_assert_uint_ge(after.copies_d2h - before.copies_d2h, 2 * NSH - 3);
+    check_ended_clean(&g);
+    rig_del(&g);
+}
+END_TEST
+
+/* Integrity from device staging: the producer's COMMIT is copied D2H like
+ * a WRITE and carries the CRC of that bounce buffer, so a WRITE whose D2H
+ * copy silently flipped a byte (a test device rule on the second copy, a
+ * WRITE's: the commits' copies come after every write ended) fails
+ * CORRUPT naming that shard, every shard empty; a clean transfer then
+ * passes with a CRC sent per commit. */
+START_TEST(test_testdev_producer_corrupt_copy_fails_corrupt)
+{
+    rig g;
+    rig_new(&g, true, false, 10000000000ull);
+    xfer_testdev_rule r = {.dir = XFER_TESTDEV_D2H, .skip = 1, .count = 1,
+                           .flip = 1};
+    ck_assert_int_eq(xfer_testdev_add_rule(&r), 0);
+    submit(&g, 9);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, XFER_ERR_CORRUPT);
+    ck_assert_int_eq(g.res.phase, XFER_PHASE_COMPLETING);
+    ck_assert_int_eq(__builtin_popcountll(g.res.failed_shards), 1);
+    ck_assert_uint_eq(g.res.failed_shards, 1ull << g.res.first_failed_shard);
+    xfer_server_stats st;
+    ck_assert_int_eq(xfer_server_stats_get(g.srv, g.res.first_failed_shard,
+                                           &st),
+                     0);
+    ck_assert_uint_eq(st.corrupt, 1);
+    check_ended_clean(&g);
+    xfer_tcp_stats ts0, ts1;
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts0), 0);
+    submit(&g, 10);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    check_landed(&g);
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts1), 0);
+    ck_assert_uint_eq(ts1.crcs_sent - ts0.crcs_sent, NSH);
+    check_ended_clean(&g);
+    rig_del(&g);
+}
+END_TEST
+
+/* A stream of two parts over every shard: the second half of each slice
+ * first, then the first half, from the same staging as submit(). */
+static void stream(rig *g, uint64_t id)
+{
+    uint32_t lens[NSH];
+    for (uint16_t k = 0; k < NSH; k++)
+        lens[k] = SLICE;
+    xfer_stream_desc sd = {.id = id, .group = g->group, .nshards = NSH,
+                           .lens = lens};
+    g->done = false;
+    ck_assert_int_eq(xfer_engine_stream_open(g->e, &sd, on_done, g), 0);
+    for (uint32_t half = 2; half >= 1; half--) {
+        xfer_range rg[NSH];
+        for (uint16_t k = 0; k < NSH; k++) {
+            uint32_t off = (half - 1) * (SLICE / 2);
+            rg[k] = (xfer_range){.staging_off = (uint64_t)k * SLICE + off,
+                                 .pool = g->pool, .len = SLICE / 2,
+                                 .resv_off = off, .shard = k};
+        }
+        xfer_part_desc pd = {.id = id, .ranges = rg, .nranges = NSH};
+        ck_assert_int_eq(xfer_engine_stream_part(g->e, &pd, NULL), 0);
+    }
+    ck_assert_int_eq(xfer_engine_stream_seal(g->e, id), 0);
+}
+
+/* Integrity of streams: the producer joins its runs' CRCs in reservation
+ * order into the COMMIT's, so a clean stream passes the shards' check
+ * (a CRC sent per shard), and one whose H2D copy flipped a byte on a
+ * device shard fails CORRUPT naming that shard, every shard empty. */
+START_TEST(test_testdev_stream_crc)
+{
+    rig g;
+    rig_new(&g, false, true, 10000000000ull);
+    xfer_tcp_stats ts0, ts1;
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts0), 0);
+    stream(&g, 21);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    check_landed(&g);
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts1), 0);
+    ck_assert_uint_eq(ts1.crcs_sent - ts0.crcs_sent, NSH);
+    check_ended_clean(&g);
+    xfer_testdev_rule r = {.dir = XFER_TESTDEV_H2D, .skip = 3, .count = 1,
+                           .flip = 1};
+    ck_assert_int_eq(xfer_testdev_add_rule(&r), 0);
+    stream(&g, 22);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, XFER_ERR_CORRUPT);
+    ck_assert_int_eq(__builtin_popcountll(g.res.failed_shards), 1);
+    xfer_server_stats st;
+    ck_assert_int_eq(xfer_server_stats_get(g.srv, g.res.first_failed_shard,
+                                           &st),
+                     0);
+    ck_assert_uint_eq(st.corrupt, 1);
+    check_ended_clean(&g);
+    rig_del(&g);
+}
+END_TEST
+
+/* A stream whose parts overlap (the whole slice, then its first half
+ * again): the producer cannot know which write the shard holds, so its
+ * COMMITs go without a CRC (none sent), unchecked, and the stream
+ * succeeds with every byte in place. */
+START_TEST(test_testdev_stream_overlap_unchecked)
+{
+    rig g;
+    rig_new(&g, false, true, 10000000000ull);
+    xfer_tcp_stats ts0, ts1;
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts0), 0);
+    uint32_t lens[NSH];
+    for (uint16_t k = 0; k < NSH; k++)
+        lens[k] = SLICE;
+    xfer_stream_desc sd = {.id = 31, .group = g.group, .nshards = NSH,
+                           .lens = lens};
+    g.done = false;
+    ck_assert_int_eq(xfer_engine_stream_open(g.e, &sd, on_done, &g), 0);
+    for (uint32_t len = SLICE; len >= SLICE / 2; len /= 2) {
+        xfer_range rg[NSH];
+        for (uint16_t k = 0; k < NSH; k++)
+            rg[k] = (xfer_range){.staging_off = (uint64_t)k * SLICE,
+                                 .pool = g.pool, .len = len, .shard = k};
+        xfer_part_desc pd = {.id = 31, .ranges = rg, .nranges = NSH};
+        ck_assert_int_eq(xfer_engine_stream_part(g.e, &pd, NULL), 0);
+    }
+    ck_assert_int_eq(xfer_engine_stream_seal(g.e, 31), 0);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    check_landed(&g);
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts1), 0);
+    ck_assert_uint_eq(ts1.crcs_sent - ts0.crcs_sent, 0);
+    check_ended_clean(&g);
+    rig_del(&g);
+}
+END_TEST
+
 /* Kill -9 a real xferd serving NSH shards while copies are in flight:
  * its pools are test device memory whose copies complete 2 s late
  * (shard_side), or the producer's D2H copies are 300 ms late.  The
@@ -695,6 +894,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_testdev_memory_closed);
     tcase_add_test(tc, test_testdev_producer_transfer);
     tcase_add_test(tc, test_testdev_producer_copy_fail);
+    tcase_add_test(tc, test_testdev_producer_corrupt_copy_fails_corrupt);
     tcase_add_test(tc, test_testdev_producer_cancel);
     tcase_add_test(tc, test_testdev_producer_deadline);
     tcase_add_test(tc, test_testdev_producer_shutdown);
@@ -703,6 +903,9 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_testdev_shard_transfer);
     tcase_add_test(tc, test_testdev_shard_copy_fail);
+    tcase_add_test(tc, test_testdev_shard_corrupt_copy_fails_corrupt);
+    tcase_add_test(tc, test_testdev_stream_crc);
+    tcase_add_test(tc, test_testdev_stream_overlap_unchecked);
     tcase_add_test(tc, test_testdev_shard_cancel);
     tcase_add_test(tc, test_testdev_shard_deadline);
     tcase_add_test(tc, test_testdev_shard_shutdown);
