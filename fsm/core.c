@@ -620,8 +620,10 @@ int xfer_core_part(xfer_core *core, uint64_t now_ns, uint64_t id,
         (e.t->state == XFER_TRANSFER_STATE_RESERVING ||
          e.t->state == XFER_TRANSFER_STATE_WRITING) &&
         !e.t->st->sealed) {
+        /* Out of memory, the step still runs: a failed or stopping
+         * stream answers its status, a healthy one NOMEM (h_part). */
         e.part = make_part(core, e.t, r, n, &rc);
-        if (!e.part)
+        if (!e.part && rc != XFER_ERR_NOMEM)
             return rc;
     }
     rc = step(core, &e);
