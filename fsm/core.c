@@ -613,12 +613,17 @@ int xfer_core_part(xfer_core *core, uint64_t now_ns, uint64_t id,
     if (core->shutting_down && e.t && !e.t->status)
         return XFER_ERR_SHUTDOWN;
     int rc = 0;
+    /* The part is made for every stream that may still take parts by its
+     * state; whether a failure or a stop refuses it is the machine's
+     * (h_part), which the table holds, not a check beside it here. */
     if (e.t && e.t->st &&
         (e.t->state == XFER_TRANSFER_STATE_RESERVING ||
          e.t->state == XFER_TRANSFER_STATE_WRITING) &&
-        !e.t->st->sealed && !e.t->status && !e.t->stopping) {
+        !e.t->st->sealed) {
+        /* Out of memory, the step still runs: a failed or stopping
+         * stream answers its status, a healthy one NOMEM (h_part). */
         e.part = make_part(core, e.t, r, n, &rc);
-        if (!e.part)
+        if (!e.part && rc != XFER_ERR_NOMEM)
             return rc;
     }
     rc = step(core, &e);

@@ -1,6 +1,6 @@
 /*
  * fsm/core_save.c - save, load and canonical form of the transfer core
- * (fsm/save.h), format version 3 (2 had no eager fields).
+ * (fsm/save.h), format version 4 (3 had no streams, 2 no eager fields).
  *
  * The save, little-endian (fsm/le.h): the header ('X' 'C' 'S' 2); a
  * fingerprint of the config; next attempt (u32), shutting down and
@@ -34,19 +34,19 @@
 #include "core_priv.h"
 #include "le.h"
 #include "save.h"
+#include "stream.h"
 #include "util.h"
 
 /* A field added to a record must be saved and loaded below. */
-/* `st` (a stream's parts) is not saved: a core with a live stream refuses
- * save, canon and load (XFER_ERR_NOT_SUPPORTED), and a loaded record has
- * none. */
+/* `st` (a stream's parts) is saved after the record's shards when the
+ * head's stream flag is 1 (put_stream); its size is asserted beside it. */
 _Static_assert(sizeof(xfer_transfer) == 104, "save the new xfer_transfer field");
 _Static_assert(sizeof(xfer_transfer_shard) == 40, "save the new xfer_transfer_shard field");
 
 #define SHARD_BYTES 38u /* one saved xfer_transfer_shard (put_shard) */
 /* A saved record's head (put_record without its shards): its length, and
  * where its id and timer sit, for walking a checked save quickly. */
-#define HEAD_BYTES 86u
+#define HEAD_BYTES 87u
 #define HEAD_ID_AT 2u
 #define HEAD_TIMER_AT 34u
 
@@ -127,6 +127,73 @@ static void put_shard(xfer_le_enc *to, const xfer_transfer_shard *s)
     xfer_le_enc_u8(e, s->eager);
 }
 
+/* A stream (fsm/stream.h): what names no shard into the rest; each part's
+ * runs on shard k and shard k's cursor and spans into shard k's data, the
+ * run's shard field left implied, so a canonical form can reorder shards
+ * with them.  A part is its head, then per shard a run count and its runs;
+ * a shard's cursor is three u32 and its spans a count and the pairs. */
+_Static_assert(sizeof(xfer_stream) == 16 + 8 * XFER_STREAM_MAX_PARTS,
+               "save the new xfer_stream field");
+_Static_assert(sizeof(xfer_part) == 16, "save the new xfer_part field");
+_Static_assert(sizeof(xfer_stream_shard) == 16 + sizeof(xfer_spans),
+               "save the new xfer_stream_shard field");
+#define PART_HEAD_BYTES 16u
+
+/* Shard k's cursor index as saved: relative to k's first run of the part
+ * it is in while that part lives (so a canonical form is free of the
+ * other shards' run counts); else, meaning nothing, raw in a save and 0
+ * in a canonical form. */
+static uint32_t cursor_idx(const xfer_canon_out *o, const xfer_stream *st,
+                           uint16_t k)
+{
+    const xfer_stream_shard *c = &st->sh[k];
+    for (uint32_t i = 0; i < st->nparts; i++)
+        if (st->parts[i]->seq == c->cur_seq)
+            return c->cur_idx - xfer_part_start(st->parts[i])[k];
+    return o->nshards ? 0 : c->cur_idx;
+}
+
+static void put_stream(xfer_canon_out *o, const xfer_stream *st,
+                       uint16_t nshards)
+{
+    xfer_le_enc *e = xfer_canon_rest(o);
+    xfer_le_enc_u32(e, st->next_seq);
+    xfer_le_enc_u32(e, st->nparts);
+    xfer_le_enc_u8(e, st->sealed);
+    for (uint16_t k = 0; k < nshards; k++) {
+        xfer_le_enc *s = xfer_canon_shard(o, k);
+        const xfer_stream_shard *c = &st->sh[k];
+        xfer_le_enc_u32(s, c->cur_seq);
+        xfer_le_enc_u32(s, cursor_idx(o, st, k));
+        xfer_le_enc_u32(s, c->fly_seq);
+        xfer_le_enc_u32(s, c->spans.n);
+        for (uint32_t i = 0; i < c->spans.n; i++) {
+            xfer_le_enc_u32(s, c->spans.v[i][0]);
+            xfer_le_enc_u32(s, c->spans.v[i][1]);
+        }
+    }
+    for (uint32_t i = 0; i < st->nparts; i++) {
+        xfer_part *p = st->parts[i];
+        xfer_le_enc_u32(e, p->seq);
+        xfer_le_enc_u32(e, p->n);
+        xfer_le_enc_u32(e, p->unsent);
+        xfer_le_enc_u16(e, p->inflight);
+        xfer_le_enc_u8(e, p->released);
+        xfer_le_enc_u8(e, p->failed);
+        const uint32_t *start = xfer_part_start(p);
+        for (uint16_t k = 0; k < nshards; k++) {
+            xfer_le_enc *s = xfer_canon_shard(o, k);
+            xfer_le_enc_u32(s, start[k + 1] - start[k]);
+            for (uint32_t j = start[k]; j < start[k + 1]; j++) {
+                xfer_le_enc_u64(s, p->r[j].staging_off);
+                xfer_le_enc_u32(s, p->r[j].pool);
+                xfer_le_enc_u32(s, p->r[j].len);
+                xfer_le_enc_u32(s, p->r[j].resv_off);
+            }
+        }
+    }
+}
+
 static void put_record(xfer_canon_out *o, const xfer_transfer *t)
 {
     /* Masks and the reference keep their width in the rest, so the head
@@ -155,8 +222,11 @@ static void put_record(xfer_canon_out *o, const xfer_transfer *t)
     xfer_le_enc_u8(e, t->stop_deferred);
     xfer_le_enc_u8(e, t->cancel_round);
     xfer_le_enc_u8(e, t->eager);
+    xfer_le_enc_u8(e, t->st != NULL);
     for (uint16_t k = 0; k < t->nshards; k++)
         put_shard(xfer_canon_shard(o, k), &t->shards[k]);
+    if (t->st)
+        put_stream(o, t->st, t->nshards);
 }
 
 /* The whole state, through o (a save or a canonical form). */
@@ -195,8 +265,6 @@ int xfer_core_save(const xfer_core *core, uint8_t *buf, size_t len,
         return XFER_ERR_INVALID_ARG;
     if (core->ctx.nacts)
         return XFER_ERR_STATE;
-    if (core->streams) /* a stream's parts have no encoding yet */
-        return XFER_ERR_NOT_SUPPORTED;
     xfer_canon_out o;
     xfer_canon_begin_save(&o, buf, len);
     put_core(&o, core);
@@ -210,8 +278,6 @@ int xfer_core_canon(const xfer_core *core, uint16_t nshards, xfer_canon *out)
         return XFER_ERR_INVALID_ARG;
     if (core->ctx.nacts)
         return XFER_ERR_STATE;
-    if (core->streams) /* a stream's parts have no encoding yet */
-        return XFER_ERR_NOT_SUPPORTED;
     for (uint32_t s = 0; s < core->cfg.max_transfers; s++)
         if (core->recs[s] && core->recs[s]->nshards != nshards)
             return XFER_ERR_STATE;
@@ -246,8 +312,9 @@ static void get_shard(xfer_le_dec *from, xfer_transfer_shard *s)
     assert(!xfer_le_dec_ok(from) || xfer_le_dec_done(d)); /* SHARD_BYTES */
 }
 
-/* A record's fields (not its shards) into t, its shard count first. */
-static void get_head(xfer_le_dec *from, xfer_transfer *t)
+/* A record's fields (not its shards) into t, its shard count first;
+ * *stream: the stream flag (a stream section follows the shards). */
+static void get_head(xfer_le_dec *from, xfer_transfer *t, uint8_t *stream)
 {
     xfer_le_dec span = xfer_le_dec_span(from, HEAD_BYTES), *d = &span;
     memset(t, 0, sizeof *t);
@@ -273,7 +340,126 @@ static void get_head(xfer_le_dec *from, xfer_transfer *t)
     t->stop_deferred = xfer_le_dec_u8(d);
     t->cancel_round = xfer_le_dec_u8(d);
     t->eager = xfer_le_dec_u8(d);
+    *stream = xfer_le_dec_u8(d);
     assert(!xfer_le_dec_ok(from) || xfer_le_dec_done(d)); /* HEAD_BYTES */
+}
+
+/* A saved stream at d, checked (core NULL) or loaded into *out, allocated
+ * from core's allocator (false with *out NULL on a bad save; on an
+ * allocation failure *nomem is set and what was made is freed).  Checked:
+ * the counts within the bounds of fsm/stream.h, each part's runs adding
+ * up to its run count, flags 0 or 1, runs not empty and on the shard's
+ * reservation, the spans within their cap. */
+static bool read_stream(xfer_core *core, xfer_le_dec *d,
+                        const xfer_transfer *t, xfer_stream **out,
+                        bool *nomem)
+{
+    const xfer_allocator *a = core ? &core->cfg.alloc : NULL;
+    uint16_t ns = t->nshards;
+    xfer_stream *st = NULL;
+    bool ok = false;
+    if (core && !(st = xfer_util_calloc(a, 1, xfer_stream_size(ns)))) {
+        *nomem = true;
+        goto out;
+    }
+    uint32_t next_seq = xfer_le_dec_u32(d), nparts = xfer_le_dec_u32(d);
+    uint8_t sealed = xfer_le_dec_u8(d);
+    if (!xfer_le_dec_ok(d) || nparts > XFER_STREAM_MAX_PARTS || sealed > 1 ||
+        next_seq == 0)
+        goto out;
+    if (st) {
+        st->next_seq = next_seq;
+        st->sealed = sealed;
+    }
+    /* The cursors come first, so each part can check those in it. */
+    xfer_stream_shard cur[XFER_MAX_SHARDS];
+    for (uint16_t k = 0; k < ns; k++) {
+        xfer_stream_shard *c = &cur[k];
+        memset(c, 0, sizeof *c);
+        c->cur_seq = xfer_le_dec_u32(d);
+        c->cur_idx = xfer_le_dec_u32(d);
+        c->fly_seq = xfer_le_dec_u32(d);
+        c->spans.n = xfer_le_dec_u32(d);
+        if (!xfer_le_dec_ok(d) || c->spans.n > XFER_STREAM_SPANS ||
+            c->cur_seq >= next_seq || c->fly_seq >= next_seq)
+            goto out;
+        for (uint32_t i = 0; i < c->spans.n; i++) {
+            c->spans.v[i][0] = xfer_le_dec_u32(d);
+            c->spans.v[i][1] = xfer_le_dec_u32(d);
+        }
+        if (!xfer_le_dec_ok(d))
+            goto out;
+    }
+    uint32_t prev_seq = 0;
+    for (uint32_t i = 0; i < nparts; i++) {
+        xfer_le_dec ph = xfer_le_dec_span(d, PART_HEAD_BYTES);
+        xfer_part h;
+        h.seq = xfer_le_dec_u32(&ph);
+        h.n = xfer_le_dec_u32(&ph);
+        h.unsent = xfer_le_dec_u32(&ph);
+        h.inflight = xfer_le_dec_u16(&ph);
+        h.released = xfer_le_dec_u8(&ph);
+        h.failed = xfer_le_dec_u8(&ph);
+        if (!xfer_le_dec_ok(d) || h.seq <= prev_seq || h.seq >= next_seq ||
+            h.n == 0 || h.n > XFER_STREAM_MAX_RANGES || h.unsent > h.n ||
+            h.inflight > ns || h.released > 1 || h.failed > 1)
+            goto out;
+        prev_seq = h.seq;
+        xfer_part *p = NULL;
+        if (st) {
+            p = xfer_util_alloc(a, xfer_part_size(h.n, ns));
+            if (!p) {
+                *nomem = true;
+                goto out;
+            }
+            memcpy(p, &h, sizeof h);
+            st->parts[st->nparts++] = p;
+        }
+        uint32_t at = 0;
+        for (uint16_t k = 0; k < ns; k++) {
+            uint32_t c = xfer_le_dec_u32(d);
+            if (!xfer_le_dec_ok(d) || c > h.n - at)
+                goto out;
+            if (p)
+                xfer_part_start(p)[k] = at;
+            /* A cursor in this part: saved relative to k's first run. */
+            if (cur[k].cur_seq == h.seq) {
+                if (cur[k].cur_idx > c)
+                    goto out;
+                cur[k].cur_idx += at;
+            }
+            for (uint32_t j = 0; j < c; j++, at++) {
+                xfer_range r = {.shard = k};
+                r.staging_off = xfer_le_dec_u64(d);
+                r.pool = xfer_le_dec_u32(d);
+                r.len = xfer_le_dec_u32(d);
+                r.resv_off = xfer_le_dec_u32(d);
+                if (!xfer_le_dec_ok(d) || r.len == 0 ||
+                    r.resv_off > t->shards[k].len ||
+                    r.len > t->shards[k].len - r.resv_off)
+                    goto out;
+                if (p)
+                    p->r[at] = r;
+            }
+        }
+        if (at != h.n)
+            goto out;
+        if (p)
+            xfer_part_start(p)[ns] = at;
+    }
+    if (st)
+        memcpy(st->sh, cur, (size_t)ns * sizeof cur[0]);
+    ok = true;
+out:
+    if (!ok && st) {
+        for (uint32_t i = 0; i < st->nparts; i++)
+            xfer_util_free(a, st->parts[i]);
+        xfer_util_free(a, st);
+        st = NULL;
+    }
+    if (out)
+        *out = st;
+    return ok;
 }
 
 static bool head_ok(const xfer_core *core, const xfer_transfer *t,
@@ -291,6 +477,8 @@ typedef struct saved {
     uint8_t shutting_down, shutdown_done;
     uint64_t last_now;
     size_t recs_at;
+    size_t len;               /* the save's */
+    const xfer_core *core;    /* the loading core */
 } saved;
 
 static bool get_header(const xfer_core *core, xfer_le_dec *d, saved *h)
@@ -304,9 +492,41 @@ static bool get_header(const xfer_core *core, xfer_le_dec *d, saved *h)
     h->last_now = xfer_le_dec_u64(d);
     h->nrec = xfer_le_dec_u32(d);
     h->recs_at = d->at;
+    h->len = d->len;
+    h->core = core;
     h->ttl = core->cfg.tombstone_ttl_ns;
     return xfer_le_dec_ok(d) && same && h->nrec <= core->cfg.max_transfers &&
            h->shutting_down <= 1 && h->shutdown_done <= 1;
+}
+
+/* One saved record at d, checked and passed over (its id > *prev, then
+ * set in *prev; *timer its timer_ns when timer is not NULL). */
+static bool skip_record(const xfer_core *core, xfer_le_dec *d,
+                        uint64_t *prev)
+{
+    xfer_transfer *t = &(xfer_transfer){0};
+    uint8_t stream = 0;
+    get_head(d, t, &stream);
+    if (!xfer_le_dec_ok(d) || !head_ok(core, t, *prev) || stream > 1 ||
+        t->nshards > XFER_MAX_SHARDS)
+        return false;
+    /* read_stream checks runs against the shards' lengths. */
+    xfer_transfer_shard sh[XFER_MAX_SHARDS];
+    for (uint16_t k = 0; k < t->nshards; k++)
+        get_shard(d, &sh[k]);
+    bool ok = xfer_le_dec_ok(d);
+    if (ok && stream) {
+        xfer_transfer *full = NULL;
+        /* read_stream reads only nshards and shards[k].len. */
+        _Alignas(xfer_transfer) uint8_t mem[sizeof(xfer_transfer) +
+                    XFER_MAX_SHARDS * sizeof(xfer_transfer_shard)];
+        full = (xfer_transfer *)(void *)mem;
+        memcpy(full, t, sizeof *t);
+        memcpy(full->shards, sh, (size_t)t->nshards * sizeof sh[0]);
+        ok = read_stream(NULL, d, full, NULL, NULL);
+    }
+    *prev = t->id;
+    return ok;
 }
 
 /* Walk the saved records at d: each well formed, ids increasing. */
@@ -314,12 +534,8 @@ static bool check_records(const xfer_core *core, xfer_le_dec *d, uint32_t n)
 {
     uint64_t prev = 0;
     for (uint32_t i = 0; i < n; i++) {
-        xfer_transfer t;
-        get_head(d, &t);
-        if (!xfer_le_dec_ok(d) || !head_ok(core, &t, prev))
+        if (!skip_record(core, d, &prev))
             return false;
-        xfer_le_dec_skip(d, (size_t)t.nshards * SHARD_BYTES);
-        prev = t.id;
     }
     return xfer_le_dec_ok(d);
 }
@@ -329,13 +545,17 @@ static bool check_records(const xfer_core *core, xfer_le_dec *d, uint32_t n)
 static bool find_saved(const uint8_t *buf, const saved *h, uint64_t id,
                        uint64_t *timer)
 {
-    const uint8_t *p = buf + h->recs_at;
+    xfer_le_dec d = xfer_le_dec_start(buf, h->len);
+    d.at = h->recs_at;
+    uint64_t prev = 0;
     for (uint32_t i = 0; i < h->nrec; i++) {
+        const uint8_t *p = buf + d.at;
         if (xfer_le_get64(p + HEAD_ID_AT) == id) {
             *timer = xfer_le_get64(p + HEAD_TIMER_AT);
             return true;
         }
-        p += HEAD_BYTES + (size_t)xfer_le_get16(p) * SHARD_BYTES;
+        if (!skip_record(h->core, &d, &prev))
+            return false;
     }
     return false;
 }
@@ -397,12 +617,17 @@ static void reset_state(xfer_core *core)
     const xfer_allocator *a = &core->cfg.alloc;
     uint32_t n = core->cfg.max_transfers;
     for (uint32_t s = 0; s < n; s++) {
+        xfer_stream *st = core->recs[s] ? core->recs[s]->st : NULL;
+        for (uint32_t i = 0; st && i < st->nparts; i++)
+            xfer_util_free(a, st->parts[i]);
+        xfer_util_free(a, st);
         xfer_util_free(a, core->recs[s]);
         core->recs[s] = NULL;
         xfer_heap_remove(&core->timers, s);
         core->free_slots[s] = n - 1 - s;
     }
     core->nfree = n;
+    core->streams = 0;
     xfer_idmap_reset(&core->live);
     xfer_tomb_reset(&core->tombs);
     core->ctx.nacts = 0;
@@ -412,7 +637,8 @@ static void reset_state(xfer_core *core)
 static int apply_record(xfer_core *core, xfer_le_dec *d)
 {
     xfer_transfer head;
-    get_head(d, &head);
+    uint8_t stream = 0;
+    get_head(d, &head, &stream);
     xfer_transfer *t = xfer_util_alloc(&core->cfg.alloc,
                                        xfer_transfer_size(head.nshards));
     if (!t)
@@ -420,6 +646,14 @@ static int apply_record(xfer_core *core, xfer_le_dec *d)
     memcpy(t, &head, sizeof head);
     for (uint16_t k = 0; k < head.nshards; k++)
         get_shard(d, &t->shards[k]);
+    if (stream) {
+        bool nomem = false;
+        if (!read_stream(core, d, t, &t->st, &nomem)) {
+            xfer_util_free(&core->cfg.alloc, t);
+            return nomem ? XFER_ERR_NOMEM : XFER_ERR_FORMAT;
+        }
+        core->streams++;
+    }
     t->slot = core->free_slots[--core->nfree];
     core->recs[t->slot] = t;
     xfer_idmap_put(&core->live, t->id, t->slot);
@@ -460,8 +694,6 @@ int xfer_core_load(xfer_core *core, const uint8_t *buf, size_t len)
 {
     if (!core || !buf)
         return XFER_ERR_INVALID_ARG;
-    if (core->streams)
-        return XFER_ERR_NOT_SUPPORTED;
     saved h;
     if (!check_save(core, buf, len, &h))
         return XFER_ERR_FORMAT;

@@ -61,8 +61,9 @@ typedef enum xfer_save_machine {
 } xfer_save_machine;
 
 /* The format versions written (and the only ones loaded). */
-#define XFER_CORE_SAVE_VERSION 3      /* 1: raw structs, records past 256 dropped;
-                                         2: no eager fields */
+#define XFER_CORE_SAVE_VERSION 4      /* 1: raw structs, records past 256 dropped;
+                                         2: no eager fields;
+                                         3: no streams */
 #define XFER_SHARD_SAVE_VERSION 3      /* 1: no written prefix, no owners; 2: no copies in flight */
 #define XFER_READINESS_SAVE_VERSION 2 /* 1: no deferred consumer cancel */
 #define XFER_SAVE_HDR 4

@@ -904,7 +904,7 @@ static int h_part(xfer_transfer_ctx *c, xfer_transfer_step *e)
     if (rc)
         return rc;
     if (!p)
-        return XFER_ERR_STATE; /* the container made none: not expected */
+        return XFER_ERR_NOMEM; /* the container could not make it */
     xfer_stream *st = t->st;
     if (st->nparts >= XFER_STREAM_MAX_PARTS)
         return XFER_ERR_BUSY;

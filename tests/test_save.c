@@ -924,6 +924,140 @@ END_TEST
 /* Every truncation and every flipped byte of a core's save: a load either
  * refuses it, leaving the core as it was, or takes a state that saves back
  * to the same bytes. */
+/* A stream on a core whose shard k is map[k]: open 7 over NS3 shards,
+ * part 1 (one range per shard) before the reserves answered, every
+ * reserve answered (part 1's writes go out), then part 2 (two ranges on
+ * shard map[0], not joinable) waiting behind part 1. */
+static void stream_history(xfer_core *c, const uint16_t *map)
+{
+    static const uint32_t by_shard[NS3] = {100, 80, 60};
+    uint32_t lens[NS3];
+    for (unsigned k = 0; k < NS3; k++)
+        lens[map[k]] = by_shard[k];
+    xfer_open_args o = {.id = 7, .group = 1, .nshards = NS3, .lens = lens,
+                        .user_data = 7};
+    ck_assert_int_eq(xfer_core_open(c, 20, &o), 0);
+    size_t n;
+    attempt = xfer_core_actions(c, &n)[0].attempt;
+    xfer_core_actions_clear(c);
+    xfer_range r1[NS3];
+    for (unsigned k = 0; k < NS3; k++)
+        r1[k] = (xfer_range){.staging_off = 1000 + 100 * k, .pool = 3,
+                             .len = 10 + k, .resv_off = 0, .shard = map[k]};
+    ck_assert_int_eq(xfer_core_part(c, 21, 7, r1, NS3, NULL), 0);
+    xfer_core_actions_clear(c);
+    for (unsigned k = 0; k < NS3; k++)
+        c_reserved(c, 22, 7, map[k], 0, 300 + k);
+    xfer_range r2[2] = {
+        {.staging_off = 5000, .pool = 3, .len = 5, .resv_off = 40,
+         .shard = map[0]},
+        {.staging_off = 6000, .pool = 3, .len = 5, .resv_off = 20,
+         .shard = map[0]}};
+    ck_assert_int_eq(xfer_core_part(c, 23, 7, r2, 2, NULL), 0);
+    xfer_core_actions_clear(c);
+}
+
+/* A core with a live stream saves, loads and canonicalises (the model
+ * checker explores streams through them): the loaded core saves the same
+ * bytes and answers the same inputs alike (part 1's writes, the seal,
+ * part 2's writes, the commits); a copy with its shards renamed has the
+ * renamed canonical form; every cut or flipped save is refused or loads
+ * to exactly what it says. */
+START_TEST(test_save_core_stream_round_trip)
+{
+    xfer_core *a = mk_core(8, NS3), *b = mk_core(8, NS3);
+    xfer_core *p = mk_core(8, NS3);
+    stream_history(a, IDENTITY);
+    stream_history(p, PERM);
+    size_t n;
+    uint8_t *buf = save_all(core_save, a, &n);
+    ck_assert_int_eq(xfer_core_load(b, buf, n), 0);
+    same_save(core_save, a, b);
+    static uint8_t fa[4][2048], fp[4][2048];
+    xfer_canon ca = {.buf = &fa[0][0], .stride = 2048};
+    xfer_canon cp = {.buf = &fp[0][0], .stride = 2048};
+    ck_assert_int_eq(xfer_core_canon(a, NS3, &ca), 0);
+    ck_assert_int_eq(xfer_core_canon(p, NS3, &cp), 0);
+    same_renamed(&ca, &cp);
+    /* Shard 0 holds part 2's runs: its part differs from the others. */
+    ck_assert(part_differs(&ca, 1, &ca, 2));
+    xfer_core *m[2] = {a, b};
+    xfer_action acts[2][64];
+    size_t na[2];
+    for (int i = 0; i < 2; i++) {
+        na[i] = 0;
+        /* Part 1's writes are in flight on every shard. */
+        for (uint16_t k = 0; k < NS3; k++) {
+            xfer_shard_result r = {.id = 7, .attempt = attempt, .shard = k,
+                                   .op = XFER_OP_WRITE};
+            ck_assert_int_eq(xfer_core_on_result(m[i], 30, &r), 0);
+        }
+        for (int round = 0; round < 6; round++) {
+            if (round == 1)
+                ck_assert_int_eq(xfer_core_seal(m[i], 31, 7), 0);
+            size_t k;
+            const xfer_action *x = xfer_core_actions(m[i], &k);
+            xfer_action got[16];
+            ck_assert_uint_le(k, 16);
+            memcpy(got, x, k * sizeof *x);
+            ck_assert_uint_le(na[i] + k, 64);
+            memcpy(acts[i] + na[i], got, k * sizeof *x);
+            na[i] += k;
+            xfer_core_actions_clear(m[i]);
+            for (size_t j = 0; j < k; j++)
+                if (got[j].kind == XFER_ACT_WRITE) {
+                    xfer_shard_result r = {.id = 7, .attempt = got[j].attempt,
+                                           .shard = got[j].shard,
+                                           .op = XFER_OP_WRITE};
+                    ck_assert_int_eq(xfer_core_on_result(m[i], 32, &r), 0);
+                }
+        }
+    }
+    ck_assert_uint_eq(na[0], na[1]);
+    ck_assert_uint_gt(na[0], 0);
+    ck_assert_mem_eq(acts[0], acts[1], na[0] * sizeof acts[0][0]);
+    /* Part 2's two runs, the part releases and the commits went out. */
+    size_t writes = 0, releases = 0, commits = 0;
+    for (size_t j = 0; j < na[0]; j++) {
+        writes += acts[0][j].kind == XFER_ACT_WRITE;
+        releases += acts[0][j].kind == XFER_ACT_RELEASE_PART;
+        commits += acts[0][j].kind == XFER_ACT_COMMIT;
+    }
+    ck_assert_uint_eq(writes, 2);
+    ck_assert_uint_eq(releases, 2);
+    ck_assert_uint_eq(commits, NS3);
+    ck_assert_int_eq(xfer_core_state(b, 7), xfer_core_state(a, 7));
+    same_save(core_save, a, b);
+    /* Hostile saves of a stream: cut anywhere or one byte flipped. */
+    uint8_t *bad = malloc(n);
+    size_t nb;
+    uint8_t *before = save_all(core_save, b, &nb);
+    for (size_t cut = 0; cut < n; cut++)
+        ck_assert_int_eq(xfer_core_load(b, buf, cut), XFER_ERR_FORMAT);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(bad, buf, n);
+        bad[i] ^= 0x40;
+        int rc = xfer_core_load(b, bad, n);
+        if (rc == 0) {
+            size_t got;
+            uint8_t *now = save_all(core_save, b, &got);
+            ck_assert_uint_eq(got, n);
+            ck_assert_mem_eq(now, bad, n);
+            free(now);
+        } else {
+            ck_assert_int_eq(rc, XFER_ERR_FORMAT);
+        }
+        ck_assert_int_eq(xfer_core_load(b, before, nb), 0);
+    }
+    free(bad);
+    free(before);
+    free(buf);
+    xfer_core_del(a);
+    xfer_core_del(b);
+    xfer_core_del(p);
+}
+END_TEST
+
 START_TEST(test_save_core_load_rejects_bad_input)
 {
     xfer_core *a = mk_core(8, NS3), *b = mk_core(8, NS3);
@@ -981,6 +1115,7 @@ int main(void)
     tcase_add_test(tc, test_save_too_small_buffer_is_an_error);
     tcase_add_test(tc, test_save_header_names_machine_and_version);
     tcase_add_test(tc, test_save_core_load_rejects_bad_input);
+    tcase_add_test(tc, test_save_core_stream_round_trip);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

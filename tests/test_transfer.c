@@ -1512,6 +1512,37 @@ static void sc_stream_fragments(void)
     done(c);
 }
 
+/* The machine alone refuses a part of a failed stream (the container
+ * makes the part for every stream that may take one by its state): with
+ * no memory left, a failed stream still answers its status and a healthy
+ * one NOMEM; neither takes the part (no RELEASE_PART follows). */
+START_TEST(test_transfer_stream_part_refused_without_memory)
+{
+    tu_alloc ta;
+    tu_alloc_init(&ta, -1);
+    xfer_core_config cfg = scenario_cfg();
+    cfg.alloc = tu_allocator(&ta);
+    xfer_core *c = mk(&cfg);
+    uint32_t p;
+    ck_assert_int_eq(open_stream(c, 0, 401, 0), 0);
+    ck_assert_int_eq(open_stream(c, 0, 402, 0), 0);
+    uint32_t att = attempt_of(401);
+    answer_all(c, 1, 401, att, XFER_OP_RESERVE, 0);
+    ck_assert_int_eq(add_part(c, 2, 401, 0, 50, &p), 0);
+    answer(c, 3, 401, att, 1, XFER_OP_WRITE, XFER_ERR_IO);
+    reset();
+    ta.fail_after = ta.calls; /* every allocation from here fails */
+    ck_assert_int_eq(add_part(c, 3, 401, 0, 10, NULL), XFER_ERR_IO);
+    ck_assert_int_eq(add_part(c, 3, 402, 0, 10, NULL), XFER_ERR_NOMEM);
+    ck_assert_uint_eq(count(XFER_ACT_RELEASE_PART, -1), 0);
+    ta.fail_after = -1;
+    ck_assert_int_eq(add_part(c, 3, 402, 0, 10, &p), 0);
+    ck_assert_uint_eq(p, 1);
+    xfer_core_del(c);
+    ck_assert_int_eq(ta.live, 0);
+}
+END_TEST
+
 START_TEST(test_transfer_stream_success)
 {
     sc_stream_success();
@@ -1615,6 +1646,7 @@ static Suite *suite(void)
                         0, 2);
     tcase_add_loop_test(tc, test_transfer_eager_stops, 0, 2);
     tcase_add_test(tc, test_transfer_stream_success);
+    tcase_add_test(tc, test_transfer_stream_part_refused_without_memory);
     tcase_add_test(tc, test_transfer_stream_write_failure);
     tcase_add_loop_test(tc, test_transfer_stream_stop_while_idle, 0, 3);
     tcase_add_test(tc, test_transfer_stream_fragments_bounded);

@@ -250,6 +250,26 @@ MUTANTS = {
         'shard_check.c',
         '    if (expected == got)\n',
         '    if (1 || expected == got)\n'),
+    # Issue 26 (--parts): a part's staging comes back once its last run
+    # was sent, while that write is still in flight (I3 per part).
+    'part_release_early': (
+        'transfer.c',
+        '        if (!p->released && p->inflight == 0 && (stopped || p->unsent == 0))\n',
+        '        if (!p->released && (stopped || p->unsent == 0))\n'),
+    # Issue 26: a sealed stream commits without waiting for its parts'
+    # writes to be answered.
+    'commit_before_parts': (
+        'transfer.c',
+        '    if (st->sealed && t->pending == 0 && !parts_left(st))\n',
+        '    if (st->sealed)\n'),
+    # Issue 26: a stream takes a part after it failed (the failure no
+    # longer refuses it).
+    'part_after_failure': (
+        'transfer.c',
+        '    if (failed(t))\n'
+        '        return t->status;\n'
+        '    return t->stopping ? XFER_ERR_STATE : 0;\n',
+        '    return t->stopping ? XFER_ERR_STATE : 0;\n'),
     'registry_no_hold': (
         'life.c',
         '    pools[p].users++;\n',

@@ -15,6 +15,7 @@
 #include "consumer.h"
 
 #include "corrupt.h"
+#include "stream.h"
 #include "engine.h"
 #include "monitor.h"
 #include "net.h"
@@ -105,7 +106,9 @@ static int32_t apply_op(ck_world *w, const ck_msg *m, xfer_resv_info *info)
                                   info);
     case XFER_OP_WRITE:
         return xfer_shard_write_begin(s, w->env.now, id, m->attempt,
-                                      m->resv_id, 0, m->len, &dst);
+                                      m->resv_id,
+                                      w->cfg->parts ? CK_STREAM_OFF(m) : 0,
+                                      m->len, &dst);
     case XFER_OP_COMMIT: {
         int32_t rc = ck_corrupt_commit(w, m);
         return rc ? rc

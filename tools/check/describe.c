@@ -159,10 +159,18 @@ void ck_describe_move(const ck_world *w, ck_move mv, char *b, size_t n)
     case MV_CORRUPT:
         describe_msg(&w->msg[mv.arg], "LANDS CORRUPT (its bytes differ "
                      "from the producer's)", b, n);
+        break;
     case MV_ORPHAN:
         describe_msg(&w->msg[mv.arg], "CONNECTION DIES (the producer hears "
                      "CONN_LOST; the op stays in flight, may still be "
                      "applied, answers nobody)", b, n);
+        break;
+    case MV_PART:
+        snprintf(b, n, "scheduler adds part %u of id %u", w->env.parts[mv.arg] + 1u,
+                 mv.arg + 1u);
+        break;
+    case MV_SEAL:
+        snprintf(b, n, "scheduler seals id %u", mv.arg + 1u);
         break;
     case MV_STALE:
         snprintf(b, n, "a reply of another attempt for id %u reaches the "

@@ -22,6 +22,7 @@
 
 #include "monitor.h"
 #include "net.h"
+#include "stream.h"
 
 /* The one staging pool: the first slot the registry hands out. */
 #define POOL 0u
@@ -69,7 +70,22 @@ int ck_engine_submit(ck_world *w, unsigned tr)
     bool took = !w->env.staging[tr];
     if (took)
         w->env.staging[tr] = 1;
-    int rc = xfer_core_submit(w->core, w->env.now, &a);
+    int rc;
+    if (w->cfg->parts) {
+        /* A stream: opened with its sizes; its parts bring the staging
+         * (stream.c), the region above stands for the pool's hold. */
+        uint32_t lens[CK_MAX_S];
+        for (unsigned k = 0; k < w->cfg->S; k++)
+            lens[k] = CK_SLICE;
+        xfer_open_args o = {.id = a.id, .group = a.group,
+                            .nshards = a.nshards, .lens = lens,
+                            .user_data = a.user_data};
+        rc = xfer_core_open(w->core, w->env.now, &o);
+        if (rc == 0)
+            ck_stream_opened(w, tr);
+    } else {
+        rc = xfer_core_submit(w->core, w->env.now, &a);
+    }
     if (rc && took)
         w->env.staging[tr] = 0;
     else if (took && xfer_life_pool_live(w->env.pools, CK_POOLS, POOL))
@@ -94,6 +110,8 @@ static void send_op(ck_world *w, const xfer_action *a)
      * when that copy ended (its delivery, consumer.c) */
     if (w->cfg->copies && m.op == XFER_OP_WRITE)
         m.flags |= MF_D2H;
+    if (a->kind == XFER_ACT_WRITE && w->cfg->parts)
+        m.part = CK_STREAM_PART(a->part, a->resv_off);
     ck_net_push(w, &m);
 }
 
@@ -166,7 +184,9 @@ static void act(ck_world *w, const xfer_action *a)
     case XFER_ACT_SHUTDOWN_DONE:
         xfer_life_core_done(&w->env.life);
         break;
-    case XFER_ACT_RELEASE_PART: /* streams: not in the checker's world yet */
+    case XFER_ACT_RELEASE_PART:
+        ck_stream_release(w, a);
+        break;
     case XFER_ACT_COUNT_:
         break;
     }

@@ -147,6 +147,7 @@ static const numopt numopts[] = {
     {"--runs", 1, UINT64_MAX, offsetof(opts, runs), 8},
     {"--threads", 1, 64, offsetof(opts, threads), 4},
     {"--corrupt", 0, 50, CFG_(max_corrupt), 4},
+    {"--parts", 0, CK_MAX_PARTS, CFG_(parts), 4},
 };
 
 static int set_num(opts *o, const numopt *n, const char *v)
@@ -296,6 +297,8 @@ static const cli_flag flags[] = {
      F_BENCH},
     {"corrupt", 0, "N", "per path, N writes land corrupt; the shards check "
      "before commit (integrity on; monitor INTEG) (0)", NUM_KEY + 18},
+    {"parts", 0, "N", "every transfer is a stream of N (2..3) parts added "
+     "at any point, then sealed (monitor PARTS) (0: off)", NUM_KEY + 19},
     CLI_HELP,
     CLI_VERSION,
     {NULL, 0, NULL, NULL, 0}};
@@ -376,6 +379,14 @@ static int parse(opts *o, int argc, char **argv)
                    "WRITE and no eager path (a device shard offers none); "
                    "--rdma, --eager and --writes above 1 are not modelled "
                    "with it", NULL);
+    if (o->cfg.parts == 1)
+        return bad("--parts needs 2 or 3 (0: off)", NULL);
+    if (o->cfg.parts && (o->cfg.rdma || o->cfg.eager || o->cfg.writes > 1 ||
+                         o->cfg.max_corrupt || o->cfg.copies ||
+                         o->cfg.T > 1))
+        return bad("--parts models one stream (--transfers 1) over two-sided "
+                   "shards, one write per WRITE; not with --rdma, --eager, "
+                   "--writes above 1, --corrupt or --copies", NULL);
     o->cfg.max_delay = o->delay_ms * 1000000ull;
     o->cfg.max_mem = o->mem_mb << 20;
     if (o->cfg.budget == ~0u)
@@ -407,12 +418,13 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
     snprintf(b, n, "--shards %u --transfers %u --faults %s --max-faults %u "
              "--budget %u --cancels %u --lates %u --ccancels %u --expiries %u "
              "--cancel-attempts %u --depth %u --max-delay-ms %llu --caps %u "
-             "--dups %u --writes %u --corrupt %u%s%s%s%s%s%s%s%s", c->S,
+             "--dups %u --writes %u --corrupt %u --parts %u%s%s%s%s%s%s%s%s",
+             c->S,
              c->T, f, c->max_faults, c->budget, c->max_cancels, c->max_lates,
              c->max_ccancels, c->max_expiries, c->cancel_max_attempts,
              c->depth, (unsigned long long)(c->max_delay / 1000000u),
              c->caps, c->max_dups, c->writes ? c->writes : 1u,
-             c->max_corrupt,
+             c->max_corrupt, c->parts,
              c->liveness_all ? " --liveness all" : "",
              c->symmetry ? "" : " --no-symmetry",
              c->transfer_symmetry ? "" : " --no-transfer-symmetry",

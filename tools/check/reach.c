@@ -96,6 +96,14 @@ bool ck_reach_wanted(const ck_config *c, unsigned r)
     case CK_R_CORRUPT:
     case CK_R_CREFUSED:
         return c->max_corrupt > 0;
+    case CK_R_PADDED:
+    case CK_R_PRELEASED:
+        return c->parts > 0;
+    case CK_R_PREFUSED:
+        /* a failure or a stop needs a fault class that makes one */
+        return c->parts > 0 && c->budget > 0 &&
+               (c->faults & (CK_F(FAIL) | CK_F(CANCEL) | CK_F(DEADLINE) |
+                             CK_F(SHUTDOWN)));
     default:
         return false;
     }
@@ -120,6 +128,8 @@ static void option(const ck_config *c, unsigned r, char *b, size_t n)
         snprintf(b, n, "--copies --faults fail");
     else if (r == CK_R_D2H)
         snprintf(b, n, "--copies");
+    else if (r >= CK_R_PADDED && r <= CK_R_PRELEASED)
+        snprintf(b, n, "--parts %u", c->parts);
     else
         snprintf(b, n, "--%s", names[r]);
 }

@@ -65,7 +65,13 @@
     X(RSTALE, "rstale", "ops of another attempt at a reservation waiting "    \
       "for its invalidation",                                                 \
       "no op of another attempt ever reached a reservation waiting for its "  \
-      "invalidation")
+      "invalidation")                                                         \
+    X(PADDED, "padded", "stream parts the core took",                         \
+      "no part was ever taken")                                               \
+    X(PREFUSED, "prefused", "parts refused after a failure or a stop",        \
+      "no part was ever refused after a failure or a stop")                   \
+    X(PRELEASED, "preleased", "parts' staging released (RELEASE_PART)",       \
+      "no part's staging was ever released")
 
 enum {
 #define CK_R_ENUM_(n, s, d, m) CK_R_##n,

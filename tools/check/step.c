@@ -15,6 +15,7 @@
 
 #include "consumer.h"
 #include "corrupt.h"
+#include "stream.h"
 #include "describe.h"
 #include "engine.h"
 #include "monitor.h"
@@ -161,6 +162,10 @@ static unsigned env_moves(const ck_world *w, ck_move *out)
         if (fault_on(w, CK_FB_CANCEL) && e->cancels < c->max_cancels &&
             calm(w))
             out[n++] = (ck_move){MV_CANCEL, (uint8_t)t};
+        if (ck_stream_may_part(w, t))
+            out[n++] = (ck_move){MV_PART, (uint8_t)t};
+        if (ck_stream_may_seal(w, t))
+            out[n++] = (ck_move){MV_SEAL, (uint8_t)t};
     }
     for (unsigned t = 0; t < c->T; t++)
         if (fault_on(w, CK_FB_CONSUMER) && e->ccancels < c->max_ccancels &&
@@ -314,7 +319,10 @@ static void stale_reply(ck_world *w, unsigned t, unsigned k)
 static void apply_env(ck_world *w, ck_move mv)
 {
     int rc;
-    if (!w->in_liveness && mv.kind != MV_SUBMIT && mv.kind != MV_FIRE_CORE)
+    /* A part and a seal are the scheduler's ordinary progress, as a
+     * submit: no disturbance. */
+    if (!w->in_liveness && mv.kind != MV_SUBMIT && mv.kind != MV_FIRE_CORE &&
+        mv.kind != MV_PART && mv.kind != MV_SEAL)
         w->env.disturb++;
     switch (mv.kind) {
     case MV_SUBMIT:
@@ -380,6 +388,12 @@ static void apply_env(ck_world *w, ck_move mv)
         break;
     case MV_CORRUPT:
         ck_corrupt_apply(w, mv.arg);
+        break;
+    case MV_PART:
+        ck_stream_part(w, mv.arg);
+        break;
+    case MV_SEAL:
+        ck_stream_seal(w, mv.arg);
         break;
     default:
         crash(w);

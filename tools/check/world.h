@@ -84,7 +84,10 @@ enum {
              "available")                                                    \
     X(CREADY, "--copies: no READY while a copy into the region is in "       \
               "flight")                                                      \
-    X(CFREE, "--copies: no region freed or reused under a copy into it")
+    X(CFREE, "--copies: no region freed or reused under a copy into it")  \
+    X(PARTS, "--parts: a part's staging is released only after its writes "  \
+             "ended; a commit only once sealed and every part written on "   \
+             "every shard; no part accepted after a failure or a stop")
 
 enum {
 #define CK_I_ENUM_(n, d) CK_##n,
@@ -144,6 +147,8 @@ typedef struct ck_config {
     unsigned max_corrupt;  /* --corrupt: per path, this many writes land
                             * corrupt (issue 27: integrity on, the
                             * shard's commit checks; corrupt.c); 0: off */
+    unsigned parts;        /* --parts: every transfer is a stream of this
+                            * many parts (issue 26; stream.c); 0: off */
 } ck_config;
 
 /* Timings of the modelled deployment (ns): the library's documented
@@ -160,6 +165,7 @@ typedef struct ck_config {
 #define CK_DEFAULT_CANCEL_ATTEMPTS 5u
 #define CK_SLICE 256u
 #define CK_MAX_WRITES 4u
+#define CK_MAX_PARTS 3u /* --parts */
 #define CK_POOL_BYTES (4096ull)
 #define CK_POOLS 1u /* slots of the engine model's staging pool registry */
 
@@ -225,6 +231,8 @@ typedef struct mon_ps {
     uint8_t op_failed;   /* reserve/write/commit failure seen */
     uint8_t abort_req;   /* ABORT seen for an op of this shard */
     uint8_t eager;       /* an eager op was sent in this attempt */
+    uint8_t fly;         /* --parts: the part of the WRITE unanswered */
+    uint8_t wdone;       /* --parts: bit p-1: part p's WRITE answered ok */
 } mon_ps;
 
 /* Monitor bookkeeping: the consumer view of one (transfer, shard). */
@@ -300,6 +308,11 @@ typedef struct ck_env {
                                 * a report: F3 and F4) */
     uint8_t dups;              /* duplicates and stale replies so far */
     uint8_t corrupts;          /* --corrupt: writes corrupted so far */
+    /* --parts (stream.c): per transfer, the parts added so far, the
+     * parts whose staging the model holds and those the core took (bit
+     * p-1: part p), and the seal (1: refused, 2: taken) */
+    uint8_t parts[CK_MAX_T], pheld[CK_MAX_T], ptaken[CK_MAX_T];
+    uint8_t sealed[CK_MAX_T];
 } ck_env;
 
 /* A move of the environment. */
@@ -313,6 +326,8 @@ enum {
     MV_CORRUPT, /* --corrupt: the landing write arg lands corrupt */
     MV_ORPHAN, /* --dups: op message arg's connection dies: the producer
                 * hears CONN_LOST, the op stays in flight (MF_ORPHAN) */
+    MV_PART,  /* --parts: the scheduler adds transfer arg's next part */
+    MV_SEAL,  /* --parts: the scheduler seals transfer arg */
     MV_COUNT_
 };
 typedef struct ck_move {
