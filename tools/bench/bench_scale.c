@@ -583,6 +583,7 @@ static const cli_flag flags[] = {
 
 static const cli scale_cli = {
     .prog = "xfer-bench-scale",
+    .summary = "the xfer scaling benchmark (run by xfer-bench scale)",
     .synopsis = "[flags]",
     .intro = "how the cost grows with shards, producers, transfers in "
              "flight, live ids\nand (etcd on PATH) groups registered in "

@@ -356,6 +356,8 @@ static const cli_flag flags[] = {
 
 static const cli stream_cli = {
     .prog = "xfer-bench-stream",
+    .summary = "the xfer streamed-transfer benchmark (run by xfer-bench "
+               "stream)",
     .synopsis = "[flags]",
     .intro = "a simulated prefill (256 KiB per layer and shard, a layer per "
              "1 ms, 4 xferd shards over TCP): the tail latency of a "
