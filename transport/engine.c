@@ -261,9 +261,10 @@ static void start_now(xfer_engine *e, const xfer_action *a)
         /* integrity: a COMMIT names its slice for the transport's CRC32C
          * (tcp.c).  A device pool is never read here: its COMMIT goes
          * through the copy step like a WRITE, so the CRC is of the bytes a
-         * D2H copy brought into a bounce buffer.  Not for a stream (its
-         * slice is many staging ranges, released part by part): it
-         * commits without a CRC (docs/integrity.md). */
+         * D2H copy brought into a bounce buffer.  A stream's COMMIT names
+         * no slice (its bytes are many staging ranges, released part by
+         * part): the transport joins the CRCs it took of each run as it
+         * sent it (tcp.c stream_crc; docs/integrity.md). */
         const pool_rec *cp = &e->pools[a->pool];
         uint32_t r[1][2];
         size_t n = 0;
