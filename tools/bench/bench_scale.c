@@ -263,16 +263,29 @@ static int child_main(void *arg)
     return rc ? 1 : 0;
 }
 
-static uint64_t peers_cpu_ns(const demo_tcp *g, uint16_t n)
+/* The xferd processes a point charges: one per shard (demo_tcp), or a
+ * few processes hosting the shards in turn (shard k on host k % nhosts). */
+typedef struct peers {
+    const demo_tcp *g; /* one xferd per shard; NULL: hosts[] */
+    pid_t hosts[2];
+    uint16_t nhosts;
+} peers;
+
+static uint64_t peers_cpu_ns(const peers *p, uint16_t n)
 {
     bench_cpu c = {0};
-    for (uint16_t k = 0; k < n; k++)
-        bench_proc_cpu(demo_tcp_pid(g, k), &c);
+    if (p->g) {
+        for (uint16_t k = 0; k < n; k++)
+            bench_proc_cpu(demo_tcp_pid(p->g, k), &c);
+    } else {
+        for (uint16_t h = 0; h < p->nhosts && h < n; h++)
+            bench_proc_cpu(p->hosts[h], &c);
+    }
     return c.run_ns;
 }
 
 /* P producer processes (P 0: one, in this process) over S shards. */
-static int measure(const demo_tcp *g, const char *const *addrs, uint16_t S,
+static int measure(const peers *g, const char *const *addrs, uint16_t S,
                    uint16_t P, uint32_t inflight, uint32_t live_ids,
                    point *pt)
 {
@@ -348,7 +361,7 @@ static int cmp_cpu(const void *a, const void *b)
 
 /* Three runs of a point, the one of median CPU per transfer kept: the
  * machine is shared, and one run can land on a busy moment. */
-static int measure3(const demo_tcp *g, const char *const *addrs, uint16_t S,
+static int measure3(const peers *g, const char *const *addrs, uint16_t S,
                     uint16_t P, uint32_t inflight, uint32_t live_ids,
                     point *pt)
 {
@@ -532,30 +545,32 @@ static void plot(const char *dir, const char *datpath)
              "set title 'xfer over TCP: shards per group (64 in flight, 4 KiB "
              "per shard)'\nset xlabel 'shards'\n"
              "plot '%s' index 0 using 1:2 title 'transfers/s', '' index 0 "
-             "using 1:4 axes x1y2 title 'CPU us/transfer/shard'\n"
+             "using 1:4 axes x1y2 title 'CPU us/transfer/shard', '' index 1 "
+             "using 1:4 axes x1y2 title 'CPU us/transfer/shard, 2 xferd "
+             "processes'\n"
              "set output '%s/scale_producers.png'\n"
              "set title 'producers against the same 4 shards'\n"
              "set xlabel 'producer processes'\n"
-             "plot '%s' index 1 using 1:2 title 'transfers/s', '' index 1 "
+             "plot '%s' index 2 using 1:2 title 'transfers/s', '' index 2 "
              "using 1:4 axes x1y2 title 'CPU us/transfer/shard'\n"
              "set output '%s/scale_inflight.png'\n"
              "set title 'in flight (4 shards)'\nset xlabel 'in flight'\n"
              "set y2label 'p99 latency, us'\nset logscale y2\n"
-             "plot '%s' index 2 using 1:2 title 'transfers/s', '' index 2 "
+             "plot '%s' index 3 using 1:2 title 'transfers/s', '' index 3 "
              "using 1:5 axes x1y2 title 'p99 us'\n"
              "unset logscale y2\nset y2label 'CPU us per transfer'\n"
              "set logscale x 10\n"
              "set output '%s/scale_live_ids.png'\n"
              "set title 'ids held by the producer (4 shards, 64 in flight)'\n"
              "set xlabel 'live ids'\n"
-             "plot '%s' index 3 using 1:2 title 'transfers/s', '' index 3 "
+             "plot '%s' index 4 using 1:2 title 'transfers/s', '' index 4 "
              "using 1:3 axes x1y2 title 'CPU us/transfer'\n"
              "set output '%s/scale_groups.png'\n"
              "set title 'membership change: shard gone, seen by a producer'\n"
              "set xlabel 'groups registered in etcd'\n"
              "set ylabel 'ms'\nunset y2tics\nunset y2label\n"
-             "plot '%s' index 4 using 1:2 title 'crash (lease TTL 2 s)', "
-             "'' index 4 using 1:3 title 'drain (entry deleted)'\n",
+             "plot '%s' index 5 using 1:2 title 'crash (lease TTL 2 s)', "
+             "'' index 5 using 1:3 title 'drain (entry deleted)'\n",
              dir, datpath, dir, datpath, dir, datpath, dir, datpath, dir,
              datpath);
     FILE *g = popen("gnuplot", "w");
@@ -571,12 +586,82 @@ static void plot(const char *dir, const char *datpath)
                "groups}.png\n", dir);
 }
 
+/* ---------------------------------------------------------------------- */
+/* The shards curve again, hosted by two xferd processes                    */
+/* ---------------------------------------------------------------------- */
+
+/* Two xferd --consume processes, host h serving shards h, h+2, ... of 16
+ * on one port each, with the shard curve's settings (demo_tcp.c).  Fills
+ * pids and ports; 0, or -1 with whatever started killed. */
+static int start_hosts(const char *xferd, pid_t pids[2], unsigned ports[2])
+{
+    char dir[] = "/tmp/xfer-scale-hosts-XXXXXX";
+    if (!mkdtemp(dir))
+        return -1;
+    int rc = 0;
+    for (int h = 0; h < 2 && !rc; h++) {
+        char list[64] = "", pf[96], pool[32];
+        size_t n = 0;
+        for (int k = h; k < MAXS; k += 2)
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s%d",
+                                  n ? "," : "", k);
+        snprintf(pf, sizeof pf, "%s/port%d", dir, h);
+        snprintf(pool, sizeof pool, "%u", 8u << 20);
+        pid_t pid = fork();
+        if (pid < 0) {
+            rc = -1;
+            break;
+        }
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            execl(xferd, xferd, "--addr", "127.0.0.1", "--port", "0",
+                  "--port-file", pf, "--shards", list, "--pool", pool,
+                  "--max-resv", "4096", "--max-tombs", "524288",
+                  "--lease-ttl", "1000ms", "--consume", "--quiet",
+                  (char *)NULL);
+            _exit(127);
+        }
+        pids[h] = pid;
+        ports[h] = 0;
+        for (int i = 0; i < 500 && !ports[h]; i++) {
+            FILE *f = fopen(pf, "r");
+            if (!f || fscanf(f, "%u", &ports[h]) != 1)
+                ports[h] = 0;
+            if (f)
+                fclose(f);
+            if (!ports[h])
+                usleep(10000);
+        }
+        unlink(pf);
+        if (!ports[h])
+            rc = -1;
+    }
+    rmdir(dir);
+    if (rc)
+        for (int h = 0; h < 2; h++)
+            if (pids[h] > 0)
+                kill(pids[h], SIGKILL);
+    return rc;
+}
+
+static void stop_hosts(const pid_t pids[2])
+{
+    for (int h = 0; h < 2; h++) {
+        if (pids[h] <= 0)
+            continue;
+        kill(pids[h], SIGKILL);
+        waitpid(pids[h], NULL, 0);
+    }
+}
+
 static const cli_flag flags[] = {
     {"xferd", 0, "PATH", "the xferd to run (default: next to this program)",
      'x'},
     {"plots", 0, "DIR", "write scale.dat and the gnuplot PNGs into DIR",
      'p'},
     {"quick", 0, NULL, "0.3 s per point (a smoke run)", 'q'},
+    {"only", 0, "CURVE", "only this curve: shards, hosts, producers, "
+     "inflight, live or groups (no plots)", 'o'},
     CLI_HELP,
     CLI_VERSION,
     {NULL, 0, NULL, NULL, 0}};
@@ -592,7 +677,7 @@ static const cli scale_cli = {
 
 int main(int argc, char **argv)
 {
-    const char *xferd = NULL, *plots = NULL, *v;
+    const char *xferd = NULL, *plots = NULL, *only = NULL, *v;
     bool quick = false;
     int k;
     while ((k = cli_next(&scale_cli, argc, argv, &v)) != CLI_END) {
@@ -604,7 +689,21 @@ int main(int argc, char **argv)
             plots = v;
         else if (k == 'q')
             quick = true;
+        else if (k == 'o')
+            only = v;
     }
+    static const char *const curves[] = {"shards", "hosts", "producers",
+                                         "inflight", "live", "groups"};
+    bool run[6];
+    bool known = !only;
+    for (int i = 0; i < 6; i++) {
+        run[i] = !only || strcmp(only, curves[i]) == 0;
+        known = known || run[i];
+    }
+    if (!known)
+        return cli_bad(&scale_cli, "--only", only);
+    if (only)
+        plots = NULL;
     if (optind < argc)
         return cli_bad(&scale_cli, "argument", argv[optind]);
     if (quick)
@@ -657,31 +756,56 @@ int main(int argc, char **argv)
     static const uint32_t live[] = {1000, 10000, 100000, 1000000};
     point p[8];
     int rc = 0;
-    for (int i = 0; i < 5 && !rc; i++) {
+    peers one = {.g = g};
+    for (int i = 0; i < 5 && !rc && run[0]; i++) {
         p[i].x = shards[i];
-        rc = measure3(g, addrs, shards[i], 0, 64, 0, &p[i]);
+        rc = measure3(&one, addrs, shards[i], 0, 64, 0, &p[i]);
     }
-    if (!rc)
+    if (!rc && run[0])
         print_curve(dat, "shards per group (one producer, 64 in flight)",
                     "shards", p, 5);
-    for (int i = 0; i < 4 && !rc; i++) {
-        p[i].x = prods[i];
-        rc = measure3(g, addrs, 4, prods[i], 64, 0, &p[i]);
+    /* What bounds the shards curve: the same points with the shards in two
+     * processes (no more xferd than this machine's 2 CPUs), so a point's
+     * fan-out wakes at most two processes. */
+    peers two = {.nhosts = 2};
+    unsigned hport[2];
+    char haddr[MAXS][32];
+    const char *haddrs[MAXS];
+    if (!rc && run[1] && start_hosts(xferd, two.hosts, hport) != 0) {
+        fprintf(stderr, "xfer-bench-scale: two xferd hosts did not start\n");
+        rc = -1;
     }
-    if (!rc)
+    for (int i = 0; i < MAXS && !rc && run[1]; i++) {
+        snprintf(haddr[i], sizeof haddr[i], "127.0.0.1:%u", hport[i % 2]);
+        haddrs[i] = haddr[i];
+    }
+    for (int i = 0; i < 5 && !rc && run[1]; i++) {
+        p[i].x = shards[i];
+        rc = measure3(&two, haddrs, shards[i], 0, 64, 0, &p[i]);
+    }
+    if (run[1] && two.hosts[0] > 0)
+        stop_hosts(two.hosts);
+    if (!rc && run[1])
+        print_curve(dat, "the same shards hosted by 2 xferd processes "
+                    "(shard k in process k % 2)", "shards", p, 5);
+    for (int i = 0; i < 4 && !rc && run[2]; i++) {
+        p[i].x = prods[i];
+        rc = measure3(&one, addrs, 4, prods[i], 64, 0, &p[i]);
+    }
+    if (!rc && run[2])
         print_curve(dat, "producer processes against the same 4 shards "
                     "(64 in flight each)", "producers", p, 4);
-    for (int i = 0; i < 6 && !rc; i++) {
+    for (int i = 0; i < 6 && !rc && run[3]; i++) {
         p[i].x = infl[i];
-        rc = measure3(g, addrs, 4, 0, infl[i], 0, &p[i]);
+        rc = measure3(&one, addrs, 4, 0, infl[i], 0, &p[i]);
     }
-    if (!rc)
+    if (!rc && run[3])
         print_curve(dat, "in flight (4 shards)", "in flight", p, 6);
-    for (int i = 0; i < 4 && !rc; i++) {
+    for (int i = 0; i < 4 && !rc && run[4]; i++) {
         p[i].x = live[i];
-        rc = measure3(g, addrs, 4, 0, 64, live[i], &p[i]);
+        rc = measure3(&one, addrs, 4, 0, 64, live[i], &p[i]);
     }
-    if (!rc)
+    if (!rc && run[4])
         print_curve(dat, "ids held by the producer's tables (4 shards, 64 in "
                     "flight)", "live ids", p, 4);
     if (rc)
@@ -689,7 +813,7 @@ int main(int argc, char **argv)
     demo_tcp_stop(g);
     /* Membership-change latency. */
     char url[64];
-    if (!rc && system("command -v etcd >/dev/null 2>&1") == 0 &&
+    if (!rc && run[5] && system("command -v etcd >/dev/null 2>&1") == 0 &&
         start_etcd(url, sizeof url) == 0) {
         struct event_base *b = event_base_new();
         run_for(b, 1500000000ull); /* etcd starts */
@@ -711,7 +835,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < nfill; i++)
             xfer_dir_del(fill[i]);
         event_base_free(b);
-    } else if (!rc) {
+    } else if (!rc && run[5]) {
         printf("\nmembership change: no etcd on PATH, not measured\n");
     }
     fclose(dat);
