@@ -133,6 +133,12 @@ void xfer_metrics_engine(xfer_metrics_text *t, const xfer_engine *e)
         st.staging_bytes_in_use);
     one(t, "xfer_engine_ops_start_failed_total", "counter",
         "Shard ops the transport refused to start.", st.ops_start_failed);
+    one(t, "xfer_engine_cancels_refused_total", "counter",
+        "Cancels refused XFER_ERR_BUSY (the tombstone table was full).",
+        st.cancels_refused);
+    one(t, "xfer_engine_transfers_abandoned_total", "counter",
+        "Transfers whose rollback the shutdown deadline cut short "
+        "(XFER_ERR_ABANDONED).", st.abandoned);
     fam(t, "xfer_engine_transfer_seconds", "histogram",
         "From an accepted submit to its completion, by outcome.");
     for (unsigned o = 0; o < XFER_ENGINE_OUTCOMES; o++) {

@@ -162,6 +162,10 @@ START_TEST(test_metrics_endpoint_matches_status)
                              "outcome=\"ok\""), es.core.succeeded);
     ck_assert_double_eq(need(&p, "xfer_engine_transfer_seconds_count",
                              "outcome=\"ok\""), N);
+    ck_assert_double_eq(need(&p, "xfer_engine_cancels_refused_total", ""),
+                        es.cancels_refused);
+    ck_assert_double_eq(need(&p, "xfer_engine_transfers_abandoned_total",
+                             ""), es.abandoned);
     xfer_consumer_stats cs;
     ck_assert_int_eq(xfer_consumer_stats_get(s.cons, &cs), 0);
     ck_assert_double_eq(need(&p, "xfer_consumer_available_total", ""),
