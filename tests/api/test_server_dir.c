@@ -363,12 +363,9 @@ END_TEST
 
 int main(void)
 {
-    if (!etcd_binary()) {
-        const char *ci = getenv("CI");
-        fprintf(stderr, "test_api_server_dir: no etcd binary (etcd-server)"
-                "%s\n", ci && *ci ? ": required in CI" : ", skipped");
-        return ci && *ci ? 1 : 77;
-    }
+    int skip = etcd_required("test_api_server_dir");
+    if (skip)
+        return skip;
     Suite *s = suite_create("server_dir");
     TCase *tc = tcase_create("server_dir");
     tcase_set_timeout(tc, 120);
