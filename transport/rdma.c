@@ -222,7 +222,8 @@ static void ep_start(xfer_rdma *r, uint16_t shard, int fd)
     /* the control connection's own address: the server finds this RC
      * connection's QP from it (rdma_pdata.h) */
     ep->pdata.magic = XFER_RDMA_PDATA_MAGIC;
-    ep->pdata.group = r->cfg.tcp.group;
+    ep->pdata.group = xfer_tcp_group(r->tcp); /* derived from a group
+                                                 name too: HELLO's */
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
         ep->pdata.has_tcp = xfer_rdma_pdata_addr(&ss, &ep->pdata.tcp_port,
                                                  ep->pdata.tcp_addr);
@@ -810,11 +811,7 @@ int xfer_rdma_new(struct event_base *base, const xfer_rdma_config *cfg,
     if (rc)
         goto out_fail;
     r->cfg.tcp.addrs = NULL; /* the tcp transport copied them */
-    /* The HELLO group the tcp transport derived from the group name: the
-     * RC connection's private data names the same one. */
-    if (cfg->tcp.dir && cfg->tcp.group == 0)
-        r->cfg.tcp.group = xfer_dir_group_id(cfg->tcp.dir_group);
-    r->cfg.tcp.dir_group = NULL; /* copied by the tcp transport */
+    r->cfg.tcp.dir_group = NULL; /* likewise */
     *out = r;
     return 0;
 out_fail:

@@ -1157,6 +1157,11 @@ int xfer_tcp_set_shard(xfer_tcp *t, uint16_t shard, const char *addr)
     return 0;
 }
 
+uint32_t xfer_tcp_group(const xfer_tcp *t)
+{
+    return t->cfg.group;
+}
+
 bool xfer_tcp_gone(const xfer_tcp *t, uint16_t shard)
 {
     return t && shard < t->cfg.nshards && t->conns[shard].state == C_GONE;

@@ -47,6 +47,10 @@ int xfer_tcp_new_hooked(struct event_base *base, const xfer_tcp_config *cfg,
  * hook runs, so the owner can tell a gone shard (xfer_tcp_gone: fail its
  * own ops with XFER_ERR_SHARD_GONE) from a lost connection. */
 
+/* The HELLO group the transport names: cfg.group, or the number of
+ * cfg.dir_group (xfer_dir_group_id) when that was 0. */
+uint32_t xfer_tcp_group(const xfer_tcp *t);
+
 /* Let shard's held ops go out (its connection is up; no-op otherwise). */
 void xfer_tcp_open(xfer_tcp *t, uint16_t shard);
 /* Start / abort a RESERVE, COMMIT or CANCEL as the ops table would (a
