@@ -274,14 +274,21 @@ static int run_xfer(world *w, const opts *o, figs *f)
     if (wsecs > 0 &&
         pump(w, false, 0, 64, (uint64_t)(wsecs * 1e9), &warm) != 0)
         return -1;
+    static unsigned turn; /* --etcd: which of the pair goes first */
     for (int li = 0; li < o->nlevels; li++) {
+        /* --etcd: the same level at once through the directory, so both
+         * figures see the same machine; the order alternates from one
+         * level (and run) to the next, so neither always runs warmer */
+        bool dir_first = w->etcd[0] && (turn++ & 1);
+        if (dir_first && pump_via(w, false, true, 0, o->level[li],
+                                  ns_of(o), &f->dir[li]) != 0)
+            return -1;
         if (pump(w, false, 0, o->level[li], ns_of(o), &f->xfer[li]) != 0)
             return -1;
         say_units(o, "xfer", o->level[li], &f->xfer[li]);
-        /* --etcd: the same level at once through the directory, so both
-         * figures see the same machine */
-        if (w->etcd[0] && pump_via(w, false, true, 0, o->level[li],
-                                   ns_of(o), &f->dir[li]) != 0)
+        if (w->etcd[0] && !dir_first &&
+            pump_via(w, false, true, 0, o->level[li], ns_of(o),
+                     &f->dir[li]) != 0)
             return -1;
     }
     return 0;
