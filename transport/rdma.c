@@ -45,6 +45,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "base_ref.h"
+#include "xfer/dir.h"
 #include "list.h" /* fsm/: the one intrusive list (fsm_private_dep) */
 #include "rdma_devmem.h"
 #include "rdma_pdata.h"
@@ -221,7 +222,8 @@ static void ep_start(xfer_rdma *r, uint16_t shard, int fd)
     /* the control connection's own address: the server finds this RC
      * connection's QP from it (rdma_pdata.h) */
     ep->pdata.magic = XFER_RDMA_PDATA_MAGIC;
-    ep->pdata.group = r->cfg.tcp.group;
+    ep->pdata.group = xfer_tcp_group(r->tcp); /* derived from a group
+                                                 name too: HELLO's */
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
         ep->pdata.has_tcp = xfer_rdma_pdata_addr(&ss, &ep->pdata.tcp_port,
                                                  ep->pdata.tcp_addr);
@@ -251,16 +253,34 @@ static int32_t status_of(const rd_op *op, const struct ibv_wc *wc,
                                               : XFER_ERR_IO;
 }
 
-/* Down: waiting writes fail now, posted ones when their flush is polled. */
+/* How a write fails on a shard that is not up: XFER_ERR_SHARD_GONE when
+ * the directory says the shard left its group (as the TCP transport fails
+ * the shard's reserves and commits), else XFER_ERR_CONN_LOST. */
+static int32_t down_status(const xfer_rdma *r, uint16_t shard)
+{
+    return xfer_tcp_gone(r->tcp, shard) ? XFER_ERR_SHARD_GONE
+                                        : XFER_ERR_CONN_LOST;
+}
+
+/* Down: waiting writes fail now, posted ones when their flush is polled
+ * (a gone shard's with XFER_ERR_SHARD_GONE, set here as their first
+ * error, unless the engine aborted them). */
 static void ep_lose(xfer_rdma *r, uint16_t shard)
 {
     rd_shard *sh = &r->shards[shard];
     rd_ep *ep = sh->ep;
+    int32_t why = down_status(r, shard);
     sh->ep = NULL;
     sh->broken = false;
     xfer_list_node *n;
     while ((n = xfer_list_pop_front(&sh->wait)))
-        finish(r, XFER_LIST_ITEM(n, rd_op, link), XFER_ERR_CONN_LOST);
+        finish(r, XFER_LIST_ITEM(n, rd_op, link), why);
+    if (why == XFER_ERR_SHARD_GONE)
+        for (n = sh->posted.head; n; n = n->next) {
+            rd_op *op = XFER_LIST_ITEM(n, rd_op, link);
+            if (op->ep == ep && !op->status && !op->aborted)
+                op->status = why;
+        }
     if (!ep)
         return;
     if (ep->state == EP_UP)
@@ -589,7 +609,7 @@ static int start_write(xfer_rdma *r, const xfer_action *a, const void *src)
     r->st.writes++;
     rd_shard *sh = &r->shards[a->shard];
     if (!sh->ep || sh->ep->state != EP_UP || sh->broken) {
-        finish(r, op, XFER_ERR_CONN_LOST);
+        finish(r, op, down_status(r, a->shard));
         return 0;
     }
     xfer_list_push_back(&sh->wait, &op->link);
@@ -783,11 +803,15 @@ int xfer_rdma_new(struct event_base *base, const xfer_rdma_config *cfg,
         rc = make_events(r);
     if (rc)
         goto out_fail;
-    xfer_tcp_hooks h = {.ud = r, .deliver = h_deliver, .link = h_link};
+    /* Created from a group (cfg.tcp.dir): the TCP transport follows it,
+     * and only entries whose server has an rdmacm listener count. */
+    xfer_tcp_hooks h = {.ud = r, .deliver = h_deliver, .link = h_link,
+                        .dir_transports = XFER_DIR_RDMA};
     rc = xfer_tcp_new_hooked(base, &cfg->tcp, &h, &r->tcp);
     if (rc)
         goto out_fail;
     r->cfg.tcp.addrs = NULL; /* the tcp transport copied them */
+    r->cfg.tcp.dir_group = NULL; /* likewise */
     *out = r;
     return 0;
 out_fail:
@@ -897,6 +921,11 @@ bool xfer_rdma_connected(const xfer_rdma *r, uint16_t shard)
     return r && shard < r->cfg.tcp.nshards && r->shards[shard].ep &&
            r->shards[shard].ep->state == EP_UP &&
            xfer_tcp_connected(r->tcp, shard);
+}
+
+bool xfer_rdma_gone(const xfer_rdma *r, uint16_t shard)
+{
+    return r && shard < r->cfg.tcp.nshards && xfer_tcp_gone(r->tcp, shard);
 }
 
 void xfer_rdma_drop(xfer_rdma *r, uint16_t shard)

@@ -516,6 +516,7 @@ void xfer_server_del(xfer_server *s)
 {
     if (!s)
         return;
+    xfer_dir_del(s->dir); /* entries left registered go with their lease */
     while (!xfer_list_empty(&s->conns))
         xfer_server_conn_close(xfer_server_conn_of(s->conns.head));
     xfer_server_rdma_del(s->rdma); /* before the shards it registered */

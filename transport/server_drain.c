@@ -75,11 +75,20 @@ int xfer_server_drain(xfer_server *s, xfer_server_drain_cb cb, void *ud)
 {
     if (!s)
         return XFER_ERR_INVALID_ARG;
-    if (s->draining)
+    if (s->draining || s->leaving)
         return XFER_ERR_STATE;
-    s->draining = true;
     s->drain_cb = cb;
     s->drain_ud = ud;
+    /* Registered in a group: leave it first (producers stop sending
+     * here), and drain once etcd answered. */
+    if (xfer_server_dir_leave(s) != 0)
+        xfer_server_drain_begin(s);
+    return 0;
+}
+
+void xfer_server_drain_begin(xfer_server *s)
+{
+    s->draining = true;
     if (s->lis) { /* closed: the kernel refuses new peers, none hang */
         evconnlistener_free(s->lis);
         s->lis = NULL;
@@ -88,5 +97,4 @@ int xfer_server_drain(xfer_server *s, xfer_server_drain_cb cb, void *ud)
     s->drain_deadline = xfer_server_now(s) + s->cfg.drain_timeout_ns;
     struct timeval tick = {0, 20000};
     event_add(s->drain_ev, &tick);
-    return 0;
 }

@@ -195,6 +195,10 @@ struct xfer_server {
     bool draining;
     xfer_server_drain_cb drain_cb;
     void *drain_ud;
+    /* xfer_server_register (server_dir.c): the directory client, and a
+     * drain that waits for etcd to delete the entries first. */
+    xfer_dir *dir;
+    bool leaving;
     uint16_t port;
     uint64_t bad_frames, bad_by_reason[XFER_WIRE_R_COUNT_];
     uint64_t errors_sent, subs_dropped, faults, logged;
@@ -240,6 +244,13 @@ uint64_t xfer_server_now(const xfer_server *s);
 void xfer_server_batch_begin(xfer_server *s);
 void xfer_server_batch_end(xfer_server *s);
 void xfer_server_log(xfer_server *s, uint64_t serial, const char *what);
+
+/* server_drain.c: close the listener, refuse reserves, start the ticks. */
+void xfer_server_drain_begin(xfer_server *s);
+/* server_dir.c: delete the registered entries, then drain_begin (from
+ * the directory's callback).  XFER_ERR_STATE: nothing registered (the
+ * caller begins the drain itself). */
+int xfer_server_dir_leave(xfer_server *s);
 void *xfer_server_calloc(const xfer_server *s, size_t n, size_t size);
 void xfer_server_free(const xfer_server *s, void *p);
 

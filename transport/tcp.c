@@ -1128,9 +1128,9 @@ int xfer_tcp_set_shard(xfer_tcp *t, uint16_t shard, const char *addr)
         if (c->state == C_GONE)
             return 0;
         t->st.gones++;
+        c->state = C_GONE; /* first: the link-down hook sees it gone */
         close_bev(c);
         evtimer_del(c->retry_ev);
-        c->state = C_GONE;
         fail_list(c, &c->sent, XFER_ERR_SHARD_GONE);
         fail_list(c, &c->wait, XFER_ERR_SHARD_GONE);
         return 0;
@@ -1157,6 +1157,11 @@ int xfer_tcp_set_shard(xfer_tcp *t, uint16_t shard, const char *addr)
     return 0;
 }
 
+uint32_t xfer_tcp_group(const xfer_tcp *t)
+{
+    return t->cfg.group;
+}
+
 bool xfer_tcp_gone(const xfer_tcp *t, uint16_t shard)
 {
     return t && shard < t->cfg.nshards && t->conns[shard].state == C_GONE;
@@ -1167,9 +1172,11 @@ static void on_member(void *ud, const char *group, uint16_t shard,
                       const xfer_dir_entry *e)
 {
     xfer_tcp *t = ud;
+    uint32_t need = t->hooks.dir_transports ? t->hooks.dir_transports
+                                            : XFER_DIR_TCP;
     if (shard >= t->cfg.nshards)
         return;
-    if (!e || !(e->transports & XFER_DIR_TCP)) {
+    if (!e || (e->transports & need) != need) {
         xfer_tcp_set_shard(t, shard, NULL);
         return;
     }

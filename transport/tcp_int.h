@@ -33,11 +33,24 @@ typedef struct xfer_tcp_hooks {
     void *ud;
     void (*deliver)(void *ud, const xfer_shard_result *r);
     void (*link)(void *ud, uint16_t shard, bool up, int fd);
+    /* Created from a group (cfg.dir): the XFER_DIR_* transports an entry
+     * must list for its shard to be used (0: XFER_DIR_TCP); an entry
+     * without them counts as gone.  The RDMA transport asks for
+     * XFER_DIR_RDMA: its data path is the server's rdmacm listener. */
+    uint32_t dir_transports;
 } xfer_tcp_hooks;
 
 /* xfer_tcp_new with hooks (copied; NULL: a plain transport). */
 int xfer_tcp_new_hooked(struct event_base *base, const xfer_tcp_config *cfg,
                         const xfer_tcp_hooks *hooks, xfer_tcp **out);
+/* A shard the directory reported gone is C_GONE before the link-down
+ * hook runs, so the owner can tell a gone shard (xfer_tcp_gone: fail its
+ * own ops with XFER_ERR_SHARD_GONE) from a lost connection. */
+
+/* The HELLO group the transport names: cfg.group, or the number of
+ * cfg.dir_group (xfer_dir_group_id) when that was 0. */
+uint32_t xfer_tcp_group(const xfer_tcp *t);
+
 /* Let shard's held ops go out (its connection is up; no-op otherwise). */
 void xfer_tcp_open(xfer_tcp *t, uint16_t shard);
 /* Start / abort a RESERVE, COMMIT or CANCEL as the ops table would (a

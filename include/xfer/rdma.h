@@ -16,6 +16,15 @@
  * shard's outstanding ops fail (XFER_ERR_CONN_LOST, posted writes once
  * their flush completions were polled) and both reconnect.
  *
+ * By group name (docs/discovery.md): set tcp.dir and tcp.dir_group instead
+ * of tcp.addrs, as for the TCP transport.  The control connections follow
+ * the group exactly as xfer_tcp_new's do, and only entries whose
+ * transports include XFER_DIR_RDMA are used (the RC connection goes to
+ * the address and port of the entry).  A shard whose entry vanished is
+ * gone at once: its reserves and commits, its waiting writes and (once
+ * their flushes are polled) its posted writes fail XFER_ERR_SHARD_GONE;
+ * a shard registered at a new address is reconnected there.
+ *
  * The server (xfer_server_new_rdma) gives each reservation its own rkey
  * over exactly the region: a type 2 memory window bound through the
  * reserving producer's QP where the device has them, else its own memory
@@ -106,6 +115,11 @@ XFER_API int xfer_rdma_stats_get_versioned(const xfer_rdma *r,
     xfer_rdma_stats_get_versioned((r), XFER_RDMA_STATS_VERSION, (st))
 /* True when shard's control and RDMA connections are both up. */
 XFER_API bool xfer_rdma_connected(const xfer_rdma *r, uint16_t shard);
+/* True when the transport was created from a group (tcp.dir) and shard
+ * has no usable entry in it (none, or one whose transports lack
+ * XFER_DIR_RDMA): its ops fail with XFER_ERR_SHARD_GONE.  False for a
+ * static address list, NULL or a shard out of range. */
+XFER_API bool xfer_rdma_gone(const xfer_rdma *r, uint16_t shard);
 /* Test hook: take shard's connections down as if the network lost them. */
 XFER_API void xfer_rdma_drop(xfer_rdma *r, uint16_t shard);
 

@@ -75,6 +75,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xfer/dir.h"
 #include "xfer/errors.h"
 #include "xfer/fault.h"
 #include "xfer/fsm.h"
@@ -304,10 +305,47 @@ XFER_API void xfer_server_clear_rules(xfer_server *s);
 XFER_API uint16_t xfer_server_port(const xfer_server *s);
 
 /*
+ * Register every hosted shard of s in the directory of groups in etcd
+ * (xfer/dir.h, docs/discovery.md) as a member of `group`, so producers
+ * and consumers created from the group name find it: one entry per
+ * hosted shard {index, addr, xfer_server_port, transports: TCP, and RDMA
+ * for a server of xfer_server_new_rdma, epoch} under one lease of
+ * dc->lease_ttl_s seconds kept alive on the server's loop (the server
+ * owns the directory client: xfer_server_dir).  addr: `advertise` (a host
+ * name or numeric address peers reach s at), else the address bound.
+ * epoch: it must grow at every start of the shard; 0: the time now in
+ * microseconds (CLOCK_REALTIME).  dc (its strings too), group and
+ * advertise are copied.
+ *
+ * From then on xfer_server_drain leaves the group first: the entries are
+ * deleted, and only once etcd answered (or the directory's request
+ * timeout passed: the entries then go with their lease, and one line is
+ * logged) does the drain close the listener.  xfer_server_del without a
+ * drain leaves the entries to their lease, as a crash does.
+ * Once per server, before any drain.  Loop thread.
+ * The server's cfg.group must be the group's HELLO number,
+ * xfer_dir_group_id(group), as the producers created from it say.
+ * Errors: XFER_ERR_INVALID_ARG (NULL s, dc or group; a group whose
+ * xfer_dir_group_id is not cfg.group; no advertise while
+ * bound to a wildcard address; an address of XFER_DIR_ADDR_MAX bytes or
+ * more), XFER_ERR_STATE (registered already, or draining), and those of
+ * xfer_dir_new and xfer_dir_register (a bad group name, dc's endpoints).
+ */
+XFER_API int xfer_server_register(xfer_server *s, const xfer_dir_config *dc,
+                                  const char *group, const char *advertise,
+                                  uint64_t epoch);
+/* The directory client xfer_server_register made (borrowed: it lives
+ * until xfer_server_del), for its state and metrics
+ * (xfer_dir_state_get, xfer_metrics_add_dir); NULL when not registered. */
+XFER_API xfer_dir *xfer_server_dir(const xfer_server *s);
+
+/*
  * Drain: close the listener, refuse new reserves (XFER_ERR_SHUTDOWN), and call
  * cb(ud, drained) once, from the loop, when no reservation is reserved or
  * being written, or when drain_timeout_ns passed.  READY and TAKEN data
- * stay served (take, release).  Errors: XFER_ERR_INVALID_ARG,
+ * stay served (take, release).  A server registered in a group
+ * (xfer_server_register) first deletes its entries and closes the
+ * listener only once etcd answered.  Errors: XFER_ERR_INVALID_ARG,
  * XFER_ERR_STATE (already draining).
  */
 XFER_API int xfer_server_drain(xfer_server *s, xfer_server_drain_cb cb,

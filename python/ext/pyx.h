@@ -283,6 +283,11 @@ typedef struct pyx_server_opts {
     uint64_t fault_seed;
     bool insecure;
     pyx_auth auth; /* its session is unused: a server names none */
+    /* etcd=URLS: xfer_server_register in group etcd_group (default "0"),
+     * a lease of etcd_ttl s (0: 10), advertising `advertise` (NULL: the
+     * bound address).  Borrowed; NULL etcd: not registered. */
+    const char *etcd, *etcd_group, *advertise;
+    uint32_t etcd_ttl;
 } pyx_server_opts;
 
 /* Consumer(...)'s keywords (ns, counts; 0: the library's default). */

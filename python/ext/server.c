@@ -186,6 +186,19 @@ static int start(pyx_server *self, const pyx_server_opts *o)
         cfg.shard_mem = sm;
 #endif
     rc = xfer_server_new(&cfg, &self->side->s);
+    if (rc == 0 && o->etcd) { /* on the loop, before its thread starts */
+        xfer_dir_config dc;
+        xfer_dir_config_default(&dc);
+        dc.endpoints = o->etcd;
+        dc.lease_ttl_s = o->etcd_ttl ? o->etcd_ttl : 10;
+        rc = xfer_server_register(self->side->s, &dc,
+                                  o->etcd_group ? o->etcd_group : "0",
+                                  o->advertise, 0);
+        if (rc) {
+            xfer_server_del(self->side->s);
+            self->side->s = NULL;
+        }
+    }
     if (rc == 0) {
         pyx_core_host(c, self->side, srvside_del);
         self->port = xfer_server_port(self->side->s);
@@ -205,7 +218,8 @@ static int server_init(PyObject *obj, PyObject *args, PyObject *kw)
                           "max_reservations", "max_tombstones", "lease_ttl",
                           "tombstone_ttl", "take_grace", "drain_timeout",
                           "consume", "fault_ppm", "drop_ppm", "fault_seed",
-                          "secret", "insecure", NULL};
+                          "secret", "insecure", "etcd", "etcd_group",
+                          "etcd_ttl", "advertise", NULL};
     pyx_server *self = (pyx_server *)obj;
     PyObject *buffers, *shards = NULL, *d[4] = {NULL, NULL, NULL, NULL};
     PyObject *secret = NULL;
@@ -217,12 +231,16 @@ static int server_init(PyObject *obj, PyObject *args, PyObject *kw)
         return -1;
     }
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|$OzHIIIOOOOpIIKOp:Server", kwl, &buffers, &shards,
-            &o.addr, &port, &o.group, &o.max_reservations,
+            args, kw, "O|$OzHIIIOOOOpIIKOpzzIz:Server", kwl, &buffers,
+            &shards, &o.addr, &port, &o.group, &o.max_reservations,
             &o.max_tombstones, &d[0], &d[1], &d[2], &d[3], &consume,
-            &o.fault_ppm, &o.drop_ppm, &o.fault_seed, &secret, &insecure) ||
+            &o.fault_ppm, &o.drop_ppm, &o.fault_seed, &secret, &insecure,
+            &o.etcd, &o.etcd_group, &o.etcd_ttl, &o.advertise) ||
         pyx_auth_parse(secret, NULL, &o.auth))
         return -1;
+    /* A group named for etcd: its HELLO number, unless given. */
+    if (o.etcd && o.group == 0)
+        o.group = xfer_dir_group_id(o.etcd_group ? o.etcd_group : "0");
     o.port = port;
     o.consume = consume;
     o.insecure = insecure;

@@ -533,6 +533,14 @@ class Server(_Closing, _xfer.Server):
     peer must answer HELLO2's challenge with it), insecure=True (bind an
     address other than loopback without a secret).
 
+    etcd="http://host:port,..." registers every shard in etcd
+    (docs/discovery.md) as a member of group etcd_group (a name, default
+    "0"; the HELLO group is then its number unless group is given), under
+    a lease of etcd_ttl seconds (10), at advertise (default: addr), so
+    producers created from the group name find it; drain() leaves the
+    group before it stops accepting, close() without drain() leaves the
+    entries to their lease.
+
     faults=[...] (and add_fault(), clear_faults()): fault rules on the
     producers' ops, as Loop's (xfer.Fault, or its text form
     "op=write,shard=2,action=fail"; shard is the index in the group).  A

@@ -31,6 +31,10 @@ typedef struct etcd_cluster {
 /* The etcd binary ($ETCD, else etcd on PATH), or NULL when there is none
  * (the tests then exit 77, skipped). */
 const char *etcd_binary(void);
+/* For a test program's main: 0 when there is an etcd binary; else one
+ * line on stderr naming `prog`, and the exit status to leave with: 77
+ * (skipped), or 1 where $CI is set (CI installs etcd-server). */
+int etcd_required(const char *prog);
 /* Start n members and wait until each answers.  Returns 0. */
 int etcd_start(etcd_cluster *c, int n);
 /* One member serving clients over TLS (https), with a CA and a server

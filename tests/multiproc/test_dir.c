@@ -539,12 +539,9 @@ END_TEST
 
 int main(void)
 {
-    if (!etcd_binary()) {
-        const char *ci = getenv("CI");
-        fprintf(stderr, "test_dir: no etcd binary (Debian's etcd-server)%s\n",
-                ci && *ci ? ": required in CI" : ", skipped");
-        return ci && *ci ? 1 : 77;
-    }
+    int skip = etcd_required("test_dir");
+    if (skip)
+        return skip;
     Suite *s = suite_create("dir");
     TCase *tc = tcase_create("dir");
     tcase_set_timeout(tc, 120);

@@ -31,6 +31,7 @@
 
 #include <event2/event.h>
 
+#include "dirpump.h"
 #include "etcd.h"
 #include "mp.h"
 #include "testutil.h"
@@ -40,116 +41,29 @@
 #include "xfer/xfer.h"
 
 #define NSHARDS 2
-#define SLOTS 16
 #define SLICE 4096
 
+/* The directory tests' producer (dirpump.h) with a TCP transport
+ * created from the group name. */
 typedef struct pump {
-    struct event_base *base;
-    xfer_engine *e;
+    dir_pump d;
     xfer_tcp *tcp;
-    xfer_dir *dir;
-    uint32_t group, pool;
-    uint8_t *staging;
-    uint32_t free_slots[SLOTS], nfree;
-    uint64_t next_id, submitted, done, ok, failed, gone, dup;
-    uint64_t since_ok;       /* successes since the counter was zeroed */
-    uint8_t *seen;           /* completions per id */
-    uint64_t seen_cap;
-    bool stop;
-    struct event *tick;
-    volatile bool shut;
 } pump;
-
-static void pump_done(void *ud, const xfer_result *res)
-{
-    pump *u = ud;
-    if (res->id < u->seen_cap && u->seen[res->id]++)
-        u->dup++;
-    u->done++;
-    u->free_slots[u->nfree++] = (uint32_t)res->user_data;
-    if (res->status == 0) {
-        u->ok++;
-        u->since_ok++;
-    } else {
-        if (u->failed < 3 || getenv("DIR_TCP_VERBOSE"))
-            fprintf(stderr, "transfer %llu failed: %s (shards 0x%llx, "
-                    "phase %u)\n", (unsigned long long)res->id,
-                    xfer_strerror(res->status),
-                    (unsigned long long)res->failed_shards,
-                    (unsigned)res->phase);
-        u->failed++;
-        if (res->status == XFER_ERR_SHARD_GONE)
-            u->gone++;
-    }
-}
-
-/* Refill every 5 ms: a shard that is gone fails transfers at once, and a
- * resubmit from the completion would spin. */
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    pump *u = arg;
-    /* At most 4 a tick (800/s): the shards' tombstones (2 lease TTLs)
-     * stay far below their cap. */
-    for (int n = 0; n < 4 && !u->stop && u->nfree &&
-                    u->next_id + 1 < u->seen_cap; n++) {
-        uint32_t slot = u->free_slots[--u->nfree];
-        xfer_slice sl[NSHARDS];
-        for (int k = 0; k < NSHARDS; k++) {
-            sl[k].off = ((uint64_t)slot * NSHARDS + (uint64_t)k) * SLICE;
-            sl[k].len = SLICE;
-        }
-        xfer_transfer_desc d = {.id = ++u->next_id, .group = u->group,
-                                .pool = u->pool, .nslices = NSHARDS,
-                                .slices = sl, .user_data = slot};
-        ck_assert_int_eq(xfer_engine_submit(u->e, &d, pump_done, u), 0);
-        u->submitted++;
-    }
-}
-
-static void on_log(void *ud, const char *line)
-{
-    fprintf(stderr, "producer dir: %s\n", line);
-}
 
 static void pump_new(pump *u, const char *eps, const char *group,
                      const void *secret, size_t secret_len)
 {
-    memset(u, 0, sizeof *u);
-    signal(SIGPIPE, SIG_IGN);
-    u->base = event_base_new();
-    xfer_dir_config dc;
-    xfer_dir_config_default(&dc);
-    dc.endpoints = eps;
-    dc.request_timeout_ns = 1000000000ull;
-    dc.reconnect_min_ns = 50000000ull;
-    dc.reconnect_max_ns = 500000000ull;
-    dc.log = on_log;
-    ck_assert_int_eq(xfer_dir_new(u->base, &dc, &u->dir), 0);
-    xfer_engine_config ec;
-    xfer_engine_config_default(&ec);
-    ec.base = u->base;
-    ec.core.default_deadline_ns = 5000000000ull;
-    ck_assert_int_eq(xfer_engine_new(&ec, &u->e), 0);
+    dir_pump_new(&u->d, eps, NSHARDS, SLICE);
     xfer_tcp_config tc;
     xfer_tcp_config_default(&tc);
     tc.nshards = NSHARDS;
-    tc.dir = u->dir;
+    tc.dir = u->d.dir;
     tc.dir_group = group;
     tc.reconnect_max_ns = 200000000ull;
     tc.secret = secret;
     tc.secret_len = secret_len;
-    ck_assert_int_eq(xfer_tcp_new(u->base, &tc, &u->tcp), 0);
-    u->staging = calloc(SLOTS * NSHARDS, SLICE);
-    ck_assert_int_eq(xfer_engine_register_pool(u->e, u->staging,
-                                               SLOTS * NSHARDS * SLICE,
-                                               &u->pool), 0);
-    ck_assert_int_eq(xfer_engine_add_group(u->e, xfer_tcp_transport(u->tcp),
-                                           &u->group), 0);
-    for (uint32_t i = 0; i < SLOTS; i++)
-        u->free_slots[u->nfree++] = i;
-    u->seen_cap = 1u << 20;
-    u->seen = calloc(u->seen_cap, 1);
-    u->tick = event_new(u->base, -1, EV_PERSIST, on_tick, u);
+    ck_assert_int_eq(xfer_tcp_new(u->d.base, &tc, &u->tcp), 0);
+    dir_pump_attach(&u->d, xfer_tcp_transport(u->tcp));
 }
 
 static bool all_connected(void *ud)
@@ -161,50 +75,11 @@ static bool all_connected(void *ud)
     return true;
 }
 
-static void pump_start(pump *u)
-{
-    u->stop = false;
-    struct timeval tv = {0, 5000};
-    event_add(u->tick, &tv);
-}
-
-static bool pump_idle(void *ud)
-{
-    pump *u = ud;
-    return u->nfree == SLOTS;
-}
-
-static void pump_stop(pump *u)
-{
-    u->stop = true;
-    ck_assert(mp_run_while(u->base, pump_idle, u, 20000));
-    event_del(u->tick);
-}
-
-static void on_shut(void *ud)
-{
-    ((pump *)ud)->shut = true;
-}
-
 static void pump_del(pump *u)
 {
-    ck_assert_int_eq(xfer_engine_shutdown(u->e, on_shut, u), 0);
-    ck_assert(mp_run_until(u->base, &u->shut, 20000));
-    xfer_engine_del(u->e);
+    dir_pump_shutdown(&u->d);
     xfer_tcp_del(u->tcp);
-    xfer_dir_del(u->dir);
-    event_free(u->tick);
-    event_base_loop(u->base, EVLOOP_NONBLOCK);
-    event_base_free(u->base);
-    free(u->staging);
-    free(u->seen);
-}
-
-static void run_ms(pump *u, int ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    event_base_loopexit(u->base, &tv);
-    event_base_dispatch(u->base);
+    dir_pump_free(&u->d);
 }
 
 static bool shard_consume = true;
@@ -273,20 +148,20 @@ START_TEST(test_dir_tcp_kill_shard)
         start_shard(&d[k], &c, k, "kill", NULL);
     pump u;
     pump_new(&u, c.endpoints, "kill", NULL, 0);
-    ck_assert(mp_run_while(u.base, all_connected, &u, 15000));
-    pump_start(&u);
-    run_ms(&u, 500);
-    ck_assert_uint_gt(u.ok, 0);
+    ck_assert(mp_run_while(u.d.base, all_connected, &u, 15000));
+    dir_pump_start(&u.d);
+    dir_pump_run_ms(&u.d, 500);
+    ck_assert_uint_gt(u.d.ok, 0);
     uint64_t t0 = mp_now_ms();
     mp_kill(&d[1], SIGKILL);
-    ck_assert(mp_run_while(u.base, shard_gone, &u, 10000));
+    ck_assert(mp_run_while(u.d.base, shard_gone, &u, 10000));
     uint64_t took = mp_now_ms() - t0;
     fprintf(stderr, "shard 1 gone %llu ms after kill -9 (lease TTL 2000)\n",
             (unsigned long long)took);
     ck_assert_uint_le(took, 3000); /* the bound: TTL + 1 s */
-    uint64_t gone0 = u.gone;
-    run_ms(&u, 300);
-    ck_assert_uint_gt(u.gone, gone0); /* failing fast, with its status */
+    uint64_t gone0 = u.d.gone;
+    dir_pump_run_ms(&u.d, 300);
+    ck_assert_uint_gt(u.d.gone, gone0); /* failing fast, with its status */
     xfer_tcp_stats ts;
     ck_assert_int_eq(xfer_tcp_stats_get(u.tcp, &ts), 0);
     ck_assert_uint_eq(ts.gones, 1);
@@ -294,13 +169,13 @@ START_TEST(test_dir_tcp_kill_shard)
     uint16_t old_port = d[1].port;
     start_shard(&d[1], &c, 1, "kill", NULL);
     ck_assert_uint_ne(d[1].port, old_port);
-    ck_assert(mp_run_while(u.base, all_connected, &u, 15000));
-    u.since_ok = 0;
-    run_ms(&u, 500);
-    ck_assert_uint_gt(u.since_ok, 0);
-    pump_stop(&u);
-    ck_assert_uint_eq(u.done, u.submitted);
-    ck_assert_uint_eq(u.dup, 0);
+    ck_assert(mp_run_while(u.d.base, all_connected, &u, 15000));
+    u.d.since_ok = 0;
+    dir_pump_run_ms(&u.d, 500);
+    ck_assert_uint_gt(u.d.since_ok, 0);
+    dir_pump_stop(&u.d);
+    ck_assert_uint_eq(u.d.done, u.d.submitted);
+    ck_assert_uint_eq(u.d.dup, 0);
     pump_del(&u);
     for (int k = 0; k < NSHARDS; k++) {
         assert_empty(d[k].port);
@@ -319,20 +194,20 @@ START_TEST(test_dir_tcp_etcd_down)
         start_shard(&d[k], &c, k, "down", NULL);
     pump u;
     pump_new(&u, c.endpoints, "down", NULL, 0);
-    ck_assert(mp_run_while(u.base, all_connected, &u, 15000));
-    pump_start(&u);
-    run_ms(&u, 300);
+    ck_assert(mp_run_while(u.d.base, all_connected, &u, 15000));
+    dir_pump_start(&u.d);
+    dir_pump_run_ms(&u.d, 300);
     etcd_signal(&c, 0, SIGKILL);
-    run_ms(&u, 10000);
+    dir_pump_run_ms(&u.d, 10000);
     ck_assert_int_eq(etcd_restart(&c, 0), 0);
-    run_ms(&u, 3000);
-    pump_stop(&u);
+    dir_pump_run_ms(&u.d, 3000);
+    dir_pump_stop(&u.d);
     fprintf(stderr, "%llu transfers while etcd was stopped and after\n",
-            (unsigned long long)u.ok);
-    ck_assert_uint_gt(u.ok, 100);
-    ck_assert_uint_eq(u.failed, 0);
-    ck_assert_uint_eq(u.done, u.submitted);
-    ck_assert_uint_eq(u.dup, 0);
+            (unsigned long long)u.d.ok);
+    ck_assert_uint_gt(u.d.ok, 100);
+    ck_assert_uint_eq(u.d.failed, 0);
+    ck_assert_uint_eq(u.d.done, u.d.submitted);
+    ck_assert_uint_eq(u.d.dup, 0);
     ck_assert(all_connected(&u));
     pump_del(&u);
     for (int k = 0; k < NSHARDS; k++) {
@@ -370,7 +245,7 @@ START_TEST(test_dir_tcp_forged_entry)
     start_shard(&rogue, NULL, 1, "sec", evil);
     pump u;
     pump_new(&u, c.endpoints, "sec", secret, strlen(secret));
-    bool up = mp_run_while(u.base, all_connected, &u, 15000);
+    bool up = mp_run_while(u.d.base, all_connected, &u, 15000);
     xfer_tcp_stats ts;
     ck_assert_int_eq(xfer_tcp_stats_get(u.tcp, &ts), 0);
     fprintf(stderr, "connects %llu failures %llu refused %llu gone %d %d\n",
@@ -387,14 +262,14 @@ START_TEST(test_dir_tcp_forged_entry)
              "\"transports\":1,\"epoch\":9223372036854775807}",
              (unsigned)rogue.port);
     ck_assert_int_eq(etcd_put(&c, 0, "/xfer/groups/sec/1", value), 0);
-    pump_start(&u);
-    run_ms(&u, 2000);
-    pump_stop(&u);
+    dir_pump_start(&u.d);
+    dir_pump_run_ms(&u.d, 2000);
+    dir_pump_stop(&u.d);
     ck_assert_int_eq(xfer_tcp_stats_get(u.tcp, &ts), 0);
     ck_assert_uint_gt(ts.hello_refused, 0);
     ck_assert(!xfer_tcp_connected(u.tcp, 1));
-    ck_assert_uint_gt(u.failed, 0);
-    ck_assert_uint_eq(u.done, u.submitted);
+    ck_assert_uint_gt(u.d.failed, 0);
+    ck_assert_uint_eq(u.d.done, u.d.submitted);
     pump_del(&u);
     ck_assert_uint_eq(stat_at_exit(&rogue, "reserves"), 0);
     for (int k = 0; k < NSHARDS; k++)
@@ -444,39 +319,39 @@ START_TEST(test_dir_tcp_consumer)
     taker t = {0};
     xfer_consumer_config cc;
     xfer_consumer_config_default(&cc);
-    cc.base = u.base;
+    cc.base = u.d.base;
     cc.nshards = NSHARDS;
-    cc.dir = u.dir;
+    cc.dir = u.d.dir;
     cc.dir_group = "cons";
     cc.available = took;
     cc.unavailable = not_taken;
     cc.ud = &t;
     cc.ready_deadline_ns = 2000000000ull;
     ck_assert_int_eq(xfer_consumer_new(&cc, &t.c), 0);
-    ck_assert(mp_run_while(u.base, all_connected, &u, 15000));
-    ck_assert(mp_run_while(u.base, consumer_up, &t, 15000));
-    pump_start(&u);
-    run_ms(&u, 500);
-    pump_stop(&u);
-    ck_assert_uint_gt(u.ok, 0);
-    run_ms(&u, 300);
-    ck_assert_uint_eq(t.available, u.ok);
+    ck_assert(mp_run_while(u.d.base, all_connected, &u, 15000));
+    ck_assert(mp_run_while(u.d.base, consumer_up, &t, 15000));
+    dir_pump_start(&u.d);
+    dir_pump_run_ms(&u.d, 500);
+    dir_pump_stop(&u.d);
+    ck_assert_uint_gt(u.d.ok, 0);
+    dir_pump_run_ms(&u.d, 300);
+    ck_assert_uint_eq(t.available, u.d.ok);
     /* Shard 1 moves: killed, back on another port. */
     uint16_t old_port = d[1].port;
     mp_kill(&d[1], SIGKILL);
-    ck_assert(mp_run_while(u.base, shard_gone, &u, 10000));
+    ck_assert(mp_run_while(u.d.base, shard_gone, &u, 10000));
     start_shard(&d[1], &c, 1, "cons", NULL);
     ck_assert_uint_ne(d[1].port, old_port);
-    ck_assert(mp_run_while(u.base, all_connected, &u, 15000));
-    ck_assert(mp_run_while(u.base, consumer_up, &t, 15000));
-    uint64_t ok0 = u.ok, avail0 = t.available;
-    pump_start(&u);
-    run_ms(&u, 500);
-    pump_stop(&u);
-    run_ms(&u, 300);
-    ck_assert_uint_gt(u.ok, ok0);
-    ck_assert_uint_eq(t.available - avail0, u.ok - ok0);
-    ck_assert_uint_eq(u.done, u.submitted);
+    ck_assert(mp_run_while(u.d.base, all_connected, &u, 15000));
+    ck_assert(mp_run_while(u.d.base, consumer_up, &t, 15000));
+    uint64_t ok0 = u.d.ok, avail0 = t.available;
+    dir_pump_start(&u.d);
+    dir_pump_run_ms(&u.d, 500);
+    dir_pump_stop(&u.d);
+    dir_pump_run_ms(&u.d, 300);
+    ck_assert_uint_gt(u.d.ok, ok0);
+    ck_assert_uint_eq(t.available - avail0, u.d.ok - ok0);
+    ck_assert_uint_eq(u.d.done, u.d.submitted);
     xfer_consumer_del(t.c);
     pump_del(&u);
     for (int k = 0; k < NSHARDS; k++)
@@ -488,12 +363,9 @@ END_TEST
 
 int main(void)
 {
-    if (!etcd_binary()) {
-        const char *ci = getenv("CI");
-        fprintf(stderr, "test_dir_tcp: no etcd binary (etcd-server)%s\n",
-                ci && *ci ? ": required in CI" : ", skipped");
-        return ci && *ci ? 1 : 77;
-    }
+    int skip = etcd_required("test_dir_tcp");
+    if (skip)
+        return skip;
     Suite *s = suite_create("dir_tcp");
     TCase *tc = tcase_create("dir_tcp");
     tcase_set_timeout(tc, 120);

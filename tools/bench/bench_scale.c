@@ -41,6 +41,7 @@
 
 #include "../demo_tcp.h"
 #include "../cli.h"
+#include "etcd_run.h"
 #include "proc.h"
 #include "xfer/dir.h"
 #include "xfer/tcp.h"
@@ -392,53 +393,6 @@ static void on_member(void *ud, const char *group, uint16_t shard,
         w->seen = true;
     else
         w->gone = true;
-}
-
-static pid_t etcd_pid;
-static char etcd_dir[64];
-
-static void etcd_end(void)
-{
-    if (etcd_pid > 0) {
-        kill(etcd_pid, SIGKILL);
-        waitpid(etcd_pid, NULL, 0);
-        etcd_pid = 0;
-    }
-    if (etcd_dir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", etcd_dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "cannot remove %s\n", etcd_dir);
-    }
-}
-
-static int start_etcd(char *url, size_t cap)
-{
-    unsigned cport = 20000 + (unsigned)(getpid() % 20000);
-    unsigned pport = cport + 1;
-    snprintf(etcd_dir, sizeof etcd_dir, "/tmp/xfer-scale-XXXXXX");
-    if (!mkdtemp(etcd_dir))
-        return -1;
-    char data[128], cl[64], pl[64], ic[96];
-    snprintf(data, sizeof data, "%s/data", etcd_dir);
-    snprintf(cl, sizeof cl, "http://127.0.0.1:%u", cport);
-    snprintf(pl, sizeof pl, "http://127.0.0.1:%u", pport);
-    snprintf(ic, sizeof ic, "s=%s", pl);
-    snprintf(url, cap, "%s", cl);
-    etcd_pid = fork();
-    if (etcd_pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open("/dev/null", O_WRONLY);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execlp("etcd", "etcd", "--name", "s", "--data-dir", data,
-               "--listen-client-urls", cl, "--advertise-client-urls", cl,
-               "--listen-peer-urls", pl, "--initial-advertise-peer-urls", pl,
-               "--initial-cluster", ic, (char *)NULL);
-        _exit(127);
-    }
-    atexit(etcd_end);
-    return etcd_pid > 0 ? 0 : -1;
 }
 
 /* Register groups g0..g{n-1} (one shard each) from filler directories,
@@ -812,9 +766,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "xfer-bench-scale: a point failed to run\n");
     demo_tcp_stop(g);
     /* Membership-change latency. */
-    char url[64];
-    if (!rc && run[5] && system("command -v etcd >/dev/null 2>&1") == 0 &&
-        start_etcd(url, sizeof url) == 0) {
+    char url[64], why[128];
+    if (!rc && run[5] &&
+        bench_etcd_start(url, sizeof url, why, sizeof why) == 0) {
         struct event_base *b = event_base_new();
         run_for(b, 1500000000ull); /* etcd starts */
         static const int groups[] = {1, 10, 100, 1000};
@@ -836,7 +790,7 @@ int main(int argc, char **argv)
             xfer_dir_del(fill[i]);
         event_base_free(b);
     } else if (!rc && run[5]) {
-        printf("\nmembership change: no etcd on PATH, not measured\n");
+        printf("\nmembership change: not measured (%s)\n", why);
     }
     fclose(dat);
     if (plots && !rc)

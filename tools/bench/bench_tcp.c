@@ -7,6 +7,7 @@
  *                  [--inflight N[,N...]] [--warmup S] [--xferd PATH]
  *                  [--python PATH] [--pyref PATH] [--py-stdlib] [--smoke]
  *                  [--verbose] [--pause-ms MS] [--eager]
+ *                  [--etcd | --etcd-url URLS]
  *
  * Parts (--only takes a comma list; default all):
  *   echo    the floor: a minimal C fan-out echo to 4 echo processes over
@@ -35,6 +36,15 @@
  * field-by-field median.  --smoke runs a few hundred units of each part
  * instead of timed figures and checks that the counts add up (exit 1 if
  * not): the suite's test of this program.
+ *
+ * --etcd (an etcd of its own on loopback: `etcd` on PATH) or --etcd-url
+ * URLS (one running): the 4 xferd also register in etcd (group "0",
+ * lease 2 s), and the xfer figures are measured a second time with the
+ * tcp transport created from the group name (docs/discovery.md) on the
+ * same engine and the same xferd, right after each static-address
+ * figure: what the directory costs.  It is meant to cost nothing on the
+ * data path (etcd is read once and watched; the ops go to the same
+ * sockets), so the two lines should agree within the run's noise.
  *
  * --eager: the xfer engine sends blocks up to 4 KiB (the 0-byte transfers
  * of `xfer`) as one EAGER frame per shard, so the 1-in-flight figure
@@ -66,6 +76,7 @@
 #include "xfer/integrity.h"
 #include "cli.h"
 #include "echo.h"
+#include "etcd_run.h"
 #include "figure.h"
 #include "proc.h"
 #include "pump.h"
@@ -99,6 +110,9 @@ typedef struct opts {
     int nlevels;
     const char *xferd, *python, *pyref;
     bool py_stdlib, smoke, verbose;
+    bool only_given;     /* --only: --smoke keeps to those parts */
+    bool etcd_own;       /* --etcd: start an etcd on loopback */
+    const char *etcd_url; /* --etcd-url URLS */
 } opts;
 
 /* Every figure of one run (and, after the runs, their medians). */
@@ -109,6 +123,7 @@ typedef struct figs {
     bench_fig blocks[3][2];        /* 64 KiB, 256 KiB, 4 MiB x 1/4 shards */
     bench_fig integ[4][2];         /* 64 KiB, 1 MiB, 16 MiB, 4 KiB (64 in
                                       flight) x integrity off / on */
+    bench_fig dir[MAX_LEVELS];     /* --etcd: xfer through the directory */
 } figs;
 
 static const uint32_t echo_rounds[2] = {1, 3};
@@ -124,6 +139,7 @@ typedef struct world {
     char xferd[PATH_MAX];
     bench_pyref *py;
     char py_why[256];
+    char etcd[256];     /* --etcd/--etcd-url: the endpoints; "" none */
 } world;
 
 /* ---------------------------------------------------------------------- */
@@ -231,18 +247,24 @@ static int run_wire(world *w, const opts *o, figs *f)
     return 0;
 }
 
-static int pump(world *w, bool one, uint32_t slice, uint32_t inflight,
-                uint64_t ns, bench_fig *f)
+static int pump_via(world *w, bool one, bool dir, uint32_t slice,
+                    uint32_t inflight, uint64_t ns, bench_fig *f)
 {
     char err[256];
     bench_pump_params p = {.one_shard = one, .slice = slice,
-                           .inflight = inflight, .ns = ns};
+                           .inflight = inflight, .ns = ns, .via_dir = dir};
     bench_pump_counts c;
     if (bench_pump_run(w->pump, &p, f, &c, err, sizeof err) != 0) {
         fprintf(stderr, "xfer-bench-tcp: %s\n", err);
         return -1;
     }
     return 0;
+}
+
+static int pump(world *w, bool one, uint32_t slice, uint32_t inflight,
+                uint64_t ns, bench_fig *f)
+{
+    return pump_via(w, one, false, slice, inflight, ns, f);
 }
 
 static int run_xfer(world *w, const opts *o, figs *f)
@@ -252,10 +274,22 @@ static int run_xfer(world *w, const opts *o, figs *f)
     if (wsecs > 0 &&
         pump(w, false, 0, 64, (uint64_t)(wsecs * 1e9), &warm) != 0)
         return -1;
+    static unsigned turn; /* --etcd: which of the pair goes first */
     for (int li = 0; li < o->nlevels; li++) {
+        /* --etcd: the same level at once through the directory, so both
+         * figures see the same machine; the order alternates from one
+         * level (and run) to the next, so neither always runs warmer */
+        bool dir_first = w->etcd[0] && (turn++ & 1);
+        if (dir_first && pump_via(w, false, true, 0, o->level[li],
+                                  ns_of(o), &f->dir[li]) != 0)
+            return -1;
         if (pump(w, false, 0, o->level[li], ns_of(o), &f->xfer[li]) != 0)
             return -1;
         say_units(o, "xfer", o->level[li], &f->xfer[li]);
+        if (w->etcd[0] && !dir_first &&
+            pump_via(w, false, true, 0, o->level[li], ns_of(o),
+                     &f->dir[li]) != 0)
+            return -1;
     }
     return 0;
 }
@@ -605,6 +639,17 @@ static void print_all(const opts *o, const world *w, const figs *f)
                          : "xfer: engine + tcp transport -> 4 xferd processes "
                            "(reserve, write, commit on every shard)",
                      o, f->xfer);
+    if ((o->parts & P_XFER) && w->etcd[0]) {
+        print_levels("xfer through etcd: the same, the tcp transport created "
+                     "from the group name", o, f->dir);
+        int l1 = level_index(o, 1);
+        if (l1 >= 0 && f->xfer[l1].per_s > 0)
+            printf("  directory cost at 1 in flight: static addresses "
+                   "%.0f/s p50 %.1f us, through etcd %.0f/s p50 %.1f us "
+                   "(%.2fx the transfers/s)\n", f->xfer[l1].per_s,
+                   f->xfer[l1].p50_us, f->dir[l1].per_s, f->dir[l1].p50_us,
+                   f->dir[l1].per_s / f->xfer[l1].per_s);
+    }
     if ((o->parts & P_PYTHON) && w->py) {
         char title[160];
         snprintf(title, sizeof title, "Python reference (%s, the same "
@@ -692,22 +737,23 @@ static int smoke_client(world *w, bench_echo *e, const char *name,
 }
 
 static int smoke_pump(world *w, bool one, uint32_t slice, uint32_t inflight,
-                      uint32_t units)
+                      uint32_t units, bool dir)
 {
     char err[256], what[128];
     uint16_t shards = one ? 1 : NSHARDS;
     xfer_wire_status s0, s1;
     bench_pump_params p = {.one_shard = one, .slice = slice,
                            .inflight = inflight, .ns = UINT64_MAX / 4,
-                           .max_units = units};
+                           .max_units = units, .via_dir = dir};
     bench_pump_counts c;
     bench_fig f;
     int st0 = status_sum(w, &s0);
     int rc = bench_pump_run(w->pump, &p, &f, &c, err, sizeof err);
     int st1 = status_sum(w, &s1);
     int bad = 0;
-    snprintf(what, sizeof what, "xfer %u B x %u shard(s), %u in flight: "
-             "%" PRIu64 " of %u ok", slice, shards, inflight, c.done, units);
+    snprintf(what, sizeof what, "xfer %u B x %u shard(s), %u in flight%s: "
+             "%" PRIu64 " of %u ok", slice, shards, inflight,
+             dir ? " through etcd" : "", c.done, units);
     bad += check(rc == 0 && c.done == units && c.submitted == units &&
                  c.failed == 0 && c.refused == 0 && f.units == units, what);
     bad += check(c.ops_sent == (uint64_t)units * shards * 3,
@@ -748,16 +794,26 @@ static int smoke_python(world *w)
     return bad;
 }
 
-static int smoke(world *w)
+static int smoke(world *w, const opts *o)
 {
     printf("xfer-bench tcp --smoke: counts that must add up\n");
-    int bad = smoke_client(w, w->echo, "echo", 1) +
-              smoke_client(w, w->echo, "echo", 3) +
-              smoke_client(w, w->wire, "wire", 3);
-    bad += smoke_pump(w, false, 0, 1, 100);
-    bad += smoke_pump(w, false, 0, 64, 300);
-    bad += smoke_pump(w, true, MIB, 8, 16);
-    bad += smoke_python(w);
+    int bad = 0;
+    if (o->parts & P_ECHO)
+        bad += smoke_client(w, w->echo, "echo", 1) +
+               smoke_client(w, w->echo, "echo", 3);
+    if (o->parts & P_WIRE)
+        bad += smoke_client(w, w->wire, "wire", 3);
+    if (o->parts & P_XFER) {
+        bad += smoke_pump(w, false, 0, 1, 100, false);
+        bad += smoke_pump(w, false, 0, 64, 300, false);
+        bad += smoke_pump(w, true, MIB, 8, 16, false);
+    }
+    if ((o->parts & P_XFER) && w->etcd[0]) {
+        bad += smoke_pump(w, false, 0, 1, 100, true);
+        bad += smoke_pump(w, false, 0, 64, 300, true);
+    }
+    if (o->parts & P_PYTHON)
+        bad += smoke_python(w);
     printf("%s\n", bad ? "smoke: FAILED" : "smoke: ok");
     return bad ? 1 : 0;
 }
@@ -807,17 +863,26 @@ static int start_world(world *w, const opts *o, const char *argv0)
             find_xferd(argv0, xferd, sizeof xferd);
         /* Shard tombstones live 2 x the lease: a 1 s lease leaves room
          * for 500 k transfers/s per shard in 1 M tombstones. */
+        if (o->etcd_url)
+            snprintf(w->etcd, sizeof w->etcd, "%s", o->etcd_url);
+        else if (o->etcd_own &&
+                 bench_etcd_start(w->etcd, sizeof w->etcd, err, sizeof err))
+            goto out_err;
         demo_tcp_config gc = {.xferd = xferd, .nshards = NSHARDS,
                               .pool_bytes = o->smoke ? 64u << 20
                                                      : 256u << 20,
                               .max_resv = 65536,
-                              .max_tombs = 1u << 20, .lease_ttl_ms = 1000};
+                              .max_tombs = 1u << 20, .lease_ttl_ms = 1000,
+                              .etcd = w->etcd[0] ? w->etcd : NULL};
         if (demo_tcp_start(&gc, &w->group, err, sizeof err) != 0 ||
-            bench_pump_new(w->group, NSHARDS, &w->pump, err, sizeof err))
+            bench_pump_new(w->group, NSHARDS, &w->pump, err, sizeof err) ||
+            (w->etcd[0] &&
+             bench_pump_add_dir(w->pump, w->etcd, err, sizeof err)))
             goto out_err;
         snprintf(w->xferd, sizeof w->xferd, "%s", xferd);
         w->integ_gc = gc;
         w->integ_gc.xferd = w->xferd;
+        w->integ_gc.etcd = NULL; /* those groups are static */
     }
     if ((o->parts & P_WIRE) && connect_wire(w, err, sizeof err) != 0)
         goto out_err;
@@ -855,7 +920,8 @@ static void stop_world(world *w)
 /* Every flag, its value and its help: getopt_long's options and --help
  * are both built from this table (tools/cli.h). */
 enum { F_ONLY = 256, F_RUNS, F_SECONDS, F_INFLIGHT, F_WARMUP, F_XFERD,
-       F_PYTHON, F_PYREF, F_PYSTDLIB, F_SMOKE, F_VERBOSE, F_PAUSE, F_EAGER };
+       F_PYTHON, F_PYREF, F_PYSTDLIB, F_SMOKE, F_VERBOSE, F_PAUSE, F_EAGER,
+       F_ETCD, F_ETCD_URL };
 static const cli_flag flags[] = {
     {"only", 0, "PARTS", "a comma list of echo,wire,xfer,python,data,blocks,"
      "integrity (all)", F_ONLY},
@@ -882,6 +948,10 @@ static const cli_flag flags[] = {
      "attach (0)", F_PAUSE},
     {"eager", 0, NULL, "blocks up to 4 KiB go as one EAGER frame per shard",
      F_EAGER},
+    {"etcd", 0, NULL, "the xfer figures again with the shards found through "
+     "an etcd started on loopback (etcd on PATH)", F_ETCD},
+    {"etcd-url", 0, "URLS", "the same through a running etcd (its client "
+     "URLs)", F_ETCD_URL},
     CLI_HELP,
     CLI_VERSION,
     {NULL, 0, NULL, NULL, 0}};
@@ -947,7 +1017,10 @@ static int parse(int argc, char **argv, opts *o)
         case F_VERBOSE: o->verbose = true; break;
         case F_PYSTDLIB: o->py_stdlib = true; break;
         case F_EAGER: bench_pump_eager_max_bytes = 4096; break;
+        case F_ETCD: o->etcd_own = true; break;
+        case F_ETCD_URL: o->etcd_url = v; break;
         case F_ONLY:
+            o->only_given = true;
             if (parse_parts(v, &o->parts))
                 return bad_arg("part list (echo,wire,xfer,python,data,"
                                "blocks)", v);
@@ -988,6 +1061,8 @@ static int parse(int argc, char **argv, opts *o)
     }
     if (optind < argc)
         return bad_arg("argument", argv[optind]);
+    if (o->etcd_own && o->etcd_url)
+        return bad_arg("flag (--etcd or --etcd-url, not both)", "--etcd-url");
     return 0;
 }
 
@@ -1002,8 +1077,9 @@ int main(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc;
-    if (o.smoke)
-        o.parts = P_ECHO | P_WIRE | P_XFER | P_PYTHON;
+    if (o.smoke) /* of --only's parts, those that have a smoke run */
+        o.parts = (o.only_given ? o.parts : ~0u) &
+                  (P_ECHO | P_WIRE | P_XFER | P_PYTHON);
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
     atexit(bench_proc_kill_all);
@@ -1014,7 +1090,7 @@ int main(int argc, char **argv)
     if (start_world(&w, &o, argv[0]) != 0)
         goto out;
     if (o.smoke) {
-        rc = smoke(&w);
+        rc = smoke(&w, &o);
         goto out;
     }
     printf("xfer-bench tcp: 4 shard processes on 127.0.0.1, 0-byte "

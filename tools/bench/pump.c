@@ -19,6 +19,7 @@
 
 #include <event2/event.h>
 
+#include "xfer/dir.h"
 #include "xfer/xfer.h"
 
 #define STAGING (64u << 20)
@@ -30,6 +31,9 @@ struct bench_pump {
     xfer_engine *e;
     xfer_tcp *tcp_all, *tcp_one;
     uint32_t g_all, g_one, pool;
+    xfer_dir *dir;             /* bench_pump_add_dir: etcd */
+    xfer_tcp *tcp_dir;         /* ... and every shard found through it */
+    uint32_t g_dir;
     uint16_t nshards;
     uint8_t *staging;
     /* The run in progress. */
@@ -99,16 +103,22 @@ static void submit(bench_pump *u)
 
 static uint64_t ops_sent(const bench_pump *u)
 {
-    xfer_tcp_stats a, b;
+    xfer_tcp_stats a, b, d = {0};
     xfer_tcp_stats_get(u->tcp_all, &a);
     xfer_tcp_stats_get(u->tcp_one, &b);
-    return a.ops_sent + b.ops_sent;
+    if (u->tcp_dir)
+        xfer_tcp_stats_get(u->tcp_dir, &d);
+    return a.ops_sent + b.ops_sent + d.ops_sent;
 }
 
 int bench_pump_run(bench_pump *u, const bench_pump_params *p, bench_fig *f,
                    bench_pump_counts *c, char *err, size_t cap)
 {
-    u->shards = p->one_shard ? 1 : u->nshards;
+    u->shards = p->one_shard && !p->via_dir ? 1 : u->nshards;
+    if (p->via_dir && !u->tcp_dir) {
+        snprintf(err, cap, "pump: no group through etcd");
+        return -1;
+    }
     if (p->inflight == 0 || p->inflight > BENCH_PUMP_MAX_INFLIGHT ||
         (uint64_t)p->inflight * u->shards * p->slice > STAGING) {
         snprintf(err, cap, "pump: %u in flight of %u bytes on %u shards "
@@ -122,7 +132,7 @@ int bench_pump_run(bench_pump *u, const bench_pump_params *p, bench_fig *f,
     *c = (bench_pump_counts){0};
     u->p = p;
     u->c = c;
-    u->group = p->one_shard ? u->g_one : u->g_all;
+    u->group = p->via_dir ? u->g_dir : p->one_shard ? u->g_one : u->g_all;
     u->bytes = u->nlat = u->nfree = 0;
     for (uint32_t i = 0; i < p->inflight; i++)
         u->free_slots[u->nfree++] = p->inflight - 1 - i;
@@ -230,6 +240,31 @@ out_fail:
     return -1;
 }
 
+int bench_pump_add_dir(bench_pump *u, const char *endpoints, char *err,
+                       size_t cap)
+{
+    xfer_dir_config dc;
+    xfer_dir_config_default(&dc);
+    dc.endpoints = endpoints;
+    int rc = u->tcp_dir ? XFER_ERR_EXISTS
+                        : xfer_dir_new(u->base, &dc, &u->dir);
+    if (rc) {
+        snprintf(err, cap, "pump: --etcd %s: %s", endpoints,
+                 xfer_strerror(rc));
+        return -1;
+    }
+    if (demo_tcp_connect_dir(u->g, u->base, u->dir, 10000, &u->tcp_dir, err,
+                             cap) != 0)
+        return -1;
+    rc = xfer_engine_add_group(u->e, xfer_tcp_transport(u->tcp_dir),
+                               &u->g_dir);
+    if (rc) {
+        snprintf(err, cap, "pump: %s", xfer_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
 static void on_shut(void *ud)
 {
     event_base_loopbreak(ud);
@@ -244,6 +279,8 @@ void bench_pump_del(bench_pump *u)
     xfer_engine_del(u->e);
     xfer_tcp_del(u->tcp_all);
     xfer_tcp_del(u->tcp_one);
+    xfer_tcp_del(u->tcp_dir);
+    xfer_dir_del(u->dir); /* after the transport that follows it */
     if (u->base) {
         event_base_loop(u->base, EVLOOP_NONBLOCK);
         event_base_free(u->base);

@@ -24,6 +24,8 @@ typedef struct bench_pump_params {
     uint32_t inflight;  /* 1..BENCH_PUMP_MAX_INFLIGHT */
     uint64_t ns;        /* stop submitting after this long */
     uint64_t max_units; /* ... or after this many (0: no limit) */
+    bool via_dir;       /* the group found through etcd (every shard;
+                           bench_pump_add_dir), else by static address */
 } bench_pump_params;
 
 /* What one run did (for the smoke checks). */
@@ -40,6 +42,17 @@ typedef struct bench_pump_counts {
  */
 int bench_pump_new(const demo_tcp *g, uint16_t nshards, bench_pump **out,
                    char *err, size_t cap);
+/*
+ * A third group on the pump's engine: every shard again, found through
+ * etcd at `endpoints` (borrowed for the call) as group "0", which the
+ * children of g registered in (demo_tcp_config.etcd); waits (at most
+ * 10 s) until each is connected.  The data path is the same as the
+ * static group's: only how the addresses were learnt differs.  Returns
+ * 0, or -1 with one line in err.
+ */
+int bench_pump_add_dir(bench_pump *u, const char *endpoints, char *err,
+                       size_t cap);
+
 /* The engine's eager_max_bytes for pumps made after it is set (0, the
  * default: three rounds; `xfer-bench tcp --eager` sets 4096). */
 extern uint32_t bench_pump_eager_max_bytes;

@@ -678,7 +678,8 @@ typedef struct xferd {
     xfer_metrics *metrics;          /* --metrics */
     struct event *flush_ev;         /* flushes the trace 10 times a second */
     struct event *empty_ev;         /* after the drain: waits for empty */
-    xfer_dir *dir;                  /* --etcd: our registration */
+    xfer_dir *dir;                  /* --etcd: the server's directory
+                                       client (xfer_server_dir) */
     uint64_t empty_deadline;
     int terms;
 } xferd;
@@ -746,15 +747,6 @@ static void drained(void *ud, bool clean)
     }
 }
 
-static void unregistered(void *ud, bool ok)
-{
-    xferd *d = ud;
-    if (!ok)
-        fprintf(stderr, "xferd: etcd did not confirm the removal of our "
-                "entries: they go with their lease\n");
-    xfer_server_drain(d->srv, drained, d);
-}
-
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     xferd *d = arg;
@@ -767,10 +759,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
         return;
     }
     fprintf(stderr, "xferd: draining\n");
-    /* A draining server leaves its group first, so producers stop
-     * sending here before the listener closes. */
-    if (d->dir && xfer_dir_unregister(d->dir, unregistered, d) == 0)
-        return;
+    /* Registered (--etcd): the server leaves its group first, so
+     * producers stop sending here before the listener closes. */
     xfer_server_drain(d->srv, drained, d);
 }
 
@@ -1127,10 +1117,12 @@ static int setup(xferd *d)
     return o->metrics_addr ? start_metrics(d) : 0;
 }
 
-/* --etcd: one entry per hosted shard under one lease (xfer/dir.h).  The
- * epoch is the start time in microseconds (CLOCK_REALTIME): it grows at
- * every start without a round trip to etcd before serving, and only a
- * clock stepped back between two starts could make it shrink. */
+/* --etcd: one entry per hosted shard under one lease, registered by the
+ * server itself (xfer_server_register).  The epoch is the start time in
+ * microseconds (CLOCK_REALTIME): it grows at every start without a round
+ * trip to etcd before serving, and only a clock stepped back between two
+ * starts could make it shrink.  The address is --advertise, else --addr
+ * as given (a wildcard too: the operator's choice). */
 static void dir_config(const opts *o, xfer_dir_config *dc);
 
 static int start_dir(xferd *d)
@@ -1138,37 +1130,27 @@ static int start_dir(xferd *d)
     const opts *o = d->o;
     xfer_dir_config dc;
     dir_config(o, &dc);
-    int rc = xfer_dir_new(d->base, &dc, &d->dir);
-    if (rc) {
-        fprintf(stderr, "xferd: --etcd %s: %s\n", o->etcd, xfer_strerror(rc));
-        return rc;
-    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    xfer_dir_entry e = {
-        .port = xfer_server_port(d->srv),
-        .transports = XFER_DIR_TCP | (o->cfg.rdma ? XFER_DIR_RDMA : 0),
-        .epoch = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000};
-    snprintf(e.addr, sizeof e.addr, "%s",
-             o->advertise ? o->advertise : o->cfg.addr);
+    uint64_t epoch =
+        (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
     const char *group = o->group_name ? o->group_name : "0";
-    for (uint16_t i = 0; i < o->cfg.nshards && rc == 0; i++) {
-        e.shard = o->cfg.shards[i];
-        rc = xfer_dir_register(d->dir, group, &e);
-    }
+    int rc = xfer_server_register(d->srv, &dc, group,
+                                  o->advertise ? o->advertise : o->cfg.addr,
+                                  epoch);
     if (rc)
-        fprintf(stderr, "xferd: cannot register in etcd: %s\n",
-                xfer_strerror(rc));
+        fprintf(stderr, "xferd: --etcd %s: cannot register in etcd: %s\n",
+                o->etcd, xfer_strerror(rc));
     else
         printf("xferd: registering group %s in etcd (epoch %llu)\n", group,
-               (unsigned long long)e.epoch);
+               (unsigned long long)epoch);
+    d->dir = xfer_server_dir(d->srv);
     return rc;
 }
 
 static void teardown(xferd *d)
 {
-    xfer_dir_del(d->dir);
-    xfer_metrics_del(d->metrics);
+    xfer_metrics_del(d->metrics); /* before the server: it reads d->dir */
     xfer_ctl_close(d->ctl);
     xfer_server_del(d->srv);
     if (d->flush_ev)
