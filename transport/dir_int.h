@@ -49,6 +49,9 @@ typedef struct dir_reg {
     char key[DIR_KEY_MAX];
     char value[DIR_VALUE_MAX];
     bool put;          /* put under the current lease */
+    char group[XFER_DIR_GROUP_MAX]; /* for listings (ctl) */
+    xfer_dir_entry e;
+    uint64_t since_ns; /* when xfer_dir_register was called */
 } dir_reg;
 
 typedef struct dir_watch {
@@ -58,6 +61,7 @@ typedef struct dir_watch {
     xfer_dir_member_fn fn;
     void *ud;
     xfer_dir_entry members[DIR_MAX_SHARDS];
+    uint64_t since[DIR_MAX_SHARDS]; /* when members[k] was learned */
     uint64_t have;              /* bit k: members[k] valid */
     uint64_t epoch[DIR_MAX_SHARDS]; /* highest epoch seen per shard */
     struct evhttp_connection *conn; /* the stream's own connection */
@@ -65,6 +69,7 @@ typedef struct dir_watch {
     struct json_tokener *tok;
     size_t msg_bytes;           /* bytes since the last whole message */
     struct event *retry_ev;
+    struct event *idle_ev;      /* the stream's read timeout */
     xfer_backoff bo;
     bool streaming;             /* the watch was created */
     int64_t rev;                /* the group's last revision seen */

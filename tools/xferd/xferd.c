@@ -1124,6 +1124,8 @@ static int setup(xferd *d)
     }
     if (o->etcd && (rc = start_dir(d)) != 0)
         return rc;
+    if (d->dir && d->ctl)
+        xfer_ctl_set_dir(d->ctl, d->dir); /* xfer-trace members --ctl */
     return o->metrics_addr ? start_metrics(d) : 0;
 }
 
@@ -1167,6 +1169,8 @@ static int start_dir(xferd *d)
 
 static void teardown(xferd *d)
 {
+    if (d->ctl)
+        xfer_ctl_set_dir(d->ctl, NULL); /* the ctl borrows the dir */
     xfer_dir_del(d->dir);
     xfer_metrics_del(d->metrics);
     xfer_ctl_close(d->ctl);
