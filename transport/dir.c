@@ -668,6 +668,8 @@ int xfer_dir_new(struct event_base *base, const xfer_dir_config *cfg,
         d->cfg.request_timeout_ns = 2000000000ull;
     if (!d->cfg.reconnect_min_ns)
         d->cfg.reconnect_min_ns = 100000000ull;
+    if (!d->cfg.watch_timeout_ns)
+        d->cfg.watch_timeout_ns = 1800000000000ull;
     if (d->cfg.reconnect_max_ns < d->cfg.reconnect_min_ns)
         d->cfg.reconnect_max_ns = d->cfg.reconnect_min_ns;
     char *eps = strdup(d->endpoints); /* strtok_r cuts its copy */

@@ -250,7 +250,7 @@ static void start(dir_watch *w);
 static void idle_arm(dir_watch *w)
 {
     uint64_t to = w->d->cfg.watch_timeout_ns;
-    if (to == UINT64_MAX || !to)
+    if (to == UINT64_MAX)
         return;
     struct timeval tv = xfer_timer_delay(to);
     evtimer_add(w->idle_ev, &tv);

@@ -91,7 +91,7 @@ typedef struct xfer_dir_config {
      * progress notifications, which etcd sends at its
      * --experimental-watch-progress-notify-interval (10 min by default):
      * set this to a few times that interval.  Default 30 min (three
-     * times etcd's default); UINT64_MAX: never. */
+     * times etcd's default; 0 also); UINT64_MAX: never. */
     uint64_t watch_timeout_ns;
 } xfer_dir_config;
 
