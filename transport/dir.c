@@ -35,6 +35,7 @@
 #include <openssl/x509v3.h>
 #include <sys/socket.h>
 
+#include "base_ref.h"
 #include "dir_int.h"
 #include "timer.h"
 #include "util.h" /* fsm/: the versioned config copy (fsm_private_dep) */
@@ -650,6 +651,10 @@ int xfer_dir_new(struct event_base *base, const xfer_dir_config *cfg,
     if (!d)
         return XFER_ERR_NOMEM;
     d->base = base;
+    /* An engine's own base is held until xfer_dir_del, so the engine and
+     * every other object on it may be deleted before the directory
+     * (base_ref.h; a caller's base is left to the caller). */
+    xfer_base_ref(base);
     d->cfg = c;
     int rc = XFER_ERR_NOMEM;
     if (dup_str(c.endpoints, &d->endpoints) || dup_str(c.prefix, &d->prefix) ||
@@ -726,7 +731,9 @@ void xfer_dir_del(xfer_dir *d)
     free(d->ca);
     free(d->cert);
     free(d->key);
+    struct event_base *base = d->base;
     free(d);
+    xfer_base_unref(base); /* last: the base may go with it */
 }
 
 static const size_t state_lens[] = {

@@ -100,7 +100,9 @@ typedef struct xfer_dir_config {
 XFER_API void xfer_dir_config_default(xfer_dir_config *cfg);
 
 /*
- * Create on `base` (borrowed, must outlive the directory).  Nothing is
+ * Create on `base`: a base the caller made is borrowed and must outlive
+ * the directory; an engine's own base (xfer_engine_base) is held until
+ * xfer_dir_del, so the engine may be deleted first.  Nothing is
  * sent until a register or a watch.  *out untouched on failure.
  * Errors: XFER_ERR_INVALID_ARG (no endpoint, a URL that does not parse,
  * an unknown version, a prefix that is empty or longer than 128 bytes),
@@ -111,7 +113,15 @@ XFER_API int xfer_dir_new(struct event_base *base, const xfer_dir_config *cfg,
                           xfer_dir **out);
 /* Stop everything (no callback after this returns) and free; NULL ok.
  * Entries registered stay in etcd until their lease expires: call
- * xfer_dir_unregister first to remove them at once. */
+ * xfer_dir_unregister first to remove them at once.
+ * Teardown orders: what watches or shows through the directory borrows
+ * it, so delete it first: a TCP transport (xfer_tcp_del stops its watch
+ * at once, even while an engine still holds the transport, so "transport,
+ * directory, engine" works), a consumer (xfer_consumer_del), a metrics
+ * exposition (xfer_metrics_del) and a ctl (xfer_ctl_close, or
+ * xfer_ctl_set_dir(ctl, NULL)).  The engine may go before or after the
+ * directory; on an engine's own base the directory may be deleted last
+ * of all (tests/api/test_dir_api.c runs these orders). */
 XFER_API void xfer_dir_del(xfer_dir *d);
 
 /*
@@ -121,7 +131,8 @@ XFER_API void xfer_dir_del(xfer_dir *d);
  * lease was lost (etcd unreachable for longer than the TTL).  Several
  * entries (shards) may be registered on one directory.
  * Errors: XFER_ERR_INVALID_ARG (bad group, shard >= 64, port 0, empty
- * address), XFER_ERR_BUSY (64 entries already), XFER_ERR_NOMEM.
+ * address, or after xfer_dir_unregister: a drained directory registers
+ * no more), XFER_ERR_BUSY (64 entries already), XFER_ERR_NOMEM.
  */
 XFER_API int xfer_dir_register(xfer_dir *d, const char *group,
                                const xfer_dir_entry *e);
