@@ -347,6 +347,10 @@ typedef struct fake {
     uint16_t port;
     uint16_t shard_port; /* the member it names */
     int ranges, watches, progress_asked;
+    /* The silent streams: evhttp leaves a chunked reply whose client
+     * went away to us (evhttp_send_reply_end frees it). */
+    struct evhttp_request *silent[64];
+    int nsilent;
 } fake;
 
 static char *b64(const char *s)
@@ -388,6 +392,8 @@ static void fake_cb(struct evhttp_request *req, void *arg)
                             "\"5\"},\"created\":true}}");
         evhttp_send_reply_chunk(req, out);
         /* ... and nothing more: a hung member, a swallowing proxy. */
+        ck_assert_int_lt(f->nsilent, 64);
+        f->silent[f->nsilent++] = req;
     } else {
         evhttp_send_error(req, 404, NULL);
     }
@@ -568,6 +574,10 @@ START_TEST(test_dir_ops_watch_silent)
     xfer_engine_del(u.e);
     xfer_tcp_del(u.tcp);
     xfer_dir_del(dir);
+    for (int i = 0; i < 20; i++) /* the fake sees the streams' ends */
+        event_base_loop(u.base, EVLOOP_NONBLOCK);
+    for (int i = 0; i < f.nsilent; i++)
+        evhttp_send_reply_end(f.silent[i]);
     evhttp_free(f.http);
     event_free(u.tick);
     event_base_loop(u.base, EVLOOP_NONBLOCK);
