@@ -28,6 +28,7 @@ struct json_tokener;
 #define DIR_VALUE_MAX 1024      /* a member's JSON value, bytes */
 #define DIR_MSG_MAX (1u << 20)  /* one watch message, bytes */
 #define DIR_TOKEN_MAX 512
+#define DIR_MAX_LOGGED 256      /* ignored entries remembered as logged */
 
 typedef struct dir_ep {
     char host[256];
@@ -101,6 +102,11 @@ struct xfer_dir {
     struct event *done_ev;      /* defers unreg_done onto the loop */
     dir_watch *watches[DIR_MAX_WATCHES];
     uint32_t nwatches;
+    /* Ignored entries already logged (a hash of group, key and why): a
+     * group read again after a lost or silent stream does not log them
+     * again.  Full: one line says so, and later ones are only counted. */
+    uint64_t logged[DIR_MAX_LOGGED];
+    uint32_t nlogged;
     xfer_dir_state st;
 };
 

@@ -149,12 +149,48 @@ static int key_shard(const dir_watch *w, const char *key, size_t n)
     return k;
 }
 
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* True the first time (group, key, why) is ignored at modification
+ * revision `modrev`: log it then only, so a hostile or stale entry costs
+ * one line, not one per read of its group (a put of it again is a new
+ * revision, and is logged).
+ * Past DIR_MAX_LOGGED remembered entries, one line says the rest are
+ * only counted. */
+static bool first_time(dir_watch *w, const char *key, size_t n,
+                       const char *why, int64_t modrev)
+{
+    xfer_dir *d = w->d;
+    uint64_t h = fnv(14695981039346656037ull, w->group, strlen(w->group));
+    h = fnv(fnv(fnv(h, key, n), why, strlen(why)), &modrev, sizeof modrev);
+    for (uint32_t i = 0; i < d->nlogged && i < DIR_MAX_LOGGED; i++)
+        if (d->logged[i] == h)
+            return false;
+    if (d->nlogged < DIR_MAX_LOGGED) {
+        d->logged[d->nlogged++] = h;
+        return true;
+    }
+    if (d->nlogged == DIR_MAX_LOGGED) {
+        d->nlogged++;
+        xfer_dir_logf(d, "dir: %u ignored entries logged; further ones are "
+                      "only counted", (unsigned)DIR_MAX_LOGGED);
+    }
+    return false;
+}
+
 static void bad_entry(dir_watch *w, const char *key, size_t n,
-                      const char *why)
+                      const char *why, int64_t modrev)
 {
     char k[200];
-    clean(key, n, k, sizeof k);
     w->d->st.bad_entries++;
+    if (!first_time(w, key, n, why, modrev))
+        return;
+    clean(key, n, k, sizeof k);
     xfer_dir_logf(w->d, "dir: ignored entry %s of group %s: %s", k, w->group,
                   why);
 }
@@ -171,15 +207,18 @@ static void on_kv(dir_watch *w, json_object *kv, uint64_t *seen)
     json_object *kj, *vj;
     char key[DIR_KEY_MAX + 64], val[DIR_VALUE_MAX + 8];
     size_t kn = 0, vn = 0;
+    int64_t modrev = 0;
+    xfer_dir_i64(kv, "mod_revision", &modrev); /* 0 when absent */
     if (!json_object_object_get_ex(kv, "key", &kj) ||
         !json_object_is_type(kj, json_type_string) ||
         xfer_dir_unb64(json_object_get_string(kj), key, sizeof key, &kn)) {
-        bad_entry(w, "?", 1, "key not base64 or too long");
+        bad_entry(w, "?", 1, "key not base64 or too long", modrev);
         return;
     }
     int k = key_shard(w, key, kn);
     if (k < 0 || k >= DIR_MAX_SHARDS) {
-        bad_entry(w, key, kn, "key is not <prefix><group>/<shard below 64>");
+        bad_entry(w, key, kn, "key is not <prefix><group>/<shard below 64>",
+                  modrev);
         return;
     }
     const char *why = "value not base64 or too long";
@@ -188,16 +227,20 @@ static void on_kv(dir_watch *w, json_object *kv, uint64_t *seen)
         !json_object_is_type(vj, json_type_string) ||
         xfer_dir_unb64(json_object_get_string(vj), val, sizeof val, &vn) ||
         vn > DIR_VALUE_MAX || (why = parse_value(val, vn, &e)) != NULL) {
-        bad_entry(w, key, kn, why);
+        bad_entry(w, key, kn, why, modrev);
         return;
     }
     if (e.shard != k) {
-        bad_entry(w, key, kn, "value names another shard");
+        bad_entry(w, key, kn, "value names another shard", modrev);
         return;
     }
     if (e.epoch < w->epoch[k]) {
+        char stale[48];
+        snprintf(stale, sizeof stale, "stale %llu",
+                 (unsigned long long)e.epoch);
         w->d->st.stale_entries++;
-        xfer_dir_logf(w->d,
+        if (first_time(w, key, kn, stale, modrev))
+            xfer_dir_logf(w->d,
                       "dir: ignored entry of group %s shard %d: epoch %llu "
                       "below the known %llu",
                       w->group, k, (unsigned long long)e.epoch,

@@ -13,7 +13,10 @@
  * callback, a vanished entry as "gone".  An entry whose epoch is lower
  * than the one already known for that shard is never used.  Entries that
  * do not parse, or whose fields are out of range, are ignored with one
- * line through the log callback each.
+ * line through the log callback each (once per put of the entry: reading
+ * the group again after a lost stream counts it, xfer_dir_state
+ * .bad_entries, without a new line; past 256 such entries one line says
+ * the rest are only counted).
  *
  * etcd is reached through its v3 JSON gateway (HTTP/1.1, base64 keys and
  * values) with libevent's HTTP client on the caller's event base, JSON

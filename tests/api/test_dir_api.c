@@ -23,7 +23,9 @@
  * XFER_ERR_INVALID_ARG.
  * test_dir_api_full_tables: the 17th watch, the 65th registration are
  * refused with XFER_ERR_BUSY; a group with entries for shards 0..69 keeps
- * the 64 it can hold and ignores the rest with one log line each.
+ * the 64 it can hold and ignores the rest with one log line each, and
+ * reading the group again counts them again but logs nothing more (on
+ * 4d686eb every read logged them again).
  */
 #include <check.h>
 #include <signal.h>
@@ -421,6 +423,20 @@ START_TEST(test_dir_api_full_tables)
     ck_assert_uint_eq(info[9].e.port, 1009);
     ck_assert_int_eq(xfer_dir_members_get(d, NULL, 1, &n, &total),
                      XFER_ERR_INVALID_ARG);
+    /* The group read again (a new watch, as after a lost or silent
+     * stream): the refused entries are counted again, not logged again. */
+    ck_assert_int_eq(xfer_dir_unwatch(d, "full", on_member, &m[0]), 0);
+    memset(&m[0], 0, sizeof m[0]);
+    ck_assert_int_eq(xfer_dir_watch(d, "full", on_member, &m[0]), 0);
+    for (int i = 0; i < 200 && m[0].reports < 64; i++) {
+        struct timeval t2 = {0, 50000};
+        event_base_loopexit(base, &t2);
+        event_base_dispatch(base);
+    }
+    ck_assert_int_eq(m[0].reports, 64);
+    xfer_dir_state_get_latest(d, &st);
+    ck_assert_uint_eq(st.bad_entries, 12);
+    ck_assert_int_eq(log_lines, 6);
     ck_assert_int_eq(xfer_dir_registered_get(d, info, 70, &n, &total), 0);
     ck_assert_uint_eq(n, 64);
     ck_assert_str_eq(info[63].group, "regs");
