@@ -10,9 +10,10 @@
  * test_dir_api_teardown: for each owner of the base (the engine, the
  * caller) and each order (engine, transport, dir / transport, engine,
  * dir / transport, dir, engine), a transport connected through the
- * directory with transfers done, then freed in that order; then the same
- * for a consumer (consumer, dir) and for a ctl showing the directory
- * (ctl, dir).  On 4d686eb the engine-owned runs freed the directory's
+ * directory with transfers done, then freed in that order; then a
+ * consumer of the group with its own ctl and an engine ctl, both showing
+ * the directory: engine, consumer ctl, consumer, engine ctl, transport,
+ * dir.  On 4d686eb the engine-owned runs freed the directory's
  * events on the base the engine and transport had already freed, and
  * "transport, dir, engine" unwatched through the freed directory at the
  * engine's detach (both seen under ASan: heap-use-after-free).
@@ -20,7 +21,8 @@
  * submit fails with XFER_ERR_SHARD_GONE, member NOT_FOUND); during an
  * outage every call still answers and the last known member stays;
  * after unregister, unregister says XFER_ERR_STATE and register
- * XFER_ERR_INVALID_ARG.
+ * XFER_ERR_INVALID_ARG; after unwatch, unwatch says NOT_FOUND and the
+ * transport's own watch still answers xfer_dir_member.
  * test_dir_api_full_tables: the 17th watch, the 65th registration are
  * refused with XFER_ERR_BUSY; a group with entries for shards 0..69 keeps
  * the 64 it can hold and ignores the rest with one log line each, and
@@ -252,9 +254,16 @@ START_TEST(test_dir_api_teardown)
         xfer_ctl *ctl = NULL;
         ck_assert_int_eq(xfer_engine_ctl_open(p.e, path, &ctl), 0);
         ck_assert_int_eq(xfer_ctl_set_dir(ctl, p.dir), 0);
+        /* The consumer's own ctl shows the directory too. */
+        char cpath[200];
+        snprintf(cpath, sizeof cpath, "%s/tdc.sock", c.dir);
+        xfer_ctl *cctl = NULL;
+        ck_assert_int_eq(xfer_consumer_ctl_open(k.c, cpath, &cctl), 0);
+        ck_assert_int_eq(xfer_ctl_set_dir(cctl, p.dir), 0);
         ck_assert(mp_run_while(p.base, cons_up, &k, WAIT_MS));
         ck_assert(mp_run_while(p.base, tcp_up, p.tcp, WAIT_MS));
         xfer_engine_del(p.e);  /* the engine first: the rest still runs */
+        xfer_ctl_close(cctl);  /* consumer.h: before the consumer */
         xfer_consumer_del(k.c);
         xfer_ctl_close(ctl);   /* before the directory it shows */
         xfer_tcp_del(p.tcp);
@@ -361,6 +370,16 @@ START_TEST(test_dir_api_calls)
                          XFER_ERR_INVALID_ARG);
         etcd_signal(&c, 0, SIGCONT);
         ck_assert(mp_run_until(p.base, &unreg_called, WAIT_MS));
+        /* After unwatch: the watch is gone, the transport's stays. */
+        ck_assert_int_eq(xfer_dir_unwatch(p.dir, late, on_member, &m), 0);
+        ck_assert_int_eq(xfer_dir_unwatch(p.dir, late, on_member, &m),
+                         XFER_ERR_NOT_FOUND);
+        ck_assert_int_eq(xfer_dir_member(p.dir, late, 0, &e), 0);
+        ck_assert_int_eq(xfer_dir_member(p.dir, "never", 0, &e),
+                         XFER_ERR_NOT_FOUND);
+        ck_assert_int_eq(xfer_dir_state_get_latest(p.dir, &st), 0);
+        ck_assert_uint_eq(st.registered, 0);
+        ck_assert_uint_eq(st.members, 1);
         mp_kill(&x, SIGKILL);
         prod_free(&p, owner ? TCP_ENGINE_DIR : ENGINE_TCP_DIR);
     }
