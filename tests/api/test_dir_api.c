@@ -392,6 +392,19 @@ START_TEST(test_dir_api_full_tables)
     etcd_cluster c;
     ck_assert_int_eq(etcd_start(&c, 1), 0);
     struct event_base *base = event_base_new();
+    /* A version 1 config (before watch_timeout_ns) still works; an
+     * unknown version is refused. */
+    xfer_dir_config v;
+    xfer_dir_config_default(&v);
+    ck_assert_uint_eq(v.version, XFER_DIR_CONFIG_VERSION);
+    ck_assert_uint_eq(v.watch_timeout_ns, 1800000000000ull);
+    v.endpoints = c.endpoints;
+    v.version = 1;
+    xfer_dir *old = NULL;
+    ck_assert_int_eq(xfer_dir_new(base, &v, &old), 0);
+    xfer_dir_del(old);
+    v.version = XFER_DIR_CONFIG_VERSION + 1;
+    ck_assert_int_eq(xfer_dir_new(base, &v, &old), XFER_ERR_INVALID_ARG);
     xfer_dir *d = dir_new(base, c.endpoints);
     member_seen m[17];
     memset(m, 0, sizeof m);
