@@ -39,6 +39,7 @@
 #include "base_ref.h"
 #include "ctl_int.h"
 #include "util.h"
+#include "xfer/dir.h"
 
 #define MAX_CONNS 32
 
@@ -57,6 +58,7 @@ struct xfer_ctl {
     xfer_ctl_snapshot_fn fn;
     void *ud;
     void (*on_close)(void *ud); /* ctl_int.h */
+    const xfer_dir *dir;        /* xfer_ctl_set_dir; NULL: none */
     conn *conns[MAX_CONNS];
     uint64_t served;
 };
@@ -314,11 +316,70 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
     conn_free(c);
 }
 
+/* One "member" or "registered" line of the directory. */
+static void put_entry(xfer_ctl_reply *rep, const char *kind,
+                      const xfer_dir_member_info *m, uint64_t now_ns)
+{
+    /* group and addr are of [A-Za-z0-9._:-] (dir.h validates both on
+     * the way in): nothing to escape. */
+    add(rep,
+        "{\"kind\":\"%s\",\"group\":\"%s\",\"shard\":%u,\"addr\":\"%s\","
+        "\"port\":%u,\"epoch\":%" PRIu64 ",\"transports\":%" PRIu32
+        ",\"age_ns\":%" PRIu64 "}\n",
+        kind, m->group, (unsigned)m->e.shard, m->e.addr,
+        (unsigned)m->e.port, m->e.epoch, m->e.transports,
+        now_ns > m->since_ns ? now_ns - m->since_ns : 0);
+}
+
+typedef int (*dir_list_fn)(const xfer_dir *d, xfer_dir_member_info *out,
+                           size_t cap, size_t *n, size_t *total);
+
+static void put_dir_list(xfer_ctl *ctl, xfer_ctl_reply *rep, dir_list_fn fn,
+                         const char *kind, uint64_t now_ns)
+{
+    size_t total = 0, n = 0;
+    if (fn(ctl->dir, NULL, 0, NULL, &total) || total == 0)
+        return;
+    xfer_dir_member_info *m =
+        xfer_util_calloc(&ctl->cfg.alloc, total, sizeof *m);
+    if (!m) {
+        rep->err = XFER_ERR_NOMEM;
+        return;
+    }
+    fn(ctl->dir, m, total, &n, NULL);
+    for (size_t i = 0; i < n; i++)
+        put_entry(rep, kind, &m[i], now_ns);
+    xfer_util_free(&ctl->cfg.alloc, m);
+}
+
+/* The directory's state, its members and its registrations. */
+static void put_dir(xfer_ctl *ctl, xfer_ctl_reply *rep)
+{
+    xfer_dir_state st;
+    if (xfer_dir_state_get_latest(ctl->dir, &st))
+        return;
+    uint64_t now = xfer_clock_monotonic(NULL);
+    add(rep,
+        "{\"kind\":\"dir\",\"connected\":%u,\"endpoint\":%" PRIu32
+        ",\"revision\":%" PRId64 ",\"members\":%" PRIu32
+        ",\"registered\":%" PRIu32 ",\"requests\":%" PRIu64
+        ",\"failures\":%" PRIu64 ",\"reconnects\":%" PRIu64
+        ",\"watch_timeouts\":%" PRIu64 ",\"bad_entries\":%" PRIu64
+        ",\"stale_entries\":%" PRIu64 "}\n",
+        st.connected ? 1u : 0u, st.endpoint, st.revision, st.members,
+        st.registered, st.requests, st.failures, st.reconnects,
+        st.watch_timeouts, st.bad_entries, st.stale_entries);
+    put_dir_list(ctl, rep, xfer_dir_members_get, "member", now);
+    put_dir_list(ctl, rep, xfer_dir_registered_get, "registered", now);
+}
+
 static int build_reply(xfer_ctl *ctl, struct evbuffer *out)
 {
     xfer_ctl_reply rep = {.out = out};
     add(&rep, "{\"xfer_ctl\":1}\n");
     ctl->fn(ctl->ud, &rep);
+    if (ctl->dir)
+        put_dir(ctl, &rep);
     add(&rep, "{\"kind\":\"end\",\"transfers\":%" PRIu64
               ",\"reservations\":%" PRIu64 "}\n",
         rep.transfers, rep.reservations);
@@ -471,6 +532,14 @@ void xfer_ctl_close(xfer_ctl *ctl)
 void xfer_ctl_on_close(xfer_ctl *ctl, void (*fn)(void *ud))
 {
     ctl->on_close = fn;
+}
+
+int xfer_ctl_set_dir(xfer_ctl *ctl, const xfer_dir *d)
+{
+    if (!ctl)
+        return XFER_ERR_INVALID_ARG;
+    ctl->dir = d;
+    return 0;
 }
 
 uint64_t xfer_ctl_served(const xfer_ctl *ctl)

@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@
 #include <openssl/x509v3.h>
 #include <sys/socket.h>
 
+#include "base_ref.h"
 #include "dir_int.h"
 #include "timer.h"
 #include "util.h" /* fsm/: the versioned config copy (fsm_private_dep) */
@@ -228,7 +230,14 @@ static void on_reply(struct evhttp_request *req, void *arg)
         xfer_dir_logf(d, "dir: etcd refused the request (HTTP %d)", code);
     }
     if (o) {
+        json_object *h;
+        int64_t rev;
         d->st.connected = true;
+        /* Every answer carries the store's revision: a registering
+         * directory shows one too (ctl, metrics). */
+        if (json_object_object_get_ex(o, "header", &h) &&
+            xfer_dir_i64(h, "revision", &rev) && rev > d->st.revision)
+            d->st.revision = rev;
         xfer_backoff_up(&d->bo, xfer_dir_now());
     } else {
         xfer_dir_failover(d);
@@ -478,6 +487,9 @@ int xfer_dir_register(xfer_dir *d, const char *group, const xfer_dir_entry *e)
                  (unsigned)e->shard) >= (int)sizeof r->key ||
         xfer_dir_entry_json(e, r->value, sizeof r->value) != 0)
         return XFER_ERR_INVALID_ARG;
+    strcpy(r->group, group);
+    r->e = *e;
+    r->since_ns = xfer_dir_now();
     d->nregs++;
     d->st.registered = d->nregs;
     reg_arm(d, 0); /* on the loop, not inside this call */
@@ -545,7 +557,8 @@ int xfer_dir_unregister(xfer_dir *d, xfer_dir_done_fn done, void *ud)
 /* Life                                                                    */
 /* ---------------------------------------------------------------------- */
 
-static const size_t config_lens[] = {sizeof(xfer_dir_config)};
+static const size_t config_lens[] = {
+    offsetof(xfer_dir_config, watch_timeout_ns), sizeof(xfer_dir_config)};
 
 void xfer_dir_config_default(xfer_dir_config *cfg)
 {
@@ -558,6 +571,7 @@ void xfer_dir_config_default(xfer_dir_config *cfg)
     cfg->request_timeout_ns = 2000000000ull;
     cfg->reconnect_min_ns = 100000000ull;
     cfg->reconnect_max_ns = 2000000000ull;
+    cfg->watch_timeout_ns = 1800000000000ull; /* 3 x etcd's 10 min */
 }
 
 static int dup_str(const char *s, char **out)
@@ -637,6 +651,10 @@ int xfer_dir_new(struct event_base *base, const xfer_dir_config *cfg,
     if (!d)
         return XFER_ERR_NOMEM;
     d->base = base;
+    /* An engine's own base is held until xfer_dir_del, so the engine and
+     * every other object on it may be deleted before the directory
+     * (base_ref.h; a caller's base is left to the caller). */
+    xfer_base_ref(base);
     d->cfg = c;
     int rc = XFER_ERR_NOMEM;
     if (dup_str(c.endpoints, &d->endpoints) || dup_str(c.prefix, &d->prefix) ||
@@ -655,6 +673,8 @@ int xfer_dir_new(struct event_base *base, const xfer_dir_config *cfg,
         d->cfg.request_timeout_ns = 2000000000ull;
     if (!d->cfg.reconnect_min_ns)
         d->cfg.reconnect_min_ns = 100000000ull;
+    if (!d->cfg.watch_timeout_ns)
+        d->cfg.watch_timeout_ns = 1800000000000ull;
     if (d->cfg.reconnect_max_ns < d->cfg.reconnect_min_ns)
         d->cfg.reconnect_max_ns = d->cfg.reconnect_min_ns;
     char *eps = strdup(d->endpoints); /* strtok_r cuts its copy */
@@ -711,18 +731,51 @@ void xfer_dir_del(xfer_dir *d)
     free(d->ca);
     free(d->cert);
     free(d->key);
+    struct event_base *base = d->base;
     free(d);
+    xfer_base_unref(base); /* last: the base may go with it */
+}
+
+static const size_t state_lens[] = {
+    offsetof(xfer_dir_state, watch_timeouts), sizeof(xfer_dir_state)};
+
+int xfer_dir_state_get_versioned(const xfer_dir *d, uint32_t version,
+                                 xfer_dir_state *st)
+{
+    if (!d || !st)
+        return XFER_ERR_INVALID_ARG;
+    xfer_dir_state now = d->st;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < d->nwatches; i++)
+        n += (uint32_t)__builtin_popcountll(d->watches[i]->have);
+    now.members = n;
+    return xfer_util_versioned_copy(st, &now, version, state_lens,
+                                    XFER_UTIL_NVERSIONS(state_lens))
+               ? XFER_ERR_INVALID_ARG
+               : 0;
 }
 
 int xfer_dir_state_get(const xfer_dir *d, xfer_dir_state *st)
 {
-    if (!d || !st)
+    return xfer_dir_state_get_versioned(d, 1, st);
+}
+
+int xfer_dir_registered_get(const xfer_dir *d, xfer_dir_member_info *out,
+                            size_t cap, size_t *n, size_t *total)
+{
+    if (!d || (!out && cap))
         return XFER_ERR_INVALID_ARG;
-    *st = d->st;
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < d->nwatches; i++)
-        n += (uint32_t)__builtin_popcountll(d->watches[i]->have);
-    st->members = n;
+    size_t w = 0;
+    for (uint32_t i = 0; i < d->nregs && w < cap; i++, w++) {
+        memset(&out[w], 0, sizeof out[w]);
+        strcpy(out[w].group, d->regs[i].group);
+        out[w].e = d->regs[i].e;
+        out[w].since_ns = d->regs[i].since_ns;
+    }
+    if (n)
+        *n = w;
+    if (total)
+        *total = d->nregs;
     return 0;
 }
 

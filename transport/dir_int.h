@@ -28,6 +28,7 @@ struct json_tokener;
 #define DIR_VALUE_MAX 1024      /* a member's JSON value, bytes */
 #define DIR_MSG_MAX (1u << 20)  /* one watch message, bytes */
 #define DIR_TOKEN_MAX 512
+#define DIR_MAX_LOGGED 256      /* ignored entries remembered as logged */
 
 typedef struct dir_ep {
     char host[256];
@@ -49,6 +50,9 @@ typedef struct dir_reg {
     char key[DIR_KEY_MAX];
     char value[DIR_VALUE_MAX];
     bool put;          /* put under the current lease */
+    char group[XFER_DIR_GROUP_MAX]; /* for listings (ctl) */
+    xfer_dir_entry e;
+    uint64_t since_ns; /* when xfer_dir_register was called */
 } dir_reg;
 
 typedef struct dir_watch {
@@ -58,6 +62,7 @@ typedef struct dir_watch {
     xfer_dir_member_fn fn;
     void *ud;
     xfer_dir_entry members[DIR_MAX_SHARDS];
+    uint64_t since[DIR_MAX_SHARDS]; /* when members[k] was learned */
     uint64_t have;              /* bit k: members[k] valid */
     uint64_t epoch[DIR_MAX_SHARDS]; /* highest epoch seen per shard */
     struct evhttp_connection *conn; /* the stream's own connection */
@@ -65,6 +70,7 @@ typedef struct dir_watch {
     struct json_tokener *tok;
     size_t msg_bytes;           /* bytes since the last whole message */
     struct event *retry_ev;
+    struct event *idle_ev;      /* the stream's read timeout */
     xfer_backoff bo;
     bool streaming;             /* the watch was created */
     int64_t rev;                /* the group's last revision seen */
@@ -96,6 +102,11 @@ struct xfer_dir {
     struct event *done_ev;      /* defers unreg_done onto the loop */
     dir_watch *watches[DIR_MAX_WATCHES];
     uint32_t nwatches;
+    /* Ignored entries already logged (a hash of group, key and why): a
+     * group read again after a lost or silent stream does not log them
+     * again.  Full: one line says so, and later ones are only counted. */
+    uint64_t logged[DIR_MAX_LOGGED];
+    uint32_t nlogged;
     xfer_dir_state st;
 };
 

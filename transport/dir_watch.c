@@ -149,12 +149,48 @@ static int key_shard(const dir_watch *w, const char *key, size_t n)
     return k;
 }
 
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* True the first time (group, key, why) is ignored at modification
+ * revision `modrev`: log it then only, so a hostile or stale entry costs
+ * one line, not one per read of its group (a put of it again is a new
+ * revision, and is logged).
+ * Past DIR_MAX_LOGGED remembered entries, one line says the rest are
+ * only counted. */
+static bool first_time(dir_watch *w, const char *key, size_t n,
+                       const char *why, int64_t modrev)
+{
+    xfer_dir *d = w->d;
+    uint64_t h = fnv(14695981039346656037ull, w->group, strlen(w->group));
+    h = fnv(fnv(fnv(h, key, n), why, strlen(why)), &modrev, sizeof modrev);
+    for (uint32_t i = 0; i < d->nlogged && i < DIR_MAX_LOGGED; i++)
+        if (d->logged[i] == h)
+            return false;
+    if (d->nlogged < DIR_MAX_LOGGED) {
+        d->logged[d->nlogged++] = h;
+        return true;
+    }
+    if (d->nlogged == DIR_MAX_LOGGED) {
+        d->nlogged++;
+        xfer_dir_logf(d, "dir: %u ignored entries logged; further ones are "
+                      "only counted", (unsigned)DIR_MAX_LOGGED);
+    }
+    return false;
+}
+
 static void bad_entry(dir_watch *w, const char *key, size_t n,
-                      const char *why)
+                      const char *why, int64_t modrev)
 {
     char k[200];
-    clean(key, n, k, sizeof k);
     w->d->st.bad_entries++;
+    if (!first_time(w, key, n, why, modrev))
+        return;
+    clean(key, n, k, sizeof k);
     xfer_dir_logf(w->d, "dir: ignored entry %s of group %s: %s", k, w->group,
                   why);
 }
@@ -171,15 +207,18 @@ static void on_kv(dir_watch *w, json_object *kv, uint64_t *seen)
     json_object *kj, *vj;
     char key[DIR_KEY_MAX + 64], val[DIR_VALUE_MAX + 8];
     size_t kn = 0, vn = 0;
+    int64_t modrev = 0;
+    xfer_dir_i64(kv, "mod_revision", &modrev); /* 0 when absent */
     if (!json_object_object_get_ex(kv, "key", &kj) ||
         !json_object_is_type(kj, json_type_string) ||
         xfer_dir_unb64(json_object_get_string(kj), key, sizeof key, &kn)) {
-        bad_entry(w, "?", 1, "key not base64 or too long");
+        bad_entry(w, "?", 1, "key not base64 or too long", modrev);
         return;
     }
     int k = key_shard(w, key, kn);
     if (k < 0 || k >= DIR_MAX_SHARDS) {
-        bad_entry(w, key, kn, "key is not <prefix><group>/<shard below 64>");
+        bad_entry(w, key, kn, "key is not <prefix><group>/<shard below 64>",
+                  modrev);
         return;
     }
     const char *why = "value not base64 or too long";
@@ -188,16 +227,20 @@ static void on_kv(dir_watch *w, json_object *kv, uint64_t *seen)
         !json_object_is_type(vj, json_type_string) ||
         xfer_dir_unb64(json_object_get_string(vj), val, sizeof val, &vn) ||
         vn > DIR_VALUE_MAX || (why = parse_value(val, vn, &e)) != NULL) {
-        bad_entry(w, key, kn, why);
+        bad_entry(w, key, kn, why, modrev);
         return;
     }
     if (e.shard != k) {
-        bad_entry(w, key, kn, "value names another shard");
+        bad_entry(w, key, kn, "value names another shard", modrev);
         return;
     }
     if (e.epoch < w->epoch[k]) {
+        char stale[48];
+        snprintf(stale, sizeof stale, "stale %llu",
+                 (unsigned long long)e.epoch);
         w->d->st.stale_entries++;
-        xfer_dir_logf(w->d,
+        if (first_time(w, key, kn, stale, modrev))
+            xfer_dir_logf(w->d,
                       "dir: ignored entry of group %s shard %d: epoch %llu "
                       "below the known %llu",
                       w->group, k, (unsigned long long)e.epoch,
@@ -213,8 +256,10 @@ static void on_kv(dir_watch *w, json_object *kv, uint64_t *seen)
                 !memcmp(&w->members[k], &e, sizeof e);
     w->members[k] = e;
     w->have |= 1ull << k;
-    if (!same)
+    if (!same) {
+        w->since[k] = xfer_dir_now();
         report(w, k, &w->members[k]);
+    }
 }
 
 static void gone(dir_watch *w, int k)
@@ -243,6 +288,16 @@ static void note_revision(dir_watch *w, json_object *o)
 /* ---------------------------------------------------------------------- */
 
 static void start(dir_watch *w);
+
+/* The stream brought something: it is alive for another timeout. */
+static void idle_arm(dir_watch *w)
+{
+    uint64_t to = w->d->cfg.watch_timeout_ns;
+    if (to == UINT64_MAX)
+        return;
+    struct timeval tv = xfer_timer_delay(to);
+    evtimer_add(w->idle_ev, &tv);
+}
 
 static void retry(dir_watch *w)
 {
@@ -292,6 +347,7 @@ static void on_event_msg(dir_watch *w, json_object *msg)
 static void on_chunk(struct evhttp_request *req, void *arg)
 {
     dir_watch *w = arg;
+    idle_arm(w);
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t n = evbuffer_get_length(in);
     char *p = (char *)evbuffer_pullup(in, (ssize_t)n);
@@ -327,6 +383,28 @@ static void on_chunk(struct evhttp_request *req, void *arg)
 static void on_stream_end(struct evhttp_request *req, void *arg)
 {
     dir_watch *w = arg;
+    evtimer_del(w->idle_ev);
+    w->req = NULL;
+    w->streaming = false;
+    xfer_dir_failover(w->d);
+    retry(w);
+}
+
+/* Nothing on the stream for watch_timeout_ns, not even a progress
+ * notification: whatever holds it (a hung member, a half-open
+ * connection, a proxy) will not bring the next change.  Drop the
+ * connection (evhttp_connection_free calls no callback) and read the
+ * group again after the backoff, as after a stream that ended. */
+static void on_idle(evutil_socket_t fd, short what, void *arg)
+{
+    dir_watch *w = arg;
+    w->d->st.watch_timeouts++;
+    xfer_dir_logf(w->d, "dir: watch of group %s silent for %llu ms, "
+                  "reconnecting", w->group,
+                  (unsigned long long)(w->d->cfg.watch_timeout_ns / 1000000));
+    if (w->conn)
+        evhttp_connection_free(w->conn);
+    w->conn = NULL;
     w->req = NULL;
     w->streaming = false;
     xfer_dir_failover(w->d);
@@ -349,6 +427,10 @@ static void open_stream(dir_watch *w)
         json_object_object_add(cr, "range_end", json_object_new_string(e));
         json_object_object_add(cr, "start_revision",
                                json_object_new_string(rev));
+        /* etcd then sends an empty result at its progress interval, so
+         * a quiet stream is told from a dead one (on_idle). */
+        json_object_object_add(cr, "progress_notify",
+                               json_object_new_boolean(1));
         json_object_object_add(b, "create_request", cr);
         cr = NULL;
     }
@@ -365,9 +447,9 @@ static void open_stream(dir_watch *w)
         retry(w);
         return;
     }
-    /* The stream is quiet while nothing changes: no read timeout on it.
-     * A dead member is noticed by the socket's end, or by the unary
-     * requests of the same directory. */
+    /* The stream is quiet while nothing changes: no HTTP read timeout
+     * on it; a silent stream is noticed by on_idle, which counts on
+     * etcd's progress notifications. */
     evhttp_connection_set_timeout(w->conn, -1);
     evhttp_connection_set_max_body_size(w->conn, -1);
     evhttp_request_set_chunked_cb(req, on_chunk);
@@ -383,6 +465,7 @@ static void open_stream(dir_watch *w)
     }
     w->req = req;
     w->streaming = true;
+    idle_arm(w);
 }
 
 static void on_range(struct xfer_dir *d, json_object *o, void *arg)
@@ -444,6 +527,8 @@ void xfer_dir_watch_free(dir_watch *w)
         evhttp_connection_free(w->conn); /* drops the stream, no cb */
     if (w->retry_ev)
         event_free(w->retry_ev);
+    if (w->idle_ev)
+        event_free(w->idle_ev);
     if (w->tok)
         json_tokener_free(w->tok);
     free(w);
@@ -473,7 +558,8 @@ int xfer_dir_watch(xfer_dir *d, const char *group, xfer_dir_member_fn fn,
     xfer_backoff_init(&w->bo, seed, sizeof seed);
     w->tok = json_tokener_new_ex(8);
     w->retry_ev = evtimer_new(d->base, on_retry, w);
-    if (!w->tok || !w->retry_ev) {
+    w->idle_ev = evtimer_new(d->base, on_idle, w);
+    if (!w->tok || !w->retry_ev || !w->idle_ev) {
         xfer_dir_watch_free(w);
         return XFER_ERR_NOMEM;
     }
@@ -498,6 +584,39 @@ int xfer_dir_member(const xfer_dir *d, const char *group, uint16_t shard,
         return 0;
     }
     return XFER_ERR_NOT_FOUND;
+}
+
+int xfer_dir_members_get(const xfer_dir *d, xfer_dir_member_info *out,
+                         size_t cap, size_t *n, size_t *total)
+{
+    if (!d || (!out && cap))
+        return XFER_ERR_INVALID_ARG;
+    size_t w = 0, all = 0;
+    for (uint32_t i = 0; i < d->nwatches; i++) {
+        const dir_watch *x = d->watches[i];
+        bool first = true;
+        for (uint32_t j = 0; j < i && first; j++)
+            first = strcmp(d->watches[j]->group, x->group) != 0;
+        if (!first)
+            continue; /* the group's first watch answers for it */
+        for (int k = 0; k < DIR_MAX_SHARDS; k++) {
+            if (!(x->have >> k & 1))
+                continue;
+            all++;
+            if (w == cap)
+                continue;
+            memset(&out[w], 0, sizeof out[w]);
+            strcpy(out[w].group, x->group);
+            out[w].e = x->members[k];
+            out[w].since_ns = x->since[k];
+            w++;
+        }
+    }
+    if (n)
+        *n = w;
+    if (total)
+        *total = all;
+    return 0;
 }
 
 int xfer_dir_unwatch(xfer_dir *d, const char *group, xfer_dir_member_fn fn,

@@ -392,7 +392,7 @@ void xfer_metrics_tcp(xfer_metrics_text *t, const xfer_tcp *tcp)
 void xfer_metrics_dir(xfer_metrics_text *t, const xfer_dir *d)
 {
     xfer_dir_state st;
-    xfer_dir_state_get(d, &st);
+    xfer_dir_state_get_latest(d, &st);
     one(t, "xfer_dir_connected", "gauge",
         "1 when the last request to etcd was answered.", st.connected);
     one(t, "xfer_dir_revision", "gauge", "The last etcd revision seen.",
@@ -416,4 +416,7 @@ void xfer_metrics_dir(xfer_metrics_text *t, const xfer_dir *d)
     one(t, "xfer_dir_lease_grants_total", "counter",
         "Leases granted (more than one: the registration was put again).",
         st.lease_grants);
+    one(t, "xfer_dir_watch_timeouts_total", "counter",
+        "Watch streams silent past watch_timeout_ns, closed and reopened.",
+        st.watch_timeouts);
 }

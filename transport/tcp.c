@@ -1057,10 +1057,18 @@ void xfer_tcp_del(xfer_tcp *t)
 {
     if (!t)
         return;
-    if (t->engine)
+    if (t->engine) {
+        /* The free waits for the engine's detach, but the caller may
+         * delete the directory as soon as this returns (tcp.h: it must
+         * outlive the transport, which is gone for the caller now): stop
+         * the watch here, and the membership stays as it is meanwhile. */
+        if (t->dir_group[0])
+            xfer_dir_unwatch(t->cfg.dir, t->dir_group, on_member, t);
+        t->dir_group[0] = '\0';
         t->del_pending = true;
-    else
+    } else {
         tcp_free(t);
+    }
 }
 
 static void tcp_free(xfer_tcp *t)

@@ -20,6 +20,12 @@
  *    "age_ns":N,"waits":"write end"}
  *   {"kind":"readiness","id":7,"attempt":7,"state":"WAITING","age_ns":N,
  *    "nshards":4,"ready":"0,1,3","waiting":"2"}   (a consumer's ids)
+ *   {"kind":"dir","connected":1,"endpoint":0,"revision":R,"members":N,
+ *    "registered":N,"requests":N,"failures":N,"reconnects":N,
+ *    "watch_timeouts":N,"bad_entries":N,"stale_entries":N}
+ *   {"kind":"member","group":"kv","shard":0,"addr":"10.0.0.7","port":P,
+ *    "epoch":E,"transports":1,"age_ns":N}      (as the directory knows it)
+ *   {"kind":"registered", same fields}         (entries it keeps in etcd)
  *   {"kind":"end","transfers":N,"reservations":N}
  *
  * Sub-state words: resv none|pending|ok|failed; write
@@ -27,7 +33,12 @@
  * none|pending|ok|failed|gave_up.  "waits" names the op in flight
  * (reserve|write|commit|cancel), "cancel retry" for a failed cancel
  * waiting for its backoff, or "" when the shard waits for nothing.  A
- * reply without the "end" line was cut short.
+ * reply without the "end" line was cut short.  The "dir", "member" and
+ * "registered" lines come only from a ctl given a directory
+ * (xfer_ctl_set_dir): "connected" 1 when etcd answered the last request,
+ * "revision" the last etcd revision seen, "age_ns" how long ago the entry
+ * was learned (member) or registered; `xfer-trace members --ctl SOCK`
+ * prints them.  Readers skip kinds they do not know.
  *
  * The socket file is created mode 0600; a stale socket file at the path is
  * replaced, any other file is not.  Everything here runs on the loop
@@ -102,6 +113,19 @@ XFER_API int xfer_ctl_open(struct event_base *base, const char *path,
 /* Stop listening, drop connections still being answered, remove the
  * socket file, free.  Accepts NULL.  Loop thread only. */
 XFER_API void xfer_ctl_close(xfer_ctl *ctl);
+
+/*
+ * Answer every snapshot with the state of directory `d` too (xfer/dir.h:
+ * connected, last revision, the members of every group it watches, the
+ * entries it registers): a producer's engine ctl with the directory its
+ * TCP transport follows, xferd's ctl with its registration, a consumer's
+ * ctl.  `d` is borrowed until xfer_ctl_close or xfer_ctl_set_dir(ctl,
+ * NULL): delete the directory only after one of those (the ctl may go
+ * before or after every other object).  NULL `d` stops it.  Loop thread.
+ * Errors: XFER_ERR_INVALID_ARG (NULL ctl).
+ */
+struct xfer_dir;
+XFER_API int xfer_ctl_set_dir(xfer_ctl *ctl, const struct xfer_dir *d);
 
 /* Connections answered so far. */
 XFER_API uint64_t xfer_ctl_served(const xfer_ctl *ctl);

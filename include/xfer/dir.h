@@ -13,7 +13,10 @@
  * callback, a vanished entry as "gone".  An entry whose epoch is lower
  * than the one already known for that shard is never used.  Entries that
  * do not parse, or whose fields are out of range, are ignored with one
- * line through the log callback each.
+ * line through the log callback each (once per put of the entry: reading
+ * the group again after a lost stream counts it, xfer_dir_state
+ * .bad_entries, without a new line; past 256 such entries one line says
+ * the rest are only counted).
  *
  * etcd is reached through its v3 JSON gateway (HTTP/1.1, base64 keys and
  * values) with libevent's HTTP client on the caller's event base, JSON
@@ -64,7 +67,7 @@ typedef void (*xfer_dir_log_fn)(void *ud, const char *line);
 /*
  * Configuration; copied at creation.  Start from xfer_dir_config_default().
  */
-#define XFER_DIR_CONFIG_VERSION 1
+#define XFER_DIR_CONFIG_VERSION 2
 typedef struct xfer_dir_config {
     uint32_t version;           /* XFER_DIR_CONFIG_VERSION */
     /* "http://host:port,https://host:port,..." (the members' client
@@ -83,13 +86,26 @@ typedef struct xfer_dir_config {
     const char *ca_file, *cert_file, *key_file;
     xfer_dir_log_fn log;        /* NULL: quiet */
     void *log_ud;
+    /* Version 2.  A watch stream that brings nothing (no event, no
+     * progress notification) for this long is taken for dead (a hung
+     * etcd, a half-open connection, a proxy that swallows the stream):
+     * it is closed, counted (xfer_dir_state.watch_timeouts), and the
+     * group is read again after the backoff.  Every watch asks etcd for
+     * progress notifications, which etcd sends at its
+     * --experimental-watch-progress-notify-interval (10 min by default):
+     * set this to a few times that interval.  Default 30 min (three
+     * times etcd's default; 0 also); UINT64_MAX: never. */
+    uint64_t watch_timeout_ns;
 } xfer_dir_config;
 
-/* Write version 1 and the defaults into *cfg (borrowed; NULL ignored). */
+/* Write the latest version and the defaults into *cfg (borrowed; NULL
+ * ignored).  A version 1 config gets the version 2 defaults. */
 XFER_API void xfer_dir_config_default(xfer_dir_config *cfg);
 
 /*
- * Create on `base` (borrowed, must outlive the directory).  Nothing is
+ * Create on `base`: a base the caller made is borrowed and must outlive
+ * the directory; an engine's own base (xfer_engine_base) is held until
+ * xfer_dir_del, so the engine may be deleted first.  Nothing is
  * sent until a register or a watch.  *out untouched on failure.
  * Errors: XFER_ERR_INVALID_ARG (no endpoint, a URL that does not parse,
  * an unknown version, a prefix that is empty or longer than 128 bytes),
@@ -100,7 +116,15 @@ XFER_API int xfer_dir_new(struct event_base *base, const xfer_dir_config *cfg,
                           xfer_dir **out);
 /* Stop everything (no callback after this returns) and free; NULL ok.
  * Entries registered stay in etcd until their lease expires: call
- * xfer_dir_unregister first to remove them at once. */
+ * xfer_dir_unregister first to remove them at once.
+ * Teardown orders: what watches or shows through the directory borrows
+ * it, so delete it first: a TCP transport (xfer_tcp_del stops its watch
+ * at once, even while an engine still holds the transport, so "transport,
+ * directory, engine" works), a consumer (xfer_consumer_del), a metrics
+ * exposition (xfer_metrics_del) and a ctl (xfer_ctl_close, or
+ * xfer_ctl_set_dir(ctl, NULL)).  The engine may go before or after the
+ * directory; on an engine's own base the directory may be deleted last
+ * of all (tests/api/test_dir_api.c runs these orders). */
 XFER_API void xfer_dir_del(xfer_dir *d);
 
 /*
@@ -110,7 +134,8 @@ XFER_API void xfer_dir_del(xfer_dir *d);
  * lease was lost (etcd unreachable for longer than the TTL).  Several
  * entries (shards) may be registered on one directory.
  * Errors: XFER_ERR_INVALID_ARG (bad group, shard >= 64, port 0, empty
- * address), XFER_ERR_BUSY (64 entries already), XFER_ERR_NOMEM.
+ * address, or after xfer_dir_unregister: a drained directory registers
+ * no more), XFER_ERR_BUSY (64 entries already), XFER_ERR_NOMEM.
  */
 XFER_API int xfer_dir_register(xfer_dir *d, const char *group,
                                const xfer_dir_entry *e);
@@ -171,9 +196,47 @@ typedef struct xfer_dir_state {
     uint32_t registered;   /* entries this directory keeps registered */
     uint64_t requests, failures, reconnects, events, bad_entries,
         stale_entries, lease_grants;
+    /* Version 2: watch streams closed for silence (watch_timeout_ns). */
+    uint64_t watch_timeouts;
 } xfer_dir_state;
-/* Errors: XFER_ERR_INVALID_ARG (NULL). */
+#define XFER_DIR_STATE_VERSION 2
+/* The state into *st, filling only the fields of `version` (a caller
+ * built with an older header passes its version).  Call it through
+ * xfer_dir_state_get_latest.
+ * Errors: XFER_ERR_INVALID_ARG (NULL, unknown version). */
+XFER_API int xfer_dir_state_get_versioned(const xfer_dir *d, uint32_t version,
+                                          xfer_dir_state *st);
+#define xfer_dir_state_get_latest(d, st) \
+    xfer_dir_state_get_versioned((d), XFER_DIR_STATE_VERSION, (st))
+/* The version 1 fields only (everything up to lease_grants), as before
+ * version 2.  Errors: XFER_ERR_INVALID_ARG (NULL). */
 XFER_API int xfer_dir_state_get(const xfer_dir *d, xfer_dir_state *st);
+
+/* One member of a watched group with the time it was learned, for a
+ * listing (xfer_dir_members_get). */
+typedef struct xfer_dir_member_info {
+    char group[XFER_DIR_GROUP_MAX];
+    xfer_dir_entry e;
+    uint64_t since_ns;  /* CLOCK_MONOTONIC when this entry was learned */
+} xfer_dir_member_info;
+/*
+ * Every member known over the watched groups (each group once, as its
+ * first watch knows it), in group-watch then shard order, into out (at
+ * most cap, borrowed); *n the number written, *total the number known
+ * (may be more than cap; either pointer may be NULL).
+ * Errors: XFER_ERR_INVALID_ARG (NULL d, or out NULL with cap > 0).
+ */
+XFER_API int xfer_dir_members_get(const xfer_dir *d, xfer_dir_member_info *out,
+                                  size_t cap, size_t *n, size_t *total);
+/*
+ * The entries this directory keeps registered (xfer_dir_register), in
+ * registration order, into out (at most cap, borrowed), `since_ns` the
+ * time of the register call.  *n / *total as for xfer_dir_members_get.
+ * Errors: XFER_ERR_INVALID_ARG.
+ */
+XFER_API int xfer_dir_registered_get(const xfer_dir *d,
+                                     xfer_dir_member_info *out, size_t cap,
+                                     size_t *n, size_t *total);
 
 /* The HELLO group number of a group name: the decimal value of a name of
  * digits only (below 2^32), else the 32-bit FNV-1a hash of the name, so

@@ -149,7 +149,9 @@ XFER_API int xfer_tcp_new(struct event_base *base, const xfer_tcp_config *cfg,
  * xfer_engine_del (the engine detached it) or if never attached, it is
  * freed now; while still attached, the transport keeps serving the engine
  * and is freed by xfer_engine_del's detach (do not use `t` after this
- * call either way).  Staging references libevent still holds are released
+ * call either way).  A transport following a directory (cfg.dir) stops
+ * its watch here in both cases, so the directory may be deleted right
+ * after this call.  Staging references libevent still holds are released
  * when the base finishes closing the connections. */
 XFER_API void xfer_tcp_del(xfer_tcp *t);
 

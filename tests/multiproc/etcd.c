@@ -97,6 +97,7 @@ static int spawn(etcd_cluster *c, int i)
               "--initial-cluster", cluster, "--initial-cluster-token",
               "xfer-test", "--initial-cluster-state", "new",
               "--heartbeat-interval", "50", "--election-timeout", "500",
+              "--experimental-watch-progress-notify-interval", "500ms",
               "--log-level", "warn",
               c->tls_ca[0] ? "--cert-file" : (char *)NULL, cert,
               "--key-file", key, (char *)NULL);

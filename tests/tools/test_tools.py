@@ -299,5 +299,55 @@ class StuckLive(unittest.TestCase):
         one_line(self, self.stuck("--timeout", "0"), code=2)
 
 
+class MembersBounded(unittest.TestCase):
+    """xfer-trace members (issue 28) keeps stuck --live's rules: a gone or
+    silent process, a ctl without a directory and an etcd that does not
+    answer each end in one line (exit 3) within --timeout; bad usage is
+    one line (exit 2)."""
+
+    setUp = StuckLive.setUp
+    tearDown = StuckLive.tearDown
+    listener = StuckLive.listener
+
+    def members(self, *args):
+        return run([self.trace, "members"] + list(args), timeout=20)
+
+    def test_tools_members_silent_listener(self):
+        self.listener()
+        line = one_line(self, self.members("--ctl", self.path, "--timeout",
+                                           "500ms"), code=3)
+        self.assertIn("within", line)
+
+    def test_tools_members_no_directory(self):
+        lis = self.listener()
+
+        def serve():
+            conn, _ = lis.accept()
+            conn.sendall(b'{"xfer_ctl":1}\n{"kind":"end","transfers":0,'
+                         b'"reservations":0}\n')
+            conn.close()
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        line = one_line(self, self.members("--ctl", self.path), code=3)
+        t.join()
+        self.assertIn("no directory", line)
+
+    def test_tools_members_etcd_unreachable(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))  # a port nothing listens on
+        port = s.getsockname()[1]
+        s.close()
+        line = one_line(self, self.members(
+            "--etcd", "http://127.0.0.1:%d" % port, "--group", "g",
+            "--timeout", "500ms"), code=3)
+        self.assertIn("did not answer within", line)
+
+    def test_tools_members_usage(self):
+        one_line(self, self.members(), code=2)
+        one_line(self, self.members("--etcd", "http://127.0.0.1:1"), code=2)
+        one_line(self, self.members("--ctl", self.path, "--etcd",
+                                    "http://127.0.0.1:1"), code=2)
+
+
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0], "-v"])

@@ -36,7 +36,12 @@ static const cli trace_cli = {
         "  export --perfetto|--chrome FILE -o OUT.json\n"
         "                                   Chrome trace-event JSON\n"
         "  dot [transfer|reservation|readiness]\n"
-        "                                   state diagram (Graphviz)\n",
+        "                                   state diagram (Graphviz)\n"
+        "  members --ctl SOCK | --etcd URLS --group G [--timeout D]\n"
+        "                                   a group's members as a process's "
+        "directory\n"
+        "                                   knows them, or as etcd has them "
+        "now\n",
     .epilog = "durations: 500ms, 2s, 1.5s, 100us, 2m\n"
               "exit: 0 ok, 1 replay divergence, 2 bad usage, 3 bad input\n",
     .flags = flags,
@@ -49,7 +54,8 @@ int main(int argc, char **argv)
         int (*fn)(int, char **);
     } cmds[] = {{"summary", xt_cmd_summary}, {"stuck", xt_cmd_stuck},
                 {"show", xt_cmd_show},       {"replay", xt_cmd_replay},
-                {"export", xt_cmd_export},   {"dot", xt_cmd_dot}};
+                {"export", xt_cmd_export},   {"dot", xt_cmd_dot},
+                {"members", xt_cmd_members}};
     const char *arg;
     for (int k; (k = cli_next(&trace_cli, argc, argv, &arg)) != CLI_END;)
         if (k == CLI_ERR)

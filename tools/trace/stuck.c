@@ -578,6 +578,11 @@ fail:
     return NULL;
 }
 
+char *xt_read_socket(const char *path, uint64_t to)
+{
+    return read_socket(path, to);
+}
+
 static size_t live_shards(const char *line, char *buf, size_t len, size_t at)
 {
     const char *p = strstr(line, "\"shards\":[");

@@ -138,6 +138,11 @@ int xt_cmd_show(int argc, char **argv);
 int xt_cmd_replay(int argc, char **argv);
 int xt_cmd_export(int argc, char **argv);
 int xt_cmd_dot(int argc, char **argv);
+int xt_cmd_members(int argc, char **argv);
+
+/* A control socket's whole answer (stuck.c), read within `to` ns: a
+ * NUL-terminated malloc'd buffer, or NULL after one line on stderr. */
+char *xt_read_socket(const char *path, uint64_t to);
 
 /* Print a usage error line and return XT_USAGE. */
 int xt_usage(const char *fmt, const char *arg);

@@ -46,7 +46,8 @@
  * exits 1.
  *
  * --ctl PATH opens a Unix control socket (xfer/ctl.h) answering with every
- * open reservation (`xfer-trace stuck --live PATH`).
+ * open reservation (`xfer-trace stuck --live PATH`), and with --etcd the
+ * directory's state and registration (`xfer-trace members --ctl PATH`).
  *
  * --pool-mem host|testdev|cuda:N (issue 25; docs/gpu.md): the memory kind
  * of every pool: host (the default), the test device (xfer/testdev.h;
@@ -351,7 +352,8 @@ static const cli_flag flags[] = {
     {"drain-timeout", 0, "DUR", "drain waits this long (lease TTL)", 'd'},
     {"port-file", 0, "PATH", "write the bound port to PATH", 'F'},
     {"quiet", 0, NULL, "no log lines", 'q'},
-    {"ctl", 0, "PATH", "Unix control socket (xfer-trace stuck --live)", 'C'},
+    {"ctl", 0, "PATH",
+     "Unix control socket (xfer-trace stuck --live, members --ctl)", 'C'},
     {"shm", 0, "NAME", "pools in POSIX shared memory /NAME.<shard>", 'S'},
     {"trace", 0, "FILE", "trace every step of every shard to FILE", 'T'},
     {"take-grace", 0, "DUR", "taken data of a gone session kept (30s)",
@@ -1114,6 +1116,8 @@ static int setup(xferd *d)
     }
     if (o->etcd && (rc = start_dir(d)) != 0)
         return rc;
+    if (d->dir && d->ctl)
+        xfer_ctl_set_dir(d->ctl, d->dir); /* xfer-trace members --ctl */
     return o->metrics_addr ? start_metrics(d) : 0;
 }
 
@@ -1150,6 +1154,8 @@ static int start_dir(xferd *d)
 
 static void teardown(xferd *d)
 {
+    if (d->ctl)
+        xfer_ctl_set_dir(d->ctl, NULL); /* the ctl borrows the server's dir */
     xfer_metrics_del(d->metrics); /* before the server: it reads d->dir */
     xfer_ctl_close(d->ctl);
     xfer_server_del(d->srv);
