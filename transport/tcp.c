@@ -575,7 +575,10 @@ static void end_refresh(tcp_conn *c, tcp_refresh *f, int status,
     tcp_refresh r = *f;
     f->used = 0;
     c->nrfs--;
-    if (c->t->engine)
+    if (c->t->hooks.refreshed)
+        c->t->hooks.refreshed(c->t->hooks.ud, r.id, c->shard, r.attempt,
+                              status, granted);
+    else if (c->t->engine)
         xfer_engine_refreshed(c->t->engine, r.id, c->shard, r.attempt,
                               status, granted);
 }
@@ -1307,6 +1310,12 @@ int xfer_tcp_start_op_src(xfer_tcp *t, const xfer_action *a, const void *src)
 {
     return a->kind == XFER_ACT_WRITE ? XFER_ERR_INVALID_ARG
                                      : t_start(t, a, src);
+}
+
+int xfer_tcp_refresh(xfer_tcp *t, uint16_t shard, uint64_t id,
+                     uint32_t attempt, uint64_t resv_id, uint64_t want_ns)
+{
+    return t_refresh(t, shard, id, attempt, resv_id, want_ns);
 }
 
 void xfer_tcp_abort_op(xfer_tcp *t, const xfer_action *a)
