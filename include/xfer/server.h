@@ -238,8 +238,9 @@ typedef struct xfer_server_config {
     /* Version 4 (issue 26): lease refreshes (docs/streaming.md).  The
      * hosted shards grant a producer's REFRESH of its own reservation
      * (HELLO_ACK flag XFER_WIRE_HELLO_REFRESH) up to this long after its
-     * reserve (xfer_shard_config.max_hold_ns); 0: 6 * lease_ttl_ns.  At
-     * least lease_ttl_ns (else XFER_ERR_INVALID_ARG). */
+     * reserve (xfer_shard_config.max_hold_ms: whole milliseconds, rounded
+     * up); 0: 6 * lease_ttl_ns.  At least lease_ttl_ns and at most
+     * 2^32 - 1 ms (else XFER_ERR_INVALID_ARG). */
     uint64_t max_hold_ns;
 } xfer_server_config;
 
