@@ -1138,6 +1138,15 @@ static void refresh_arm(xfer_engine *e)
     xfer_timer_arm(&e->refresh_timer, due, e->cfg.clock, e->cfg.clock_ud);
 }
 
+/* One refresh is due at `due`: the timer goes off then at the latest
+ * (the walk of every stream is the timer's, not each answer's). */
+static void refresh_arm_at(xfer_engine *e, uint64_t due)
+{
+    xfer_timer *t = &e->refresh_timer;
+    if (t->stale || due < t->armed_at)
+        xfer_timer_arm(t, due, e->cfg.clock, e->cfg.clock_ud);
+}
+
 /* The live stream record of id, if the engine streams it now. */
 static cb_rec *refresh_rec(xfer_engine *e, uint64_t id)
 {
@@ -1169,7 +1178,7 @@ static void refresh_note(xfer_engine *e, const xfer_shard_result *r,
     }
     c->rf[r->shard] = (refresh_sh){.resv_id = r->resv_id, .due = now,
                                    .attempt = r->attempt, .state = RF_DUE};
-    refresh_arm(e);
+    refresh_arm_at(e, now);
 }
 
 /* Still open and unsealed: RESERVING or WRITING (a failure, a cancel or a
@@ -1253,7 +1262,8 @@ void xfer_engine_refreshed(struct xfer_engine *e, uint64_t id,
                                                               : wait);
         f->state = RF_DUE;
     }
-    refresh_arm(e);
+    if (f->state == RF_DUE)
+        refresh_arm_at(e, f->due);
 }
 
 /* ---------------------------------------------------------------------- */
