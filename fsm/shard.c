@@ -72,8 +72,18 @@
 /* The bytes each version of xfer_shard_config and _stats holds (util.h). */
 /* Version 2 added one_sided in what was padding of version 1, so both
  * versions have one size; version 1 reads one_sided as false. */
+/* Version 3 added max_hold_ms in version 1's tail padding: one size. */
 static const size_t config_lens[] = {sizeof(xfer_shard_config),
+                                     sizeof(xfer_shard_config),
                                      sizeof(xfer_shard_config)};
+_Static_assert(offsetof(xfer_shard_config, max_hold_ms) ==
+                   offsetof(xfer_shard_config, owner_max_tombstones) +
+                       sizeof(uint32_t) &&
+               sizeof(xfer_shard_config) ==
+                   (offsetof(xfer_shard_config, owner_max_tombstones) +
+                    sizeof(uint32_t) + _Alignof(uint64_t) - 1) /
+                       _Alignof(uint64_t) * _Alignof(uint64_t),
+               "max_hold_ms must sit in version 2's tail padding");
 _Static_assert(offsetof(xfer_shard_config, one_sided) ==
                        offsetof(xfer_shard_config, shard_index) +
                            sizeof(uint16_t) &&
@@ -82,7 +92,8 @@ _Static_assert(offsetof(xfer_shard_config, one_sided) ==
                         sizeof(uint16_t) + _Alignof(void *) - 1) /
                            _Alignof(void *) * _Alignof(void *),
                "one_sided must sit in version 1's padding");
-static const size_t stats_lens[] = {sizeof(xfer_shard_stats)};
+static const size_t stats_lens[] = {offsetof(xfer_shard_stats, refreshes),
+                                    sizeof(xfer_shard_stats)};
 
 #define MAX_RECORDS (1u << 24)
 #define MAX_TOMBS (1u << 30)
@@ -105,6 +116,8 @@ typedef struct resv_step {
     uint8_t **dst;
     const uint8_t **data;
     uint32_t *data_len;
+    uint64_t want_ns;     /* REFRESH: the most the owner asks for */
+    uint64_t *granted_ns; /* REFRESH: what the lease now runs for */
     const void *src; /* EAGER: the len bytes to copy in */
 } resv_step;
 
@@ -777,6 +790,41 @@ static int h_invalidated(xfer_shard *s, resv_step *o)
 }
 
 /* A tombstone outlived its TTL (the tomb table already dropped it). */
+/* RESERVED/WRITING + REFRESH: the owner extends the lease, never past one
+ * lease from now, what it asked for, or max_hold_ns after the reserve
+ * (shard.h); a refresh never shortens a lease.  The state is unchanged:
+ * only the lease heap moves, so every invariant of the state holds as it
+ * did (a write in flight still defers an expiry, I4). */
+static int h_refresh(xfer_shard *s, resv_step *o)
+{
+    if (mismatch(o))
+        return XFER_ERR_STALE;
+    const xfer_shard_resv *r = o->rec;
+    uint64_t now = o->step.now_ns;
+    if (!xfer_heap_contains(&s->leases, o->slot))
+        return XFER_ERR_STATE; /* cannot happen: RESERVED/WRITING lease */
+    uint64_t cur = s->leases.key[o->slot];
+    uint64_t hold = xfer_shard_hold_ns(s);
+    uint64_t cap = r->created_ns > UINT64_MAX - hold ? UINT64_MAX
+                                                     : r->created_ns + hold;
+    if (cap <= cur)
+        return XFER_ERR_BOUNDS;
+    uint64_t want = o->want_ns && o->want_ns < s->cfg.lease_ttl_ns
+                        ? o->want_ns
+                        : s->cfg.lease_ttl_ns;
+    uint64_t to = now > UINT64_MAX - want ? UINT64_MAX : now + want;
+    if (to > cap)
+        to = cap;
+    if (to > cur)
+        xfer_heap_set(&s->leases, o->slot, to);
+    else
+        to = cur;
+    if (o->granted_ns)
+        *o->granted_ns = to > now ? to - now : 0;
+    s->st.refreshes++;
+    return 0;
+}
+
 static int h_drop(xfer_shard *s, resv_step *o)
 {
     o->step.to = XFER_RESV_STATE_NONE;
@@ -982,6 +1030,30 @@ int xfer_shard_write_begin_by(xfer_shard *s, uint64_t now_ns,
                    .has_attempt = true, .has_resv = true, .has_region = true,
                    .dst = dst};
     return run(s, &o);
+}
+
+int xfer_shard_refresh(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                       uint32_t attempt, uint64_t resv_id, uint64_t want_ns,
+                       uint64_t *granted_ns)
+{
+    return xfer_shard_refresh_by(s, now_ns, 0, id, attempt, resv_id, want_ns,
+                                 granted_ns);
+}
+
+int xfer_shard_refresh_by(xfer_shard *s, uint64_t now_ns, uint16_t owner,
+                          uint64_t id, uint32_t attempt, uint64_t resv_id,
+                          uint64_t want_ns, uint64_t *granted_ns)
+{
+    if (!s || id == 0)
+        return XFER_ERR_INVALID_ARG;
+    resv_step o = {.step = step_of(now_ns, XFER_RESV_EVENT_REFRESH),
+                   .id = id, .resv_id = resv_id, .attempt = attempt,
+                   .owner = owner, .has_attempt = true, .has_resv = true,
+                   .want_ns = want_ns, .granted_ns = granted_ns};
+    int rc = run(s, &o);
+    if (rc)
+        s->st.refreshes_refused++;
+    return rc;
 }
 
 int xfer_shard_write_end(xfer_shard *s, uint64_t now_ns, uint64_t id,
@@ -1385,6 +1457,8 @@ static int apply_defaults(const xfer_shard_config *in, xfer_shard_config *c)
         return XFER_ERR_INVALID_ARG;
     if (in && in->version < 2)
         c->one_sided = false; /* padding in version 1: never read */
+    if (in && in->version < 3)
+        c->max_hold_ms = 0; /* padding before version 3: never read */
     if (!c->max_reservations)
         c->max_reservations = 4096;
     if (!c->max_tombstones && c->max_reservations <= MAX_TOMBS / 4)
@@ -1397,6 +1471,7 @@ static int apply_defaults(const xfer_shard_config *in, xfer_shard_config *c)
                                   : 2 * c->lease_ttl_ns;
     if (!c->align)
         c->align = 64;
+    /* the hold cap in ns, kept in the shard (hold_ns) */
     if (c->max_owners) {
         /* A fair share each, at least one of everything. */
         if (!c->owner_max_reservations)
@@ -1414,6 +1489,8 @@ static int apply_defaults(const xfer_shard_config *in, xfer_shard_config *c)
                c->max_tombstones > MAX_TOMBS || c->lease_ttl_ns > MAX_TTL ||
                c->tombstone_ttl_ns > MAX_TTL ||
                c->tombstone_ttl_ns < c->lease_ttl_ns ||
+               (c->max_hold_ms &&
+                (uint64_t)c->max_hold_ms * 1000000ull < c->lease_ttl_ns) ||
                (c->align & (c->align - 1)) != 0 ||
                (!c->alloc.alloc != !c->alloc.free) ||
                (!c->pool_memory && c->pool_bytes > SIZE_MAX - c->align);

@@ -92,6 +92,16 @@ static inline bool xfer_shard_is_inval(unsigned st)
            st == XFER_RESV_STATE_EXPIRE_INVAL;
 }
 
+/* The hold cap of a refreshed reservation (xfer_shard_config.max_hold_ms;
+ * 0: six leases). */
+static inline uint64_t xfer_shard_hold_ns(const xfer_shard *s)
+{
+    if (s->cfg.max_hold_ms)
+        return (uint64_t)s->cfg.max_hold_ms * 1000000ull;
+    return s->cfg.lease_ttl_ns > UINT64_MAX / 6 ? UINT64_MAX
+                                                : 6 * s->cfg.lease_ttl_ns;
+}
+
 /* A state only a tombstone holds: the record has ended. */
 static inline bool xfer_shard_is_tomb(unsigned st)
 {

@@ -81,6 +81,10 @@ static uint64_t fingerprint(const xfer_shard *s)
     uint64_t h = xfer_le_get32(MAGIC);
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         h = xfer_util_mix64(h ^ v[i]);
+    /* only when set, so saves made before the hold cap existed keep
+     * their fingerprint */
+    if (s->cfg.max_hold_ms)
+        h = xfer_util_mix64(h ^ s->cfg.max_hold_ms);
     /* only when set: a two-sided shard's fingerprint is what it was */
     return s->cfg.one_sided ? xfer_util_mix64(h ^ 0x31736964ull) : h;
 }

@@ -584,7 +584,8 @@ START_TEST(test_config_stats_versioned)
     EXPECT_REFUSED(xfer_core_stats_get_versioned, core, xfer_core_stats);
     EXPECT_REFUSED_V(xfer_engine_stats_get_versioned, e, xfer_engine_stats,
                      XFER_ENGINE_STATS_VERSION);
-    EXPECT_REFUSED(xfer_shard_stats_get_versioned, s, xfer_shard_stats);
+    EXPECT_REFUSED_V(xfer_shard_stats_get_versioned, s, xfer_shard_stats,
+                     XFER_SHARD_STATS_VERSION);
     EXPECT_REFUSED(xfer_readiness_stats_get_versioned, r,
                    xfer_readiness_stats);
     EXPECT_REFUSED(xfer_loop_stats_get_versioned, l, xfer_loop_stats);
@@ -595,8 +596,8 @@ START_TEST(test_config_stats_versioned)
                   xfer_core_stats);
     EXPECT_FILLED_V(xfer_engine_stats_get_versioned, xfer_engine_stats_get, e,
                     xfer_engine_stats, XFER_ENGINE_STATS_VERSION);
-    EXPECT_FILLED(xfer_shard_stats_get_versioned, xfer_shard_stats_get, s,
-                  xfer_shard_stats);
+    EXPECT_FILLED_V(xfer_shard_stats_get_versioned, xfer_shard_stats_get, s,
+                    xfer_shard_stats, XFER_SHARD_STATS_VERSION);
     EXPECT_FILLED(xfer_readiness_stats_get_versioned,
                   xfer_readiness_stats_get, r, xfer_readiness_stats);
     EXPECT_FILLED(xfer_loop_stats_get_versioned, xfer_loop_stats_get, l,

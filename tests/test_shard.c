@@ -1965,6 +1965,8 @@ static void probe(xfer_shard *s, uint64_t now, uint64_t id, uint32_t attempt)
     xfer_shard_cancel(s, now, id, attempt, BAD_RESV);
     ck_assert_int_ne(xfer_shard_take(s, now, id, BAD_RESV, &data, &len), 0);
     ck_assert_int_ne(xfer_shard_release(s, now, id, BAD_RESV), 0);
+    ck_assert_int_ne(
+        xfer_shard_refresh(s, now, id, attempt, BAD_RESV, 0, NULL), 0);
     ck_assert_int_eq(xfer_shard_state(s, id), st);
 }
 
@@ -1981,6 +1983,8 @@ static void coverage_lifecycle(xfer_shard *s)
     ck_assert_int_eq(xfer_shard_take(s, 0, 99, 1, &data, &len),
                      XFER_ERR_NOT_FOUND);
     ck_assert_int_eq(xfer_shard_release(s, 0, 99, 1), XFER_ERR_NOT_FOUND);
+    ck_assert_int_eq(xfer_shard_refresh(s, 0, 99, 1, 1, 0, NULL),
+                     XFER_ERR_NOT_FOUND);
     ck_assert_int_eq(xfer_shard_cancel(s, 0, 98, 1, 0), 0);
     /* id 1: RESERVED, WRITING, READY, TAKEN, DONE */
     xfer_resv_info a = reserve_ok(s, 0, 1, 1, 64);
@@ -2628,6 +2632,164 @@ START_TEST(test_shard_save_load_with_owners)
 }
 END_TEST
 
+
+/* ---------------------------------------------------------------------- */
+/* Lease refresh                                                           */
+/* ---------------------------------------------------------------------- */
+
+/* A refreshed reservation outlives its first lease by as many refreshes as
+ * come, RESERVED or WRITING, and is still whole to write and commit. */
+START_TEST(test_shard_refresh_keeps_reservation_past_lease)
+{
+    xfer_shard *s = mk();
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 64);
+    uint64_t granted = 0, now = 0;
+    for (int i = 0; i < 5; i++) { /* to 2.5 leases: below the 6-lease cap */
+        now += LEASE / 2;
+        xfer_shard_on_timer(s, now);
+        ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_RESERVED);
+        ck_assert_int_eq(
+            xfer_shard_refresh(s, now, 1, 1, a.resv_id, 0, &granted), 0);
+        ck_assert_uint_eq(granted, LEASE);
+        ck_assert_uint_eq(xfer_shard_next_deadline(s), now + LEASE);
+    }
+    /* while a write is in flight too */
+    begin_ok(s, now, 1, 1, &a);
+    ck_assert_int_eq(xfer_shard_refresh(s, now + 1, 1, 1, a.resv_id, 0,
+                                        &granted),
+                     0);
+    ck_assert_int_eq(xfer_shard_write_end(s, now + 1, 1, a.resv_id, true), 0);
+    xfer_shard_on_timer(s, now + LEASE);
+    ck_assert_int_eq(xfer_shard_commit(s, now + LEASE, 1, 1, a.resv_id), 0);
+    xfer_shard_stats st = stats(s);
+    ck_assert_uint_eq(st.refreshes, 6);
+    ck_assert_uint_eq(st.expiries, 0);
+    /* without a refresh the lease ends as before */
+    xfer_resv_info b = reserve_ok(s, now, 2, 1, 64);
+    xfer_shard_on_timer(s, now + LEASE);
+    ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RESV_STATE_EXPIRED);
+    ck_assert_int_eq(
+        xfer_shard_refresh(s, now + LEASE, 2, 1, b.resv_id, 0, &granted),
+        XFER_ERR_EXPIRED);
+    xfer_shard_del(s);
+}
+END_TEST
+
+/* The grant: never more than asked, never more than a lease from now,
+ * never shorter than what runs, never past the hold cap; at the cap it is
+ * refused BOUNDS and the lease then ends. */
+START_TEST(test_shard_refresh_bounded_by_want_and_cap)
+{
+    xfer_shard_config c = base_cfg();
+    c.max_hold_ms = (uint32_t)(3 * LEASE / MS); /* 300 ms */
+    xfer_shard *s = mk_cfg(c);
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 64);
+    uint64_t g = 0;
+    /* asks for less than what already runs: nothing shortened */
+    ck_assert_int_eq(xfer_shard_refresh(s, 10 * MS, 1, 1, a.resv_id,
+                                        5 * MS, &g),
+                     0);
+    ck_assert_uint_eq(g, LEASE - 10 * MS);
+    ck_assert_uint_eq(xfer_shard_next_deadline(s), LEASE);
+    /* asks for more than a lease: one lease */
+    ck_assert_int_eq(xfer_shard_refresh(s, 50 * MS, 1, 1, a.resv_id,
+                                        10 * LEASE, &g),
+                     0);
+    ck_assert_uint_eq(g, LEASE);
+    /* asks for part of one: that part */
+    ck_assert_int_eq(xfer_shard_refresh(s, 100 * MS, 1, 1, a.resv_id,
+                                        70 * MS, &g),
+                     0);
+    ck_assert_uint_eq(g, 70 * MS);
+    /* near the cap: up to it, then refused */
+    ck_assert_int_eq(xfer_shard_refresh(s, 160 * MS, 1, 1, a.resv_id, 0, &g),
+                     0);
+    ck_assert_uint_eq(g, LEASE);
+    ck_assert_int_eq(xfer_shard_refresh(s, 250 * MS, 1, 1, a.resv_id, 0, &g),
+                     0);
+    ck_assert_uint_eq(g, 50 * MS);
+    ck_assert_uint_eq(xfer_shard_next_deadline(s), 3 * LEASE);
+    ck_assert_int_eq(xfer_shard_refresh(s, 260 * MS, 1, 1, a.resv_id, 0, &g),
+                     XFER_ERR_BOUNDS);
+    ck_assert_uint_eq(xfer_shard_next_deadline(s), 3 * LEASE);
+    xfer_shard_on_timer(s, 3 * LEASE);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_EXPIRED);
+    xfer_shard_stats st = stats(s);
+    ck_assert_uint_eq(st.refreshes, 5);
+    ck_assert_uint_eq(st.refreshes_refused, 1);
+    /* a cap below the lease is refused at creation */
+    xfer_shard *bad = NULL;
+    c.max_hold_ms = (uint32_t)(LEASE / MS) - 1;
+    ck_assert_int_eq(xfer_shard_new(&c, &bad), XFER_ERR_INVALID_ARG);
+    xfer_shard_del(s);
+}
+END_TEST
+
+/* Refused whole: another owner (PERM), another attempt or reservation
+ * (STALE), a committed record (STATE); the lease is left as it ran. */
+START_TEST(test_shard_refresh_refused_changes_nothing)
+{
+    xfer_shard *s = mk_cfg(owners_cfg());
+    xfer_resv_info a = reserve_by_ok(s, 0, 1, 7, 1, 64);
+    uint64_t g = 77;
+    ck_assert_int_eq(
+        xfer_shard_refresh_by(s, 50 * MS, 2, 7, 1, a.resv_id, 0, &g),
+        XFER_ERR_PERM);
+    ck_assert_int_eq(
+        xfer_shard_refresh_by(s, 50 * MS, 1, 7, 2, a.resv_id, 0, &g),
+        XFER_ERR_STALE);
+    ck_assert_int_eq(
+        xfer_shard_refresh_by(s, 50 * MS, 1, 7, 1, BAD_RESV, 0, &g),
+        XFER_ERR_STALE);
+    ck_assert_uint_eq(g, 77);
+    ck_assert_uint_eq(xfer_shard_next_deadline(s), LEASE);
+    xfer_shard_on_timer(s, LEASE);
+    ck_assert_int_eq(xfer_shard_state(s, 7), XFER_RESV_STATE_EXPIRED);
+    /* committed: the READY lease is the consumer's, not the producer's */
+    xfer_resv_info b = reserve_by_ok(s, LEASE, 1, 8, 1, 64);
+    uint8_t *dst = NULL;
+    ck_assert_int_eq(xfer_shard_write_begin_by(s, LEASE, 1, 8, 1, b.resv_id,
+                                               0, 64, &dst),
+                     0);
+    ck_assert_int_eq(xfer_shard_write_end(s, LEASE, 8, b.resv_id, true), 0);
+    ck_assert_int_eq(xfer_shard_commit_by(s, LEASE, 1, 8, 1, b.resv_id), 0);
+    ck_assert_int_eq(
+        xfer_shard_refresh_by(s, LEASE + 1, 1, 8, 1, b.resv_id, 0, &g),
+        XFER_ERR_STATE);
+    xfer_shard_stats st = stats(s);
+    ck_assert_uint_eq(st.refreshes, 0);
+    ck_assert_uint_eq(st.refreshes_refused, 4);
+    xfer_shard_del(s);
+}
+END_TEST
+
+/* A version 2 config's tail padding is not read as a hold cap, and the
+ * stats of version 1 stop before the refresh counters. */
+START_TEST(test_shard_refresh_config_and_stats_versions)
+{
+    xfer_shard_config c = base_cfg();
+    c.version = 2;
+    c.max_hold_ms = 1; /* garbage a version 2 caller left there */
+    xfer_shard *s = mk_cfg(c);
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 64);
+    uint64_t g = 0;
+    xfer_shard_on_timer(s, 5 * LEASE);
+    ck_assert_int_eq(xfer_shard_refresh(s, 5 * LEASE, 1, 1, a.resv_id, 0, &g),
+                     XFER_ERR_EXPIRED);
+    a = reserve_ok(s, 5 * LEASE, 2, 1, 64);
+    ck_assert_int_eq(
+        xfer_shard_refresh(s, 5 * LEASE + 1, 2, 1, a.resv_id, 0, &g), 0);
+    ck_assert_uint_eq(g, LEASE);
+    xfer_shard_stats st;
+    memset(&st, 0xab, sizeof st);
+    ck_assert_int_eq(xfer_shard_stats_get_versioned(s, 1, &st), 0);
+    ck_assert_uint_eq(st.refreshes, 0xababababababababull);
+    ck_assert_int_eq(xfer_shard_stats_get_versioned(s, 2, &st), 0);
+    ck_assert_uint_eq(st.refreshes, 1);
+    xfer_shard_del(s);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("shard");
@@ -2663,6 +2825,10 @@ static Suite *suite(void)
     tcase_add_test(tc, test_shard_tombstone_blocks_only_its_maker);
     tcase_add_test(tc, test_shard_owner_quota_busy_for_itself_only);
     tcase_add_test(tc, test_shard_save_load_with_owners);
+    tcase_add_test(tc, test_shard_refresh_keeps_reservation_past_lease);
+    tcase_add_test(tc, test_shard_refresh_bounded_by_want_and_cap);
+    tcase_add_test(tc, test_shard_refresh_refused_changes_nothing);
+    tcase_add_test(tc, test_shard_refresh_config_and_stats_versions);
     suite_add_tcase(s, tc);
 
     TCase *model = tcase_create("model");

@@ -99,7 +99,24 @@ typedef struct cb_rec {
                            its own, its parts hold theirs */
     uint64_t t_submit;  /* for the latency histograms (metrics) */
     xfer_list parts;    /* a stream's parts not yet released */
+    /* A stream's lease refreshes (refresh_* below): */
+    uint8_t sealed;     /* xfer_engine_stream_seal took it: no more */
+    uint32_t group;
+    uint64_t deadline;  /* the transfer's (engine clock), 0: none */
+    uint64_t rf_id;     /* the stream's transfer id */
+    struct refresh_sh *rf; /* per shard, from its first RESERVE ok */
+    xfer_list_node rf_link; /* on the engine's `refreshing` while rf */
 } cb_rec;
+
+/* Where one shard's reservation of an open stream stands with its lease
+ * refreshes. */
+enum { RF_NONE, RF_DUE, RF_SENT, RF_STOP };
+typedef struct refresh_sh {
+    uint64_t resv_id;
+    uint64_t due;     /* RF_DUE: when the next refresh goes */
+    uint32_t attempt;
+    uint8_t state;
+} refresh_sh;
 
 struct xfer_engine {
     xfer_engine_config cfg;
@@ -107,6 +124,8 @@ struct xfer_engine {
     int own_base;
     xfer_timer timer;         /* the core's next deadline */
     xfer_timer stop_timer;    /* the shutdown deadline (shutdown_timeout_ns) */
+    xfer_timer refresh_timer; /* the earliest refresh due (streams) */
+    xfer_list refreshing;     /* cb_recs with refresh state (rf), FIFO */
     struct event *deferred;
     bool deferred_active;     /* `deferred` is on libevent's active queue */
     /* One reading of the library's own clock per batch (batch_begin). */
@@ -323,6 +342,11 @@ static void complete(xfer_engine *e, const xfer_action *a)
     cb_rec *c = &e->cbs[slot];
     assert(c->used);
     release_slot(e, c); /* the core released it just before */
+    if (c->rf) { /* no more refreshes */
+        xfer_list_remove(&e->refreshing, &c->rf_link);
+        xfer_util_free(&e->cfg.core.alloc, c->rf);
+        c->rf = NULL;
+    }
     xfer_gates_remove(e->gates, a->id);
     c->done.res = a->result;
     c->done.res.user_data = c->user_data;
@@ -554,12 +578,17 @@ static void on_deferred(evutil_socket_t fd, short what, void *arg)
  * Outside a batch, or with an injected clock (whose readings a re-arm
  * would consume), every result is drained at once, as always.
  */
+static void refresh_note(xfer_engine *e, const xfer_shard_result *r,
+                         uint64_t now);
+
 void xfer_engine_deliver(struct xfer_engine *e, const xfer_shard_result *r)
 {
     e->st.results_delivered++;
     if (e->ecopy) /* a bounce buffer the transport let go of */
         xfer_ecopy_on_result(e->ecopy, r);
     uint64_t now = xfer_engine_now(e);
+    if (r->op == XFER_OP_RESERVE && r->status == 0)
+        refresh_note(e, r, now);
     int rc = xfer_core_on_result(e->core, now, r);
     if (rc == XFER_ERR_BUSY && e->undrained) {
         xfer_engine_flush(e);
@@ -579,6 +608,7 @@ void xfer_engine_deliver(struct xfer_engine *e, const xfer_shard_result *r)
 /* ---------------------------------------------------------------------- */
 
 static void on_mail(void *ud, xfer_mail *m);
+static void on_refresh_timer(evutil_socket_t fd, short what, void *arg);
 
 static int alloc_tables(xfer_engine *e)
 {
@@ -624,6 +654,9 @@ static int make_loop(xfer_engine *e)
     }
     int rc = xfer_timer_init(&e->timer, e->base, on_timer, e);
     if (!rc)
+        rc = xfer_timer_init(&e->refresh_timer, e->base, on_refresh_timer,
+                             e);
+    if (!rc)
         rc = xfer_timer_init(&e->stop_timer, e->base, on_stop_timer, e);
     e->deferred = event_new(e->base, -1, 0, on_deferred, e);
     if (rc || !e->deferred)
@@ -637,7 +670,8 @@ static const size_t config_lens[] = {
     offsetof(xfer_engine_config, shutdown_timeout_ns),
     sizeof(xfer_engine_config)};
 static const size_t stats_lens[] = {
-    offsetof(xfer_engine_stats, cancels_refused), sizeof(xfer_engine_stats)};
+    offsetof(xfer_engine_stats, cancels_refused),
+    offsetof(xfer_engine_stats, refreshes_sent), sizeof(xfer_engine_stats)};
 
 void xfer_engine_config_default(xfer_engine_config *cfg)
 {
@@ -712,6 +746,9 @@ void xfer_engine_del(xfer_engine *e)
     xfer_mailbox_del(e->mailbox);
     xfer_timer_clear(&e->timer);
     xfer_timer_clear(&e->stop_timer);
+    xfer_timer_clear(&e->refresh_timer);
+    for (uint32_t i = 0; e->cbs && i < e->cfg.core.max_transfers; i++)
+        xfer_util_free(&e->cfg.core.alloc, e->cbs[i].rf);
     if (e->deferred)
         event_free(e->deferred);
     /* Our reference: a base we made (or another engine made) is freed
@@ -1056,6 +1093,180 @@ int xfer_engine_cancel(xfer_engine *e, uint64_t id)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Lease refreshes of open streams (docs/streaming.md)                     */
+/* ---------------------------------------------------------------------- */
+
+/* A stream may wait for its parts longer than a shard's lease: while it is
+ * open and unsealed, each shard's reservation is refreshed, first as soon
+ * as its reserve answered (the answer says how long the shard's lease
+ * runs), then when a third of what was granted has passed, so two
+ * refreshes can be lost or late before the lease ends.  Each asks for no
+ * more than the time left to the transfer's deadline.  The first refusal
+ * (or a transport that cannot: an older shard) ends that shard's
+ * refreshes, and the lease then runs out as it always did.  Nothing here
+ * is an action of the core: a refresh changes no state of the transfer,
+ * only how long a shard keeps what the core already holds, and the core's
+ * deadline, cancel and failure paths end the stream exactly as before
+ * (after which the refreshes stop: the transfer is no longer open). */
+
+/* The shortest wait between two refreshes of one reservation, so a shard
+ * that grants almost nothing cannot make the engine spin. */
+#define REFRESH_MIN_NS 1000000ull
+/* After a refresh that could not reach its shard (the connection is down,
+ * or the transport's table of refreshes in flight is full), the next try
+ * waits this long: a reconnect keeps the session and its reservations. */
+#define REFRESH_RETRY_NS 10000000ull
+
+/* A refresh that did not reach its shard is tried again later. */
+static bool refresh_retry(int rc)
+{
+    return rc == XFER_ERR_CONN_LOST || rc == XFER_ERR_BUSY ||
+           rc == XFER_ERR_NOMEM;
+}
+
+static void refresh_arm(xfer_engine *e)
+{
+    uint64_t due = UINT64_MAX;
+    for (const xfer_list_node *n = e->refreshing.head; n; n = n->next) {
+        const cb_rec *c = XFER_LIST_ITEM(n, cb_rec, rf_link);
+        if (c->sealed)
+            continue;
+        for (uint16_t k = 0; k < e->groups[c->group].nshards; k++)
+            if (c->rf[k].state == RF_DUE && c->rf[k].due < due)
+                due = c->rf[k].due;
+    }
+    xfer_timer_arm(&e->refresh_timer, due, e->cfg.clock, e->cfg.clock_ud);
+}
+
+/* One refresh is due at `due`: the timer goes off then at the latest
+ * (the walk of every stream is the timer's, not each answer's). */
+static void refresh_arm_at(xfer_engine *e, uint64_t due)
+{
+    xfer_timer *t = &e->refresh_timer;
+    if (t->stale || due < t->armed_at)
+        xfer_timer_arm(t, due, e->cfg.clock, e->cfg.clock_ud);
+}
+
+/* The live stream record of id, if the engine streams it now. */
+static cb_rec *refresh_rec(xfer_engine *e, uint64_t id)
+{
+    uint64_t slot;
+    if (!xfer_core_user_data(e->core, id, &slot) ||
+        slot >= e->cfg.core.max_transfers)
+        return NULL;
+    cb_rec *c = &e->cbs[slot];
+    return c->used && c->stream ? c : NULL;
+}
+
+/* A reserve of a stream's shard answered ok: its refreshes start. */
+static void refresh_note(xfer_engine *e, const xfer_shard_result *r,
+                         uint64_t now)
+{
+    cb_rec *c = refresh_rec(e, r->id);
+    if (!c || c->sealed || c->group >= e->cfg.max_groups)
+        return;
+    const group_rec *g = &e->groups[c->group];
+    const xfer_transport_ops *ops = g->tp.ops;
+    if (ops->version < 3 || !ops->refresh || r->shard >= g->nshards)
+        return;
+    if (!c->rf) {
+        c->rf = xfer_util_calloc(&e->cfg.core.alloc, g->nshards,
+                                 sizeof *c->rf);
+        if (!c->rf)
+            return; /* no refreshes: the leases run as they would */
+        xfer_list_push_back(&e->refreshing, &c->rf_link);
+    }
+    c->rf[r->shard] = (refresh_sh){.resv_id = r->resv_id, .due = now,
+                                   .attempt = r->attempt, .state = RF_DUE};
+    refresh_arm_at(e, now);
+}
+
+/* Still open and unsealed: RESERVING or WRITING (a failure, a cancel or a
+ * deadline moved it to CANCELLING; the seal to COMPLETING). */
+static bool refresh_open(const xfer_engine *e, uint64_t id, const cb_rec *c)
+{
+    if (c->sealed)
+        return false;
+    xfer_transfer_state st = xfer_core_state(e->core, id);
+    return st == XFER_TRANSFER_STATE_RESERVING ||
+           st == XFER_TRANSFER_STATE_WRITING;
+}
+
+static void refresh_send(xfer_engine *e, cb_rec *c, uint64_t id, uint16_t k,
+                         uint64_t now)
+{
+    refresh_sh *f = &c->rf[k];
+    uint64_t want = 0;
+    if (c->deadline) {
+        if (c->deadline <= now) {
+            f->state = RF_STOP; /* the core's deadline ends it */
+            return;
+        }
+        want = c->deadline - now;
+    }
+    const group_rec *g = &e->groups[c->group];
+    f->state = RF_SENT;
+    e->st.refreshes_sent++;
+    int rc = g->tp.ops->refresh(g->tp.self, k, id, f->attempt, f->resv_id,
+                                want);
+    if (rc) { /* nothing went out, no answer will come */
+        e->st.refreshes_sent--;
+        f->state = refresh_retry(rc) ? RF_DUE : RF_STOP;
+        f->due = now + REFRESH_RETRY_NS;
+    }
+}
+
+static void on_refresh_timer(evutil_socket_t fd, short what, void *arg)
+{
+    xfer_engine *e = arg;
+    xfer_timer_fired(&e->refresh_timer);
+    uint64_t now = xfer_engine_now(e);
+    for (xfer_list_node *n = e->refreshing.head; n; n = n->next) {
+        cb_rec *c = XFER_LIST_ITEM(n, cb_rec, rf_link);
+        for (uint16_t k = 0; k < e->groups[c->group].nshards; k++) {
+            refresh_sh *f = &c->rf[k];
+            if (f->state != RF_DUE || f->due > now)
+                continue;
+            if (!refresh_open(e, c->rf_id, c)) {
+                f->state = RF_STOP;
+                continue;
+            }
+            refresh_send(e, c, c->rf_id, k, now);
+        }
+    }
+    refresh_arm(e);
+}
+
+void xfer_engine_refreshed(struct xfer_engine *e, uint64_t id,
+                           uint16_t shard, uint32_t attempt, int status,
+                           uint64_t granted_ns)
+{
+    if (!e)
+        return;
+    cb_rec *c = refresh_rec(e, id);
+    if (!c || !c->rf || shard >= e->groups[c->group].nshards)
+        return;
+    refresh_sh *f = &c->rf[shard];
+    if (f->state != RF_SENT || f->attempt != attempt)
+        return;
+    if (refresh_retry(status)) {
+        f->due = xfer_engine_now(e) + REFRESH_RETRY_NS;
+        f->state = RF_DUE;
+    } else if (status) {
+        e->st.refreshes_refused++;
+        f->state = RF_STOP;
+    } else {
+        e->st.refreshes_granted++;
+        uint64_t wait = granted_ns / 3;
+        f->due = xfer_engine_now(e) + (wait < REFRESH_MIN_NS ? REFRESH_MIN_NS
+                                                              : wait);
+        f->state = RF_DUE;
+    }
+    if (f->state == RF_DUE)
+        refresh_arm_at(e, f->due);
+}
+
+/* ---------------------------------------------------------------------- */
 /* Streams (xfer/stream.h)                                                 */
 /* ---------------------------------------------------------------------- */
 
@@ -1089,7 +1300,9 @@ int xfer_engine_stream_open(xfer_engine *e, const xfer_stream_desc *d,
     e->ncb_free--;
     e->cbs[slot] = (cb_rec){.done = {.cb = cb, .ud = ud, .slot = slot},
                             .user_data = d->user_data, .used = 1,
-                            .stream = 1, .t_submit = now};
+                            .stream = 1, .t_submit = now,
+                            .group = d->group, .deadline = a.deadline_ns,
+                            .rf_id = d->id};
     drain(e);
     return 0;
 }
@@ -1173,6 +1386,9 @@ int xfer_engine_stream_seal(xfer_engine *e, uint64_t id)
         return XFER_ERR_INVALID_ARG;
     xfer_engine_flush(e); /* room in the core's action list */
     int rc = xfer_core_seal(e->core, xfer_engine_now(e), id);
+    uint64_t slot;
+    if (rc == 0 && xfer_core_user_data(e->core, id, &slot))
+        e->cbs[slot].sealed = 1; /* its refreshes stop */
     drain(e);
     return ended_status(e, id, rc);
 }

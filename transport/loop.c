@@ -641,6 +641,25 @@ static bool t_eager_ok(void *self)
     return !((xfer_loop *)self)->cfg.shard.one_sided;
 }
 
+/* A lease refresh applies at once on the in-process shard and is
+ * answered from inside the call (xfer/transport.h allows it); a shard
+ * that is down is not connected. */
+static int t_refresh(void *self, uint16_t shard, uint64_t id,
+                     uint32_t attempt, uint64_t resv_id, uint64_t want_ns)
+{
+    xfer_loop *l = self;
+    if (shard >= l->cfg.nshards || !l->engine)
+        return XFER_ERR_INVALID_ARG;
+    if (l->down[shard])
+        return XFER_ERR_CONN_LOST;
+    uint64_t granted = 0;
+    int rc = xfer_shard_refresh(l->shards[shard], now_of(l), id, attempt,
+                                resv_id, want_ns, &granted);
+    arm_shard_timer(l); /* the lease moved */
+    xfer_engine_refreshed(l->engine, id, shard, attempt, rc, granted);
+    return 0;
+}
+
 static const xfer_transport_ops loop_ops = {
     .version = XFER_TRANSPORT_OPS_VERSION,
     .name = "loop",
@@ -650,6 +669,7 @@ static const xfer_transport_ops loop_ops = {
     .abort = t_abort,
     .detach = t_detach,
     .eager_ok = t_eager_ok,
+    .refresh = t_refresh,
 };
 
 xfer_transport xfer_loop_transport(xfer_loop *l)

@@ -707,6 +707,26 @@ static void t_pool_removed(void *self, uint32_t pool)
     memset(p, 0, sizeof *p);
 }
 
+/* A lease refresh goes over the shard's control connection, as a
+ * RESERVE does (the one-sided shard grants it in RESERVED like any). */
+static int t_refresh(void *self, uint16_t shard, uint64_t id,
+                     uint32_t attempt, uint64_t resv_id, uint64_t want_ns)
+{
+    xfer_rdma *r = self;
+    if (shard >= r->cfg.tcp.nshards)
+        return XFER_ERR_INVALID_ARG;
+    return xfer_tcp_refresh(r->tcp, shard, id, attempt, resv_id, want_ns);
+}
+
+static void h_refreshed(void *ud, uint64_t id, uint16_t shard,
+                        uint32_t attempt, int status, uint64_t granted_ns)
+{
+    xfer_rdma *r = ud;
+    if (r->engine)
+        xfer_engine_refreshed(r->engine, id, shard, attempt, status,
+                              granted_ns);
+}
+
 static const xfer_transport_ops rdma_ops = {
     .version = XFER_TRANSPORT_OPS_VERSION,
     .name = "rdma",
@@ -717,6 +737,7 @@ static const xfer_transport_ops rdma_ops = {
     .pool_added = t_pool_added,
     .pool_removed = t_pool_removed,
     .detach = t_detach,
+    .refresh = t_refresh,
 };
 
 xfer_transport xfer_rdma_transport(xfer_rdma *r)
@@ -806,7 +827,8 @@ int xfer_rdma_new(struct event_base *base, const xfer_rdma_config *cfg,
     /* Created from a group (cfg.tcp.dir): the TCP transport follows it,
      * and only entries whose server has an rdmacm listener count. */
     xfer_tcp_hooks h = {.ud = r, .deliver = h_deliver, .link = h_link,
-                        .dir_transports = XFER_DIR_RDMA};
+                        .dir_transports = XFER_DIR_RDMA,
+                        .refreshed = h_refreshed};
     rc = xfer_tcp_new_hooked(base, &cfg->tcp, &h, &r->tcp);
     if (rc)
         goto out_fail;

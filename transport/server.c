@@ -190,6 +190,7 @@ static int take_secret(xfer_server *s, const xfer_server_config *cfg)
 static const size_t config_lens[] = {
     offsetof(xfer_server_config, write_min_rate),
     offsetof(xfer_server_config, shard_mem),
+    offsetof(xfer_server_config, max_hold_ns),
     sizeof(xfer_server_config)};
 
 /* Copy cfg into s with every "0 means the default" filled in. */
@@ -225,6 +226,9 @@ static int take_config(xfer_server *s, const xfer_server_config *cfg)
         c->take_grace_ns = 30000000000ull;
     if (!c->drain_timeout_ns)
         c->drain_timeout_ns = c->lease_ttl_ns;
+    if (c->max_hold_ns && (c->max_hold_ns < c->lease_ttl_ns ||
+                           c->max_hold_ns > UINT32_MAX * 1000000ull))
+        return XFER_ERR_INVALID_ARG;
     s->own_clock = !c->clock;
     if (!c->clock)
         c->clock = xfer_clock_monotonic;
@@ -283,6 +287,9 @@ static int make_shards(xfer_server *s)
             .max_tombstones = s->cfg.max_tombstones,
             .lease_ttl_ns = s->cfg.lease_ttl_ns,
             .tombstone_ttl_ns = s->cfg.tombstone_ttl_ns,
+            /* in whole ms, rounded up (never below the lease) */
+            .max_hold_ms = (uint32_t)((s->cfg.max_hold_ns + 999999ull) /
+                                      1000000ull),
             .shard_index = h->index,
             .pool_memory = h->base,
             .one_sided = s->one_sided,

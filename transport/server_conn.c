@@ -297,6 +297,7 @@ static bool is_request(uint8_t type)
     case XFER_WIRE_T_COMMIT:
     case XFER_WIRE_T_COMMIT_CRC:
     case XFER_WIRE_T_CANCEL:
+    case XFER_WIRE_T_REFRESH:
     case XFER_WIRE_T_SUBSCRIBE:
     case XFER_WIRE_T_TAKE:
     case XFER_WIRE_T_RELEASE:

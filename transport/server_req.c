@@ -266,6 +266,7 @@ static bool role_may(const xfer_server_conn *c, uint8_t type,
     case XFER_WIRE_T_WRITE:
     case XFER_WIRE_T_COMMIT:
     case XFER_WIRE_T_EAGER:
+    case XFER_WIRE_T_REFRESH:
         return c->role == XFER_WIRE_ROLE_PRODUCER;
     case XFER_WIRE_T_CANCEL:
         return consumer || (c->role == XFER_WIRE_ROLE_PRODUCER && attempt);
@@ -354,6 +355,13 @@ static int32_t apply(xfer_server_conn *c, const xfer_wire_msg *m,
                                                  m->attempt, m->resv_id);
         return xfer_shard_cancel_by(hs->sh, t, c->owner, m->id, m->attempt,
                                     m->resv_id);
+    case XFER_WIRE_T_REFRESH:
+        /* the session's own reservation only (PERM otherwise), never
+         * past the shard's hold cap (BOUNDS) */
+        a->type = XFER_WIRE_T_REFRESH_OK;
+        a->hold_ns = 0;
+        return xfer_shard_refresh_by(hs->sh, t, c->owner, m->id, m->attempt,
+                                     m->resv_id, m->hold_ns, &a->hold_ns);
     case XFER_WIRE_T_TAKE:
         return do_take(c, hs, t, m, a);
     case XFER_WIRE_T_RELEASE:

@@ -242,7 +242,9 @@ static bool admit(xfer_server_conn *c, uint32_t req, const xfer_wire_msg *m,
                             * region (server_copy.c, docs/integrity.md) */
                            (s->cfg.integrity != XFER_INTEGRITY_OFF
                                 ? XFER_WIRE_HELLO_CRC
-                                : 0u)};
+                                : 0u) |
+                           /* every hosted shard grants lease refreshes */
+                           XFER_WIRE_HELLO_REFRESH};
     xfer_server_conn_send(c, &a, req);
     return true;
 }

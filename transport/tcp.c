@@ -523,6 +523,7 @@ static bool on_hello_ack(tcp_conn *c, const xfer_wire_hdr *h,
     xfer_backoff_up(&c->bo, xfer_clock_monotonic(NULL));
     c->eager = (m->hello_flags & XFER_WIRE_HELLO_EAGER) != 0;
     c->crc = (m->hello_flags & XFER_WIRE_HELLO_CRC) != 0;
+    c->refresh = (m->hello_flags & XFER_WIRE_HELLO_REFRESH) != 0;
     c->nruns = 0; /* runs of the connection before are not this one's */
     c->t->st.connects++;
     bufferevent_set_timeouts(c->bev, NULL, NULL);
@@ -554,6 +555,95 @@ static bool t_eager_ok(void *self)
     return t->cfg.nshards > 0;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Lease refreshes (docs/streaming.md)                                     */
+/* ---------------------------------------------------------------------- */
+
+/* The refresh sent with request id req, or NULL. */
+static tcp_refresh *find_refresh(tcp_conn *c, uint32_t req)
+{
+    for (uint32_t i = 0; c->nrfs && i < TCP_REFRESH_MAX; i++)
+        if (c->rfs[i].used && c->rfs[i].req == req)
+            return &c->rfs[i];
+    return NULL;
+}
+
+/* Answer one refresh to the engine and free its entry. */
+static void end_refresh(tcp_conn *c, tcp_refresh *f, int status,
+                        uint64_t granted)
+{
+    tcp_refresh r = *f;
+    f->used = 0;
+    c->nrfs--;
+    if (c->t->hooks.refreshed)
+        c->t->hooks.refreshed(c->t->hooks.ud, r.id, c->shard, r.attempt,
+                              status, granted);
+    else if (c->t->engine)
+        xfer_engine_refreshed(c->t->engine, r.id, c->shard, r.attempt,
+                              status, granted);
+}
+
+/* The connection is gone: every refresh on it is answered CONN_LOST. */
+static void fail_refreshes(tcp_conn *c)
+{
+    for (uint32_t i = 0; c->nrfs && i < TCP_REFRESH_MAX; i++)
+        if (c->rfs[i].used)
+            end_refresh(c, &c->rfs[i], XFER_ERR_CONN_LOST, 0);
+}
+
+/* A REFRESH_OK, or an ERROR answering a refresh.  False: not acceptable
+ * (the connection is dropped). */
+static bool on_refresh_reply(tcp_conn *c, tcp_refresh *f,
+                             const xfer_wire_msg *m)
+{
+    int32_t code = m->type == XFER_WIRE_T_ERROR ? xfer_wire_peer_code(m->code)
+                                                : 0;
+    if (m->id != f->id || m->attempt != f->attempt ||
+        (m->type == XFER_WIRE_T_ERROR && code == 0)) {
+        c->t->st.bad_replies++;
+        end_refresh(c, f, XFER_ERR_PROTO, 0);
+        return false;
+    }
+    end_refresh(c, f, code, code ? 0 : m->hold_ns);
+    return true;
+}
+
+static int t_refresh(void *self, uint16_t shard, uint64_t id,
+                     uint32_t attempt, uint64_t resv_id, uint64_t want_ns)
+{
+    xfer_tcp *t = self;
+    if (shard >= t->cfg.nshards)
+        return XFER_ERR_INVALID_ARG;
+    tcp_conn *c = &t->conns[shard];
+    if (c->state != C_UP)
+        return XFER_ERR_CONN_LOST;
+    if (!c->refresh)
+        return XFER_ERR_NOT_SUPPORTED;
+    if (!c->rfs)
+        c->rfs = xfer_util_calloc(&t->cfg.alloc, TCP_REFRESH_MAX,
+                                  sizeof *c->rfs);
+    if (!c->rfs)
+        return XFER_ERR_NOMEM;
+    if (c->nrfs >= TCP_REFRESH_MAX)
+        return XFER_ERR_BUSY;
+    uint32_t i = 0;
+    while (c->rfs[i].used)
+        i++;
+    xfer_wire_msg m = {.type = XFER_WIRE_T_REFRESH, .id = id,
+                       .attempt = attempt, .resv_id = resv_id,
+                       .hold_ns = want_ns};
+    uint8_t buf[XFER_WIRE_MAX_FIXED];
+    size_t n = xfer_wire_encode(&m, c->next_req, buf, sizeof buf);
+    c->rfs[i] = (tcp_refresh){.id = id, .req = c->next_req++,
+                              .attempt = attempt, .used = 1};
+    c->nrfs++;
+    if (!n || !xfer_tcp_io_queue(c, buf, n)) {
+        /* answered CONN_LOST as the connection goes */
+        xfer_tcp_conn_lost(c, false);
+    }
+    return 0;
+}
+
 bool xfer_tcp_on_frame(tcp_conn *c, const xfer_wire_hdr *h,
                      const xfer_wire_msg *m)
 {
@@ -561,6 +651,13 @@ bool xfer_tcp_on_frame(tcp_conn *c, const xfer_wire_hdr *h,
         return on_hello_ack(c, h, m);
     if (c->state == C_GATED)
         return false; /* nothing was sent: no reply can be due */
+    if (m->type == XFER_WIRE_T_REFRESH_OK || m->type == XFER_WIRE_T_ERROR) {
+        tcp_refresh *f = find_refresh(c, h->req);
+        if (f)
+            return on_refresh_reply(c, f, m);
+        if (m->type == XFER_WIRE_T_REFRESH_OK)
+            return false; /* answers nothing we asked */
+    }
     switch (m->type) {
     case XFER_WIRE_T_RESERVE_OK:
     case XFER_WIRE_T_WRITE_ACK:
@@ -650,6 +747,7 @@ static void close_bev(tcp_conn *c)
     }
     c->in_len = 0;
     c->own_read = false;
+    fail_refreshes(c);
     if (!c->bev)
         return;
     xfer_tcp_io_drop(c);
@@ -895,6 +993,7 @@ static const xfer_transport_ops tcp_ops = {
     .abort = t_abort,
     .detach = t_detach,
     .eager_ok = t_eager_ok,
+    .refresh = t_refresh,
 };
 
 xfer_transport xfer_tcp_transport(xfer_tcp *t)
@@ -1086,6 +1185,7 @@ static void tcp_free(xfer_tcp *t)
         xfer_util_free(&t->cfg.alloc, c->flat);
         xfer_util_free(&t->cfg.alloc, c->segs);
         xfer_util_free(&t->cfg.alloc, c->runs);
+        xfer_util_free(&t->cfg.alloc, c->rfs);
         xfer_util_free(&t->cfg.alloc, c->in);
         if (c->rd_ev)
             event_free(c->rd_ev);
@@ -1225,6 +1325,12 @@ int xfer_tcp_start_op_src(xfer_tcp *t, const xfer_action *a, const void *src)
 {
     return a->kind == XFER_ACT_WRITE ? XFER_ERR_INVALID_ARG
                                      : t_start(t, a, src);
+}
+
+int xfer_tcp_refresh(xfer_tcp *t, uint16_t shard, uint64_t id,
+                     uint32_t attempt, uint64_t resv_id, uint64_t want_ns)
+{
+    return t_refresh(t, shard, id, attempt, resv_id, want_ns);
 }
 
 void xfer_tcp_abort_op(xfer_tcp *t, const xfer_action *a)

@@ -76,6 +76,15 @@ typedef struct tcp_run {
 } tcp_run;
 #define TCP_RUNS_MAX 1024u /* per connection; past it, streams go unchecked */
 
+/* A lease refresh sent on a connection and not yet answered (tcp.c
+ * t_refresh): its request id and what the engine is told of it. */
+typedef struct tcp_refresh {
+    uint64_t id;
+    uint32_t req, attempt;
+    uint8_t used;
+} tcp_refresh;
+#define TCP_REFRESH_MAX 256u /* per connection; past it: BUSY, retried */
+
 struct tcp_conn {
     xfer_tcp *t;
     uint16_t shard;
@@ -94,6 +103,9 @@ struct tcp_conn {
     bool challenged;      /* the shard proved it knows the secret */
     bool eager;           /* its HELLO_ACK said the shard takes EAGER */
     bool crc;             /* its HELLO_ACK said the shard checks CRCs */
+    bool refresh;         /* its HELLO_ACK said the shard grants REFRESH */
+    tcp_refresh *rfs;     /* TCP_REFRESH_MAX, allocated at the first one */
+    uint32_t nrfs;        /* of them used */
     tcp_run *runs;        /* TCP_RUNS_MAX, allocated at the first one */
     uint32_t nruns;
     /* Output queued during this loop turn, written once (flush_conn). */

@@ -38,6 +38,10 @@ typedef struct xfer_tcp_hooks {
      * without them counts as gone.  The RDMA transport asks for
      * XFER_DIR_RDMA: its data path is the server's rdmacm listener. */
     uint32_t dir_transports;
+    /* The answer to a refresh sent through xfer_tcp_refresh (NULL: to
+     * the attached engine, xfer_engine_refreshed). */
+    void (*refreshed)(void *ud, uint64_t id, uint16_t shard,
+                      uint32_t attempt, int status, uint64_t granted_ns);
 } xfer_tcp_hooks;
 
 /* xfer_tcp_new with hooks (copied; NULL: a plain transport). */
@@ -61,6 +65,10 @@ int xfer_tcp_start_op(xfer_tcp *t, const xfer_action *a);
  * result); NULL: none. */
 int xfer_tcp_start_op_src(xfer_tcp *t, const xfer_action *a, const void *src);
 void xfer_tcp_abort_op(xfer_tcp *t, const xfer_action *a);
+/* A lease refresh as the ops table's refresh (xfer/transport.h), its
+ * answer through hooks.refreshed. */
+int xfer_tcp_refresh(xfer_tcp *t, uint16_t shard, uint64_t id,
+                     uint32_t attempt, uint64_t resv_id, uint64_t want_ns);
 
 /* What the hot path did, for the tests that pin its batching (not API,
  * not in xfer_tcp_stats): read callbacks run, write(v) calls made on

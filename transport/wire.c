@@ -303,6 +303,12 @@ static int get_body(xfer_le_dec *r, const xfer_wire_hdr *h, xfer_wire_msg *m)
         get_op(r, m);
         m->addr = xfer_le_dec_u64(r);
         return 0;
+    case XFER_WIRE_T_REFRESH:
+    case XFER_WIRE_T_REFRESH_OK:
+        get_op(r, m); /* its u32 len is the rsv: sent 0, ignored */
+        m->len = 0;
+        m->hold_ns = xfer_le_dec_u64(r);
+        return 0;
     OP_BODY_TYPES(OP_BODY_CASE_)
         get_op(r, m);
         return 0;
@@ -547,6 +553,14 @@ static void put_body(xfer_le_enc *w, const xfer_wire_msg *m)
     case XFER_WIRE_T_TAKE_OK:
         put_op(w, m);
         xfer_le_enc_u64(w, m->addr);
+        break;
+    case XFER_WIRE_T_REFRESH:
+    case XFER_WIRE_T_REFRESH_OK:
+        xfer_le_enc_u64(w, m->id);
+        xfer_le_enc_u32(w, m->attempt);
+        xfer_le_enc_u32(w, 0);
+        xfer_le_enc_u64(w, m->resv_id);
+        xfer_le_enc_u64(w, m->hold_ns);
         break;
     OP_BODY_TYPES(OP_BODY_CASE_)
         put_op(w, m);

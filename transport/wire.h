@@ -112,6 +112,19 @@
  *                   id, its offset, rkey 0) or ERROR.  A server that never
  *                   set XFER_WIRE_HELLO_EAGER refuses it as BAD_TYPE.
  *
+ *  REFRESH    c->s  u64 id, u32 attempt, u32 rsv, u64 resv_id, u64 want_ns
+ *                   (32): extend the lease of the owner's reservation by
+ *                   at most want_ns from now (0: one whole lease), never
+ *                   past the shard's hold cap (xfer_shard_refresh; a
+ *                   stream waiting for its parts, docs/streaming.md).
+ *                   Answered by REFRESH_OK: u64 id, u32 attempt, u32 rsv,
+ *                   u64 resv_id, u64 granted_ns (32), the time from the
+ *                   shard's now to the lease's end; or by ERROR with the
+ *                   shard's code (PERM, STALE, STATE, BOUNDS at the cap,
+ *                   EXPIRED, CANCELLED, NOT_FOUND).  Sent only to a shard
+ *                   whose HELLO_ACK set flag bit 2 (XFER_WIRE_HELLO_REFRESH,
+ *                   4); an older server refuses the type (BAD_TYPE).
+ *
  * SESSIONS AND AUTHENTICATION (the v1 extension of issue 12).  A peer that
  * knows no better sends HELLO (type 1): the server, when it runs without a
  * secret, gives that connection a session of its own that ends with it;
@@ -187,6 +200,8 @@
     X(STATUS_BAD_OK, 25, 120)                                                 \
     X(EAGER, 26, 16)                                                          \
     X(EAGER_OK, 27, 40)                                                       \
+    X(REFRESH, 28, 32)                                                        \
+    X(REFRESH_OK, 29, 32)                                                     \
     X(COMMIT_CRC, 30, 24)                                                     \
     X(EAGER_CRC, 31, 24)
 
@@ -201,6 +216,7 @@ typedef enum xfer_wire_type {
 /* HELLO_ACK flags. */
 #define XFER_WIRE_HELLO_EAGER 1u
 #define XFER_WIRE_HELLO_CRC 2u /* the shard checks COMMIT_CRC/EAGER_CRC */
+#define XFER_WIRE_HELLO_REFRESH 4u /* the shard grants REFRESH */
 
 /* EVENT flags (the byte after its kind). */
 #define XFER_WIRE_EVENT_CRC 1u /* the event's crc field holds the CRC32C */
@@ -284,6 +300,8 @@ typedef struct xfer_wire_msg {
     int32_t code;
     uint64_t id, resv_id, addr, off;
     uint64_t pool_bytes, lease_ttl_ns;
+    uint64_t hold_ns; /* REFRESH: the lease asked for (0: a whole one);
+                         REFRESH_OK: the time the lease now runs */
     xfer_wire_status st;
     xfer_wire_bad bad; /* STATUS_BAD_OK */
 } xfer_wire_msg;

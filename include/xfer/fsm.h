@@ -310,7 +310,8 @@ typedef enum xfer_transfer_event {
     X(RELEASE)                                                                \
     X(TOMB_EXPIRE)                                                            \
     X(INVALIDATED)     /* one-sided: the rkey's invalidation completed */   \
-    X(EAGER)           /* reserve + data + commit, applied whole or refused */
+    X(EAGER)           /* reserve + data + commit, applied whole or refused */ \
+    X(REFRESH)         /* the owner extends a held reservation's lease */
 
 #define XFER_RESV_TABLE(X)                                                    \
     X(NONE, RESERVE,              TRANSITION, reserve)                        \
@@ -325,6 +326,7 @@ typedef enum xfer_transfer_event {
     X(NONE, TOMB_EXPIRE,          ILLEGAL,    none)                           \
     X(NONE, INVALIDATED,          ILLEGAL,    none)                           \
     X(NONE, EAGER, TRANSITION, eager)                                         \
+    X(NONE, REFRESH, IGNORE, refuse)                                          \
                                                                               \
     X(RESERVED, RESERVE,          IGNORE,     reserve_again)                  \
     X(RESERVED, WRITE_BEGIN,      TRANSITION, write_begin)                    \
@@ -338,6 +340,7 @@ typedef enum xfer_transfer_event {
     X(RESERVED, TOMB_EXPIRE,      ILLEGAL,    none)                           \
     X(RESERVED, INVALIDATED,      ILLEGAL,    none)                           \
     X(RESERVED, EAGER, IGNORE, refuse)                                        \
+    X(RESERVED, REFRESH, IGNORE, refresh)                                     \
                                                                               \
     X(WRITING, RESERVE,           IGNORE,     reserve_again)                  \
     X(WRITING, WRITE_BEGIN,       TRANSITION, write_begin)                    \
@@ -351,6 +354,7 @@ typedef enum xfer_transfer_event {
     X(WRITING, TOMB_EXPIRE,       ILLEGAL,    none)                           \
     X(WRITING, INVALIDATED,       ILLEGAL,    none)                           \
     X(WRITING, EAGER, IGNORE, refuse)                                         \
+    X(WRITING, REFRESH, IGNORE, refresh)                                      \
                                                                               \
     X(READY, RESERVE,             IGNORE,     refuse)                         \
     X(READY, WRITE_BEGIN,         IGNORE,     refuse)                         \
@@ -364,6 +368,7 @@ typedef enum xfer_transfer_event {
     X(READY, TOMB_EXPIRE,         ILLEGAL,    none)                           \
     X(READY, INVALIDATED,         ILLEGAL,    none)                           \
     X(READY, EAGER, IGNORE, refuse)                                           \
+    X(READY, REFRESH, IGNORE, refuse)                                         \
                                                                               \
     X(TAKEN, RESERVE,             IGNORE,     refuse)                         \
     X(TAKEN, WRITE_BEGIN,         IGNORE,     refuse)                         \
@@ -377,6 +382,7 @@ typedef enum xfer_transfer_event {
     X(TAKEN, TOMB_EXPIRE,         ILLEGAL,    none)                           \
     X(TAKEN, INVALIDATED,         ILLEGAL,    none)                           \
     X(TAKEN, EAGER, IGNORE, refuse)                                           \
+    X(TAKEN, REFRESH, IGNORE, refuse)                                         \
                                                                               \
     X(CANCEL_PENDING, RESERVE,        IGNORE,     refuse)                     \
     X(CANCEL_PENDING, WRITE_BEGIN,    IGNORE,     refuse)                     \
@@ -390,6 +396,7 @@ typedef enum xfer_transfer_event {
     X(CANCEL_PENDING, TOMB_EXPIRE,    ILLEGAL,    none)                       \
     X(CANCEL_PENDING, INVALIDATED,ILLEGAL,    none)                           \
     X(CANCEL_PENDING, EAGER, IGNORE, refuse)                                  \
+    X(CANCEL_PENDING, REFRESH, IGNORE, refuse)                                \
                                                                               \
     X(EXPIRE_PENDING, RESERVE,        IGNORE,     refuse)                     \
     X(EXPIRE_PENDING, WRITE_BEGIN,    IGNORE,     refuse)                     \
@@ -403,6 +410,7 @@ typedef enum xfer_transfer_event {
     X(EXPIRE_PENDING, TOMB_EXPIRE,    ILLEGAL,    none)                       \
     X(EXPIRE_PENDING, INVALIDATED,ILLEGAL,    none)                           \
     X(EXPIRE_PENDING, EAGER, IGNORE, refuse)                                  \
+    X(EXPIRE_PENDING, REFRESH, IGNORE, refuse)                                \
                                                                               \
     X(CANCELLED, RESERVE,         IGNORE,     refuse)                         \
     X(CANCELLED, WRITE_BEGIN,     IGNORE,     refuse)                         \
@@ -416,6 +424,7 @@ typedef enum xfer_transfer_event {
     X(CANCELLED, TOMB_EXPIRE,     TRANSITION, drop)                           \
     X(CANCELLED, INVALIDATED,     ILLEGAL,    none)                           \
     X(CANCELLED, EAGER, IGNORE, refuse)                                       \
+    X(CANCELLED, REFRESH, IGNORE, refuse)                                     \
                                                                               \
     X(EXPIRED, RESERVE,           IGNORE,     refuse)                         \
     X(EXPIRED, WRITE_BEGIN,       IGNORE,     refuse)                         \
@@ -429,6 +438,7 @@ typedef enum xfer_transfer_event {
     X(EXPIRED, TOMB_EXPIRE,       TRANSITION, drop)                           \
     X(EXPIRED, INVALIDATED,       ILLEGAL,    none)                           \
     X(EXPIRED, EAGER, IGNORE, refuse)                                         \
+    X(EXPIRED, REFRESH, IGNORE, refuse)                                       \
                                                                               \
     X(DONE, RESERVE,              IGNORE,     refuse)                         \
     X(DONE, WRITE_BEGIN,          IGNORE,     refuse)                         \
@@ -442,6 +452,7 @@ typedef enum xfer_transfer_event {
     X(DONE, TOMB_EXPIRE,          TRANSITION, drop)                           \
     X(DONE, INVALIDATED,          ILLEGAL,    none)                           \
     X(DONE, EAGER, IGNORE, refuse)                                            \
+    X(DONE, REFRESH, IGNORE, refuse)                                          \
                                                                               \
     X(COMMIT_INVAL, RESERVE,      IGNORE,     refuse)                         \
     X(COMMIT_INVAL, WRITE_BEGIN,  IGNORE,     refuse)                         \
@@ -455,6 +466,7 @@ typedef enum xfer_transfer_event {
     X(COMMIT_INVAL, TOMB_EXPIRE,  ILLEGAL,    none)                           \
     X(COMMIT_INVAL, INVALIDATED,  TRANSITION, invalidated)                    \
     X(COMMIT_INVAL, EAGER, IGNORE, refuse)                                    \
+    X(COMMIT_INVAL, REFRESH, IGNORE, refuse)                                  \
                                                                               \
     X(CANCEL_INVAL, RESERVE,      IGNORE,     refuse)                         \
     X(CANCEL_INVAL, WRITE_BEGIN,  IGNORE,     refuse)                         \
@@ -468,6 +480,7 @@ typedef enum xfer_transfer_event {
     X(CANCEL_INVAL, TOMB_EXPIRE,  ILLEGAL,    none)                           \
     X(CANCEL_INVAL, INVALIDATED,  TRANSITION, invalidated)                    \
     X(CANCEL_INVAL, EAGER, IGNORE, refuse)                                    \
+    X(CANCEL_INVAL, REFRESH, IGNORE, refuse)                                  \
                                                                               \
     X(EXPIRE_INVAL, RESERVE,      IGNORE,     refuse)                         \
     X(EXPIRE_INVAL, WRITE_BEGIN,  IGNORE,     refuse)                         \
@@ -480,7 +493,8 @@ typedef enum xfer_transfer_event {
     X(EXPIRE_INVAL, RELEASE,      IGNORE,     refuse)                         \
     X(EXPIRE_INVAL, TOMB_EXPIRE,  ILLEGAL,    none)                           \
     X(EXPIRE_INVAL, INVALIDATED,  TRANSITION, invalidated)                    \
-    X(EXPIRE_INVAL, EAGER, IGNORE, refuse)
+    X(EXPIRE_INVAL, EAGER, IGNORE, refuse)                                    \
+    X(EXPIRE_INVAL, REFRESH, IGNORE, refuse)
 
 /* Edges of the reservation machine (see XFER_TRANSFER_EDGES). */
 #define XFER_RESV_EDGES(X)                                                    \

@@ -92,7 +92,7 @@ struct event_base;
 struct xfer_ctl;
 typedef struct xfer_server xfer_server;
 
-#define XFER_SERVER_CONFIG_VERSION 3
+#define XFER_SERVER_CONFIG_VERSION 4
 #define XFER_SERVER_STATS_VERSION 3
 
 /* One line about bad input or a dropped connection ("conn 3 bad frame
@@ -236,6 +236,13 @@ typedef struct xfer_server_config {
                                    and READY events carry the CRC; OFF:
                                    neither (a producer's CRC is then
                                    ignored); 0: XFER_INTEGRITY_DEFAULT_MODE */
+    /* Version 4 (issue 26): lease refreshes (docs/streaming.md).  The
+     * hosted shards grant a producer's REFRESH of its own reservation
+     * (HELLO_ACK flag XFER_WIRE_HELLO_REFRESH) up to this long after its
+     * reserve (xfer_shard_config.max_hold_ms: whole milliseconds, rounded
+     * up); 0: 6 * lease_ttl_ns.  At least lease_ttl_ns and at most
+     * 2^32 - 1 ms (else XFER_ERR_INVALID_ARG). */
+    uint64_t max_hold_ns;
 } xfer_server_config;
 
 /* Write the version and every default into *cfg (base, shards and nshards

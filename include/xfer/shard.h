@@ -51,7 +51,7 @@ typedef struct xfer_shard xfer_shard;
  * section 4.1): xfer_shard_new() reads only the fields of that version.
  * Zero fields take defaults too.
  */
-#define XFER_SHARD_CONFIG_VERSION 2
+#define XFER_SHARD_CONFIG_VERSION 3
 typedef struct xfer_shard_config {
     uint32_t version;           /* XFER_SHARD_CONFIG_VERSION */
     uint64_t pool_bytes;        /* size of the pool; required (default 0) */
@@ -86,6 +86,18 @@ typedef struct xfer_shard_config {
     uint32_t owner_max_tombstones;   /* tombstones and the slots live
                                         records hold; 0: max_tombstones /
                                         max_owners */
+    /* Version 3 (in what was tail padding, so the size stays that of
+     * versions 1 and 2, and xfer_loop_config, which holds this struct,
+     * keeps its layout; versions 1 and 2 read it as 0): the longest, in
+     * milliseconds, a reservation is held from its reserve while its
+     * owner refreshes its lease (xfer_shard_refresh): no refresh grants a
+     * lease past created + max_hold, so an owner that keeps refreshing
+     * cannot pin pool memory for ever.  0 (the default): 6 leases (60 s
+     * at the default lease: a prefill of a long prompt takes seconds, so
+     * a stream opened before its first layer has a wide margin, and a
+     * hostile owner's hold, already bounded in bytes by its quota, ends
+     * within a minute).  Never below the lease (checked). */
+    uint32_t max_hold_ms;
 } xfer_shard_config;
 
 /* Write the latest version and every default above into *cfg (the derived
@@ -137,12 +149,15 @@ typedef struct xfer_shard_inval {
 /* Counters, read with xfer_shard_stats_get(); versioned like the config
  * (the macro passes XFER_SHARD_STATS_VERSION).  The per-cell coverage is
  * not here: xfer_shard_cell_hits(). */
-#define XFER_SHARD_STATS_VERSION 1
+#define XFER_SHARD_STATS_VERSION 2
 typedef struct xfer_shard_stats {
     uint64_t pool_bytes, bytes_in_use;
     uint32_t live, tombstones;
     uint64_t reserves, refused, writes, commits, cancels, expiries;
     uint64_t deferred_frees, takes, releases, stale, illegal;
+    /* Version 2: lease refreshes granted, and refused (any error: also
+     * counted in refused or stale). */
+    uint64_t refreshes, refreshes_refused;
 } xfer_shard_stats;
 
 /* Create.  cfg copied; NULL means all defaults (and so fails: pool_bytes
@@ -330,6 +345,32 @@ XFER_API int xfer_shard_cancel_consumer_by(xfer_shard *s, uint64_t now_ns,
                                            uint16_t owner, uint64_t id,
                                            uint32_t attempt,
                                            uint64_t resv_id);
+
+/*
+ * Refresh the lease of (id, attempt, resv_id) while its owner still
+ * writes it (a stream whose parts come later than the lease: docs/
+ * streaming.md).  The lease deadline becomes
+ *     max(current, min(now + min(want_ns, lease_ttl_ns), created + max_hold_ns))
+ * (want_ns 0: the whole lease), so a refresh never shortens a lease, never
+ * grants more than one lease from now, and never holds the reservation
+ * past max_hold_ns after its reserve; the producer passes the time left to
+ * its transfer's deadline as want_ns, so it bounds the grant too.  On 0,
+ * *granted_ns (may be NULL) is the time from now_ns to the lease deadline.
+ * Only in RESERVED or WRITING (writes in flight are the owner's own).
+ * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_NOT_FOUND, XFER_ERR_STALE (another
+ * attempt or reservation id), XFER_ERR_CANCELLED, XFER_ERR_EXPIRED,
+ * XFER_ERR_STATE (committed, taken, or ended otherwise), XFER_ERR_BOUNDS
+ * (the hold cap is reached: the lease already runs to created +
+ * max_hold_ns, nothing more can be granted), XFER_ERR_PERM (_by: another
+ * owner's record); nothing changes then.
+ */
+XFER_API int xfer_shard_refresh(xfer_shard *s, uint64_t now_ns, uint64_t id,
+                                uint32_t attempt, uint64_t resv_id,
+                                uint64_t want_ns, uint64_t *granted_ns);
+XFER_API int xfer_shard_refresh_by(xfer_shard *s, uint64_t now_ns,
+                                   uint16_t owner, uint64_t id,
+                                   uint32_t attempt, uint64_t resv_id,
+                                   uint64_t want_ns, uint64_t *granted_ns);
 
 /* Take (pin) READY data for the consumer.  *data and *len written on 0.
  * Errors: XFER_ERR_NOT_FOUND, XFER_ERR_STALE, XFER_ERR_CANCELLED,

@@ -36,7 +36,7 @@ struct xfer_engine;
  * xfer_engine_add_group() refuses a version it does not know.  A later
  * version only appends ops.
  */
-#define XFER_TRANSPORT_OPS_VERSION 2
+#define XFER_TRANSPORT_OPS_VERSION 3
 typedef struct xfer_transport_ops {
     uint32_t version; /* XFER_TRANSPORT_OPS_VERSION */
     const char *name;
@@ -69,6 +69,20 @@ typedef struct xfer_transport_ops {
      * that cannot fails that op (XFER_ERR_NOT_SUPPORTED): the transfer
      * rolls back as for any failed eager op. */
     bool (*eager_ok)(void *self);
+    /* Version 3 (docs/streaming.md, lease refresh).  Ask shard `shard` to
+     * extend the lease of reservation (id, attempt, resv_id) by at most
+     * want_ns from now (0: one whole lease of the shard's).  Returns 0
+     * when the request went out: its answer comes through
+     * xfer_engine_refreshed(), exactly once, possibly from inside this
+     * call (a transport with its shards in process); an error when
+     * nothing went out and no answer will come: XFER_ERR_NOT_SUPPORTED
+     * (the shard does not grant refreshes: its HELLO_ACK had no
+     * XFER_WIRE_HELLO_REFRESH), XFER_ERR_CONN_LOST (not connected now),
+     * XFER_ERR_NOMEM.  NULL, or a version 1 or 2 table: never refreshed,
+     * so a stream's reservations live one lease.  Not an op of the core:
+     * no result, no abort. */
+    int (*refresh)(void *self, uint16_t shard, uint64_t id,
+                   uint32_t attempt, uint64_t resv_id, uint64_t want_ns);
 } xfer_transport_ops;
 
 typedef struct xfer_transport {
@@ -82,6 +96,19 @@ typedef struct xfer_transport {
  * dropped.
  */
 XFER_API void xfer_engine_deliver(struct xfer_engine *e, const xfer_shard_result *r);
+
+/*
+ * xfer_engine_refreshed - a transport answers one refresh it sent
+ * (xfer_transport_ops.refresh): status 0 with granted_ns, the time the
+ * reservation's lease now runs from the shard's now, or the shard's
+ * refusal (XFER_ERR_PERM, _STALE, _STATE, _BOUNDS at its hold cap,
+ * _EXPIRED, _CANCELLED, _NOT_FOUND) or XFER_ERR_CONN_LOST.  Loop thread
+ * only.  An answer for a transfer the engine no longer streams is
+ * ignored.
+ */
+XFER_API void xfer_engine_refreshed(struct xfer_engine *e, uint64_t id,
+                                    uint16_t shard, uint32_t attempt,
+                                    int status, uint64_t granted_ns);
 
 #ifdef __cplusplus
 }

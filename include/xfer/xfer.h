@@ -142,7 +142,7 @@ typedef struct xfer_transfer_desc {
 /* Counters, read with xfer_engine_stats_get(); versioned like the config
  * (the macro passes XFER_ENGINE_STATS_VERSION; the embedded core stats
  * grow only with a new engine stats version). */
-#define XFER_ENGINE_STATS_VERSION 2
+#define XFER_ENGINE_STATS_VERSION 3
 typedef struct xfer_engine_stats {
     xfer_core_stats core;
     uint64_t results_delivered, results_dropped;
@@ -163,6 +163,10 @@ typedef struct xfer_engine_stats {
                                  not the poster asked for the answer
                                  (xfer_engine_post_cancel_cb) */
     uint64_t abandoned;       /* transfers completed XFER_ERR_ABANDONED */
+    /* Version 3 (docs/streaming.md): lease refreshes of open streams'
+     * reservations sent to shards, granted, and refused (any answer but
+     * a grant; the stream's lease then runs out as it would have). */
+    uint64_t refreshes_sent, refreshes_granted, refreshes_refused;
 } xfer_engine_stats;
 
 /* Create.  cfg copied (NULL: defaults).  *out untouched on failure.

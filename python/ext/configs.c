@@ -188,7 +188,9 @@ PyObject *pyx_stats_engine(const xfer_engine_stats *st)
         F(st, ops_started), F(st, ops_start_failed), F(st, aborts),
         F(st, pools), F(st, groups), F(st, staging_bytes_in_use),
         F(st, mailbox_posts), F(st, completions_delivered),
-        F(st, posts_refused), F(st, cancels_refused), F(st, abandoned)};
+        F(st, posts_refused), F(st, cancels_refused), F(st, abandoned),
+        F(st, refreshes_sent), F(st, refreshes_granted),
+        F(st, refreshes_refused)};
     return dict_of(f, NF(f));
 }
 

@@ -86,6 +86,8 @@ typedef struct prod {
     uint8_t *staging;
     uint32_t *free_slots, nfree;
     bool stream;           /* role_producer_stream: each id a stream */
+    uint64_t late_ms;      /* role_producer_stream_late: the first parts
+                              wait this long after the open */
     struct sslot *sslots;  /* stream mode: one per slot */
 } prod;
 
@@ -155,6 +157,14 @@ static int stream_layer(prod *p, sslot *ss, unsigned l)
     return xfer_engine_stream_part(p->e, &d, NULL);
 }
 
+/* The first two layers of a late stream, late_ms after its open. */
+static void stream_late(evutil_socket_t fd, short what, void *arg)
+{
+    sslot *ss = arg;
+    (void)stream_layer(ss->p, ss, 2); /* refusals: the completion says */
+    (void)stream_layer(ss->p, ss, 0);
+}
+
 /* Open slot's stream for id, two layers now (before the reserves
  * answer), the other two when the first part is back. */
 static int stream_open(prod *p, uint32_t slot, uint64_t id)
@@ -165,10 +175,19 @@ static int stream_open(prod *p, uint32_t slot, uint64_t id)
     for (uint16_t k = 0; k < p->S; k++)
         lens[k] = p->slice;
     xfer_stream_desc d = {.id = id, .group = p->group, .nshards = p->S,
-                          .lens = lens, .timeout_ns = 2000000000ull,
+                          .lens = lens,
+                          .timeout_ns = 2000000000ull +
+                                        p->late_ms * 1000000ull,
                           .user_data = slot};
     int rc = xfer_engine_stream_open(p->e, &d, prod_done, p);
-    if (rc == 0) {
+    if (rc == 0 && p->late_ms) {
+        struct timeval tv = {.tv_sec = (time_t)(p->late_ms / 1000),
+                             .tv_usec = (suseconds_t)(p->late_ms % 1000 *
+                                                      1000)};
+        if (event_base_once(p->base, -1, EV_TIMEOUT, stream_late, ss,
+                            &tv) != 0)
+            _exit(2);
+    } else if (rc == 0) {
         (void)stream_layer(p, ss, 2); /* refusals: the completion says */
         (void)stream_layer(p, ss, 0);
     }
@@ -272,6 +291,16 @@ int role_producer_stream(role *r, const uint16_t *ports, uint16_t S,
     static prod p;
     p = (prod){.ports = ports, .S = S, .n = n, .inflight = inflight,
                .seed = seed, .stream = true};
+    return spawn(r, prod_body, &p);
+}
+
+int role_producer_stream_late(role *r, const uint16_t *ports, uint16_t S,
+                              uint64_t n, uint32_t inflight, uint64_t seed,
+                              uint64_t late_ms)
+{
+    static prod p;
+    p = (prod){.ports = ports, .S = S, .n = n, .inflight = inflight,
+               .seed = seed, .stream = true, .late_ms = late_ms};
     return spawn(r, prod_body, &p);
 }
 

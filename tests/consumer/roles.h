@@ -44,6 +44,12 @@ int role_producer(role *r, const uint16_t *ports, uint16_t S, uint64_t n,
  * checks the bytes the same way. */
 int role_producer_stream(role *r, const uint16_t *ports, uint16_t S,
                          uint64_t n, uint32_t inflight, uint64_t seed);
+/* The same streams, each with its first parts late_ms after its open (a
+ * producer that reserves before its output exists: the lease refresh,
+ * docs/streaming.md); the deadline grows by late_ms. */
+int role_producer_stream_late(role *r, const uint16_t *ports, uint16_t S,
+                              uint64_t n, uint32_t inflight, uint64_t seed,
+                              uint64_t late_ms);
 int role_consumer(role *r, const uint16_t *ports, uint16_t S,
                   const char *shm, uint64_t seed);
 /* Read what the role wrote so far (waiting at most ms for more). */

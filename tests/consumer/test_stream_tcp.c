@@ -150,6 +150,57 @@ START_TEST(test_stream_tcp_shard_killed_mid_stream)
 }
 END_TEST
 
+/* Shards whose lease is 200 ms, for the late streams below. */
+static void setup_short_lease(void)
+{
+    snprintf(shm, sizeof shm, "xfer-stream-%d", (int)getpid());
+    for (int k = 0; k < S; k++) {
+        char shard[8];
+        snprintf(shard, sizeof shard, "%d", k);
+        const char *args[] = {"--shards", shard, "--pool", "32M",
+                              "--lease-ttl", "200ms", "--take-grace", "1s",
+                              "--shm", shm, "--quiet", NULL};
+        ck_assert_int_eq(mp_xferd(&d[k], 0, args), 0);
+        ports[k] = d[k].port;
+    }
+}
+
+/* Issue 26: streams whose first part comes 700 ms (three and a half
+ * leases) after the open: the producer refreshes each shard's reservation
+ * (REFRESH, HELLO_ACK flag 4), so every stream still succeeds and the
+ * consumer process sees every byte.  Without the refresh each would fail
+ * EXPIRED (it did before it existed). */
+START_TEST(test_stream_tcp_late_first_part_outlives_the_lease)
+{
+    uint64_t seed = tu_seed("test_stream_tcp_late_first_part_outlives_the_lease",
+                            28);
+    const uint64_t n = 8;
+    role p, c;
+    ck_assert_int_eq(role_consumer(&c, ports, S, shm, seed), 0);
+    usleep(200000); /* subscribed before the first commit */
+    ck_assert_int_eq(role_producer_stream_late(&p, ports, S, n, 8, seed, 700),
+                     0);
+    wait_lines(&p, "END", 1, 60000);
+    wait_lines(&c, "C ", n, 30000);
+    pools_free(-1, 5000);
+    role_kill(&c, SIGTERM);
+    role_out *o = calloc(n + 1, sizeof *o);
+    role_parse(&p, &c, o, n);
+    for (uint64_t id = 1; id <= n; id++) {
+        ck_assert_msg(o[id].pn == 1 && o[id].pstatus == 0,
+                      "id %" PRIu64 ": %u completions, status %d", id,
+                      o[id].pn, o[id].pstatus);
+        ck_assert_msg(o[id].cn == 1 && o[id].cavail && o[id].cver,
+                      "id %" PRIu64 ": consumer %u outcomes, available %u, "
+                      "verified %u", id, o[id].cn, o[id].cavail, o[id].cver);
+    }
+    free(o);
+    role_kill(&p, SIGKILL);
+    role_free(&p);
+    role_free(&c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("stream_tcp");
@@ -159,6 +210,11 @@ int main(void)
     tcase_add_test(tc, test_stream_tcp_every_byte_at_the_consumer);
     tcase_add_test(tc, test_stream_tcp_shard_killed_mid_stream);
     suite_add_tcase(s, tc);
+    TCase *late = tcase_create("lease");
+    tcase_add_checked_fixture(late, setup_short_lease, teardown);
+    tcase_set_timeout(late, 150);
+    tcase_add_test(late, test_stream_tcp_late_first_part_outlives_the_lease);
+    suite_add_tcase(s, late);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int nf = srunner_ntests_failed(sr);

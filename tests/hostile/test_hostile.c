@@ -46,6 +46,9 @@ static xfer_wire_msg hello2(uint8_t tag, uint8_t role)
     return m;
 }
 
+/* The flags of the last HELLO_ACK join() got. */
+static uint32_t last_hello_flags;
+
 /* Connect and say HELLO2 as session `tag`; expect HELLO_ACK. */
 static int join(uint16_t port, uint8_t tag, uint8_t role)
 {
@@ -55,6 +58,7 @@ static int join(uint16_t port, uint8_t tag, uint8_t role)
     xfer_wire_hdr h;
     ck_assert_int_eq(tw_send_msg(fd, &m, 1, NULL), 0);
     ck_assert_int_eq(tw_recv_msg(fd, &h, &r), 0);
+    last_hello_flags = r.hello_flags;
     ck_assert_msg(r.type == XFER_WIRE_T_HELLO_ACK, "HELLO answered %u code %d",
                   r.type, r.code);
     ck_assert_uint_eq(r.version, 2);
@@ -153,6 +157,71 @@ START_TEST(test_hostile_ownership)
     close(c);
     good_pair_works(8);
     pool_whole();
+}
+END_TEST
+
+/* A REFRESH of (id, resv) from fd; the reply (REFRESH_OK or ERROR). */
+static xfer_wire_msg refresh(int fd, uint64_t id, uint64_t resv,
+                             uint64_t want_ns)
+{
+    xfer_wire_msg m = {.type = XFER_WIRE_T_REFRESH, .id = id, .attempt = 1,
+                       .resv_id = resv, .hold_ns = want_ns};
+    return hr_call(fd, &m, NULL);
+}
+
+/* Issue 26: the lease refresh.  The shard says it grants refreshes
+ * (HELLO_ACK flag 4); another session's refresh of a victim's
+ * reservation, or a consumer's, is refused PERM and the victim writes and
+ * commits as before; a refresh never grants more than one lease; an owner
+ * that keeps refreshing is refused BOUNDS at the hold cap (six leases)
+ * and the reservation then ends with its lease, freeing the pool. */
+START_TEST(test_hostile_refresh_only_the_owners_and_bounded)
+{
+    static const char *const args[] = {"--pool", "1M", "--quiet",
+                                       "--lease-ttl", "100ms", NULL};
+    start(args);
+    int v = join(d.port, 0x01, XFER_WIRE_ROLE_PRODUCER);
+    ck_assert_uint_eq(last_hello_flags & XFER_WIRE_HELLO_REFRESH,
+                      XFER_WIRE_HELLO_REFRESH);
+    int a = join(d.port, 0x02, XFER_WIRE_ROLE_PRODUCER);
+    int c = join(d.port, 0x03, XFER_WIRE_ROLE_CONSUMER);
+    xfer_wire_msg r = hr_reserve(v, 7, 4096);
+    ck_assert_int_eq(hr_code_of(&r), 0);
+    uint64_t resv = r.resv_id;
+    r = refresh(a, 7, resv, 0);
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_PERM);
+    r = refresh(c, 7, resv, 0);
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_PERM);
+    r = refresh(v, 7, resv + 1, 0); /* a guessed reservation id */
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_STALE);
+    r = refresh(v, 7, resv, 3600ull * 1000000000ull); /* asks for an hour */
+    ck_assert_int_eq(r.type, XFER_WIRE_T_REFRESH_OK);
+    ck_assert_uint_eq(r.id, 7);
+    ck_assert_uint_gt(r.hold_ns, 0);
+    ck_assert_uint_le(r.hold_ns, 100000000ull); /* one lease at most */
+    ck_assert_int_eq(write_all(v, 7, resv, 4096, 0x5a), 0);
+    ck_assert_int_eq(hr_op(v, XFER_WIRE_T_COMMIT, 7, 1, resv), 0);
+    r = refresh(v, 7, resv, 0); /* committed: not the producer's to hold */
+    ck_assert_int_eq(hr_code_of(&r), XFER_ERR_STATE);
+    int ct = join(d.port, 0x04, XFER_WIRE_ROLE_CONSUMER);
+    ck_assert_int_eq(hr_op(ct, XFER_WIRE_T_TAKE, 7, 1, resv), 0);
+    ck_assert_int_eq(hr_op(ct, XFER_WIRE_T_RELEASE, 7, 1, resv), 0);
+    /* an owner refreshing without end meets the cap */
+    r = hr_reserve(v, 8, 4096);
+    ck_assert_int_eq(hr_code_of(&r), 0);
+    uint64_t resv8 = r.resv_id;
+    int32_t code = 0;
+    for (int i = 0; i < 400 && code == 0; i++) {
+        r = refresh(v, 8, resv8, 0);
+        code = hr_code_of(&r);
+        usleep(10000);
+    }
+    ck_assert_int_eq(code, XFER_ERR_BOUNDS);
+    close(v);
+    close(a);
+    close(c);
+    close(ct);
+    pool_whole(); /* id 8 ended with its lease */
 }
 END_TEST
 
@@ -841,6 +910,7 @@ int main(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_hostile_ownership);
+    tcase_add_test(tc, test_hostile_refresh_only_the_owners_and_bounded);
     tcase_add_test(tc, test_hostile_ids_unpredictable);
     tcase_add_test(tc, test_hostile_id_batches);
     tcase_add_test(tc, test_hostile_auth_required);

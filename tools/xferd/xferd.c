@@ -3,7 +3,8 @@
  * shards of a group on one event loop and serves the wire protocol on TCP.
  *
  *   xferd [--addr A] [--port P] [--group G] [--shards LIST] [--pool SIZE]
- *         [--lease-ttl DUR] [--max-resv N] [--max-tombs N] [--consume]
+ *         [--lease-ttl DUR] [--max-hold DUR] [--max-resv N] [--max-tombs N]
+ *         [--consume]
  *         [--faults PPM[:SEED]] [--fault RULE]...
  *         [--drop PPM] [--drain-timeout DUR] [--port-file PATH] [--quiet]
  *         [--ctl PATH] [--shm NAME] [--trace FILE] [--take-grace DUR]
@@ -128,6 +129,7 @@ typedef struct xd_config {
     uint32_t group;
     uint64_t pool_bytes;       /* per shard */
     uint64_t lease_ttl_ns;
+    uint64_t max_hold_ns;      /* 0: the server's default (6 leases) */
     uint32_t max_resv, max_tombs;
     uint16_t shards[XFER_MAX_SHARDS];
     uint16_t nshards;
@@ -342,6 +344,8 @@ static const cli_flag flags[] = {
     {"etcd-key", 0, "PATH", "client key for etcd (PEM)", 1108},
     {"pool", 0, "SIZE", "pool bytes per shard, K/M/G suffix (64M)", 'P'},
     {"lease-ttl", 0, "DUR", "reservation lease (10s)", 'l'},
+    {"max-hold", 0, "DUR",
+     "longest a producer's refreshes hold a reservation (6 x lease)", 'H'},
     {"max-resv", 0, "N", "reservations per shard (4096)", 'r'},
     {"max-tombs", 0, "N", "tombstones per shard (4 x max-resv)", 't'},
     {"consume", 0, NULL, "take and release every READY at once (a sink)",
@@ -517,6 +521,10 @@ static int parse_one(int c, const char *arg, opts *o)
     case 'l':
         if (parse_dur(arg, &o->cfg.lease_ttl_ns) || !o->cfg.lease_ttl_ns)
             return bad("lease TTL", arg);
+        return 0;
+    case 'H':
+        if (parse_dur(arg, &o->cfg.max_hold_ns) || !o->cfg.max_hold_ns)
+            return bad("hold cap", arg);
         return 0;
     case 'r':
         if (parse_u64(arg, &v, 1u << 24) || v == 0)
@@ -1004,6 +1012,7 @@ static int start_server(xferd *d)
     sc.max_reservations = c->max_resv;
     sc.max_tombstones = c->max_tombs ? c->max_tombs : 4 * c->max_resv;
     sc.lease_ttl_ns = c->lease_ttl_ns;
+    sc.max_hold_ns = c->max_hold_ns;
     sc.tombstone_ttl_ns = 2 * c->lease_ttl_ns;
     sc.drain_timeout_ns = c->drain_timeout_ns ? c->drain_timeout_ns
                                               : c->lease_ttl_ns;
