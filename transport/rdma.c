@@ -308,6 +308,14 @@ static void post(xfer_rdma *r, rd_ep *ep, rd_op *op)
     op->ep = ep;
     op->nwr = 0;
     p->writes++;
+    /* integrity for streams: the run's CRC32C from the staging as the
+     * device is about to read it (after the gate), kept on the shard's
+     * TCP connection, which joins the runs into the COMMIT's CRC as for
+     * its own stream WRITEs (tcp.c stream_crc).  Device staging is not
+     * read by the CPU: its stream's runs are missing, so it commits
+     * unchecked (docs/integrity.md). */
+    if (op->a.part && p->dm.path == XFER_RDMA_DEVMEM_HOST)
+        xfer_tcp_stream_run(r->tcp, &op->a, op->src);
     xfer_list_push_back(&r->shards[op->a.shard].posted, &op->link);
     do {
         int k = 0;

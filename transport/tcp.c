@@ -280,12 +280,11 @@ static bool above_high(const tcp_conn *c)
            c->t->cfg.high_watermark;
 }
 
-/* Integrity for streams: remember the CRC of a stream WRITE's run (a
- * full table, or no memory: the stream goes unchecked, never wrongly
- * refused). */
-static void stream_run(tcp_conn *c, const tcp_op *op)
+/* Integrity for streams: remember the CRC of a stream WRITE's run, read
+ * from src (a full table, or no memory: the stream goes unchecked, never
+ * wrongly refused). */
+static void stream_run(tcp_conn *c, const xfer_action *a, const void *src)
 {
-    const xfer_action *a = &op->a;
     if (!c->runs)
         c->runs = xfer_util_calloc(&c->t->cfg.alloc, TCP_RUNS_MAX,
                                    sizeof *c->runs);
@@ -294,7 +293,17 @@ static void stream_run(tcp_conn *c, const tcp_op *op)
     c->runs[c->nruns++] = (tcp_run){.id = a->id, .resv_id = a->resv_id,
                                     .attempt = a->attempt,
                                     .off = a->resv_off, .len = a->len,
-                                    .crc = xfer_crc32c(0, op->src, a->len)};
+                                    .crc = xfer_crc32c(0, src, a->len)};
+}
+
+void xfer_tcp_stream_run(xfer_tcp *t, const xfer_action *a, const void *src)
+{
+    if (a->shard >= t->cfg.nshards)
+        return;
+    tcp_conn *c = &t->conns[a->shard];
+    /* the same test as a stream WRITE sent here (send_op) */
+    if (c->crc && a->kind == XFER_ACT_WRITE && a->part && src && a->len)
+        stream_run(c, a, src);
 }
 
 /* Drop the runs of (id, attempt) (attempt 0: of any), keeping the order
@@ -386,7 +395,7 @@ static bool send_op(tcp_conn *c, tcp_op *op)
         c->t->st.crcs_sent++;
     } else if (c->crc && a->kind == XFER_ACT_WRITE && a->part && op->src &&
                a->len) {
-        stream_run(c, op);
+        stream_run(c, &op->a, op->src);
     } else if (c->nruns && a->kind == XFER_ACT_CANCEL) {
         runs_drop(c, a->id, 0);
     }
