@@ -615,6 +615,17 @@ static int t_start(void *self, const xfer_action *a, const void *src)
     return start_write(r, a, src);
 }
 
+/* A COMMIT with the caller's CRC goes over the TCP transport as any
+ * COMMIT does (an RDMA group takes no EAGER). */
+static int t_start_crc(void *self, const xfer_action *a, const void *src,
+                       uint32_t crc)
+{
+    xfer_rdma *r = self;
+    if (a->shard >= r->cfg.tcp.nshards)
+        return XFER_ERR_INVALID_ARG;
+    return xfer_tcp_start_op_crc(r->tcp, a, src, crc);
+}
+
 static void t_abort(void *self, const xfer_action *a)
 {
     xfer_rdma *r = self;
@@ -705,6 +716,7 @@ static const xfer_transport_ops rdma_ops = {
     .pool_added = t_pool_added,
     .pool_removed = t_pool_removed,
     .detach = t_detach,
+    .start_crc = t_start_crc,
 };
 
 xfer_transport xfer_rdma_transport(xfer_rdma *r)

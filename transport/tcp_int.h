@@ -47,6 +47,10 @@ int xfer_tcp_start_op(xfer_tcp *t, const xfer_action *a);
  * with it to a shard that checks, docs/integrity.md; retained until the
  * result); NULL: none. */
 int xfer_tcp_start_op_src(xfer_tcp *t, const xfer_action *a, const void *src);
+/* A COMMIT or EAGER with the caller's CRC32C (the ops table's start_crc;
+ * anything else: XFER_ERR_INVALID_ARG). */
+int xfer_tcp_start_op_crc(xfer_tcp *t, const xfer_action *a,
+                          const void *src, uint32_t crc);
 void xfer_tcp_abort_op(xfer_tcp *t, const xfer_action *a);
 /* A stream WRITE another transport carried (rdma.c: one-sided, posted
  * after the gate): its run's CRC32C, read from src (a->len bytes,

@@ -36,7 +36,7 @@ struct xfer_engine;
  * xfer_engine_add_group() refuses a version it does not know.  A later
  * version only appends ops.
  */
-#define XFER_TRANSPORT_OPS_VERSION 2
+#define XFER_TRANSPORT_OPS_VERSION 3
 typedef struct xfer_transport_ops {
     uint32_t version; /* XFER_TRANSPORT_OPS_VERSION */
     const char *name;
@@ -69,6 +69,16 @@ typedef struct xfer_transport_ops {
      * that cannot fails that op (XFER_ERR_NOT_SUPPORTED): the transfer
      * rolls back as for any failed eager op. */
     bool (*eager_ok)(void *self);
+    /* Version 3.  Start a COMMIT or EAGER whose slice's CRC32C the caller
+     * gave (xfer_engine_submit_crc, xfer_engine_stream_seal_crc,
+     * docs/integrity.md): as start, but a transport that sends CRCs sends
+     * `crc` and reads nothing to compute one; src is NULL for a COMMIT
+     * and the bytes to send for an EAGER.  The rules of start hold (0: a
+     * result follows; an error: none).  NULL, or an older table: the
+     * engine calls start and the transport computes its own CRC (a wrong
+     * caller CRC then goes unnoticed). */
+    int (*start_crc)(void *self, const xfer_action *a, const void *src,
+                     uint32_t crc);
 } xfer_transport_ops;
 
 typedef struct xfer_transport {
