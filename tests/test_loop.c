@@ -30,25 +30,13 @@ static bool shards_empty(et_env *v)
     return et_shard_bytes(v) == 0;
 }
 
-/* CRC32C from its definition. */
-static uint32_t crc32c(const uint8_t *p, size_t n)
-{
-    uint32_t c = ~0u;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        for (int b = 0; b < 8; b++)
-            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    }
-    return ~c;
-}
-
 static void pattern_crcs(uint64_t id, uint32_t *crcs)
 {
     uint8_t b[ET_BLK];
     for (uint16_t k = 0; k < ET_S; k++) {
         for (uint32_t i = 0; i < ET_BLK; i++)
             b[i] = et_pattern(id, k, i);
-        crcs[k] = crc32c(b, ET_BLK);
+        crcs[k] = tu_crc32c(b, ET_BLK);
     }
 }
 

@@ -106,18 +106,6 @@ static void check_shards_empty(void)
     }
 }
 
-/* CRC32C from its definition. */
-static uint32_t crc32c(const uint8_t *p, size_t n)
-{
-    uint32_t c = ~0u;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        for (int b = 0; b < 8; b++)
-            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    }
-    return ~c;
-}
-
 START_TEST(test_producer_api_caller_crc)
 {
     for (int k = 0; k < S; k++)
@@ -132,7 +120,7 @@ START_TEST(test_producer_api_caller_crc)
     uint32_t crcs[S];
     for (int k = 0; k < S; k++) {
         sl[k] = (xfer_slice){.off = (uint64_t)k * 4096, .len = 4096};
-        crcs[k] = crc32c(p.staging + sl[k].off, 4096);
+        crcs[k] = tu_crc32c(p.staging + sl[k].off, 4096);
     }
     xfer_transfer_desc desc = {.id = 1, .group = p.group, .pool = p.pool,
                                .nslices = S, .slices = sl};
