@@ -753,6 +753,46 @@ static void stream_landed_wrong(const char *faults)
     teardown(&g);
 }
 
+/* A stream over RDMA sealed with the caller's CRCs (issue 27): the right
+ * ones commit; a wrong one for shard 0 fails CORRUPT naming shard 0 at
+ * the shard's check after the invalidation, every shard empty. */
+START_TEST(test_rdma_stream_caller_crc)
+{
+    rig g;
+    begin("");
+    servers(&g, 2, 1 << 20, 0);
+    ck_assert_int_eq(producer(&g, 8192, 1, 0), 0);
+    ck_assert(run(&g, all_up, WAIT_MS));
+    uint32_t lens[MAX_S] = {8192, 8192};
+    for (uint64_t id = 5; id <= 6; id++) {
+        xfer_stream_desc d = {.id = id, .group = g.group, .nshards = g.S,
+                              .lens = lens};
+        ck_assert_int_eq(xfer_engine_stream_open(g.e, &d, on_done, &g), 0);
+        for (unsigned l = 0; l < ST_LAYERS; l++)
+            ck_assert_int_eq(st_layer(&g, id, l), 0);
+        uint32_t crcs[2];
+        uint8_t want[8192];
+        for (uint16_t k = 0; k < 2; k++) {
+            for (uint32_t i = 0; i < sizeof want; i++)
+                want[i] = pattern(id, k, i);
+            crcs[k] = tu_crc32c(want, sizeof want) ^ (id == 5 && k == 0);
+        }
+        ck_assert_int_eq(xfer_engine_stream_seal_crc(g.e, id, crcs, 2), 0);
+        want_done = (int)id - 4;
+        ck_assert(run(&g, done_enough, WAIT_MS));
+        if (id == 5) {
+            ck_assert_int_eq(g.res[5].status, XFER_ERR_CORRUPT);
+            ck_assert_uint_eq(g.res[5].first_failed_shard, 0);
+            ck_assert(run(&g, shards_empty, WAIT_MS));
+        } else {
+            ck_assert_int_eq(g.res[6].status, 0);
+            ck_assert(landed(&g, 0, 6) && landed(&g, 1, 6));
+        }
+    }
+    teardown(&g);
+}
+END_TEST
+
 START_TEST(test_rdma_stream_corrupt_landed_write_refused)
 {
     stream_landed_wrong("write_corrupt=7");
@@ -1123,6 +1163,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_rdma_phantom_write_refused);
     tcase_add_test(tc, test_rdma_stream_corrupt_landed_write_refused);
     tcase_add_test(tc, test_rdma_stream_phantom_write_refused);
+    tcase_add_test(tc, test_rdma_stream_caller_crc);
     tcase_add_test(tc, test_rdma_registration_failure_is_clean);
     tcase_add_test(tc, test_rdma_server_rkey_failure_refuses_reserve);
     if (getenv("XFERD_SIM"))
