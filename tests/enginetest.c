@@ -100,6 +100,12 @@ void et_free(et_env *v)
 
 int et_submit(et_env *v, uint64_t id, uint64_t timeout_ns)
 {
+    return et_submit_crc(v, id, timeout_ns, NULL);
+}
+
+int et_submit_crc(et_env *v, uint64_t id, uint64_t timeout_ns,
+                  const uint32_t *crcs)
+{
     uint32_t slot = (uint32_t)(id % ET_SLOTS);
     xfer_slice sl[ET_S];
     for (uint16_t k = 0; k < ET_S; k++) {
@@ -111,7 +117,8 @@ int et_submit(et_env *v, uint64_t id, uint64_t timeout_ns)
     xfer_transfer_desc d = {.id = id, .group = v->group, .pool = v->pool,
                             .nslices = ET_S, .slices = sl,
                             .timeout_ns = timeout_ns, .user_data = id};
-    int rc = xfer_engine_submit(v->e, &d, on_done, v);
+    int rc = crcs ? xfer_engine_submit_crc(v->e, &d, crcs, on_done, v)
+                  : xfer_engine_submit(v->e, &d, on_done, v);
     if (rc == 0)
         outstanding_submits++;
     return rc;

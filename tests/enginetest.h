@@ -60,6 +60,9 @@ void et_init(et_env *v, const et_opts *o);
 void et_free(et_env *v);
 /* Submit id using staging slot (id % ET_SLOTS); returns the engine's rc. */
 int et_submit(et_env *v, uint64_t id, uint64_t timeout_ns);
+/* The same with the caller's CRCs (ET_S of them; NULL: et_submit). */
+int et_submit_crc(et_env *v, uint64_t id, uint64_t timeout_ns,
+                  const uint32_t *crcs);
 /* Run the loop until pred(v) or about max_ms of wall time pass (a bound,
  * never an assertion).  Returns pred's final value. */
 bool et_run(et_env *v, bool (*pred)(et_env *), int max_ms);

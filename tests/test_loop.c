@@ -5,6 +5,7 @@
  */
 #include <check.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "enginetest.h"
 #include "testutil.h"
@@ -28,6 +29,60 @@ static bool shards_empty(et_env *v)
 {
     return et_shard_bytes(v) == 0;
 }
+
+static void pattern_crcs(uint64_t id, uint32_t *crcs)
+{
+    uint8_t b[ET_BLK];
+    for (uint16_t k = 0; k < ET_S; k++) {
+        for (uint32_t i = 0; i < ET_BLK; i++)
+            b[i] = et_pattern(id, k, i);
+        crcs[k] = tu_crc32c(b, ET_BLK);
+    }
+}
+
+static bool no_bytes(et_env *v)
+{
+    return et_shard_bytes(v) == 0;
+}
+
+static unsigned crc_ready[4][ET_S]; /* READY events by id, shard */
+static void crc_on_event(void *ud, const xfer_shard_event *ev)
+{
+    (void)ud;
+    if (ev->kind == XFER_SHARD_EV_READY && ev->id < 4 && ev->shard < ET_S)
+        crc_ready[ev->id][ev->shard]++;
+}
+
+/* Issue 27, caller CRCs over the loop: its shards check a COMMIT that
+ * carries the caller's CRC against the region before it applies.  The
+ * right CRCs commit (the consumer takes whole data); a wrong one for
+ * shard 2 fails CORRUPT naming shard 2, nothing READY, every shard empty
+ * once the rollback ran; the next transfer commits. */
+START_TEST(test_loop_caller_crc_checked_at_commit)
+{
+    memset(crc_ready, 0, sizeof crc_ready);
+    et_init(&V, &(et_opts){.on_event = crc_on_event});
+    uint32_t crcs[ET_S];
+    pattern_crcs(1, crcs);
+    crcs[2] ^= 0x8000;
+    ck_assert_int_eq(et_submit_crc(&V, 1, 0, crcs), 0);
+    ck_assert(et_run(&V, et_all_done, 5000));
+    ck_assert_int_eq(V.res[1].status, XFER_ERR_CORRUPT);
+    ck_assert_uint_eq(V.res[1].first_failed_shard, 2);
+    ck_assert(et_run(&V, no_bytes, 5000));
+    ck_assert_uint_eq(crc_ready[1][2], 0); /* never READY */
+    for (uint64_t id = 2; id <= 3; id++) {
+        pattern_crcs(id, crcs);
+        ck_assert_int_eq(et_submit_crc(&V, id, 0, crcs), 0);
+    }
+    ck_assert(et_run(&V, et_all_done, 5000));
+    ck_assert_int_eq(V.res[2].status, 0);
+    ck_assert_int_eq(V.res[3].status, 0);
+    for (uint16_t k = 0; k < ET_S; k++)
+        ck_assert_uint_eq(crc_ready[2][k] + crc_ready[3][k], 2);
+    et_free(&V);
+}
+END_TEST
 
 START_TEST(test_loop_rule_by_id_and_count)
 {
@@ -186,6 +241,7 @@ int main(void)
     tcase_add_test(tc, test_loop_applied_but_reply_lost);
     tcase_add_test(tc, test_loop_drop_then_abort);
     tcase_add_test(tc, test_loop_reuses_op_records);
+    tcase_add_test(tc, test_loop_caller_crc_checked_at_commit);
     tcase_add_test(tc, test_loop_shard_down_mid_write);
     suite_add_tcase(s, tc);
     return tu_run(s);

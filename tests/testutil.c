@@ -29,6 +29,18 @@ uint64_t tu_seed(const char *test_name, uint64_t fallback)
     return seed;
 }
 
+uint32_t tu_crc32c(const void *buf, size_t n)
+{
+    const uint8_t *p = buf;
+    uint32_t c = ~0u;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int b = 0; b < 8; b++)
+            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    }
+    return ~c;
+}
+
 uint64_t tu_rand(uint64_t *state)
 {
     uint64_t x = *state ? *state : 0x9e3779b97f4a7c15ull;

@@ -23,6 +23,9 @@ int tu_run(Suite *s);
 uint64_t tu_seed(const char *test_name, uint64_t fallback);
 /* xorshift64* step. */
 uint64_t tu_rand(uint64_t *state);
+/* CRC32C from its definition (bit by bit, reflected 0x82F63B78), apart
+ * from the library's: what tests pass as a caller's CRC, or expect. */
+uint32_t tu_crc32c(const void *buf, size_t n);
 
 /* A failing, counting allocator. */
 typedef struct tu_alloc {

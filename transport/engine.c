@@ -106,6 +106,12 @@ typedef struct cb_rec {
     uint64_t rf_id;     /* the stream's transfer id */
     struct refresh_sh *rf; /* per shard, from its first RESERVE ok */
     xfer_list_node rf_link; /* on the engine's `refreshing` while rf */
+    uint16_t nshards;   /* the transfer's shard count */
+    uint32_t *crcs;     /* nshards CRC32Cs the caller gave
+                           (xfer_engine_submit_crc, _stream_seal_crc),
+                           sent with the COMMITs (and EAGERs) instead of
+                           the transport's own; NULL: none.  Freed with
+                           the slot (pop_done) */
 } cb_rec;
 
 /* Where one shard's reservation of an open stream stands with its lease
@@ -135,6 +141,8 @@ struct xfer_engine {
     bool undrained;           /* results stepped, their actions not yet
                                  performed (xfer_engine_flush) */
     xfer_core *core;
+    uint32_t crcs_live;       /* slots holding caller CRCs (cb_rec.crcs):
+                                 at 0 no COMMIT looks for one */
     pool_rec *pools;
     xfer_life_pool *reg;      /* the pool registry, max_pools slots */
     xfer_ecopy *ecopy;        /* device staging's copy step; made at the
@@ -268,6 +276,25 @@ static void start_op(xfer_engine *e, const xfer_action *a)
     start_now(e, a);
 }
 
+/* The CRC the caller gave for a's slice (a COMMIT or EAGER of a transfer
+ * submitted or sealed with CRCs, on a transport that takes them: ops
+ * version 3 with start_crc); NULL: the transport computes its own. */
+static const uint32_t *given_crc(const xfer_engine *e, const group_rec *g,
+                                 const xfer_action *a)
+{
+    uint64_t slot = 0;
+    if (!e->crcs_live ||
+        (a->kind != XFER_ACT_COMMIT && a->kind != XFER_ACT_EAGER) || !g ||
+        !g->used || g->tp.ops->version < 3 || !g->tp.ops->start_crc ||
+        !xfer_core_user_data(e->core, a->id, &slot) ||
+        slot >= e->cfg.core.max_transfers)
+        return NULL;
+    const cb_rec *c = &e->cbs[slot];
+    if (!c->used || !c->crcs || a->shard >= c->nshards)
+        return NULL;
+    return &c->crcs[a->shard];
+}
+
 static void start_now(xfer_engine *e, const xfer_action *a)
 {
     group_rec *g = a->group < e->cfg.max_groups ? &e->groups[a->group] : NULL;
@@ -296,7 +323,14 @@ static void start_now(xfer_engine *e, const xfer_action *a)
         }
     }
     int rc = XFER_ERR_NOT_FOUND;
-    if (g && g->used && p && p->cp) /* device staging: its copy first */
+    const uint32_t *crc = given_crc(e, g, a);
+    if (crc && (a->kind == XFER_ACT_COMMIT || !p->cp))
+        /* the caller's CRC: a COMMIT reads no staging (nor copies it);
+         * an EAGER still sends its bytes */
+        rc = g->tp.ops->start_crc(g->tp.self, a,
+                                  a->kind == XFER_ACT_EAGER ? src : NULL,
+                                  *crc);
+    else if (g && g->used && p && p->cp) /* device staging: copy first */
         rc = xfer_ecopy_start(e->ecopy, p->cp, a, src, g->tp);
     else if (g && g->used)
         rc = g->tp.ops->start(g->tp.self, a, src);
@@ -516,7 +550,13 @@ static void pop_done(xfer_engine *e, xfer_done *out)
         xfer_util_free(&e->cfg.core.alloc, d); /* the xfer_post it opens */
         return;
     }
-    e->cbs[d->slot].used = 0;
+    cb_rec *c = &e->cbs[d->slot];
+    if (c->crcs) {
+        xfer_util_free(&e->cfg.core.alloc, c->crcs);
+        c->crcs = NULL;
+        e->crcs_live--;
+    }
+    c->used = 0;
     e->cb_free[e->ncb_free++] = d->slot;
 }
 
@@ -766,11 +806,13 @@ void xfer_engine_del(xfer_engine *e)
         xfer_util_free(&e->cfg.core.alloc,
                        XFER_LIST_ITEM(xfer_list_pop_front(&e->parts_done),
                                       part_rec, link));
-    for (uint32_t i = 0; e->cbs && i < e->cfg.core.max_transfers; i++)
+    for (uint32_t i = 0; e->cbs && i < e->cfg.core.max_transfers; i++) {
+        xfer_util_free(&e->cfg.core.alloc, e->cbs[i].crcs);
         while (!xfer_list_empty(&e->cbs[i].parts))
             xfer_util_free(&e->cfg.core.alloc,
                            XFER_LIST_ITEM(xfer_list_pop_front(&e->cbs[i].parts),
                                           part_rec, link));
+    }
     const xfer_allocator a = e->cfg.core.alloc;
     xfer_util_free(&a, e->pools);
     xfer_util_free(&a, e->reg);
@@ -1008,12 +1050,22 @@ static bool group_eager(const xfer_engine *e, uint32_t group)
  * EXISTS, CANCELLED, BUSY), then NOMEM.
  */
 static int submit(xfer_engine *e, const xfer_transfer_desc *d,
-                  xfer_complete_cb cb, void *ud, void *event);
+                  const uint32_t *crcs, xfer_complete_cb cb, void *ud,
+                  void *event);
 
 int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
                        xfer_complete_cb cb, void *ud)
 {
-    return submit(e, d, cb, ud, NULL);
+    return submit(e, d, NULL, cb, ud, NULL);
+}
+
+int xfer_engine_submit_crc(xfer_engine *e, const xfer_transfer_desc *d,
+                           const uint32_t *crcs, xfer_complete_cb cb,
+                           void *ud)
+{
+    if (!crcs)
+        return XFER_ERR_INVALID_ARG;
+    return submit(e, d, crcs, cb, ud, NULL);
 }
 
 int xfer_engine_submit_gated(xfer_engine *e, const xfer_transfer_desc *d,
@@ -1021,7 +1073,17 @@ int xfer_engine_submit_gated(xfer_engine *e, const xfer_transfer_desc *d,
 {
     if (!event)
         return XFER_ERR_INVALID_ARG;
-    return submit(e, d, cb, ud, event);
+    return submit(e, d, NULL, cb, ud, event);
+}
+
+/* A copy of n caller CRCs, through the engine's allocator. */
+static uint32_t *crcs_copy(const xfer_engine *e, const uint32_t *crcs,
+                           uint16_t n)
+{
+    uint32_t *c = xfer_util_alloc(&e->cfg.core.alloc, (size_t)n * sizeof *c);
+    if (c)
+        memcpy(c, crcs, (size_t)n * sizeof *c);
+    return c;
 }
 
 /* The gate kind for a transfer of pool `pool`: the test device's events
@@ -1034,7 +1096,8 @@ static int gate_kind(const xfer_engine *e, uint32_t pool)
 }
 
 static int submit(xfer_engine *e, const xfer_transfer_desc *d,
-                  xfer_complete_cb cb, void *ud, void *event)
+                  const uint32_t *crcs, xfer_complete_cb cb, void *ud,
+                  void *event)
 {
     if (!e || !cb || !d || d->id == 0 || !d->slices)
         return XFER_ERR_INVALID_ARG;
@@ -1054,8 +1117,13 @@ static int submit(xfer_engine *e, const xfer_transfer_desc *d,
         return rc;
     /* the gate goes first, so the core's first WRITE finds it; a submit
      * the core refuses takes it away again */
-    if (event && (rc = xfer_gates_add(e->gates, d->id, event, kind)) != 0)
+    uint32_t *given = NULL;
+    if (crcs && !(given = crcs_copy(e, crcs, d->nslices)))
+        return XFER_ERR_NOMEM;
+    if (event && (rc = xfer_gates_add(e->gates, d->id, event, kind)) != 0) {
+        xfer_util_free(&e->cfg.core.alloc, given);
         return rc;
+    }
     xfer_engine_flush(e); /* room in the core's action list */
     uint32_t slot = e->cb_free[e->ncb_free - 1];
     uint64_t now = xfer_engine_now(e);
@@ -1068,12 +1136,15 @@ static int submit(xfer_engine *e, const xfer_transfer_desc *d,
     if (rc) {
         if (event)
             xfer_gates_remove(e->gates, d->id);
+        xfer_util_free(&e->cfg.core.alloc, given);
         return rc;
     }
     e->ncb_free--;
     e->cbs[slot] = (cb_rec){.done = {.cb = cb, .ud = ud, .slot = slot},
                             .user_data = d->user_data, .bytes = bytes,
-                            .pool = d->pool, .used = 1, .t_submit = now};
+                            .pool = d->pool, .used = 1, .t_submit = now,
+                            .nshards = d->nslices, .crcs = given};
+    e->crcs_live += given != NULL;
     xfer_life_pool_hold(e->reg, e->cfg.max_pools, d->pool);
     e->st.staging_bytes_in_use += bytes;
     drain(e);
@@ -1302,7 +1373,8 @@ int xfer_engine_stream_open(xfer_engine *e, const xfer_stream_desc *d,
                             .user_data = d->user_data, .used = 1,
                             .stream = 1, .t_submit = now,
                             .group = d->group, .deadline = a.deadline_ns,
-                            .rf_id = d->id};
+                            .rf_id = d->id,
+                            .nshards = d->nshards};
     drain(e);
     return 0;
 }
@@ -1393,6 +1465,32 @@ int xfer_engine_stream_seal(xfer_engine *e, uint64_t id)
     return ended_status(e, id, rc);
 }
 
+int xfer_engine_stream_seal_crc(xfer_engine *e, uint64_t id,
+                                const uint32_t *crcs, uint16_t ncrcs)
+{
+    if (!e || id == 0 || !crcs)
+        return XFER_ERR_INVALID_ARG;
+    uint64_t slot = 0;
+    if (!xfer_core_user_data(e->core, id, &slot))
+        return xfer_engine_stream_seal(e, id); /* its own refusal */
+    cb_rec *c = &e->cbs[(uint32_t)slot];
+    if (!c->stream || c->crcs)
+        return xfer_engine_stream_seal(e, id); /* not a stream, or sealed */
+    if (ncrcs != c->nshards)
+        return XFER_ERR_INVALID_ARG;
+    /* in place before the seal: its COMMITs may start inside it */
+    if (!(c->crcs = crcs_copy(e, crcs, ncrcs)))
+        return XFER_ERR_NOMEM;
+    e->crcs_live++;
+    int rc = xfer_engine_stream_seal(e, id);
+    if (rc) {
+        xfer_util_free(&e->cfg.core.alloc, c->crcs);
+        c->crcs = NULL;
+        e->crcs_live--;
+    }
+    return rc;
+}
+
 /* A posted open: its completion record first (a refusal by the loop is
  * delivered through it, as a posted submit's), then the copied desc. */
 typedef struct open_post {
@@ -1459,6 +1557,32 @@ int xfer_engine_post_stream_seal(xfer_engine *e, uint64_t id,
     return xfer_mailbox_post(e->mailbox, &m);
 }
 
+/* A posted seal's CRCs (the mail's blob). */
+typedef struct seal_post {
+    uint16_t n;
+    uint32_t crcs[];
+} seal_post;
+
+int xfer_engine_post_stream_seal_crc(xfer_engine *e, uint64_t id,
+                                     const uint32_t *crcs, uint16_t ncrcs,
+                                     xfer_cancel_cb cb, void *ud)
+{
+    if (!e || id == 0 || !crcs || ncrcs == 0 || ncrcs > XFER_MAX_SHARDS)
+        return XFER_ERR_INVALID_ARG;
+    const xfer_allocator *al = &e->cfg.core.alloc;
+    seal_post *p = xfer_util_alloc(al, sizeof *p + ncrcs * sizeof(uint32_t));
+    if (!p)
+        return XFER_ERR_NOMEM;
+    p->n = ncrcs;
+    memcpy(p->crcs, crcs, ncrcs * sizeof(uint32_t));
+    xfer_mail m = {.kind = XFER_MAIL_STREAM_SEAL, .id = id, .cancel_cb = cb,
+                   .ud = ud, .blob = p};
+    int rc = xfer_mailbox_post(e->mailbox, &m);
+    if (rc)
+        xfer_util_free(al, p);
+    return rc;
+}
+
 /* A stream's mail on the loop.  A refusal still owes the poster its
  * callback (the post returned 0): an open's through its own completion
  * record, a part's by its callback, at once (this runs from the mailbox's
@@ -1492,7 +1616,10 @@ static void on_stream_mail(xfer_engine *e, xfer_mail *m)
         xfer_util_free(al, p);
         return;
     }
-    int rc = xfer_engine_stream_seal(e, m->id);
+    seal_post *sp = m->blob;
+    int rc = sp ? xfer_engine_stream_seal_crc(e, m->id, sp->crcs, sp->n)
+                : xfer_engine_stream_seal(e, m->id);
+    xfer_util_free(al, sp);
     if (m->cancel_cb)
         m->cancel_cb(m->ud, m->id, rc);
 }
@@ -1528,7 +1655,10 @@ static void on_mail(void *ud, xfer_mail *m)
         return;
     }
     xfer_post *p = m->post;
-    int rc = xfer_engine_submit(e, &p->desc, p->done.cb, p->done.ud);
+    int rc = p->crcs ? xfer_engine_submit_crc(e, &p->desc, p->crcs,
+                                              p->done.cb, p->done.ud)
+                     : xfer_engine_submit(e, &p->desc, p->done.cb,
+                                          p->done.ud);
     if (rc == 0) {
         xfer_util_free(&e->cfg.core.alloc, p);
         return;
@@ -1541,13 +1671,33 @@ static void on_mail(void *ud, xfer_mail *m)
     enqueue_done(e, &p->done);
 }
 
+static int post_submit(xfer_engine *e, const xfer_transfer_desc *d,
+                       const uint32_t *crcs, xfer_complete_cb cb, void *ud);
+
 int xfer_engine_post_submit(xfer_engine *e, const xfer_transfer_desc *d,
                             xfer_complete_cb cb, void *ud)
 {
     if (!e || !d || !cb || d->id == 0 || d->nslices > XFER_MAX_SHARDS ||
         (d->nslices && !d->slices))
         return XFER_ERR_INVALID_ARG;
-    xfer_post *p = xfer_mailbox_new_post(&e->cfg.core.alloc, d, cb, ud);
+    return post_submit(e, d, NULL, cb, ud);
+}
+
+int xfer_engine_post_submit_crc(xfer_engine *e, const xfer_transfer_desc *d,
+                                const uint32_t *crcs, xfer_complete_cb cb,
+                                void *ud)
+{
+    if (!e || !d || !cb || !crcs || d->id == 0 ||
+        d->nslices > XFER_MAX_SHARDS || (d->nslices && !d->slices))
+        return XFER_ERR_INVALID_ARG;
+    return post_submit(e, d, crcs, cb, ud);
+}
+
+static int post_submit(xfer_engine *e, const xfer_transfer_desc *d,
+                       const uint32_t *crcs, xfer_complete_cb cb, void *ud)
+{
+    xfer_post *p = xfer_mailbox_new_post_crc(&e->cfg.core.alloc, d, crcs,
+                                             cb, ud);
     if (!p)
         return XFER_ERR_NOMEM;
     xfer_mail m = {.kind = XFER_MAIL_SUBMIT, .id = d->id, .post = p};

@@ -43,6 +43,9 @@ typedef struct xfer_done {
 typedef struct xfer_post {
     xfer_done done;
     xfer_transfer_desc desc;
+    const uint32_t *crcs; /* xfer_engine_post_submit_crc: the caller's CRCs
+                             (desc.nslices, in the same allocation, after
+                             the slices); NULL: none */
     xfer_slice slices[];
 } xfer_post;
 
@@ -82,6 +85,12 @@ void xfer_engine_ctl_link_remove(xfer_engine *e, xfer_engine_ctl_link *l);
 xfer_post *xfer_mailbox_new_post(const xfer_allocator *a,
                                  const xfer_transfer_desc *d,
                                  xfer_complete_cb cb, void *ud);
+/* The same with the caller's CRCs (d->nslices entries, borrowed until
+ * return) copied into the post; crcs NULL: as xfer_mailbox_new_post. */
+xfer_post *xfer_mailbox_new_post_crc(const xfer_allocator *a,
+                                     const xfer_transfer_desc *d,
+                                     const uint32_t *crcs,
+                                     xfer_complete_cb cb, void *ud);
 
 /* The thread-safe mailbox (mailbox.c): other threads post, the loop
  * drains.  A pipe wakes the loop. */
@@ -103,7 +112,9 @@ typedef struct xfer_mail {
     xfer_call_fn fn; /* CALL: fn(ud) on the loop */
     xfer_cancel_cb cancel_cb; /* CANCEL: the loop's answer; NULL: none */
     void *ud;        /* CALL, and CANCEL or STREAM_SEAL with a cancel_cb */
-    void *blob;      /* STREAM_OPEN, STREAM_PART: owned by the mail (one
+    void *blob;      /* STREAM_OPEN, STREAM_PART, and STREAM_SEAL with the
+                        caller's CRCs (uint32_t[nshards], NULL: none):
+                        owned by the mail (one
                         allocation through the mailbox's allocator, freed
                         with the mail when never drained) */
 } xfer_mail;

@@ -27,6 +27,7 @@
 #include <event2/event.h>
 
 #include "base_ref.h"
+#include "crc.h"
 #include "engine_int.h"
 /* fsm_private_dep: the injected allocator with its libc default, and the
  * copy of versioned configs, shared with the pure machines. */
@@ -66,7 +67,21 @@ struct loop_op {
     uint8_t lost; /* its shard went down mid-write, and there was no memory
                      to answer at once: WRITE_END answers CONN_LOST */
     int32_t fault_err;
+    bool crc_given;  /* a COMMIT with the caller's CRC (start_crc): crc */
+    uint32_t crc;
 };
+
+/* A reservation the loop's shards granted, where it lies in the pool: for
+ * the check of a COMMIT that carries the caller's CRC (start_crc).  Kept
+ * from RESERVE to COMMIT or CANCEL; past LOOP_REGIONS_MAX outstanding, a
+ * region is not kept and its commit goes unchecked (never wrongly
+ * refused). */
+typedef struct loop_region {
+    uint64_t id, resv_id, addr;
+    uint32_t attempt, len;
+    uint16_t shard;
+} loop_region;
+#define LOOP_REGIONS_MAX 65536u
 
 struct xfer_loop {
     struct event_base *base;
@@ -91,6 +106,8 @@ struct xfer_loop {
     loop_op *retry; /* replies that could not be queued (no memory) */
     xfer_faults faults;  /* the rules, their firings, their generator */
     xfer_loop_stats st;
+    loop_region *regions; /* outstanding reservations (loop_region) */
+    uint32_t nregions, capregions;
 };
 
 static uint64_t now_of(xfer_loop *l)
@@ -348,10 +365,73 @@ static void emit_events(xfer_loop *l, xfer_shard *s)
     xfer_shard_events_clear(s);
 }
 
+/* Keep a granted region (no memory, or too many: not kept). */
+static void region_keep(xfer_loop *l, const xfer_action *a,
+                        const xfer_resv_info *info)
+{
+    if (l->nregions == LOOP_REGIONS_MAX) {
+        /* regions whose reservation ended without a COMMIT or CANCEL
+         * here (a lease expired): swept when the table is full */
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < l->nregions; i++)
+            if (xfer_shard_state(l->shards[l->regions[i].shard],
+                                 l->regions[i].id) ==
+                XFER_RESV_STATE_RESERVED)
+                l->regions[k++] = l->regions[i];
+        l->nregions = k;
+    }
+    if (l->nregions == l->capregions) {
+        uint32_t cap = l->capregions ? l->capregions * 2 : 64;
+        if (cap > LOOP_REGIONS_MAX)
+            return;
+        loop_region *r = xfer_util_calloc(&l->cfg.alloc, cap, sizeof *r);
+        if (!r)
+            return;
+        if (l->nregions)
+            memcpy(r, l->regions, l->nregions * sizeof *r);
+        xfer_util_free(&l->cfg.alloc, l->regions);
+        l->regions = r;
+        l->capregions = cap;
+    }
+    l->regions[l->nregions++] = (loop_region){
+        .id = a->id, .resv_id = info->resv_id, .addr = info->addr,
+        .attempt = a->attempt, .len = info->len, .shard = a->shard};
+}
+
+/* The region of a's reservation, taken off the table (NULL: not kept). */
+static bool region_take(xfer_loop *l, const xfer_action *a, loop_region *out)
+{
+    for (uint32_t i = 0; i < l->nregions; i++) {
+        loop_region *r = &l->regions[i];
+        if (r->id == a->id && r->shard == a->shard &&
+            (a->resv_id == XFER_RESV_NONE || r->resv_id == a->resv_id)) {
+            *out = *r;
+            *r = l->regions[--l->nregions];
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A COMMIT with the caller's CRC: the shard's region against it before
+ * the commit applies (xfer_shard_check: CORRUPT leaves it unapplied, the
+ * producer rolls back).  0: commit. */
+static int32_t check_commit(xfer_loop *l, const loop_op *op,
+                            const loop_region *r, uint64_t now)
+{
+    xfer_shard *s = l->shards[op->a.shard];
+    if (!op->crc_given || r->attempt != op->a.attempt ||
+        xfer_shard_state(s, op->a.id) != XFER_RESV_STATE_RESERVED)
+        return 0; /* the shard's own answer */
+    uint32_t got = xfer_crc32c(0, xfer_shard_pool_base(s) + r->addr, r->len);
+    return xfer_shard_check(s, now, op->a.id, op->a.attempt, op->crc, got);
+}
+
 static int32_t apply_op(xfer_loop *l, loop_op *op, uint64_t now)
 {
     xfer_shard *s = l->shards[op->a.shard];
     const xfer_action *a = &op->a;
+    loop_region r;
     switch ((xfer_action_kind)a->kind) {
     case XFER_ACT_RESERVE: {
         xfer_resv_info info;
@@ -359,12 +439,20 @@ static int32_t apply_op(xfer_loop *l, loop_op *op, uint64_t now)
         if (rc == 0) {
             op->res.resv_id = info.resv_id;
             op->res.remote_addr = info.addr;
+            region_keep(l, a, &info);
         }
         return rc;
     }
-    case XFER_ACT_COMMIT:
+    case XFER_ACT_COMMIT: {
+        if (region_take(l, a, &r)) {
+            int32_t rc = check_commit(l, op, &r, now);
+            if (rc)
+                return rc;
+        }
         return xfer_shard_commit(s, now, a->id, a->attempt, a->resv_id);
+    }
     case XFER_ACT_CANCEL:
+        region_take(l, a, &r);
         return xfer_shard_cancel(s, now, a->id, a->attempt, a->resv_id);
     case XFER_ACT_EAGER: {
         /* Reserve, copy and commit in one: the staging bytes are read
@@ -572,9 +660,27 @@ static int t_attach(void *self, struct xfer_engine *e, uint32_t group)
     return 0;
 }
 
+static int start_op(xfer_loop *l, const xfer_action *a, const void *src,
+                    bool given, uint32_t crc);
+
 static int t_start(void *self, const xfer_action *a, const void *src)
 {
-    xfer_loop *l = self;
+    return start_op(self, a, src, false, 0);
+}
+
+/* The caller's CRC is checked at a COMMIT (check_commit); an EAGER's is
+ * not: its bytes are READY as they land, so it goes as a plain EAGER. */
+static int t_start_crc(void *self, const xfer_action *a, const void *src,
+                       uint32_t crc)
+{
+    if (a->kind != XFER_ACT_COMMIT && a->kind != XFER_ACT_EAGER)
+        return XFER_ERR_INVALID_ARG;
+    return start_op(self, a, src, a->kind == XFER_ACT_COMMIT, crc);
+}
+
+static int start_op(xfer_loop *l, const xfer_action *a, const void *src,
+                    bool given, uint32_t crc)
+{
     if (a->shard >= l->cfg.nshards ||
         xfer_action_op(a->kind) == XFER_OP_COUNT_)
         return XFER_ERR_INVALID_ARG;
@@ -583,6 +689,8 @@ static int t_start(void *self, const xfer_action *a, const void *src)
         return XFER_ERR_NOMEM;
     op->a = *a;
     op->src = src;
+    op->crc_given = given;
+    op->crc = crc;
     op->fault = XFER_FAULT_NONE;
     op->res = (xfer_shard_result){.id = a->id, .attempt = a->attempt,
                                   .shard = a->shard,
@@ -670,6 +778,7 @@ static const xfer_transport_ops loop_ops = {
     .detach = t_detach,
     .eager_ok = t_eager_ok,
     .refresh = t_refresh,
+    .start_crc = t_start_crc,
 };
 
 xfer_transport xfer_loop_transport(xfer_loop *l)
@@ -762,6 +871,7 @@ static void loop_free(xfer_loop *l)
     }
     for (loop_op *op; (op = op_of(xfer_list_pop_front(&l->ops))) != NULL;)
         xfer_util_free(a, op);
+    xfer_util_free(a, l->regions);
     while (l->spare_ops) {
         loop_op *op = l->spare_ops;
         l->spare_ops = op->retry_next;

@@ -119,8 +119,18 @@ xfer_post *xfer_mailbox_new_post(const xfer_allocator *a,
                                  const xfer_transfer_desc *d,
                                  xfer_complete_cb cb, void *ud)
 {
+    return xfer_mailbox_new_post_crc(a, d, NULL, cb, ud);
+}
+
+xfer_post *xfer_mailbox_new_post_crc(const xfer_allocator *a,
+                                     const xfer_transfer_desc *d,
+                                     const uint32_t *crcs,
+                                     xfer_complete_cb cb, void *ud)
+{
     size_t n = d->nslices;
-    xfer_post *p = xfer_util_alloc(a, sizeof *p + n * sizeof p->slices[0]);
+    size_t room = sizeof(xfer_post) + n * sizeof(xfer_slice) +
+                  (crcs ? n * sizeof(uint32_t) : 0);
+    xfer_post *p = xfer_util_alloc(a, room);
     if (!p)
         return NULL;
     memset(&p->done, 0, sizeof p->done);
@@ -128,9 +138,16 @@ xfer_post *xfer_mailbox_new_post(const xfer_allocator *a,
     p->done.ud = ud;
     p->done.slot = XFER_DONE_POST;
     p->desc = *d;
+    p->crcs = NULL;
     if (n)
         memcpy(p->slices, d->slices, n * sizeof p->slices[0]);
     p->desc.slices = p->slices;
+    if (crcs && n) {
+        /* after the slices (xfer_slice's alignment covers uint32_t) */
+        uint32_t *c = (uint32_t *)(void *)(p->slices + n);
+        memcpy(c, crcs, n * sizeof *c);
+        p->crcs = c;
+    }
     return p;
 }
 

@@ -328,6 +328,14 @@ static void post(xfer_rdma *r, rd_ep *ep, rd_op *op)
     op->ep = ep;
     op->nwr = 0;
     p->writes++;
+    /* integrity for streams: the run's CRC32C from the staging as the
+     * device is about to read it (after the gate), kept on the shard's
+     * TCP connection, which joins the runs into the COMMIT's CRC as for
+     * its own stream WRITEs (tcp.c stream_crc).  Device staging is not
+     * read by the CPU: its stream's runs are missing, so it commits
+     * unchecked (docs/integrity.md). */
+    if (op->a.part && p->dm.path == XFER_RDMA_DEVMEM_HOST)
+        xfer_tcp_stream_run(r->tcp, &op->a, op->src);
     xfer_list_push_back(&r->shards[op->a.shard].posted, &op->link);
     do {
         int k = 0;
@@ -627,6 +635,17 @@ static int t_start(void *self, const xfer_action *a, const void *src)
     return start_write(r, a, src);
 }
 
+/* A COMMIT with the caller's CRC goes over the TCP transport as any
+ * COMMIT does (an RDMA group takes no EAGER). */
+static int t_start_crc(void *self, const xfer_action *a, const void *src,
+                       uint32_t crc)
+{
+    xfer_rdma *r = self;
+    if (a->shard >= r->cfg.tcp.nshards)
+        return XFER_ERR_INVALID_ARG;
+    return xfer_tcp_start_op_crc(r->tcp, a, src, crc);
+}
+
 static void t_abort(void *self, const xfer_action *a)
 {
     xfer_rdma *r = self;
@@ -738,6 +757,7 @@ static const xfer_transport_ops rdma_ops = {
     .pool_removed = t_pool_removed,
     .detach = t_detach,
     .refresh = t_refresh,
+    .start_crc = t_start_crc,
 };
 
 xfer_transport xfer_rdma_transport(xfer_rdma *r)

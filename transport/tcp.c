@@ -280,12 +280,11 @@ static bool above_high(const tcp_conn *c)
            c->t->cfg.high_watermark;
 }
 
-/* Integrity for streams: remember the CRC of a stream WRITE's run (a
- * full table, or no memory: the stream goes unchecked, never wrongly
- * refused). */
-static void stream_run(tcp_conn *c, const tcp_op *op)
+/* Integrity for streams: remember the CRC of a stream WRITE's run, read
+ * from src (a full table, or no memory: the stream goes unchecked, never
+ * wrongly refused). */
+static void stream_run(tcp_conn *c, const xfer_action *a, const void *src)
 {
-    const xfer_action *a = &op->a;
     if (!c->runs)
         c->runs = xfer_util_calloc(&c->t->cfg.alloc, TCP_RUNS_MAX,
                                    sizeof *c->runs);
@@ -294,7 +293,17 @@ static void stream_run(tcp_conn *c, const tcp_op *op)
     c->runs[c->nruns++] = (tcp_run){.id = a->id, .resv_id = a->resv_id,
                                     .attempt = a->attempt,
                                     .off = a->resv_off, .len = a->len,
-                                    .crc = xfer_crc32c(0, op->src, a->len)};
+                                    .crc = xfer_crc32c(0, src, a->len)};
+}
+
+void xfer_tcp_stream_run(xfer_tcp *t, const xfer_action *a, const void *src)
+{
+    if (a->shard >= t->cfg.nshards)
+        return;
+    tcp_conn *c = &t->conns[a->shard];
+    /* the same test as a stream WRITE sent here (send_op) */
+    if (c->crc && a->kind == XFER_ACT_WRITE && a->part && src && a->len)
+        stream_run(c, a, src);
 }
 
 /* Drop the runs of (id, attempt) (attempt 0: of any), keeping the order
@@ -372,8 +381,17 @@ static bool send_op(tcp_conn *c, tcp_op *op)
                                                                  : 0,
                        /* a stream's run lands at its reservation offset */
                        .off = a->kind == XFER_ACT_WRITE ? a->resv_off : 0};
-    if (c->crc && (a->kind == XFER_ACT_EAGER ||
-                   (a->kind == XFER_ACT_COMMIT && op->src))) {
+    if (c->crc && op->crc_given) {
+        /* the caller's CRC (xfer_engine_submit_crc, _stream_seal_crc):
+         * nothing read; a stream's runs are not needed */
+        m.crc = op->crc;
+        m.crc_set = 1;
+        c->t->st.crcs_sent++;
+        c->t->st.crcs_given++;
+        if (c->nruns)
+            runs_drop(c, a->id, a->attempt);
+    } else if (c->crc && (a->kind == XFER_ACT_EAGER ||
+                          (a->kind == XFER_ACT_COMMIT && op->src))) {
         /* integrity: the slice's CRC32C, from the staging as it is now
          * (after the gate; a COMMIT's after its write ended, I3 holds the
          * staging) */
@@ -386,7 +404,7 @@ static bool send_op(tcp_conn *c, tcp_op *op)
         c->t->st.crcs_sent++;
     } else if (c->crc && a->kind == XFER_ACT_WRITE && a->part && op->src &&
                a->len) {
-        stream_run(c, op);
+        stream_run(c, &op->a, op->src);
     } else if (c->nruns && a->kind == XFER_ACT_CANCEL) {
         runs_drop(c, a->id, 0);
     }
@@ -906,9 +924,10 @@ static void t_detach(void *self)
         tcp_free(t);
 }
 
-static int t_start(void *self, const xfer_action *a, const void *src)
+/* Start op a; given: with the caller's CRC `crc` (a COMMIT or EAGER). */
+static int start_op(xfer_tcp *t, const xfer_action *a, const void *src,
+                    bool given, uint32_t crc)
 {
-    xfer_tcp *t = self;
     bool data = a->kind == XFER_ACT_WRITE || a->kind == XFER_ACT_EAGER;
     uint32_t max = a->kind == XFER_ACT_EAGER ? XFER_WIRE_MAX_EAGER
                                              : XFER_WIRE_MAX_DATA;
@@ -924,6 +943,8 @@ static int t_start(void *self, const xfer_action *a, const void *src)
     tcp_conn *c = &t->conns[a->shard];
     op->a = *a;
     op->src = src;
+    op->crc_given = given;
+    op->crc = crc;
     op->conn = c;
     op->res = (xfer_shard_result){.id = a->id, .attempt = a->attempt,
                                   .shard = a->shard,
@@ -946,6 +967,19 @@ static int t_start(void *self, const xfer_action *a, const void *src)
         send_op(c, op);
     }
     return 0;
+}
+
+static int t_start(void *self, const xfer_action *a, const void *src)
+{
+    return start_op(self, a, src, false, 0);
+}
+
+static int t_start_crc(void *self, const xfer_action *a, const void *src,
+                       uint32_t crc)
+{
+    if (a->kind != XFER_ACT_COMMIT && a->kind != XFER_ACT_EAGER)
+        return XFER_ERR_INVALID_ARG;
+    return start_op(self, a, src, true, crc);
 }
 
 static tcp_op *find_abortable(tcp_conn *c, const xfer_action *a)
@@ -994,6 +1028,7 @@ static const xfer_transport_ops tcp_ops = {
     .detach = t_detach,
     .eager_ok = t_eager_ok,
     .refresh = t_refresh,
+    .start_crc = t_start_crc,
 };
 
 xfer_transport xfer_tcp_transport(xfer_tcp *t)
@@ -1010,7 +1045,8 @@ static const size_t config_lens[] = {offsetof(xfer_tcp_config, dir),
                                      sizeof(xfer_tcp_config)};
 static const size_t stats_lens[] = {
     offsetof(xfer_tcp_stats, bad_replies),
-    offsetof(xfer_tcp_stats, crcs_sent), sizeof(xfer_tcp_stats)};
+    offsetof(xfer_tcp_stats, crcs_sent),
+    offsetof(xfer_tcp_stats, crcs_given), sizeof(xfer_tcp_stats)};
 
 void xfer_tcp_config_default(xfer_tcp_config *cfg)
 {
@@ -1331,6 +1367,12 @@ int xfer_tcp_refresh(xfer_tcp *t, uint16_t shard, uint64_t id,
                      uint32_t attempt, uint64_t resv_id, uint64_t want_ns)
 {
     return t_refresh(t, shard, id, attempt, resv_id, want_ns);
+}
+
+int xfer_tcp_start_op_crc(xfer_tcp *t, const xfer_action *a,
+                          const void *src, uint32_t crc)
+{
+    return t_start_crc(t, a, src, crc);
 }
 
 void xfer_tcp_abort_op(xfer_tcp *t, const xfer_action *a)

@@ -62,6 +62,8 @@ struct tcp_op {
     bool queued;       /* result handed to the delivery queue */
     bool ref_held;     /* libevent still references src */
     bool orphan;       /* the transport is gone: cleanup frees */
+    bool crc_given;    /* a COMMIT/EAGER with the caller's CRC: crc */
+    uint32_t crc;
     tcp_conn *conn;
     xfer_shard_result res;
     xfer_allocator orphan_alloc; /* the transport's, once it is gone */

@@ -64,11 +64,23 @@ int xfer_tcp_start_op(xfer_tcp *t, const xfer_action *a);
  * with it to a shard that checks, docs/integrity.md; retained until the
  * result); NULL: none. */
 int xfer_tcp_start_op_src(xfer_tcp *t, const xfer_action *a, const void *src);
+/* A COMMIT or EAGER with the caller's CRC32C (the ops table's start_crc;
+ * anything else: XFER_ERR_INVALID_ARG). */
+int xfer_tcp_start_op_crc(xfer_tcp *t, const xfer_action *a,
+                          const void *src, uint32_t crc);
 void xfer_tcp_abort_op(xfer_tcp *t, const xfer_action *a);
 /* A lease refresh as the ops table's refresh (xfer/transport.h), its
  * answer through hooks.refreshed. */
 int xfer_tcp_refresh(xfer_tcp *t, uint16_t shard, uint64_t id,
                      uint32_t attempt, uint64_t resv_id, uint64_t want_ns);
+
+/* A stream WRITE another transport carried (rdma.c: one-sided, posted
+ * after the gate): its run's CRC32C, read from src (a->len bytes,
+ * borrowed for the call), is kept on shard a->shard's connection as a
+ * stream WRITE sent there would be, so that the stream's COMMIT on it
+ * carries the runs joined (stream_crc, docs/integrity.md).  Nothing when
+ * that shard does not check CRCs, or a is not a stream's WRITE. */
+void xfer_tcp_stream_run(xfer_tcp *t, const xfer_action *a, const void *src);
 
 /* What the hot path did, for the tests that pin its batching (not API,
  * not in xfer_tcp_stats): read callbacks run, write(v) calls made on

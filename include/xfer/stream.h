@@ -130,6 +130,24 @@ XFER_API int xfer_engine_stream_part(xfer_engine *e, const xfer_part_desc *d,
 XFER_API int xfer_engine_stream_seal(xfer_engine *e, uint64_t id);
 
 /*
+ * xfer_engine_stream_seal_crc - seal stream `id` with the CRC32C the
+ * caller already has of each shard's whole reservation (crcs[k]: the
+ * bytes of shard k's region, offset 0 to its len, as the parts wrote
+ * them; ncrcs must be the stream's shard count).  crcs is borrowed until
+ * return (copied).  Each COMMIT carries crcs[k] instead of the CRC the
+ * transport joined from the runs it sent (docs/integrity.md); a wrong one
+ * fails the transfer XFER_ERR_CORRUPT naming the shard at the shard's
+ * check.  The runs already sent were still checksummed as they went (the
+ * transport cannot know at a part that a CRC will come at the seal).
+ * Loop thread.  Errors: XFER_ERR_INVALID_ARG (NULL e or crcs, id 0,
+ * ncrcs not the stream's shard count), XFER_ERR_NOMEM, and
+ * xfer_engine_stream_seal's.
+ */
+XFER_API int xfer_engine_stream_seal_crc(xfer_engine *e, uint64_t id,
+                                         const uint32_t *crcs,
+                                         uint16_t ncrcs);
+
+/*
  * The mailbox versions; any thread.  The call is copied before it
  * returns and runs on the loop in mailbox order with every other post
  * (so a part posted after its open always finds it).  On 0:
@@ -153,6 +171,16 @@ XFER_API int xfer_engine_post_stream_part(xfer_engine *e,
                                           const xfer_part_desc *d);
 XFER_API int xfer_engine_post_stream_seal(xfer_engine *e, uint64_t id,
                                           xfer_cancel_cb cb, void *ud);
+/* The mailbox version of xfer_engine_stream_seal_crc; any thread.  crcs
+ * (ncrcs entries) is copied before the call returns; cb (may be NULL)
+ * gets the loop's answer, the status xfer_engine_stream_seal_crc
+ * returned there.  Errors (then no callback): XFER_ERR_INVALID_ARG (NULL
+ * e or crcs, id 0, ncrcs 0 or above XFER_MAX_SHARDS), XFER_ERR_BUSY,
+ * XFER_ERR_NOMEM. */
+XFER_API int xfer_engine_post_stream_seal_crc(xfer_engine *e, uint64_t id,
+                                              const uint32_t *crcs,
+                                              uint16_t ncrcs,
+                                              xfer_cancel_cb cb, void *ud);
 
 #ifdef __cplusplus
 }

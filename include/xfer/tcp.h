@@ -107,7 +107,7 @@ XFER_API void xfer_tcp_config_default(xfer_tcp_config *cfg);
 
 /* Counters, read with xfer_tcp_stats_get(); versioned like the config
  * (the macro passes XFER_TCP_STATS_VERSION). */
-#define XFER_TCP_STATS_VERSION 3
+#define XFER_TCP_STATS_VERSION 4
 typedef struct xfer_tcp_stats {
     uint64_t connects, connect_failures, losses, hello_refused;
     uint64_t ops_started, ops_sent, ops_waited; /* waited: watermark/connect */
@@ -129,6 +129,10 @@ typedef struct xfer_tcp_stats {
      * given a new address (xfer_tcp_set_shard); gones: shards that left
      * (the directory, docs/discovery.md). */
     uint64_t failed_gone, moves, gones;
+    /* Version 4.  crcs_given: of crcs_sent, those the caller gave
+     * (xfer_engine_submit_crc, xfer_engine_stream_seal_crc), sent without
+     * reading the staging; crcs_sent - crcs_given were computed here. */
+    uint64_t crcs_given;
 } xfer_tcp_stats;
 
 /*

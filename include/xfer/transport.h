@@ -83,6 +83,16 @@ typedef struct xfer_transport_ops {
      * no result, no abort. */
     int (*refresh)(void *self, uint16_t shard, uint64_t id,
                    uint32_t attempt, uint64_t resv_id, uint64_t want_ns);
+    /* Version 3.  Start a COMMIT or EAGER whose slice's CRC32C the caller
+     * gave (xfer_engine_submit_crc, xfer_engine_stream_seal_crc,
+     * docs/integrity.md): as start, but a transport that sends CRCs sends
+     * `crc` and reads nothing to compute one; src is NULL for a COMMIT
+     * and the bytes to send for an EAGER.  The rules of start hold (0: a
+     * result follows; an error: none).  NULL, or an older table: the
+     * engine calls start and the transport computes its own CRC (a wrong
+     * caller CRC then goes unnoticed). */
+    int (*start_crc)(void *self, const xfer_action *a, const void *src,
+                     uint32_t crc);
 } xfer_transport_ops;
 
 typedef struct xfer_transport {

@@ -287,6 +287,27 @@ XFER_API int xfer_id_keyed(const void *key, size_t key_len, const void *name,
  */
 XFER_API int xfer_engine_submit(xfer_engine *e, const xfer_transfer_desc *d,
                        xfer_complete_cb cb, void *ud);
+/*
+ * xfer_engine_submit_crc - submit a transfer whose slices' CRC32Cs the
+ * caller already has (computed on the GPU, say, or kept with its cache
+ * blocks; docs/integrity.md, "Caller CRCs"): crcs[k] is the CRC32C
+ * (Castagnoli, the standard value: "123456789" gives 0xE3069283) of
+ * slice k's bytes, d->nslices entries, borrowed until
+ * return (copied).  The producer then reads none of its staging for a
+ * checksum: each COMMIT (or EAGER) carries crcs[k] as it is to a shard
+ * that checks.  The shard checks it as it checks the producer's own: a
+ * wrong one fails the transfer XFER_ERR_CORRUPT naming that shard, and
+ * nothing of it becomes READY.  A shard without integrity, or a transport
+ * that does not take caller CRCs (ops version < 3), ignores them (the
+ * transport then computes its own, or none).  Loop thread only.
+ * Otherwise as xfer_engine_submit (cb, ud, exactly one callback); errors:
+ * XFER_ERR_INVALID_ARG (NULL crcs), xfer_engine_submit's, and
+ * XFER_ERR_NOMEM for the copy.
+ */
+XFER_API int xfer_engine_submit_crc(xfer_engine *e,
+                                    const xfer_transfer_desc *d,
+                                    const uint32_t *crcs,
+                                    xfer_complete_cb cb, void *ud);
 /* Cancel by id; idempotent; an unknown id leaves a tombstone.  Loop thread.
  * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_BUSY (tombstone cap: the id is
  * left without a tombstone, so a later submit of it may be accepted). */
@@ -306,6 +327,15 @@ XFER_API int xfer_engine_cancel(xfer_engine *e, uint64_t id);
  */
 XFER_API int xfer_engine_post_submit(xfer_engine *e, const xfer_transfer_desc *d,
                             xfer_complete_cb cb, void *ud);
+/* The mailbox version of xfer_engine_submit_crc; any thread.  crcs
+ * (d->nslices entries) is copied with d before the call returns; the loop
+ * then calls xfer_engine_submit_crc, and completes a refusal through cb
+ * as xfer_engine_post_submit does.  Errors (then cb is never called):
+ * xfer_engine_post_submit's, and XFER_ERR_INVALID_ARG for NULL crcs. */
+XFER_API int xfer_engine_post_submit_crc(xfer_engine *e,
+                                         const xfer_transfer_desc *d,
+                                         const uint32_t *crcs,
+                                         xfer_complete_cb cb, void *ud);
 /* xfer_engine_post_cancel: 0 says only that the cancel was queued; the
  * loop's own answer (xfer_engine_cancel's) is not reported to the caller,
  * only counted (stats cancels_refused).  A caller that must know whether

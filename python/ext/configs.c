@@ -224,7 +224,8 @@ PyObject *pyx_stats_tcp(const xfer_tcp_stats *st)
                  F(st, ops_waited), F(st, results), F(st, failed_conn_lost),
                  F(st, failed_down), F(st, aborted), F(st, refs_outstanding),
                  F(st, bytes_referenced), F(st, bad_frames), F(st, resets),
-                 F(st, bad_replies), F(st, reconnects)};
+                 F(st, bad_replies), F(st, reconnects), F(st, crcs_sent),
+                 F(st, crcs_given)};
     return dict_of(f, NF(f));
 }
 

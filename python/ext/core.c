@@ -275,14 +275,15 @@ static void on_complete(void *ud, const xfer_result *res)
     pyx_ticket_complete(ud, res);
 }
 
-int pyx_core_submit(pyx_core *c, const xfer_transfer_desc *d, pyx_ticket *t)
+int pyx_core_submit(pyx_core *c, const xfer_transfer_desc *d,
+                    const uint32_t *crcs, pyx_ticket *t)
 {
     int rc;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&c->lock);
-    rc = c->state == PYX_OPEN
-             ? xfer_engine_post_submit(c->e, d, on_complete, t)
-             : XFER_ERR_SHUTDOWN;
+    rc = c->state != PYX_OPEN ? XFER_ERR_SHUTDOWN
+         : crcs ? xfer_engine_post_submit_crc(c->e, d, crcs, on_complete, t)
+                : xfer_engine_post_submit(c->e, d, on_complete, t);
     if (rc == 0)
         c->posted++;
     pthread_mutex_unlock(&c->lock);
@@ -318,14 +319,16 @@ int pyx_core_stream_part(pyx_core *c, const xfer_part_desc *d)
     return rc;
 }
 
-int pyx_core_stream_seal(pyx_core *c, uint64_t id)
+int pyx_core_stream_seal(pyx_core *c, uint64_t id, const uint32_t *crcs,
+                         uint16_t ncrcs)
 {
     int rc;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&c->lock);
-    rc = c->state == PYX_OPEN ? xfer_engine_post_stream_seal(c->e, id, NULL,
-                                                             NULL)
-                              : XFER_ERR_SHUTDOWN;
+    rc = c->state != PYX_OPEN ? XFER_ERR_SHUTDOWN
+         : crcs ? xfer_engine_post_stream_seal_crc(c->e, id, crcs, ncrcs,
+                                                   NULL, NULL)
+                : xfer_engine_post_stream_seal(c->e, id, NULL, NULL);
     pthread_mutex_unlock(&c->lock);
     Py_END_ALLOW_THREADS
     return rc;

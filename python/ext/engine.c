@@ -397,7 +397,9 @@ typedef struct sub_args {
     uint64_t timeout_ns;
     uint64_t user_data;
     uint16_t nslices;
+    PyObject *crcs;      /* crcs=: the caller's CRC32Cs, or NULL / None */
     xfer_slice sl[XFER_MAX_SHARDS];
+    uint32_t crc[XFER_MAX_SHARDS]; /* parsed from crcs */
 } sub_args;
 
 static int open_or_raise(pyx_engine *self)
@@ -434,6 +436,10 @@ static int parse_keyword(sub_args *a, PyObject *name, PyObject *v)
         return pyx_ns_of(v, &a->timeout_ns);
     if (PyUnicode_CompareWithASCIIString(name, "user_data") == 0)
         return parse_u64(v, &a->user_data, "user_data");
+    if (PyUnicode_CompareWithASCIIString(name, "crcs") == 0) {
+        a->crcs = v == Py_None ? NULL : v;
+        return 0;
+    }
     PyErr_Format(PyExc_TypeError, "unexpected keyword argument '%U'", name);
     return -1;
 }
@@ -488,13 +494,41 @@ static int parse_slices(pyx_engine *self, sub_args *a)
     return rc;
 }
 
+/* crcs=: n CRC32Cs (ints 0..2**32-1), one per shard, into out. */
+static int parse_crcs(PyObject *v, uint16_t n, uint32_t *out)
+{
+    PyObject *seq = PySequence_Fast(v, "crcs must be a sequence of ints");
+    if (!seq)
+        return -1;
+    int rc = 0;
+    if (PySequence_Fast_GET_SIZE(seq) != n) {
+        PyErr_Format(PyExc_ValueError, "%zd crcs for %u shards",
+                     PySequence_Fast_GET_SIZE(seq), (unsigned)n);
+        rc = -1;
+    }
+    for (uint16_t k = 0; rc == 0 && k < n; k++) {
+        uint64_t c;
+        if (parse_u64(PySequence_Fast_GET_ITEM(seq, k), &c, "a crc"))
+            rc = -1;
+        else if (c > UINT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "a crc is a 32-bit value");
+            rc = -1;
+        } else {
+            out[k] = (uint32_t)c;
+        }
+    }
+    Py_DECREF(seq);
+    return rc;
+}
+
 /* submit(id, pool, slices[, callback], *, group=0, timeout=None,
- * user_data=0) */
+ * user_data=0, crcs=None) */
 static int parse_submit(pyx_engine *self, PyObject *const *args,
                         Py_ssize_t nargs, PyObject *kwnames, int npos,
                         sub_args *a)
 {
     memset(a, 0, offsetof(sub_args, sl));
+    a->crcs = NULL;
     if (nargs != npos) {
         PyErr_Format(PyExc_TypeError, "takes %d positional arguments (%zd "
                      "given)", npos, nargs);
@@ -523,7 +557,9 @@ static int parse_submit(pyx_engine *self, PyObject *const *args,
     for (Py_ssize_t i = 0; i < nkw; i++)
         if (parse_keyword(a, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]))
             return -1;
-    return parse_slices(self, a);
+    if (parse_slices(self, a))
+        return -1;
+    return a->crcs ? parse_crcs(a->crcs, a->nslices, a->crc) : 0;
 }
 
 static void make_desc(const sub_args *a, xfer_transfer_desc *d)
@@ -552,7 +588,7 @@ static int post_ticket(pyx_engine *self, const sub_args *a, int kind,
     pyx_channel_expect(chan, 1);
     xfer_transfer_desc d;
     make_desc(a, &d);
-    int rc = pyx_core_submit(self->core, &d, t);
+    int rc = pyx_core_submit(self->core, &d, a->crcs ? a->crc : NULL, t);
     if (rc == 0) {
         self->submits++;
         return 0;
@@ -760,14 +796,31 @@ static PyObject *engine_stream_part(PyObject *obj, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* _stream_seal(id) */
-static PyObject *engine_stream_seal(PyObject *obj, PyObject *arg)
+/* _stream_seal(id, crcs=None): crcs, one per shard of the stream, the
+ * caller's CRC32C of each shard's whole reservation. */
+static PyObject *engine_stream_seal(PyObject *obj, PyObject *args)
 {
     pyx_engine *self = (pyx_engine *)obj;
     uint64_t id;
-    if (open_or_raise(self) || parse_u64(arg, &id, "id"))
+    PyObject *idobj, *crcs = Py_None;
+    uint32_t crc[XFER_MAX_SHARDS];
+    Py_ssize_t n = 0;
+    if (!PyArg_ParseTuple(args, "O|O:_stream_seal", &idobj, &crcs) ||
+        open_or_raise(self) || parse_u64(idobj, &id, "id"))
         return NULL;
-    int rc = pyx_core_stream_seal(self->core, id);
+    if (crcs != Py_None) {
+        n = PySequence_Length(crcs);
+        if (n < 0)
+            return NULL;
+        if (n == 0 || n > XFER_MAX_SHARDS) {
+            PyErr_SetString(PyExc_ValueError, "crcs: one per shard");
+            return NULL;
+        }
+        if (parse_crcs(crcs, (uint16_t)n, crc))
+            return NULL;
+    }
+    int rc = pyx_core_stream_seal(self->core, id, n ? crc : NULL,
+                                  (uint16_t)n);
     if (rc != 0) {
         pyx_raise(rc);
         return NULL;
@@ -809,7 +862,7 @@ static PyObject *engine_submit_wait(PyObject *obj, PyObject *const *args,
     t->res.id = a.id;
     xfer_transfer_desc d;
     make_desc(&a, &d);
-    int rc = pyx_core_submit(self->core, &d, t);
+    int rc = pyx_core_submit(self->core, &d, a.crcs ? a.crc : NULL, t);
     if (rc) {
         self->refused++;
         free(t);
@@ -1073,22 +1126,25 @@ static PyObject *get_transports(PyObject *obj, void *unused)
 static PyMethodDef engine_methods[] = {
     {"submit", (PyCFunction)(void (*)(void))engine_submit, FASTKW,
      "submit($self, id, pool, slices, /, *, group=0, timeout=None, "
-     "user_data=0)\n--\n\n"
-     "submit(id, pool, slices, *, group=0, timeout=None, user_data=0) -> "
-     "Transfer, an awaitable of the running asyncio loop"},
+     "user_data=0, crcs=None)\n--\n\n"
+     "submit(id, pool, slices, *, group=0, timeout=None, user_data=0, "
+     "crcs=None) -> Transfer, an awaitable of the running asyncio loop.  "
+     "crcs: the CRC32C of each slice, when the caller has them "
+     "(docs/integrity.md): sent instead of computed; a wrong one fails "
+     "the transfer CorruptError"},
     {"submit_wait", (PyCFunction)(void (*)(void))engine_submit_wait, FASTKW,
      "submit_wait($self, id, pool, slices, /, *, group=0, timeout=None, "
-     "user_data=0)\n--\n\n"
+     "user_data=0, crcs=None)\n--\n\n"
      "submit_wait(id, pool, slices, ...) -> Result; blocks without the GIL"},
     {"submit_callback", (PyCFunction)(void (*)(void))engine_submit_callback,
      FASTKW,
      "submit_callback($self, id, pool, slices, callback, /, *, group=0, "
-     "timeout=None, user_data=0)\n--\n\n"
+     "timeout=None, user_data=0, crcs=None)\n--\n\n"
      "submit_callback(id, pool, slices, callback, ...): callback(result) "
      "runs on the engine's callback thread"},
     {"_stream_open", engine_stream_open, METH_VARARGS, NULL},
     {"_stream_part", engine_stream_part, METH_VARARGS, NULL},
-    {"_stream_seal", engine_stream_seal, METH_O, NULL},
+    {"_stream_seal", engine_stream_seal, METH_VARARGS, NULL},
     {"cancel", engine_cancel, METH_O,
      "cancel($self, id, /)\n--\n\n"
      "cancel(id): idempotent; waits for the loop's answer: BusyError when "

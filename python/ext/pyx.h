@@ -217,17 +217,20 @@ void pyx_ticket_complete(pyx_ticket *t, const xfer_result *res);
  * around the post).  Returns 0 (t belongs to the loop until it is
  * completed) or an xfer error (t untouched). */
 int pyx_core_submit(pyx_core *c, const xfer_transfer_desc *d,
-                    pyx_ticket *t);
+                    const uint32_t *crcs, pyx_ticket *t);
 /* Post a cancel (GIL held on entry, released around the post). */
 int pyx_core_cancel(pyx_core *c, uint64_t id);
 /* Streams (xfer/stream.h), posted like a submit (GIL held on entry,
  * released around the post): an open whose completion fills t, a part
  * with no callback (its ranges' pools stay registered while the engine
- * holds them), a seal.  0 or an xfer error (t untouched then). */
+ * holds them), a seal (crcs: the caller's CRCs, ncrcs of them; NULL:
+ * none, xfer_engine_post_stream_seal_crc).  submit's crcs: d->nslices of
+ * them, or NULL (xfer_engine_post_submit_crc).  0 or an xfer error (t untouched then). */
 int pyx_core_stream_open(pyx_core *c, const xfer_stream_desc *d,
                          pyx_ticket *t);
 int pyx_core_stream_part(pyx_core *c, const xfer_part_desc *d);
-int pyx_core_stream_seal(pyx_core *c, uint64_t id);
+int pyx_core_stream_seal(pyx_core *c, uint64_t id, const uint32_t *crcs,
+                         uint16_t ncrcs);
 /* Wait for a PYX_T_WAIT ticket (GIL held on entry; released while it
  * waits; signals are checked every 100 ms).  Returns 0 with the result in
  * t->res (t is then the caller's to free), or -1 with a Python exception

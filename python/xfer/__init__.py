@@ -449,7 +449,11 @@ _STATE_CODE = -17  # XFER_ERR_STATE (include/xfer/errors.h)
 
 class Stream:
     """What Engine.stream returns; see there.  .id is the transfer id,
-    .transfer its Transfer future once entered."""
+    .transfer its Transfer future once entered.  .crcs (None): set it in
+    the body to the CRC32C of each shard's whole reservation when the
+    producer has them (docs/integrity.md); the seal then carries them
+    instead of the CRCs computed as the parts went, and a wrong one fails
+    the stream CorruptError."""
 
     def __init__(self, engine, id, lens, group, timeout):
         self.id = id
@@ -458,6 +462,7 @@ class Stream:
         self._group = group
         self._timeout_ns = 0 if timeout is None else int(timeout * 1e9)
         self.transfer = None
+        self.crcs = None
 
     async def __aenter__(self):
         self.transfer = self._engine._stream_open(
@@ -487,7 +492,7 @@ class Stream:
 
     async def __aexit__(self, et, ev, tb):
         if et is None:
-            self._engine._stream_seal(self.id)
+            self._engine._stream_seal(self.id, self.crcs)
             await self.transfer  # the Result, or raises its Error
             return False
         self.transfer.cancel()  # the engine's cancel; resolves once ended

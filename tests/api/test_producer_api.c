@@ -19,7 +19,12 @@
  * test_producer_api_after_shutdown: after shutdown completed, submit,
  * post_submit's loop refusal, cancel and post_cancel_cb answer as the
  * header says (SHUTDOWN, never a callback for a refused call), and the
- * transport deleted after the engine leaves nothing running.
+ * transport deleted after the engine leaves nothing running;
+ * test_producer_api_caller_crc: a producer that has its slices' CRC32Cs
+ * (xfer_engine_submit_crc, issue 27): a wrong one for shard 1 fails the
+ * transfer CORRUPT naming shard 1 at real xferd and every shard ends
+ * empty; the right ones succeed, every CRC the transport sent being the
+ * caller's (none read from staging).
  */
 #include <check.h>
 #include <signal.h>
@@ -100,6 +105,46 @@ static void check_shards_empty(void)
         ck_assert_uint_eq(st.live, 0);
     }
 }
+
+START_TEST(test_producer_api_caller_crc)
+{
+    for (int k = 0; k < S; k++)
+        start_shard(k, 0);
+    static mp_producer p;
+    static done_log l;
+    ck_assert_int_eq(mp_producer_new(&p, ports, S, 2 * 4096,
+                                     10000000000ull), 0);
+    for (size_t i = 0; i < 2 * 4096; i++)
+        p.staging[i] = (uint8_t)(i * 13 + 5);
+    xfer_slice sl[S];
+    uint32_t crcs[S];
+    for (int k = 0; k < S; k++) {
+        sl[k] = (xfer_slice){.off = (uint64_t)k * 4096, .len = 4096};
+        crcs[k] = tu_crc32c(p.staging + sl[k].off, 4096);
+    }
+    xfer_transfer_desc desc = {.id = 1, .group = p.group, .pool = p.pool,
+                               .nslices = S, .slices = sl};
+    crcs[1] ^= 0x2;
+    ck_assert_int_eq(xfer_engine_submit_crc(p.e, &desc, crcs, on_done, &l),
+                     0);
+    ck_assert(run_until_done(&p, &l, 1, 10000));
+    ck_assert_int_eq(l.r[0].status, XFER_ERR_CORRUPT);
+    ck_assert_uint_eq(l.r[0].first_failed_shard, 1);
+    check_shards_empty();
+    crcs[1] ^= 0x2;
+    desc.id = 2;
+    ck_assert_int_eq(xfer_engine_submit_crc(p.e, &desc, crcs, on_done, &l),
+                     0);
+    ck_assert(run_until_done(&p, &l, 2, 10000));
+    ck_assert_int_eq(l.r[1].status, 0);
+    xfer_tcp_stats ts;
+    ck_assert_int_eq(xfer_tcp_stats_get(p.tcp, &ts), 0);
+    ck_assert_uint_eq(ts.crcs_given, 2 * S);
+    ck_assert_uint_eq(ts.crcs_sent, ts.crcs_given); /* none computed */
+    ck_assert(mp_producer_del(&p, 10000));
+    check_shards_empty();
+}
+END_TEST
 
 START_TEST(test_producer_api_submit_before_links_up)
 {
@@ -273,6 +318,7 @@ int main(void)
     tcase_add_test(tc, test_producer_api_shard_not_there_yet);
     tcase_add_test(tc, test_producer_api_shard_restart);
     tcase_add_test(tc, test_producer_api_after_shutdown);
+    tcase_add_test(tc, test_producer_api_caller_crc);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -193,7 +193,18 @@ static void on_done(void *ud, const xfer_result *r)
     }
 }
 
+xfer_complete_cb st_done_cb(void)
+{
+    return on_done;
+}
+
 int st_submit(stack *s, uint64_t id, uint32_t slot)
+{
+    return st_submit_crc(s, id, slot, NULL, false);
+}
+
+int st_submit_crc(stack *s, uint64_t id, uint32_t slot,
+                  const uint32_t *crcs, bool posted)
 {
     xfer_slice sl[ST_MAX_S];
     for (uint16_t k = 0; k < s->S; k++) {
@@ -205,7 +216,10 @@ int st_submit(stack *s, uint64_t id, uint32_t slot)
     xfer_transfer_desc d = {.id = id, .group = s->group, .pool = s->pool,
                             .nslices = s->S, .slices = sl,
                             .user_data = slot};
-    return xfer_engine_submit(s->e, &d, on_done, s);
+    if (!crcs)
+        return xfer_engine_submit(s->e, &d, on_done, s);
+    return posted ? xfer_engine_post_submit_crc(s->e, &d, crcs, on_done, s)
+                  : xfer_engine_submit_crc(s->e, &d, crcs, on_done, s);
 }
 
 /* ---------------------------------------------------------------------- */

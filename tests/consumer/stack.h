@@ -94,6 +94,12 @@ int st_start_producer(stack *s, uint32_t slice, uint32_t inflight,
 int st_start_consumer(stack *s, const xfer_consumer_config *tmpl);
 /* Submit id from staging slot `slot` (pattern written first). */
 int st_submit(stack *s, uint64_t id, uint32_t slot);
+/* The same with the caller's CRCs (S entries; NULL: st_submit), through
+ * xfer_engine_post_submit_crc when posted. */
+int st_submit_crc(stack *s, uint64_t id, uint32_t slot,
+                  const uint32_t *crcs, bool posted);
+/* The completion callback st_submit uses (ud: the stack). */
+xfer_complete_cb st_done_cb(void);
 /* Run the loop until fn(ud) or timeout_ms.  True when fn held. */
 bool st_run(stack *s, bool (*fn)(void *ud), void *ud, int timeout_ms);
 /* Run for ms milliseconds. */

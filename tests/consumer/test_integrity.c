@@ -27,22 +27,15 @@
 #include <arpa/inet.h>
 
 #include "stack.h"
+#include "xfer/stream.h"
 #include "testutil.h"
 #include "wire.h"
 
 #define SLICE 8192
 
-/* CRC32C from its definition (the library's is not exported; test_crc
- * pins it to this). */
 static uint32_t crc32c(const uint8_t *p, size_t n)
 {
-    uint32_t c = ~0u;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        for (int b = 0; b < 8; b++)
-            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-    }
-    return ~c;
+    return tu_crc32c(p, n);
 }
 
 /* The state of id on server 0 as a consumer sees it: 0 when a TAKE
@@ -418,6 +411,151 @@ START_TEST(test_integrity_hostile_commit_crc)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------- */
+/* Caller CRCs (xfer_engine_submit_crc, xfer_engine_stream_seal_crc)      */
+/* ---------------------------------------------------------------------- */
+
+/* The CRC32C of the slice st_submit writes for (id, shard k). */
+static uint32_t slice_crc(uint64_t id, uint16_t k, uint32_t len)
+{
+    uint8_t *b = malloc(len);
+    ck_assert_ptr_nonnull(b);
+    for (uint32_t i = 0; i < len; i++)
+        b[i] = st_pattern(id, k, i);
+    uint32_t c = crc32c(b, len);
+    free(b);
+    return c;
+}
+
+static uint64_t checked_of(stack *s, uint16_t k)
+{
+    xfer_server_stats st;
+    ck_assert_int_eq(xfer_server_stats_get(s->srv[k], XFER_SHARD_NONE, &st),
+                     0);
+    return st.crc_checked;
+}
+
+/* A producer that has its slices' CRCs: with the right ones the transfer
+ * arrives whole and checked, and the producer computed none (every CRC
+ * it sent was the caller's); with a wrong one for shard 2 the shard
+ * refuses it CORRUPT, naming shard 2, nothing is READY and every shard
+ * ends empty.  Directly and through the mailbox. */
+START_TEST(test_integrity_caller_crc_checked_not_computed)
+{
+    stack s;
+    xfer_server_config sc;
+    xfer_server_config_default(&sc);
+    sc.session_max_bytes = 1 << 20;
+    ck_assert_int_eq(st_start_servers(&s, 3, 1 << 20, 8, &sc), 0);
+    ck_assert_int_eq(st_start_producer(&s, SLICE, 4, 5000000000ull), 0);
+    ck_assert_int_eq(st_start_consumer(&s, NULL), 0);
+    ck_assert(st_run(&s, st_all_up, &s, 5000));
+    uint32_t crcs[3];
+    /* a wrong caller CRC for shard 2 */
+    for (uint16_t k = 0; k < 3; k++)
+        crcs[k] = slice_crc(1, k, SLICE);
+    crcs[2] ^= 0x10;
+    ck_assert_int_eq(st_submit_crc(&s, 1, 0, crcs, false), 0);
+    want_id = 1;
+    ck_assert(st_run(&s, id_done, &s, 5000));
+    const xfer_result *res = &s.done[1].res;
+    ck_assert_int_eq(res->status, XFER_ERR_CORRUPT);
+    ck_assert_uint_eq(res->first_failed_shard, 2);
+    ck_assert_uint_eq(corrupt_of(&s, 2), 1);
+    ck_assert_uint_eq(corrupt_of(&s, 0) + corrupt_of(&s, 1), 0);
+    ck_assert(st_run(&s, empty, &s, 5000));
+    st_spin(&s, 50);
+    ck_assert(!s.out[1].available);
+    /* the right ones, directly (2) and through the mailbox (3) */
+    for (uint64_t id = 2; id <= 3; id++) {
+        for (uint16_t k = 0; k < 3; k++)
+            crcs[k] = slice_crc(id, k, SLICE);
+        ck_assert_int_eq(st_submit_crc(&s, id, (uint32_t)id - 1, crcs,
+                                       id == 3), 0);
+        want_id = id;
+        ck_assert(st_run(&s, id_outcome, &s, 5000));
+        ck_assert_int_eq(s.done[id].res.status, 0);
+        ck_assert(s.out[id].available);
+        ck_assert(s.out[id].bytes_ok);
+    }
+    for (uint16_t k = 0; k < 3; k++)
+        ck_assert_uint_eq(checked_of(&s, k), 3);
+    xfer_tcp_stats ts;
+    ck_assert_int_eq(xfer_tcp_stats_get(s.tcp, &ts), 0);
+    ck_assert_uint_eq(ts.crcs_given, 9);
+    ck_assert_uint_eq(ts.crcs_sent, ts.crcs_given); /* none computed */
+    /* the synchronous refusals: no callback */
+    xfer_slice sl[3] = {{0, SLICE}, {SLICE, SLICE}, {2 * SLICE, SLICE}};
+    xfer_transfer_desc d = {.id = 4, .group = s.group, .pool = s.pool,
+                            .nslices = 3, .slices = sl};
+    ck_assert_int_eq(xfer_engine_submit_crc(s.e, &d, NULL, st_done_cb(), &s),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_engine_post_submit_crc(s.e, &d, NULL, st_done_cb(),
+                                                 &s),
+                     XFER_ERR_INVALID_ARG);
+    st_spin(&s, 20);
+    ck_assert_int_eq(s.done[4].n, 0);
+    st_stop(&s);
+}
+END_TEST
+
+/* A stream whose producer has each shard's CRC at the seal: the right
+ * ones commit checked, counted as the caller's; a wrong one fails
+ * CORRUPT naming the shard, every shard empty.  The seal's own refusals
+ * (a count that is not the stream's) leave the stream open. */
+static void stream_crc_run(stack *s, uint64_t id, int wrong_shard)
+{
+    uint32_t lens[3] = {SLICE, SLICE, SLICE};
+    xfer_stream_desc sd = {.id = id, .group = s->group, .nshards = 3,
+                           .lens = lens};
+    ck_assert_int_eq(xfer_engine_stream_open(s->e, &sd, st_done_cb(), s), 0);
+    xfer_range rg[3];
+    uint32_t crcs[3];
+    for (uint16_t k = 0; k < 3; k++) {
+        uint64_t off = (uint64_t)k * SLICE;
+        for (uint32_t i = 0; i < SLICE; i++)
+            s->staging[off + i] = st_pattern(id, k, i);
+        rg[k] = (xfer_range){.staging_off = off, .pool = s->pool,
+                             .len = SLICE, .resv_off = 0, .shard = k};
+        crcs[k] = slice_crc(id, k, SLICE) ^ (k == wrong_shard ? 1u : 0u);
+    }
+    xfer_part_desc pd = {.id = id, .ranges = rg, .nranges = 3};
+    ck_assert_int_eq(xfer_engine_stream_part(s->e, &pd, NULL), 0);
+    ck_assert_int_eq(xfer_engine_stream_seal_crc(s->e, id, crcs, 2),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_engine_stream_seal_crc(s->e, id, crcs, 3), 0);
+    ck_assert_int_eq(xfer_engine_stream_seal_crc(s->e, id, crcs, 3),
+                     XFER_ERR_STATE);
+    want_id = id;
+    ck_assert(st_run(s, id_done, s, 5000));
+}
+
+START_TEST(test_integrity_caller_crc_stream_seal)
+{
+    stack s;
+    ck_assert_int_eq(st_start_servers(&s, 3, 1 << 20, 8, NULL), 0);
+    ck_assert_int_eq(st_start_producer(&s, SLICE, 4, 5000000000ull), 0);
+    ck_assert_int_eq(st_start_consumer(&s, NULL), 0);
+    ck_assert(st_run(&s, st_all_up, &s, 5000));
+    stream_crc_run(&s, 1, 1);
+    ck_assert_int_eq(s.done[1].res.status, XFER_ERR_CORRUPT);
+    ck_assert_uint_eq(s.done[1].res.first_failed_shard, 1);
+    ck_assert_uint_eq(corrupt_of(&s, 1), 1);
+    ck_assert(st_run(&s, empty, &s, 5000));
+    st_spin(&s, 50);
+    ck_assert(!s.out[1].available);
+    stream_crc_run(&s, 2, -1);
+    ck_assert_int_eq(s.done[2].res.status, 0);
+    ck_assert(st_run(&s, id_outcome, &s, 5000));
+    ck_assert(s.out[2].bytes_ok);
+    xfer_tcp_stats ts;
+    ck_assert_int_eq(xfer_tcp_stats_get(s.tcp, &ts), 0);
+    ck_assert_uint_eq(ts.crcs_given, 6);
+    ck_assert_uint_eq(ts.crcs_sent, 6);
+    st_stop(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("integrity");
@@ -429,6 +567,8 @@ int main(void)
     tcase_add_test(tc, test_integrity_consumer_check_passes_clean_data);
     tcase_add_test(tc, test_integrity_eager_crc_mismatch_refused_whole);
     tcase_add_test(tc, test_integrity_hostile_commit_crc);
+    tcase_add_test(tc, test_integrity_caller_crc_checked_not_computed);
+    tcase_add_test(tc, test_integrity_caller_crc_stream_seal);
     suite_add_tcase(su, tc);
     return tu_run(su);
 }

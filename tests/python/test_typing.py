@@ -58,7 +58,7 @@ def test_every_public_callable_has_a_signature():
     # The C methods' own text signatures, not a generic (*args, **kw).
     sig = inspect.signature(xfer.Engine.submit)
     assert list(sig.parameters) == ["self", "id", "pool", "slices", "group",
-                                    "timeout", "user_data"]
+                                    "timeout", "user_data", "crcs"]
     assert sig.parameters["group"].kind is inspect.Parameter.KEYWORD_ONLY
     assert str(inspect.signature(xfer.Consumer.close)) == \
         "(self, /, timeout=5.0)"

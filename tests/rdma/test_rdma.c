@@ -458,6 +458,15 @@ START_TEST(test_rdma_stream_gathers_land)
     ck_assert_uint_eq(c.writes_landed, ST_LAYERS * ST_BLOCKS * 2);
     ck_assert_uint_eq(c.bytes_landed, 2 * 8192);
 #endif
+    /* issue 27: the runs' CRCs, taken as each was posted, joined into the
+     * COMMIT's, which each shard checked against its own memory */
+    for (uint16_t k = 0; k < g.S; k++) {
+        xfer_server_stats ss;
+        ck_assert_int_eq(xfer_server_stats_get(g.srv[k], XFER_SHARD_NONE,
+                                               &ss), 0);
+        ck_assert_uint_eq(ss.crc_checked, 1);
+        ck_assert_uint_eq(ss.corrupt, 0);
+    }
     teardown(&g);
 }
 END_TEST
@@ -696,6 +705,103 @@ END_TEST
 START_TEST(test_rdma_phantom_write_refused)
 {
     landed_wrong("write_phantom=2");
+}
+END_TEST
+
+/* The same for a stream (issue 27): one of its 32 one-sided WRITEs lands
+ * wrong and completes with success; the COMMIT carries its runs' CRCs
+ * joined, so the shard's check after the invalidation refuses it: CORRUPT
+ * naming that shard, every shard empty, and the next transfer lands. */
+static void stream_landed_wrong(const char *faults)
+{
+    rig g;
+    begin(faults);
+    servers(&g, 2, 1 << 20, 0);
+    ck_assert_int_eq(producer(&g, 8192, 1, 0), 0);
+    ck_assert(run(&g, all_up, WAIT_MS));
+    uint32_t lens[MAX_S] = {8192, 8192};
+    xfer_stream_desc d = {.id = 5, .group = g.group, .nshards = g.S,
+                          .lens = lens};
+    st_parts_back = 0;
+    ck_assert_int_eq(xfer_engine_stream_open(g.e, &d, on_done, &g), 0);
+    for (unsigned l = 0; l < ST_LAYERS; l++)
+        ck_assert_int_eq(st_layer(&g, 5, l), 0);
+    ck_assert_int_eq(xfer_engine_stream_seal(g.e, 5), 0);
+    want_done = 1;
+    ck_assert(run(&g, done_enough, WAIT_MS));
+    ck_assert_int_eq(g.res[5].status, XFER_ERR_CORRUPT);
+    uint16_t bad = g.res[5].first_failed_shard;
+    ck_assert_uint_lt(bad, 2);
+    ck_assert_uint_eq(g.res[5].failed_shards, 1u << bad);
+    for (uint16_t k = 0; k < 2; k++) {
+        xfer_server_stats st;
+        ck_assert_int_eq(xfer_server_stats_get(g.srv[k], XFER_SHARD_NONE,
+                                               &st), 0);
+        ck_assert_uint_eq(st.corrupt, k == bad);
+        ck_assert_uint_eq(st.crc_checked, 1);
+    }
+    ck_assert(run(&g, shards_empty, WAIT_MS));
+    ck_assert_int_eq(submit(&g, 6, 0), 0);
+    want_done = 2;
+    ck_assert(run(&g, done_enough, WAIT_MS));
+    ck_assert_int_eq(g.res[6].status, 0);
+    ck_assert(landed(&g, 0, 6));
+    ck_assert(landed(&g, 1, 6));
+    xfer_fabric_counters c;
+    xfer_fabric_counters_get(&c);
+    ck_assert_uint_eq(c.writes_mangled, 1);
+    teardown(&g);
+}
+
+/* A stream over RDMA sealed with the caller's CRCs (issue 27): the right
+ * ones commit; a wrong one for shard 0 fails CORRUPT naming shard 0 at
+ * the shard's check after the invalidation, every shard empty. */
+START_TEST(test_rdma_stream_caller_crc)
+{
+    rig g;
+    begin("");
+    servers(&g, 2, 1 << 20, 0);
+    ck_assert_int_eq(producer(&g, 8192, 1, 0), 0);
+    ck_assert(run(&g, all_up, WAIT_MS));
+    uint32_t lens[MAX_S] = {8192, 8192};
+    for (uint64_t id = 5; id <= 6; id++) {
+        xfer_stream_desc d = {.id = id, .group = g.group, .nshards = g.S,
+                              .lens = lens};
+        ck_assert_int_eq(xfer_engine_stream_open(g.e, &d, on_done, &g), 0);
+        for (unsigned l = 0; l < ST_LAYERS; l++)
+            ck_assert_int_eq(st_layer(&g, id, l), 0);
+        uint32_t crcs[2];
+        uint8_t want[8192];
+        for (uint16_t k = 0; k < 2; k++) {
+            for (uint32_t i = 0; i < sizeof want; i++)
+                want[i] = pattern(id, k, i);
+            crcs[k] = tu_crc32c(want, sizeof want) ^ (id == 5 && k == 0);
+        }
+        ck_assert_int_eq(xfer_engine_stream_seal_crc(g.e, id, crcs, 2), 0);
+        want_done = (int)id - 4;
+        ck_assert(run(&g, done_enough, WAIT_MS));
+        if (id == 5) {
+            ck_assert_int_eq(g.res[5].status, XFER_ERR_CORRUPT);
+            ck_assert_uint_eq(g.res[5].first_failed_shard, 0);
+            ck_assert(run(&g, shards_empty, WAIT_MS));
+        } else {
+            ck_assert_int_eq(g.res[6].status, 0);
+            ck_assert(landed(&g, 0, 6) && landed(&g, 1, 6));
+        }
+    }
+    teardown(&g);
+}
+END_TEST
+
+START_TEST(test_rdma_stream_corrupt_landed_write_refused)
+{
+    stream_landed_wrong("write_corrupt=7");
+}
+END_TEST
+
+START_TEST(test_rdma_stream_phantom_write_refused)
+{
+    stream_landed_wrong("write_phantom=20");
 }
 END_TEST
 
@@ -1055,6 +1161,9 @@ static Suite *suite(void)
     tcase_add_test(tc, test_rdma_cut_link_mid_write);
     tcase_add_test(tc, test_rdma_corrupt_landed_write_refused);
     tcase_add_test(tc, test_rdma_phantom_write_refused);
+    tcase_add_test(tc, test_rdma_stream_corrupt_landed_write_refused);
+    tcase_add_test(tc, test_rdma_stream_phantom_write_refused);
+    tcase_add_test(tc, test_rdma_stream_caller_crc);
     tcase_add_test(tc, test_rdma_registration_failure_is_clean);
     tcase_add_test(tc, test_rdma_server_rkey_failure_refuses_reserve);
     if (getenv("XFERD_SIM"))
