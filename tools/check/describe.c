@@ -172,6 +172,14 @@ void ck_describe_move(const ck_world *w, ck_move mv, char *b, size_t n)
     case MV_SEAL:
         snprintf(b, n, "scheduler seals id %u", mv.arg + 1u);
         break;
+    case MV_GONE:
+        snprintf(b, n, "SHARD %u GONE (its directory entry vanishes: the "
+                 "producer fails its ops there SHARD_GONE; ops on the wire "
+                 "may still be applied, answering nobody)", mv.arg);
+        break;
+    case MV_BACK:
+        snprintf(b, n, "shard %u registers again (a higher epoch)", mv.arg);
+        break;
     case MV_STALE:
         snprintf(b, n, "a reply of another attempt for id %u reaches the "
                  "producer from shard %u", mv.arg / CK_MAX_S + 1u,

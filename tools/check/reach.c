@@ -96,6 +96,10 @@ bool ck_reach_wanted(const ck_config *c, unsigned r)
     case CK_R_CORRUPT:
     case CK_R_CREFUSED:
         return c->max_corrupt > 0;
+    case CK_R_GONE:
+    case CK_R_GFAILED:
+    case CK_R_BACK:
+        return c->gone > 0;
     case CK_R_PADDED:
     case CK_R_PRELEASED:
         return c->parts > 0;
@@ -128,6 +132,8 @@ static void option(const ck_config *c, unsigned r, char *b, size_t n)
         snprintf(b, n, "--copies --faults fail");
     else if (r == CK_R_D2H)
         snprintf(b, n, "--copies");
+    else if (r >= CK_R_GONE && r <= CK_R_BACK)
+        snprintf(b, n, "--gone %u", c->gone);
     else if (r >= CK_R_PADDED && r <= CK_R_PRELEASED)
         snprintf(b, n, "--parts %u", c->parts);
     else
