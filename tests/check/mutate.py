@@ -274,6 +274,14 @@ MUTANTS = {
         'life.c',
         '    pools[p].users++;\n',
         ''),
+    # Issue 30 item 2 (--stale-ops): a cancel of another attempt reaching
+    # a commit waiting for its invalidation is taken (the record goes
+    # CANCEL_INVAL: the producer's acked commit is lost).
+    'inval_cancel_any_attempt': (
+        'shard.c',
+        'static int h_defer_cancel_inval(xfer_shard *s, resv_step *o)\n{\n'
+        '    if (mismatch(o))\n        return XFER_ERR_STALE;\n',
+        'static int h_defer_cancel_inval(xfer_shard *s, resv_step *o)\n{\n'),
     # Issue 30 (--gone): the engine model sends an op to a shard whose
     # directory entry is gone, as if it still used the stale entry.
     'gone_stale_entry': (

@@ -19,6 +19,7 @@
 #include "describe.h"
 #include "engine.h"
 #include "gone.h"
+#include "staleop.h"
 #include "monitor.h"
 #include "net.h"
 
@@ -211,6 +212,7 @@ static unsigned env_moves(const ck_world *w, ck_move *out)
         if (ck_gone_may_back(w, k))
             out[n++] = (ck_move){MV_BACK, (uint8_t)k};
     }
+    n += ck_staleop_moves(w, out + n);
     for (unsigned t = 0; t < c->T && up && dup_budget(w); t++) {
         xfer_transfer_view v;
         if (!xfer_core_view(w->core, t + 1u, &v) ||
@@ -416,6 +418,9 @@ static void apply_env(ck_world *w, ck_move mv)
     case MV_BACK:
         ck_gone_back(w, mv.arg);
         break;
+    case MV_SOP:
+        ck_staleop_apply(w, mv.arg);
+        break;
     default:
         crash(w);
         break;
@@ -483,6 +488,8 @@ unsigned ck_step_touches(const ck_world *w, ck_move mv)
         return CK_M_RD;
     case MV_FIRE_SHARD:
         return CK_M_SH(mv.arg);
+    case MV_SOP:
+        return CK_M_SH(CK_SOP_SHARD(mv.arg));
     case MV_CRASH:
     case MV_CORRUPT: /* plain data: the region's bit */
     case MV_GONE:    /* plain data: messages and the shard's bit */

@@ -153,6 +153,9 @@ typedef struct ck_config {
                             * many parts (issue 26; stream.c); 0: off */
     unsigned gone;         /* --gone: per path, this many directory "shard
                             * gone" events (issue 30; gone.c); 0: off */
+    unsigned stale_ops;    /* --stale-ops: per path, this many ops of
+                            * another attempt delivered to a record in an
+                            * *_INVAL state (--rdma; staleop.c); 0: off */
 } ck_config;
 
 /* Timings of the modelled deployment (ns): the library's documented
@@ -320,6 +323,7 @@ typedef struct ck_env {
     /* --gone (gone.c): per shard, 1 while its directory entry is gone;
      * the events so far */
     uint8_t gone[CK_MAX_S], gones;
+    uint8_t sops; /* --stale-ops: stale ops delivered so far */
 } ck_env;
 
 /* A move of the environment. */
@@ -337,6 +341,8 @@ enum {
     MV_SEAL,  /* --parts: the scheduler seals transfer arg */
     MV_GONE,  /* --gone: shard arg's directory entry vanishes */
     MV_BACK,  /* --gone: gone shard arg registers again (a higher epoch) */
+    MV_SOP,   /* --stale-ops: an op of another attempt reaches a record
+               * waiting for its invalidation (staleop.h's arg) */
     MV_COUNT_
 };
 typedef struct ck_move {
