@@ -274,6 +274,34 @@ MUTANTS = {
         'life.c',
         '    pools[p].users++;\n',
         ''),
+    # Issue 30 item 2 (--stale-ops): a cancel of another attempt reaching
+    # a commit waiting for its invalidation is taken (the record goes
+    # CANCEL_INVAL: the producer's acked commit is lost).
+    'inval_cancel_any_attempt': (
+        'shard.c',
+        'static int h_defer_cancel_inval(xfer_shard *s, resv_step *o)\n{\n'
+        '    if (mismatch(o))\n        return XFER_ERR_STALE;\n',
+        'static int h_defer_cancel_inval(xfer_shard *s, resv_step *o)\n{\n'),
+    # Issue 30 (--gone): the engine model sends an op to a shard whose
+    # directory entry is gone, as if it still used the stale entry.
+    'gone_stale_entry': (
+        'engine.c',
+        '    if (ck_gone_refuse(w, &m))\n        return;\n',
+        ''),
+    # The transport closes a gone shard's connection but never fails the
+    # ops it had sent there: they wait for the deadline.
+    'gone_sent_unfailed': (
+        'gone.c',
+        '            m->flags = (uint8_t)((m->flags & ~MF_ABORT) | MF_ORPHAN);\n'
+        '            fail_gone(w, &op);\n',
+        '            m->flags = (uint8_t)((m->flags & ~MF_ABORT) | MF_ORPHAN);\n'
+        '            (void)op;\n'),
+    # A new op for a gone shard is refused but its failure never reported:
+    # the transfer hangs until its deadline.
+    'gone_new_op_dropped': (
+        'gone.c',
+        '    fail_gone(w, m);\n    return true;\n',
+        '    return true;\n'),
 }
 
 

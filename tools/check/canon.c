@@ -220,6 +220,8 @@ static void shard_sig(const ck_world *w, const ck_parts *p, unsigned k,
     o.at = 0;
     kput(&o, p->sh[k], 16);
     kput(&o, &w->env.rng[k], 8);
+    if (w->cfg->gone) /* --gone: the shard's own bit (off: no byte) */
+        kput(&o, &w->env.gone[k], 1);
     for (unsigned i = 0; i < w->env.nmsg; i++) {
         ck_msg m = w->msg[i];
         if (m.shard != k)
@@ -245,6 +247,7 @@ static void rest(const ck_world *w, const ck_parts *p, kbuf *o)
     unsigned S = w->cfg->S;
     ck_env env = w->env;
     memset(env.rng, 0, sizeof env.rng);
+    memset(env.gone, 0, sizeof env.gone); /* with each shard's signature */
     kput(o, &env, sizeof env);
     for (unsigned t = 0; t < w->cfg->T; t++) {
         mon_tr m;
@@ -313,6 +316,8 @@ static void shard_sig_renamed(const ck_world *w, const ck_parts *q, unsigned k,
     o.at = 0;
     kput(&o, q->sh[k], 16);
     kput(&o, &w->env.rng[k], 8);
+    if (w->cfg->gone)
+        kput(&o, &w->env.gone[k], 1);
     ck_msg ms[CK_MAX_MSG];
     unsigned n = 0;
     for (unsigned i = 0; i < w->env.nmsg; i++) {
@@ -344,6 +349,7 @@ static void rest_renamed(const ck_world *w, const ck_parts *q,
     unsigned S = w->cfg->S, T = w->cfg->T;
     ck_env env = w->env;
     memset(env.rng, 0, sizeof env.rng);
+    memset(env.gone, 0, sizeof env.gone);
     env.e2e_exempt = 0;
     for (unsigned u = 0; u < T; u++) {
         env.submitted[u] = w->env.submitted[inv[u]];

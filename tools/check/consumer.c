@@ -350,6 +350,12 @@ static void op_arrives(ck_world *w, ck_msg m, int how)
         copy_finish(w, &m, how);
         return;
     }
+    /* --gone: a write landing when its connection closed ends now,
+     * whole or cut short (FAIL), answering nobody */
+    if ((m.flags & (MF_ORPHAN | MF_BEGUN)) == (MF_ORPHAN | MF_BEGUN)) {
+        end_write(w, &m, how != HOW_FAIL);
+        return;
+    }
     if (m.flags & MF_ORPHAN) {
         orphan_arrives(w, m);
         return;

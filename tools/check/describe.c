@@ -16,6 +16,7 @@
 #include "xfer/shard.h"
 
 #include "rdma.h"
+#include "staleop.h"
 
 /* A shard event's name in the lower case a counterexample reads
  * ("ready"), into buf. */
@@ -171,6 +172,17 @@ void ck_describe_move(const ck_world *w, ck_move mv, char *b, size_t n)
         break;
     case MV_SEAL:
         snprintf(b, n, "scheduler seals id %u", mv.arg + 1u);
+        break;
+    case MV_GONE:
+        snprintf(b, n, "SHARD %u GONE (its directory entry vanishes: the "
+                 "producer fails its ops there SHARD_GONE; ops on the wire "
+                 "may still be applied, answering nobody)", mv.arg);
+        break;
+    case MV_SOP:
+        ck_staleop_describe(w, mv.arg, b, n);
+        break;
+    case MV_BACK:
+        snprintf(b, n, "shard %u registers again (a higher epoch)", mv.arg);
         break;
     case MV_STALE:
         snprintf(b, n, "a reply of another attempt for id %u reaches the "

@@ -20,6 +20,7 @@
 
 #include "engine.h"
 
+#include "gone.h"
 #include "monitor.h"
 #include "net.h"
 #include "stream.h"
@@ -112,6 +113,9 @@ static void send_op(ck_world *w, const xfer_action *a)
         m.flags |= MF_D2H;
     if (a->kind == XFER_ACT_WRITE && w->cfg->parts)
         m.part = CK_STREAM_PART(a->part, a->resv_off);
+    /* --gone: the transport fails an op for a gone shard at once */
+    if (ck_gone_refuse(w, &m))
+        return;
     ck_net_push(w, &m);
 }
 

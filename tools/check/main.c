@@ -9,7 +9,7 @@
  *              [--max-delay-ms N] [--liveness leaves|all] [--max-mem-mb N]
  *              [--no-symmetry] [--no-transfer-symmetry] [--paranoid]
  *              [--out PREFIX] [--replay FILE] [--threads N] [--bench]
- *              [--help]
+ *              [--gone N] [--stale-ops N] [--help]
  *
  * --budget N: disturbances per path in all.  Its default depends on S: 3,
  * or less where a space that large cannot finish (default_budget() below;
@@ -148,6 +148,8 @@ static const numopt numopts[] = {
     {"--threads", 1, 64, offsetof(opts, threads), 4},
     {"--corrupt", 0, 50, CFG_(max_corrupt), 4},
     {"--parts", 0, CK_MAX_PARTS, CFG_(parts), 4},
+    {"--gone", 0, 50, CFG_(gone), 4},
+    {"--stale-ops", 0, 50, CFG_(stale_ops), 4},
 };
 
 static int set_num(opts *o, const numopt *n, const char *v)
@@ -299,6 +301,12 @@ static const cli_flag flags[] = {
      "before commit (integrity on; monitor INTEG) (0)", NUM_KEY + 18},
     {"parts", 0, "N", "every transfer is a stream of N (2..3) parts added "
      "at any point, then sealed (monitor PARTS) (0: off)", NUM_KEY + 19},
+    {"gone", 0, "N", "per path, N directory \"shard gone\" events: the "
+     "producer fails its ops at that shard SHARD_GONE at once, until it "
+     "registers again (monitor GONE) (0: off)", NUM_KEY + 20},
+    {"stale-ops", 0, "N", "per path, N ops of another attempt reach a "
+     "one-sided record waiting for its invalidation; the shard must refuse "
+     "them STALE (I14; needs --rdma) (0)", NUM_KEY + 21},
     CLI_HELP,
     CLI_VERSION,
     {NULL, 0, NULL, NULL, 0}};
@@ -387,6 +395,14 @@ static int parse(opts *o, int argc, char **argv)
         return bad("--parts models one stream (--transfers 1) over two-sided "
                    "shards, one write per WRITE; not with --rdma, --eager, "
                    "--writes above 1, --corrupt or --copies", NULL);
+    if (o->cfg.gone && (o->cfg.rdma || o->cfg.copies || o->cfg.writes > 1 ||
+                        o->cfg.max_corrupt || o->cfg.parts))
+        return bad("--gone models two-sided host shards over TCP, one write "
+                   "per WRITE; not with --rdma, --copies, --writes above 1, "
+                   "--corrupt or --parts", NULL);
+    if (o->cfg.stale_ops && !o->cfg.rdma)
+        return bad("--stale-ops needs --rdma: only a one-sided shard's "
+                   "record waits for an invalidation", NULL);
     o->cfg.max_delay = o->delay_ms * 1000000ull;
     o->cfg.max_mem = o->mem_mb << 20;
     if (o->cfg.budget == ~0u)
@@ -418,13 +434,15 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
     snprintf(b, n, "--shards %u --transfers %u --faults %s --max-faults %u "
              "--budget %u --cancels %u --lates %u --ccancels %u --expiries %u "
              "--cancel-attempts %u --depth %u --max-delay-ms %llu --caps %u "
-             "--dups %u --writes %u --corrupt %u --parts %u%s%s%s%s%s%s%s%s",
+             "--dups %u --writes %u --corrupt %u --parts %u --gone %u "
+             "--stale-ops %u"
+             "%s%s%s%s%s%s%s%s",
              c->S,
              c->T, f, c->max_faults, c->budget, c->max_cancels, c->max_lates,
              c->max_ccancels, c->max_expiries, c->cancel_max_attempts,
              c->depth, (unsigned long long)(c->max_delay / 1000000u),
              c->caps, c->max_dups, c->writes ? c->writes : 1u,
-             c->max_corrupt, c->parts,
+             c->max_corrupt, c->parts, c->gone, c->stale_ops,
              c->liveness_all ? " --liveness all" : "",
              c->symmetry ? "" : " --no-symmetry",
              c->transfer_symmetry ? "" : " --no-transfer-symmetry",
@@ -485,7 +503,8 @@ static int run_bfs(const opts *o)
         printf("all invariants held (I1-I14%s after every step, liveness at "
                "every leaf%s)%s\n",
                o->cfg.rdma ? ", RLAND, RREADY, RINVAL"
-               : o->cfg.copies ? ", CREADY, CFREE" : "",
+               : o->cfg.copies ? ", CREADY, CFREE"
+               : o->cfg.gone ? ", GONE" : "",
                o->cfg.liveness_all ? " and state" : "",
                r.out_of_memory ? " in the part explored" : "");
         return ck_reach_report(&o->cfg, r.reach) ? 0 : 3;

@@ -23,6 +23,7 @@
 #include "stream.h"
 #include "monitor.h"
 #include "copies.h"
+#include "gone.h"
 #include "rdma.h"
 #include "readiness_int.h"
 #include "shard_int.h"
@@ -1063,6 +1064,8 @@ void ck_monitor_global(ck_world *w)
         ck_rdma_monitor_global(w);
     if (w->cfg->copies)
         ck_copies_monitor_global(w);
+    if (w->cfg->gone)
+        ck_gone_monitor_global(w);
 }
 
 /* I13: once a shard's timer ran past a lease, a reservation nobody writes

@@ -80,11 +80,10 @@ bool ck_reach_wanted(const ck_config *c, unsigned r)
     case CK_R_RINVAL:
         return c->rdma;
     case CK_R_RSTALE:
-        /* Counted, not asked for: an id gets a new attempt only when it
-         * is submitted again, after its tombstones, which outlive every
-         * message (the deployment assumption), so no world reaches it
-         * yet (tests/check/FINDINGS.md, issue 30). */
-        return false;
+        /* Asked for by --stale-ops alone: in no other world does an id
+         * get a new attempt while an op of an older one is in flight (its
+         * tombstones outlive every message; tests/check/FINDINGS.md). */
+        return c->stale_ops > 0;
     case CK_R_COPY:
     case CK_R_D2H:
         return c->copies;
@@ -96,6 +95,10 @@ bool ck_reach_wanted(const ck_config *c, unsigned r)
     case CK_R_CORRUPT:
     case CK_R_CREFUSED:
         return c->max_corrupt > 0;
+    case CK_R_GONE:
+    case CK_R_GFAILED:
+    case CK_R_BACK:
+        return c->gone > 0;
     case CK_R_PADDED:
     case CK_R_PRELEASED:
         return c->parts > 0;
@@ -120,7 +123,9 @@ static void option(const ck_config *c, unsigned r, char *b, size_t n)
         snprintf(b, n, "--dups %u", c->max_dups);
     else if (r == CK_R_CAP)
         snprintf(b, n, "--caps %u", c->caps);
-    else if (r == CK_R_RLAND || r == CK_R_RINVAL || r == CK_R_RSTALE)
+    else if (r == CK_R_RSTALE)
+        snprintf(b, n, "--stale-ops %u", c->stale_ops);
+    else if (r == CK_R_RLAND || r == CK_R_RINVAL)
         snprintf(b, n, "--rdma");
     else if (r == CK_R_CORRUPT || r == CK_R_CREFUSED)
         snprintf(b, n, "--corrupt %u", c->max_corrupt);
@@ -128,6 +133,8 @@ static void option(const ck_config *c, unsigned r, char *b, size_t n)
         snprintf(b, n, "--copies --faults fail");
     else if (r == CK_R_D2H)
         snprintf(b, n, "--copies");
+    else if (r >= CK_R_GONE && r <= CK_R_BACK)
+        snprintf(b, n, "--gone %u", c->gone);
     else if (r >= CK_R_PADDED && r <= CK_R_PRELEASED)
         snprintf(b, n, "--parts %u", c->parts);
     else

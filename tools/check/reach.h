@@ -71,7 +71,13 @@
     X(PREFUSED, "prefused", "parts refused after a failure or a stop",        \
       "no part was ever refused after a failure or a stop")                   \
     X(PRELEASED, "preleased", "parts' staging released (RELEASE_PART)",       \
-      "no part's staging was ever released")
+      "no part's staging was ever released")                               \
+    X(GONE, "gone", "directory shard-gone events",                            \
+      "no shard's directory entry ever vanished")                             \
+    X(GFAILED, "gfailed", "ops failed SHARD_GONE at the producer",            \
+      "no op ever failed SHARD_GONE")                                         \
+    X(BACK, "back", "gone shards registered again",                           \
+      "no gone shard ever registered again")
 
 enum {
 #define CK_R_ENUM_(n, s, d, m) CK_R_##n,

@@ -18,6 +18,8 @@
 #include "stream.h"
 #include "describe.h"
 #include "engine.h"
+#include "gone.h"
+#include "staleop.h"
 #include "monitor.h"
 #include "net.h"
 
@@ -90,6 +92,14 @@ static unsigned msg_moves(const ck_world *w, unsigned i, ck_move *out)
     /* --rdma: the driver's invalidation, an orphaned write (it lands or
      * dies, nobody hears) and a landed write's completion (it may be
      * lost) have no other fates. */
+    /* --gone: a write whose bytes were landing when its connection closed
+     * ends on the shard whole, or cut short (a fault) */
+    if ((m->flags & (MF_ORPHAN | MF_BEGUN)) == (MF_ORPHAN | MF_BEGUN) &&
+        !w->cfg->rdma && !w->cfg->copies) {
+        if (budget(w) && fault_on(w, CK_FB_FAIL))
+            out[n++] = (ck_move){MV_FAIL, (uint8_t)i};
+        return n;
+    }
     if (m->kind == MK_INV || (m->flags & MF_ORPHAN))
         return n;
     /* --copies: a copy into a device region is not aborted (the copy
@@ -196,6 +206,13 @@ static unsigned env_moves(const ck_world *w, ck_move *out)
         out[n++] = (ck_move){MV_FIRE_READY, 0};
     if (up && fault_on(w, CK_FB_CRASH) && calm(w))
         out[n++] = (ck_move){MV_CRASH, 0};
+    for (unsigned k = 0; k < c->S && c->gone; k++) {
+        if (ck_gone_may(w, k))
+            out[n++] = (ck_move){MV_GONE, (uint8_t)k};
+        if (ck_gone_may_back(w, k))
+            out[n++] = (ck_move){MV_BACK, (uint8_t)k};
+    }
+    n += ck_staleop_moves(w, out + n);
     for (unsigned t = 0; t < c->T && up && dup_budget(w); t++) {
         xfer_transfer_view v;
         if (!xfer_core_view(w->core, t + 1u, &v) ||
@@ -322,7 +339,7 @@ static void apply_env(ck_world *w, ck_move mv)
     /* A part and a seal are the scheduler's ordinary progress, as a
      * submit: no disturbance. */
     if (!w->in_liveness && mv.kind != MV_SUBMIT && mv.kind != MV_FIRE_CORE &&
-        mv.kind != MV_PART && mv.kind != MV_SEAL)
+        mv.kind != MV_PART && mv.kind != MV_SEAL && mv.kind != MV_BACK)
         w->env.disturb++;
     switch (mv.kind) {
     case MV_SUBMIT:
@@ -395,6 +412,15 @@ static void apply_env(ck_world *w, ck_move mv)
     case MV_SEAL:
         ck_stream_seal(w, mv.arg);
         break;
+    case MV_GONE:
+        ck_gone_apply(w, mv.arg);
+        break;
+    case MV_BACK:
+        ck_gone_back(w, mv.arg);
+        break;
+    case MV_SOP:
+        ck_staleop_apply(w, mv.arg);
+        break;
     default:
         crash(w);
         break;
@@ -462,8 +488,12 @@ unsigned ck_step_touches(const ck_world *w, ck_move mv)
         return CK_M_RD;
     case MV_FIRE_SHARD:
         return CK_M_SH(mv.arg);
+    case MV_SOP:
+        return CK_M_SH(CK_SOP_SHARD(mv.arg));
     case MV_CRASH:
     case MV_CORRUPT: /* plain data: the region's bit */
+    case MV_GONE:    /* plain data: messages and the shard's bit */
+    case MV_BACK:
         return 0;
     default:
         return CK_M_CORE;

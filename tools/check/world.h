@@ -87,7 +87,9 @@ enum {
     X(CFREE, "--copies: no region freed or reused under a copy into it")  \
     X(PARTS, "--parts: a part's staging is released only after its writes "  \
              "ended; a commit only once sealed and every part written on "   \
-             "every shard; no part accepted after a failure or a stop")
+             "every shard; no part accepted after a failure or a stop")      \
+    X(GONE, "--gone: no op goes to a shard whose directory entry is gone, "  \
+            "and every op outstanding there fails SHARD_GONE at once")
 
 enum {
 #define CK_I_ENUM_(n, d) CK_##n,
@@ -149,6 +151,11 @@ typedef struct ck_config {
                             * shard's commit checks; corrupt.c); 0: off */
     unsigned parts;        /* --parts: every transfer is a stream of this
                             * many parts (issue 26; stream.c); 0: off */
+    unsigned gone;         /* --gone: per path, this many directory "shard
+                            * gone" events (issue 30; gone.c); 0: off */
+    unsigned stale_ops;    /* --stale-ops: per path, this many ops of
+                            * another attempt delivered to a record in an
+                            * *_INVAL state (--rdma; staleop.c); 0: off */
 } ck_config;
 
 /* Timings of the modelled deployment (ns): the library's documented
@@ -313,6 +320,10 @@ typedef struct ck_env {
      * p-1: part p), and the seal (1: refused, 2: taken) */
     uint8_t parts[CK_MAX_T], pheld[CK_MAX_T], ptaken[CK_MAX_T];
     uint8_t sealed[CK_MAX_T];
+    /* --gone (gone.c): per shard, 1 while its directory entry is gone;
+     * the events so far */
+    uint8_t gone[CK_MAX_S], gones;
+    uint8_t sops; /* --stale-ops: stale ops delivered so far */
 } ck_env;
 
 /* A move of the environment. */
@@ -328,6 +339,10 @@ enum {
                 * hears CONN_LOST, the op stays in flight (MF_ORPHAN) */
     MV_PART,  /* --parts: the scheduler adds transfer arg's next part */
     MV_SEAL,  /* --parts: the scheduler seals transfer arg */
+    MV_GONE,  /* --gone: shard arg's directory entry vanishes */
+    MV_BACK,  /* --gone: gone shard arg registers again (a higher epoch) */
+    MV_SOP,   /* --stale-ops: an op of another attempt reaches a record
+               * waiting for its invalidation (staleop.h's arg) */
     MV_COUNT_
 };
 typedef struct ck_move {
