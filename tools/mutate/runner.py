@@ -33,6 +33,7 @@ import signal
 import subprocess
 import time
 
+import coverage
 import nets
 from operators import read_text
 
@@ -46,21 +47,24 @@ class Outcome:
     """What one net said about one tree: passed, or which test failed."""
 
     def __init__(self, verdict, test='', detail='', secs=0.0):
-        self.verdict = verdict  # 'pass', 'killed', 'timeout'
+        # 'pass', 'killed', 'timeout', or 'nocov': no test of the net
+        # executed the mutated line on the clean tree (coverage.py), so
+        # nothing ran; it got through, and the cell says why.
+        self.verdict = verdict
         self.test, self.detail, self.secs = test, detail, secs
         self.others = []  # later failures, when every test ran
         self.tail = ''    # the end of the first failing test's output
 
     def cell(self):
-        if self.verdict == 'pass':
-            return 'pass'
+        if self.verdict in ('pass', 'nocov'):
+            return self.verdict
         s = '%s:%s' % (self.verdict, self.test)
         s += ':' + self.detail if self.detail else ''
         return ','.join([s] + self.others)
 
     @property
     def caught(self):
-        return self.verdict != 'pass'
+        return self.verdict in ('killed', 'timeout')
 
 
 def repo_files(root):
@@ -185,6 +189,9 @@ class Worker:
         # (nets.FILE_NETS), cheapest first after the baseline.
         self.suites = {}
         self.test_targets = {}
+        # coverage.Map when selecting tests by coverage (--select-by-coverage)
+        self.cov = None
+        self.selection = []  # (mutant id, net, mode, tests run / in net)
 
     # -- the scratch tree --------------------------------------------------
     def sync(self):
@@ -301,6 +308,18 @@ class Worker:
         first.secs, first.others = t_all, others
         return first
 
+    def judge(self, m, net, tests, detail, first_name=None):
+        """One net's verdict on mutant m: every test of `tests` in order,
+        or with a coverage map only those that executed m's lines."""
+        mode, run = coverage.FALLBACK, tests
+        if self.cov is not None:
+            mode, run = coverage.select(self.cov, m.path, m.line,
+                                        m.last_line, tests)
+            self.selection.append((m.id, net, mode, len(run), len(tests)))
+            if mode == coverage.NONE:
+                return Outcome('nocov')
+        return self.run_net(run, detail, self.opts.all_tests, first_name)
+
     def baseline(self, log):
         """Run both nets on the unmutated tree, timing every test."""
         ok, text = self.compile()
@@ -369,11 +388,10 @@ class Worker:
                            note=first_error(text))
                 return res
             hint = getattr(m, 'hint', {})
-            res['unit'] = self.run_net(self.unit, unit_detail,
-                                       self.opts.all_tests, hint.get('unit'))
-            res['checker'] = self.run_net(self.checker, checker_detail,
-                                          self.opts.all_tests,
-                                          hint.get('checker'))
+            res['unit'] = self.judge(m, 'unit', self.unit, unit_detail,
+                                     hint.get('unit'))
+            res['checker'] = self.judge(m, 'checker', self.checker,
+                                        checker_detail, hint.get('checker'))
             caught = res['unit'].caught or res['checker'].caught
             res.update(status='killed' if caught else 'survived',
                        build_s=build_s, secs=time.monotonic() - t0, note='')
@@ -407,8 +425,8 @@ class Worker:
             hint = getattr(m, 'hint', {})
             first = None
             for s in suites:
-                o = self.run_net(self.suites.get(s, []), unit_detail,
-                                 self.opts.all_tests, hint.get('unit'))
+                o = self.judge(m, s, self.suites.get(s, []), unit_detail,
+                               hint.get('unit'))
                 res['nets'].append((s, o))
                 if o.caught and first is None:
                     first = o
