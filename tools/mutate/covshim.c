@@ -8,13 +8,16 @@
  * process of a test run (the environment is inherited), turns
  * kill(pid, SIGKILL) into: send DUMP_SIG, wait (at most 3 s) until the
  * target is gone or a zombie, then send the SIGKILL.  A process with the
- * shim answers DUMP_SIG by exit(), which writes its counters, and its own
- * destructor then raises SIGKILL on itself, so the parent still sees a
+ * shim answers DUMP_SIG by running every loaded object's destructors
+ * (gcov's dump is one; exit() would run the shim's own destructor before
+ * libxfer.so's) and raising SIGKILL on itself, so the parent still sees a
  * death by SIGKILL.  Only the harness's coverage runs use it; the mutants
  * run without it.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,13 +28,50 @@
 
 #define DUMP_SIG (SIGRTMIN + 5)
 
-static volatile sig_atomic_t dumping;
+typedef void (*fini_fn)(void);
 
+/* Run the .fini_array of one loaded object (the program, libxfer.so, the
+ * python extension...): gcov's dump of that object's counters is one of
+ * them.  libc, the loader and this shim are left alone. */
+static int fini_one(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    if (strstr(name, "libc.so") || strstr(name, "ld-linux") ||
+        strstr(name, "linux-vdso") || strstr(name, "covshim"))
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        if (info->dlpi_phdr[i].p_type != PT_DYNAMIC)
+            continue;
+        const ElfW(Dyn) *d =
+            (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+        ElfW(Addr) arr = 0;
+        size_t bytes = 0;
+        for (; d->d_tag != DT_NULL; d++) {
+            if (d->d_tag == DT_FINI_ARRAY)
+                arr = d->d_un.d_ptr;
+            else if (d->d_tag == DT_FINI_ARRAYSZ)
+                bytes = d->d_un.d_val;
+        }
+        if (!arr)
+            continue;
+        fini_fn *f = (fini_fn *)(info->dlpi_addr + arr);
+        for (size_t k = bytes / sizeof *f; k > 0; k--)
+            if (f[k - 1] && f[k - 1] != (fini_fn)-1)
+                f[k - 1]();
+    }
+    return 0;
+}
+
+/* Write every object's counters, then die as the SIGKILL would have (the
+ * parent sees the same wait status). */
 static void on_dump(int sig)
 {
     (void)sig;
-    dumping = 1;
-    exit(0); /* runs the gcov destructors; ours (below) then dies */
+    dl_iterate_phdr(fini_one, NULL);
+    signal(SIGKILL, SIG_DFL);
+    raise(SIGKILL);
 }
 
 __attribute__((constructor)) static void covshim_init(void)
@@ -40,16 +80,6 @@ __attribute__((constructor)) static void covshim_init(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_dump;
     sigaction(DUMP_SIG, &sa, NULL);
-}
-
-/* The last destructor to run (the preloaded object is finalised after the
- * program and libxfer): a dump-requested exit ends as a SIGKILL death. */
-__attribute__((destructor)) static void covshim_fini(void)
-{
-    if (dumping) {
-        signal(SIGKILL, SIG_DFL);
-        raise(SIGKILL);
-    }
 }
 
 /* 'Z', 'X', 0 (gone) or the state letter of /proc/PID/stat. */
