@@ -22,7 +22,9 @@ Where the map cannot answer, a net runs all its tests (the fallback):
     initialiser, a line of a multi-line macro definition, a declaration,
     include/xfer/fsm.h's table cells): nothing is attributed to it;
   * a file the map does not know.
-A test the map does not know (added since) is always run; a test that
+A test the map does not know (added since) is always run, and so is a
+test whose map is partial: a child it forked without exec was SIGKILLed
+or ended in _exit (covshim.c logs it), so its counters are lost; a test that
 failed on the clean tree (twice) is left out of every net (it cannot
 judge a mutant) and listed in the result file's header.
 
@@ -39,7 +41,9 @@ import subprocess
 import sys
 import time
 
-MAP_VERSION = 1
+import nets
+
+MAP_VERSION = 2
 COVERED_DIRS = ('fsm/', 'transport/', 'include/')
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -79,6 +83,7 @@ class Map:
             'executable': {p: to_ranges(ls)
                            for p, ls in sorted(self.executable.items())},
             'tests': {n: {'secs': round(t['secs'], 2), 'ok': t['ok'],
+                          'partial': t.get('partial', False),
                           'lines': {p: to_ranges(ls) for p, ls in
                                     sorted(t['lines'].items())}}
                       for n, t in sorted(self.tests.items())}}
@@ -90,9 +95,13 @@ class Map:
         return cls(d['tree'],
                    {p: from_ranges(r) for p, r in d['executable'].items()},
                    {n: {'secs': t['secs'], 'ok': t['ok'],
+                        'partial': t.get('partial', False),
                         'lines': {p: from_ranges(r)
                                   for p, r in t['lines'].items()}}
                     for n, t in d['tests'].items()})
+
+    def partial(self):
+        return sorted(n for n, t in self.tests.items() if t.get('partial'))
 
     def failing(self):
         return sorted(n for n, t in self.tests.items() if not t['ok'])
@@ -133,7 +142,8 @@ def select(cmap, path, first, last, tests):
     FALLBACK: the map says nothing about these lines (no executable line
     among them, or an unknown file): every test, in order.
     SOME: the tests that executed one of the lines, plus every test the
-    map does not know, in the net's order, without the tests that failed
+    map does not know or knows only in part (a child of it forked without
+    exec died without writing its counters), in the net's order, without the tests that failed
     on the clean tree.
     NONE: the lines are executable and no test of the net executed them
     (and the map knows every test of the net): the net cannot see it."""
@@ -143,6 +153,7 @@ def select(cmap, path, first, last, tests):
     if not span & cmap.executable.get(path, set()):
         return FALLBACK, usable
     picked = [t for t in usable if t.name not in cmap.tests or
+              cmap.tests[t.name].get('partial') or
               span & cmap.tests[t.name]['lines'].get(path, set())]
     return (SOME if picked else NONE), picked
 
@@ -242,7 +253,9 @@ def build_map(root, build, tests, tree, log, run_limited, timeout_of):
     want = [by_name[t.name] for t in tests if t.name in by_name]
     need = sorted({os.path.relpath(fn, build) for t in want
                    for d in t.get('depends') or [] for fn in
-                   targets[d]['filename']})
+                   targets[d]['filename']} |
+                  {x for t in want for x in
+                   nets.EXTRA_TARGETS.get(t['name'], [])})
     t0 = time.monotonic()
     p = subprocess.run(['ninja', '-C', build] + need, capture_output=True)
     if p.returncode != 0:
@@ -263,12 +276,17 @@ def build_map(root, build, tests, tree, log, run_limited, timeout_of):
         env.update(spec.get('env') or {})
         env['LD_PRELOAD'] = ' '.join(x for x in (shim, env.get('LD_PRELOAD'))
                                      if x)
-        ok, secs, hit = False, 0.0, {}
+        ok, secs, hit, partial = False, 0.0, {}, False
+        lost = os.path.join(build, 'mutate-covshim', 'lost.log')
+        env['COVSHIM_LOG'] = lost
         for attempt in range(2):
             remove_gcda(build)
+            if os.path.exists(lost):
+                os.unlink(lost)
             rc, text, secs = run_limited(
                 spec['cmd'], spec.get('workdir') or build, env,
                 timeout_of(spec))
+            partial = os.path.exists(lost) and os.path.getsize(lost) > 0
             _, h = gcov_lines(build, root, gcnos)
             for path, ls in h.items():
                 hit.setdefault(path, set()).update(ls)
@@ -278,10 +296,13 @@ def build_map(root, build, tests, tree, log, run_limited, timeout_of):
             log('coverage: %s failed on the clean tree (exit %s)%s' % (
                 spec['name'], rc, ', once more' if attempt == 0 else
                 ': left out of every net'))
-        result[spec['name']] = {'secs': secs, 'ok': ok, 'lines': hit}
-        log('coverage: [%d/%d] %s %.1f s, %d lines' % (
+        result[spec['name']] = {'secs': secs, 'ok': ok, 'lines': hit,
+                                'partial': partial}
+        log('coverage: [%d/%d] %s %.1f s, %d lines%s' % (
             k + 1, len(want), spec['name'], secs,
-            sum(len(v) for v in hit.values())))
+            sum(len(v) for v in hit.values()),
+            ' (partial: a fork child lost its counters; always run)'
+            if partial else ''))
     remove_gcda(build)
     return Map(tree, executable, result)
 

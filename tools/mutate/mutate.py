@@ -301,6 +301,8 @@ def run(a, todo, equiv, log):
             os.path.relpath(a.coverage_map, ROOT), cmap.tree_hash[:12])))
         header.append(('failing on the clean tree (left out)',
                        ' '.join(cmap.failing()) or 'none'))
+        header.append(('partial coverage (always run)',
+                       ' '.join(cmap.partial()) or 'none'))
     rows = dict(done_rows)
     lock = threading.Lock()
     queue = list(pending)

@@ -252,8 +252,9 @@ class Worker:
             self.unit, self.checker = [], []
         for t in self.all_tests():
             self.test_targets[t.name] = sorted(
-                os.path.relpath(fn, self.build) for d in t.depends
-                for fn in targets[d]['filename'])
+                [os.path.relpath(fn, self.build) for d in t.depends
+                 for fn in targets[d]['filename']] +
+                nets.EXTRA_TARGETS.get(t.name, []))
         wanted = set()
         for t in self.all_tests():
             wanted.update(self.test_targets[t.name])

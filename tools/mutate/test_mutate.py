@@ -350,13 +350,13 @@ class CoverageSelectTest(unittest.TestCase):
         lines = {'transport/a.c': set(range(10, 21)),
                  'transport/b.c': {5, 6}}
         self.map = coverage.Map('h', lines, {
-            't_cheap': {'secs': 1.0, 'ok': True,
+            't_cheap': {'secs': 1.0, 'ok': True, 'partial': False,
                         'lines': {'transport/a.c': {10, 11, 12}}},
-            't_slow': {'secs': 9.0, 'ok': True,
+            't_slow': {'secs': 9.0, 'ok': True, 'partial': False,
                        'lines': {'transport/a.c': set(range(10, 16))}},
-            't_other': {'secs': 2.0, 'ok': True,
+            't_other': {'secs': 2.0, 'ok': True, 'partial': False,
                         'lines': {'transport/b.c': {5}}},
-            't_bad': {'secs': 1.0, 'ok': False,
+            't_bad': {'secs': 1.0, 'ok': False, 'partial': False,
                       'lines': {'transport/a.c': set(range(10, 21))}},
         })
         self.net = [fake_test(n) for n in
@@ -406,6 +406,14 @@ class CoverageSelectTest(unittest.TestCase):
             self.names(self.cov.select(self.map, 'transport/a.c', 20, 20,
                                        net)),
             ('some', ['t_new']))
+
+    def test_a_test_with_partial_coverage_always_runs(self):
+        self.map.tests['t_other']['partial'] = True
+        self.assertEqual(
+            self.names(self.cov.select(self.map, 'transport/a.c', 20, 20,
+                                       self.net)),
+            ('some', ['t_other']))
+        self.assertEqual(self.map.partial(), ['t_other'])
 
     def test_a_test_failing_on_the_clean_tree_never_runs(self):
         for line in (10, 20, 30):
