@@ -130,7 +130,7 @@ def load(path, tree_hash):
         return None
 
 
-# -- selection -----------------------------------------------------------------
+# -- selection ----------------------------------------------------
 
 FALLBACK, SOME, NONE = 'fallback', 'some', 'none'
 
@@ -143,8 +143,8 @@ def select(cmap, path, first, last, tests):
     among them, or an unknown file): every test, in order.
     SOME: the tests that executed one of the lines, plus every test the
     map does not know or knows only in part (a child of it forked without
-    exec died without writing its counters), in the net's order, without the tests that failed
-    on the clean tree.
+    exec died without writing its counters), in the net's order, without
+    the tests that failed on the clean tree.
     NONE: the lines are executable and no test of the net executed them
     (and the map knows every test of the net): the net cannot see it."""
     span = set(range(first, last + 1))
@@ -158,7 +158,7 @@ def select(cmap, path, first, last, tests):
     return (SOME if picked else NONE), picked
 
 
-# -- building the map ----------------------------------------------------------
+# -- building the map ---------------------------------------------
 
 def tree_hash(root, files):
     """sha256 over the path and content of every repository file outside
@@ -259,8 +259,8 @@ def build_map(root, build, tests, tree, log, run_limited, timeout_of):
     t0 = time.monotonic()
     p = subprocess.run(['ninja', '-C', build] + need, capture_output=True)
     if p.returncode != 0:
-        raise SystemExit('mutate: coverage build failed:\n' +
-                         (p.stdout + p.stderr).decode(errors='replace')[-3000:])
+        text = (p.stdout + p.stderr).decode(errors='replace')
+        raise SystemExit('mutate: coverage build failed:\n' + text[-3000:])
     log('coverage: built %d targets in %.0f s' % (len(need),
                                                   time.monotonic() - t0))
     shim = build_shim(os.path.join(build, 'mutate-covshim'))

@@ -115,8 +115,9 @@ def parse_args(argv):
                         'line no test of a net executes is "nocov" there. '
                         'Replaces the baseline run by the coverage run')
     p.add_argument('--coverage-map', metavar='FILE',
-                   help='the cached map (default SCRATCH/coverage-map.json.gz; '
-                        'rebuilt when the sources differ from its hash)')
+                   help='the cached map (default '
+                        'SCRATCH/coverage-map.json.gz; rebuilt when the '
+                        'sources differ from its hash)')
     p.add_argument('--coverage-build', default=os.path.join(ROOT, 'build-cov'),
                    metavar='DIR',
                    help='the coverage build directory (default build-cov/)')
@@ -233,7 +234,8 @@ def ran_cell(sel):
 def row_of(m, res, sel=()):
     def cell(o):
         return o.cell() if o else '-'
-    return {'ran': ran_cell(sel),'id': m.id, 'key': m.key, 'op': m.op, 'status': res['status'],
+    return {'ran': ran_cell(sel),
+            'id': m.id, 'key': m.key, 'op': m.op, 'status': res['status'],
             'unit': cell(res['unit']), 'checker': cell(res['checker']),
             'nets': nets.cell_of(res.get('nets') or []) or '-',
             'secs': '%.1f' % res['secs'], 'build_s': '%.1f' % res['build_s'],
