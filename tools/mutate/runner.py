@@ -273,6 +273,10 @@ class Worker:
     def compile(self, targets=None):
         """(ok, output tail) of building every target the nets need (or
         `targets`: what one mutant's nets need)."""
+        if targets is not None and not targets:
+            # Every net of the mutant is `nocov`: nothing runs, nothing to
+            # build (an empty target list would make ninja build all).
+            return True, ''
         cmd = ['ninja', '-C', self.build, '-j', str(self.opts.ninja_jobs)]
         p = subprocess.run(cmd + (self.targets if targets is None
                                   else targets), capture_output=True)
@@ -309,13 +313,23 @@ class Worker:
         first.secs, first.others = t_all, others
         return first
 
+    def pick(self, m, tests):
+        """(mode, tests) a net runs on mutant m: all of them, or with a
+        coverage map only those that executed m's lines."""
+        if self.cov is None:
+            return coverage.FALLBACK, tests
+        return coverage.select(self.cov, m.path, m.line, m.last_line, tests)
+
+    def targets_of(self, tests):
+        """What ninja must build for these tests (only the picked tests'
+        binaries: a mutant no test of a net can see costs no link)."""
+        return sorted({x for t in tests for x in self.test_targets[t.name]})
+
     def judge(self, m, net, tests, detail, first_name=None):
         """One net's verdict on mutant m: every test of `tests` in order,
         or with a coverage map only those that executed m's lines."""
-        mode, run = coverage.FALLBACK, tests
+        mode, run = self.pick(m, tests)
         if self.cov is not None:
-            mode, run = coverage.select(self.cov, m.path, m.line,
-                                        m.last_line, tests)
             self.selection.append((m.id, net, mode, len(run), len(tests)))
             if mode == coverage.NONE:
                 return Outcome('nocov')
@@ -381,7 +395,10 @@ class Worker:
         try:
             with open(path, 'w') as f:
                 f.write(m.apply(original))
-            ok, text = self.compile()
+            ok, text = self.compile(None if self.cov is None else
+                                    self.targets_of(
+                                        self.pick(m, self.unit)[1] +
+                                        self.pick(m, self.checker)[1]))
             build_s = time.monotonic() - t0
             if not ok:
                 res.update(status='stillborn', build_s=build_s,
@@ -411,8 +428,8 @@ class Worker:
         original = read_text(path)
         t0 = time.monotonic()
         res = {'unit': None, 'checker': None, 'nets': []}
-        targets = sorted({x for s in suites for t in self.suites.get(s, [])
-                          for x in self.test_targets[t.name]})
+        targets = self.targets_of([t for s in suites for t in
+                                   self.pick(m, self.suites.get(s, []))[1]])
         try:
             with open(path, 'w') as f:
                 f.write(m.apply(original))
