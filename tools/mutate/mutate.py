@@ -29,6 +29,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import coverage  # noqa: E402
 import nets  # noqa: E402
 import operators  # noqa: E402
 import results  # noqa: E402
@@ -108,6 +109,18 @@ def parse_args(argv):
     p.add_argument('--no-baseline', action='store_true',
                    help='skip the baseline run (quick checks only: the clean '
                         'tree is trusted to pass, timeouts are meson\'s)')
+    p.add_argument('--select-by-coverage', action='store_true',
+                   help='run only the tests of a net that executed the '
+                        'mutated line on the clean tree (coverage.py); a '
+                        'line no test of a net executes is "nocov" there. '
+                        'Replaces the baseline run by the coverage run')
+    p.add_argument('--coverage-map', metavar='FILE',
+                   help='the cached map (default '
+                        'SCRATCH/coverage-map.json.gz; rebuilt when the '
+                        'sources differ from its hash)')
+    p.add_argument('--coverage-build', default=os.path.join(ROOT, 'build-cov'),
+                   metavar='DIR',
+                   help='the coverage build directory (default build-cov/)')
     p.add_argument('--verbose', action='store_true',
                    help='print each mutant and the end of the output of the '
                         'test that caught it')
@@ -120,6 +133,8 @@ def parse_args(argv):
     a.checker_runs = ([s for s in a.checker_runs.split(',') if s]
                       if a.checker_runs else None)
     a.ninja_jobs = max(1, (os.cpu_count() or 2) // a.jobs)
+    if a.coverage_map is None:
+        a.coverage_map = os.path.join(a.scratch, 'coverage-map.json.gz')
     return a
 
 
@@ -210,10 +225,17 @@ def source_state():
         return 'unknown'
 
 
-def row_of(m, res):
+def ran_cell(sel):
+    """`NET=RUN/ALL:MODE;...` of one mutant's selections, '-' if none."""
+    return ';'.join('%s=%d/%d:%s' % (net, n, total, mode)
+                    for net, mode, n, total in sel) or '-'
+
+
+def row_of(m, res, sel=()):
     def cell(o):
         return o.cell() if o else '-'
-    return {'id': m.id, 'key': m.key, 'op': m.op, 'status': res['status'],
+    return {'ran': ran_cell(sel),
+            'id': m.id, 'key': m.key, 'op': m.op, 'status': res['status'],
             'unit': cell(res['unit']), 'checker': cell(res['checker']),
             'nets': nets.cell_of(res.get('nets') or []) or '-',
             'secs': '%.1f' % res['secs'], 'build_s': '%.1f' % res['build_s'],
@@ -242,13 +264,24 @@ def run(a, todo, equiv, log):
     for w in workers:
         w.sync()
         w.setup(log)
-    if a.no_baseline:
+    cmap = None
+    if a.select_by_coverage:
+        cmap = coverage_map(a, workers[0], log)
+        for w in workers:
+            w.cov = cmap
+        ok, text = workers[0].compile()
+        if not ok:
+            fail('the unmutated tree does not build:\n' + text[-2000:])
+        # The coverage run is the baseline: every test ran once on the
+        # clean tree (instrumented, so a little slower: looser timeouts).
+        workers[0].set_baseline({n: t['secs'] for n, t in cmap.tests.items()})
+    elif a.no_baseline:
         ok, text = workers[0].compile()
         if not ok:
             fail('the unmutated tree does not build:\n' + text[-2000:])
     else:
         workers[0].baseline(log)
-    secs = {t.name: t.baseline for t in workers[0].unit + workers[0].checker
+    secs = {t.name: t.baseline for t in workers[0].all_tests()
             if t.baseline is not None}
     order = [t.name for t in workers[0].checker]
     for w in workers[1:]:
@@ -265,6 +298,13 @@ def run(a, todo, equiv, log):
         ('checker net', ' '.join(order)),
         ('baseline seconds', ' '.join('%s=%.2f' % kv for kv in secs.items())),
     ]
+    if cmap is not None:
+        header.append(('selection', 'by coverage, map %s of tree %s' % (
+            os.path.relpath(a.coverage_map, ROOT), cmap.tree_hash[:12])))
+        header.append(('failing on the clean tree (left out)',
+                       ' '.join(cmap.failing()) or 'none'))
+        header.append(('partial coverage (always run)',
+                       ' '.join(cmap.partial()) or 'none'))
     rows = dict(done_rows)
     lock = threading.Lock()
     queue = list(pending)
@@ -287,15 +327,17 @@ def run(a, todo, equiv, log):
                     return
                 m = queue.pop(0)
             res = w.run_mutant(m)
-            r = row_of(m, res)
+            sel = [x[1:] for x in w.selection if x[0] == m.id]
+            r = row_of(m, res, sel)
             with lock:
                 rows[m.key] = r
                 count[0] += 1
                 verdicts = ('nets=' + r['nets'] if r['nets'] != '-' else
                             'unit=%s checker=%s' % (r['unit'], r['checker']))
-                log('[%d/%d] %s %s %s  %s  (%s s)%s' % (
+                log('[%d/%d] %s %s %s  %s  (%s s)%s%s' % (
                     count[0], len(pending), m.id, m.key, r['status'],
                     verdicts, r['secs'],
+                    ('  ran ' + r['ran']) if r['ran'] != '-' else '',
                     ('  ' + res['note']) if res.get('note') else ''))
                 if a.verbose:
                     log('    %s\n -> %s' % (m.before, m.after))
@@ -319,6 +361,33 @@ def run(a, todo, equiv, log):
                               sum(float(r['secs']) for r in built) /
                               max(1, len(built)), len(workers)))
     return [rows[m.key] for m in todo if m.key in rows]
+
+
+def coverage_map(a, w, log):
+    """The coverage map of today's sources: the cached one if its tree
+    hash matches, else built (coverage.build_map) and cached."""
+    tree = coverage.tree_hash(ROOT, runner.repo_files(ROOT))
+    cmap = coverage.load(a.coverage_map, tree)
+    if cmap is not None:
+        log('coverage: map %s (tree %s, %d tests)' % (
+            a.coverage_map, tree[:12], len(cmap.tests)))
+        return cmap
+    log('coverage: no map of tree %s in %s; building it' % (
+        tree[:12], a.coverage_map))
+    t0 = time.monotonic()
+    cmap = coverage.build_map(
+        ROOT, os.path.abspath(a.coverage_build),
+        # The checker's runs stay out of the map (minutes each under gcov,
+        # and they execute most of fsm/): select() runs every test it does
+        # not know, so the checker net is whole.
+        [t for t in w.all_tests() if t not in w.checker], tree, log,
+        runner.run_limited,
+        lambda spec: float(spec.get('timeout') or 0) or 600.0)
+    coverage.save(a.coverage_map, cmap)
+    log('coverage: map of %d tests in %.0f s, %d bytes' % (
+        len(cmap.tests), time.monotonic() - t0,
+        os.path.getsize(a.coverage_map)))
+    return cmap
 
 
 def main(argv):

@@ -57,6 +57,11 @@ FSM_NETS = None  # fsm/ and the tables: the issue-14 nets (unit+fault, checker)
 # minutes per mutant.
 NOT_BEHAVIOUR = {'walls', 'public_headers'}
 
+# Programs a test runs that its meson `depends` does not name (so building
+# only the nets' targets leaves them out and the test fails on the clean
+# tree): tools_cli checks every installed tool, xfer-bench-scale included.
+EXTRA_TARGETS = {'tools_cli': ['tools/bench/xfer-bench-scale']}
+
 
 def nets_of(path):
     """The suites that judge a mutant of `path`, or FSM_NETS (None) for

@@ -12,7 +12,12 @@ the Check test function for unit, the invariant for the checker) or
 A transport/ mutant has no checker verdict (`-`); its `nets` column says
 what each suite that can see its file did, `SUITE=VERDICT;...` (nets.py),
 and its unit column is the first suite's failure.  Files of issue 14 have
-no `nets` column; it reads as `-`.
+no `nets` column; it reads as `-`.  With --select-by-coverage a net's
+verdict may be `nocov` (no test of it executed the mutated line on the
+clean tree, so none ran: it got through), and the `ran` column says per
+net how many of its tests ran and why, `NET=RUN/ALL:MODE;...` (MODE
+`some`, `none` or `fallback`: the map could not place the line and the
+whole net ran); `-` without selection.
 
 The equivalence file (equivalent.txt) has one line per equivalent mutant,
 `ID KEY reason`; its mutants are left out of every score and listed.
@@ -24,7 +29,7 @@ population for both nets (built, not equivalent), so the nets compare.
 import os
 
 COLUMNS = ['id', 'key', 'op', 'status', 'unit', 'checker', 'secs',
-           'build_s', 'func', 'what', 'before', 'after', 'nets']
+           'build_s', 'func', 'what', 'before', 'after', 'nets', 'ran']
 
 
 def clean(v):
@@ -59,6 +64,7 @@ def read(path):
             row = dict(zip(COLUMNS, vals + [''] * (len(COLUMNS) -
                                                     len(vals))))
             row['nets'] = row['nets'] or '-'
+            row['ran'] = row['ran'] or '-'
             rows.append(row)
     return header, rows
 
@@ -172,10 +178,30 @@ def net_summary(rows, equiv, out):
     scores = net_scores(rows, equiv)
     if not scores:
         return scores
-    out('%-10s %7s %7s %7s' % ('suite net', 'ran on', 'caught', 'score'))
+    nocov = nocov_counts(rows, equiv)
+    out('%-10s %7s %7s %7s %8s' % ('suite net', 'ran on', 'caught', 'score',
+                                   'no cov.'))
     for suite, (ran, got) in scores.items():
-        out('%-10s %7d %7d %7s' % (suite, ran, got, pct(got, ran)))
+        out('%-10s %7d %7d %7s %8d' % (suite, ran, got, pct(got, ran),
+                                       nocov.get(suite, 0)))
+    out('(no cov.: survivors of that net on a line none of its tests '
+        'executed on the clean tree; nothing ran)')
     return scores
+
+
+def nocov_counts(rows, equiv):
+    """{net: scored mutants it let through for want of coverage}."""
+    out = {}
+    for r in rows:
+        if r['status'] not in ('killed', 'survived') or \
+                is_equivalent(r, equiv):
+            continue
+        cells = parse_nets(r.get('nets', '-')) or [
+            ('unit', r['unit']), ('checker', r['checker'])]
+        for suite, cell in cells:
+            if cell == 'nocov':
+                out[suite] = out.get(suite, 0) + 1
+    return out
 
 
 def listing(rows, equiv, out):

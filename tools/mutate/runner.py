@@ -33,6 +33,7 @@ import signal
 import subprocess
 import time
 
+import coverage
 import nets
 from operators import read_text
 
@@ -46,21 +47,24 @@ class Outcome:
     """What one net said about one tree: passed, or which test failed."""
 
     def __init__(self, verdict, test='', detail='', secs=0.0):
-        self.verdict = verdict  # 'pass', 'killed', 'timeout'
+        # 'pass', 'killed', 'timeout', or 'nocov': no test of the net
+        # executed the mutated line on the clean tree (coverage.py), so
+        # nothing ran; it got through, and the cell says why.
+        self.verdict = verdict
         self.test, self.detail, self.secs = test, detail, secs
         self.others = []  # later failures, when every test ran
         self.tail = ''    # the end of the first failing test's output
 
     def cell(self):
-        if self.verdict == 'pass':
-            return 'pass'
+        if self.verdict in ('pass', 'nocov'):
+            return self.verdict
         s = '%s:%s' % (self.verdict, self.test)
         s += ':' + self.detail if self.detail else ''
         return ','.join([s] + self.others)
 
     @property
     def caught(self):
-        return self.verdict != 'pass'
+        return self.verdict in ('killed', 'timeout')
 
 
 def repo_files(root):
@@ -185,6 +189,9 @@ class Worker:
         # (nets.FILE_NETS), cheapest first after the baseline.
         self.suites = {}
         self.test_targets = {}
+        # coverage.Map when selecting tests by coverage (--select-by-coverage)
+        self.cov = None
+        self.selection = []  # (mutant id, net, mode, tests run / in net)
 
     # -- the scratch tree --------------------------------------------------
     def sync(self):
@@ -245,8 +252,9 @@ class Worker:
             self.unit, self.checker = [], []
         for t in self.all_tests():
             self.test_targets[t.name] = sorted(
-                os.path.relpath(fn, self.build) for d in t.depends
-                for fn in targets[d]['filename'])
+                [os.path.relpath(fn, self.build) for d in t.depends
+                 for fn in targets[d]['filename']] +
+                nets.EXTRA_TARGETS.get(t.name, []))
         wanted = set()
         for t in self.all_tests():
             wanted.update(self.test_targets[t.name])
@@ -265,6 +273,10 @@ class Worker:
     def compile(self, targets=None):
         """(ok, output tail) of building every target the nets need (or
         `targets`: what one mutant's nets need)."""
+        if targets is not None and not targets:
+            # Every net of the mutant is `nocov`: nothing runs, nothing to
+            # build (an empty target list would make ninja build all).
+            return True, ''
         cmd = ['ninja', '-C', self.build, '-j', str(self.opts.ninja_jobs)]
         p = subprocess.run(cmd + (self.targets if targets is None
                                   else targets), capture_output=True)
@@ -300,6 +312,28 @@ class Worker:
             return Outcome('pass', secs=t_all)
         first.secs, first.others = t_all, others
         return first
+
+    def pick(self, m, tests):
+        """(mode, tests) a net runs on mutant m: all of them, or with a
+        coverage map only those that executed m's lines."""
+        if self.cov is None:
+            return coverage.FALLBACK, tests
+        return coverage.select(self.cov, m.path, m.line, m.last_line, tests)
+
+    def targets_of(self, tests):
+        """What ninja must build for these tests (only the picked tests'
+        binaries: a mutant no test of a net can see costs no link)."""
+        return sorted({x for t in tests for x in self.test_targets[t.name]})
+
+    def judge(self, m, net, tests, detail, first_name=None):
+        """One net's verdict on mutant m: every test of `tests` in order,
+        or with a coverage map only those that executed m's lines."""
+        mode, run = self.pick(m, tests)
+        if self.cov is not None:
+            self.selection.append((m.id, net, mode, len(run), len(tests)))
+            if mode == coverage.NONE:
+                return Outcome('nocov')
+        return self.run_net(run, detail, self.opts.all_tests, first_name)
 
     def baseline(self, log):
         """Run both nets on the unmutated tree, timing every test."""
@@ -361,7 +395,10 @@ class Worker:
         try:
             with open(path, 'w') as f:
                 f.write(m.apply(original))
-            ok, text = self.compile()
+            ok, text = self.compile(None if self.cov is None else
+                                    self.targets_of(
+                                        self.pick(m, self.unit)[1] +
+                                        self.pick(m, self.checker)[1]))
             build_s = time.monotonic() - t0
             if not ok:
                 res.update(status='stillborn', build_s=build_s,
@@ -369,11 +406,10 @@ class Worker:
                            note=first_error(text))
                 return res
             hint = getattr(m, 'hint', {})
-            res['unit'] = self.run_net(self.unit, unit_detail,
-                                       self.opts.all_tests, hint.get('unit'))
-            res['checker'] = self.run_net(self.checker, checker_detail,
-                                          self.opts.all_tests,
-                                          hint.get('checker'))
+            res['unit'] = self.judge(m, 'unit', self.unit, unit_detail,
+                                     hint.get('unit'))
+            res['checker'] = self.judge(m, 'checker', self.checker,
+                                        checker_detail, hint.get('checker'))
             caught = res['unit'].caught or res['checker'].caught
             res.update(status='killed' if caught else 'survived',
                        build_s=build_s, secs=time.monotonic() - t0, note='')
@@ -392,8 +428,8 @@ class Worker:
         original = read_text(path)
         t0 = time.monotonic()
         res = {'unit': None, 'checker': None, 'nets': []}
-        targets = sorted({x for s in suites for t in self.suites.get(s, [])
-                          for x in self.test_targets[t.name]})
+        targets = self.targets_of([t for s in suites for t in
+                                   self.pick(m, self.suites.get(s, []))[1]])
         try:
             with open(path, 'w') as f:
                 f.write(m.apply(original))
@@ -407,8 +443,8 @@ class Worker:
             hint = getattr(m, 'hint', {})
             first = None
             for s in suites:
-                o = self.run_net(self.suites.get(s, []), unit_detail,
-                                 self.opts.all_tests, hint.get('unit'))
+                o = self.judge(m, s, self.suites.get(s, []), unit_detail,
+                               hint.get('unit'))
                 res['nets'].append((s, o))
                 if o.caught and first is None:
                     first = o

@@ -183,7 +183,7 @@ class ResultsTest(unittest.TestCase):
                         'status': status, 'unit': unit, 'checker': checker,
                         'secs': '1.0', 'build_s': '0.5', 'func': 'f',
                         'what': '< -> <=', 'before': 'a < b',
-                        'after': 'a <= b', 'nets': '-'})
+                        'after': 'a <= b', 'nets': '-', 'ran': '-'})
         return out
 
     def test_round_trip_and_score(self):
@@ -331,6 +331,135 @@ class HintTest(unittest.TestCase):
                          list('abcd'))
         self.assertEqual([t.name for t in runner.lead_with(tests, 'zz')],
                          list('abcd'))
+
+
+
+def fake_test(name):
+    return types.SimpleNamespace(name=name)
+
+
+class CoverageSelectTest(unittest.TestCase):
+    """coverage.select on a small synthetic map: transport/a.c has lines
+    10-20 executable (30 is a table initialiser: not executable); t_cheap
+    ran 10-12, t_slow ran 10-15, t_other ran only b.c, t_bad failed on the
+    clean tree."""
+
+    def setUp(self):
+        import coverage
+        self.cov = coverage
+        lines = {'transport/a.c': set(range(10, 21)),
+                 'transport/b.c': {5, 6}}
+        self.map = coverage.Map('h', lines, {
+            't_cheap': {'secs': 1.0, 'ok': True, 'partial': False,
+                        'lines': {'transport/a.c': {10, 11, 12}}},
+            't_slow': {'secs': 9.0, 'ok': True, 'partial': False,
+                       'lines': {'transport/a.c': set(range(10, 16))}},
+            't_other': {'secs': 2.0, 'ok': True, 'partial': False,
+                        'lines': {'transport/b.c': {5}}},
+            't_bad': {'secs': 1.0, 'ok': False, 'partial': False,
+                      'lines': {'transport/a.c': set(range(10, 21))}},
+        })
+        self.net = [fake_test(n) for n in
+                    ('t_cheap', 't_other', 't_bad', 't_slow')]
+
+    def names(self, mode_tests):
+        mode, tests = mode_tests
+        return mode, [t.name for t in tests]
+
+    def test_only_the_tests_that_ran_the_line_in_net_order(self):
+        self.assertEqual(
+            self.names(self.cov.select(self.map, 'transport/a.c', 11, 11,
+                                       self.net)),
+            ('some', ['t_cheap', 't_slow']))
+        self.assertEqual(
+            self.names(self.cov.select(self.map, 'transport/a.c', 14, 14,
+                                       self.net)),
+            ('some', ['t_slow']))
+
+    def test_a_multi_line_mutant_takes_any_of_its_lines(self):
+        self.assertEqual(
+            self.names(self.cov.select(self.map, 'transport/a.c', 16, 19,
+                                       self.net)),
+            ('none', []))
+        self.assertEqual(
+            self.names(self.cov.select(self.map, 'transport/a.c', 15, 19,
+                                       self.net)),
+            ('some', ['t_slow']))
+
+    def test_an_executable_line_nobody_ran_is_no_coverage(self):
+        mode, tests = self.cov.select(self.map, 'transport/a.c', 20, 20,
+                                      self.net)
+        self.assertEqual((mode, tests), ('none', []))
+
+    def test_a_line_the_map_cannot_place_runs_the_whole_net(self):
+        # a table initialiser, a header's table cell, an unknown file
+        for path, line in (('transport/a.c', 30), ('include/xfer/fsm.h', 7),
+                           ('transport/new.c', 3)):
+            self.assertEqual(
+                self.names(self.cov.select(self.map, path, line, line,
+                                           self.net)),
+                ('fallback', ['t_cheap', 't_other', 't_slow']), path)
+
+    def test_a_test_unknown_to_the_map_always_runs(self):
+        net = self.net + [fake_test('t_new')]
+        self.assertEqual(
+            self.names(self.cov.select(self.map, 'transport/a.c', 20, 20,
+                                       net)),
+            ('some', ['t_new']))
+
+    def test_a_test_with_partial_coverage_always_runs(self):
+        self.map.tests['t_other']['partial'] = True
+        self.assertEqual(
+            self.names(self.cov.select(self.map, 'transport/a.c', 20, 20,
+                                       self.net)),
+            ('some', ['t_other']))
+        self.assertEqual(self.map.partial(), ['t_other'])
+
+    def test_a_test_failing_on_the_clean_tree_never_runs(self):
+        for line in (10, 20, 30):
+            _, names = self.names(self.cov.select(
+                self.map, 'transport/a.c', line, line, self.net))
+            self.assertNotIn('t_bad', names)
+
+    def test_map_round_trips_and_is_keyed_by_tree(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, 'm.json.gz')
+            self.cov.save(path, self.map)
+            self.assertIsNone(self.cov.load(path, 'other-tree'))
+            back = self.cov.load(path, 'h')
+            self.assertEqual(back.executable, self.map.executable)
+            self.assertEqual(back.tests, self.map.tests)
+            self.assertEqual(back.failing(), ['t_bad'])
+
+    def test_tree_hash_ignores_the_harness_only(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, 'tools', 'mutate'))
+            os.makedirs(os.path.join(d, 'fsm'))
+            for f, text in (('fsm/a.c', 'x'), ('tools/mutate/m.py', 'y')):
+                with open(os.path.join(d, f), 'w') as fh:
+                    fh.write(text)
+            files = ['fsm/a.c', 'tools/mutate/m.py']
+            h0 = self.cov.tree_hash(d, files)
+            with open(os.path.join(d, 'tools/mutate/m.py'), 'w') as fh:
+                fh.write('changed')
+            self.assertEqual(self.cov.tree_hash(d, files), h0)
+            with open(os.path.join(d, 'fsm/a.c'), 'w') as fh:
+                fh.write('changed')
+            self.assertNotEqual(self.cov.tree_hash(d, files), h0)
+
+    def test_judge_without_coverage_runs_nothing_and_says_nocov(self):
+        w = runner.Worker('/nonexistent', '/nonexistent', 0,
+                          types.SimpleNamespace(all_tests=False,
+                                                timeout_factor=None))
+        w.cov = self.map
+        w.run_net = lambda *a, **k: self.fail('a test ran')
+        m = types.SimpleNamespace(id='transport/a.c:20:cmp:0',
+                                  path='transport/a.c', line=20, last_line=20)
+        o = w.judge(m, 'unit', self.net, runner.unit_detail)
+        self.assertEqual((o.cell(), o.caught), ('nocov', False))
+        self.assertEqual(results.caught(o.cell()), False)
+        self.assertEqual(mutate.ran_cell([x[1:] for x in w.selection]),
+                         'unit=0/4:none')
 
 
 if __name__ == '__main__':
