@@ -75,6 +75,7 @@ typedef struct tcp_run {
     uint32_t attempt, off, len, crc;
 } tcp_run;
 #define TCP_RUNS_MAX 1024u /* per connection; past it, streams go unchecked */
+#define TCP_POOLS_MAX 64u  /* host staging pools known (xfer_tcp.pools) */
 
 struct tcp_conn {
     xfer_tcp *t;
@@ -137,6 +138,15 @@ struct xfer_tcp {
     uint16_t ndirty;
     xfer_tcp_io io;         /* the hot path's counters (tcp_int.h) */
     char dir_group[64];     /* watched on cfg.dir (""  none) */
+    /* The engine's host staging pools (pool_added), by handle: a one-shot
+     * WRITE out of one keeps its CRC for its COMMIT (tcp.c stream_run).
+     * A device pool is never added: its COMMIT's CRC is of a D2H copy of
+     * its own.  Handles past TCP_POOLS_MAX are not kept (their COMMITs
+     * read the slice again). */
+    struct {
+        const uint8_t *base;
+        size_t len;
+    } pools[TCP_POOLS_MAX];
 };
 
 
