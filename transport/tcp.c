@@ -234,6 +234,8 @@ static void on_deliver(evutil_socket_t fd, short what, void *arg)
     xfer_tcp_deliver_queued(t);
 }
 
+static void stream_run(tcp_conn *c, const tcp_op *op);
+
 /* The staging bytes of a WRITE are no longer referenced: written, or
  * dropped with their connection. */
 void xfer_tcp_release_ref(tcp_op *op)
@@ -241,6 +243,14 @@ void xfer_tcp_release_ref(tcp_op *op)
     xfer_tcp *t = op->conn->t;
     op->ref_held = false;
     t->st.refs_outstanding--;
+    if (op->run_pending) {
+        /* integrity: the bytes were just read for the socket (or dropped
+         * with it), so they are read again while in cache; the WRITE's
+         * result, and so its COMMIT, come only after this */
+        op->run_pending = false;
+        if (op->conn->crc)
+            stream_run(op->conn, op);
+    }
     try_queue(t, op);
     maybe_free(op);
 }
@@ -280,12 +290,13 @@ static bool above_high(const tcp_conn *c)
            c->t->cfg.high_watermark;
 }
 
-/* Integrity: remember the CRC of a WRITE's run, read from the staging as
- * the WRITE goes out (after the gate; the bytes are about to be read for
- * the socket anyway, so they are read once while hot).  A stream's runs
- * join at its COMMIT; a one-shot's one run is its COMMIT's CRC.  A full
- * table, or no memory: a stream goes unchecked, never wrongly refused; a
- * one-shot's COMMIT reads its slice again. */
+/* Integrity: remember the CRC of a WRITE's run, read from the staging
+ * right after the socket took its bytes (xfer_tcp_release_ref: after the
+ * gate, before the WRITE's result; they were just read for the socket,
+ * so they are in cache, and the WRITE's bytes never wait for the CRC).
+ * A stream's runs join at its COMMIT; a one-shot's one run is its
+ * COMMIT's CRC.  A full table, or no memory: a stream goes unchecked,
+ * never wrongly refused; a one-shot's COMMIT reads its slice again. */
 static void stream_run(tcp_conn *c, const tcp_op *op)
 {
     const xfer_action *a = &op->a;
@@ -406,7 +417,7 @@ static bool send_op(tcp_conn *c, tcp_op *op)
         c->t->st.crcs_sent++;
     } else if (c->crc && a->kind == XFER_ACT_WRITE && op->src && a->len &&
                (a->part || host_staged(c->t, a, op->src))) {
-        stream_run(c, op);
+        op->run_pending = true; /* stream_run once the socket read it */
     } else if (c->nruns && a->kind == XFER_ACT_CANCEL) {
         runs_drop(c, a->id, 0);
     }

@@ -61,6 +61,8 @@ struct tcp_op {
     bool done;         /* outcome known (res filled) */
     bool queued;       /* result handed to the delivery queue */
     bool ref_held;     /* libevent still references src */
+    bool run_pending;  /* integrity: its run's CRC is taken when the
+                          reference goes (tcp.c xfer_tcp_release_ref) */
     bool orphan;       /* the transport is gone: cleanup frees */
     tcp_conn *conn;
     xfer_shard_result res;
