@@ -402,8 +402,9 @@ static bool send_op(tcp_conn *c, tcp_op *op)
                        .off = a->kind == XFER_ACT_WRITE ? a->resv_off : 0};
     if (c->crc && (a->kind == XFER_ACT_EAGER ||
                    (a->kind == XFER_ACT_COMMIT && op->src))) {
-        /* integrity: the slice's CRC32C: a one-shot's taken as its WRITE
-         * went out (stream_run), else from the staging as it is now
+        /* integrity: the slice's CRC32C: a one-shot's taken once its
+         * WRITE's bytes were sent (stream_run), else from the staging as
+         * it is now
          * (after the gate; a COMMIT's after its write ended, I3 holds
          * the staging; a device slice's D2H copy) */
         if (a->kind == XFER_ACT_EAGER || !c->nruns ||

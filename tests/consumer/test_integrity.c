@@ -651,12 +651,12 @@ static bool write_held(void *ud)
     return st.delayed_now == 1;
 }
 
-/* A one-shot's CRC is taken from its staging as its WRITE goes out, so a
- * caller who changes the staging after the WRITE's bytes left and before
- * the COMMIT (a broken staging contract) no longer fails the transfer: the
- * shard holds, and makes READY, exactly the bytes the WRITE sent, which
- * the CRC describes (docs/integrity.md).  The WRITE's answer is held on
- * shard 0 (a DELAY rule) while the test changes the staging. */
+/* A one-shot's CRC is taken from its staging right after the socket took
+ * its WRITE's bytes, so a caller who changes the staging after that and
+ * before the COMMIT (a broken staging contract) no longer fails the
+ * transfer: the shard holds, and makes READY, exactly the bytes the WRITE
+ * sent, which the CRC describes (docs/integrity.md).  The WRITE's answer
+ * is held on shard 0 (a DELAY rule) while the test changes the staging. */
 START_TEST(test_integrity_staging_changed_after_write_ready_as_sent)
 {
     stack s;
