@@ -24,10 +24,97 @@
 #include "server_int.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "crc.h"
 #include "server_rdma.h"
 #include "xfer/integrity.h"
+
+/* ---------------------------------------------------------------------- */
+/* Integrity at landing (issue 27)                                         */
+/* ---------------------------------------------------------------------- */
+
+/* A TCP write into a host pool of a checking shard keeps the CRC of its
+ * bytes, taken from the pool as each chunk lands (server_conn.c calls
+ * xfer_server_check_landed after every recv into the pool), so the
+ * COMMIT's check needs no second, cache-cold pass over the region.  What
+ * that CRC stands for: the bytes this write put into the pool, as they
+ * were when they arrived.  A later write over the same bytes (an
+ * overlap), or a write that began and failed (its bytes are whatever
+ * part of it landed), would change them behind the kept CRC: either
+ * makes the record's runs bad and its COMMIT reads the region whole, as
+ * before.  A one-sided (RDMA) server and a device pool are not kept:
+ * their writes are not seen (RDMA) or land through a copy that the
+ * read-back checks (device). */
+void xfer_server_check_write_begin(xfer_server_conn *c)
+{
+    const xfer_server *s = c->srv;
+    c->wcrc = 0;
+    c->wcrc_len = 0;
+    c->wcrc_on = s->cfg.integrity != XFER_INTEGRITY_OFF && c->dst &&
+                 c->wm.len > 0 && !s->shards[c->hosted].cp && !s->one_sided;
+}
+
+void xfer_server_check_crc_more(xfer_server_conn *c)
+{
+    c->wcrc = xfer_crc32c(c->wcrc, c->dst + c->wcrc_len,
+                          c->wgot - c->wcrc_len);
+    c->wcrc_len = c->wgot;
+}
+
+/* Join run i + 1 into run i (adjacent). */
+static void join_next(xfer_server_resv *r, uint32_t i)
+{
+    xfer_server_run *a = &r->runs[i], *b = &r->runs[i + 1];
+    a->crc = xfer_crc32c_combine(a->crc, b->crc, b->len);
+    a->len += b->len;
+    memmove(b, b + 1, (r->nruns - i - 2) * sizeof *b);
+    r->nruns--;
+}
+
+/* The run [off, off + len) with crc joins r's sorted, disjoint runs. */
+static void add_run(xfer_server_resv *r, uint64_t off, uint32_t len,
+                    uint32_t crc)
+{
+    uint64_t end = off + len;
+    uint32_t i = 0;
+    while (i < r->nruns && r->runs[i].off < off)
+        i++;
+    if (end > r->len ||
+        (i > 0 && r->runs[i - 1].off + (uint64_t)r->runs[i - 1].len > off) ||
+        (i < r->nruns && r->runs[i].off < end)) {
+        r->runs_bad = true; /* an overlap: read the region whole */
+        return;
+    }
+    /* one slot to spare: the run goes in, then joins its neighbours */
+    memmove(&r->runs[i + 1], &r->runs[i], (r->nruns - i) * sizeof r->runs[0]);
+    r->runs[i] = (xfer_server_run){.off = (uint32_t)off, .len = len,
+                                   .crc = crc};
+    r->nruns++;
+    if (i + 1 < r->nruns && r->runs[i + 1].off == end)
+        join_next(r, i);
+    if (i > 0 && r->runs[i - 1].off + (uint64_t)r->runs[i - 1].len == off)
+        join_next(r, i - 1);
+    if (r->nruns > XFER_SERVER_RUNS)
+        r->runs_bad = true; /* too many gaps to keep: read it whole */
+}
+
+void xfer_server_check_write_end(xfer_server_hosted *hs,
+                                 const xfer_wire_msg *m, uint32_t crc,
+                                 bool ok)
+{
+    xfer_server_resv *r = xfer_server_track_find(hs, m->id);
+    if (!r || r->resv_id != m->resv_id || r->runs_bad)
+        return;
+    if (ok)
+        add_run(r, m->off, m->len, crc);
+    else
+        r->runs_bad = true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The checks                                                              */
+/* ---------------------------------------------------------------------- */
 
 /* A device pool (issue 25) is never dereferenced here: its COMMIT is
  * checked over a read-back (xfer_server_check_device, started by
@@ -82,8 +169,12 @@ int32_t xfer_server_check_commit(xfer_server_conn *c, xfer_server_hosted *hs,
     if (s->one_sided && xfer_server_rdma_seal(s->rdma, hs, m->id,
                                               m->resv_id) != 0)
         return XFER_ERR_REMOTE; /* a write may still land: no verdict */
-    uint32_t got = xfer_crc32c(0, xfer_shard_pool_base(hs->sh) + r->off,
-                               r->len);
+    uint32_t got;
+    if (!s->one_sided && !r->runs_bad && r->nruns == 1 &&
+        r->runs[0].off == 0 && r->runs[0].len == r->len)
+        got = r->runs[0].crc; /* the writes' CRCs, taken as they landed */
+    else
+        got = xfer_crc32c(0, xfer_shard_pool_base(hs->sh) + r->off, r->len);
     int32_t rc = judge(c, hs, m, got);
     if (rc == 0) {
         r->crc = m->crc;

@@ -243,6 +243,7 @@ static void recv_direct(xfer_server_conn *c)
         if (r <= 0)
             return;
         c->wgot += (uint32_t)r;
+        xfer_server_check_landed(c); /* integrity: while it is hot */
     }
 }
 
@@ -259,6 +260,7 @@ static int pump_write(xfer_server_conn *c, struct evbuffer *in)
     else
         evbuffer_drain(in, n);
     c->wgot += (uint32_t)n;
+    xfer_server_check_landed(c);
     if (c->dst && c->wgot < c->wm.len)
         recv_direct(c);
     if (c->wgot > before)
@@ -433,6 +435,7 @@ static void on_sock_read(evutil_socket_t fd, short what, void *arg)
     }
     if (direct) {
         c->wgot += (uint32_t)r;
+        xfer_server_check_landed(c);
         c->t_active = xfer_server_now(c->srv);
     } else {
         v.iov_len = (size_t)r;

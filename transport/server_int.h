@@ -81,6 +81,12 @@ struct xfer_server_conn {
     uint8_t wfault;    /* XFER_SERVER_F_*: the write's injected fate */
     int32_t werr;      /* its status (FAIL, APPLIED_LOST) */
     uint64_t wdelay;   /* a DELAY rule's: its end is held this long */
+    /* Integrity at landing (server_check.c): the CRC32C of the write's
+     * bytes that landed in the pool so far (wcrc_len of them), taken
+     * from the pool as each chunk arrives; wcrc_on: this write is one
+     * the shard keeps a CRC of (host pool, TCP, checking on). */
+    bool wcrc_on;
+    uint32_t wcrc, wcrc_len;
     /* Requests a DELAY rule holds (xfer_server_held), oldest first. */
     xfer_list held;
     /* The session (server_sess.c): its owner number once HELLO is done
@@ -132,9 +138,20 @@ typedef struct xfer_server_held {
     int32_t err;
     bool write_end;
     bool began;          /* write end: the write began on the shard */
+    bool wcrc_on;        /* write end: its landed bytes' CRC, wcrc */
+    uint32_t wcrc;
     int32_t wrc;         /* write end: the answer decided so far */
     uint8_t *data;       /* EAGER: m.len bytes */
 } xfer_server_held;
+
+/* Integrity at landing (server_check.c): the writes into a region that
+ * ended ok, as disjoint runs [off, off + len) with the CRC32C of their
+ * bytes as they landed; adjacent runs are joined (xfer_crc32c_combine)
+ * as they meet, so writes in order, or filling gaps, keep one run. */
+#define XFER_SERVER_RUNS 4u
+typedef struct xfer_server_run {
+    uint32_t off, len, crc;
+} xfer_server_run;
 
 /* One live reservation of a hosted shard, from its reserve until it ends:
  * when its phases happened, and who took it. */
@@ -150,6 +167,14 @@ typedef struct xfer_server_resv {
     uint16_t taker;    /* owner number of the taking consumer session;
                           0: none, or that session was forgotten */
     bool orphaned;     /* TAKEN and its taker's session has no connection */
+    /* Integrity at landing: the runs of the writes that ended ok;
+     * runs_bad once they cannot stand for the region (two writes
+     * overlapped, a write began and failed, more than XFER_SERVER_RUNS
+     * runs): its COMMIT then reads the region whole.  One slot spare:
+     * a run goes in before it joins its neighbours. */
+    uint8_t nruns;
+    bool runs_bad;
+    xfer_server_run runs[XFER_SERVER_RUNS + 1];
 } xfer_server_resv;
 
 typedef struct xfer_server_track {
@@ -379,6 +404,23 @@ xfer_server_resv *xfer_server_check_region(xfer_server_conn *c,
 int32_t xfer_server_check_device(xfer_server_conn *c, xfer_server_hosted *hs,
                                  const xfer_wire_msg *m, const uint8_t *bytes,
                                  uint32_t len);
+/* Integrity at landing.  A WRITE of c began on the shard (c->dst set):
+ * decide whether its CRC is kept (c->wcrc_on). */
+void xfer_server_check_write_begin(xfer_server_conn *c);
+/* Bytes of c's write landed in the pool up to c->wgot: CRC them now,
+ * while they are in cache. */
+void xfer_server_check_crc_more(xfer_server_conn *c);
+static inline void xfer_server_check_landed(xfer_server_conn *c)
+{
+    if (c->wcrc_on && c->wgot > c->wcrc_len)
+        xfer_server_check_crc_more(c);
+}
+/* A write of a kept CRC (wcrc_on) into (m->id, m->resv_id) at m->off,
+ * m->len ended: ok, its run joins the record's; else (failed, or not all
+ * its bytes were checksummed) the record's runs go bad. */
+void xfer_server_check_write_end(xfer_server_hosted *hs,
+                                 const xfer_wire_msg *m, uint32_t crc,
+                                 bool ok);
 /* An EAGER m that passed was applied: its record keeps the CRC. */
 void xfer_server_check_keep(xfer_server_hosted *hs, const xfer_wire_msg *m);
 /* An EVENT about to go out: a READY of a record that passed carries its

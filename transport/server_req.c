@@ -466,6 +466,11 @@ void xfer_server_req_end_write(xfer_server_conn *c, bool ok)
     if (c->dst)
         rc = xfer_shard_write_end(hs->sh, xfer_server_now(c->srv), c->wm.id,
                                   c->wm.resv_id, ok);
+    if (c->wcrc_on) /* integrity: its landed CRC joins the region's */
+        xfer_server_check_write_end(hs, &c->wm, c->wcrc,
+                                    ok && rc == 0 &&
+                                        c->wcrc_len == c->wm.len);
+    c->wcrc_on = false;
     c->in_write = false;
     c->dst = NULL;
     if (ok)
@@ -536,6 +541,7 @@ static bool start_write(xfer_server_conn *c, uint32_t req,
         }
         c->wrc = rc;
     }
+    xfer_server_check_write_begin(c);
     if (c->wfault == XFER_SERVER_F_DROP) {
         xfer_server_log(c->srv, c->serial,
                         "fault: connection dropped mid-write");
@@ -648,6 +654,9 @@ static void drop_one(xfer_server_conn *c, xfer_server_held *h)
         xfer_shard_write_end(c->srv->shards[c->hosted].sh,
                              xfer_server_now(c->srv), h->m.id, h->m.resv_id,
                              false);
+    if (h->write_end && h->wcrc_on)
+        xfer_server_check_write_end(&c->srv->shards[c->hosted], &h->m, 0,
+                                    false);
     free_held(c->srv, h);
 }
 
@@ -660,6 +669,8 @@ static void run_write_end(xfer_server_conn *c, xfer_server_held *h)
     int erc = h->began ? xfer_shard_write_end(hs->sh, xfer_server_now(c->srv),
                                               h->m.id, h->m.resv_id, true)
                        : 0;
+    if (h->wcrc_on)
+        xfer_server_check_write_end(hs, &h->m, h->wcrc, erc == 0);
     hs->write_bytes += h->m.len;
     if (rc == 0)
         rc = erc;
@@ -773,6 +784,13 @@ static void hold_write_end(xfer_server_conn *c)
     h->req = c->wreq;
     h->m = c->wm;
     h->began = c->dst != NULL;
+    /* its data is all in, and checksummed as it landed */
+    h->wcrc_on = c->wcrc_on && c->wcrc_len == c->wm.len;
+    h->wcrc = c->wcrc;
+    if (c->wcrc_on && !h->wcrc_on)
+        xfer_server_check_write_end(&c->srv->shards[c->hosted], &c->wm, 0,
+                                    false);
+    c->wcrc_on = false;
     h->wrc = c->wrc;
     h->fault = c->wfault;
     h->err = c->werr;

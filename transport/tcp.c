@@ -234,6 +234,8 @@ static void on_deliver(evutil_socket_t fd, short what, void *arg)
     xfer_tcp_deliver_queued(t);
 }
 
+static void stream_run(tcp_conn *c, const xfer_action *a, const void *src);
+
 /* The staging bytes of a WRITE are no longer referenced: written, or
  * dropped with their connection. */
 void xfer_tcp_release_ref(tcp_op *op)
@@ -241,6 +243,14 @@ void xfer_tcp_release_ref(tcp_op *op)
     xfer_tcp *t = op->conn->t;
     op->ref_held = false;
     t->st.refs_outstanding--;
+    if (op->run_pending) {
+        /* integrity: the bytes were just read for the socket (or dropped
+         * with it), so they are read again while in cache; the WRITE's
+         * result, and so its COMMIT, come only after this */
+        op->run_pending = false;
+        if (op->conn->crc)
+            stream_run(op->conn, &op->a, op->src);
+    }
     try_queue(t, op);
     maybe_free(op);
 }
@@ -280,9 +290,15 @@ static bool above_high(const tcp_conn *c)
            c->t->cfg.high_watermark;
 }
 
-/* Integrity for streams: remember the CRC of a stream WRITE's run, read
- * from src (a full table, or no memory: the stream goes unchecked, never
- * wrongly refused). */
+/* Integrity: remember the CRC of a WRITE's run, read from the staging
+ * right after the socket took its bytes (xfer_tcp_release_ref: after the
+ * gate, before the WRITE's result; they were just read for the socket,
+ * so they are in cache, and the WRITE's bytes never wait for the CRC), or,
+ * for a stream run the RDMA transport posted, as it posts it
+ * (xfer_tcp_stream_run).  A stream's runs join at its COMMIT; a one-shot's
+ * one run is its COMMIT's CRC.  A full table, or no memory: a stream goes
+ * unchecked, never wrongly refused; a one-shot's COMMIT reads its slice
+ * again. */
 static void stream_run(tcp_conn *c, const xfer_action *a, const void *src)
 {
     if (!c->runs)
@@ -318,11 +334,12 @@ static void runs_drop(tcp_conn *c, uint64_t id, uint32_t attempt)
     c->nruns = k;
 }
 
-/* A stream's COMMIT: the runs its WRITEs sent on this connection, in
- * reservation order, must tile [0, end) exactly (no gap, no overlap);
- * then their CRCs join (xfer_crc32c_combine) into the region's, *crc.
- * False: it cannot be known (overlapping or missing runs): the COMMIT
- * goes without a CRC, unchecked.  The runs are dropped either way. */
+/* A stream's COMMIT (or a one-shot's): the runs its WRITEs sent on this
+ * connection, in reservation order, must tile [0, end) exactly (no gap,
+ * no overlap); then their CRCs join (xfer_crc32c_combine) into the
+ * region's, *crc.  False: it cannot be known (overlapping or missing
+ * runs): a stream's COMMIT goes without a CRC, unchecked; a one-shot's
+ * reads its slice again.  The runs are dropped either way. */
 static bool stream_crc(tcp_conn *c, const xfer_action *a, uint32_t *crc)
 {
     uint32_t pos = 0, acc = 0;
@@ -362,6 +379,19 @@ static bool stream_crc(tcp_conn *c, const xfer_action *a, uint32_t *crc)
     return true;
 }
 
+/* A one-shot WRITE's bytes are the engine's host staging (pool_added),
+ * not a bounce buffer of a device pool's D2H copy: then its COMMIT may
+ * use the CRC taken as it went out. */
+static bool host_staged(const xfer_tcp *t, const xfer_action *a,
+                        const void *src)
+{
+    if (a->pool >= TCP_POOLS_MAX || !t->pools[a->pool].base)
+        return false;
+    const uint8_t *b = t->pools[a->pool].base, *p = src;
+    return p >= b && (size_t)(p - b) <= t->pools[a->pool].len &&
+           a->len <= t->pools[a->pool].len - (size_t)(p - b);
+}
+
 /* Encode op onto the connection.  Returns false when the connection had
  * to be dropped (a staging reference could not be added). */
 
@@ -383,7 +413,7 @@ static bool send_op(tcp_conn *c, tcp_op *op)
                        .off = a->kind == XFER_ACT_WRITE ? a->resv_off : 0};
     if (c->crc && op->crc_given) {
         /* the caller's CRC (xfer_engine_submit_crc, _stream_seal_crc):
-         * nothing read; a stream's runs are not needed */
+         * sent as given; the runs kept for it are not needed */
         m.crc = op->crc;
         m.crc_set = 1;
         c->t->st.crcs_sent++;
@@ -392,19 +422,22 @@ static bool send_op(tcp_conn *c, tcp_op *op)
             runs_drop(c, a->id, a->attempt);
     } else if (c->crc && (a->kind == XFER_ACT_EAGER ||
                           (a->kind == XFER_ACT_COMMIT && op->src))) {
-        /* integrity: the slice's CRC32C, from the staging as it is now
-         * (after the gate; a COMMIT's after its write ended, I3 holds the
-         * staging) */
-        m.crc = xfer_crc32c(0, op->src, a->len);
+        /* integrity: the slice's CRC32C: a one-shot's taken once its
+         * WRITE's bytes were sent (stream_run), else from the staging as
+         * it is now (after the gate; a COMMIT's after its write ended, I3
+         * holds the staging; a device slice's D2H copy) */
+        if (a->kind == XFER_ACT_EAGER || !c->nruns ||
+            !stream_crc(c, a, &m.crc))
+            m.crc = xfer_crc32c(0, op->src, a->len);
         m.crc_set = 1;
         c->t->st.crcs_sent++;
     } else if (c->crc && a->kind == XFER_ACT_COMMIT && c->nruns &&
                stream_crc(c, a, &m.crc)) {
         m.crc_set = 1; /* a stream's: its runs' CRCs joined */
         c->t->st.crcs_sent++;
-    } else if (c->crc && a->kind == XFER_ACT_WRITE && a->part && op->src &&
-               a->len) {
-        stream_run(c, &op->a, op->src);
+    } else if (c->crc && a->kind == XFER_ACT_WRITE && op->src && a->len &&
+               (a->part || host_staged(c->t, a, op->src))) {
+        op->run_pending = true; /* stream_run once the socket read it */
     } else if (c->nruns && a->kind == XFER_ACT_CANCEL) {
         runs_drop(c, a->id, 0);
     }
@@ -920,6 +953,7 @@ static void t_detach(void *self)
 {
     xfer_tcp *t = self;
     t->engine = NULL;
+    memset(t->pools, 0, sizeof t->pools); /* that engine's pools */
     if (t->del_pending)
         tcp_free(t);
 }
@@ -1018,6 +1052,27 @@ static void t_abort(void *self, const xfer_action *a)
     }
 }
 
+/* The engine's staging pools: host ones only (a device pool is never
+ * added), kept for host_staged. */
+static int t_pool_added(void *self, uint32_t pool, void *base, size_t len)
+{
+    xfer_tcp *t = self;
+    if (pool < TCP_POOLS_MAX) {
+        t->pools[pool].base = base;
+        t->pools[pool].len = len;
+    }
+    return 0;
+}
+
+static void t_pool_removed(void *self, uint32_t pool)
+{
+    xfer_tcp *t = self;
+    if (pool < TCP_POOLS_MAX) {
+        t->pools[pool].base = NULL;
+        t->pools[pool].len = 0;
+    }
+}
+
 static const xfer_transport_ops tcp_ops = {
     .version = XFER_TRANSPORT_OPS_VERSION,
     .name = "tcp",
@@ -1025,6 +1080,8 @@ static const xfer_transport_ops tcp_ops = {
     .attach = t_attach,
     .start = t_start,
     .abort = t_abort,
+    .pool_added = t_pool_added,
+    .pool_removed = t_pool_removed,
     .detach = t_detach,
     .eager_ok = t_eager_ok,
     .refresh = t_refresh,

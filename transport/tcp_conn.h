@@ -61,6 +61,8 @@ struct tcp_op {
     bool done;         /* outcome known (res filled) */
     bool queued;       /* result handed to the delivery queue */
     bool ref_held;     /* libevent still references src */
+    bool run_pending;  /* integrity: its run's CRC is taken when the
+                          reference goes (tcp.c xfer_tcp_release_ref) */
     bool orphan;       /* the transport is gone: cleanup frees */
     bool crc_given;    /* a COMMIT/EAGER with the caller's CRC: crc */
     uint32_t crc;
@@ -77,6 +79,7 @@ typedef struct tcp_run {
     uint32_t attempt, off, len, crc;
 } tcp_run;
 #define TCP_RUNS_MAX 1024u /* per connection; past it, streams go unchecked */
+#define TCP_POOLS_MAX 64u  /* host staging pools known (xfer_tcp.pools) */
 
 /* A lease refresh sent on a connection and not yet answered (tcp.c
  * t_refresh): its request id and what the engine is told of it. */
@@ -151,6 +154,15 @@ struct xfer_tcp {
     uint16_t ndirty;
     xfer_tcp_io io;         /* the hot path's counters (tcp_int.h) */
     char dir_group[64];     /* watched on cfg.dir (""  none) */
+    /* The engine's host staging pools (pool_added), by handle: a one-shot
+     * WRITE out of one keeps its CRC for its COMMIT (tcp.c stream_run).
+     * A device pool is never added: its COMMIT's CRC is of a D2H copy of
+     * its own.  Handles past TCP_POOLS_MAX are not kept (their COMMITs
+     * read the slice again). */
+    struct {
+        const uint8_t *base;
+        size_t len;
+    } pools[TCP_POOLS_MAX];
 };
 
 

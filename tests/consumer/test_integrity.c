@@ -27,6 +27,7 @@
 #include <arpa/inet.h>
 
 #include "stack.h"
+#include "xfer/fault.h"
 #include "xfer/stream.h"
 #include "testutil.h"
 #include "wire.h"
@@ -556,6 +557,268 @@ START_TEST(test_integrity_caller_crc_stream_seal)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------- */
+/* The CRC taken as the bytes land (shard) and as they go out (producer)   */
+/* ---------------------------------------------------------------------- */
+
+/* Raw frames on one shard (s->slice = SLICE): reserve id, then WRITE the
+ * pattern's bytes [off, off + len) of it at off. */
+static uint64_t raw_reserve(stack *s, int fd, uint64_t id)
+{
+    xfer_wire_msg m = {.type = XFER_WIRE_T_RESERVE, .id = id, .attempt = 1,
+                       .len = SLICE}, r;
+    ck_assert_int_eq(st_raw_call(s, fd, &m, NULL, &r), 0);
+    ck_assert_uint_eq(r.type, XFER_WIRE_T_RESERVE_OK);
+    return r.resv_id;
+}
+
+static void raw_write(stack *s, int fd, uint64_t id, uint64_t resv,
+                      uint32_t off, uint32_t len, uint8_t junk)
+{
+    static uint8_t data[SLICE];
+    for (uint32_t i = 0; i < len; i++)
+        data[i] = (uint8_t)(st_pattern(id, 0, off + i) ^ junk);
+    xfer_wire_msg m = {.type = XFER_WIRE_T_WRITE, .id = id, .attempt = 1,
+                       .resv_id = resv, .off = off, .len = len}, r;
+    ck_assert_int_eq(st_raw_call(s, fd, &m, data, &r), 0);
+    ck_assert_uint_eq(r.type, XFER_WIRE_T_WRITE_ACK);
+}
+
+/* COMMIT id with the CRC of its pattern (the producer's bytes): the
+ * answer's code (0: COMMIT_ACK). */
+static int32_t raw_commit(stack *s, int fd, uint64_t id, uint64_t resv)
+{
+    uint8_t want[SLICE];
+    for (uint32_t i = 0; i < SLICE; i++)
+        want[i] = st_pattern(id, 0, i);
+    xfer_wire_msg m = {.type = XFER_WIRE_T_COMMIT, .id = id, .attempt = 1,
+                       .resv_id = resv, .crc = crc32c(want, SLICE),
+                       .crc_set = 1}, r;
+    ck_assert_int_eq(st_raw_call(s, fd, &m, NULL, &r), 0);
+    if (r.type == XFER_WIRE_T_ERROR)
+        return r.code;
+    ck_assert_uint_eq(r.type, XFER_WIRE_T_COMMIT_ACK);
+    return 0;
+}
+
+static void flip_in_pool(stack *s, uint64_t id)
+{
+    long off = find_region(s, 0, id);
+    ck_assert_int_ge(off, 0);
+    s->mem[0].buf[off + 3000] ^= 0x10;
+}
+
+/* The shard takes a write's CRC as its bytes land, so a bit flipped in the
+ * pool after landing and before the COMMIT is not seen there (the design
+ * trade, docs/integrity.md): the region is READY, and a consumer that
+ * checks on take catches it (CORRUPT, naming the shard). */
+START_TEST(test_integrity_flip_after_landing_caught_on_take)
+{
+    stack s;
+    ck_assert_int_eq(st_start_servers(&s, 1, 1 << 20, 8, NULL), 0);
+    s.slice = SLICE;
+    int fd = st_raw_connect(&s, 0);
+    ck_assert_int_ge(fd, 0);
+    uint64_t resv = raw_reserve(&s, fd, 5);
+    raw_write(&s, fd, 5, resv, 0, SLICE, 0);
+    flip_in_pool(&s, 5);
+    ck_assert_int_eq(raw_commit(&s, fd, 5, resv), 0);
+    ck_assert_uint_eq(corrupt_of(&s, 0), 0);
+    void *pools[1] = {s.mem[0].buf};
+    xfer_consumer_config cc;
+    xfer_consumer_config_default(&cc);
+    cc.integrity = XFER_INTEGRITY_CONSUMER;
+    cc.pools = pools;
+    ck_assert_int_eq(st_start_consumer(&s, &cc), 0);
+    want_id = 5;
+    ck_assert(st_run(&s, id_outcome, &s, 5000));
+    ck_assert(!s.out[5].available);
+    ck_assert_int_eq(s.out[5].reason, XFER_ERR_CORRUPT);
+    ck_assert(s.out[5].missing & 1u);
+    close(fd);
+    st_stop(&s);
+}
+END_TEST
+
+/* Writes out of order, and one that fills the gap between two others:
+ * their landed CRCs join into the region's, and the COMMIT passes with
+ * nothing read again (a flip after landing goes unseen, as above). */
+START_TEST(test_integrity_landed_runs_join_out_of_order)
+{
+    stack s;
+    ck_assert_int_eq(st_start_servers(&s, 1, 1 << 20, 8, NULL), 0);
+    s.slice = SLICE;
+    int fd = st_raw_connect(&s, 0);
+    ck_assert_int_ge(fd, 0);
+    /* back to front */
+    uint64_t resv = raw_reserve(&s, fd, 1);
+    raw_write(&s, fd, 1, resv, 4096, 4096, 0);
+    raw_write(&s, fd, 1, resv, 0, 4096, 0);
+    ck_assert_int_eq(raw_commit(&s, fd, 1, resv), 0);
+    /* the ends first, the middle last (it joins both sides); one bit
+     * flipped after landing: the runs stand for the region */
+    resv = raw_reserve(&s, fd, 2);
+    raw_write(&s, fd, 2, resv, 0, 1000, 0);
+    raw_write(&s, fd, 2, resv, 5000, SLICE - 5000, 0);
+    raw_write(&s, fd, 2, resv, 1000, 4000, 0);
+    flip_in_pool(&s, 2);
+    ck_assert_int_eq(raw_commit(&s, fd, 2, resv), 0);
+    /* a flip in a WRITE's payload itself is in its landed CRC */
+    resv = raw_reserve(&s, fd, 3);
+    raw_write(&s, fd, 3, resv, 4096, 4096, 0);
+    raw_write(&s, fd, 3, resv, 0, 4096, 0x20);
+    ck_assert_int_eq(raw_commit(&s, fd, 3, resv), XFER_ERR_CORRUPT);
+    ck_assert_uint_eq(corrupt_of(&s, 0), 1);
+    close(fd);
+    st_stop(&s);
+}
+END_TEST
+
+/* Where the landed CRCs cannot stand for the region the COMMIT reads it
+ * whole, as before: overlapping writes (the last one's bytes are what the
+ * pool holds, right or wrong), and more runs than are kept.  A bit flipped
+ * in the pool after landing is then caught by the shard itself. */
+START_TEST(test_integrity_overlap_and_gaps_read_whole)
+{
+    stack s;
+    ck_assert_int_eq(st_start_servers(&s, 1, 1 << 20, 8, NULL), 0);
+    s.slice = SLICE;
+    int fd = st_raw_connect(&s, 0);
+    ck_assert_int_ge(fd, 0);
+    /* junk first, then the right bytes over it: passes */
+    uint64_t resv = raw_reserve(&s, fd, 1);
+    raw_write(&s, fd, 1, resv, 0, SLICE, 0xFF);
+    raw_write(&s, fd, 1, resv, 0, SLICE, 0);
+    ck_assert_int_eq(raw_commit(&s, fd, 1, resv), 0);
+    /* the right bytes, then junk over a part: CORRUPT */
+    resv = raw_reserve(&s, fd, 2);
+    raw_write(&s, fd, 2, resv, 0, SLICE, 0);
+    raw_write(&s, fd, 2, resv, 2048, 1024, 0x01);
+    ck_assert_int_eq(raw_commit(&s, fd, 2, resv), XFER_ERR_CORRUPT);
+    /* overlapping writes of the right bytes, then a flip after landing:
+     * the full pass sees it */
+    resv = raw_reserve(&s, fd, 3);
+    raw_write(&s, fd, 3, resv, 0, 5000, 0);
+    raw_write(&s, fd, 3, resv, 4000, SLICE - 4000, 0);
+    flip_in_pool(&s, 3);
+    ck_assert_int_eq(raw_commit(&s, fd, 3, resv), XFER_ERR_CORRUPT);
+    /* pieces of 512 bytes, 0, 2, 4, 6 and 8 first: five runs apart, more
+     * than are kept; then the rest */
+    resv = raw_reserve(&s, fd, 4);
+    for (uint32_t i = 0; i <= 8; i += 2)
+        raw_write(&s, fd, 4, resv, i * 512, 512, 0);
+    for (uint32_t i = 1; i < 9; i += 2)
+        raw_write(&s, fd, 4, resv, i * 512, 512, 0);
+    raw_write(&s, fd, 4, resv, 9 * 512, SLICE - 9 * 512, 0);
+    flip_in_pool(&s, 4);
+    ck_assert_int_eq(raw_commit(&s, fd, 4, resv), XFER_ERR_CORRUPT);
+    ck_assert_uint_eq(corrupt_of(&s, 0), 3);
+    close(fd);
+    st_stop(&s);
+}
+END_TEST
+
+static xfer_result stream_res;
+static bool stream_ended;
+
+static void on_stream_done(void *ud, const xfer_result *r)
+{
+    (void)ud;
+    stream_res = *r;
+    stream_ended = true;
+}
+
+static bool stream_done(void *ud)
+{
+    (void)ud;
+    return stream_ended;
+}
+
+/* A stream whose two parts per shard are written back to front, through
+ * the relay that flips one bit of the first WRITE to shard 1: the shard's
+ * landed runs join (out of order) into a CRC that is not the producer's,
+ * and the stream fails CORRUPT naming shard 1, every shard empty. */
+START_TEST(test_integrity_stream_out_of_order_flip_fails_corrupt)
+{
+    stack s;
+    relay r;
+    ck_assert_int_eq(st_start_servers(&s, 2, 1 << 20, 8, NULL), 0);
+    relay_start(&r, &s, 1, 1);
+    ck_assert_int_eq(st_start_producer(&s, SLICE, 4, 5000000000ull), 0);
+    ck_assert(st_run(&s, st_all_up, &s, 5000));
+    uint32_t lens[2] = {SLICE, SLICE};
+    stream_ended = false;
+    xfer_stream_desc d = {.id = 1, .group = s.group, .nshards = 2,
+                          .lens = lens, .timeout_ns = 5000000000ull};
+    ck_assert_int_eq(xfer_engine_stream_open(s.e, &d, on_stream_done, NULL),
+                     0);
+    for (uint32_t half = 2; half-- > 0;) {
+        xfer_range rg[2];
+        for (uint16_t k = 0; k < 2; k++) {
+            uint64_t at = (uint64_t)k * SLICE + half * (SLICE / 2);
+            for (uint32_t i = 0; i < SLICE / 2; i++)
+                s.staging[at + i] = st_pattern(1, k, half * (SLICE / 2) + i);
+            rg[k] = (xfer_range){.staging_off = at, .pool = s.pool,
+                                 .len = SLICE / 2,
+                                 .resv_off = half * (SLICE / 2), .shard = k};
+        }
+        xfer_part_desc p = {.id = 1, .ranges = rg, .nranges = 2};
+        ck_assert_int_eq(xfer_engine_stream_part(s.e, &p, NULL), 0);
+        st_spin(&s, 20); /* the back half goes first */
+    }
+    ck_assert_int_eq(xfer_engine_stream_seal(s.e, 1), 0);
+    ck_assert(st_run(&s, stream_done, NULL, 5000));
+    ck_assert_int_eq(r.flipped, 1);
+    ck_assert_int_eq(stream_res.status, XFER_ERR_CORRUPT);
+    ck_assert_uint_eq(stream_res.first_failed_shard, 1);
+    ck_assert_uint_eq(corrupt_of(&s, 1), 1);
+    ck_assert_uint_eq(corrupt_of(&s, 0), 0);
+    ck_assert(st_run(&s, empty, &s, 5000));
+    st_stop(&s);
+    evconnlistener_free(r.lis);
+}
+END_TEST
+
+static bool write_held(void *ud)
+{
+    stack *s = ud;
+    xfer_server_stats st;
+    ck_assert_int_eq(xfer_server_stats_get(s->srv[0], XFER_SHARD_NONE, &st),
+                     0);
+    return st.delayed_now == 1;
+}
+
+/* A one-shot's CRC is taken from its staging right after the socket took
+ * its WRITE's bytes, so a caller who changes the staging after that and
+ * before the COMMIT (a broken staging contract) no longer fails the
+ * transfer: the shard holds, and makes READY, exactly the bytes the WRITE
+ * sent, which the CRC describes (docs/integrity.md).  The WRITE's answer
+ * is held on shard 0 (a DELAY rule) while the test changes the staging. */
+START_TEST(test_integrity_staging_changed_after_write_ready_as_sent)
+{
+    stack s;
+    ck_assert_int_eq(st_start_servers(&s, 2, 1 << 20, 8, NULL), 0);
+    xfer_fault_rule rule = {.kind = XFER_FAULT_DELAY, .op = XFER_OP_WRITE,
+                            .shard = 0, .count = 1,
+                            .delay_ns = 300000000ull};
+    ck_assert_int_eq(xfer_server_add_rule(s.srv[0], &rule), 0);
+    ck_assert_int_eq(st_start_producer(&s, SLICE, 4, 5000000000ull), 0);
+    ck_assert_int_eq(st_start_consumer(&s, NULL), 0);
+    ck_assert(st_run(&s, st_all_up, &s, 5000));
+    ck_assert_int_eq(st_submit(&s, 1, 0), 0);
+    ck_assert(st_run(&s, write_held, &s, 5000));
+    memset(s.staging, 0x5A, SLICE); /* slot 0, shard 0's slice */
+    want_id = 1;
+    ck_assert(st_run(&s, id_done, &s, 5000));
+    ck_assert_int_eq(s.done[1].res.status, 0);
+    ck_assert(st_run(&s, id_outcome, &s, 5000));
+    ck_assert(s.out[1].available);
+    ck_assert(s.out[1].bytes_ok); /* the bytes as sent, the pattern */
+    ck_assert_uint_eq(corrupt_of(&s, 0), 0);
+    st_stop(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("integrity");
@@ -567,6 +830,12 @@ int main(void)
     tcase_add_test(tc, test_integrity_consumer_check_passes_clean_data);
     tcase_add_test(tc, test_integrity_eager_crc_mismatch_refused_whole);
     tcase_add_test(tc, test_integrity_hostile_commit_crc);
+    tcase_add_test(tc, test_integrity_flip_after_landing_caught_on_take);
+    tcase_add_test(tc, test_integrity_landed_runs_join_out_of_order);
+    tcase_add_test(tc, test_integrity_overlap_and_gaps_read_whole);
+    tcase_add_test(tc, test_integrity_stream_out_of_order_flip_fails_corrupt);
+    tcase_add_test(tc,
+                   test_integrity_staging_changed_after_write_ready_as_sent);
     tcase_add_test(tc, test_integrity_caller_crc_checked_not_computed);
     tcase_add_test(tc, test_integrity_caller_crc_stream_seal);
     suite_add_tcase(su, tc);

@@ -15,10 +15,19 @@
  * the median and the worst of the rounds, and the streamed median over
  * the lone one against the target (1.2x).
  *
+ * Integrity (issue 27): each setting of --integrity (default off,shard)
+ * gets a set of its own: S xferd started with that --integrity, a
+ * consumer and a producer.  The sets' rounds alternate (round i runs the
+ * sets in turn, the order reversed every other round), so a load that
+ * comes and goes falls on both; each set's tails are printed with its
+ * streamed / lone ratio (the lone transfer of the same setting), then
+ * the ratios of every setting to the first's.
+ *
  * Flags: --xferd PATH (default: next to this program, or the build
- * tree's), --rounds N (7), --layers L (32), --smoke (2 rounds of 4 small
- * layers: every round must end available, nothing else is checked).
- * Exit 0 when every round of every mode ended available.
+ * tree's), --rounds N (7), --layers L (32), --integrity LIST (off,shard),
+ * --smoke (2 rounds of 4 small layers: every round must end available,
+ * nothing else is checked).  Exit 0 when every round of every mode of
+ * every set ended available.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -44,12 +53,15 @@
 
 #define S 4
 #define MAXR 64
+#define MAXSETS 3
 
 typedef struct opts {
     const char *xferd;
     unsigned rounds, layers;
     uint32_t layer;
     bool smoke;
+    unsigned nsets;
+    const char *integ[MAXSETS]; /* xferd --integrity of each set */
 } opts;
 
 static uint64_t now_ns(void)
@@ -59,7 +71,7 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static pid_t kids[S + 1];
+static pid_t kids[MAXSETS * (S + 1)];
 static int nkids;
 
 static void kill_kids(void)
@@ -71,11 +83,14 @@ static void kill_kids(void)
     nkids = 0;
 }
 
-/* xferd for shard k on a free port (written to a port file). */
-static int start_shard(const opts *o, int k, uint16_t *port)
+/* xferd for shard k on a free port (written to a port file), with
+ * --integrity integ. */
+static int start_shard(const opts *o, int k, const char *integ,
+                       uint16_t *port)
 {
     char pf[64], shard[8], pool[32];
-    snprintf(pf, sizeof pf, "/tmp/xfer-bench-stream.%d.%d", (int)getpid(), k);
+    snprintf(pf, sizeof pf, "/tmp/xfer-bench-stream.%d.%d", (int)getpid(),
+             nkids);
     snprintf(shard, sizeof shard, "%d", k);
     snprintf(pool, sizeof pool, "%uM",
              (unsigned)(((uint64_t)o->layers * o->layer * 3 >> 20) + 16));
@@ -89,7 +104,7 @@ static int start_shard(const opts *o, int k, uint16_t *port)
          * quota is a share of it) */
         execl(o->xferd, o->xferd, "--port", "0", "--port-file", pf,
               "--shards", shard, "--pool", pool, "--session-max-bytes",
-              pool, "--quiet", (char *)NULL);
+              pool, "--integrity", integ, "--quiet", (char *)NULL);
         _exit(127);
     }
     kids[nkids++] = pid;
@@ -177,6 +192,7 @@ typedef struct run {
     uint64_t id, t_last, t_avail;
     int status;
     bool completed, available;
+    bool active; /* this set's round is the one running */
 } run;
 
 static uint64_t off_of(const run *r, unsigned l, unsigned k)
@@ -297,7 +313,7 @@ static void on_pipe(evutil_socket_t fd, short what, void *arg)
         memmove(r->cbuf, nl + 1, r->cn - used + 1);
         r->cn -= used;
     }
-    if (r->available && r->completed)
+    if (r->active && r->available && r->completed)
         event_base_loopbreak(r->base);
 }
 
@@ -310,6 +326,7 @@ static uint64_t round_of(run *r, unsigned mode, uint64_t id)
     r->status = 0;
     r->completed = r->available = false;
     r->t_avail = 0;
+    r->active = true;
     if (mode == M_STREAM) {
         uint32_t lens[S];
         for (unsigned k = 0; k < S; k++)
@@ -327,6 +344,7 @@ static uint64_t round_of(run *r, unsigned mode, uint64_t id)
         event_base_loopexit(r->base, &t);
         event_base_dispatch(r->base);
     }
+    r->active = false;
     if (r->status != 0 || !r->available || r->t_avail < r->t_last) {
         fprintf(stderr, "xfer-bench-stream: %s round (id %" PRIu64 ") did "
                 "not end available: status %d (%s), completed %d\n",
@@ -343,13 +361,16 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-enum { F_XFERD = 1, F_ROUNDS, F_LAYERS, F_SMOKE };
+enum { F_XFERD = 1, F_ROUNDS, F_LAYERS, F_INTEG, F_SMOKE };
 
 static const cli_flag flags[] = {
     {"xferd", 0, "PATH", "the xferd to run (default: next to this program, "
      "or the build tree's)", F_XFERD},
     {"rounds", 0, "N", "rounds of each mode, 1..64 (7)", F_ROUNDS},
     {"layers", 0, "L", "layers of the prefill, 1..64 (32)", F_LAYERS},
+    {"integrity", 0, "LIST", "xferd --integrity settings to compare, comma "
+     "separated, each on xferd of its own, rounds alternating: off, shard, "
+     "consumer (off,shard)", F_INTEG},
     {"smoke", 0, NULL, "2 rounds of 4 small layers; exit 1 unless every "
      "round ends available", F_SMOKE},
     CLI_HELP, CLI_VERSION, {NULL, 0, NULL, NULL, 0}};
@@ -366,9 +387,25 @@ static const cli stream_cli = {
              "at a consumer process\n",
     .flags = flags};
 
+/* --integrity's list into o->integ (v is kept: argv's). */
+static int parse_integ(opts *o, char *v)
+{
+    o->nsets = 0;
+    for (char *save = NULL, *t = strtok_r(v, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        if (o->nsets == MAXSETS || (strcmp(t, "off") != 0 &&
+                                    strcmp(t, "shard") != 0 &&
+                                    strcmp(t, "consumer") != 0))
+            return -1;
+        o->integ[o->nsets++] = t;
+    }
+    return o->nsets ? 0 : -1;
+}
+
 static int parse(int argc, char **argv, opts *o, char *xferd, size_t cap)
 {
-    *o = (opts){.rounds = 7, .layers = 32, .layer = 256u << 10};
+    *o = (opts){.rounds = 7, .layers = 32, .layer = 256u << 10,
+                .nsets = 2, .integ = {"off", "shard"}};
     const char *v;
     char *end;
     for (int k; (k = cli_next(&stream_cli, argc, argv, &v)) != CLI_END;) {
@@ -383,6 +420,11 @@ static int parse(int argc, char **argv, opts *o, char *xferd, size_t cap)
             o->layers = (unsigned)strtoul(v, &end, 10);
             if (!*v || *end || o->layers == 0 || o->layers > 64)
                 return cli_bad(&stream_cli, "layer count (1..64)", v);
+            break;
+        case F_INTEG:
+            if (parse_integ(o, (char *)v) != 0)
+                return cli_bad(&stream_cli, "integrity list (up to 3 of "
+                               "off, shard, consumer)", v);
             break;
         case F_SMOKE: o->smoke = true; break;
         default: return 2; /* CLI_ERR: the line is printed */
@@ -416,6 +458,103 @@ static void stream_shut(void *ud)
     *(bool *)ud = true;
 }
 
+/* One integrity setting's deployment: S xferd, a consumer process, the
+ * producer (on the shared base). */
+typedef struct set {
+    const char *integ;
+    char ab[S][32];
+    const char *addrs[S];
+    int pipe;
+    run r;
+    uint64_t tail[M_COUNT][MAXR];
+    double med[M_COUNT];
+} set;
+
+static int set_start(const opts *o, set *st, struct event_base *base)
+{
+    for (int k = 0; k < S; k++) {
+        uint16_t port;
+        if (start_shard(o, k, st->integ, &port) != 0) {
+            fprintf(stderr, "xfer-bench-stream: cannot start %s\n", o->xferd);
+            return -1;
+        }
+        snprintf(st->ab[k], sizeof st->ab[k], "127.0.0.1:%u",
+                 (unsigned)port);
+        st->addrs[k] = st->ab[k];
+    }
+    int p[2];
+    if (pipe(p) != 0)
+        return -1;
+    pid_t cpid = fork();
+    if (cpid < 0)
+        return -1;
+    if (cpid == 0) {
+        close(p[0]);
+        run_consumer(st->addrs, p[1]);
+    }
+    kids[nkids++] = cpid;
+    close(p[1]);
+    st->pipe = p[0];
+
+    run *r = &st->r;
+    *r = (run){.o = o, .cfd = p[0], .base = base};
+    size_t len = (size_t)o->layers * S * o->layer * 2;
+    r->staging = calloc(len, 1);
+    xfer_engine_config ec;
+    xfer_engine_config_default(&ec);
+    ec.base = base;
+    xfer_tcp_config tc;
+    xfer_tcp_config_default(&tc);
+    tc.nshards = S;
+    tc.addrs = st->addrs;
+    if (!r->staging || xfer_engine_new(&ec, &r->e) ||
+        xfer_tcp_new(base, &tc, &r->tcp) ||
+        xfer_engine_register_pool(r->e, r->staging, len, &r->pool) ||
+        xfer_engine_add_group(r->e, xfer_tcp_transport(r->tcp), &r->group)) {
+        fprintf(stderr, "xfer-bench-stream: cannot make the producer\n");
+        return -1;
+    }
+    r->tick = evtimer_new(base, on_tick, r);
+    r->pipe_ev = event_new(base, p[0], EV_READ | EV_PERSIST, on_pipe, r);
+    event_add(r->pipe_ev, NULL);
+    for (int i = 0; i < 500; i++) {
+        int up = 0;
+        for (uint16_t k = 0; k < S; k++)
+            up += xfer_tcp_connected(r->tcp, k);
+        if (up == S)
+            break;
+        struct timeval t = {0, 10000};
+        event_base_loopexit(base, &t);
+        event_base_dispatch(base);
+    }
+    return 0;
+}
+
+/* Shut the producer down and free it, so a sanitizer build sees no
+ * leak. */
+static void set_stop(set *st)
+{
+    run *r = &st->r;
+    if (r->tick)
+        event_free(r->tick);
+    if (r->pipe_ev)
+        event_free(r->pipe_ev);
+    bool shut = false;
+    if (r->e && xfer_engine_shutdown(r->e, stream_shut, &shut) == 0)
+        for (int i = 0; i < 500 && !shut; i++) {
+            struct timeval t = {0, 10000};
+            event_base_loopexit(r->base, &t);
+            event_base_dispatch(r->base);
+        }
+    if (r->e)
+        xfer_engine_del(r->e);
+    if (r->tcp)
+        xfer_tcp_del(r->tcp);
+    event_base_loop(r->base, EVLOOP_NONBLOCK);
+    free(r->staging);
+    close(st->pipe);
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -425,103 +564,56 @@ int main(int argc, char **argv)
         return rc;
     signal(SIGPIPE, SIG_IGN);
     atexit(kill_kids);
-    uint16_t ports[S];
-    char ab[S][32];
-    const char *addrs[S];
-    for (int k = 0; k < S; k++) {
-        if (start_shard(&o, k, &ports[k]) != 0) {
-            fprintf(stderr, "xfer-bench-stream: cannot start %s\n", o.xferd);
+    struct event_base *base = event_base_new();
+    static set sets[MAXSETS];
+    for (unsigned j = 0; j < o.nsets; j++) {
+        sets[j].integ = o.integ[j];
+        if (!base || set_start(&o, &sets[j], base) != 0)
             return 1;
-        }
-        snprintf(ab[k], sizeof ab[k], "127.0.0.1:%u", (unsigned)ports[k]);
-        addrs[k] = ab[k];
     }
-    int p[2];
-    if (pipe(p) != 0)
-        return 1;
-    pid_t cpid = fork();
-    if (cpid == 0) {
-        close(p[0]);
-        run_consumer(addrs, p[1]);
-    }
-    kids[nkids++] = cpid;
-    close(p[1]);
+    usleep(300000); /* the consumers subscribed */
 
-    run r = {.o = &o, .cfd = p[0]};
-    r.base = event_base_new();
-    size_t len = (size_t)o.layers * S * o.layer * 2;
-    r.staging = calloc(len, 1);
-    xfer_engine_config ec;
-    xfer_engine_config_default(&ec);
-    ec.base = r.base;
-    xfer_tcp_config tc;
-    xfer_tcp_config_default(&tc);
-    tc.nshards = S;
-    tc.addrs = addrs;
-    if (!r.staging || xfer_engine_new(&ec, &r.e) ||
-        xfer_tcp_new(r.base, &tc, &r.tcp) ||
-        xfer_engine_register_pool(r.e, r.staging, len, &r.pool) ||
-        xfer_engine_add_group(r.e, xfer_tcp_transport(r.tcp), &r.group)) {
-        fprintf(stderr, "xfer-bench-stream: cannot make the producer\n");
-        return 1;
-    }
-    r.tick = evtimer_new(r.base, on_tick, &r);
-    r.pipe_ev = event_new(r.base, p[0], EV_READ | EV_PERSIST, on_pipe, &r);
-    event_add(r.pipe_ev, NULL);
-    for (int i = 0; i < 500; i++) {
-        int up = 0;
-        for (uint16_t k = 0; k < S; k++)
-            up += xfer_tcp_connected(r.tcp, k);
-        if (up == S)
-            break;
-        struct timeval t = {0, 10000};
-        event_base_loopexit(r.base, &t);
-        event_base_dispatch(r.base);
-    }
-    usleep(300000); /* the consumer subscribed */
-
-    uint64_t tail[M_COUNT][MAXR];
     unsigned bad = 0;
     uint64_t id = 1;
     for (unsigned i = 0; i < o.rounds; i++)
-        for (unsigned m = 0; m < M_COUNT; m++) {
-            tail[m][i] = round_of(&r, m, id++);
-            bad += tail[m][i] == 0;
+        for (unsigned n = 0; n < o.nsets; n++) {
+            /* the sets in turn, the order reversed every other round */
+            set *st = &sets[i % 2 ? o.nsets - 1 - n : n];
+            for (unsigned m = 0; m < M_COUNT; m++) {
+                st->tail[m][i] = round_of(&st->r, m, id++);
+                bad += st->tail[m][i] == 0;
+            }
         }
     printf("xfer-bench stream: %u layers of %u KiB per shard, one per 1 ms, "
            "%d shards over TCP (xferd), %u rounds; tail = available at the "
            "consumer process - last layer produced\n",
            o.layers, o.layer >> 10, S, o.rounds);
-    double med[M_COUNT];
-    for (unsigned m = 0; m < M_COUNT; m++) {
-        qsort(tail[m], o.rounds, sizeof tail[m][0], cmp_u64);
-        med[m] = (double)tail[m][o.rounds / 2] / 1e6;
-        printf("  %-32s median %8.3f ms   worst %8.3f ms\n", mode_name[m],
-               med[m], (double)tail[m][o.rounds - 1] / 1e6);
+    for (unsigned j = 0; j < o.nsets; j++) {
+        set *st = &sets[j];
+        printf(" integrity %s (xferd of its own):\n", st->integ);
+        for (unsigned m = 0; m < M_COUNT; m++) {
+            qsort(st->tail[m], o.rounds, sizeof st->tail[m][0], cmp_u64);
+            st->med[m] = (double)st->tail[m][o.rounds / 2] / 1e6;
+            printf("  %-32s median %8.3f ms   worst %8.3f ms\n",
+                   mode_name[m], st->med[m],
+                   (double)st->tail[m][o.rounds - 1] / 1e6);
+        }
+        if (st->med[M_LONE] > 0)
+            printf("  streamed / lone: %.2fx (target <= 1.2x); one-shot / "
+                   "lone: %.2fx\n", st->med[M_STREAM] / st->med[M_LONE],
+                   st->med[M_ONESHOT] / st->med[M_LONE]);
     }
-    if (med[M_LONE] > 0)
-        printf("  streamed / lone: %.2fx (target <= 1.2x); one-shot / lone: "
-               "%.2fx\n", med[M_STREAM] / med[M_LONE],
-               med[M_ONESHOT] / med[M_LONE]);
+    for (unsigned j = 1; j < o.nsets; j++)
+        for (unsigned m = 0; m < M_COUNT; m++)
+            if (sets[0].med[m] > 0)
+                printf(" %s / %s, %s: %.2fx\n", sets[j].integ, sets[0].integ,
+                       mode_name[m], sets[j].med[m] / sets[0].med[m]);
     if (bad)
         printf("  %u rounds did not end available\n", bad);
-    event_free(r.tick);
-    event_free(r.pipe_ev);
-    /* every round ended: shut the producer down and free it, so a
-     * sanitizer build sees no leak */
-    bool shut = false;
-    if (xfer_engine_shutdown(r.e, stream_shut, &shut) == 0)
-        for (int i = 0; i < 500 && !shut; i++) {
-            struct timeval t = {0, 10000};
-            event_base_loopexit(r.base, &t);
-            event_base_dispatch(r.base);
-        }
-    xfer_engine_del(r.e);
-    xfer_tcp_del(r.tcp);
-    event_base_loop(r.base, EVLOOP_NONBLOCK);
-    event_base_free(r.base);
-    free(r.staging);
-    close(p[0]);
+    /* every round ended */
+    for (unsigned j = 0; j < o.nsets; j++)
+        set_stop(&sets[j]);
+    event_base_free(base);
     kill_kids();
     return bad ? 1 : 0;
 }
