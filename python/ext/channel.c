@@ -63,7 +63,7 @@ static void report(PyObject *where)
 }
 
 /* Method names, interned once (GIL). */
-static PyObject *s_done, *s_set_result, *s_set_exception;
+static PyObject *s_done, *s_set_result, *s_set_exception, *s_exception;
 
 static int intern_names(void)
 {
@@ -72,7 +72,9 @@ static int intern_names(void)
     s_done = PyUnicode_InternFromString("done");
     s_set_result = PyUnicode_InternFromString("set_result");
     s_set_exception = PyUnicode_InternFromString("set_exception");
-    return s_done && s_set_result && s_set_exception ? 0 : -1;
+    s_exception = PyUnicode_InternFromString("exception");
+    return s_done && s_set_result && s_set_exception && s_exception ? 0
+                                                                     : -1;
 }
 
 /* 1 when fut is already done, 0 when not, -1 with an exception. */
@@ -101,6 +103,25 @@ static void deliver_future(pyx_channel *c, pyx_ticket *t)
     PyObject *r = NULL;
     if (t->kind == PYX_T_CLOSED) {
         r = PyObject_CallMethodOneArg(t->target, s_set_result, Py_None);
+    } else if (t->kind == PYX_T_PART && !t->res.status) {
+        PyObject *n = PyLong_FromUnsignedLongLong(t->res.user_data);
+        r = n ? PyObject_CallMethodOneArg(t->target, s_set_result, n) : NULL;
+        Py_XDECREF(n);
+    } else if (t->kind == PYX_T_PART) {
+        /* A failed part's future is marked retrieved (exception() read
+         * once): the stream's outcome carries the failure, and a producer
+         * that never awaits its parts must not be warned about each. */
+        t->res.user_data = 0;
+        PyObject *res = pyx_result_new(&t->res);
+        PyObject *exc = res ? pyx_error_for(res, t->res.status) : NULL;
+        r = exc ? PyObject_CallMethodOneArg(t->target, s_set_exception, exc)
+                : NULL;
+        if (r) {
+            Py_DECREF(r);
+            r = PyObject_CallMethodNoArgs(t->target, s_exception);
+        }
+        Py_XDECREF(exc);
+        Py_XDECREF(res);
     } else if (t->kind == PYX_T_BOOL) {
         r = PyObject_CallMethodOneArg(t->target, s_set_result,
                                       t->res.status ? Py_False : Py_True);

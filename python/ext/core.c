@@ -307,12 +307,25 @@ int pyx_core_stream_open(pyx_core *c, const xfer_stream_desc *d,
     return rc;
 }
 
-int pyx_core_stream_part(pyx_core *c, const xfer_part_desc *d)
+/* A part's staging was released (loop): the part number travels in
+ * user_data, the transfer's id and status as a completion's would. */
+static void on_part(void *ud, uint64_t id, uint32_t part, int status)
+{
+    xfer_result res = {.id = id, .status = status, .user_data = part,
+                       .first_failed_shard = XFER_SHARD_NONE};
+    pyx_ticket_complete(ud, &res);
+}
+
+int pyx_core_stream_part(pyx_core *c, const xfer_part_desc *d,
+                         pyx_ticket *t)
 {
     int rc;
+    xfer_part_desc pd = *d;
+    pd.cb = on_part;
+    pd.ud = t;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&c->lock);
-    rc = c->state == PYX_OPEN ? xfer_engine_post_stream_part(c->e, d)
+    rc = c->state == PYX_OPEN ? xfer_engine_post_stream_part(c->e, &pd)
                               : XFER_ERR_SHUTDOWN;
     pthread_mutex_unlock(&c->lock);
     Py_END_ALLOW_THREADS

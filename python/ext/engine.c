@@ -723,7 +723,12 @@ static PyObject *engine_stream_open(PyObject *obj, PyObject *args)
 }
 
 /* _stream_part(id, pool, ranges): ranges of (shard, offset, length,
- * resv_offset), offset and length inside the pool. */
+ * resv_offset), offset and length inside the pool.  Returns a future of
+ * the running loop that resolves to the part number once the part's
+ * staging was released, or holds the error of the status it was released
+ * with (already marked retrieved).  The pool stays in self->pools, and
+ * registered (unregister is refused while a stream may read it), until the
+ * engine closed, after every part's release. */
 static PyObject *engine_stream_part(PyObject *obj, PyObject *args)
 {
     pyx_engine *self = (pyx_engine *)obj;
@@ -782,18 +787,43 @@ static PyObject *engine_stream_part(PyObject *obj, PyObject *args)
                                 .shard = (uint16_t)v[0]};
     }
     Py_DECREF(seq);
+    PyObject *fut = NULL;
+    pyx_ticket *t = NULL;
+    pyx_channel *chan = NULL;
     if (rc == 0) {
+        PyObject *loop = pyx_running_loop();
+        chan = loop ? channel_for(self, loop) : NULL;
+        fut = chan ? PyObject_CallMethod(loop, "create_future", NULL) : NULL;
+        Py_XDECREF(loop);
+        t = fut ? calloc(1, sizeof *t) : NULL;
+        if (fut && !t)
+            PyErr_NoMemory();
+        rc = t ? 0 : -1;
+    }
+    if (rc == 0) {
+        t->kind = PYX_T_PART;
+        t->target = fut;
+        Py_INCREF(fut);
+        t->chan = chan;
+        Py_INCREF(chan);
+        pyx_channel_expect(chan, 1);
         xfer_part_desc d = {.id = id, .ranges = r, .nranges = (uint32_t)n};
-        int xrc = pyx_core_stream_part(self->core, &d);
+        int xrc = pyx_core_stream_part(self->core, &d, t);
         if (xrc != 0) {
+            pyx_channel_expect(chan, -1);
+            Py_DECREF(chan);
+            Py_DECREF(fut); /* the ticket's */
+            free(t);
             pyx_raise(xrc);
             rc = -1;
         }
     }
     free(r);
-    if (rc)
+    if (rc) {
+        Py_XDECREF(fut);
         return NULL;
-    Py_RETURN_NONE;
+    }
+    return fut;
 }
 
 /* _stream_seal(id, crcs=None): crcs, one per shard of the stream, the
@@ -1143,7 +1173,10 @@ static PyMethodDef engine_methods[] = {
      "submit_callback(id, pool, slices, callback, ...): callback(result) "
      "runs on the engine's callback thread"},
     {"_stream_open", engine_stream_open, METH_VARARGS, NULL},
-    {"_stream_part", engine_stream_part, METH_VARARGS, NULL},
+    {"_stream_part", engine_stream_part, METH_VARARGS,
+     "_stream_part($self, id, pool, ranges, /)\n--\n\n"
+     "_stream_part(id, pool, ranges) -> Future: Stream.write's; resolves "
+     "to the part number once its staging was released"},
     {"_stream_seal", engine_stream_seal, METH_VARARGS, NULL},
     {"cancel", engine_cancel, METH_O,
      "cancel($self, id, /)\n--\n\n"

@@ -85,8 +85,11 @@ enum {
     PYX_T_WAIT = 2,     /* wake a thread blocked in submit_wait */
     PYX_T_CLOSED = 3,   /* resolve target (a future) with None: the engine
                            stopped (Engine.aclose) */
-    PYX_T_BOOL = 4      /* resolve target (a future) with res.status == 0
+    PYX_T_BOOL = 4,     /* resolve target (a future) with res.status == 0
                            (Server.adrain: drained in time) */
+    PYX_T_PART = 5      /* resolve target (a future) with the part number
+                           (res.user_data), or its error when res.status
+                           is not 0, marked retrieved (Stream.write) */
 };
 
 typedef struct pyx_ticket {
@@ -228,7 +231,10 @@ int pyx_core_cancel(pyx_core *c, uint64_t id);
  * them, or NULL (xfer_engine_post_submit_crc).  0 or an xfer error (t untouched then). */
 int pyx_core_stream_open(pyx_core *c, const xfer_stream_desc *d,
                          pyx_ticket *t);
-int pyx_core_stream_part(pyx_core *c, const xfer_part_desc *d);
+/* Post part d; on 0, t (a PYX_T_PART ticket) is pushed once, when the
+ * loop released the part's staging (or refused the part). */
+int pyx_core_stream_part(pyx_core *c, const xfer_part_desc *d,
+                         pyx_ticket *t);
 int pyx_core_stream_seal(pyx_core *c, uint64_t id, const uint32_t *crcs,
                          uint16_t ncrcs);
 /* Wait for a PYX_T_WAIT ticket (GIL held on entry; released while it

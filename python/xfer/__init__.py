@@ -477,7 +477,18 @@ class Stream:
         (the engine refuses to unregister it before).  A part the engine
         refuses (the stream failed, was cancelled, or a bound was passed)
         fails the stream: its outcome says why; a part after the stream
-        ended raises that outcome's error (StateError once it succeeded)."""
+        ended raises that outcome's error (StateError once it succeeded).
+
+        Returns an asyncio Future of the running loop that resolves when
+        the part's staging is the producer's again (none of its writes in
+        flight, none to be sent): its result is the part number (1, 2, ...
+        in the order written); a part released with a failure (the stream
+        failed, was cancelled, or refused the part) holds the Error of
+        that status instead, which awaiting it raises.  Such a future is
+        marked retrieved: a producer that never awaits its parts gets no
+        "exception was never retrieved" warning (the stream's outcome
+        carries the failure).  Every part's future is done before the
+        stream's transfer is."""
         t = self.transfer
         if t is None:
             raise errors[_STATE_CODE](_STATE_CODE,
@@ -488,7 +499,7 @@ class Stream:
                 raise exc
             raise errors[_STATE_CODE](_STATE_CODE,
                                           "the stream has ended")
-        self._engine._stream_part(self.id, pool, list(ranges))
+        return self._engine._stream_part(self.id, pool, list(ranges))
 
     async def __aexit__(self, et, ev, tb):
         if et is None:

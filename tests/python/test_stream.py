@@ -4,6 +4,7 @@ outcome; an exception inside cancels the stream and propagates once it
 ended.  Bytes are checked where a consumer reads them: xfer.Server
 buffers, over TCP, through an xfer.Consumer."""
 import asyncio
+import gc
 import os
 
 import pytest
@@ -100,4 +101,85 @@ def test_stream_incomplete_fails_at_seal():
                 st.write(pool, layer_ranges(0))  # layers 1..3 never come
         assert ex.value.result.phase == xfer.PHASE_COMPLETING
     run(go())
+    e.shutdown()
+
+
+def test_stream_part_futures_release_in_order_before_outcome():
+    """Issue 26 item 3: Stream.write returns a future per part that
+    resolves to the part number once the part's staging is released, in
+    part order and before the stream's outcome; a buffer overwritten right
+    after its part's future resolved leaves the landed bytes as written."""
+    bufs = [bytearray(1 << 20) for _ in range(S)]
+    srv = xfer.Server(bufs)
+    eng = xfer.Engine(xfer.Tcp(srv.addrs), default_timeout=5)
+    cons = xfer.Consumer(srv.addrs, buffers=srv)
+    assert eng.transports[0].wait_connected(10) and cons.wait_connected(10)
+    staging = bytearray(os.urandom(LAYERS * S * LAYER))
+    sent = bytes(staging)
+    pool = eng.register_pool(staging)
+    events = []
+
+    def want(k):
+        out = bytearray()
+        for l in range(LAYERS):
+            for b in range(BLOCKS):
+                off = ((l * S + k) * BLOCKS + (BLOCKS - 1 - b)) * BLK
+                out += sent[off:off + BLK]
+        return bytes(out)
+
+    async def go():
+        async with eng.stream(12, [LAYERS * LAYER] * S) as st:
+            st.transfer.add_done_callback(lambda f: events.append("end"))
+            parts = []
+            for l in range(LAYERS):
+                f = st.write(pool, layer_ranges(l))
+                f.add_done_callback(lambda f: events.append(f.result()))
+                parts.append(f)
+            for l, f in enumerate(parts):
+                assert await asyncio.wait_for(f, 10) == l + 1
+                # the layer's staging is ours again: reuse it at once
+                lo = l * S * LAYER
+                staging[lo:lo + S * LAYER] = bytes(S * LAYER)
+        return await asyncio.wait_for(cons.__anext__(), 10)
+    o = run(go(), 30)
+    assert o.ok and o.id == 12
+    assert events == [1, 2, 3, 4, "end"]
+    for k, view in enumerate(o.views):
+        assert bytes(view) == want(k)
+    o.release()
+    cons.close()
+    eng.shutdown()
+    srv.close()
+
+
+def test_stream_part_future_raises_when_stream_cancelled():
+    """A part still in flight when the body raises is released with the
+    stream's status: its future raises CancelledError (never hangs), and
+    a failed part's future nobody awaits logs no "never retrieved"."""
+    e, tp = loop_engine(write_time=0.25)
+    pool = e.register_pool(bytearray(LAYERS * S * LAYER))
+    logged = []
+
+    class Boom(Exception):
+        pass
+
+    async def go():
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, ctx: logged.append(ctx))
+        st = e.stream(13, [LAYERS * LAYER] * S, timeout=5)
+        with pytest.raises(Boom):
+            async with st:
+                f = st.write(pool, layer_ranges(0))
+                ignored = st.write(pool, layer_ranges(1))
+                assert not f.done()
+                raise Boom()
+        assert ignored.done() and f.done()
+        with pytest.raises(xfer.CancelledError) as ex:
+            await asyncio.wait_for(f, 10)
+        assert ex.value.result.id == 13
+        del ignored
+        gc.collect()
+        await asyncio.sleep(0)
+    run(go(), 30)
+    assert logged == []
     e.shutdown()
