@@ -436,8 +436,7 @@ static bool send_op(tcp_conn *c, tcp_op *op)
         m.crc_set = 1; /* a stream's: its runs' CRCs joined */
         c->t->st.crcs_sent++;
     } else if (c->crc && a->kind == XFER_ACT_WRITE && op->src && a->len &&
-               (a->part || (a->len >= TCP_RUN_MIN_ONESHOT &&
-                            host_staged(c->t, a, op->src)))) {
+               (a->part || host_staged(c->t, a, op->src))) {
         op->run_pending = true; /* stream_run once the socket read it */
     } else if (c->nruns && a->kind == XFER_ACT_CANCEL) {
         runs_drop(c, a->id, 0);

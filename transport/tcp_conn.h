@@ -79,11 +79,6 @@ typedef struct tcp_run {
     uint32_t attempt, off, len, crc;
 } tcp_run;
 #define TCP_RUNS_MAX 1024u /* per connection; past it, streams go unchecked */
-/* A one-shot WRITE at least this long keeps its CRC as it goes out (its
- * COMMIT then reads nothing); a shorter one's COMMIT reads its slice
- * again: 4 KiB is still in cache then, and the run's bookkeeping cost
- * more than the read (xfer-bench tcp --only integrity, docs/perf.md). */
-#define TCP_RUN_MIN_ONESHOT (64u << 10)
 #define TCP_POOLS_MAX 64u  /* host staging pools known (xfer_tcp.pools) */
 
 /* A lease refresh sent on a connection and not yet answered (tcp.c
