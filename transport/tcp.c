@@ -379,6 +379,41 @@ static bool stream_crc(tcp_conn *c, const xfer_action *a, uint32_t *crc)
     return true;
 }
 
+/* A one-shot COMMIT's CRC: the one run its WRITE left on this connection,
+ * if it covers the slice [0, a->len).  One pass and one move of the runs
+ * after it (a stream's join, stream_crc, takes three passes, which cost
+ * more than reading 4 KiB again at 64 in flight).  More than one run of
+ * (id, attempt), or none: false, and the slice is read again.  The runs
+ * of (id, attempt) are dropped either way. */
+static bool oneshot_crc(tcp_conn *c, const xfer_action *a, uint32_t *crc)
+{
+    uint32_t at = UINT32_MAX;
+    bool many = false;
+    for (uint32_t i = 0; i < c->nruns && !many; i++) {
+        const tcp_run *r = &c->runs[i];
+        if (r->id != a->id || r->attempt != a->attempt)
+            continue;
+        if (at != UINT32_MAX)
+            many = true;
+        else
+            at = i;
+    }
+    if (many) {
+        runs_drop(c, a->id, a->attempt);
+        return false;
+    }
+    if (at == UINT32_MAX)
+        return false;
+    const tcp_run r = c->runs[at];
+    memmove(&c->runs[at], &c->runs[at + 1],
+            (c->nruns - at - 1) * sizeof *c->runs);
+    c->nruns--;
+    if (r.resv_id != a->resv_id || r.off != 0 || r.len != a->len)
+        return false;
+    *crc = r.crc;
+    return true;
+}
+
 /* A one-shot WRITE's bytes are the engine's host staging (pool_added),
  * not a bounce buffer of a device pool's D2H copy: then its COMMIT may
  * use the CRC taken as it went out. */
@@ -427,7 +462,7 @@ static bool send_op(tcp_conn *c, tcp_op *op)
          * it is now (after the gate; a COMMIT's after its write ended, I3
          * holds the staging; a device slice's D2H copy) */
         if (a->kind == XFER_ACT_EAGER || !c->nruns ||
-            !stream_crc(c, a, &m.crc))
+            !oneshot_crc(c, a, &m.crc))
             m.crc = xfer_crc32c(0, op->src, a->len);
         m.crc_set = 1;
         c->t->st.crcs_sent++;
