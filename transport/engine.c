@@ -143,6 +143,9 @@ struct xfer_engine {
     xfer_core *core;
     uint32_t crcs_live;       /* slots holding caller CRCs (cb_rec.crcs):
                                  at 0 no COMMIT looks for one */
+    uint32_t streams_live;    /* slots of streams (cb_rec.stream): at 0 no
+                                 RESERVE answer looks for a stream to
+                                 refresh */
     pool_rec *pools;
     xfer_life_pool *reg;      /* the pool registry, max_pools slots */
     xfer_ecopy *ecopy;        /* device staging's copy step; made at the
@@ -556,6 +559,7 @@ static void pop_done(xfer_engine *e, xfer_done *out)
         c->crcs = NULL;
         e->crcs_live--;
     }
+    e->streams_live -= c->stream;
     c->used = 0;
     e->cb_free[e->ncb_free++] = d->slot;
 }
@@ -627,7 +631,7 @@ void xfer_engine_deliver(struct xfer_engine *e, const xfer_shard_result *r)
     if (e->ecopy) /* a bounce buffer the transport let go of */
         xfer_ecopy_on_result(e->ecopy, r);
     uint64_t now = xfer_engine_now(e);
-    if (r->op == XFER_OP_RESERVE && r->status == 0)
+    if (e->streams_live && r->op == XFER_OP_RESERVE && r->status == 0)
         refresh_note(e, r, now);
     int rc = xfer_core_on_result(e->core, now, r);
     if (rc == XFER_ERR_BUSY && e->undrained) {
@@ -1375,6 +1379,7 @@ int xfer_engine_stream_open(xfer_engine *e, const xfer_stream_desc *d,
                             .group = d->group, .deadline = a.deadline_ns,
                             .rf_id = d->id,
                             .nshards = d->nshards};
+    e->streams_live++;
     drain(e);
     return 0;
 }
