@@ -342,8 +342,31 @@ static void runs_drop(tcp_conn *c, uint64_t id, uint32_t attempt)
  * reads its slice again.  The runs are dropped either way. */
 static bool stream_crc(tcp_conn *c, const xfer_action *a, uint32_t *crc)
 {
+    /* One run of (id, attempt), as every one-shot and a one-run stream
+     * leave: taken in one pass and one move of the runs after it (the
+     * join below costs three passes and a copy of the table, four COMMITs
+     * per transfer, about 64 runs per connection at 64 in flight). */
+    uint32_t at = UINT32_MAX, n = 0;
+    for (uint32_t i = 0; i < c->nruns && n < 2; i++)
+        if (c->runs[i].id == a->id && c->runs[i].attempt == a->attempt) {
+            at = n ? at : i;
+            n++;
+        }
+    if (n == 0)
+        return false;
+    if (n == 1) {
+        const tcp_run r = c->runs[at];
+        memmove(&c->runs[at], &c->runs[at + 1],
+                (c->nruns - at - 1) * sizeof *c->runs);
+        c->nruns--;
+        if (r.resv_id != a->resv_id || r.off != 0 ||
+            (a->len && r.len != a->len))
+            return false;
+        *crc = r.crc;
+        return true;
+    }
     uint32_t pos = 0, acc = 0;
-    bool ok = c->nruns > 0, any = false;
+    bool ok = true, any = false;
     while (ok) {
         const tcp_run *next = NULL;
         bool dup = false;
@@ -376,41 +399,6 @@ static bool stream_crc(tcp_conn *c, const xfer_action *a, uint32_t *crc)
     if (!ok || !any || (a->len && pos != a->len))
         return false;
     *crc = acc;
-    return true;
-}
-
-/* A one-shot COMMIT's CRC: the one run its WRITE left on this connection,
- * if it covers the slice [0, a->len).  One pass and one move of the runs
- * after it (a stream's join, stream_crc, takes three passes, which cost
- * more than reading 4 KiB again at 64 in flight).  More than one run of
- * (id, attempt), or none: false, and the slice is read again.  The runs
- * of (id, attempt) are dropped either way. */
-static bool oneshot_crc(tcp_conn *c, const xfer_action *a, uint32_t *crc)
-{
-    uint32_t at = UINT32_MAX;
-    bool many = false;
-    for (uint32_t i = 0; i < c->nruns && !many; i++) {
-        const tcp_run *r = &c->runs[i];
-        if (r->id != a->id || r->attempt != a->attempt)
-            continue;
-        if (at != UINT32_MAX)
-            many = true;
-        else
-            at = i;
-    }
-    if (many) {
-        runs_drop(c, a->id, a->attempt);
-        return false;
-    }
-    if (at == UINT32_MAX)
-        return false;
-    const tcp_run r = c->runs[at];
-    memmove(&c->runs[at], &c->runs[at + 1],
-            (c->nruns - at - 1) * sizeof *c->runs);
-    c->nruns--;
-    if (r.resv_id != a->resv_id || r.off != 0 || r.len != a->len)
-        return false;
-    *crc = r.crc;
     return true;
 }
 
@@ -462,7 +450,7 @@ static bool send_op(tcp_conn *c, tcp_op *op)
          * it is now (after the gate; a COMMIT's after its write ended, I3
          * holds the staging; a device slice's D2H copy) */
         if (a->kind == XFER_ACT_EAGER || !c->nruns ||
-            !oneshot_crc(c, a, &m.crc))
+            !stream_crc(c, a, &m.crc))
             m.crc = xfer_crc32c(0, op->src, a->len);
         m.crc_set = 1;
         c->t->st.crcs_sent++;
