@@ -223,7 +223,7 @@ static int spawn_one(demo_tcp *t, uint16_t k)
     return 0;
 }
 
-static int read_port(const char *path, uint16_t *port)
+int demo_tcp_read_port(const char *path, uint16_t *port)
 {
     FILE *f = fopen(path, "r");
     unsigned v = 0;
@@ -260,7 +260,7 @@ static int poll_child(demo_tcp *t, uint16_t k, char *err, size_t cap)
     char path[320], why[200];
     int status;
     file_path(t, k, "port", path, sizeof path);
-    if (read_port(path, &t->port[k]) == 0) {
+    if (demo_tcp_read_port(path, &t->port[k]) == 0) {
         unlink(path);
         snprintf(t->addr[k], sizeof t->addr[k], "127.0.0.1:%u",
                  (unsigned)t->port[k]);
@@ -484,12 +484,19 @@ static void tcp_config(const demo_tcp *t, xfer_tcp_config *tc)
     tc->reconnect_max_ns = 200000000ull;
 }
 
-int demo_tcp_connect(const demo_tcp *t, struct event_base *base,
-                     uint64_t timeout_ms, xfer_tcp **out, char *err,
-                     size_t cap)
+/* The transport to every shard, by address or (dir) through the
+ * directory's group "0", once every link is up. */
+static int connect_with(const demo_tcp *t, struct event_base *base,
+                        struct xfer_dir *dir, uint64_t timeout_ms,
+                        xfer_tcp **out, char *err, size_t cap)
 {
     xfer_tcp_config tc;
     tcp_config(t, &tc);
+    if (dir) {
+        tc.addrs = NULL;
+        tc.dir = dir;
+        tc.dir_group = "0";
+    }
     xfer_tcp *tcp = NULL;
     int rc = xfer_tcp_new(base, &tc, &tcp);
     if (rc) {
@@ -506,29 +513,18 @@ int demo_tcp_connect(const demo_tcp *t, struct event_base *base,
     return 0;
 }
 
+int demo_tcp_connect(const demo_tcp *t, struct event_base *base,
+                     uint64_t timeout_ms, xfer_tcp **out, char *err,
+                     size_t cap)
+{
+    return connect_with(t, base, NULL, timeout_ms, out, err, cap);
+}
+
 int demo_tcp_connect_dir(const demo_tcp *t, struct event_base *base,
                          struct xfer_dir *dir, uint64_t timeout_ms,
                          xfer_tcp **out, char *err, size_t cap)
 {
-    xfer_tcp_config tc;
-    tcp_config(t, &tc);
-    tc.addrs = NULL;
-    tc.dir = dir;
-    tc.dir_group = "0";
-    xfer_tcp *tcp = NULL;
-    int rc = xfer_tcp_new(base, &tc, &tcp);
-    if (rc) {
-        snprintf(err, cap, "cannot make the tcp transport: %s",
-                 xfer_strerror(rc));
-        return rc;
-    }
-    rc = wait_up(t, base, timeout_ms, tcp_up, tcp, err, cap);
-    if (rc) {
-        xfer_tcp_del(tcp);
-        return rc;
-    }
-    *out = tcp;
-    return 0;
+    return connect_with(t, base, dir, timeout_ms, out, err, cap);
 }
 
 int demo_tcp_connect_rdma(const demo_tcp *t, struct event_base *base,

@@ -57,6 +57,10 @@ typedef struct demo_tcp_config {
  */
 int demo_tcp_find_xferd(const char *argv0, char *buf, size_t cap);
 
+/* The port an xferd wrote to its --port-file `path` (borrowed): 0 and
+ * *port set, or -1 (no file yet, or no port in it). */
+int demo_tcp_read_port(const char *path, uint16_t *port);
+
 /*
  * Spawn the xferd children (--shm or --consume, --quiet, the caps, lease
  * and faults of cfg; stdout to /dev/null, stderr to a log in a private temp folder,

@@ -547,7 +547,7 @@ static void plot(const char *dir, const char *datpath)
 /* Two xferd --consume processes, host h serving shards h, h+2, ... of 16
  * on one port each, with the shard curve's settings (demo_tcp.c).  Fills
  * pids and ports; 0, or -1 with whatever started killed. */
-static int start_hosts(const char *xferd, pid_t pids[2], unsigned ports[2])
+static int start_hosts(const char *xferd, pid_t pids[2], uint16_t ports[2])
 {
     char dir[] = "/tmp/xfer-scale-hosts-XXXXXX";
     if (!mkdtemp(dir))
@@ -577,15 +577,9 @@ static int start_hosts(const char *xferd, pid_t pids[2], unsigned ports[2])
         }
         pids[h] = pid;
         ports[h] = 0;
-        for (int i = 0; i < 500 && !ports[h]; i++) {
-            FILE *f = fopen(pf, "r");
-            if (!f || fscanf(f, "%u", &ports[h]) != 1)
-                ports[h] = 0;
-            if (f)
-                fclose(f);
-            if (!ports[h])
+        for (int i = 0; i < 500 && !ports[h]; i++)
+            if (demo_tcp_read_port(pf, &ports[h]) != 0)
                 usleep(10000);
-        }
         unlink(pf);
         if (!ports[h])
             rc = -1;
@@ -722,7 +716,7 @@ int main(int argc, char **argv)
      * processes (no more xferd than this machine's 2 CPUs), so a point's
      * fan-out wakes at most two processes. */
     peers two = {.nhosts = 2};
-    unsigned hport[2];
+    uint16_t hport[2];
     char haddr[MAXS][32];
     const char *haddrs[MAXS];
     if (!rc && run[1] && start_hosts(xferd, two.hosts, hport) != 0) {
