@@ -31,6 +31,8 @@
  */
 #include <check.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +216,36 @@ static bool cons_up(void *ud)
     return xfer_consumer_connected(((cons *)ud)->c, 0);
 }
 
+/* One ctl snapshot, read on the loop (the ctl answers from it). */
+typedef struct snap {
+    int fd;
+    size_t n;
+    char buf[16384];
+} snap;
+
+static bool snap_done(void *ud)
+{
+    snap *s = ud;
+    ssize_t r;
+    while ((r = recv(s->fd, s->buf + s->n, sizeof s->buf - 1 - s->n,
+                     MSG_DONTWAIT)) > 0)
+        s->n += (size_t)r;
+    s->buf[s->n] = '\0';
+    return r == 0 || strstr(s->buf, "\"kind\":\"end\"") != NULL;
+}
+
+static void ctl_snapshot(struct event_base *b, const char *path, snap *s)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    s->n = 0;
+    s->fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_ge(s->fd, 0);
+    ck_assert_int_eq(connect(s->fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert(mp_run_while(b, snap_done, s, WAIT_MS));
+    close(s->fd);
+}
+
 START_TEST(test_dir_api_teardown)
 {
     etcd_cluster c;
@@ -262,12 +294,27 @@ START_TEST(test_dir_api_teardown)
         ck_assert_int_eq(xfer_ctl_set_dir(cctl, p.dir), 0);
         ck_assert(mp_run_while(p.base, cons_up, &k, WAIT_MS));
         ck_assert(mp_run_while(p.base, tcp_up, p.tcp, WAIT_MS));
+        snap sn;
+        ctl_snapshot(p.base, path, &sn);
+        ck_assert_ptr_nonnull(strstr(sn.buf, "\"kind\":\"dir\""));
         xfer_engine_del(p.e);  /* the engine first: the rest still runs */
         xfer_ctl_close(cctl);  /* consumer.h: before the consumer */
         xfer_consumer_del(k.c);
-        xfer_ctl_close(ctl);   /* before the directory it shows */
-        xfer_tcp_del(p.tcp);
-        xfer_dir_del(p.dir);
+        if (owner == 0) {
+            xfer_ctl_close(ctl); /* before the directory it shows */
+            xfer_tcp_del(p.tcp);
+            xfer_dir_del(p.dir);
+        } else {
+            /* ctl.h's other order: detached, the ctl outlives the
+             * directory and still answers, without its lines */
+            ck_assert_int_eq(xfer_ctl_set_dir(ctl, NULL), 0);
+            xfer_tcp_del(p.tcp);
+            xfer_dir_del(p.dir);
+            ctl_snapshot(p.base, path, &sn);
+            ck_assert_ptr_nonnull(strstr(sn.buf, "\"kind\":\"end\""));
+            ck_assert_ptr_null(strstr(sn.buf, "\"kind\":\"dir\""));
+            xfer_ctl_close(ctl);
+        }
         if (p.mine) {
             event_base_loop(p.mine, EVLOOP_NONBLOCK);
             event_base_free(p.mine);
