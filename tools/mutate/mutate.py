@@ -269,14 +269,14 @@ def run(a, todo, equiv, log):
         cmap = coverage_map(a, workers[0], log)
         for w in workers:
             w.cov = cmap
-        ok, text = workers[0].compile()
+        ok, text = workers[0].compile(jobs=os.cpu_count())
         if not ok:
             fail('the unmutated tree does not build:\n' + text[-2000:])
         # The coverage run is the baseline: every test ran once on the
         # clean tree (instrumented, so a little slower: looser timeouts).
         workers[0].set_baseline({n: t['secs'] for n, t in cmap.tests.items()})
     elif a.no_baseline:
-        ok, text = workers[0].compile()
+        ok, text = workers[0].compile(jobs=os.cpu_count())
         if not ok:
             fail('the unmutated tree does not build:\n' + text[-2000:])
     else:
@@ -285,7 +285,7 @@ def run(a, todo, equiv, log):
             if t.baseline is not None}
     order = [t.name for t in workers[0].checker]
     for w in workers[1:]:
-        ok, text = w.compile()
+        ok, text = w.compile(jobs=os.cpu_count())
         if not ok:
             fail('scratch tree %s does not build:\n%s' % (w.dir, text[-2000:]))
         w.set_baseline(secs)

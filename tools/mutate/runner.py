@@ -270,14 +270,16 @@ class Worker:
                 out.append(t)
         return out
 
-    def compile(self, targets=None):
+    def compile(self, targets=None, jobs=None):
         """(ok, output tail) of building every target the nets need (or
-        `targets`: what one mutant's nets need)."""
+        `targets`: what one mutant's nets need), with `jobs` ninja jobs
+        (default: the cores shared among the workers)."""
         if targets is not None and not targets:
             # Every net of the mutant is `nocov`: nothing runs, nothing to
             # build (an empty target list would make ninja build all).
             return True, ''
-        cmd = ['ninja', '-C', self.build, '-j', str(self.opts.ninja_jobs)]
+        cmd = ['ninja', '-C', self.build, '-j',
+               str(jobs or self.opts.ninja_jobs)]
         p = subprocess.run(cmd + (self.targets if targets is None
                                   else targets), capture_output=True)
         text = (p.stdout + p.stderr).decode(errors='replace')
