@@ -588,12 +588,109 @@ START_TEST(test_dir_ops_watch_silent)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------- */
+/* A fake etcd whose first lease grants are unusable                      */
+/* ---------------------------------------------------------------------- */
+
+/* etcd answers a LeaseGrant with the lease's ID and TTL; an answer with
+ * TTL 0 or below, or ID 0, names no lease the directory could keep alive,
+ * so it asks again (after its backoff) and puts nothing under it (issue
+ * 30's dir.c:373 survivor: the TTL check's `||` as `&&` took TTL 0). */
+typedef struct grant_fake {
+    struct evhttp *http;
+    uint16_t port;
+    int grants, puts, keepalives;
+    char put_body[1024];
+} grant_fake;
+
+static void grant_cb(struct evhttp_request *req, void *arg)
+{
+    grant_fake *f = arg;
+    const char *uri = evhttp_request_get_uri(req);
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t n = evbuffer_get_length(in);
+    char body[1024] = "";
+    evbuffer_copyout(in, body, n < sizeof body - 1 ? n : sizeof body - 1);
+    struct evbuffer *out = evbuffer_new();
+    static const char *grants[] = {
+        "{\"ID\":\"7\",\"TTL\":\"0\"}",  /* no time at all */
+        "{\"ID\":\"0\",\"TTL\":\"5\"}",  /* no lease */
+        "{\"ID\":\"9\",\"TTL\":\"-3\"}", /* less than none */
+        "{\"ID\":\"8\"}",                /* no TTL */
+        "{\"ID\":\"11\",\"TTL\":\"5\"}", /* a lease */
+    };
+    if (!strcmp(uri, "/v3/lease/grant")) {
+        int k = f->grants++;
+        evbuffer_add_printf(out, "%s", grants[k < 4 ? k : 4]);
+        evhttp_send_reply(req, 200, "OK", out);
+    } else if (!strcmp(uri, "/v3/kv/put")) {
+        if (f->puts++ == 0)
+            snprintf(f->put_body, sizeof f->put_body, "%s", body);
+        evbuffer_add_printf(out, "{\"header\":{\"revision\":\"6\"}}");
+        evhttp_send_reply(req, 200, "OK", out);
+    } else if (!strcmp(uri, "/v3/lease/keepalive")) {
+        f->keepalives++;
+        evbuffer_add_printf(out, "{\"result\":{\"ID\":\"11\",\"TTL\":\"5\"}}");
+        evhttp_send_reply(req, 200, "OK", out);
+    } else {
+        evhttp_send_error(req, 404, NULL);
+    }
+    evbuffer_free(out);
+}
+
+static bool put_seen(void *ud)
+{
+    return ((grant_fake *)ud)->puts > 0;
+}
+
+START_TEST(test_dir_ops_bad_lease_grant_asked_again)
+{
+    signal(SIGPIPE, SIG_IGN);
+    struct event_base *base = event_base_new();
+    ck_assert_ptr_nonnull(base);
+    grant_fake f;
+    memset(&f, 0, sizeof f);
+    f.http = evhttp_new(base);
+    ck_assert_ptr_nonnull(f.http);
+    evhttp_set_gencb(f.http, grant_cb, &f);
+    struct evhttp_bound_socket *h =
+        evhttp_bind_socket_with_handle(f.http, "127.0.0.1", 0);
+    ck_assert_ptr_nonnull(h);
+    struct sockaddr_in sa;
+    socklen_t len = sizeof sa;
+    ck_assert_int_eq(getsockname(evhttp_bound_socket_get_fd(h),
+                                 (struct sockaddr *)&sa, &len), 0);
+    f.port = ntohs(sa.sin_port);
+    char eps[64];
+    snprintf(eps, sizeof eps, "http://127.0.0.1:%u", (unsigned)f.port);
+    xfer_dir *dir = dir_new(base, eps, 0);
+    xfer_dir_entry e = {.shard = 0, .port = 7000,
+                        .transports = XFER_DIR_TCP, .epoch = 1};
+    snprintf(e.addr, sizeof e.addr, "127.0.0.1");
+    ck_assert_int_eq(xfer_dir_register(dir, "grants", &e), 0);
+    ck_assert(mp_run_while(base, put_seen, &f, 20000));
+    xfer_dir_state st;
+    ck_assert_int_eq(xfer_dir_state_get_latest(dir, &st), 0);
+    fprintf(stderr, "grants asked %d, granted %llu, put: %s\n", f.grants,
+            (unsigned long long)st.lease_grants, f.put_body);
+    /* Four unusable answers were asked again; only the fifth is a lease,
+     * and the entry went under it. */
+    ck_assert_int_eq(f.grants, 5);
+    ck_assert_uint_eq(st.lease_grants, 1);
+    ck_assert_ptr_nonnull(strstr(f.put_body, "\"lease\":\"11\""));
+    xfer_dir_del(dir);
+    evhttp_free(f.http);
+    event_base_free(base);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dir_ops");
     TCase *tc = tcase_create("dir_ops");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_dir_ops_watch_silent);
+    tcase_add_test(tc, test_dir_ops_bad_lease_grant_asked_again);
     if (etcd_binary()) {
         tcase_add_test(tc, test_dir_ops_ctl_members);
         tcase_add_test(tc, test_dir_ops_progress_quiet);

@@ -288,6 +288,16 @@ START_TEST(test_testdev_memory_closed)
     ck_assert_int_eq(xfer_mem_available((xfer_mem){XFER_MEM_TESTDEV, 0}), 0);
     ck_assert_int_eq(xfer_mem_available((xfer_mem){XFER_MEM_CUDA, -1}),
                      XFER_ERR_INVALID_ARG);
+    /* CUDA device 0 is a device number like any other: available where
+     * the driver has it, NOT_SUPPORTED where it has none, never refused as
+     * an argument (issue 30's mem.c:22 survivor); a number past every
+     * device is NOT_SUPPORTED; test device memory has device 0 only */
+    int r0 = xfer_mem_available((xfer_mem){XFER_MEM_CUDA, 0});
+    ck_assert_msg(r0 == 0 || r0 == XFER_ERR_NOT_SUPPORTED, "cuda 0: %d", r0);
+    ck_assert_int_eq(xfer_mem_available((xfer_mem){XFER_MEM_CUDA, 1 << 20}),
+                     XFER_ERR_NOT_SUPPORTED);
+    ck_assert_int_eq(xfer_mem_available((xfer_mem){XFER_MEM_TESTDEV, 1}),
+                     XFER_ERR_INVALID_ARG);
     /* touching it directly faults */
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
