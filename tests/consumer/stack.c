@@ -160,6 +160,7 @@ int st_start_producer(stack *s, uint32_t slice, uint32_t inflight,
     ec.base = s->base;
     ec.core.default_deadline_ns = deadline_ns;
     ec.core.max_transfers = inflight * 2;
+    ec.core.eager_max_bytes = s->eager_max_bytes;
     ec.core.max_tombstones = (uint32_t)(4 * s->max_id + 4 * inflight + 4096);
     xfer_tcp_config tc;
     xfer_tcp_config_default(&tc);

@@ -65,6 +65,8 @@ typedef struct stack {
     uint32_t group, pool;
     uint8_t *staging;
     uint32_t inflight;
+    uint32_t eager_max_bytes; /* the producer's (0: never eager); set before
+                                 st_start_producer */
     /* consumer */
     xfer_consumer *cons;
     xfer_consumer_config ccfg;

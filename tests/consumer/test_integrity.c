@@ -500,6 +500,56 @@ START_TEST(test_integrity_caller_crc_checked_not_computed)
 }
 END_TEST
 
+/* Caller CRCs on the eager path over TCP: each shard's one EAGER frame
+ * carries the caller's value, not one computed from staging; the right
+ * ones make the transfer READY whole, a wrong one for shard 1 is refused
+ * CORRUPT naming shard 1, the whole transfer rolls back (the other
+ * shards' eager copies are cancelled) and nothing becomes READY. */
+START_TEST(test_integrity_caller_crc_eager)
+{
+    stack s;
+    ck_assert_int_eq(st_start_servers(&s, 3, 1 << 20, 8, NULL), 0);
+    s.eager_max_bytes = SLICE;
+    ck_assert_int_eq(st_start_producer(&s, SLICE, 4, 5000000000ull), 0);
+    ck_assert_int_eq(st_start_consumer(&s, NULL), 0);
+    ck_assert(st_run(&s, st_all_up, &s, 5000));
+    uint32_t crcs[3];
+    for (uint16_t k = 0; k < 3; k++)
+        crcs[k] = slice_crc(1, k, SLICE);
+    ck_assert_int_eq(st_submit_crc(&s, 1, 0, crcs, false), 0);
+    want_id = 1;
+    ck_assert(st_run(&s, id_outcome, &s, 5000));
+    ck_assert_int_eq(s.done[1].res.status, 0);
+    ck_assert(s.out[1].available);
+    ck_assert(s.out[1].bytes_ok);
+    xfer_tcp_stats ts;
+    ck_assert_int_eq(xfer_tcp_stats_get(s.tcp, &ts), 0);
+    ck_assert_uint_eq(ts.ops_sent, 3); /* one EAGER per shard */
+    ck_assert_uint_eq(ts.crcs_given, 3);
+    ck_assert_uint_eq(ts.crcs_sent, 3);
+    for (uint16_t k = 0; k < 3; k++)
+        crcs[k] = slice_crc(2, k, SLICE) ^ (k == 1 ? 0x40u : 0u);
+    ck_assert_int_eq(st_submit_crc(&s, 2, 1, crcs, true), 0);
+    want_id = 2;
+    ck_assert(st_run(&s, id_done, &s, 5000));
+    ck_assert_int_eq(s.done[2].res.status, XFER_ERR_CORRUPT);
+    ck_assert_uint_eq(s.done[2].res.first_failed_shard, 1);
+    ck_assert_uint_eq(corrupt_of(&s, 1), 1);
+    ck_assert_uint_eq(corrupt_of(&s, 0) + corrupt_of(&s, 2), 0);
+    ck_assert_int_eq(xfer_tcp_stats_get(s.tcp, &ts), 0);
+    ck_assert_uint_eq(ts.crcs_given, 6);
+    ck_assert_uint_eq(ts.crcs_sent, ts.crcs_given); /* none computed */
+    /* transfer 1 still held by the consumer; release it, then every
+     * shard ends empty and transfer 2 was never available */
+    ck_assert_int_eq(xfer_consumer_release(s.cons, 1), 0);
+    ck_assert(st_run(&s, empty, &s, 5000));
+    st_spin(&s, 50);
+    ck_assert(!s.out[2].available);
+    ck_assert_uint_eq(s.twice, 0);
+    st_stop(&s);
+}
+END_TEST
+
 /* A stream whose producer has each shard's CRC at the seal: the right
  * ones commit checked, counted as the caller's; a wrong one fails
  * CORRUPT naming the shard, every shard empty.  The seal's own refusals
@@ -829,6 +879,7 @@ int main(void)
     tcase_add_test(tc, test_integrity_consumer_catches_scribble_after_ready);
     tcase_add_test(tc, test_integrity_consumer_check_passes_clean_data);
     tcase_add_test(tc, test_integrity_eager_crc_mismatch_refused_whole);
+    tcase_add_test(tc, test_integrity_caller_crc_eager);
     tcase_add_test(tc, test_integrity_hostile_commit_crc);
     tcase_add_test(tc, test_integrity_flip_after_landing_caught_on_take);
     tcase_add_test(tc, test_integrity_landed_runs_join_out_of_order);
