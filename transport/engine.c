@@ -1080,6 +1080,15 @@ int xfer_engine_submit_gated(xfer_engine *e, const xfer_transfer_desc *d,
     return submit(e, d, NULL, cb, ud, event);
 }
 
+int xfer_engine_submit_gated_crc(xfer_engine *e, const xfer_transfer_desc *d,
+                                 void *event, const uint32_t *crcs,
+                                 xfer_complete_cb cb, void *ud)
+{
+    if (!event || !crcs)
+        return XFER_ERR_INVALID_ARG;
+    return submit(e, d, crcs, cb, ud, event);
+}
+
 /* A copy of n caller CRCs, through the engine's allocator. */
 static uint32_t *crcs_copy(const xfer_engine *e, const uint32_t *crcs,
                            uint16_t n)

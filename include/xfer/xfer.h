@@ -308,6 +308,22 @@ XFER_API int xfer_engine_submit_crc(xfer_engine *e,
                                     const xfer_transfer_desc *d,
                                     const uint32_t *crcs,
                                     xfer_complete_cb cb, void *ud);
+/*
+ * xfer_engine_submit_gated_crc - xfer_engine_submit_gated with the slices'
+ * CRC32Cs given, as xfer_engine_submit_crc gives them: for staging whose
+ * bytes a device is still writing at submit time but whose checksums the
+ * caller already holds (cache blocks loaded with their CRCs, the copy into
+ * staging still on its stream).  The gate holds every WRITE until `event`
+ * completes; each COMMIT (or EAGER) then carries crcs[k], and the producer
+ * reads no staging for a checksum (a device pool's COMMIT is not copied
+ * device to host again).  crcs (d->nslices entries) is copied.  Loop
+ * thread only.  Errors: XFER_ERR_INVALID_ARG (NULL event or crcs), and
+ * xfer_engine_submit_gated's.
+ */
+XFER_API int xfer_engine_submit_gated_crc(xfer_engine *e,
+                                          const xfer_transfer_desc *d,
+                                          void *event, const uint32_t *crcs,
+                                          xfer_complete_cb cb, void *ud);
 /* Cancel by id; idempotent; an unknown id leaves a tombstone.  Loop thread.
  * Errors: XFER_ERR_INVALID_ARG, XFER_ERR_BUSY (tombstone cap: the id is
  * left without a tombstone, so a later submit of it may be accepted). */

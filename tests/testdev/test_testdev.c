@@ -57,6 +57,7 @@
 #include <event2/event.h>
 
 #include "mp.h"
+#include "testutil.h"
 #include "xfer/server.h"
 #include "xfer/stream.h"
 #include "xfer/tcp.h"
@@ -878,6 +879,75 @@ static void gated(int what)
     xfer_testdev_event_free(ev);
 }
 
+/* Gated with caller CRCs (xfer_engine_submit_gated_crc): nothing is
+ * copied before the event; then each slice is copied device to host once,
+ * for its WRITE, and its COMMIT carries the caller's CRC, not one from a
+ * second D2H copy (copies_d2h grows by NSH, not 2 x NSH; every CRC sent
+ * was given).  A wrong CRC for one shard fails CORRUPT naming it, every
+ * shard empty.  The refusals (NULL event, NULL crcs) call nothing. */
+START_TEST(test_testdev_gate_caller_crc)
+{
+    rig g;
+    rig_new(&g, true, false, 10000000000ull);
+    uint32_t crcs[NSH];
+    xfer_slice sl[NSH];
+    for (uint16_t k = 0; k < NSH; k++) {
+        sl[k] = (xfer_slice){.off = (uint64_t)k * SLICE, .len = SLICE};
+        crcs[k] = tu_crc32c(g.expect + (size_t)k * SLICE, SLICE);
+    }
+    xfer_transfer_desc d = {.id = 31, .group = g.group, .pool = g.pool,
+                            .nslices = NSH, .slices = sl};
+    xfer_testdev_event *ev = NULL;
+    ck_assert_int_eq(xfer_testdev_event_new(&ev), 0);
+    ck_assert_int_eq(xfer_engine_submit_gated_crc(g.e, &d, NULL, crcs,
+                                                  on_done, &g),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_engine_submit_gated_crc(g.e, &d, ev, NULL,
+                                                  on_done, &g),
+                     XFER_ERR_INVALID_ARG);
+    xfer_testdev_stats before, st;
+    xfer_tcp_stats ts0, ts1;
+    xfer_testdev_stats_get(&before);
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts0), 0);
+    g.done = false;
+    ck_assert_int_eq(xfer_engine_submit_gated_crc(g.e, &d, ev, crcs, on_done,
+                                                  &g),
+                     0);
+    ck_assert(mp_run_while(g.base, reserved_all, &g, 10000));
+    for (int i = 0; i < 20; i++) {
+        event_base_loop(g.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    xfer_testdev_stats_get(&st);
+    ck_assert(!g.done);
+    ck_assert_uint_eq(st.copies_d2h, before.copies_d2h);
+    xfer_testdev_event_signal(ev);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    check_landed(&g);
+    xfer_testdev_stats_get(&st);
+    ck_assert_uint_eq(st.copies_d2h - before.copies_d2h, NSH);
+    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts1), 0);
+    ck_assert_uint_eq(ts1.crcs_sent - ts0.crcs_sent, NSH);
+    ck_assert_uint_eq(ts1.crcs_given - ts0.crcs_given, NSH);
+    check_ended_clean(&g);
+    /* a wrong one for shard 2, gated on an event already complete */
+    crcs[2] ^= 0x8000u;
+    d.id = 32;
+    g.done = false;
+    ck_assert_int_eq(xfer_engine_submit_gated_crc(g.e, &d, ev, crcs, on_done,
+                                                  &g),
+                     0);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, XFER_ERR_CORRUPT);
+    ck_assert_uint_eq(g.res.first_failed_shard, 2);
+    ck_assert_uint_eq(g.res.failed_shards, 1ull << 2);
+    check_ended_clean(&g);
+    rig_del(&g);
+    xfer_testdev_event_free(ev);
+}
+END_TEST
+
 START_TEST(test_testdev_gate_holds_until_event)
 {
     gated(0);
@@ -923,6 +993,7 @@ static Suite *suite(void)
     tc = tcase_create("gate");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_testdev_gate_holds_until_event);
+    tcase_add_test(tc, test_testdev_gate_caller_crc);
     tcase_add_test(tc, test_testdev_gate_cancel);
     tcase_add_test(tc, test_testdev_gate_deadline);
     suite_add_tcase(s, tc);
