@@ -101,7 +101,7 @@ def parse_args(argv):
                    help='tests of the checker net (default: every exit-0 '
                         'xfer-check run of suite model)')
     p.add_argument('--mem-limit-mb', dest='mem_mb', type=int, default=4096,
-                   help='address-space limit of every test (default 4096)')
+                   help='data limit (RLIMIT_DATA) of every test (default 4096)')
     p.add_argument('--timeout-factor', type=float, metavar='F',
                    help='a test times out after F times its baseline time '
                         '(at least %d s) instead of meson\'s timeout' %
@@ -118,6 +118,10 @@ def parse_args(argv):
                    help='the cached map (default '
                         'SCRATCH/coverage-map.json.gz; rebuilt when the '
                         'sources differ from its hash)')
+    p.add_argument('--coverage-rerun-failing', action='store_true',
+                   help='with a cached map: run again the tests it marks '
+                        'failing on the clean tree, and keep their new '
+                        'entries')
     p.add_argument('--coverage-build', default=os.path.join(ROOT, 'build-cov'),
                    metavar='DIR',
                    help='the coverage build directory (default build-cov/)')
@@ -371,6 +375,11 @@ def coverage_map(a, w, log):
     if cmap is not None:
         log('coverage: map %s (tree %s, %d tests)' % (
             a.coverage_map, tree[:12], len(cmap.tests)))
+        if a.coverage_rerun_failing and coverage.rerun_failing(
+                cmap, ROOT, os.path.abspath(a.coverage_build), log,
+                runner.run_limited,
+                lambda spec: float(spec.get('timeout') or 0) or 600.0):
+            coverage.save(a.coverage_map, cmap)
         return cmap
     log('coverage: no map of tree %s in %s; building it' % (
         tree[:12], a.coverage_map))
