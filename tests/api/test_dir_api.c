@@ -452,6 +452,24 @@ START_TEST(test_dir_api_full_tables)
     xfer_dir_del(old);
     v.version = XFER_DIR_CONFIG_VERSION + 1;
     ck_assert_int_eq(xfer_dir_new(base, &v, &old), XFER_ERR_INVALID_ARG);
+    /* dir.h: a prefix "empty or longer than 128 bytes" is refused, 128 is
+     * not (issue 30's dir.c:648 survivor took 129); so is a lease of 0 s */
+    v.version = XFER_DIR_CONFIG_VERSION;
+    char prefix[131];
+    memset(prefix, 'p', sizeof prefix - 1);
+    prefix[0] = '/';
+    prefix[128] = '\0';
+    v.prefix = prefix;
+    ck_assert_int_eq(xfer_dir_new(base, &v, &old), 0);
+    xfer_dir_del(old);
+    prefix[128] = 'p';
+    prefix[129] = '\0';
+    ck_assert_int_eq(xfer_dir_new(base, &v, &old), XFER_ERR_INVALID_ARG);
+    v.prefix = "";
+    ck_assert_int_eq(xfer_dir_new(base, &v, &old), XFER_ERR_INVALID_ARG);
+    v.prefix = "/xfer/groups/";
+    v.lease_ttl_s = 0;
+    ck_assert_int_eq(xfer_dir_new(base, &v, &old), XFER_ERR_INVALID_ARG);
     xfer_dir *d = dir_new(base, c.endpoints);
     member_seen m[17];
     memset(m, 0, sizeof m);
