@@ -43,7 +43,12 @@ FILE_NETS = [
     # The consumer: unit test_consumer, killall (fault), deploy, api, python.
     ('transport/consumer*.c', WHOLE_STACK),
     ('transport/tcp*.c', WHOLE_STACK),
-    ('transport/engine*.c', WHOLE_STACK),
+    # The engine: its gate and copy step (engine_gate.c, engine_copy.c)
+    # and the caller-CRC calls of device staging are reached only by
+    # suite testdev (the survivor engine.c:1087, a gated CRC submit).
+    ('transport/engine*.c', WHOLE_STACK + ['testdev']),
+    ('transport/cuda_drv.c', ['testdev', 'unit', 'fault', 'multiproc',
+                              'api']),
     # The etcd directory: its own suite starts a real etcd (the survivor
     # dir.c:373 of the issue-30 sample was reachable only there).
     ('transport/dir*.c', ['etcd', 'unit', 'api']),
