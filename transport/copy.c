@@ -172,7 +172,10 @@ void xfer_copy_del(xfer_copy *c)
     if (!c)
         return;
     xfer_copy_quiesce(c);
-    c->ops->close(c->state);
+    /* The cached bounce buffers go back through the kind's host_free,
+     * which needs its state: close it only after (CUDA's close frees the
+     * state, and its pinned buffers were read from freed memory, or
+     * leaked; tests/cudafake found it). */
     for (unsigned k = 0; k < NCLASS; k++)
         while (c->cache[k]) {
             bounce *b = c->cache[k];
@@ -180,6 +183,7 @@ void xfer_copy_del(xfer_copy *c)
             c->ops->host_free(c->state, b->p);
             free(b);
         }
+    c->ops->close(c->state);
     event_free(c->ev);
     close(c->efd);
     pthread_cond_destroy(&c->idle);
