@@ -87,7 +87,7 @@ struct CUctx_st {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* all below */
 static bool inited;
 static int ndevs = 1, count_rc, init_rc;
-static uint64_t copy_fail, copies;
+static uint64_t copy_fail, copies, start_fail, starts, copy_delay_ms;
 static fakecuda_stats stats;
 static region *regions;
 static struct CUctx_st ctxs[MAX_DEVS];
@@ -173,6 +173,8 @@ API CUresult cuInit(unsigned flags)
     count_rc = (int)knob("FAKECUDA_COUNT_RC", 0);
     init_rc = (int)knob("FAKECUDA_INIT_RC", 0);
     copy_fail = (uint64_t)knob("FAKECUDA_COPY_FAIL", 0);
+    start_fail = (uint64_t)knob("FAKECUDA_START_FAIL", 0);
+    copy_delay_ms = (uint64_t)knob("FAKECUDA_COPY_DELAY_MS", 0);
     inited = flags == 0 && init_rc == 0;
     CUresult rc = flags != 0 ? CUDA_ERROR_INVALID_VALUE : init_rc;
     pthread_mutex_unlock(&mu);
@@ -307,6 +309,11 @@ static void run_op(CUstream s, op *o)
         } else {
             memcpy(o->dst, o->src, o->n);
         }
+        if (copy_delay_ms) /* a slow copy: still in flight a while */
+            nanosleep(&(struct timespec){(time_t)(copy_delay_ms / 1000),
+                                         (long)(copy_delay_ms % 1000) *
+                                             1000000L},
+                      NULL);
         stat_add(&stats.done, 1);
         break;
     case OP_CALLBACK: {
@@ -441,6 +448,11 @@ static CUresult copy_async(uint8_t *dst, const uint8_t *src, size_t n,
     if (!dst || !src)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
+    if (++starts == start_fail) { /* refused at the call, nothing queued */
+        pthread_mutex_unlock(&mu);
+        stat_add(&stats.start_failed, 1);
+        return CUDA_ERROR_UNKNOWN;
+    }
     bool fail = ++copies == copy_fail;
     (*counter)++;
     pthread_mutex_unlock(&mu);

@@ -15,6 +15,10 @@
  *   FAKECUDA_COPY_FAIL  the Nth async copy (1-based, both directions
  *                       counted together) copies nothing, and the next
  *                       stream callback receives CUDA_ERROR_UNKNOWN
+ *   FAKECUDA_START_FAIL the Nth async copy call (1-based, both directions)
+ *                       returns CUDA_ERROR_UNKNOWN at once, queueing
+ *                       nothing (a copy refused at its start)
+ *   FAKECUDA_COPY_DELAY_MS every copy takes this long on its stream
  */
 #ifndef XFER_TEST_FAKECUDA_H
 #define XFER_TEST_FAKECUDA_H
@@ -28,6 +32,7 @@ typedef struct fakecuda_stats {
     uint64_t d2h, h2d;    /* async copies queued, by direction */
     uint64_t done;        /* async copies the stream threads ran */
     uint64_t failed;      /* of which failed (FAKECUDA_COPY_FAIL) */
+    uint64_t start_failed; /* async copy calls refused (FAKECUDA_START_FAIL) */
     uint64_t callbacks;   /* stream callbacks run */
     uint64_t streams;     /* streams alive now */
     uint64_t pinned;      /* cuMemHostAlloc buffers alive now */

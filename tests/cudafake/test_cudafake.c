@@ -471,6 +471,36 @@ static void copy_fail(bool shard_side)
     rig_del(&g);
 }
 
+/* A D2H copy the driver refuses at its call (nothing queued) while the
+ * transfer's first copy is still on its stream: the copy engine reports
+ * the refusal as that copy's failure, the transfer fails COPY naming
+ * that op's shard, every shard ends empty (the slow first copy's bounce
+ * buffer is given back only after its copy ended), and the next transfer
+ * goes through. */
+START_TEST(test_cudafake_copy_refused_while_another_copies)
+{
+    setenv("FAKECUDA_START_FAIL", "2", 1);
+    setenv("FAKECUDA_COPY_DELAY_MS", "100", 1);
+    fake_load("1", NULL, NULL, NULL);
+    rig g;
+    rig_new(&g, true, false);
+    submit(&g, 7);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, XFER_ERR_COPY);
+    ck_assert_int_eq(g.res.phase, XFER_PHASE_WRITING);
+    ck_assert_uint_lt(g.res.first_failed_shard, NSH);
+    ck_assert_uint_eq(g.res.failed_shards, 1u << g.res.first_failed_shard);
+    ck_assert_uint_eq(stats_now().start_failed, 1);
+    check_ended_clean(&g);
+    clear_pools(&g);
+    submit(&g, 8);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    check_landed(&g);
+    rig_del(&g);
+}
+END_TEST
+
 START_TEST(test_cudafake_producer_copy_fail)
 {
     copy_fail(false);
@@ -607,6 +637,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_cudafake_shard_transfer);
     tcase_add_test(tc, test_cudafake_device_to_device);
     tcase_add_test(tc, test_cudafake_producer_copy_fail);
+    tcase_add_test(tc, test_cudafake_copy_refused_while_another_copies);
     tcase_add_test(tc, test_cudafake_shard_copy_fail);
     suite_add_tcase(s, tc);
     tc = tcase_create("gate");
