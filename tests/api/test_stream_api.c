@@ -489,6 +489,101 @@ START_TEST(test_stream_api_every_fault_class)
 }
 END_TEST
 
+/* The mailbox calls' own refusals (stream.h: "Errors (then no
+ * callback)"): a malformed open, part, seal or seal_crc is refused at the
+ * call, synchronously, and never calls back; a well-formed open the loop
+ * refuses (no such group) calls back once, from the loop, phase SUBMIT.
+ * (Issue 30: a mutant that let an open of 0 or XFER_MAX_SHARDS + 1
+ * shards into the mailbox was seen by no test.) */
+typedef struct posted {
+    unsigned done;
+    xfer_result res;
+} posted;
+
+static void on_posted(void *ud, const xfer_result *res)
+{
+    posted *p = ud;
+    p->done++;
+    p->res = *res;
+}
+
+static void on_posted_seal(void *ud, uint64_t id, int status)
+{
+    (void)id;
+    (void)status;
+    ((posted *)ud)->done++;
+}
+
+START_TEST(test_stream_api_posted_refusals)
+{
+    struct event_base *base = event_base_new();
+    xfer_engine_config ec;
+    xfer_engine_config_default(&ec);
+    ec.base = base;
+    xfer_engine *e = NULL;
+    ck_assert_int_eq(xfer_engine_new(&ec, &e), 0);
+    posted p = {0};
+    uint32_t lens[XFER_MAX_SHARDS + 1];
+    for (unsigned k = 0; k <= XFER_MAX_SHARDS; k++)
+        lens[k] = 64;
+    xfer_stream_desc d = {.id = 9, .group = 77, .nshards = 2, .lens = lens};
+    const uint16_t bad_counts[] = {0, XFER_MAX_SHARDS + 1};
+    for (unsigned i = 0; i < 2; i++) {
+        d.nshards = bad_counts[i];
+        ck_assert_int_eq(xfer_engine_post_stream_open(e, &d, on_posted, &p),
+                         XFER_ERR_INVALID_ARG);
+    }
+    d.nshards = 2;
+    d.lens = NULL;
+    ck_assert_int_eq(xfer_engine_post_stream_open(e, &d, on_posted, &p),
+                     XFER_ERR_INVALID_ARG);
+    d.lens = lens;
+    d.id = 0;
+    ck_assert_int_eq(xfer_engine_post_stream_open(e, &d, on_posted, &p),
+                     XFER_ERR_INVALID_ARG);
+    d.id = 9;
+    ck_assert_int_eq(xfer_engine_post_stream_open(e, &d, NULL, &p),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_engine_post_stream_open(e, NULL, on_posted, &p),
+                     XFER_ERR_INVALID_ARG);
+    xfer_range rg = {.staging_off = 0, .pool = 0, .len = 64, .shard = 0};
+    xfer_part_desc pd = {.id = 9, .ranges = &rg, .nranges = 0};
+    ck_assert_int_eq(xfer_engine_post_stream_part(e, &pd),
+                     XFER_ERR_INVALID_ARG);
+    pd.nranges = XFER_STREAM_MAX_RANGES + 1;
+    ck_assert_int_eq(xfer_engine_post_stream_part(e, &pd),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_engine_post_stream_seal(e, 0, on_posted_seal, &p),
+                     XFER_ERR_INVALID_ARG);
+    uint32_t crcs[XFER_MAX_SHARDS + 1] = {0};
+    ck_assert_int_eq(xfer_engine_post_stream_seal_crc(e, 9, crcs, 0,
+                                                      on_posted_seal, &p),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_engine_post_stream_seal_crc(
+                         e, 9, crcs, XFER_MAX_SHARDS + 1, on_posted_seal, &p),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_engine_post_stream_seal_crc(e, 9, NULL, 2,
+                                                      on_posted_seal, &p),
+                     XFER_ERR_INVALID_ARG);
+    for (int i = 0; i < 20; i++)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    ck_assert_uint_eq(p.done, 0); /* none of them called back */
+    /* well formed: the loop refuses it (group 77 does not exist), once */
+    ck_assert_int_eq(xfer_engine_post_stream_open(e, &d, on_posted, &p), 0);
+    for (int i = 0; i < 200 && p.done == 0; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    ck_assert_uint_eq(p.done, 1);
+    ck_assert_int_ne(p.res.status, 0);
+    ck_assert_uint_eq(p.res.id, 9);
+    ck_assert_int_eq(p.res.phase, XFER_PHASE_SUBMIT);
+    for (int i = 0; i < 20; i++)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    ck_assert_uint_eq(p.done, 1);
+    xfer_engine_del(e);
+    event_base_free(base);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("stream_api");
@@ -496,6 +591,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_stream_api_layers_every_byte);
     tcase_add_test(tc, test_stream_api_every_fault_class);
+    tcase_add_test(tc, test_stream_api_posted_refusals);
     suite_add_tcase(s, tc);
     return s;
 }
