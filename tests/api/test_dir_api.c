@@ -543,6 +543,33 @@ START_TEST(test_dir_api_full_tables)
 }
 END_TEST
 
+/* dir.h: a group name of digits below 2^32 is its own number, any other
+ * name its 32-bit FNV-1a hash (so xferd --group NAME and a producer
+ * agree).  The bound is exact: 4294967295 is a number, 4294967296 a name
+ * (issue 30's dir.c:790 mutant made it 0). */
+static uint32_t fnv1a(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+START_TEST(test_dir_api_group_id)
+{
+    ck_assert_uint_eq(xfer_dir_group_id("0"), 0);
+    ck_assert_uint_eq(xfer_dir_group_id("12"), 12);
+    ck_assert_uint_eq(xfer_dir_group_id("007"), 7);
+    ck_assert_uint_eq(xfer_dir_group_id("4294967295"), 4294967295u);
+    const char *names[] = {"4294967296", "99999999999999999999", "", "a",
+                           "prefill-0", "12a", "-1"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        ck_assert_msg(xfer_dir_group_id(names[i]) == fnv1a(names[i]),
+                      "group '%s'", names[i]);
+    ck_assert_uint_eq(xfer_dir_group_id(NULL), 0);
+}
+END_TEST
+
 int main(void)
 {
     if (!etcd_binary()) {
@@ -558,6 +585,7 @@ int main(void)
     tcase_add_test(tc, test_dir_api_teardown);
     tcase_add_test(tc, test_dir_api_calls);
     tcase_add_test(tc, test_dir_api_full_tables);
+    tcase_add_test(tc, test_dir_api_group_id);
     suite_add_tcase(s, tc);
     int rc = tu_run(s);
     mp_kill_all();
