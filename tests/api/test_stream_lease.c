@@ -227,6 +227,34 @@ START_TEST(test_stream_lease_old_transport_gets_none)
 }
 END_TEST
 
+/* A stream whose shards answer their reserves at different times (shard
+ * 1's reserve delayed half a lease): shard 0's first refresh falls due
+ * while the transfer is still RESERVING, and is sent then (engine.h's
+ * "open and unsealed" is RESERVING or WRITING); the late stream succeeds
+ * with no expiry on either shard.  Issue 30's engine.c:1275 mutant
+ * refreshed only outside RESERVING, stopped shard 0's refreshes for good,
+ * and no test saw it. */
+START_TEST(test_stream_lease_refreshed_while_reserving)
+{
+    rig r;
+    rig_init(&r, 0, false);
+    xfer_fault_rule rule = {.kind = XFER_FAULT_DELAY, .op = XFER_OP_RESERVE,
+                            .shard = 1, .count = 1,
+                            .delay_ns = LEASE_MS / 2 * MS};
+    ck_assert_int_eq(xfer_loop_add_rule(r.loop, &rule), 0);
+    late_stream(&r, 9, 4 * LEASE_MS, 0);
+    ck_assert_int_eq(r.res.status, 0);
+    for (unsigned k = 0; k < S; k++) {
+        xfer_shard_stats sst;
+        xfer_shard_stats_get(xfer_loop_shard(r.loop, (uint16_t)k), &sst);
+        ck_assert_uint_eq(sst.expiries, 0);
+        ck_assert_uint_gt(sst.refreshes, 0);
+    }
+    ck_assert_uint_eq(stats_of(&r).refreshes_refused, 0);
+    rig_end(&r);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("stream_lease");
@@ -236,6 +264,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_stream_lease_refused_at_hold_cap_fails_expired);
     tcase_add_test(tc, test_stream_lease_deadline_bounds_the_stream);
     tcase_add_test(tc, test_stream_lease_old_transport_gets_none);
+    tcase_add_test(tc, test_stream_lease_refreshed_while_reserving);
     suite_add_tcase(s, tc);
     return s;
 }
