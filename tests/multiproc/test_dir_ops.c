@@ -595,7 +595,9 @@ END_TEST
 /* etcd answers a LeaseGrant with the lease's ID and TTL; an answer with
  * TTL 0 or below, or ID 0, names no lease the directory could keep alive,
  * so it asks again (after its backoff) and puts nothing under it (issue
- * 30's dir.c:373 survivor: the TTL check's `||` as `&&` took TTL 0). */
+ * 30's dir.c:373 survivor: the TTL check's `||` as `&&` took TTL 0);
+ * one second is a lease like any other (dir.c:382's `ttl <= 1` refused
+ * it and asked for ever). */
 typedef struct grant_fake {
     struct evhttp *http;
     uint16_t port;
@@ -617,7 +619,7 @@ static void grant_cb(struct evhttp_request *req, void *arg)
         "{\"ID\":\"0\",\"TTL\":\"5\"}",  /* no lease */
         "{\"ID\":\"9\",\"TTL\":\"-3\"}", /* less than none */
         "{\"ID\":\"8\"}",                /* no TTL */
-        "{\"ID\":\"11\",\"TTL\":\"5\"}", /* a lease */
+        "{\"ID\":\"11\",\"TTL\":\"1\"}", /* a lease, of the least TTL */
     };
     if (!strcmp(uri, "/v3/lease/grant")) {
         int k = f->grants++;
