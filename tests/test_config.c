@@ -297,6 +297,15 @@ START_TEST(test_config_zero_fields_mean_defaults)
     ck_assert_int_eq(xfer_engine_new(NULL, &e), 0);
     ck_assert_ptr_nonnull(xfer_engine_base(e));
     xfer_engine_del(e);
+    /* cancel_max_attempts: at most 249 (core.h); issue 30's core.c:99
+     * mutant took 250 unseen */
+    d.cancel_max_attempts = 249;
+    ck_assert_int_eq(xfer_core_new(&d, &core), 0);
+    xfer_core_del(core);
+    d.cancel_max_attempts = 250;
+    core = NULL;
+    ck_assert_int_eq(xfer_core_new(&d, &core), XFER_ERR_INVALID_ARG);
+    ck_assert_ptr_null(core);
 }
 END_TEST
 

@@ -216,7 +216,8 @@ typedef struct xfer_core_config {
                                      up to the larger of itself and
                                      XFER_CORE_CANCEL_BACKOFF_CAP_NS;
                                      10 ms */
-    uint32_t cancel_max_attempts; /* per shard, incl. the first; 5 */
+    uint32_t cancel_max_attempts; /* per shard, incl. the first; 5;
+                                     at most 249 */
     uint32_t attempt_base;        /* first attempt number - 1; default 0 */
     uint16_t max_shards;          /* largest group; default XFER_MAX_SHARDS */
     xfer_allocator alloc;         /* every allocation of the core; zeroed
