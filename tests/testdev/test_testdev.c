@@ -338,6 +338,31 @@ START_TEST(test_testdev_memory_closed)
 }
 END_TEST
 
+/* testdev.h: 1024 allocations live at most, then XFER_ERR_BUSY; a freed
+ * slot is taken again.  (Issue 30's testdev.c:348 mutant looked one slot
+ * past the table and handed it out.) */
+START_TEST(test_testdev_alloc_table_full)
+{
+    static void *p[1024];
+    xfer_testdev_stats st0;
+    xfer_testdev_stats_get(&st0);
+    uint64_t room = 1024 - st0.allocs_live;
+    for (uint64_t i = 0; i < room; i++)
+        ck_assert_int_eq(xfer_testdev_alloc(64, &p[i]), 0);
+    void *more = NULL;
+    ck_assert_int_eq(xfer_testdev_alloc(64, &more), XFER_ERR_BUSY);
+    ck_assert_ptr_null(more);
+    xfer_testdev_free(p[0]);
+    ck_assert_int_eq(xfer_testdev_alloc(64, &more), 0);
+    xfer_testdev_free(more);
+    for (uint64_t i = 1; i < room; i++)
+        xfer_testdev_free(p[i]);
+    xfer_testdev_stats st;
+    xfer_testdev_stats_get(&st);
+    ck_assert_uint_eq(st.allocs_live, st0.allocs_live);
+}
+END_TEST
+
 START_TEST(test_testdev_producer_transfer)
 {
     rig g;
@@ -972,6 +997,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("producer");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_testdev_memory_closed);
+    tcase_add_test(tc, test_testdev_alloc_table_full);
     tcase_add_test(tc, test_testdev_producer_transfer);
     tcase_add_test(tc, test_testdev_producer_copy_fail);
     tcase_add_test(tc, test_testdev_producer_corrupt_copy_fails_corrupt);

@@ -56,6 +56,8 @@ FILE_NETS = [
     # pools (the survivor mem.c:22).
     ('transport/mem.c', ['testdev', 'unit', 'fault', 'multiproc', 'api']),
     ('transport/copy*.c', ['testdev', 'unit', 'fault', 'multiproc', 'api']),
+    ('transport/testdev.c', ['testdev', 'unit', 'fault', 'multiproc',
+                             'api']),
     # The shared primitives and the rest of the library.
     ('transport/*.c', ['unit', 'fault', 'multiproc', 'api']),
 ]
