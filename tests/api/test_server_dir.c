@@ -343,7 +343,13 @@ START_TEST(test_server_dir_register_errors)
                      XFER_ERR_INVALID_ARG);
     ck_assert_int_eq(xfer_server_register(NULL, &dc, "emb3", NULL, 0),
                      XFER_ERR_INVALID_ARG);
-    ck_assert_int_eq(xfer_server_register(g.srv, NULL, "emb3", NULL, 0),
+    /* each refusal for its own reason: with an address to advertise, so
+     * the wildcard bind is not what refuses them (issue 30's
+     * server_dir.c:33 mutant let a NULL config through unseen) */
+    ck_assert_int_eq(xfer_server_register(g.srv, NULL, "emb3", "127.0.0.1",
+                                          0),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_server_register(g.srv, &dc, NULL, "127.0.0.1", 0),
                      XFER_ERR_INVALID_ARG);
     ck_assert_ptr_null(xfer_server_dir(g.srv));
     ck_assert_int_eq(xfer_server_register(g.srv, &dc, "emb3", "127.0.0.1",
