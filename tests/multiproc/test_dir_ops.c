@@ -400,21 +400,32 @@ static void fake_cb(struct evhttp_request *req, void *arg)
     evbuffer_free(out);
 }
 
-static void fake_start(fake *f, struct event_base *base, uint16_t shard_port)
+/* An HTTP server on base at 127.0.0.1, a port of the kernel's choosing
+ * (*port), every request to cb: the fake etcds below. */
+static struct evhttp *http_on_loopback(struct event_base *base,
+                                       void (*cb)(struct evhttp_request *,
+                                                  void *),
+                                       void *arg, uint16_t *port)
 {
-    memset(f, 0, sizeof *f);
-    f->shard_port = shard_port;
-    f->http = evhttp_new(base);
-    ck_assert_ptr_nonnull(f->http);
-    evhttp_set_gencb(f->http, fake_cb, f);
+    struct evhttp *http = evhttp_new(base);
+    ck_assert_ptr_nonnull(http);
+    evhttp_set_gencb(http, cb, arg);
     struct evhttp_bound_socket *h =
-        evhttp_bind_socket_with_handle(f->http, "127.0.0.1", 0);
+        evhttp_bind_socket_with_handle(http, "127.0.0.1", 0);
     ck_assert_ptr_nonnull(h);
     struct sockaddr_in sa;
     socklen_t len = sizeof sa;
     ck_assert_int_eq(getsockname(evhttp_bound_socket_get_fd(h),
                                  (struct sockaddr *)&sa, &len), 0);
-    f->port = ntohs(sa.sin_port);
+    *port = ntohs(sa.sin_port);
+    return http;
+}
+
+static void fake_start(fake *f, struct event_base *base, uint16_t shard_port)
+{
+    memset(f, 0, sizeof *f);
+    f->shard_port = shard_port;
+    f->http = http_on_loopback(base, fake_cb, f, &f->port);
 }
 
 #define SLOTS 8
@@ -652,17 +663,7 @@ START_TEST(test_dir_ops_bad_lease_grant_asked_again)
     ck_assert_ptr_nonnull(base);
     grant_fake f;
     memset(&f, 0, sizeof f);
-    f.http = evhttp_new(base);
-    ck_assert_ptr_nonnull(f.http);
-    evhttp_set_gencb(f.http, grant_cb, &f);
-    struct evhttp_bound_socket *h =
-        evhttp_bind_socket_with_handle(f.http, "127.0.0.1", 0);
-    ck_assert_ptr_nonnull(h);
-    struct sockaddr_in sa;
-    socklen_t len = sizeof sa;
-    ck_assert_int_eq(getsockname(evhttp_bound_socket_get_fd(h),
-                                 (struct sockaddr *)&sa, &len), 0);
-    f.port = ntohs(sa.sin_port);
+    f.http = http_on_loopback(base, grant_cb, &f, &f.port);
     char eps[64];
     snprintf(eps, sizeof eps, "http://127.0.0.1:%u", (unsigned)f.port);
     xfer_dir *dir = dir_new(base, eps, 0);
