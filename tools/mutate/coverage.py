@@ -236,6 +236,14 @@ def gcov_lines(build, src_root, gcnos, used=None, strict=True):
     return execu, {p: ls for p, ls in hit.items() if ls}
 
 
+def covered_objects(build, root):
+    """(executable lines by path, the objects that compiled a line of
+    COVERED_DIRS): what a test's counters are read from."""
+    used = set()
+    executable, _ = gcov_lines(build, root, gcno_files(build), used)
+    return executable, sorted(used)
+
+
 def cover_tests(build, root, specs, gcnos, shim, log, run_limited,
                 timeout_of):
     """{name: {'secs', 'ok', 'lines', 'partial'}} of running each test spec
@@ -297,13 +305,12 @@ def rerun_failing(cmap, root, build, log, run_limited, timeout_of):
         capture_output=True).stdout)
     specs = [t for t in intro if t['name'] in names]
     shim = build_shim(os.path.join(build, 'mutate-covshim'))
-    used = set()
-    gcov_lines(build, root, gcno_files(build), used)
+    _, gcnos = covered_objects(build, root)
     log('coverage: running again the %d tests that failed in the map run: '
         '%s' % (len(specs), ' '.join(sorted(names))))
     remove_gcda(build)
-    got = cover_tests(build, root, specs, sorted(used), shim, log,
-                      run_limited, timeout_of)
+    got = cover_tests(build, root, specs, gcnos, shim, log, run_limited,
+                      timeout_of)
     remove_gcda(build)
     cmap.tests.update(got)
     return True
@@ -340,9 +347,7 @@ def build_map(root, build, tests, tree, log, run_limited, timeout_of):
                                                   time.monotonic() - t0))
     shim = build_shim(os.path.join(build, 'mutate-covshim'))
     remove_gcda(build)
-    used = set()
-    executable, _ = gcov_lines(build, root, gcno_files(build), used)
-    gcnos = sorted(used)
+    executable, gcnos = covered_objects(build, root)
     log('coverage: %d of %d objects compile fsm/, transport/ or include/' %
         (len(gcnos), len(gcno_files(build))))
     result = cover_tests(build, root, want, gcnos, shim, log, run_limited,
