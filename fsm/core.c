@@ -837,6 +837,17 @@ bool xfer_core_user_data(const xfer_core *core, uint64_t id, uint64_t *out)
     return t != NULL;
 }
 
+bool xfer_core_shard_resv(const xfer_core *core, uint64_t id, uint16_t shard,
+                          uint32_t *attempt, uint64_t *resv_id)
+{
+    const xfer_transfer *t = find_live(core, id);
+    if (!t || shard >= t->nshards || t->shards[shard].resv != XFER_SUB_OK)
+        return false;
+    *attempt = t->attempt;
+    *resv_id = t->shards[shard].resv_id;
+    return true;
+}
+
 int xfer_core_submit_refusal(const xfer_core *core, uint64_t id)
 {
     const xfer_tomb_entry *te = xfer_tomb_find(&core->tombs, id);

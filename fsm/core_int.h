@@ -31,4 +31,13 @@ int xfer_core_submit_refusal(const xfer_core *core, uint64_t id);
  * transfer's callback slot by it. */
 bool xfer_core_user_data(const xfer_core *core, uint64_t id, uint64_t *out);
 
+/* The attempt of live transfer id, and the reservation id shard `shard`'s
+ * reserve answered in it, into *attempt and *resv_id (true); false when
+ * the id is not live, the shard is not one of its group's, or its reserve
+ * has not answered ok.  For the model checker's engine model, which
+ * refreshes a stream's leases with them as transport/engine.c does with
+ * the RESERVE results it sees. */
+bool xfer_core_shard_resv(const xfer_core *core, uint64_t id, uint16_t shard,
+                          uint32_t *attempt, uint64_t *resv_id);
+
 #endif /* XFER_FSM_CORE_INT_H */

@@ -302,6 +302,19 @@ MUTANTS = {
         'gone.c',
         '    fail_gone(w, m);\n    return true;\n',
         '    return true;\n'),
+    # Issue 30 item 2 (--refresh): the lease check of h_refresh negated,
+    # so every refresh of a live reservation is refused STATE.
+    'refresh_refused_live': (
+        'shard.c',
+        '    if (!xfer_heap_contains(&s->leases, o->slot))\n'
+        '        return XFER_ERR_STATE;',
+        '    if (xfer_heap_contains(&s->leases, o->slot))\n'
+        '        return XFER_ERR_STATE;'),
+    # A granted refresh is not counted (xfer_shard_stats.refreshes).
+    'refresh_uncounted': (
+        'shard.c',
+        '    s->st.refreshes++;\n',
+        ''),
 }
 
 

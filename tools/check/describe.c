@@ -17,6 +17,7 @@
 
 #include "rdma.h"
 #include "staleop.h"
+#include "refresh.h"
 
 /* A shard event's name in the lower case a counterexample reads
  * ("ready"), into buf. */
@@ -180,6 +181,9 @@ void ck_describe_move(const ck_world *w, ck_move mv, char *b, size_t n)
         break;
     case MV_SOP:
         ck_staleop_describe(w, mv.arg, b, n);
+        break;
+    case MV_REFRESH:
+        ck_refresh_describe(w, mv.arg, b, n);
         break;
     case MV_BACK:
         snprintf(b, n, "shard %u registers again (a higher epoch)", mv.arg);

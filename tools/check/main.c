@@ -9,7 +9,7 @@
  *              [--max-delay-ms N] [--liveness leaves|all] [--max-mem-mb N]
  *              [--no-symmetry] [--no-transfer-symmetry] [--paranoid]
  *              [--out PREFIX] [--replay FILE] [--threads N] [--bench]
- *              [--gone N] [--stale-ops N] [--help]
+ *              [--gone N] [--stale-ops N] [--refresh N] [--help]
  *
  * --budget N: disturbances per path in all.  Its default depends on S: 3,
  * or less where a space that large cannot finish (default_budget() below;
@@ -150,6 +150,7 @@ static const numopt numopts[] = {
     {"--parts", 0, CK_MAX_PARTS, CFG_(parts), 4},
     {"--gone", 0, 50, CFG_(gone), 4},
     {"--stale-ops", 0, 50, CFG_(stale_ops), 4},
+    {"--refresh", 0, 50, CFG_(refresh), 4},
 };
 
 static int set_num(opts *o, const numopt *n, const char *v)
@@ -307,6 +308,10 @@ static const cli_flag flags[] = {
     {"stale-ops", 0, "N", "per path, N ops of another attempt reach a "
      "one-sided record waiting for its invalidation; the shard must refuse "
      "them STALE (I14; needs --rdma) (0)", NUM_KEY + 21},
+    {"refresh", 0, "N", "per path, N lease refreshes of the open stream's "
+     "reservations reach their shards in whatever state they are; the "
+     "answer must be the documented one (monitor RFRESH; needs --parts) (0)",
+     NUM_KEY + 22},
     CLI_HELP,
     CLI_VERSION,
     {NULL, 0, NULL, NULL, 0}};
@@ -400,6 +405,9 @@ static int parse(opts *o, int argc, char **argv)
         return bad("--gone models two-sided host shards over TCP, one write "
                    "per WRITE; not with --rdma, --copies, --writes above 1, "
                    "--corrupt or --parts", NULL);
+    if (o->cfg.refresh && !o->cfg.parts)
+        return bad("--refresh needs --parts: the engine refreshes the leases "
+                   "of open streams only", NULL);
     if (o->cfg.stale_ops && !o->cfg.rdma)
         return bad("--stale-ops needs --rdma: only a one-sided shard's "
                    "record waits for an invalidation", NULL);
@@ -435,14 +443,14 @@ static void cfg_args(const ck_config *c, char *b, size_t n)
              "--budget %u --cancels %u --lates %u --ccancels %u --expiries %u "
              "--cancel-attempts %u --depth %u --max-delay-ms %llu --caps %u "
              "--dups %u --writes %u --corrupt %u --parts %u --gone %u "
-             "--stale-ops %u"
+             "--stale-ops %u --refresh %u"
              "%s%s%s%s%s%s%s%s",
              c->S,
              c->T, f, c->max_faults, c->budget, c->max_cancels, c->max_lates,
              c->max_ccancels, c->max_expiries, c->cancel_max_attempts,
              c->depth, (unsigned long long)(c->max_delay / 1000000u),
              c->caps, c->max_dups, c->writes ? c->writes : 1u,
-             c->max_corrupt, c->parts, c->gone, c->stale_ops,
+             c->max_corrupt, c->parts, c->gone, c->stale_ops, c->refresh,
              c->liveness_all ? " --liveness all" : "",
              c->symmetry ? "" : " --no-symmetry",
              c->transfer_symmetry ? "" : " --no-transfer-symmetry",
@@ -455,7 +463,7 @@ static void banner(const opts *o)
 {
     static const char *const modes[] = {"exhaustive BFS", "random walks",
                                         "swarm walks"};
-    char a[512];
+    char a[640];
     cfg_args(&o->cfg, a, sizeof a);
     printf("xfer-check: %s, %s\n", modes[o->mode], a);
     printf("bounds: per path at most %u disturbances in all (faults, "
@@ -474,7 +482,7 @@ static void banner(const opts *o)
 
 static int violation(const opts *o, ck_outcome *r, const ck_config *cfg)
 {
-    char a[512];
+    char a[640];
     cfg_args(cfg, a, sizeof a);
     ck_report_cex(cfg, r, o->out, a);
     return 1;
@@ -504,7 +512,8 @@ static int run_bfs(const opts *o)
                "every leaf%s)%s\n",
                o->cfg.rdma ? ", RLAND, RREADY, RINVAL"
                : o->cfg.copies ? ", CREADY, CFREE"
-               : o->cfg.gone ? ", GONE" : "",
+               : o->cfg.gone ? ", GONE"
+               : o->cfg.refresh ? ", PARTS, RFRESH" : "",
                o->cfg.liveness_all ? " and state" : "",
                r.out_of_memory ? " in the part explored" : "");
         return ck_reach_report(&o->cfg, r.reach) ? 0 : 3;

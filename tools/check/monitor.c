@@ -24,6 +24,7 @@
 #include "monitor.h"
 #include "copies.h"
 #include "gone.h"
+#include "refresh.h"
 #include "rdma.h"
 #include "readiness_int.h"
 #include "shard_int.h"
@@ -564,6 +565,7 @@ static void new_region(ck_world *w, const ck_msg *m,
     c->addr = info->addr;
     c->len = m->len;
     c->reserved_at = w->env.now;
+    c->refreshed_to = 0; /* a new lease */
     c->writes = c->taken = c->ready = 0;
     c->wok = c->wside = 0;
 }
@@ -708,13 +710,15 @@ void ck_monitor_shard_event(ck_world *w, const xfer_shard_event *e)
     if (!c->live || c->attempt != e->attempt)
         return; /* a tombstone for an attempt that never reserved here */
     if (e->kind == XFER_SHARD_EV_EXPIRED &&
-        w->env.now < c->reserved_at + CK_LEASE_TTL)
+        w->env.now < ck_refresh_lease_end(c))
         ck_monitor_fail(w, CK_TIME, "shard %u expired id %llu at %llu ns, "
-                        "before its lease of %llu ns from %llu ns ran out",
+                        "before its lease (%llu ns from %llu ns, or as a "
+                        "refresh extended it) ran out at %llu ns",
                         e->shard, (unsigned long long)e->id,
                         (unsigned long long)w->env.now,
                         (unsigned long long)CK_LEASE_TTL,
-                        (unsigned long long)c->reserved_at);
+                        (unsigned long long)c->reserved_at,
+                        (unsigned long long)ck_refresh_lease_end(c));
     if (c->writes)
         ck_monitor_fail(w, CK_I4, "shard %u freed id %llu's region (%s) while "
                         "a write into it is still landing", e->shard,
@@ -935,7 +939,7 @@ static void global_shard(ck_world *w, unsigned k)
  * driver that waits for next_deadline fires it on time).  The transfer
  * deadline (submit without a deadline: accepted + CK_DEADLINE) while the
  * transfer runs unstopped; the lease of every reservation that is not
- * taken (reserved + CK_LEASE_TTL). */
+ * taken (reserved + CK_LEASE_TTL, or as a refresh extended it). */
 static void global_time(ck_world *w)
 {
     uint64_t core_next = xfer_core_next_deadline(w->core);
@@ -979,7 +983,7 @@ static void global_time(ck_world *w)
             if (!c->live || c->taken)
                 continue;
             xfer_resv_state rs = xfer_shard_state(w->sh[k], i + 1u);
-            uint64_t due = c->reserved_at + CK_LEASE_TTL;
+            uint64_t due = ck_refresh_lease_end(c);
             if ((rs == XFER_RESV_STATE_RESERVED ||
                  rs == XFER_RESV_STATE_WRITING ||
                  rs == XFER_RESV_STATE_READY) &&
@@ -1075,7 +1079,7 @@ void ck_monitor_shard_timer(ck_world *w, unsigned k)
     for (unsigned t = 0; t < w->cfg->T; t++) {
         const mon_cs *c = &w->mon.tr[t].cs[k];
         if (!c->live || c->writes || c->ready || c->taken ||
-            w->env.now < c->reserved_at + CK_LEASE_TTL)
+            w->env.now < ck_refresh_lease_end(c))
             continue;
         xfer_resv_state rs = xfer_shard_state(w->sh[k], t + 1u);
         if (rs == XFER_RESV_STATE_RESERVED)

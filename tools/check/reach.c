@@ -102,6 +102,13 @@ bool ck_reach_wanted(const ck_config *c, unsigned r)
     case CK_R_PADDED:
     case CK_R_PRELEASED:
         return c->parts > 0;
+    case CK_R_RFGRANTED:
+        return c->refresh > 0;
+    case CK_R_RFREFUSED:
+        /* a refresh finds its reservation gone only after a lease or a
+         * consumer's cancel ended it under an open stream */
+        return c->refresh > 0 && c->budget > 0 &&
+               (c->faults & (CK_F(LEASE) | CK_F(CONSUMER)));
     case CK_R_PREFUSED:
         /* a failure or a stop needs a fault class that makes one */
         return c->parts > 0 && c->budget > 0 &&
@@ -125,6 +132,8 @@ static void option(const ck_config *c, unsigned r, char *b, size_t n)
         snprintf(b, n, "--caps %u", c->caps);
     else if (r == CK_R_RSTALE)
         snprintf(b, n, "--stale-ops %u", c->stale_ops);
+    else if (r == CK_R_RFGRANTED || r == CK_R_RFREFUSED)
+        snprintf(b, n, "--refresh %u", c->refresh);
     else if (r == CK_R_RLAND || r == CK_R_RINVAL)
         snprintf(b, n, "--rdma");
     else if (r == CK_R_CORRUPT || r == CK_R_CREFUSED)

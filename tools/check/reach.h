@@ -77,7 +77,11 @@
     X(GFAILED, "gfailed", "ops failed SHARD_GONE at the producer",            \
       "no op ever failed SHARD_GONE")                                         \
     X(BACK, "back", "gone shards registered again",                           \
-      "no gone shard ever registered again")
+      "no gone shard ever registered again")                                  \
+    X(RFGRANTED, "refresh", "lease refreshes a shard granted",                \
+      "no shard ever granted a lease refresh")                                \
+    X(RFREFUSED, "rfrefused", "lease refreshes a shard refused",              \
+      "no shard ever refused a lease refresh")
 
 enum {
 #define CK_R_ENUM_(n, s, d, m) CK_R_##n,

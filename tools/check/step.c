@@ -20,6 +20,7 @@
 #include "engine.h"
 #include "gone.h"
 #include "staleop.h"
+#include "refresh.h"
 #include "monitor.h"
 #include "net.h"
 
@@ -213,6 +214,7 @@ static unsigned env_moves(const ck_world *w, ck_move *out)
             out[n++] = (ck_move){MV_BACK, (uint8_t)k};
     }
     n += ck_staleop_moves(w, out + n);
+    n += ck_refresh_moves(w, out + n);
     for (unsigned t = 0; t < c->T && up && dup_budget(w); t++) {
         xfer_transfer_view v;
         if (!xfer_core_view(w->core, t + 1u, &v) ||
@@ -337,9 +339,10 @@ static void apply_env(ck_world *w, ck_move mv)
 {
     int rc;
     /* A part and a seal are the scheduler's ordinary progress, as a
-     * submit: no disturbance. */
+     * submit, and a lease refresh the engine's: no disturbance. */
     if (!w->in_liveness && mv.kind != MV_SUBMIT && mv.kind != MV_FIRE_CORE &&
-        mv.kind != MV_PART && mv.kind != MV_SEAL && mv.kind != MV_BACK)
+        mv.kind != MV_PART && mv.kind != MV_SEAL && mv.kind != MV_BACK &&
+        mv.kind != MV_REFRESH)
         w->env.disturb++;
     switch (mv.kind) {
     case MV_SUBMIT:
@@ -421,6 +424,9 @@ static void apply_env(ck_world *w, ck_move mv)
     case MV_SOP:
         ck_staleop_apply(w, mv.arg);
         break;
+    case MV_REFRESH:
+        ck_refresh_apply(w, mv.arg);
+        break;
     default:
         crash(w);
         break;
@@ -490,6 +496,8 @@ unsigned ck_step_touches(const ck_world *w, ck_move mv)
         return CK_M_SH(mv.arg);
     case MV_SOP:
         return CK_M_SH(CK_SOP_SHARD(mv.arg));
+    case MV_REFRESH: /* reads the core (const), calls the shard */
+        return CK_M_SH(mv.arg % CK_MAX_S);
     case MV_CRASH:
     case MV_CORRUPT: /* plain data: the region's bit */
     case MV_GONE:    /* plain data: messages and the shard's bit */

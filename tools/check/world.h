@@ -89,7 +89,10 @@ enum {
              "ended; a commit only once sealed and every part written on "   \
              "every shard; no part accepted after a failure or a stop")      \
     X(GONE, "--gone: no op goes to a shard whose directory entry is gone, "  \
-            "and every op outstanding there fails SHARD_GONE at once")
+            "and every op outstanding there fails SHARD_GONE at once")      \
+    X(RFRESH, "--refresh: a shard grants exactly the refreshes of its live " \
+              "reservations under their hold cap, for the documented time, " \
+              "never shortening a lease or changing a state")
 
 enum {
 #define CK_I_ENUM_(n, d) CK_##n,
@@ -156,6 +159,9 @@ typedef struct ck_config {
     unsigned stale_ops;    /* --stale-ops: per path, this many ops of
                             * another attempt delivered to a record in an
                             * *_INVAL state (--rdma; staleop.c); 0: off */
+    unsigned refresh;      /* --refresh: per path, this many lease
+                            * refreshes of open streams reach their shards
+                            * (--parts; refresh.c); 0: off */
 } ck_config;
 
 /* Timings of the modelled deployment (ns): the library's documented
@@ -266,6 +272,8 @@ typedef struct mon_cs {
     uint64_t tomb_at;           /* the move that made the tombstone (0
                                  * while none), so a function of the
                                  * shard's state: the counts stay */
+    uint64_t refreshed_to;      /* --refresh: the lease end a refresh
+                                 * granted (0: none; refresh.c) */
 } mon_cs;
 
 typedef struct mon_tr {
@@ -324,6 +332,7 @@ typedef struct ck_env {
      * the events so far */
     uint8_t gone[CK_MAX_S], gones;
     uint8_t sops; /* --stale-ops: stale ops delivered so far */
+    uint8_t refreshes; /* --refresh: refreshes delivered so far */
 } ck_env;
 
 /* A move of the environment. */
@@ -343,6 +352,8 @@ enum {
     MV_BACK,  /* --gone: gone shard arg registers again (a higher epoch) */
     MV_SOP,   /* --stale-ops: an op of another attempt reaches a record
                * waiting for its invalidation (staleop.h's arg) */
+    MV_REFRESH, /* --refresh: the engine's lease refresh arg reaches its
+                 * shard (refresh.h) */
     MV_COUNT_
 };
 typedef struct ck_move {
