@@ -84,6 +84,7 @@ typedef struct rig {
     xfer_testdev_stats at_done; /* the test device when the result came */
     xfer_server_stats srv_at_done[NSH]; /* and each shard */
     volatile bool shut;
+    bool engine_base;     /* base is the engine's own (rig_engine_base) */
 } rig;
 
 static void on_done(void *ud, const xfer_result *r)
@@ -107,22 +108,31 @@ static void fill(uint8_t *p, size_t n, uint32_t seed)
     }
 }
 
-/* The producer's table of live transfers for the next rig_new (0: the
- * library default); a test that sets it puts it back. */
+/* For the next rig_new (a test that sets one puts it back): the
+ * producer's table of live transfers (0: the library default), and
+ * whether the engine makes the base everything runs on (cfg.base NULL)
+ * instead of the rig. */
 static uint32_t rig_max_transfers;
+static bool rig_engine_base;
+
+static void engine_new(rig *g, uint64_t deadline_ns)
+{
+    xfer_engine_config ec;
+    xfer_engine_config_default(&ec);
+    ec.base = g->base; /* NULL: the engine's own */
+    ec.core.default_deadline_ns = deadline_ns;
+    if (rig_max_transfers)
+        ec.core.max_transfers = rig_max_transfers;
+    ck_assert_int_eq(xfer_engine_new(&ec, &g->e), 0);
+}
 
 static void producer_new(rig *g, uint16_t port, uint64_t deadline_ns)
 {
     char addr[32];
     snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)port);
     const char *addrs[NSH] = {addr, addr, addr, addr};
-    xfer_engine_config ec;
-    xfer_engine_config_default(&ec);
-    ec.base = g->base;
-    ec.core.default_deadline_ns = deadline_ns;
-    if (rig_max_transfers)
-        ec.core.max_transfers = rig_max_transfers;
-    ck_assert_int_eq(xfer_engine_new(&ec, &g->e), 0);
+    if (!g->e)
+        engine_new(g, deadline_ns);
     xfer_tcp_config tc;
     xfer_tcp_config_default(&tc);
     tc.nshards = NSH;
@@ -161,7 +171,13 @@ static void rig_new(rig *g, bool dev_staging, bool dev_shards,
     xfer_testdev_clear_rules(0);
     g->dev_staging = dev_staging;
     g->dev_shards = dev_shards;
-    g->base = event_base_new();
+    g->engine_base = rig_engine_base;
+    if (g->engine_base) {
+        engine_new(g, deadline_ns);
+        g->base = xfer_engine_base(g->e);
+    } else {
+        g->base = event_base_new();
+    }
     ck_assert_ptr_nonnull(g->base);
     xfer_server_shard sh[NSH];
     xfer_mem mem[NSH];
@@ -203,8 +219,9 @@ static void rig_del(rig *g)
     }
     xfer_engine_del(g->e);
     xfer_tcp_del(g->tcp);
-    xfer_server_del(g->srv);
-    event_base_free(g->base);
+    xfer_server_del(g->srv); /* the engine's base goes with the last */
+    if (!g->engine_base)
+        event_base_free(g->base);
     for (int k = 0; k < NSH; k++) {
         if (g->dev_shards)
             xfer_testdev_free(g->pools[k]);
@@ -985,8 +1002,10 @@ static void on_flag(void *ud, const xfer_result *r)
     *(bool *)ud = true;
 }
 
-/* xfer_engine_submit_gated_crc under a full table: with room for one
- * live transfer, held by a gated one whose event never comes, the call
+/* xfer_engine_submit_gated_crc under a full table, on a base the engine
+ * made (the gate's poll timer, the server and the transport all on it;
+ * the base goes with the last object deleted): with room for one live
+ * transfer, held by a gated one whose event never comes, the call
  * is refused XFER_ERR_BUSY and keeps nothing (its copy of the CRCs is
  * freed: ASan's leak check; no byte is copied or sent).  Once the first
  * is cancelled, the same call goes through and lands, its COMMITs
@@ -995,8 +1014,10 @@ START_TEST(test_testdev_gate_caller_crc_table_full)
 {
     rig g;
     rig_max_transfers = 1;
+    rig_engine_base = true;
     rig_new(&g, true, false, 10000000000ull);
     rig_max_transfers = 0;
+    rig_engine_base = false;
     uint32_t crcs[NSH];
     xfer_slice sl[NSH];
     for (uint16_t k = 0; k < NSH; k++) {
