@@ -20,6 +20,7 @@
 
 #include "util.h" /* fsm_private_dep: the injected allocator */
 #include "xfer/dir.h"
+#include "xfer/mem.h"
 
 void xfer_consumer_config_default(xfer_consumer_config *cfg)
 {
@@ -258,6 +259,12 @@ static int take_config(xfer_consumer *c, const xfer_consumer_config *cfg)
         return XFER_ERR_INVALID_ARG;
     if (cfg->version >= 3 && cfg->integrity == XFER_INTEGRITY_CONSUMER &&
         cfg->pools) {
+        /* the check reads the pool with the CPU: device memory (a TP
+         * worker's own GPU buffer) would fault, so it is refused here
+         * rather than at the first take */
+        for (uint16_t i = 0; i < k->nshards; i++)
+            if (xfer_mem_of(cfg->pools[i]).kind != XFER_MEM_HOST)
+                return XFER_ERR_NOT_SUPPORTED;
         for (uint16_t i = 0; i < k->nshards; i++)
             c->pools[i] = (uint8_t *)cfg->pools[i];
         c->check = true;

@@ -157,7 +157,10 @@ typedef struct xfer_consumer_config {
      * that no longer matches (a stray write into the pool after READY)
      * is released and the id ends unavailable, reason XFER_ERR_CORRUPT,
      * naming the shard.  Any other value, or pools NULL: no check (a
-     * version 2 config gets that). */
+     * version 2 config gets that).  The check reads the pools with the
+     * CPU: a pool of a device kind (xfer_mem_of: CUDA or the test kind)
+     * is refused by xfer_consumer_new, XFER_ERR_NOT_SUPPORTED; a device
+     * shard checks its region after the copy, before READY. */
     uint8_t integrity;         /* xfer_integrity */
     void *const *pools;        /* nshards pointers: shard k's pool as
                                   mapped in this process (xfer_shm_pool
@@ -183,8 +186,9 @@ XFER_API void xfer_consumer_config_default(xfer_consumer_config *cfg);
 /*
  * Create and start connecting to every shard.  cfg copied.  *out
  * untouched on failure.  Errors: XFER_ERR_INVALID_ARG (NULL, unknown
- * version, no base, no callbacks, a bad address, nshards), XFER_ERR_NOMEM,
- * XFER_ERR_IO (libevent).
+ * version, no base, no callbacks, a bad address, nshards),
+ * XFER_ERR_NOT_SUPPORTED (integrity CONSUMER with a pool of device
+ * memory), XFER_ERR_NOMEM, XFER_ERR_IO (libevent).
  */
 XFER_API int xfer_consumer_new(const xfer_consumer_config *cfg,
                                xfer_consumer **out);

@@ -356,6 +356,39 @@ START_TEST(test_rdma_inval_bad_connect_request_rejected)
 }
 END_TEST
 
+static void drained_cb(void *ud, bool drained)
+{
+    (void)drained;
+    *(bool *)ud = true;
+}
+
+/* A draining server refuses new RC connections, even one whose private
+ * data names its group and a control connection it serves (a connection
+ * made before the drain keeps working: the drain waits for its writes). */
+START_TEST(test_rdma_inval_connect_refused_while_draining)
+{
+    raw w;
+    start(&w);
+    uint8_t pd[PDATA_LEN];
+    ctl_pdata(w.fd, pd);
+    bool drained = false;
+    ck_assert_int_eq(xfer_server_drain(w.srv, drained_cb, &drained), 0);
+    rc_side c;
+    ck_assert_int_eq(rc_connect(&c, "127.0.0.1", xfer_server_rdma_port(w.srv),
+                                pd, PDATA_LEN),
+                     0);
+    ck_assert(wait_readable(&w, c.ch->fd));
+    ck_assert_int_eq(rc_expect(c.ch, RDMA_CM_EVENT_REJECTED, NULL), 0);
+    rc_close(&c);
+    for (int i = 0; i < 50 && !drained; i++) {
+        event_base_loop(w.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+        poll(NULL, 0, 1);
+    }
+    ck_assert(drained); /* nothing was reserved: it drains at once */
+    stop(&w);
+}
+END_TEST
+
 /* The server uses type 2 windows exactly when the device has them (the
  * fabric's mw2 option; the rdma_inval_no_type2 run turns it off), says
  * which at start, and each reservation then costs a window, not a
@@ -513,6 +546,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_rdma_inval_window_refused_on_other_qp);
     tcase_add_test(tc, test_rdma_inval_rkey_failure_answers_error);
     tcase_add_test(tc, test_rdma_inval_reserve_without_rc_connection);
+    tcase_add_test(tc, test_rdma_inval_connect_refused_while_draining);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -58,6 +58,7 @@
 
 #include "mp.h"
 #include "testutil.h"
+#include "xfer/consumer.h"
 #include "xfer/server.h"
 #include "xfer/stream.h"
 #include "xfer/tcp.h"
@@ -364,6 +365,59 @@ END_TEST
 /* testdev.h: 1024 allocations live at most, then XFER_ERR_BUSY; a freed
  * slot is taken again.  (Issue 30's testdev.c:348 mutant looked one slot
  * past the table and handed it out.) */
+static void cons_avail(void *ud, uint64_t id, uint32_t attempt,
+                       const xfer_region *regions, uint16_t n)
+{
+    (void)ud, (void)id, (void)attempt, (void)regions, (void)n;
+}
+
+static void cons_unavail(void *ud, uint64_t id, int32_t reason,
+                         uint64_t shards)
+{
+    (void)ud, (void)id, (void)reason, (void)shards;
+}
+
+/* The consumer's check on take reads its pools with the CPU, so a pool of
+ * device memory (a TP worker's own GPU buffer) is refused when the
+ * consumer is made, XFER_ERR_NOT_SUPPORTED, not dereferenced at the
+ * first take (here that would be a SIGSEGV: test device pages are
+ * PROT_NONE).  The same pools without the check are fine (never read),
+ * and host pools with it too. */
+START_TEST(test_testdev_consumer_check_refuses_device_pool)
+{
+    struct event_base *base = event_base_new();
+    ck_assert_ptr_nonnull(base);
+    void *dev = NULL, *host = calloc(1, POOL);
+    ck_assert_int_eq(xfer_testdev_alloc(POOL, &dev), 0);
+    ck_assert_ptr_nonnull(host);
+    const char *addrs[2] = {"127.0.0.1:9", "127.0.0.1:9"};
+    void *pools[2] = {host, dev};
+    xfer_consumer_config cc;
+    xfer_consumer_config_default(&cc);
+    cc.base = base;
+    cc.nshards = 2;
+    cc.addrs = addrs;
+    cc.available = cons_avail;
+    cc.unavailable = cons_unavail;
+    cc.pools = pools;
+    cc.integrity = XFER_INTEGRITY_CONSUMER;
+    xfer_consumer *c = NULL;
+    ck_assert_int_eq(xfer_consumer_new(&cc, &c), XFER_ERR_NOT_SUPPORTED);
+    ck_assert_ptr_null(c);
+    cc.integrity = XFER_INTEGRITY_SHARD;
+    ck_assert_int_eq(xfer_consumer_new(&cc, &c), 0);
+    xfer_consumer_del(c);
+    c = NULL;
+    pools[1] = host;
+    cc.integrity = XFER_INTEGRITY_CONSUMER;
+    ck_assert_int_eq(xfer_consumer_new(&cc, &c), 0);
+    xfer_consumer_del(c);
+    event_base_free(base);
+    xfer_testdev_free(dev);
+    free(host);
+}
+END_TEST
+
 START_TEST(test_testdev_alloc_table_full)
 {
     static void *p[1024];
@@ -1087,6 +1141,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_testdev_memory_closed);
     tcase_add_test(tc, test_testdev_alloc_table_full);
+    tcase_add_test(tc, test_testdev_consumer_check_refuses_device_pool);
     tcase_add_test(tc, test_testdev_producer_transfer);
     tcase_add_test(tc, test_testdev_producer_copy_fail);
     tcase_add_test(tc, test_testdev_producer_corrupt_copy_fails_corrupt);
