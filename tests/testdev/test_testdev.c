@@ -115,6 +115,7 @@ static void fill(uint8_t *p, size_t n, uint32_t seed)
  * instead of the rig. */
 static uint32_t rig_max_transfers;
 static bool rig_engine_base;
+static bool rig_no_consume; /* the server keeps READY data for a consumer */
 
 static void engine_new(rig *g, uint64_t deadline_ns)
 {
@@ -199,7 +200,7 @@ static void rig_new(rig *g, bool dev_staging, bool dev_shards,
     sc.base = g->base;
     sc.nshards = NSH;
     sc.shards = sh;
-    sc.consume = true;
+    sc.consume = !rig_no_consume;
     sc.session_max_bytes = POOL; /* one session, the whole pool */
     sc.peer_max_bytes = POOL;
     sc.shard_mem = mem;
@@ -620,6 +621,88 @@ START_TEST(test_testdev_shard_transfer)
         check_landed(&g);
     }
     check_ended_clean(&g);
+    rig_del(&g);
+}
+END_TEST
+
+typedef struct got {
+    bool available, unavailable;
+    int32_t reason;
+} got;
+
+static void got_avail(void *ud, uint64_t id, uint32_t attempt,
+                      const xfer_region *regions, uint16_t n)
+{
+    (void)id, (void)attempt, (void)regions, (void)n;
+    ((got *)ud)->available = true;
+}
+
+static void got_unavail(void *ud, uint64_t id, int32_t reason,
+                        uint64_t shards)
+{
+    (void)id, (void)shards;
+    ((got *)ud)->unavailable = true;
+    ((got *)ud)->reason = reason;
+}
+
+static bool got_outcome(void *ud)
+{
+    return ((got *)ud)->available || ((got *)ud)->unavailable;
+}
+
+/* A device shard's READY carries the CRC it checked after the copy (as a
+ * host shard's does), so a consumer that checks on take can hold the
+ * region to it.  The consumer here reads host mirrors of the regions (it
+ * cannot read test device memory, and refuses to be given it): each
+ * region's check runs against the READY's CRC, and a mirror that differs
+ * from what the producer sent is caught CORRUPT naming its shard. */
+START_TEST(test_testdev_device_shard_ready_carries_crc)
+{
+    rig g;
+    rig_no_consume = true;
+    rig_new(&g, false, true, 10000000000ull);
+    rig_no_consume = false;
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u",
+             (unsigned)xfer_server_port(g.srv));
+    const char *addrs[NSH];
+    void *mirror[NSH];
+    for (uint16_t k = 0; k < NSH; k++) {
+        addrs[k] = addr;
+        mirror[k] = calloc(1, POOL);
+        ck_assert_ptr_nonnull(mirror[k]);
+        /* the first reservation of each shard is at offset 0 */
+        memcpy(mirror[k], g.expect + (size_t)k * SLICE, SLICE);
+    }
+    ((uint8_t *)mirror[3])[7] ^= 0x40; /* shard 3's mirror is off by a bit */
+    got out = {0};
+    xfer_consumer_config cc;
+    xfer_consumer_config_default(&cc);
+    cc.base = g.base;
+    cc.nshards = NSH;
+    cc.addrs = addrs;
+    cc.available = got_avail;
+    cc.unavailable = got_unavail;
+    cc.ud = &out;
+    cc.pools = mirror;
+    cc.integrity = XFER_INTEGRITY_CONSUMER;
+    xfer_consumer *c = NULL;
+    ck_assert_int_eq(xfer_consumer_new(&cc, &c), 0);
+    ck_assert_int_eq(xfer_consumer_expect(c, 51, 0), 0);
+    submit(&g, 51);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    ck_assert(mp_run_while(g.base, got_outcome, &out, 10000));
+    ck_assert(out.unavailable);
+    ck_assert_int_eq(out.reason, XFER_ERR_CORRUPT);
+    xfer_consumer_stats st;
+    ck_assert_int_eq(xfer_consumer_stats_get(c, &st), 0);
+    ck_assert_uint_eq(st.crc_checked, NSH); /* every READY had a CRC */
+    ck_assert_uint_eq(st.corrupt, 1);
+    check_ended_clean(&g); /* every take released */
+    xfer_consumer_del(c);
+    for (uint16_t k = 0; k < NSH; k++)
+        free(mirror[k]);
     rig_del(&g);
 }
 END_TEST
@@ -1152,6 +1235,7 @@ static Suite *suite(void)
     tc = tcase_create("shard");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_testdev_shard_transfer);
+    tcase_add_test(tc, test_testdev_device_shard_ready_carries_crc);
     tcase_add_test(tc, test_testdev_shard_copy_fail);
     tcase_add_test(tc, test_testdev_shard_corrupt_copy_fails_corrupt);
     tcase_add_test(tc, test_testdev_stream_crc);

@@ -39,6 +39,11 @@ FILE_NETS = [
     ('transport/wire*.c', ['unit', 'fault', 'multiproc', 'api']),
     # The shard server: its unit test, the hostile peers, quotas, drain
     # and take grace (fault), xferd in multiproc, the api tier, python.
+    # Its device side (server_copy.c: the copies into a device pool;
+    # server_check.c: the check after the copy) is reached only by suite
+    # testdev (the survivor server_check.c:194 of the issue-30 sample).
+    ('transport/server_copy.c', WHOLE_STACK + ['testdev']),
+    ('transport/server_check.c', WHOLE_STACK + ['testdev']),
     ('transport/server*.c', WHOLE_STACK),
     ('transport/auth.c', WHOLE_STACK),
     # The consumer: unit test_consumer, killall (fault), deploy, api, python.
