@@ -13,12 +13,18 @@
  * option makes up ops of another attempt for a shard, at the moment that
  * is hardest to get right: the record is COMMIT_INVAL, CANCEL_INVAL or
  * EXPIRE_INVAL, its rkey's invalidation asked for and not yet reported.
- * The op is a RESERVE, a COMMIT or a CANCEL (a one-sided WRITE never
- * reaches the machine) of attempt a - 1 (a + 1 for attempt 1) and, for
- * COMMIT and CANCEL, the record's own reservation id, so the attempt alone
- * tells it apart.  Its sender is not the producer: nobody hears the
- * reply.  I14 (fsm/shard.c's rule): the shard refuses it XFER_ERR_STALE
- * and the record keeps its state and reservation.
+ * The op is a RESERVE, a COMMIT, a CANCEL or a WRITE (a one-sided
+ * producer's writes never reach the machine, but the server takes a TCP
+ * WRITE frame from any producer peer) of attempt a - 1 (a + 1 for
+ * attempt 1) and, but for RESERVE, the record's own reservation id, so
+ * the attempt alone tells it apart.  Its sender is not the producer:
+ * nobody hears the reply.  I14 (fsm/shard.c's rule): the shard refuses it
+ * XFER_ERR_STALE and the record keeps its state and reservation.  The
+ * other two kinds are a consumer's TAKE and RELEASE of the record's
+ * reservation (a consumer peer may send them for any id at any time; the
+ * tracker never does before READY): the shard refuses them (any error)
+ * and the record keeps its state.  Both reach table cells no other world
+ * does ((*_INVAL, TAKE), (*_INVAL, RELEASE), (*_INVAL, WRITE_BEGIN)).
  *
  * What must stay true: with --stale-ops 0 no move here is offered, so
  * every other configuration keeps its state counts; the move touches one
@@ -31,8 +37,18 @@
 #include "consumer.h"
 #include "monitor.h"
 
+/* XFER_OP_* for the producer's; the consumer's two past them. */
+enum { SOP_TAKE = XFER_OP_COUNT_, SOP_RELEASE };
 static const uint8_t kinds[CK_SOP_KINDS] = {XFER_OP_RESERVE, XFER_OP_COMMIT,
-                                            XFER_OP_CANCEL};
+                                            XFER_OP_CANCEL, XFER_OP_WRITE,
+                                            SOP_TAKE, SOP_RELEASE};
+
+static const char *kind_name(unsigned op)
+{
+    return op == SOP_TAKE      ? "TAKE"
+           : op == SOP_RELEASE ? "RELEASE"
+                               : xfer_op_name(op);
+}
 
 static bool is_inval(xfer_resv_state rs)
 {
@@ -83,6 +99,9 @@ void ck_staleop_apply(ck_world *w, unsigned arg)
     ck_reach_note(w, CK_R_RSTALE);
     xfer_resv_info info;
     int rc;
+    uint8_t *dst = NULL;
+    const uint8_t *data = NULL;
+    uint32_t len = 0;
     switch (op) {
     case XFER_OP_RESERVE:
         rc = xfer_shard_reserve(s, w->env.now, id, att, CK_SLICE, &info);
@@ -90,17 +109,38 @@ void ck_staleop_apply(ck_world *w, unsigned arg)
     case XFER_OP_COMMIT:
         rc = xfer_shard_commit(s, w->env.now, id, att, resv);
         break;
-    default:
+    case XFER_OP_CANCEL:
         rc = xfer_shard_cancel(s, w->env.now, id, att, resv);
+        break;
+    case XFER_OP_WRITE:
+        rc = xfer_shard_write_begin(s, w->env.now, id, att, resv, 0,
+                                    CK_SLICE, &dst);
+        break;
+    case SOP_TAKE:
+        rc = xfer_shard_take(s, w->env.now, id, resv, &data, &len);
+        break;
+    default:
+        rc = xfer_shard_release(s, w->env.now, id, resv);
         break;
     }
     xfer_resv_state after = xfer_shard_state(s, id);
-    if (rc != XFER_ERR_STALE || after != before)
+    bool consumer = op == SOP_TAKE || op == SOP_RELEASE;
+    if (consumer && (rc == 0 || after != before))
+        ck_monitor_fail(w, CK_I14, "a consumer's %s of id %llu (resv %llu) "
+                        "reached shard %u in %s and was answered %s, "
+                        "leaving it %s; a record that is not READY must "
+                        "refuse it and touch nothing",
+                        kind_name(op), (unsigned long long)id,
+                        (unsigned long long)resv, k,
+                        xfer_fsm_state_name(XFER_MACHINE_RESERVATION, before),
+                        xfer_strerror(rc),
+                        xfer_fsm_state_name(XFER_MACHINE_RESERVATION, after));
+    else if (!consumer && (rc != XFER_ERR_STALE || after != before))
         ck_monitor_fail(w, CK_I14, "a %s of id %llu attempt %u (another "
                         "attempt than the record's %u) reached shard %u "
                         "in %s and was answered %s, leaving it %s; it must "
                         "be refused STALE and touch nothing",
-                        xfer_op_name(op), (unsigned long long)id, att,
+                        kind_name(op), (unsigned long long)id, att,
                         w->mon.tr[t].cs[k].attempt, k,
                         xfer_fsm_state_name(XFER_MACHINE_RESERVATION, before),
                         xfer_strerror(rc),
@@ -114,8 +154,13 @@ void ck_staleop_describe(const ck_world *w, unsigned arg, char *b, size_t n)
     uint32_t att;
     uint64_t resv;
     decode(w, arg, &op, &t, &k, &att, &resv);
-    snprintf(b, n, "a STALE %s of id %u attempt %u (resv %llu) reaches "
-             "shard %u from a peer of another attempt (nobody hears the "
-             "reply)", xfer_op_name(op), t + 1u, att,
-             (unsigned long long)resv, k);
+    if (op == SOP_TAKE || op == SOP_RELEASE)
+        snprintf(b, n, "a consumer's early %s of id %u (resv %llu) reaches "
+                 "shard %u (nobody hears the reply)", kind_name(op), t + 1u,
+                 (unsigned long long)resv, k);
+    else
+        snprintf(b, n, "a STALE %s of id %u attempt %u (resv %llu) reaches "
+                 "shard %u from a peer of another attempt (nobody hears the "
+                 "reply)", kind_name(op), t + 1u, att,
+                 (unsigned long long)resv, k);
 }

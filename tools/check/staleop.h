@@ -3,7 +3,10 @@
  * of another attempt of the same id reaches a one-sided shard whose
  * record waits for its invalidation (COMMIT_INVAL, CANCEL_INVAL,
  * EXPIRE_INVAL), and the shard must refuse it XFER_ERR_STALE, touching
- * nothing (I14).  Issue 30 item 2.
+ * nothing (I14); or a consumer's TAKE or RELEASE of the reservation
+ * arrives there (a hostile or confused consumer: the record is not
+ * READY), and the shard must refuse it, touching nothing.  Issue 30
+ * item 2.
  */
 #ifndef XFER_CHECK_STALEOP_H
 #define XFER_CHECK_STALEOP_H
@@ -13,8 +16,10 @@
 #include "world.h"
 
 /* The op kinds a stale op may be (the arg of MV_SOP: its index here,
- * then the transfer, then the shard). */
-#define CK_SOP_KINDS 3u
+ * then the transfer, then the shard): the producer's RESERVE, COMMIT,
+ * CANCEL and WRITE of another attempt, and a consumer's TAKE and RELEASE
+ * of the record's reservation. */
+#define CK_SOP_KINDS 6u
 #define CK_SOP_ARG(kind, tr, k) \
     ((uint8_t)(((kind) * CK_MAX_T + (tr)) * CK_MAX_S + (k)))
 #define CK_SOP_SHARD(arg) ((unsigned)(arg) % CK_MAX_S)
