@@ -366,16 +366,46 @@ END_TEST
 /* testdev.h: 1024 allocations live at most, then XFER_ERR_BUSY; a freed
  * slot is taken again.  (Issue 30's testdev.c:348 mutant looked one slot
  * past the table and handed it out.) */
-static void cons_avail(void *ud, uint64_t id, uint32_t attempt,
-                       const xfer_region *regions, uint16_t n)
+typedef struct got {
+    bool available, unavailable;
+    int32_t reason;
+} got;
+
+static void got_avail(void *ud, uint64_t id, uint32_t attempt,
+                      const xfer_region *regions, uint16_t n)
 {
-    (void)ud, (void)id, (void)attempt, (void)regions, (void)n;
+    (void)id, (void)attempt, (void)regions, (void)n;
+    ((got *)ud)->available = true;
 }
 
-static void cons_unavail(void *ud, uint64_t id, int32_t reason,
-                         uint64_t shards)
+static void got_unavail(void *ud, uint64_t id, int32_t reason,
+                        uint64_t shards)
 {
-    (void)ud, (void)id, (void)reason, (void)shards;
+    (void)id, (void)shards;
+    ((got *)ud)->unavailable = true;
+    ((got *)ud)->reason = reason;
+}
+
+static bool got_outcome(void *ud)
+{
+    return ((got *)ud)->available || ((got *)ud)->unavailable;
+}
+
+/* A consumer of n shards at addrs on base that checks on take against
+ * pools, its outcomes into *out. */
+static void checking_consumer(xfer_consumer_config *cc,
+                              struct event_base *base, uint16_t n,
+                              const char **addrs, void **pools, got *out)
+{
+    xfer_consumer_config_default(cc);
+    cc->base = base;
+    cc->nshards = n;
+    cc->addrs = addrs;
+    cc->available = got_avail;
+    cc->unavailable = got_unavail;
+    cc->ud = out;
+    cc->pools = pools;
+    cc->integrity = XFER_INTEGRITY_CONSUMER;
 }
 
 /* The consumer's check on take reads its pools with the CPU, so a pool of
@@ -393,15 +423,9 @@ START_TEST(test_testdev_consumer_check_refuses_device_pool)
     ck_assert_ptr_nonnull(host);
     const char *addrs[2] = {"127.0.0.1:9", "127.0.0.1:9"};
     void *pools[2] = {host, dev};
+    got out = {0};
     xfer_consumer_config cc;
-    xfer_consumer_config_default(&cc);
-    cc.base = base;
-    cc.nshards = 2;
-    cc.addrs = addrs;
-    cc.available = cons_avail;
-    cc.unavailable = cons_unavail;
-    cc.pools = pools;
-    cc.integrity = XFER_INTEGRITY_CONSUMER;
+    checking_consumer(&cc, base, 2, addrs, pools, &out);
     xfer_consumer *c = NULL;
     ck_assert_int_eq(xfer_consumer_new(&cc, &c), XFER_ERR_NOT_SUPPORTED);
     ck_assert_ptr_null(c);
@@ -625,31 +649,6 @@ START_TEST(test_testdev_shard_transfer)
 }
 END_TEST
 
-typedef struct got {
-    bool available, unavailable;
-    int32_t reason;
-} got;
-
-static void got_avail(void *ud, uint64_t id, uint32_t attempt,
-                      const xfer_region *regions, uint16_t n)
-{
-    (void)id, (void)attempt, (void)regions, (void)n;
-    ((got *)ud)->available = true;
-}
-
-static void got_unavail(void *ud, uint64_t id, int32_t reason,
-                        uint64_t shards)
-{
-    (void)id, (void)shards;
-    ((got *)ud)->unavailable = true;
-    ((got *)ud)->reason = reason;
-}
-
-static bool got_outcome(void *ud)
-{
-    return ((got *)ud)->available || ((got *)ud)->unavailable;
-}
-
 /* A device shard's READY carries the CRC it checked after the copy (as a
  * host shard's does), so a consumer that checks on take can hold the
  * region to it.  The consumer here reads host mirrors of the regions (it
@@ -677,15 +676,7 @@ START_TEST(test_testdev_device_shard_ready_carries_crc)
     ((uint8_t *)mirror[3])[7] ^= 0x40; /* shard 3's mirror is off by a bit */
     got out = {0};
     xfer_consumer_config cc;
-    xfer_consumer_config_default(&cc);
-    cc.base = g.base;
-    cc.nshards = NSH;
-    cc.addrs = addrs;
-    cc.available = got_avail;
-    cc.unavailable = got_unavail;
-    cc.ud = &out;
-    cc.pools = mirror;
-    cc.integrity = XFER_INTEGRITY_CONSUMER;
+    checking_consumer(&cc, g.base, NSH, addrs, mirror, &out);
     xfer_consumer *c = NULL;
     ck_assert_int_eq(xfer_consumer_new(&cc, &c), 0);
     ck_assert_int_eq(xfer_consumer_expect(c, 51, 0), 0);
@@ -1064,6 +1055,26 @@ static void gated(int what)
     xfer_testdev_event_free(ev);
 }
 
+/* A gated transfer with caller CRCs whose event completed lands: each
+ * slice copied device to host once since `before`, for its WRITE, and
+ * every COMMIT carrying the caller's CRC (sent and given NSH times since
+ * ts0), nothing left held. */
+static void gated_crc_landed(rig *g, const xfer_testdev_stats *before,
+                             const xfer_tcp_stats *ts0)
+{
+    ck_assert(mp_run_while(g->base, done, g, 10000));
+    ck_assert_int_eq(g->res.status, 0);
+    check_landed(g);
+    xfer_testdev_stats st;
+    xfer_tcp_stats ts1;
+    xfer_testdev_stats_get(&st);
+    ck_assert_uint_eq(st.copies_d2h - before->copies_d2h, NSH);
+    ck_assert_int_eq(xfer_tcp_stats_get(g->tcp, &ts1), 0);
+    ck_assert_uint_eq(ts1.crcs_sent - ts0->crcs_sent, NSH);
+    ck_assert_uint_eq(ts1.crcs_given - ts0->crcs_given, NSH);
+    check_ended_clean(g);
+}
+
 /* Gated with caller CRCs (xfer_engine_submit_gated_crc): nothing is
  * copied before the event; then each slice is copied device to host once,
  * for its WRITE, and its COMMIT carries the caller's CRC, not one from a
@@ -1091,7 +1102,7 @@ START_TEST(test_testdev_gate_caller_crc)
                                                   on_done, &g),
                      XFER_ERR_INVALID_ARG);
     xfer_testdev_stats before, st;
-    xfer_tcp_stats ts0, ts1;
+    xfer_tcp_stats ts0;
     xfer_testdev_stats_get(&before);
     ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts0), 0);
     g.done = false;
@@ -1107,15 +1118,7 @@ START_TEST(test_testdev_gate_caller_crc)
     ck_assert(!g.done);
     ck_assert_uint_eq(st.copies_d2h, before.copies_d2h);
     xfer_testdev_event_signal(ev);
-    ck_assert(mp_run_while(g.base, done, &g, 10000));
-    ck_assert_int_eq(g.res.status, 0);
-    check_landed(&g);
-    xfer_testdev_stats_get(&st);
-    ck_assert_uint_eq(st.copies_d2h - before.copies_d2h, NSH);
-    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts1), 0);
-    ck_assert_uint_eq(ts1.crcs_sent - ts0.crcs_sent, NSH);
-    ck_assert_uint_eq(ts1.crcs_given - ts0.crcs_given, NSH);
-    check_ended_clean(&g);
+    gated_crc_landed(&g, &before, &ts0);
     /* a wrong one for shard 2, gated on an event already complete */
     crcs[2] ^= 0x8000u;
     d.id = 32;
@@ -1172,8 +1175,8 @@ START_TEST(test_testdev_gate_caller_crc_table_full)
     ck_assert_int_eq(xfer_engine_submit_gated_crc(g.e, &d, ev, crcs,
                                                   on_flag, &second_done),
                      XFER_ERR_BUSY);
-    xfer_testdev_stats before, st;
-    xfer_tcp_stats ts0, ts1;
+    xfer_testdev_stats before;
+    xfer_tcp_stats ts0;
     xfer_testdev_stats_get(&before);
     ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts0), 0);
     ck_assert_int_eq(xfer_engine_cancel(g.e, 41), 0);
@@ -1185,14 +1188,7 @@ START_TEST(test_testdev_gate_caller_crc_table_full)
     ck_assert_int_eq(xfer_engine_submit_gated_crc(g.e, &d, ev, crcs, on_done,
                                                   &g),
                      0);
-    ck_assert(mp_run_while(g.base, done, &g, 10000));
-    ck_assert_int_eq(g.res.status, 0);
-    check_landed(&g);
-    xfer_testdev_stats_get(&st);
-    ck_assert_uint_eq(st.copies_d2h - before.copies_d2h, NSH);
-    ck_assert_int_eq(xfer_tcp_stats_get(g.tcp, &ts1), 0);
-    ck_assert_uint_eq(ts1.crcs_given - ts0.crcs_given, NSH);
-    check_ended_clean(&g);
+    gated_crc_landed(&g, &before, &ts0);
     rig_del(&g);
     xfer_testdev_event_free(never);
     xfer_testdev_event_free(ev);
