@@ -1709,6 +1709,55 @@ static xfer_shard *varied_shard(void)
     return s;
 }
 
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A saved record whose one write in flight (a solo write: its range is
+ * kept) would reach past the region is refused by the load, both when its
+ * length runs past the end and when its offset does: a forged or damaged
+ * save never makes a write range the machine could not have.  The range
+ * that ends exactly at the region's end loads. */
+START_TEST(test_shard_load_refuses_write_range_past_region)
+{
+    xfer_shard *s = mk();
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 256);
+    uint8_t *dst = NULL;
+    ck_assert_int_eq(xfer_shard_write_begin(s, 1, 1, 1, a.resv_id, 64, 64,
+                                            &dst), 0);
+    size_t need = 0;
+    ck_assert_int_eq(xfer_shard_save(s, NULL, 0, &need), XFER_ERR_TOO_SMALL);
+    uint8_t *buf = malloc(need);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_int_eq(xfer_shard_save(s, buf, need, &need), 0);
+    /* header (magic 4, fingerprint 8, rng 8, count 4), then the record:
+     * id 8, attempt 4, resv 8, off 8, len 4, state 1, writes 4, covered
+     * 4, woff 4, wlen 4 */
+    uint8_t *woff = buf + 24 + 41, *wlen = buf + 24 + 45;
+    ck_assert_uint_eq(get32(woff), 64);
+    ck_assert_uint_eq(get32(wlen), 64);
+    xfer_shard *t = mk();
+    put32(wlen, 192); /* [64, 256): to the end exactly */
+    ck_assert_int_eq(xfer_shard_load(t, buf, need), 0);
+    put32(wlen, 193); /* one past the end */
+    ck_assert_int_eq(xfer_shard_load(t, buf, need), XFER_ERR_FORMAT);
+    put32(woff, 257); /* starts past the end, no length */
+    put32(wlen, 0);
+    ck_assert_int_eq(xfer_shard_load(t, buf, need), XFER_ERR_FORMAT);
+    xfer_shard_del(t);
+    xfer_shard_del(s);
+    free(buf);
+}
+END_TEST
+
 START_TEST(test_shard_save_load_roundtrip)
 {
     xfer_shard *a = mk();
@@ -2835,6 +2884,7 @@ static Suite *suite(void)
     tcase_set_timeout(model, 120);
     tcase_add_test(model, test_shard_random_ops_keep_memory_invariants);
     tcase_add_test(model, test_shard_save_load_roundtrip);
+    tcase_add_test(model, test_shard_load_refuses_write_range_past_region);
     tcase_add_test(model, test_shard_load_rejects_bad_input);
     tcase_add_test(model, test_shard_save_ignores_shard_index);
     tcase_add_test(model, test_shard_save_load_twin_behaves_alike);
