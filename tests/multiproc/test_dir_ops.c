@@ -613,6 +613,7 @@ typedef struct grant_fake {
     struct evhttp *http;
     uint16_t port;
     int grants, puts, keepalives;
+    int unavailable; /* answer this many requests 503 first */
     char put_body[1024];
 } grant_fake;
 
@@ -624,6 +625,11 @@ static void grant_cb(struct evhttp_request *req, void *arg)
     size_t n = evbuffer_get_length(in);
     char body[1024] = "";
     evbuffer_copyout(in, body, n < sizeof body - 1 ? n : sizeof body - 1);
+    if (f->unavailable > 0) {
+        f->unavailable--;
+        evhttp_send_error(req, 503, NULL);
+        return;
+    }
     struct evbuffer *out = evbuffer_new();
     static const char *grants[] = {
         "{\"ID\":\"7\",\"TTL\":\"0\"}",  /* no time at all */
@@ -687,6 +693,64 @@ START_TEST(test_dir_ops_bad_lease_grant_asked_again)
 }
 END_TEST
 
+/* A failed request moves the directory to the next endpoint (a
+ * reconnect) only when there is another: with one endpoint that answers
+ * 503 twice it counts the failures, stays on endpoint 0 with no
+ * reconnect, and registers once the endpoint answers; with a dead
+ * endpoint listed first it fails over to the second (endpoint 1, at least
+ * one reconnect) and registers there. */
+static void failover_run(bool dead_first, xfer_dir_state *st)
+{
+    struct event_base *base = event_base_new();
+    ck_assert_ptr_nonnull(base);
+    grant_fake f;
+    memset(&f, 0, sizeof f);
+    f.grants = 4; /* its lease grants are good ones */
+    f.unavailable = dead_first ? 0 : 2;
+    f.http = http_on_loopback(base, grant_cb, &f, &f.port);
+    char eps[128];
+    if (dead_first) {
+        /* a port that was just free: nothing listens there */
+        grant_fake dead;
+        memset(&dead, 0, sizeof dead);
+        dead.http = http_on_loopback(base, grant_cb, &dead, &dead.port);
+        evhttp_free(dead.http);
+        snprintf(eps, sizeof eps, "http://127.0.0.1:%u,http://127.0.0.1:%u",
+                 (unsigned)dead.port, (unsigned)f.port);
+    } else {
+        snprintf(eps, sizeof eps, "http://127.0.0.1:%u", (unsigned)f.port);
+    }
+    xfer_dir *dir = dir_new(base, eps, 0);
+    xfer_dir_entry e = {.shard = 0, .port = 7000,
+                        .transports = XFER_DIR_TCP, .epoch = 1};
+    snprintf(e.addr, sizeof e.addr, "127.0.0.1");
+    ck_assert_int_eq(xfer_dir_register(dir, "failover", &e), 0);
+    ck_assert(mp_run_while(base, put_seen, &f, 20000));
+    ck_assert_int_eq(xfer_dir_state_get_latest(dir, st), 0);
+    fprintf(stderr, "failover (%s): failures %llu, reconnects %llu, "
+            "endpoint %u\n", dead_first ? "dead first" : "one endpoint",
+            (unsigned long long)st->failures,
+            (unsigned long long)st->reconnects, st->endpoint);
+    xfer_dir_del(dir);
+    evhttp_free(f.http);
+    event_base_free(base);
+}
+
+START_TEST(test_dir_ops_failover_needs_another_endpoint)
+{
+    signal(SIGPIPE, SIG_IGN);
+    xfer_dir_state st;
+    failover_run(false, &st);
+    ck_assert_uint_ge(st.failures, 2);
+    ck_assert_uint_eq(st.reconnects, 0);
+    ck_assert_uint_eq(st.endpoint, 0);
+    failover_run(true, &st);
+    ck_assert_uint_ge(st.failures, 1);
+    ck_assert_uint_ge(st.reconnects, 1);
+    ck_assert_uint_eq(st.endpoint, 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dir_ops");
@@ -694,6 +758,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_dir_ops_watch_silent);
     tcase_add_test(tc, test_dir_ops_bad_lease_grant_asked_again);
+    tcase_add_test(tc, test_dir_ops_failover_needs_another_endpoint);
     if (etcd_binary()) {
         tcase_add_test(tc, test_dir_ops_ctl_members);
         tcase_add_test(tc, test_dir_ops_progress_quiet);
