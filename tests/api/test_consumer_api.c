@@ -493,6 +493,61 @@ END_TEST
 
 /* Item 3: the close releases what the application still holds and what a
  * take in flight pins; calls after close are refused SHUTDOWN. */
+static void note_closed(void *ud, int status, uint64_t shards)
+{
+    int *out = ud;
+    out[0] = 1;
+    out[1] = status;
+    out[2] = shards != 0;
+}
+
+static bool note_seen(void *ud)
+{
+    return ((int *)ud)[0] != 0;
+}
+
+static void ignore_avail(void *ud, uint64_t id, uint32_t attempt,
+                         const xfer_region *regions, uint16_t n)
+{
+    (void)ud, (void)id, (void)attempt, (void)regions, (void)n;
+}
+
+static void ignore_unavail(void *ud, uint64_t id, int32_t reason,
+                           uint64_t shards)
+{
+    (void)ud, (void)id, (void)reason, (void)shards;
+}
+
+/* A consumer of the most shards a group may have (XFER_MAX_SHARDS), none
+ * of them reachable, that was asked nothing: a close owes no shard
+ * anything, so it completes at once (status 0, no shard named) even with
+ * no timeout, and every link is looked at, none past the last. */
+START_TEST(test_consumer_api_close_max_shards_owing_nothing)
+{
+    struct event_base *base = event_base_new();
+    ck_assert_ptr_nonnull(base);
+    const char *addrs[XFER_MAX_SHARDS];
+    for (unsigned k = 0; k < XFER_MAX_SHARDS; k++)
+        addrs[k] = "127.0.0.1:9"; /* discard: nothing listens */
+    xfer_consumer_config cfg;
+    xfer_consumer_config_default(&cfg);
+    cfg.base = base;
+    cfg.nshards = XFER_MAX_SHARDS;
+    cfg.addrs = addrs;
+    cfg.available = ignore_avail;
+    cfg.unavailable = ignore_unavail;
+    xfer_consumer *c = NULL;
+    ck_assert_int_eq(xfer_consumer_new(&cfg, &c), 0);
+    int closed[3] = {0, 0, 0};
+    ck_assert_int_eq(xfer_consumer_close(c, 0, note_closed, closed), 0);
+    ck_assert(mp_run_while(base, note_seen, closed, 5000));
+    ck_assert_int_eq(closed[1], 0);
+    ck_assert_int_eq(closed[2], 0);
+    xfer_consumer_del(c);
+    event_base_free(base);
+}
+END_TEST
+
 START_TEST(test_consumer_api_close_releases_held_and_refuses_after)
 {
     static fx f;
@@ -663,6 +718,7 @@ static Suite *make_suite(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_consumer_api_cancel_before_links_up_reaches_shards);
+    tcase_add_test(tc, test_consumer_api_close_max_shards_owing_nothing);
     tcase_add_test(tc, test_consumer_api_expect_before_links_up);
     tcase_add_test(tc, test_consumer_api_queue_cap_refuses_busy);
     tcase_add_test(tc, test_consumer_api_cancel_during_reconnect);
