@@ -751,6 +751,46 @@ START_TEST(test_dir_ops_failover_needs_another_endpoint)
 }
 END_TEST
 
+static bool keepalive_seen(void *ud)
+{
+    return ((grant_fake *)ud)->keepalives > 0;
+}
+
+/* A directory holding the most entries it may (64): every one is put
+ * under the one lease, then the lease is kept alive (the keepalive goes
+ * only once every entry is put); a 65th is refused BUSY. */
+START_TEST(test_dir_ops_most_entries_kept_alive)
+{
+    signal(SIGPIPE, SIG_IGN);
+    struct event_base *base = event_base_new();
+    ck_assert_ptr_nonnull(base);
+    grant_fake f;
+    memset(&f, 0, sizeof f);
+    f.grants = 4; /* good grants, TTL 1 s: a keepalive within a second */
+    f.http = http_on_loopback(base, grant_cb, &f, &f.port);
+    char eps[64];
+    snprintf(eps, sizeof eps, "http://127.0.0.1:%u", (unsigned)f.port);
+    xfer_dir *dir = dir_new(base, eps, 0);
+    xfer_dir_entry e = {.port = 7000, .transports = XFER_DIR_TCP,
+                        .epoch = 1};
+    snprintf(e.addr, sizeof e.addr, "127.0.0.1");
+    for (uint16_t k = 0; k < 64; k++) {
+        e.shard = k;
+        ck_assert_int_eq(xfer_dir_register(dir, "most", &e), 0);
+    }
+    e.shard = 0; /* shards are 0..63: the 65th entry is of another group */
+    ck_assert_int_eq(xfer_dir_register(dir, "more", &e), XFER_ERR_BUSY);
+    ck_assert(mp_run_while(base, keepalive_seen, &f, 20000));
+    ck_assert_int_eq(f.puts, 64);
+    xfer_dir_state st;
+    ck_assert_int_eq(xfer_dir_state_get_latest(dir, &st), 0);
+    ck_assert_uint_eq(st.registered, 64);
+    xfer_dir_del(dir);
+    evhttp_free(f.http);
+    event_base_free(base);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dir_ops");
@@ -759,6 +799,7 @@ int main(void)
     tcase_add_test(tc, test_dir_ops_watch_silent);
     tcase_add_test(tc, test_dir_ops_bad_lease_grant_asked_again);
     tcase_add_test(tc, test_dir_ops_failover_needs_another_endpoint);
+    tcase_add_test(tc, test_dir_ops_most_entries_kept_alive);
     if (etcd_binary()) {
         tcase_add_test(tc, test_dir_ops_ctl_members);
         tcase_add_test(tc, test_dir_ops_progress_quiet);
