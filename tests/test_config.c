@@ -165,6 +165,8 @@ START_TEST(test_config_defaults_as_documented)
     ck_assert_uint_eq(eng.max_pools, 16);
     ck_assert_uint_eq(eng.max_groups, 16);
     ck_assert_uint_eq(eng.mailbox_cap, 65536);
+    ck_assert_uint_eq(eng.shutdown_timeout_ns, XFER_ENGINE_SHUTDOWN_TIMEOUT_NS);
+    ck_assert_uint_eq(eng.copy_budget_bytes, XFER_ENGINE_COPY_BUDGET);
 
     xfer_shard_config sh;
     memset(&sh, 0xAB, sizeof sh);

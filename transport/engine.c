@@ -712,6 +712,7 @@ static int make_loop(xfer_engine *e)
 /* The bytes each version of xfer_engine_config and _stats holds (util.h). */
 static const size_t config_lens[] = {
     offsetof(xfer_engine_config, shutdown_timeout_ns),
+    offsetof(xfer_engine_config, copy_budget_bytes),
     sizeof(xfer_engine_config)};
 static const size_t stats_lens[] = {
     offsetof(xfer_engine_stats, cancels_refused),
@@ -725,7 +726,8 @@ void xfer_engine_config_default(xfer_engine_config *cfg)
                                 .max_pools = 16, .max_groups = 16,
                                 .mailbox_cap = 65536,
                                 .shutdown_timeout_ns =
-                                    XFER_ENGINE_SHUTDOWN_TIMEOUT_NS};
+                                    XFER_ENGINE_SHUTDOWN_TIMEOUT_NS,
+                                .copy_budget_bytes = XFER_ENGINE_COPY_BUDGET};
     xfer_core_config_default(&cfg->core);
 }
 
@@ -753,6 +755,8 @@ int xfer_engine_new(const xfer_engine_config *cfg, xfer_engine **out)
         e->cfg.mailbox_cap = 65536;
     if (!e->cfg.shutdown_timeout_ns)
         e->cfg.shutdown_timeout_ns = XFER_ENGINE_SHUTDOWN_TIMEOUT_NS;
+    if (!e->cfg.copy_budget_bytes)
+        e->cfg.copy_budget_bytes = XFER_ENGINE_COPY_BUDGET;
     if (!e->cfg.core.max_transfers)
         e->cfg.core.max_transfers = 65536;
     int rc = xfer_core_new(&e->cfg.core, &e->core);
@@ -892,7 +896,8 @@ static int device_pool(xfer_engine *e, void *base, size_t len, xfer_mem mem,
         return rc;
     if (!mem_is(base, len, mem))
         return XFER_ERR_INVALID_ARG;
-    if (!e->ecopy && (rc = xfer_ecopy_new(e, &e->ecopy)) != 0)
+    if (!e->ecopy &&
+        (rc = xfer_ecopy_new(e, e->cfg.copy_budget_bytes, &e->ecopy)) != 0)
         return rc;
     return xfer_copy_new(e->base, mem, cp);
 }

@@ -40,16 +40,18 @@ struct xfer_ecopy {
     struct event *later; /* answers ops in OP_ANSWER */
     xfer_list ops;     /* every op held, in start order */
     uint64_t held, budget_used, failed;
+    uint64_t budget; /* bounce bytes at once (at least one op's) */
 };
 
 static void on_later(evutil_socket_t fd, short what, void *arg);
 
-int xfer_ecopy_new(struct xfer_engine *e, xfer_ecopy **out)
+int xfer_ecopy_new(struct xfer_engine *e, uint64_t budget, xfer_ecopy **out)
 {
     xfer_ecopy *ec = calloc(1, sizeof *ec);
     if (!ec)
         return XFER_ERR_NOMEM;
     ec->e = e;
+    ec->budget = budget;
     ec->later = event_new(xfer_engine_base(e), -1, 0, on_later, ec);
     if (!ec->later) {
         free(ec);
@@ -106,7 +108,7 @@ static void pump(xfer_ecopy *ec)
         n = n->next;
         if (o->state != OP_WAITING)
             continue;
-        if (ec->budget_used && ec->budget_used + o->a.len > XFER_ECOPY_BUDGET)
+        if (ec->budget_used && ec->budget_used + o->a.len > ec->budget)
             break; /* in start order: a large op is not passed forever */
         int rc = XFER_ERR_NOMEM;
         o->bounce = xfer_copy_bounce_get(o->cp, o->a.len);
@@ -176,7 +178,7 @@ int xfer_ecopy_start(xfer_ecopy *ec, xfer_copy *cp, const xfer_action *a,
         return XFER_ERR_NOMEM;
     *o = (ecop){.ec = ec, .a = *a, .tp = tp, .cp = cp, .dev = dev,
                 .state = OP_WAITING};
-    if (ec->budget_used && ec->budget_used + a->len > XFER_ECOPY_BUDGET) {
+    if (ec->budget_used && ec->budget_used + a->len > ec->budget) {
         xfer_list_push_back(&ec->ops, &o->link);
         ec->held++;
         return 0; /* a copy's end or a result pumps it */

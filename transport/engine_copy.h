@@ -20,8 +20,8 @@
  * WAITING is answered XFER_ERR_ABORTED once the copy ended (never while
  * the copy still writes the bounce buffer).  Copies of several ops run
  * while earlier ops' bounce buffers are on the socket: the bounce budget
- * (XFER_ECOPY_BUDGET bytes, at least one op) keeps several in flight,
- * which is the double buffering of the TCP path.
+ * (xfer_engine_config.copy_budget_bytes, at least one op) keeps several
+ * in flight, which is the double buffering of the TCP path.
  */
 #ifndef XFER_ENGINE_COPY_H
 #define XFER_ENGINE_COPY_H
@@ -32,11 +32,10 @@
 #include "copy.h"
 #include "xfer/transport.h"
 
-#define XFER_ECOPY_BUDGET (256ull << 20)
-
 typedef struct xfer_ecopy xfer_ecopy;
 
-int xfer_ecopy_new(struct xfer_engine *e, xfer_ecopy **out);
+/* budget: the bounce bytes held at once (at least one op's). */
+int xfer_ecopy_new(struct xfer_engine *e, uint64_t budget, xfer_ecopy **out);
 /* Teardown: no op may be held any more (the engine's transfers ended). */
 void xfer_ecopy_del(xfer_ecopy *ec);
 

@@ -91,9 +91,11 @@ XFER_API uint64_t xfer_clock_monotonic(void *ud);
  * posting thread, so an engine that takes posts from other threads needs
  * a thread-safe allocator (libc's is).
  */
-#define XFER_ENGINE_CONFIG_VERSION 2
+#define XFER_ENGINE_CONFIG_VERSION 3
 /* The default shutdown deadline (xfer_engine_config.shutdown_timeout_ns). */
 #define XFER_ENGINE_SHUTDOWN_TIMEOUT_NS (10ull * 1000000000ull)
+/* The default bounce budget (xfer_engine_config.copy_budget_bytes). */
+#define XFER_ENGINE_COPY_BUDGET (256ull << 20)
 typedef struct xfer_engine_config {
     uint32_t version;        /* XFER_ENGINE_CONFIG_VERSION */
     struct event_base *base; /* NULL (the default): the engine makes and
@@ -122,9 +124,16 @@ typedef struct xfer_engine_config {
      * (rollback_failed names them).  0 (the default):
      * XFER_ENGINE_SHUTDOWN_TIMEOUT_NS, 10 s; UINT64_MAX: no deadline. */
     uint64_t shutdown_timeout_ns;
+    /* Version 3.  Device staging (docs/gpu.md): the pinned host bounce
+     * buffers that WRITEs' device-to-host copies may hold at once, in
+     * bytes.  Past it, further WRITEs wait for a copy's buffer to come
+     * back (an op larger than the budget still goes, alone).  It bounds
+     * the pinned memory one engine takes.  0 (the default):
+     * XFER_ENGINE_COPY_BUDGET, 256 MiB. */
+    uint64_t copy_budget_bytes;
 } xfer_engine_config;
 
-/* Write version 2 and every default above into *cfg (core through
+/* Write version 3 and every default above into *cfg (core through
  * xfer_core_config_default).  `cfg` borrowed; NULL is ignored. */
 XFER_API void xfer_engine_config_default(xfer_engine_config *cfg);
 

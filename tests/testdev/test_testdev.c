@@ -116,6 +116,7 @@ static void fill(uint8_t *p, size_t n, uint32_t seed)
 static uint32_t rig_max_transfers;
 static bool rig_engine_base;
 static bool rig_no_consume; /* the server keeps READY data for a consumer */
+static uint64_t rig_copy_budget; /* the engine's bounce budget (0: default) */
 
 static void engine_new(rig *g, uint64_t deadline_ns)
 {
@@ -125,6 +126,7 @@ static void engine_new(rig *g, uint64_t deadline_ns)
     ec.core.default_deadline_ns = deadline_ns;
     if (rig_max_transfers)
         ec.core.max_transfers = rig_max_transfers;
+    ec.copy_budget_bytes = rig_copy_budget;
     ck_assert_int_eq(xfer_engine_new(&ec, &g->e), 0);
 }
 
@@ -588,6 +590,61 @@ static void interrupted(int what, bool shard_side)
         check_ended_clean(&g);
     rig_del(&g);
 }
+
+static bool one_copy_in_flight(void *ud)
+{
+    (void)ud;
+    xfer_testdev_stats st;
+    xfer_testdev_stats_get(&st);
+    return st.in_flight >= 1;
+}
+
+/* The engine's bounce budget (copy_budget_bytes) of one slice: the four
+ * WRITEs' device-to-host copies run one at a time (each made 100 ms slow),
+ * the others waiting for the bounce buffer, and every byte still lands
+ * (the COMMITs' copies for their CRCs go through the same budget).
+ * A cancel while three wait answers them ABORTED without copying them:
+ * the transfer ends CANCELLED, every shard empty, at most the one copy
+ * that had begun made. */
+START_TEST(test_testdev_copy_budget_queues_writes)
+{
+    rig g;
+    rig_copy_budget = SLICE;
+    rig_new(&g, true, false, 10000000000ull);
+    rig_copy_budget = 0;
+    xfer_testdev_rule r = {.dir = XFER_TESTDEV_D2H, .delay_ns = 100000000ull};
+    ck_assert_int_eq(xfer_testdev_add_rule(&r), 0);
+    xfer_testdev_stats before, st;
+    xfer_testdev_stats_get(&before);
+    submit(&g, 61);
+    ck_assert(mp_run_while(g.base, one_copy_in_flight, NULL, 10000));
+    for (int i = 0; i < 20; i++) { /* 20 ms: the others would have begun */
+        event_base_loop(g.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    xfer_testdev_stats_get(&st);
+    ck_assert_uint_eq(st.in_flight, 1);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    check_landed(&g);
+    xfer_testdev_stats_get(&st);
+    /* each slice copied for its WRITE and again for its COMMIT's CRC */
+    ck_assert_uint_eq(st.copies_d2h - before.copies_d2h, 2 * NSH);
+    check_ended_clean(&g);
+    /* a cancel while one copies and three wait */
+    xfer_testdev_stats_get(&before);
+    submit(&g, 62);
+    ck_assert(mp_run_while(g.base, one_copy_in_flight, NULL, 10000));
+    ck_assert_int_eq(xfer_engine_cancel(g.e, 62), 0);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, XFER_ERR_CANCELLED);
+    check_ended_clean(&g);
+    xfer_testdev_stats_get(&st);
+    ck_assert_uint_le(st.copies_d2h - before.copies_d2h, 1);
+    ck_assert_uint_eq(st.in_flight, 0);
+    rig_del(&g);
+}
+END_TEST
 
 START_TEST(test_testdev_producer_cancel)
 {
@@ -1225,6 +1282,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_testdev_producer_copy_fail);
     tcase_add_test(tc, test_testdev_producer_corrupt_copy_fails_corrupt);
     tcase_add_test(tc, test_testdev_producer_cancel);
+    tcase_add_test(tc, test_testdev_copy_budget_queues_writes);
     tcase_add_test(tc, test_testdev_producer_deadline);
     tcase_add_test(tc, test_testdev_producer_shutdown);
     suite_add_tcase(s, tc);
