@@ -351,6 +351,25 @@ START_TEST(test_dir_tcp_consumer)
     dir_pump_run_ms(&u.d, 300);
     ck_assert_uint_gt(u.d.ok, ok0);
     ck_assert_uint_eq(t.available - avail0, u.d.ok - ok0);
+    /* Shard 0 moves in place: killed and back on another port well
+     * within its 2 s lease, so its key is put again with the new address
+     * and never deleted: the consumer must follow an entry that changed
+     * without going gone (the same address family and length, another
+     * port). */
+    old_port = d[0].port;
+    mp_kill(&d[0], SIGKILL);
+    start_shard(&d[0], &c, 0, "cons", NULL);
+    ck_assert_uint_ne(d[0].port, old_port);
+    ck_assert(mp_run_while(u.d.base, all_connected, &u, 15000));
+    ck_assert(mp_run_while(u.d.base, consumer_up, &t, 15000));
+    ok0 = u.d.ok;
+    avail0 = t.available;
+    dir_pump_start(&u.d);
+    dir_pump_run_ms(&u.d, 500);
+    dir_pump_stop(&u.d);
+    dir_pump_run_ms(&u.d, 300);
+    ck_assert_uint_gt(u.d.ok, ok0);
+    ck_assert_uint_eq(t.available - avail0, u.d.ok - ok0);
     ck_assert_uint_eq(u.d.done, u.d.submitted);
     xfer_consumer_del(t.c);
     pump_del(&u);
