@@ -13,13 +13,15 @@
  * option makes up ops of another attempt for a shard, at the moment that
  * is hardest to get right: the record is COMMIT_INVAL, CANCEL_INVAL or
  * EXPIRE_INVAL, its rkey's invalidation asked for and not yet reported.
- * The op is a RESERVE, a COMMIT, a CANCEL or a WRITE (a one-sided
+ * The op is a RESERVE, a COMMIT, a CANCEL, a WRITE or an EAGER (a one-sided
  * producer's writes never reach the machine, but the server takes a TCP
- * WRITE frame from any producer peer) of attempt a - 1 (a + 1 for
+ * WRITE or EAGER frame from any producer peer) of attempt a - 1 (a + 1 for
  * attempt 1) and, but for RESERVE, the record's own reservation id, so
  * the attempt alone tells it apart.  Its sender is not the producer:
  * nobody hears the reply.  I14 (fsm/shard.c's rule): the shard refuses it
- * XFER_ERR_STALE and the record keeps its state and reservation.  The
+ * XFER_ERR_STALE (an EAGER: refused, whatever the code; its cell refuses
+ * before any attempt is compared) and the record keeps its state and
+ * reservation.  The
  * other two kinds are a consumer's TAKE and RELEASE of the record's
  * reservation (a consumer peer may send them for any id at any time; the
  * tracker never does before READY): the shard refuses them (any error)
@@ -41,7 +43,8 @@
 enum { SOP_TAKE = XFER_OP_COUNT_, SOP_RELEASE };
 static const uint8_t kinds[CK_SOP_KINDS] = {XFER_OP_RESERVE, XFER_OP_COMMIT,
                                             XFER_OP_CANCEL, XFER_OP_WRITE,
-                                            SOP_TAKE, SOP_RELEASE};
+                                            XFER_OP_EAGER, SOP_TAKE,
+                                            SOP_RELEASE};
 
 static const char *kind_name(unsigned op)
 {
@@ -116,6 +119,11 @@ void ck_staleop_apply(ck_world *w, unsigned arg)
         rc = xfer_shard_write_begin(s, w->env.now, id, att, resv, 0,
                                     CK_SLICE, &dst);
         break;
+    case XFER_OP_EAGER: {
+        static const uint8_t zeros[CK_SLICE];
+        rc = xfer_shard_eager(s, w->env.now, id, att, zeros, CK_SLICE, &info);
+        break;
+    }
     case SOP_TAKE:
         rc = xfer_shard_take(s, w->env.now, id, resv, &data, &len);
         break;
@@ -124,18 +132,20 @@ void ck_staleop_apply(ck_world *w, unsigned arg)
         break;
     }
     xfer_resv_state after = xfer_shard_state(s, id);
-    bool consumer = op == SOP_TAKE || op == SOP_RELEASE;
-    if (consumer && (rc == 0 || after != before))
-        ck_monitor_fail(w, CK_I14, "a consumer's %s of id %llu (resv %llu) "
-                        "reached shard %u in %s and was answered %s, "
-                        "leaving it %s; a record that is not READY must "
+    /* an EAGER is refused by its cell whatever its attempt (a one-sided
+     * shard takes none); the consumer's ops carry no attempt */
+    bool any = op == SOP_TAKE || op == SOP_RELEASE || op == XFER_OP_EAGER;
+    if (any && (rc == 0 || after != before))
+        ck_monitor_fail(w, CK_I14, "a %s of id %llu (resv %llu) reached "
+                        "shard %u in %s and was answered %s, leaving it "
+                        "%s; a record waiting for its invalidation must "
                         "refuse it and touch nothing",
                         kind_name(op), (unsigned long long)id,
                         (unsigned long long)resv, k,
                         xfer_fsm_state_name(XFER_MACHINE_RESERVATION, before),
                         xfer_strerror(rc),
                         xfer_fsm_state_name(XFER_MACHINE_RESERVATION, after));
-    else if (!consumer && (rc != XFER_ERR_STALE || after != before))
+    else if (!any && (rc != XFER_ERR_STALE || after != before))
         ck_monitor_fail(w, CK_I14, "a %s of id %llu attempt %u (another "
                         "attempt than the record's %u) reached shard %u "
                         "in %s and was answered %s, leaving it %s; it must "

@@ -17,9 +17,9 @@
 
 /* The op kinds a stale op may be (the arg of MV_SOP: its index here,
  * then the transfer, then the shard): the producer's RESERVE, COMMIT,
- * CANCEL and WRITE of another attempt, and a consumer's TAKE and RELEASE
- * of the record's reservation. */
-#define CK_SOP_KINDS 6u
+ * CANCEL, WRITE and EAGER of another attempt, and a consumer's TAKE and
+ * RELEASE of the record's reservation. */
+#define CK_SOP_KINDS 7u
 #define CK_SOP_ARG(kind, tr, k) \
     ((uint8_t)(((kind) * CK_MAX_T + (tr)) * CK_MAX_S + (k)))
 #define CK_SOP_SHARD(arg) ((unsigned)(arg) % CK_MAX_S)
