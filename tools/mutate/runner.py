@@ -100,6 +100,25 @@ def limit_memory(mb):
         resource.setrlimit(resource.RLIMIT_DATA, (b, hard))
 
 
+def kill_session(sid):
+    """SIGKILL every process of session sid.  A test's own process group
+    is not enough: Check's fork mode puts each test's child in a group of
+    its own (setpgid), so a mutant that made it spin outlived killpg, held
+    the output pipe open and stalled a worker for good (seen twice in
+    issue 30's run, on test_tcp).  The session survives setpgid."""
+    for d in os.listdir('/proc'):
+        if not d.isdigit():
+            continue
+        try:
+            with open('/proc/%s/stat' % d) as f:
+                st = f.read()
+            # pid (comm) state ppid pgrp session ...: after the last ')'
+            if int(st[st.rindex(')') + 2:].split()[3]) == sid:
+                os.kill(int(d), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            pass
+
+
 def run_limited(cmd, cwd, env, timeout):
     """(returncode or None on timeout, output, seconds)."""
     t0 = time.monotonic()
@@ -110,16 +129,13 @@ def run_limited(cmd, cwd, env, timeout):
         out, _ = p.communicate(timeout=timeout)
         rc = p.returncode
     except subprocess.TimeoutExpired:
+        kill_session(p.pid)
         try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, _ = p.communicate()
+            out, _ = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            out = b''  # a straggler outside the session keeps the pipe
         rc = None
-    try:
-        os.killpg(p.pid, signal.SIGKILL)  # stragglers a test left behind
-    except (ProcessLookupError, PermissionError):
-        pass
+    kill_session(p.pid)  # stragglers a test left behind
     return rc, out.decode(errors='replace'), time.monotonic() - t0
 
 

@@ -118,6 +118,22 @@ class OperatorTest(unittest.TestCase):
                          [('IGNORE', 'none')])
 
 
+class RunLimitedTest(unittest.TestCase):
+    def test_timeout_ends_a_spinning_child_in_its_own_group(self):
+        # As Check's fork mode does: the test's child leaves the process
+        # group (setpgid) and spins with the output pipe open.  The run
+        # must still end at its timeout, with the child gone.
+        cmd = [sys.executable, '-c',
+               'import os, time\n'
+               'if os.fork() == 0:\n'
+               '    os.setpgid(0, 0)\n'
+               '    while True: pass\n'
+               'time.sleep(100)\n']
+        rc, _, secs = runner.run_limited(cmd, tempfile.gettempdir(), None, 1)
+        self.assertIsNone(rc)
+        self.assertLess(secs, 60)  # not the child's lifetime (forever)
+
+
 class ListTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
