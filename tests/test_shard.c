@@ -1758,6 +1758,61 @@ START_TEST(test_shard_load_refuses_write_range_past_region)
 }
 END_TEST
 
+/* A saved READY record must be whole: written over every byte, no write
+ * in flight, no write range kept.  A save forged to say one byte short
+ * of covered is refused by the load, as is one with a write left in it
+ * or a range kept.  And a record waiting to be freed keeps nothing. */
+START_TEST(test_shard_load_refuses_ready_record_not_whole)
+{
+    xfer_shard *s = mk();
+    xfer_resv_info a = reserve_ok(s, 0, 1, 1, 256);
+    write_whole(s, 1, 1, 1, &a);
+    ck_assert_int_eq(xfer_shard_commit(s, 2, 1, 1, a.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_READY);
+    size_t need = 0;
+    ck_assert_int_eq(xfer_shard_save(s, NULL, 0, &need), XFER_ERR_TOO_SMALL);
+    uint8_t *buf = malloc(need), *bad = malloc(need);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_ptr_nonnull(bad);
+    ck_assert_int_eq(xfer_shard_save(s, buf, need, &need), 0);
+    /* the record after the header: writes at 33, covered at 37, woff at
+     * 41, wlen at 45 (test_shard_load_refuses_write_range_past_region) */
+    const size_t writes = 24 + 33, covered = 24 + 37, woff = 24 + 41;
+    ck_assert_uint_eq(get32(buf + covered), 256);
+    xfer_shard *t = mk();
+    ck_assert_int_eq(xfer_shard_load(t, buf, need), 0);
+    const size_t at[] = {covered, writes, woff};
+    const uint32_t val[] = {255, 1, 8};
+    for (int i = 0; i < 3; i++) {
+        memcpy(bad, buf, need);
+        put32(bad + at[i], val[i]);
+        ck_assert_msg(xfer_shard_load(t, bad, need) == XFER_ERR_FORMAT,
+                      "forged field %d loaded", i);
+    }
+    /* A record waiting to be freed (CANCEL_PENDING, its write still in
+     * flight) keeps nothing written: a save that says 8 bytes are is
+     * refused. */
+    xfer_resv_info b = reserve_ok(s, 3, 2, 1, 256);
+    begin_ok(s, 3, 2, 1, &b);
+    ck_assert_int_eq(xfer_shard_cancel(s, 4, 2, 1, b.resv_id), 0);
+    ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RESV_STATE_CANCEL_PENDING);
+    free(buf);
+    free(bad);
+    ck_assert_int_eq(xfer_shard_save(s, NULL, 0, &need), XFER_ERR_TOO_SMALL);
+    buf = malloc(need);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_int_eq(xfer_shard_save(s, buf, need, &need), 0);
+    ck_assert_int_eq(xfer_shard_load(t, buf, need), 0);
+    /* records in id order: id 2 is the second */
+    ck_assert_uint_eq(get32(buf + 24 + 76 + 37), 0);
+    put32(buf + 24 + 76 + 37, 8);
+    ck_assert_int_eq(xfer_shard_load(t, buf, need), XFER_ERR_FORMAT);
+    xfer_shard_del(t);
+    xfer_shard_del(s);
+    free(buf);
+}
+END_TEST
+
 START_TEST(test_shard_save_load_roundtrip)
 {
     xfer_shard *a = mk();
@@ -2885,6 +2940,7 @@ static Suite *suite(void)
     tcase_add_test(model, test_shard_random_ops_keep_memory_invariants);
     tcase_add_test(model, test_shard_save_load_roundtrip);
     tcase_add_test(model, test_shard_load_refuses_write_range_past_region);
+    tcase_add_test(model, test_shard_load_refuses_ready_record_not_whole);
     tcase_add_test(model, test_shard_load_rejects_bad_input);
     tcase_add_test(model, test_shard_save_ignores_shard_index);
     tcase_add_test(model, test_shard_save_load_twin_behaves_alike);
