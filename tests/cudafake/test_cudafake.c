@@ -501,6 +501,33 @@ START_TEST(test_cudafake_copy_refused_while_another_copies)
 }
 END_TEST
 
+/* The shard's first copy into its device pool refused at the call (no
+ * other copy on the stream, so the refusal is the call's return): that
+ * write ends failed at once, the transfer fails COPY naming the shard,
+ * and every shard ends empty (a write left open would hold its region
+ * forever: its lease waits for the write); the next transfer lands. */
+START_TEST(test_cudafake_shard_copy_refused_at_start)
+{
+    setenv("FAKECUDA_START_FAIL", "1", 1);
+    fake_load("1", NULL, NULL, NULL);
+    rig g;
+    rig_new(&g, false, true);
+    submit(&g, 9);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, XFER_ERR_COPY);
+    ck_assert_uint_lt(g.res.first_failed_shard, NSH);
+    ck_assert_uint_eq(g.res.failed_shards, 1u << g.res.first_failed_shard);
+    ck_assert_uint_eq(stats_now().start_failed, 1);
+    check_ended_clean(&g);
+    clear_pools(&g);
+    submit(&g, 10);
+    ck_assert(mp_run_while(g.base, done, &g, 10000));
+    ck_assert_int_eq(g.res.status, 0);
+    check_landed(&g);
+    rig_del(&g);
+}
+END_TEST
+
 START_TEST(test_cudafake_producer_copy_fail)
 {
     copy_fail(false);
@@ -638,6 +665,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_cudafake_device_to_device);
     tcase_add_test(tc, test_cudafake_producer_copy_fail);
     tcase_add_test(tc, test_cudafake_copy_refused_while_another_copies);
+    tcase_add_test(tc, test_cudafake_shard_copy_refused_at_start);
     tcase_add_test(tc, test_cudafake_shard_copy_fail);
     suite_add_tcase(s, tc);
     tc = tcase_create("gate");
