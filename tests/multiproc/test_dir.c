@@ -297,6 +297,14 @@ START_TEST(test_dir_hostile)
                               "\"port\":1,\"transports\":1,\"epoch\":-5}"},
         {"/xfer/groups/h/11", "{\"shard\":11,\"addr\":\"127.0.0.1\","
                               "\"port\":1,\"transports\":1,\"epoch\":1} x"},
+        /* an empty address, and one of XFER_DIR_ADDR_MAX characters (no
+         * room for its NUL in an entry: copied, it would overflow) */
+        {"/xfer/groups/h/12", "{\"shard\":12,\"addr\":\"\","
+                              "\"port\":1,\"transports\":1,\"epoch\":1}"},
+        {"/xfer/groups/h/13", "{\"shard\":13,\"addr\":\""
+                              "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                              "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\","
+                              "\"port\":1,\"transports\":1,\"epoch\":1}"},
     };
     int nbad = (int)(sizeof bad / sizeof bad[0]);
     for (int i = 0; i < nbad; i++)
@@ -324,6 +332,23 @@ START_TEST(test_dir_hostile)
     for (int k = 1; k < 64; k++)
         ck_assert_int_eq(s.reports[k], 0);
     ck_assert_str_eq(s.e[0].addr, "localhost");
+    /* Among the characters an address may hold are ':' (IPv6) and '_'
+     * (host names of some clusters): those entries are members. */
+    ck_assert_int_eq(etcd_put(&c, 0, "/xfer/groups/h/14",
+                              "{\"shard\":14,\"addr\":\"fd00::1\","
+                              "\"port\":7314,\"transports\":1,"
+                              "\"epoch\":1}"), 0);
+    ck_assert_int_eq(etcd_put(&c, 0, "/xfer/groups/h/15",
+                              "{\"shard\":15,\"addr\":\"node_15.rack-2\","
+                              "\"port\":7315,\"transports\":1,"
+                              "\"epoch\":1}"), 0);
+    ck_assert(wait_for(base, &s, 14, 7314, 10000));
+    ck_assert(wait_for(base, &s, 15, 7315, 10000));
+    ck_assert_str_eq(s.e[14].addr, "fd00::1");
+    ck_assert_str_eq(s.e[15].addr, "node_15.rack-2");
+    xfer_dir_state_get(cli, &st);
+    ck_assert_uint_eq(st.members, 3);
+    ck_assert_uint_eq(st.bad_entries, 2 * (uint64_t)nbad);
     xfer_dir_del(cli);
     event_base_free(base);
     etcd_stop(&c);
