@@ -491,6 +491,18 @@ START_TEST(test_config_version1_read_no_further)
     ck_assert_int_eq(xfer_tcp_new(base, at_edge(&ed, &tc, sizeof tc), &t), 0);
     edge_free(&ed);
     xfer_tcp_del(t);
+    /* A group of the most shards (XFER_MAX_SHARDS) is a transport; one
+     * more is refused (issue 30: tcp.c's bound taken as >=). */
+    const char *many[XFER_MAX_SHARDS + 1];
+    for (unsigned k = 0; k <= XFER_MAX_SHARDS; k++)
+        many[k] = addrs1[0];
+    tc = tcp_cfg();
+    tc.addrs = many;
+    tc.nshards = XFER_MAX_SHARDS;
+    ck_assert_int_eq(xfer_tcp_new(base, &tc, &t), 0);
+    xfer_tcp_del(t);
+    tc.nshards = XFER_MAX_SHARDS + 1;
+    ck_assert_int_eq(xfer_tcp_new(base, &tc, &t), XFER_ERR_INVALID_ARG);
 
     xfer_ctl_config ctc;
     xfer_ctl_config_default(&ctc);

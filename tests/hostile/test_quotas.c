@@ -433,6 +433,17 @@ START_TEST(test_hostile_keyed_ids_cannot_be_squatted)
     ck_assert_uint_ne(a1, 0);
     ck_assert_int_eq(xfer_id_keyed("short", 5, "req-1", 5, &a2),
                      XFER_ERR_INVALID_ARG);
+    /* xfer.h: a key of 16..256 bytes (issue 30: auth.c's lower bound
+     * taken as 17) */
+    static const uint8_t key257[257] = {1};
+    uint64_t k1 = 0;
+    ck_assert_int_eq(xfer_id_keyed(key257, 15, "req-1", 5, &k1),
+                     XFER_ERR_INVALID_ARG);
+    ck_assert_int_eq(xfer_id_keyed(key257, 16, "req-1", 5, &k1), 0);
+    ck_assert_uint_ne(k1, 0);
+    ck_assert_int_eq(xfer_id_keyed(key257, 256, "req-1", 5, &k1), 0);
+    ck_assert_int_eq(xfer_id_keyed(key257, 257, "req-1", 5, &k1),
+                     XFER_ERR_INVALID_ARG);
     ck_assert_int_eq(xfer_id_keyed(PAIR_KEY, strlen(PAIR_KEY), NULL, 1, &a2),
                      XFER_ERR_INVALID_ARG);
 
