@@ -471,6 +471,26 @@ static void copy_fail(bool shard_side)
     rig_del(&g);
 }
 
+/* One transfer whose copy the fake refuses at its call fails COPY naming
+ * one shard, in WRITING, every shard ending empty; the next lands.  The
+ * rig is made by the caller (device staging or device shards). */
+static void refused_then_lands(rig *g, uint64_t id)
+{
+    submit(g, id);
+    ck_assert(mp_run_while(g->base, done, g, 10000));
+    ck_assert_int_eq(g->res.status, XFER_ERR_COPY);
+    ck_assert_int_eq(g->res.phase, XFER_PHASE_WRITING);
+    ck_assert_uint_lt(g->res.first_failed_shard, NSH);
+    ck_assert_uint_eq(g->res.failed_shards, 1u << g->res.first_failed_shard);
+    ck_assert_uint_eq(stats_now().start_failed, 1);
+    check_ended_clean(g);
+    clear_pools(g);
+    submit(g, id + 1);
+    ck_assert(mp_run_while(g->base, done, g, 10000));
+    ck_assert_int_eq(g->res.status, 0);
+    check_landed(g);
+}
+
 /* A D2H copy the driver refuses at its call (nothing queued) while the
  * transfer's first copy is still on its stream: the copy engine reports
  * the refusal as that copy's failure, the transfer fails COPY naming
@@ -484,19 +504,7 @@ START_TEST(test_cudafake_copy_refused_while_another_copies)
     fake_load("1", NULL, NULL, NULL);
     rig g;
     rig_new(&g, true, false);
-    submit(&g, 7);
-    ck_assert(mp_run_while(g.base, done, &g, 10000));
-    ck_assert_int_eq(g.res.status, XFER_ERR_COPY);
-    ck_assert_int_eq(g.res.phase, XFER_PHASE_WRITING);
-    ck_assert_uint_lt(g.res.first_failed_shard, NSH);
-    ck_assert_uint_eq(g.res.failed_shards, 1u << g.res.first_failed_shard);
-    ck_assert_uint_eq(stats_now().start_failed, 1);
-    check_ended_clean(&g);
-    clear_pools(&g);
-    submit(&g, 8);
-    ck_assert(mp_run_while(g.base, done, &g, 10000));
-    ck_assert_int_eq(g.res.status, 0);
-    check_landed(&g);
+    refused_then_lands(&g, 7);
     rig_del(&g);
 }
 END_TEST
@@ -512,18 +520,7 @@ START_TEST(test_cudafake_shard_copy_refused_at_start)
     fake_load("1", NULL, NULL, NULL);
     rig g;
     rig_new(&g, false, true);
-    submit(&g, 9);
-    ck_assert(mp_run_while(g.base, done, &g, 10000));
-    ck_assert_int_eq(g.res.status, XFER_ERR_COPY);
-    ck_assert_uint_lt(g.res.first_failed_shard, NSH);
-    ck_assert_uint_eq(g.res.failed_shards, 1u << g.res.first_failed_shard);
-    ck_assert_uint_eq(stats_now().start_failed, 1);
-    check_ended_clean(&g);
-    clear_pools(&g);
-    submit(&g, 10);
-    ck_assert(mp_run_while(g.base, done, &g, 10000));
-    ck_assert_int_eq(g.res.status, 0);
-    check_landed(&g);
+    refused_then_lands(&g, 9);
     rig_del(&g);
 }
 END_TEST
