@@ -657,6 +657,19 @@ static void grant_cb(struct evhttp_request *req, void *arg)
     evbuffer_free(out);
 }
 
+/* A fake etcd on loopback whose first `bad` lease grants are unusable
+ * (grant_cb's list: 0..4), answering `unavailable` requests 503 first;
+ * its URL into eps. */
+static void grant_fake_start(struct event_base *base, grant_fake *f,
+                             int bad, int unavailable, char *eps, size_t cap)
+{
+    memset(f, 0, sizeof *f);
+    f->grants = 4 - bad;
+    f->unavailable = unavailable;
+    f->http = http_on_loopback(base, grant_cb, f, &f->port);
+    snprintf(eps, cap, "http://127.0.0.1:%u", (unsigned)f->port);
+}
+
 static bool put_seen(void *ud)
 {
     return ((grant_fake *)ud)->puts > 0;
@@ -668,10 +681,8 @@ START_TEST(test_dir_ops_bad_lease_grant_asked_again)
     struct event_base *base = event_base_new();
     ck_assert_ptr_nonnull(base);
     grant_fake f;
-    memset(&f, 0, sizeof f);
-    f.http = http_on_loopback(base, grant_cb, &f, &f.port);
     char eps[64];
-    snprintf(eps, sizeof eps, "http://127.0.0.1:%u", (unsigned)f.port);
+    grant_fake_start(base, &f, 4, 0, eps, sizeof eps);
     xfer_dir *dir = dir_new(base, eps, 0);
     xfer_dir_entry e = {.shard = 0, .port = 7000,
                         .transports = XFER_DIR_TCP, .epoch = 1};
@@ -704,11 +715,8 @@ static void failover_run(bool dead_first, xfer_dir_state *st)
     struct event_base *base = event_base_new();
     ck_assert_ptr_nonnull(base);
     grant_fake f;
-    memset(&f, 0, sizeof f);
-    f.grants = 4; /* its lease grants are good ones */
-    f.unavailable = dead_first ? 0 : 2;
-    f.http = http_on_loopback(base, grant_cb, &f, &f.port);
     char eps[128];
+    grant_fake_start(base, &f, 0, dead_first ? 0 : 2, eps, sizeof eps);
     if (dead_first) {
         /* a port that was just free: nothing listens there */
         grant_fake dead;
@@ -717,8 +725,6 @@ static void failover_run(bool dead_first, xfer_dir_state *st)
         evhttp_free(dead.http);
         snprintf(eps, sizeof eps, "http://127.0.0.1:%u,http://127.0.0.1:%u",
                  (unsigned)dead.port, (unsigned)f.port);
-    } else {
-        snprintf(eps, sizeof eps, "http://127.0.0.1:%u", (unsigned)f.port);
     }
     xfer_dir *dir = dir_new(base, eps, 0);
     xfer_dir_entry e = {.shard = 0, .port = 7000,
@@ -765,11 +771,9 @@ START_TEST(test_dir_ops_most_entries_kept_alive)
     struct event_base *base = event_base_new();
     ck_assert_ptr_nonnull(base);
     grant_fake f;
-    memset(&f, 0, sizeof f);
-    f.grants = 4; /* good grants, TTL 1 s: a keepalive within a second */
-    f.http = http_on_loopback(base, grant_cb, &f, &f.port);
     char eps[64];
-    snprintf(eps, sizeof eps, "http://127.0.0.1:%u", (unsigned)f.port);
+    /* good grants, TTL 1 s: a keepalive within a second */
+    grant_fake_start(base, &f, 0, 0, eps, sizeof eps);
     xfer_dir *dir = dir_new(base, eps, 0);
     xfer_dir_entry e = {.port = 7000, .transports = XFER_DIR_TCP,
                         .epoch = 1};
