@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "le.h"
 #include "save.h"
 #include "testutil.h"
 #include "xfer/core.h"
@@ -1709,17 +1710,18 @@ static xfer_shard *varied_shard(void)
     return s;
 }
 
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
+/* Where a saved shard's fields sit (fsm/shard_save.c, save_record): a
+ * header (magic 4, fingerprint 8, rng 8, count 4), then the records in id
+ * order, 76 bytes each: id 8, attempt 4, resv 8, off 8, len 4, state 1,
+ * writes 4, covered 4, woff 4, wlen 4, ... */
+enum {
+    SAVED_REC0 = 24,
+    SAVED_REC_LEN = 76,
+    REC_WRITES = 33,
+    REC_COVERED = 37,
+    REC_WOFF = 41,
+    REC_WLEN = 45
+};
 
 /* A saved record whose one write in flight (a solo write: its range is
  * kept) would reach past the region is refused by the load, both when its
@@ -1733,24 +1735,19 @@ START_TEST(test_shard_load_refuses_write_range_past_region)
     uint8_t *dst = NULL;
     ck_assert_int_eq(xfer_shard_write_begin(s, 1, 1, 1, a.resv_id, 64, 64,
                                             &dst), 0);
-    size_t need = 0;
-    ck_assert_int_eq(xfer_shard_save(s, NULL, 0, &need), XFER_ERR_TOO_SMALL);
-    uint8_t *buf = malloc(need);
-    ck_assert_ptr_nonnull(buf);
-    ck_assert_int_eq(xfer_shard_save(s, buf, need, &need), 0);
-    /* header (magic 4, fingerprint 8, rng 8, count 4), then the record:
-     * id 8, attempt 4, resv 8, off 8, len 4, state 1, writes 4, covered
-     * 4, woff 4, wlen 4 */
-    uint8_t *woff = buf + 24 + 41, *wlen = buf + 24 + 45;
-    ck_assert_uint_eq(get32(woff), 64);
-    ck_assert_uint_eq(get32(wlen), 64);
+    uint8_t *buf;
+    size_t need = save_into(s, &buf);
+    uint8_t *woff = buf + SAVED_REC0 + REC_WOFF;
+    uint8_t *wlen = buf + SAVED_REC0 + REC_WLEN;
+    ck_assert_uint_eq(xfer_le_get32(woff), 64);
+    ck_assert_uint_eq(xfer_le_get32(wlen), 64);
     xfer_shard *t = mk();
-    put32(wlen, 192); /* [64, 256): to the end exactly */
+    xfer_le_put32(wlen, 192); /* [64, 256): to the end exactly */
     ck_assert_int_eq(xfer_shard_load(t, buf, need), 0);
-    put32(wlen, 193); /* one past the end */
+    xfer_le_put32(wlen, 193); /* one past the end */
     ck_assert_int_eq(xfer_shard_load(t, buf, need), XFER_ERR_FORMAT);
-    put32(woff, 257); /* starts past the end, no length */
-    put32(wlen, 0);
+    xfer_le_put32(woff, 257); /* starts past the end, no length */
+    xfer_le_put32(wlen, 0);
     ck_assert_int_eq(xfer_shard_load(t, buf, need), XFER_ERR_FORMAT);
     xfer_shard_del(t);
     xfer_shard_del(s);
@@ -1769,26 +1766,23 @@ START_TEST(test_shard_load_refuses_ready_record_not_whole)
     write_whole(s, 1, 1, 1, &a);
     ck_assert_int_eq(xfer_shard_commit(s, 2, 1, 1, a.resv_id), 0);
     ck_assert_int_eq(xfer_shard_state(s, 1), XFER_RESV_STATE_READY);
-    size_t need = 0;
-    ck_assert_int_eq(xfer_shard_save(s, NULL, 0, &need), XFER_ERR_TOO_SMALL);
-    uint8_t *buf = malloc(need), *bad = malloc(need);
-    ck_assert_ptr_nonnull(buf);
+    uint8_t *buf;
+    size_t need = save_into(s, &buf);
+    uint8_t *bad = malloc(need);
     ck_assert_ptr_nonnull(bad);
-    ck_assert_int_eq(xfer_shard_save(s, buf, need, &need), 0);
-    /* the record after the header: writes at 33, covered at 37, woff at
-     * 41, wlen at 45 (test_shard_load_refuses_write_range_past_region) */
-    const size_t writes = 24 + 33, covered = 24 + 37, woff = 24 + 41;
-    ck_assert_uint_eq(get32(buf + covered), 256);
+    ck_assert_uint_eq(xfer_le_get32(buf + SAVED_REC0 + REC_COVERED), 256);
     xfer_shard *t = mk();
     ck_assert_int_eq(xfer_shard_load(t, buf, need), 0);
-    const size_t at[] = {covered, writes, woff};
+    const size_t at[] = {REC_COVERED, REC_WRITES, REC_WOFF};
     const uint32_t val[] = {255, 1, 8};
     for (int i = 0; i < 3; i++) {
         memcpy(bad, buf, need);
-        put32(bad + at[i], val[i]);
+        xfer_le_put32(bad + SAVED_REC0 + at[i], val[i]);
         ck_assert_msg(xfer_shard_load(t, bad, need) == XFER_ERR_FORMAT,
                       "forged field %d loaded", i);
     }
+    free(buf);
+    free(bad);
     /* A record waiting to be freed (CANCEL_PENDING, its write still in
      * flight) keeps nothing written: a save that says 8 bytes are is
      * refused. */
@@ -1796,16 +1790,12 @@ START_TEST(test_shard_load_refuses_ready_record_not_whole)
     begin_ok(s, 3, 2, 1, &b);
     ck_assert_int_eq(xfer_shard_cancel(s, 4, 2, 1, b.resv_id), 0);
     ck_assert_int_eq(xfer_shard_state(s, 2), XFER_RESV_STATE_CANCEL_PENDING);
-    free(buf);
-    free(bad);
-    ck_assert_int_eq(xfer_shard_save(s, NULL, 0, &need), XFER_ERR_TOO_SMALL);
-    buf = malloc(need);
-    ck_assert_ptr_nonnull(buf);
-    ck_assert_int_eq(xfer_shard_save(s, buf, need, &need), 0);
+    need = save_into(s, &buf);
     ck_assert_int_eq(xfer_shard_load(t, buf, need), 0);
-    /* records in id order: id 2 is the second */
-    ck_assert_uint_eq(get32(buf + 24 + 76 + 37), 0);
-    put32(buf + 24 + 76 + 37, 8);
+    /* id 2 is the second record */
+    uint8_t *covered = buf + SAVED_REC0 + SAVED_REC_LEN + REC_COVERED;
+    ck_assert_uint_eq(xfer_le_get32(covered), 0);
+    xfer_le_put32(covered, 8);
     ck_assert_int_eq(xfer_shard_load(t, buf, need), XFER_ERR_FORMAT);
     xfer_shard_del(t);
     xfer_shard_del(s);
