@@ -670,6 +670,15 @@ static void grant_fake_start(struct event_base *base, grant_fake *f,
     snprintf(eps, cap, "http://127.0.0.1:%u", (unsigned)f->port);
 }
 
+/* An entry of shard k at 127.0.0.1:7000 over TCP, epoch 1. */
+static xfer_dir_entry loopback_entry(uint16_t k)
+{
+    xfer_dir_entry e = {.shard = k, .port = 7000,
+                        .transports = XFER_DIR_TCP, .epoch = 1};
+    snprintf(e.addr, sizeof e.addr, "127.0.0.1");
+    return e;
+}
+
 static bool put_seen(void *ud)
 {
     return ((grant_fake *)ud)->puts > 0;
@@ -684,9 +693,7 @@ START_TEST(test_dir_ops_bad_lease_grant_asked_again)
     char eps[64];
     grant_fake_start(base, &f, 4, 0, eps, sizeof eps);
     xfer_dir *dir = dir_new(base, eps, 0);
-    xfer_dir_entry e = {.shard = 0, .port = 7000,
-                        .transports = XFER_DIR_TCP, .epoch = 1};
-    snprintf(e.addr, sizeof e.addr, "127.0.0.1");
+    xfer_dir_entry e = loopback_entry(0);
     ck_assert_int_eq(xfer_dir_register(dir, "grants", &e), 0);
     ck_assert(mp_run_while(base, put_seen, &f, 20000));
     xfer_dir_state st;
@@ -727,9 +734,7 @@ static void failover_run(bool dead_first, xfer_dir_state *st)
                  (unsigned)dead.port, (unsigned)f.port);
     }
     xfer_dir *dir = dir_new(base, eps, 0);
-    xfer_dir_entry e = {.shard = 0, .port = 7000,
-                        .transports = XFER_DIR_TCP, .epoch = 1};
-    snprintf(e.addr, sizeof e.addr, "127.0.0.1");
+    xfer_dir_entry e = loopback_entry(0);
     ck_assert_int_eq(xfer_dir_register(dir, "failover", &e), 0);
     ck_assert(mp_run_while(base, put_seen, &f, 20000));
     ck_assert_int_eq(xfer_dir_state_get_latest(dir, st), 0);
@@ -775,11 +780,9 @@ START_TEST(test_dir_ops_most_entries_kept_alive)
     /* good grants, TTL 1 s: a keepalive within a second */
     grant_fake_start(base, &f, 0, 0, eps, sizeof eps);
     xfer_dir *dir = dir_new(base, eps, 0);
-    xfer_dir_entry e = {.port = 7000, .transports = XFER_DIR_TCP,
-                        .epoch = 1};
-    snprintf(e.addr, sizeof e.addr, "127.0.0.1");
+    xfer_dir_entry e;
     for (uint16_t k = 0; k < 64; k++) {
-        e.shard = k;
+        e = loopback_entry(k);
         ck_assert_int_eq(xfer_dir_register(dir, "most", &e), 0);
     }
     e.shard = 0; /* shards are 0..63: the 65th entry is of another group */

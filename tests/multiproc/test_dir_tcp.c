@@ -306,6 +306,19 @@ static bool consumer_up(void *ud)
     return true;
 }
 
+/* Pump transfers a while: some succeed, and the consumer is told of
+ * each success available (it takes and releases them). */
+static void pump_and_take(pump *u, taker *t)
+{
+    uint64_t ok0 = u->d.ok, avail0 = t->available;
+    dir_pump_start(&u->d);
+    dir_pump_run_ms(&u->d, 500);
+    dir_pump_stop(&u->d);
+    dir_pump_run_ms(&u->d, 300);
+    ck_assert_uint_gt(u->d.ok, ok0);
+    ck_assert_uint_eq(t->available - avail0, u->d.ok - ok0);
+}
+
 START_TEST(test_dir_tcp_consumer)
 {
     etcd_cluster c;
@@ -344,13 +357,7 @@ START_TEST(test_dir_tcp_consumer)
     ck_assert_uint_ne(d[1].port, old_port);
     ck_assert(mp_run_while(u.d.base, all_connected, &u, 15000));
     ck_assert(mp_run_while(u.d.base, consumer_up, &t, 15000));
-    uint64_t ok0 = u.d.ok, avail0 = t.available;
-    dir_pump_start(&u.d);
-    dir_pump_run_ms(&u.d, 500);
-    dir_pump_stop(&u.d);
-    dir_pump_run_ms(&u.d, 300);
-    ck_assert_uint_gt(u.d.ok, ok0);
-    ck_assert_uint_eq(t.available - avail0, u.d.ok - ok0);
+    pump_and_take(&u, &t);
     /* Shard 0 moves in place: killed and back on another port well
      * within its 2 s lease, so its key is put again with the new address
      * and never deleted: the consumer must follow an entry that changed
@@ -362,14 +369,7 @@ START_TEST(test_dir_tcp_consumer)
     ck_assert_uint_ne(d[0].port, old_port);
     ck_assert(mp_run_while(u.d.base, all_connected, &u, 15000));
     ck_assert(mp_run_while(u.d.base, consumer_up, &t, 15000));
-    ok0 = u.d.ok;
-    avail0 = t.available;
-    dir_pump_start(&u.d);
-    dir_pump_run_ms(&u.d, 500);
-    dir_pump_stop(&u.d);
-    dir_pump_run_ms(&u.d, 300);
-    ck_assert_uint_gt(u.d.ok, ok0);
-    ck_assert_uint_eq(t.available - avail0, u.d.ok - ok0);
+    pump_and_take(&u, &t);
     ck_assert_uint_eq(u.d.done, u.d.submitted);
     xfer_consumer_del(t.c);
     pump_del(&u);
