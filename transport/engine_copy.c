@@ -45,6 +45,13 @@ struct xfer_ecopy {
 
 static void on_later(evutil_socket_t fd, short what, void *arg);
 
+/* Whether an op of len bytes must wait: some budget is in use and it
+ * would take more than the rest (a first op goes whatever its size). */
+static bool over_budget(const xfer_ecopy *ec, uint64_t len)
+{
+    return ec->budget_used && ec->budget_used + len > ec->budget;
+}
+
 int xfer_ecopy_new(struct xfer_engine *e, uint64_t budget, xfer_ecopy **out)
 {
     xfer_ecopy *ec = calloc(1, sizeof *ec);
@@ -108,7 +115,7 @@ static void pump(xfer_ecopy *ec)
         n = n->next;
         if (o->state != OP_WAITING)
             continue;
-        if (ec->budget_used && ec->budget_used + o->a.len > ec->budget)
+        if (over_budget(ec, o->a.len))
             break; /* in start order: a large op is not passed forever */
         int rc = XFER_ERR_NOMEM;
         o->bounce = xfer_copy_bounce_get(o->cp, o->a.len);
@@ -178,7 +185,7 @@ int xfer_ecopy_start(xfer_ecopy *ec, xfer_copy *cp, const xfer_action *a,
         return XFER_ERR_NOMEM;
     *o = (ecop){.ec = ec, .a = *a, .tp = tp, .cp = cp, .dev = dev,
                 .state = OP_WAITING};
-    if (ec->budget_used && ec->budget_used + a->len > ec->budget) {
+    if (over_budget(ec, a->len)) {
         xfer_list_push_back(&ec->ops, &o->link);
         ec->held++;
         return 0; /* a copy's end or a result pumps it */
