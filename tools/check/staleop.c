@@ -21,12 +21,12 @@
  * nobody hears the reply.  I14 (fsm/shard.c's rule): the shard refuses it
  * XFER_ERR_STALE (an EAGER: refused, whatever the code; its cell refuses
  * before any attempt is compared) and the record keeps its state and
- * reservation.  The
- * other two kinds are a consumer's TAKE and RELEASE of the record's
- * reservation (a consumer peer may send them for any id at any time; the
- * tracker never does before READY): the shard refuses them (any error)
- * and the record keeps its state.  Both reach table cells no other world
- * does ((*_INVAL, TAKE), (*_INVAL, RELEASE), (*_INVAL, WRITE_BEGIN)).
+ * reservation.  The other two kinds are a consumer's TAKE and RELEASE of
+ * the record's reservation (a consumer peer may send them for any id at
+ * any time; the tracker never does before READY): the shard refuses them
+ * (any error) and the record keeps its state.  The WRITE, EAGER, TAKE
+ * and RELEASE kinds reach table cells no other world does: (*_INVAL,
+ * WRITE_BEGIN), (*_INVAL, EAGER), (*_INVAL, TAKE), (*_INVAL, RELEASE).
  *
  * What must stay true: with --stale-ops 0 no move here is offered, so
  * every other configuration keeps its state counts; the move touches one
@@ -45,6 +45,11 @@ static const uint8_t kinds[CK_SOP_KINDS] = {XFER_OP_RESERVE, XFER_OP_COMMIT,
                                             XFER_OP_CANCEL, XFER_OP_WRITE,
                                             XFER_OP_EAGER, SOP_TAKE,
                                             SOP_RELEASE};
+
+static bool consumer_op(unsigned op)
+{
+    return op == SOP_TAKE || op == SOP_RELEASE;
+}
 
 static const char *kind_name(unsigned op)
 {
@@ -134,7 +139,7 @@ void ck_staleop_apply(ck_world *w, unsigned arg)
     xfer_resv_state after = xfer_shard_state(s, id);
     /* an EAGER is refused by its cell whatever its attempt (a one-sided
      * shard takes none); the consumer's ops carry no attempt */
-    bool any = op == SOP_TAKE || op == SOP_RELEASE || op == XFER_OP_EAGER;
+    bool any = consumer_op(op) || op == XFER_OP_EAGER;
     if (any && (rc == 0 || after != before))
         ck_monitor_fail(w, CK_I14, "a %s of id %llu (resv %llu) reached "
                         "shard %u in %s and was answered %s, leaving it "
@@ -164,7 +169,7 @@ void ck_staleop_describe(const ck_world *w, unsigned arg, char *b, size_t n)
     uint32_t att;
     uint64_t resv;
     decode(w, arg, &op, &t, &k, &att, &resv);
-    if (op == SOP_TAKE || op == SOP_RELEASE)
+    if (consumer_op(op))
         snprintf(b, n, "a consumer's early %s of id %u (resv %llu) reaches "
                  "shard %u (nobody hears the reply)", kind_name(op), t + 1u,
                  (unsigned long long)resv, k);
